@@ -1,0 +1,269 @@
+//! The domain facade: the shared state every edge handler works through, and the use cases that span
+//! several modules (registration, deregistration, mission reads). Dispatch and event ingestion add their
+//! own `impl App` blocks in `dispatch.rs` and `ingest.rs`.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::contract::{
+    spec_support, EventType, RegisterPayload, Schema, SpecSupport, SPEC_VERSION,
+};
+use crate::error::{Error, Result};
+use crate::forward::Forwarder;
+use crate::missions::{Ledger, MissionState};
+use crate::registry::{Registered, Registry};
+use crate::store::{Change, EventRow, MissionPatch, MissionQuery, Store};
+use crate::views::{MissionPage, MissionStatus, MissionSummary};
+use crate::{clock, tokens};
+
+/// Events shown with a mission (the contract's "last N events").
+pub const RECENT_EVENTS: u32 = 50;
+
+pub struct App {
+    pub config: Config,
+    pub schema: Schema,
+    pub store: Store,
+    pub registry: Registry,
+    pub ledger: Ledger,
+    pub forwarder: Forwarder,
+    operator_tokens: Vec<tokens::TokenHash>,
+    shutdown: watch::Receiver<bool>,
+    next_link: AtomicU64,
+    pub(crate) rotation: AtomicUsize,
+}
+
+impl App {
+    pub async fn new(
+        config: Config,
+        schema: Schema,
+        store: Store,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<App> {
+        let registry = Registry::load(store.clone()).await?;
+        let ledger = Ledger::load(store.live_missions().await?);
+        for (executor_id, n) in ledger.counts() {
+            registry.adjust_active(&executor_id, n as isize);
+        }
+        let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
+        let operator_tokens = config
+            .server
+            .operator_tokens
+            .iter()
+            .map(|t| tokens::hash(t))
+            .collect();
+        Ok(App {
+            config,
+            schema,
+            store,
+            registry,
+            ledger,
+            forwarder,
+            operator_tokens,
+            shutdown,
+            next_link: AtomicU64::new(1),
+            rotation: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+
+    pub fn next_link_id(&self) -> u64 {
+        self.next_link.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Operator routes are open when no operator token is configured (loopback, the contract's trust
+    /// model); otherwise they need one. An executor's token never acts as an operator.
+    pub fn authorize_operator(&self, bearer: Option<&str>) -> Result<()> {
+        if self.operator_tokens.is_empty() {
+            return Ok(());
+        }
+        let token = bearer.ok_or(Error::Unauthorized("an operator bearer token is required"))?;
+        let hash = tokens::hash(token);
+        // Every configured token is compared, so timing does not tell which (or whether one) matched.
+        let matched = self
+            .operator_tokens
+            .iter()
+            .fold(false, |acc, t| tokens::hashes_equal(t, &hash) | acc);
+        if matched {
+            Ok(())
+        } else if self.registry.is_token_of_an_executor(&hash) {
+            Err(Error::Forbidden(
+                "executor tokens cannot be used on operator routes".into(),
+            ))
+        } else {
+            Err(Error::TokenInvalid)
+        }
+    }
+
+    /// Registers an executor. Returns a warning for a newer 1.x spec minor.
+    pub async fn register(
+        &self,
+        payload: &RegisterPayload,
+        peer: IpAddr,
+        bearer: Option<&str>,
+    ) -> Result<(Registered, Option<String>)> {
+        let warning = match spec_support(&payload.spec_version) {
+            SpecSupport::Exact => None,
+            SpecSupport::NewerMinor => {
+                let w = format!(
+                    "spec_version {} is not {SPEC_VERSION}; served as executor.aiwg.io/v1 {SPEC_VERSION}, unknown fields are ignored",
+                    payload.spec_version
+                );
+                tracing::warn!(executor_id = %payload.executor_id, spec_version = %payload.spec_version, "registering with an unknown 1.x spec version");
+                Some(w)
+            }
+            SpecSupport::UnsupportedMajor => {
+                return Err(Error::UnsupportedSpecVersion(payload.spec_version.clone()))
+            }
+        };
+        let registered = self.registry.register(payload, peer, bearer).await?;
+        if registered.rotated_for_non_loopback {
+            tracing::warn!(executor_id = %registered.executor_id, %peer, "token rotated: first non-loopback registration");
+        }
+        Ok((registered, warning))
+    }
+
+    /// `DELETE /api/v1/executors/{id}` with the executor's own token: its sockets close, its token is
+    /// revoked, it leaves the listings; its live missions are suspended (resumable executor) or failed.
+    pub async fn deregister(&self, executor_id: &str, bearer: Option<&str>) -> Result<()> {
+        self.registry.authenticate(executor_id, bearer)?;
+        let resumable = self
+            .registry
+            .capabilities(executor_id)
+            .iter()
+            .any(|c| c == "resumable");
+        let mut changes = self
+            .registry
+            .deregister(executor_id, "graceful_shutdown")
+            .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
+        let now = clock::now();
+        let mut settled = Vec::new();
+        for (mission_id, _) in self.ledger.owned_by(executor_id) {
+            let (event, data) = if resumable {
+                (
+                    EventType::MissionSuspended,
+                    json!({"state": "suspended", "reason": "executor_deregistered"}),
+                )
+            } else {
+                (
+                    EventType::MissionFailed,
+                    json!({"state": "failed", "reason": "executor_deregistered"}),
+                )
+            };
+            let to = if resumable {
+                MissionState::Suspended
+            } else {
+                MissionState::Failed
+            };
+            let moved = self.ledger.with(&mission_id, |live| {
+                if live.state.is_terminal() {
+                    return false;
+                }
+                live.state = to;
+                live.terminal_data = to.is_terminal().then(|| data.clone());
+                true
+            });
+            if moved == Some(true) {
+                changes.extend(system_event(
+                    executor_id,
+                    &mission_id,
+                    event,
+                    data,
+                    to,
+                    &now,
+                ));
+                settled.push((mission_id, to));
+            }
+        }
+        self.store.commit(changes).await?;
+        for (mission_id, state) in settled {
+            self.settle(&mission_id, executor_id, Some(state));
+        }
+        Ok(())
+    }
+
+    /// After a mission's change is committed: a terminal mission leaves the ledger and its executor's count.
+    pub(crate) fn settle(
+        &self,
+        mission_id: &str,
+        executor_id: &str,
+        new_state: Option<MissionState>,
+    ) {
+        if new_state.is_some_and(MissionState::is_terminal)
+            && self.ledger.remove(mission_id).is_some()
+        {
+            self.registry.adjust_active(executor_id, -1);
+        }
+    }
+
+    pub async fn mission_status(&self, mission_id: &str) -> Result<MissionStatus> {
+        let row = self
+            .store
+            .mission(mission_id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("mission {mission_id} not found")))?;
+        let events = self.store.recent_events(mission_id, RECENT_EVENTS).await?;
+        Ok(MissionStatus::from_row(row, events))
+    }
+
+    pub async fn missions(&self, query: MissionQuery) -> Result<MissionPage> {
+        let limit = query.limit;
+        let mut rows = self
+            .store
+            .missions(&MissionQuery {
+                limit: limit + 1,
+                ..query
+            })
+            .await?;
+        let next_cursor = if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
+            rows.last().map(|(id, _)| crate::views::encode_cursor(*id))
+        } else {
+            None
+        };
+        Ok(MissionPage {
+            missions: rows
+                .into_iter()
+                .map(|(_, r)| MissionSummary::from(r))
+                .collect(),
+            next_cursor,
+        })
+    }
+}
+
+/// A mission event that serve itself records (a forward failure, a deregistration): the event and the
+/// mission update it implies.
+pub(crate) fn system_event(
+    executor_id: &str,
+    mission_id: &str,
+    event: EventType,
+    data: Value,
+    to: MissionState,
+    now: &str,
+) -> Vec<Change> {
+    let patch = MissionPatch {
+        state: Some(to),
+        ..crate::ingest::patch_for(event, &data, Some(to), now)
+    };
+    vec![
+        Change::AppendEvent(EventRow {
+            event: event.as_str(),
+            executor_id: executor_id.to_owned(),
+            mission_id: Some(mission_id.to_owned()),
+            ts: now.to_owned(),
+            data,
+            raw: None,
+        }),
+        Change::PatchMission {
+            mission_id: mission_id.to_owned(),
+            patch,
+        },
+    ]
+}

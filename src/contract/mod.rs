@@ -1,0 +1,211 @@
+//! The wire contract `executor.aiwg.io/v1`: event vocabulary, payload types, spec-version rules and the
+//! embedded JSON Schema. Everything here is pure data; no I/O.
+
+mod schema;
+
+pub use schema::{Schema, SchemaDetail};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The contract version this server speaks.
+pub const SPEC_VERSION: &str = "1.0.0";
+
+/// What `spec_version` in a register payload means for us.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SpecSupport {
+    Exact,
+    /// Same major, other minor/patch: served, with a warning (the contract's SemVer rule).
+    NewerMinor,
+    /// Another major: refused.
+    UnsupportedMajor,
+}
+
+/// The schema has already checked the SemVer shape; only the numbers matter here.
+pub fn spec_support(spec_version: &str) -> SpecSupport {
+    let core = spec_version.split(['-', '+']).next().unwrap_or_default();
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    match (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    ) {
+        (Some(1), Some(0), Some(0)) if core == spec_version => SpecSupport::Exact,
+        (Some(1), Some(_), Some(_)) => SpecSupport::NewerMinor,
+        _ => SpecSupport::UnsupportedMajor,
+    }
+}
+
+/// The fifteen event types of the contract's vocabulary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    ExecutorRegistered,
+    ExecutorDeregistered,
+    ExecutorResync,
+    MissionAssigned,
+    MissionStarted,
+    MissionProgress,
+    MissionHitlRequired,
+    MissionHitlResponded,
+    MissionPaused,
+    MissionResumed,
+    MissionSuspended,
+    MissionReconnected,
+    MissionCompleted,
+    MissionFailed,
+    MissionAborted,
+}
+
+impl EventType {
+    pub const ALL: [EventType; 15] = [
+        EventType::ExecutorRegistered,
+        EventType::ExecutorDeregistered,
+        EventType::ExecutorResync,
+        EventType::MissionAssigned,
+        EventType::MissionStarted,
+        EventType::MissionProgress,
+        EventType::MissionHitlRequired,
+        EventType::MissionHitlResponded,
+        EventType::MissionPaused,
+        EventType::MissionResumed,
+        EventType::MissionSuspended,
+        EventType::MissionReconnected,
+        EventType::MissionCompleted,
+        EventType::MissionFailed,
+        EventType::MissionAborted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::ExecutorRegistered => "executor.registered",
+            EventType::ExecutorDeregistered => "executor.deregistered",
+            EventType::ExecutorResync => "executor.resync",
+            EventType::MissionAssigned => "mission.assigned",
+            EventType::MissionStarted => "mission.started",
+            EventType::MissionProgress => "mission.progress",
+            EventType::MissionHitlRequired => "mission.hitl_required",
+            EventType::MissionHitlResponded => "mission.hitl_responded",
+            EventType::MissionPaused => "mission.paused",
+            EventType::MissionResumed => "mission.resumed",
+            EventType::MissionSuspended => "mission.suspended",
+            EventType::MissionReconnected => "mission.reconnected",
+            EventType::MissionCompleted => "mission.completed",
+            EventType::MissionFailed => "mission.failed",
+            EventType::MissionAborted => "mission.aborted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EventType> {
+        EventType::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+
+    /// `#/$defs/data_<type>` in the schema: dots become underscores.
+    pub fn data_def(self) -> String {
+        format!("data_{}", self.as_str().replace('.', "_"))
+    }
+
+    /// Events only `serve` originates; an executor sending one is refused.
+    pub fn is_server_originated(self) -> bool {
+        matches!(
+            self,
+            EventType::ExecutorRegistered
+                | EventType::ExecutorDeregistered
+                | EventType::MissionHitlResponded
+        )
+    }
+}
+
+impl std::fmt::Display for EventType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct TransportEndpoints {
+    pub rest: String,
+    pub ws: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct RegisterPayload {
+    pub executor_id: String,
+    pub a2a_instance_id: Option<String>,
+    pub name: String,
+    pub version: String,
+    pub spec_version: String,
+    pub transport_endpoints: TransportEndpoints,
+    pub capabilities: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct ExecutorFilter {
+    pub executor_id: Option<String>,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct DispatchPayload {
+    pub mission_id: String,
+    #[serde(default)]
+    pub long_running: bool,
+    #[serde(default)]
+    pub executor_filter: Option<ExecutorFilter>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub struct HitlResponsePayload {
+    pub hitl_id: String,
+    pub response: String,
+}
+
+/// An event as it travels: executor -> serve on the WebSocket, and serve -> operators.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct Envelope {
+    pub event: String,
+    pub executor_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mission_id: Option<String>,
+    pub ts: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+/// Reads a string field of an event's `data`, if present.
+pub fn data_str<'a>(data: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    data.get(key).and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_versions() {
+        assert_eq!(spec_support("1.0.0"), SpecSupport::Exact);
+        assert_eq!(spec_support("1.9.0"), SpecSupport::NewerMinor);
+        assert_eq!(spec_support("1.0.1"), SpecSupport::NewerMinor);
+        assert_eq!(spec_support("1.0.0-rc.1"), SpecSupport::NewerMinor);
+        assert_eq!(spec_support("2.0.0"), SpecSupport::UnsupportedMajor);
+        assert_eq!(spec_support("0.9.0"), SpecSupport::UnsupportedMajor);
+        assert_eq!(
+            spec_support("99999999999999999999.0.0"),
+            SpecSupport::UnsupportedMajor
+        );
+    }
+
+    #[test]
+    fn event_names_round_trip() {
+        for e in EventType::ALL {
+            assert_eq!(EventType::parse(e.as_str()), Some(e));
+        }
+        assert_eq!(EventType::parse("mission.exploded"), None);
+        assert_eq!(
+            EventType::MissionHitlRequired.data_def(),
+            "data_mission_hitl_required"
+        );
+    }
+}

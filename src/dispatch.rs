@@ -1,0 +1,303 @@
+//! Dispatch: route a mission, record it, hand it to an executor.
+//!
+//! The mission is committed as `assigned` to the first candidate *before* the executor is called, so the
+//! executor's own `mission.assigned`/`mission.started`, which may arrive before its HTTP answer, find a
+//! mission they own. A refusal or timeout moves ownership to the next candidate (at most
+//! `dispatch.max_attempts`), unless the executor has meanwhile reported progress, which proves it took
+//! the mission. A candidate that timed out is told to abort, in case it accepted late. When every attempt
+//! fails the mission is stored `failed` with the reason, and the caller gets a 502.
+
+use axum::body::Bytes;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::app::{system_event, App};
+use crate::clock;
+use crate::contract::DispatchPayload;
+use crate::error::{Error, Result};
+use crate::forward::ForwardError;
+use crate::hub::Outbound;
+use crate::missions::{Live, MissionState};
+use crate::routing::{self, Rejection};
+use crate::store::{Change, MissionPatch, MissionRow};
+
+/// The 202 body: the contract's `dispatch_response`.
+#[derive(Debug, Serialize)]
+pub struct Dispatched {
+    pub mission_id: String,
+    pub executor_id: String,
+    pub status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_start: Option<String>,
+}
+
+#[derive(Serialize)]
+struct RoutingRecord {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chosen: Option<String>,
+    reason: String,
+    rejected: Vec<Rejection>,
+    #[serde(skip_serializing_if = "is_zero")]
+    rejected_omitted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl App {
+    /// `body` is the validated payload exactly as received; it is forwarded untouched.
+    pub async fn dispatch(
+        &self,
+        session_id: &str,
+        body: Value,
+        payload: DispatchPayload,
+    ) -> Result<Dispatched> {
+        let mission_id = payload.mission_id.clone();
+        if self.ledger.contains(&mission_id) || self.store.mission_exists(&mission_id).await? {
+            return Err(Error::Conflict(format!(
+                "mission {mission_id} already exists"
+            )));
+        }
+        let filter = payload.executor_filter.unwrap_or_default();
+        let request = routing::Request {
+            pin: filter.executor_id.as_deref(),
+            capabilities: &filter.capabilities,
+            long_running: payload.long_running,
+        };
+        let rotation = self
+            .rotation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let plan = self
+            .registry
+            .with_routing_views(|views| routing::plan(&request, views, rotation));
+        if plan.ordered.is_empty() {
+            return Err(Error::NoExecutorAvailable {
+                resumable_required: payload.long_running,
+                reason: plan.why_none(),
+            });
+        }
+        let attempts: Vec<String> = plan
+            .ordered
+            .into_iter()
+            .take(self.config.dispatch.max_attempts)
+            .collect();
+        let mut record = RoutingRecord {
+            chosen: Some(attempts[0].clone()),
+            reason: plan.reason,
+            rejected_omitted: plan.rejected_total - plan.rejected.len(),
+            rejected: plan.rejected,
+        };
+        let now = clock::now();
+        let row = MissionRow {
+            mission_id: mission_id.clone(),
+            session_id: session_id.to_owned(),
+            executor_id: attempts[0].clone(),
+            state: MissionState::Assigned,
+            payload: body.clone(),
+            created_at: now.clone(),
+            updated_at: now,
+            completed_at: None,
+            pty_session_ref: None,
+            exit_code: None,
+            error: None,
+            estimated_start: None,
+            routing: Some(json!(record)),
+            terminal_data: None,
+        };
+        self.store
+            .commit(vec![Change::InsertMission(Box::new(row))])
+            .await?;
+        self.ledger.insert(
+            &mission_id,
+            Live {
+                executor_id: attempts[0].clone(),
+                state: MissionState::Assigned,
+                terminal_data: None,
+            },
+        );
+        self.registry.adjust_active(&attempts[0], 1);
+
+        let bytes = Bytes::from(body.to_string());
+        let mut last_failure = ForwardError::Unreachable("no attempt made".into());
+        for (i, executor_id) in attempts.iter().enumerate() {
+            if i > 0 {
+                let previous = &attempts[i - 1];
+                match self.hand_over(&mission_id, previous, executor_id) {
+                    HandOver::Done => {}
+                    HandOver::TakenBy => return Ok(self.accepted(&mission_id, previous, None)),
+                }
+                record.rejected.push(Rejection {
+                    executor_id: previous.clone(),
+                    reason: last_failure.to_string(),
+                });
+                record.chosen = Some(executor_id.clone());
+                let patch = MissionPatch {
+                    executor_id: Some(executor_id.clone()),
+                    routing: Some(json!(record)),
+                    ..MissionPatch::default()
+                };
+                self.store
+                    .commit(vec![Change::PatchMission {
+                        mission_id: mission_id.clone(),
+                        patch,
+                    }])
+                    .await?;
+            }
+            match self
+                .forward_to(executor_id, session_id, bytes.clone())
+                .await
+            {
+                Ok(accepted) => {
+                    if let Some(start) = &accepted.estimated_start {
+                        let patch = MissionPatch {
+                            estimated_start: Some(start.clone()),
+                            ..MissionPatch::default()
+                        };
+                        self.store
+                            .commit(vec![Change::PatchMission {
+                                mission_id: mission_id.clone(),
+                                patch,
+                            }])
+                            .await?;
+                    }
+                    return Ok(self.accepted(&mission_id, executor_id, accepted.estimated_start));
+                }
+                Err(failure) => {
+                    tracing::warn!(%mission_id, %executor_id, %failure, "executor did not take the mission");
+                    if failure == ForwardError::Timeout {
+                        self.tell_to_abort(executor_id, &mission_id);
+                    }
+                    last_failure = failure;
+                }
+            }
+        }
+        let last = attempts.last().expect("at least one attempt");
+        record.rejected.push(Rejection {
+            executor_id: last.clone(),
+            reason: last_failure.to_string(),
+        });
+        record.chosen = None;
+        self.fail_dispatch(&mission_id, last, &last_failure, record)
+            .await
+    }
+
+    async fn forward_to(
+        &self,
+        executor_id: &str,
+        session_id: &str,
+        body: Bytes,
+    ) -> std::result::Result<crate::forward::Accepted, ForwardError> {
+        let reach = self
+            .registry
+            .reach(executor_id)
+            .ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
+        let token = reach.token.ok_or_else(|| {
+            ForwardError::Unreachable("serve does not know this executor's current token".into())
+        })?;
+        let from = reach.registered_from.and_then(|f| f.parse().ok());
+        self.forwarder
+            .forward(&reach.rest, from, &token, session_id, body)
+            .await
+    }
+
+    fn accepted(
+        &self,
+        mission_id: &str,
+        executor_id: &str,
+        estimated_start: Option<String>,
+    ) -> Dispatched {
+        Dispatched {
+            mission_id: mission_id.to_owned(),
+            executor_id: executor_id.to_owned(),
+            status: "assigned",
+            estimated_start,
+        }
+    }
+
+    /// Moves a still-untouched mission to the next candidate. If the previous one has reported on it
+    /// meanwhile, it has the mission and keeps it.
+    fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> HandOver {
+        let moved = self.ledger.with(mission_id, |live| {
+            if live.executor_id == from && live.state == MissionState::Assigned {
+                live.executor_id = to.to_owned();
+                true
+            } else {
+                false
+            }
+        });
+        if moved == Some(true) {
+            self.registry.adjust_active(from, -1);
+            self.registry.adjust_active(to, 1);
+            HandOver::Done
+        } else {
+            HandOver::TakenBy
+        }
+    }
+
+    fn tell_to_abort(&self, executor_id: &str, mission_id: &str) {
+        let frame = json!({
+            "event": "mission.aborted", "executor_id": executor_id, "mission_id": mission_id, "ts": clock::now(),
+            "data": {"state": "aborted", "aborted_by": "system", "reason": "dispatch_timeout"},
+        });
+        self.registry
+            .send(executor_id, &Outbound::text(frame.to_string()));
+    }
+
+    async fn fail_dispatch(
+        &self,
+        mission_id: &str,
+        executor_id: &str,
+        failure: &ForwardError,
+        record: RoutingRecord,
+    ) -> Result<Dispatched> {
+        let (code, error) = match failure {
+            ForwardError::Refused { .. } => (
+                "executor_forward_failed",
+                Error::ExecutorForwardFailed(failure.to_string()),
+            ),
+            _ => (
+                "executor_unreachable",
+                Error::ExecutorUnreachable(failure.to_string()),
+            ),
+        };
+        let data = json!({"state": "failed", "reason": code, "error": failure.to_string()});
+        let claimed = self.ledger.with(mission_id, |live| {
+            if live.state != MissionState::Assigned {
+                return false;
+            }
+            live.state = MissionState::Failed;
+            live.terminal_data = Some(data.clone());
+            true
+        });
+        if claimed != Some(true) {
+            // The executor reported on the mission while we waited: it took it after all.
+            return Ok(self.accepted(mission_id, executor_id, None));
+        }
+        let now = clock::now();
+        let mut changes = system_event(
+            executor_id,
+            mission_id,
+            crate::contract::EventType::MissionFailed,
+            data,
+            MissionState::Failed,
+            &now,
+        );
+        let patch = MissionPatch {
+            routing: Some(json!(record)),
+            ..MissionPatch::default()
+        };
+        changes.push(Change::PatchMission {
+            mission_id: mission_id.to_owned(),
+            patch,
+        });
+        self.store.commit(changes).await?;
+        self.settle(mission_id, executor_id, Some(MissionState::Failed));
+        Err(error)
+    }
+}
+
+enum HandOver {
+    Done,
+    TakenBy,
+}

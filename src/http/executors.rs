@@ -1,0 +1,120 @@
+//! `/api/v1/executors`: register, list, show, deregister; and the executor WebSocket upgrade.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::extract::{Bearer, Contract, Operator};
+use crate::app::App;
+use crate::contract::RegisterPayload;
+use crate::error::{Error, Result};
+use crate::hub;
+
+pub fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/v1/executors/register", post(register))
+        .route("/api/v1/executors", get(list))
+        .route("/api/v1/executors/{id}", get(show).delete(deregister))
+        .route("/ws/executors/{id}", get(socket))
+}
+
+async fn register(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Bearer(bearer): Bearer,
+    Contract { body, .. }: Contract<RegisterPayload>,
+) -> Result<Response> {
+    let (registered, warning) = app.register(&body, peer.ip(), bearer.as_deref()).await?;
+    let mut response = (
+        StatusCode::CREATED,
+        Json(json!({
+            "executor_id": registered.executor_id,
+            "token": registered.token,
+            "registered_at": registered.registered_at,
+        })),
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    if registered.rotated_for_non_loopback {
+        let text = format!(
+            "Token rotated: first non-loopback registration for executor {}. Update stored token.",
+            registered.executor_id
+        );
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            headers.insert(HeaderName::from_static("x-aiwg-warning"), v);
+        }
+    }
+    if let Some(w) = warning {
+        // RFC 7234 warn-code 299: a persistent warning.
+        if let Ok(v) = HeaderValue::from_str(&format!("299 aiwg-serve \"{}\"", w.replace('"', "'")))
+        {
+            headers.insert(axum::http::header::WARNING, v);
+        }
+    }
+    Ok(response)
+}
+
+async fn list(_: Operator, State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    Json(json!({ "executors": app.registry.list() }))
+}
+
+async fn show(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Response> {
+    let status = app
+        .registry
+        .status(&id)
+        .ok_or_else(|| Error::NotFound(format!("executor {id} is not registered")))?;
+    Ok(Json(status).into_response())
+}
+
+async fn deregister(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    Bearer(bearer): Bearer,
+) -> Result<StatusCode> {
+    app.deregister(&id, bearer.as_deref()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+struct SocketQuery {
+    token: Option<String>,
+}
+
+async fn socket(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    query: std::result::Result<Query<SocketQuery>, QueryRejection>,
+    upgrade: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response> {
+    let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
+    let hub_config = &app.config.hub;
+    let upgrade = upgrade
+        .read_buffer_size(hub_config.read_buffer_bytes)
+        .max_message_size(hub_config.max_frame_bytes)
+        .max_frame_size(hub_config.max_frame_bytes);
+    let token = query
+        .ok()
+        .and_then(|Query(q)| q.token)
+        .filter(|t| !t.is_empty());
+    Ok(match app.registry.authenticate(&id, token.as_deref()) {
+        Ok(()) => upgrade.on_upgrade(move |socket| hub::executor_socket(app, id, socket)),
+        Err(e) => {
+            tracing::info!(executor_id = %id, code = e.code(), "executor socket refused");
+            upgrade.on_upgrade(hub::reject)
+        }
+    })
+}

@@ -1,0 +1,96 @@
+//! Extractors: schema-checked JSON bodies, bearer tokens, operator authorization. Every rejection is a
+//! domain [`Error`], so malformed input gets the same error shape as everything else.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::app::App;
+use crate::contract::{DispatchPayload, HitlResponsePayload, RegisterPayload};
+use crate::error::Error;
+use crate::tokens;
+
+/// A request body type and the `$defs` entry of our schema that it must satisfy.
+pub trait ContractBody: DeserializeOwned {
+    const DEF: &'static str;
+    const WHAT: &'static str;
+}
+
+impl ContractBody for RegisterPayload {
+    const DEF: &'static str = "register_payload";
+    const WHAT: &'static str = "the register payload";
+}
+
+impl ContractBody for DispatchPayload {
+    const DEF: &'static str = "dispatch_payload";
+    const WHAT: &'static str = "the dispatch payload";
+}
+
+impl ContractBody for HitlResponsePayload {
+    const DEF: &'static str = "hitl_response_payload";
+    const WHAT: &'static str = "the HITL response";
+}
+
+/// A JSON body validated against the schema: the typed view and the value as received.
+pub struct Contract<T> {
+    pub body: T,
+    pub raw: Value,
+}
+
+impl<T: ContractBody> FromRequest<Arc<App>> for Contract<T> {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Error> {
+        let limit = app.config.server.max_body_bytes;
+        let bytes = Bytes::from_request(req, app).await.map_err(|rejection| {
+            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                Error::PayloadTooLarge(limit)
+            } else {
+                Error::InvalidJson(rejection.body_text())
+            }
+        })?;
+        let raw: Value =
+            serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))?;
+        app.schema
+            .validate(T::DEF, &raw)
+            .map_err(|details| Error::SchemaViolation {
+                what: T::WHAT,
+                details,
+            })?;
+        let body =
+            serde_json::from_value(raw.clone()).map_err(|e| Error::InvalidJson(e.to_string()))?;
+        Ok(Contract { body, raw })
+    }
+}
+
+/// The bearer token of the request, if any (`Authorization: Bearer <token>`, exactly).
+pub struct Bearer(pub Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Bearer {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|h| h.to_str().ok());
+        Ok(Bearer(tokens::bearer(header).map(str::to_owned)))
+    }
+}
+
+/// Present on every operator route: passes when operator auth is off or a valid operator token is sent.
+pub struct Operator;
+
+impl FromRequestParts<Arc<App>> for Operator {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
+        let Bearer(token) = Bearer::from_request_parts(parts, app).await?;
+        app.authorize_operator(token.as_deref()).map(|_| Operator)
+    }
+}

@@ -1,0 +1,90 @@
+//! `GET /api/v1/missions` (filtered, cursor-paginated, newest first) and `GET /api/v1/missions/{id}`.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::extract::Operator;
+use crate::app::App;
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::missions::MissionState;
+use crate::store::MissionQuery;
+use crate::views::{decode_cursor, MissionPage, MissionStatus};
+
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 500;
+
+pub fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/v1/missions", get(list))
+        .route("/api/v1/missions/{id}", get(show))
+}
+
+async fn show(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Json<MissionStatus>> {
+    Ok(Json(app.mission_status(&id).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    state: Option<String>,
+    executor_id: Option<String>,
+    session_id: Option<String>,
+    updated_since: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    params: std::result::Result<Query<ListParams>, QueryRejection>,
+) -> Result<Json<MissionPage>> {
+    let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
+    let state = p
+        .state
+        .map(|s| {
+            MissionState::parse(&s)
+                .ok_or_else(|| Error::InvalidQuery(format!("unknown state {s:?}")))
+        })
+        .transpose()?;
+    let updated_since = p
+        .updated_since
+        .map(|s| {
+            clock::normalize(&s).ok_or_else(|| {
+                Error::InvalidQuery(format!("updated_since {s:?} is not an RFC 3339 timestamp"))
+            })
+        })
+        .transpose()?;
+    let before_id = p
+        .cursor
+        .map(|c| {
+            decode_cursor(&c)
+                .ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into()))
+        })
+        .transpose()?;
+    let limit = p.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(Error::InvalidQuery(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        )));
+    }
+    let query = MissionQuery {
+        state,
+        executor_id: p.executor_id,
+        session_id: p.session_id,
+        updated_since,
+        before_id,
+        limit,
+    };
+    Ok(Json(app.missions(query).await?))
+}

@@ -1,0 +1,35 @@
+//! The HTTP and WebSocket edge: one router per resource, merged here, with the shared state injected
+//! once. Handlers translate between HTTP and the domain; they hold no business logic.
+
+mod error;
+mod executors;
+mod extract;
+mod health;
+mod missions;
+mod sessions;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::response::IntoResponse;
+use axum::Router;
+use tower_http::trace::TraceLayer;
+
+use crate::app::App;
+use crate::error::Error;
+
+pub use error::status_of;
+
+pub fn router(app: Arc<App>) -> Router {
+    let limit = app.config.server.max_body_bytes;
+    Router::new()
+        .merge(health::router())
+        .merge(executors::router())
+        .merge(sessions::router())
+        .merge(missions::router())
+        .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
+        .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(TraceLayer::new_for_http())
+        .with_state(app)
+}

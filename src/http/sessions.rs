@@ -1,0 +1,38 @@
+//! `POST /api/v1/sessions/{id}/dispatch`, and upstream's legacy path redirecting to it.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::header::LOCATION;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+
+use super::extract::{Contract, Operator};
+use crate::app::App;
+use crate::contract::DispatchPayload;
+use crate::error::Result;
+use crate::forward::encode_segment;
+
+pub fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/v1/sessions/{id}/dispatch", post(dispatch))
+        .route("/api/sessions/{id}/dispatch", post(legacy_dispatch))
+}
+
+async fn dispatch(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    Path(session_id): Path<String>,
+    Contract { body, raw }: Contract<DispatchPayload>,
+) -> Result<Response> {
+    let dispatched = app.dispatch(&session_id, raw, body).await?;
+    Ok((StatusCode::ACCEPTED, Json(dispatched)).into_response())
+}
+
+/// Upstream answers its pre-v1 path with a 301 to the v1 path; kept for old clients.
+async fn legacy_dispatch(Path(session_id): Path<String>) -> Response {
+    let target = format!("/api/v1/sessions/{}/dispatch", encode_segment(&session_id));
+    (StatusCode::MOVED_PERMANENTLY, [(LOCATION, target)]).into_response()
+}

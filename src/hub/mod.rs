@@ -1,0 +1,208 @@
+//! Executor WebSockets: `GET /ws/executors/{id}?token=`.
+//!
+//! An executor may hold several sockets at once (real executors open a new one on every reconnect and
+//! keep sending on the old ones); events are read from all of them and outbound frames go to all of them.
+//! Each socket is one task: it reads frames, has them judged and queued by [`App::ingest`] without
+//! waiting for the commit (so a busy socket fills whole batches), and writes the acknowledgements back in
+//! the order the frames came, each once its commit is durable.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
+use futures_util::stream::{FuturesOrdered, StreamExt};
+use futures_util::SinkExt;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::app::App;
+use crate::error::Error;
+use crate::ingest::{Answer, FrameRef, Ingested, Refusal};
+use crate::store::Change;
+
+/// Frames whose commit is awaited per socket before the socket stops reading (backpressure).
+const MAX_IN_FLIGHT: usize = 1024;
+/// Outbound frames queued per socket; a peer that lets more pile up misses them (counted as undelivered).
+const OUTBOUND_QUEUE: usize = 256;
+/// A peer refused this many frames within the window is flooding and is disconnected (1008).
+const MAX_REFUSALS: usize = 100;
+const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
+
+/// A frame for an executor's sockets.
+#[derive(Clone, Debug)]
+pub enum Outbound {
+    Text(Utf8Bytes),
+    Close(u16, &'static str),
+}
+
+impl Outbound {
+    pub fn text(s: String) -> Outbound {
+        Outbound::Text(Utf8Bytes::from(s))
+    }
+}
+
+/// One live socket of an executor, as the registry holds it.
+#[derive(Clone, Debug)]
+pub struct Link {
+    id: u64,
+    tx: mpsc::Sender<Outbound>,
+}
+
+impl Link {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Queues a frame without waiting; false when the socket is gone or not keeping up.
+    pub fn send(&self, frame: Outbound) -> bool {
+        self.tx.try_send(frame).is_ok()
+    }
+}
+
+/// Closes a socket whose upgrade carried no valid token: the upgrade completes, then 4001 (what upstream
+/// executors expect).
+pub async fn reject(mut socket: WebSocket) {
+    let close = CloseFrame {
+        code: 4001,
+        reason: Utf8Bytes::from_static("Unauthorized"),
+    };
+    let _ = socket.send(Message::Close(Some(close))).await;
+}
+
+pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
+    let (tx, mut outbound) = mpsc::channel(OUTBOUND_QUEUE);
+    let link = Link {
+        id: app.next_link_id(),
+        tx,
+    };
+    let link_id = link.id;
+    if !app.registry.attach(&executor_id, link) {
+        return reject(socket).await;
+    }
+    tracing::info!(%executor_id, link_id, "executor socket open");
+    let (mut sink, mut stream) = socket.split();
+    let mut answers = FuturesOrdered::new();
+    let mut shutdown = app.shutdown_signal();
+    let hub = &app.config.hub;
+    let idle_limit = Duration::from_secs(hub.ping_interval_s + hub.pong_timeout_s);
+    let mut ping = tokio::time::interval(Duration::from_secs(hub.ping_interval_s));
+    ping.tick().await;
+    let mut last_heard = Instant::now();
+    let mut refusals: VecDeque<Instant> = VecDeque::new();
+
+    let close = loop {
+        tokio::select! {
+            frame = stream.next(), if answers.len() < MAX_IN_FLIGHT => {
+                let frame = match frame {
+                    Some(Ok(frame)) => frame,
+                    Some(Err(e)) => break read_error_close(&e),
+                    None => break None,
+                };
+                last_heard = Instant::now();
+                let answer: Option<Result<Ingested, Refusal>> = match frame {
+                    Message::Text(text) => Some(app.ingest(&executor_id, text.as_str()).await),
+                    Message::Binary(_) => Some(Err(Refusal {
+                        error: Error::InvalidFrame("binary frames are not accepted: send events as JSON text"),
+                        reference: FrameRef::default(),
+                    })),
+                    Message::Close(_) => break None,
+                    Message::Ping(_) | Message::Pong(_) => None,
+                };
+                let app = app.clone();
+                match answer {
+                    Some(Ok(Ingested::Pending(p))) => answers.push_back(futures_util::future::Either::Left(async move { app.finish(p).await })),
+                    Some(Ok(Ingested::Duplicate(reference))) => answers.push_back(futures_util::future::Either::Right(std::future::ready(Answer::Ack { seq: None, reference }))),
+                    Some(Err(refusal)) => {
+                        let now = Instant::now();
+                        refusals.push_back(now);
+                        while refusals.front().is_some_and(|t| now.duration_since(*t) > REFUSAL_WINDOW) {
+                            refusals.pop_front();
+                        }
+                        answers.push_back(futures_util::future::Either::Right(std::future::ready(Answer::Refused(refusal))));
+                        if refusals.len() > MAX_REFUSALS {
+                            break Some((1008, "too many refused frames"));
+                        }
+                    }
+                    None => {}
+                }
+            }
+            Some(answer) = answers.next(), if !answers.is_empty() => {
+                if sink.send(Message::Text(Utf8Bytes::from(answer_frame(answer)))).await.is_err() {
+                    break None;
+                }
+            }
+            Some(frame) = outbound.recv() => match frame {
+                Outbound::Text(text) => if sink.send(Message::Text(text)).await.is_err() { break None },
+                Outbound::Close(code, reason) => break Some((code, reason)),
+            },
+            _ = ping.tick() => {
+                if last_heard.elapsed() > idle_limit {
+                    tracing::warn!(%executor_id, link_id, "executor silent past its ping deadline; dropping the socket");
+                    break Some((1001, "ping timeout"));
+                }
+                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                    break None;
+                }
+            }
+            _ = shutdown.changed() => break Some((1001, "server shutdown")),
+        }
+    };
+
+    // Frames already queued still commit; settle them (and answer, if the peer still listens) so that
+    // counts and projections stay true.
+    while let Some(answer) = answers.next().await {
+        let _ = sink
+            .send(Message::Text(Utf8Bytes::from(answer_frame(answer))))
+            .await;
+    }
+    if let Some((code, reason)) = close {
+        let _ = sink
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: Utf8Bytes::from_static(reason),
+            })))
+            .await;
+    }
+    if let Some(row) = app.registry.detach(&executor_id, link_id) {
+        tracing::info!(%executor_id, "executor disconnected (last socket closed)");
+        if let Err(e) = app
+            .store
+            .commit(vec![Change::PutExecutor(Box::new(row))])
+            .await
+        {
+            tracing::error!(error = %e, %executor_id, "recording the disconnect failed");
+        }
+    }
+}
+
+/// Oversized messages are answered with 1009 (message too big); other read errors just end the socket.
+fn read_error_close(e: &axum::Error) -> Option<(u16, &'static str)> {
+    let text = e.to_string();
+    if text.contains("Space limit exceeded")
+        || text.contains("too long")
+        || text.contains("too big")
+    {
+        Some((1009, "frame too large"))
+    } else {
+        tracing::debug!(error = %text, "executor socket read error");
+        None
+    }
+}
+
+fn answer_frame(answer: Answer) -> String {
+    match answer {
+        Answer::Ack {
+            seq: Some(seq),
+            reference,
+        } => json!({"ack": true, "seq": seq, "ref": reference}),
+        Answer::Ack {
+            seq: None,
+            reference,
+        } => json!({"ack": true, "duplicate": true, "ref": reference}),
+        Answer::Refused(Refusal { error, reference }) => {
+            json!({"error": error.code(), "message": error.to_string(), "ref": reference})
+        }
+    }
+    .to_string()
+}

@@ -1,0 +1,112 @@
+//! The `aiwg-serve` command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use aiwg_serve::config::{Config, Overrides};
+
+#[derive(Parser)]
+#[command(
+    name = "aiwg-serve",
+    version,
+    about = "Control plane for AI-agent executors (executor.aiwg.io/v1)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the control plane.
+    Serve {
+        /// Address to listen on [env: AIWG_SERVE_BIND] [default: 127.0.0.1:7337]
+        #[arg(long)]
+        bind: Option<SocketAddr>,
+        /// Directory holding the SQLite store, created if missing [env: AIWG_SERVE_DATA_DIR]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// TOML configuration file (see config.example.toml)
+        #[arg(long, env = "AIWG_SERVE_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AIWG_SERVE_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("aiwg-serve: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Serve {
+            bind,
+            data_dir,
+            config,
+        } => runtime.block_on(serve(bind, data_dir, config)),
+    }
+}
+
+async fn serve(
+    bind: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    file: Option<PathBuf>,
+) -> ExitCode {
+    let config = match Config::load(
+        file.as_deref(),
+        std::env::vars(),
+        Overrides { bind, data_dir },
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("aiwg-serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let handle = match aiwg_serve::serve::start(config).await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("aiwg-serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stop = handle.stopper();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("signal received; shutting down");
+        let _ = stop.send(true);
+    });
+    handle.stopped().await;
+    ExitCode::SUCCESS
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return interrupt.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

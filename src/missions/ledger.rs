@@ -1,0 +1,96 @@
+//! The live missions (not yet terminal, or terminal but not yet committed), with their *projected*
+//! state: the state they will have once everything already queued to the store is committed.
+//!
+//! Deciding an event against the projected state, under the ledger's lock, and queueing its commit in the
+//! same critical section is what keeps two events racing on different sockets from both being judged
+//! against the same old state. Terminal missions leave the ledger once their terminal event is committed;
+//! from then on the store answers for them (terminal states never change).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use super::MissionState;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Live {
+    pub executor_id: String,
+    pub state: MissionState,
+    /// Data of the terminal event, once projected terminal (to recognise an identical repeat).
+    pub terminal_data: Option<Value>,
+}
+
+#[derive(Default)]
+pub struct Ledger {
+    live: Mutex<HashMap<String, Live>>,
+}
+
+impl Ledger {
+    pub fn load(rows: impl IntoIterator<Item = (String, String, MissionState)>) -> Ledger {
+        let live = rows
+            .into_iter()
+            .map(|(id, executor_id, state)| {
+                (
+                    id,
+                    Live {
+                        executor_id,
+                        state,
+                        terminal_data: None,
+                    },
+                )
+            })
+            .collect();
+        Ledger {
+            live: Mutex::new(live),
+        }
+    }
+
+    pub fn insert(&self, mission_id: &str, live: Live) {
+        self.live
+            .lock()
+            .expect("ledger lock")
+            .insert(mission_id.to_owned(), live);
+    }
+
+    pub fn contains(&self, mission_id: &str) -> bool {
+        self.live
+            .lock()
+            .expect("ledger lock")
+            .contains_key(mission_id)
+    }
+
+    /// Runs `f` on the live mission under the ledger's lock; `None` when the mission is not live.
+    /// `f` must not block: it decides and queues, nothing more.
+    pub fn with<R>(&self, mission_id: &str, f: impl FnOnce(&mut Live) -> R) -> Option<R> {
+        self.live
+            .lock()
+            .expect("ledger lock")
+            .get_mut(mission_id)
+            .map(f)
+    }
+
+    /// Drops a mission whose terminal state is committed, or whose projection must be rebuilt.
+    pub fn remove(&self, mission_id: &str) -> Option<Live> {
+        self.live.lock().expect("ledger lock").remove(mission_id)
+    }
+
+    /// Live missions owned by an executor.
+    pub fn owned_by(&self, executor_id: &str) -> Vec<(String, MissionState)> {
+        let live = self.live.lock().expect("ledger lock");
+        live.iter()
+            .filter(|(_, l)| l.executor_id == executor_id)
+            .map(|(id, l)| (id.clone(), l.state))
+            .collect()
+    }
+
+    /// Live missions per executor, to seed the registry's counts at start.
+    pub fn counts(&self) -> HashMap<String, usize> {
+        let live = self.live.lock().expect("ledger lock");
+        let mut counts = HashMap::new();
+        for l in live.values().filter(|l| !l.state.is_terminal()) {
+            *counts.entry(l.executor_id.clone()).or_default() += 1;
+        }
+        counts
+    }
+}

@@ -1,0 +1,7 @@
+//! Missions: the state machine (pure) and the ledger of live missions.
+
+mod ledger;
+mod state;
+
+pub use ledger::{Ledger, Live};
+pub use state::{on_executor_event, MissionState, Outcome};

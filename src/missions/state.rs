@@ -1,0 +1,236 @@
+//! The mission state machine of the contract, as a pure transition table.
+//!
+//! `queued ─► assigned ─► running ─► (paused | hitl-required | suspended)* ─► done | failed | aborted`
+//!
+//! The event type, never `data.state`, decides the transition. Beyond the bare diagram the table admits
+//! what real executors do (an executor may finish or fail without ever sending `mission.started`; the
+//! agentic-sandbox executor suspends never-started missions on shutdown and re-announces
+//! `mission.resumed` for missions that are already running), and refuses what would rewrite history
+//! (anything after a terminal state, `mission.assigned` after work began).
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::EventType;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MissionState {
+    Queued,
+    Assigned,
+    Running,
+    Paused,
+    HitlRequired,
+    Suspended,
+    Done,
+    Failed,
+    Aborted,
+}
+
+impl MissionState {
+    pub const ALL: [MissionState; 9] = [
+        MissionState::Queued,
+        MissionState::Assigned,
+        MissionState::Running,
+        MissionState::Paused,
+        MissionState::HitlRequired,
+        MissionState::Suspended,
+        MissionState::Done,
+        MissionState::Failed,
+        MissionState::Aborted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissionState::Queued => "queued",
+            MissionState::Assigned => "assigned",
+            MissionState::Running => "running",
+            MissionState::Paused => "paused",
+            MissionState::HitlRequired => "hitl-required",
+            MissionState::Suspended => "suspended",
+            MissionState::Done => "done",
+            MissionState::Failed => "failed",
+            MissionState::Aborted => "aborted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<MissionState> {
+        MissionState::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            MissionState::Done | MissionState::Failed | MissionState::Aborted
+        )
+    }
+}
+
+impl std::fmt::Display for MissionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an executor's event does to a mission in a given state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Accepted; the mission moves to this state (which may be the state it is in).
+    Move(MissionState),
+    /// Accepted; the state is unchanged (progress, re-announcements).
+    Stay,
+    /// The terminal event that ended the mission, sent again. Idempotent when its data is identical to
+    /// what was stored, refused otherwise; the caller compares.
+    TerminalRepeat,
+    /// Refused: this event cannot happen in this state.
+    Illegal,
+}
+
+/// The transition table for events an executor sends about a mission it owns.
+pub fn on_executor_event(state: MissionState, event: EventType) -> Outcome {
+    use EventType as E;
+    use MissionState as S;
+    use Outcome::{Illegal, Move, Stay, TerminalRepeat};
+
+    if state.is_terminal() {
+        return match (state, event) {
+            (S::Done, E::MissionCompleted)
+            | (S::Failed, E::MissionFailed)
+            | (S::Aborted, E::MissionAborted) => TerminalRepeat,
+            _ => Illegal,
+        };
+    }
+    match (state, event) {
+        // A queued mission has no executor yet, so no executor can speak for it.
+        (S::Queued, _) => Illegal,
+
+        // Ending a mission is always the executor's call while it is live.
+        (_, E::MissionCompleted) => Move(S::Done),
+        (_, E::MissionFailed) => Move(S::Failed),
+        (_, E::MissionAborted) => Move(S::Aborted),
+
+        (S::Assigned, E::MissionAssigned) => Stay,
+        (_, E::MissionAssigned) => Illegal,
+
+        (S::Assigned, E::MissionStarted) => Move(S::Running),
+        (S::Running, E::MissionStarted) => Stay,
+        (_, E::MissionStarted) => Illegal,
+
+        // A suspended mission must be reconnected or resumed before it reports work again.
+        (S::Suspended, E::MissionProgress) => Illegal,
+        (_, E::MissionProgress) => Stay,
+
+        (S::Paused | S::Suspended, E::MissionHitlRequired) => Illegal,
+        (_, E::MissionHitlRequired) => Move(S::HitlRequired),
+
+        (S::Suspended, E::MissionPaused) => Illegal,
+        (S::Paused, E::MissionPaused) => Stay,
+        (_, E::MissionPaused) => Move(S::Paused),
+
+        (S::Running, E::MissionResumed) => Stay,
+        (_, E::MissionResumed) => Move(S::Running),
+
+        (S::Suspended, E::MissionSuspended) => Stay,
+        (_, E::MissionSuspended) => Move(S::Suspended),
+
+        // "I am back for this mission": the state changes only with the mission.resumed that follows.
+        (_, E::MissionReconnected) => Stay,
+
+        // Executor-level and serve-originated events never name a mission's transition.
+        (
+            _,
+            E::ExecutorRegistered
+            | E::ExecutorDeregistered
+            | E::ExecutorResync
+            | E::MissionHitlResponded,
+        ) => Illegal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use EventType as E;
+    use MissionState as S;
+
+    /// The whole table written out a second time, as a matrix a reviewer can read against the contract's
+    /// diagram. Columns: queued assigned running paused hitl-required suspended done failed aborted.
+    /// `.` illegal, `=` stay, `r` terminal repeat, otherwise the first letter of the target state
+    /// (a assigned, R running, p paused, h hitl-required, s suspended, d done, f failed, x aborted).
+    const MATRIX: &[(EventType, &str)] = &[
+        (E::ExecutorRegistered, "........."),
+        (E::ExecutorDeregistered, "........."),
+        (E::ExecutorResync, "........."),
+        (E::MissionAssigned, ".=......."),
+        (E::MissionStarted, ".R=......"),
+        (E::MissionProgress, ".====...."),
+        (E::MissionHitlRequired, ".hh.h...."),
+        (E::MissionHitlResponded, "........."),
+        (E::MissionPaused, ".pp=p...."),
+        (E::MissionResumed, ".R=RRR..."),
+        (E::MissionSuspended, ".ssss=..."),
+        (E::MissionReconnected, ".=====..."),
+        (E::MissionCompleted, ".dddddr.."),
+        (E::MissionFailed, ".fffff.r."),
+        (E::MissionAborted, ".xxxxx..r"),
+    ];
+
+    fn decode(c: char) -> Outcome {
+        match c {
+            '.' => Outcome::Illegal,
+            '=' => Outcome::Stay,
+            'r' => Outcome::TerminalRepeat,
+            'a' => Outcome::Move(S::Assigned),
+            'R' => Outcome::Move(S::Running),
+            'p' => Outcome::Move(S::Paused),
+            'h' => Outcome::Move(S::HitlRequired),
+            's' => Outcome::Move(S::Suspended),
+            'd' => Outcome::Move(S::Done),
+            'f' => Outcome::Move(S::Failed),
+            'x' => Outcome::Move(S::Aborted),
+            other => panic!("bad matrix cell {other}"),
+        }
+    }
+
+    #[test]
+    fn every_state_event_pair_matches_the_matrix() {
+        assert_eq!(MATRIX.len(), EventType::ALL.len());
+        for (event, row) in MATRIX {
+            let cells: Vec<char> = row.chars().collect();
+            assert_eq!(cells.len(), MissionState::ALL.len(), "row for {event}");
+            for (state, cell) in MissionState::ALL.into_iter().zip(cells) {
+                assert_eq!(
+                    on_executor_event(state, *event),
+                    decode(cell),
+                    "{state} + {event}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn terminal_states_are_final() {
+        for state in MissionState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            for event in EventType::ALL {
+                assert!(
+                    matches!(
+                        on_executor_event(state, event),
+                        Outcome::Illegal | Outcome::TerminalRepeat
+                    ),
+                    "{state} + {event} must not move"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn states_round_trip_through_their_names() {
+        for s in MissionState::ALL {
+            assert_eq!(MissionState::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::Value::String(s.as_str().into())
+            );
+        }
+        assert_eq!(MissionState::parse("hitl_required"), None);
+    }
+}

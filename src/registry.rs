@@ -1,0 +1,433 @@
+//! Executor identities, their tokens and their live links.
+//!
+//! The registry is the in-memory view of the `executors` table plus what never reaches disk: the
+//! plaintext token (learned when issued or presented, needed to call the executor) and the executor's
+//! open WebSockets. Changes are written through the store before the caller answers.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::RwLock;
+
+use serde::Serialize;
+use serde_json::json;
+
+use crate::contract::{EventType, RegisterPayload, TransportEndpoints};
+use crate::error::{Error, Result};
+use crate::hub::{Link, Outbound};
+use crate::store::{Change, EventRow, ExecutorRow, Store};
+use crate::{clock, tokens};
+
+pub struct Registry {
+    inner: RwLock<Inner>,
+    store: Store,
+}
+
+#[derive(Default)]
+struct Inner {
+    executors: HashMap<String, Entry>,
+    /// Current token hash -> executor, to tell "another executor's token" from "no valid token".
+    by_token: HashMap<tokens::TokenHash, String>,
+}
+
+struct Entry {
+    row: ExecutorRow,
+    /// Plaintext token, memory only: serve presents it when it calls the executor.
+    token: Option<String>,
+    links: Vec<Link>,
+    active_missions: usize,
+}
+
+impl Entry {
+    fn live(&self) -> bool {
+        self.row.deregistered_at.is_none()
+    }
+}
+
+/// What a successful register tells the caller.
+pub struct Registered {
+    pub executor_id: String,
+    pub token: String,
+    pub registered_at: String,
+    /// The one-time rotation on the first registration from a non-loopback address happened.
+    pub rotated_for_non_loopback: bool,
+}
+
+/// An executor as `GET /api/v1/executors` shows it (the contract's `executor_status`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ExecutorStatus {
+    pub executor_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub a2a_instance_id: Option<String>,
+    pub name: String,
+    pub version: String,
+    pub spec_version: String,
+    pub transport_endpoints: TransportEndpoints,
+    pub capabilities: Vec<String>,
+    pub connected: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_event_ts: Option<String>,
+    pub active_mission_count: usize,
+    pub registered_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disconnected_at: Option<String>,
+}
+
+/// What routing needs to know about one executor.
+pub struct RoutingView<'a> {
+    pub executor_id: &'a str,
+    pub capabilities: &'a [String],
+    pub connected: bool,
+    pub active_missions: usize,
+}
+
+/// How to reach an executor's REST surface.
+pub struct Reach {
+    pub rest: String,
+    pub registered_from: Option<String>,
+    pub token: Option<String>,
+}
+
+pub fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+impl Registry {
+    pub async fn load(store: Store) -> Result<Registry> {
+        let mut inner = Inner::default();
+        for row in store.executors().await? {
+            if row.deregistered_at.is_none() {
+                inner
+                    .by_token
+                    .insert(row.token_hash, row.executor_id.clone());
+            }
+            let entry = Entry {
+                row,
+                token: None,
+                links: Vec::new(),
+                active_missions: 0,
+            };
+            inner.executors.insert(entry.row.executor_id.clone(), entry);
+        }
+        Ok(Registry {
+            inner: RwLock::new(inner),
+            store,
+        })
+    }
+
+    /// Register or re-register. A known id reclaims its identity (same row, missions kept). The token is
+    /// kept when the caller presents the current one, otherwise a new one is issued and becomes the only
+    /// valid one (sockets already open stay open). The first registration from a non-loopback address
+    /// always rotates.
+    pub async fn register(
+        &self,
+        p: &RegisterPayload,
+        peer: IpAddr,
+        bearer: Option<&str>,
+    ) -> Result<Registered> {
+        let now = clock::now();
+        let loopback = is_loopback(peer);
+        let (registered, changes) = {
+            let mut inner = self.inner.write().expect("registry lock");
+            let existing = inner.executors.get(&p.executor_id);
+            let presented_current = match (existing, bearer) {
+                (Some(e), Some(b)) if e.live() => {
+                    tokens::hashes_equal(&tokens::hash(b), &e.row.token_hash)
+                }
+                _ => false,
+            };
+            let first_non_loopback =
+                !loopback && existing.is_some_and(|e| !e.row.seen_non_loopback);
+            let keep_token = presented_current && !first_non_loopback;
+            let token = match (keep_token, bearer) {
+                (true, Some(b)) => b.to_owned(),
+                _ => tokens::issue(),
+            };
+            let old_hash = existing.map(|e| e.row.token_hash);
+            let row = ExecutorRow {
+                executor_id: p.executor_id.clone(),
+                name: p.name.clone(),
+                version: p.version.clone(),
+                spec_version: p.spec_version.clone(),
+                transport_endpoints: p.transport_endpoints.clone(),
+                capabilities: p.capabilities.clone(),
+                a2a_instance_id: p.a2a_instance_id.clone(),
+                token_hash: tokens::hash(&token),
+                registered_at: existing
+                    .map_or_else(|| now.clone(), |e| e.row.registered_at.clone()),
+                registered_from: Some(peer.to_string()),
+                seen_non_loopback: !loopback || existing.is_some_and(|e| e.row.seen_non_loopback),
+                last_event_ts: existing.and_then(|e| e.row.last_event_ts.clone()),
+                disconnected_at: existing.and_then(|e| e.row.disconnected_at.clone()),
+                deregistered_at: None,
+            };
+            if let Some(old) = old_hash {
+                inner.by_token.remove(&old);
+            }
+            inner
+                .by_token
+                .insert(row.token_hash, row.executor_id.clone());
+            let event = EventRow {
+                event: EventType::ExecutorRegistered.as_str(),
+                executor_id: row.executor_id.clone(),
+                mission_id: None,
+                ts: now.clone(),
+                data: json!({
+                    "name": row.name, "capabilities": row.capabilities, "transport_endpoints": row.transport_endpoints,
+                }),
+                raw: None,
+            };
+            let changes = vec![
+                Change::PutExecutor(Box::new(row.clone())),
+                Change::AppendEvent(event),
+            ];
+            let registered = Registered {
+                executor_id: row.executor_id.clone(),
+                token: token.clone(),
+                registered_at: row.registered_at.clone(),
+                rotated_for_non_loopback: first_non_loopback,
+            };
+            match inner.executors.get_mut(&p.executor_id) {
+                Some(e) => {
+                    e.row = row;
+                    e.token = Some(token);
+                }
+                None => {
+                    let entry = Entry {
+                        row,
+                        token: Some(token),
+                        links: Vec::new(),
+                        active_missions: 0,
+                    };
+                    inner.executors.insert(p.executor_id.clone(), entry);
+                }
+            }
+            // Queued while the lock is held so that concurrent registrations commit in the order they
+            // were applied in memory.
+            (registered, self.store.submit(changes))
+        };
+        changes
+            .await
+            .map_err(|_| crate::store::StoreError::WriterGone)??;
+        Ok(registered)
+    }
+
+    /// Checks an executor's bearer token. Learns the plaintext on success (serve needs it to call the
+    /// executor after its own restart, when only the hash survived).
+    pub fn authenticate(&self, executor_id: &str, token: Option<&str>) -> Result<()> {
+        let token = token.ok_or(Error::Unauthorized("an executor bearer token is required"))?;
+        let hash = tokens::hash(token);
+        {
+            let inner = self.inner.read().expect("registry lock");
+            match inner.executors.get(executor_id) {
+                Some(e) if e.live() && tokens::hashes_equal(&hash, &e.row.token_hash) => {
+                    if e.token.as_deref() == Some(token) {
+                        return Ok(());
+                    }
+                }
+                _ => {
+                    return Err(match inner.by_token.get(&hash) {
+                        Some(_) => {
+                            Error::Forbidden("this token belongs to another executor".into())
+                        }
+                        None => Error::TokenInvalid,
+                    })
+                }
+            }
+        }
+        let mut inner = self.inner.write().expect("registry lock");
+        if let Some(e) = inner.executors.get_mut(executor_id) {
+            e.token = Some(token.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Marks an executor deregistered: token revoked, links closed, hidden from listings. Returns the
+    /// store changes, to be committed with the consequences for its missions.
+    pub fn deregister(&self, executor_id: &str, reason: &str) -> Option<Vec<Change>> {
+        let now = clock::now();
+        let mut inner = self.inner.write().expect("registry lock");
+        let entry = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
+        let old_hash = entry.row.token_hash;
+        entry.row.deregistered_at = Some(now.clone());
+        entry.row.disconnected_at = Some(now.clone());
+        entry.row.token_hash = tokens::revoked();
+        entry.token = None;
+        for link in entry.links.drain(..) {
+            link.send(Outbound::Close(1000, "deregistered"));
+        }
+        let row = entry.row.clone();
+        inner.by_token.remove(&old_hash);
+        let event = EventRow {
+            event: EventType::ExecutorDeregistered.as_str(),
+            executor_id: executor_id.to_owned(),
+            mission_id: None,
+            ts: now,
+            data: json!({ "reason": reason }),
+            raw: None,
+        };
+        Some(vec![
+            Change::PutExecutor(Box::new(row)),
+            Change::AppendEvent(event),
+        ])
+    }
+
+    pub fn is_token_of_an_executor(&self, hash: &tokens::TokenHash) -> bool {
+        self.inner
+            .read()
+            .expect("registry lock")
+            .by_token
+            .contains_key(hash)
+    }
+
+    pub fn is_live(&self, executor_id: &str) -> bool {
+        self.inner
+            .read()
+            .expect("registry lock")
+            .executors
+            .get(executor_id)
+            .is_some_and(Entry::live)
+    }
+
+    pub fn capabilities(&self, executor_id: &str) -> Vec<String> {
+        let inner = self.inner.read().expect("registry lock");
+        inner
+            .executors
+            .get(executor_id)
+            .map(|e| e.row.capabilities.clone())
+            .unwrap_or_default()
+    }
+
+    /// Adds a live socket. Returns false (and adds nothing) when the executor is gone meanwhile.
+    pub fn attach(&self, executor_id: &str, link: Link) -> bool {
+        let mut inner = self.inner.write().expect("registry lock");
+        match inner.executors.get_mut(executor_id).filter(|e| e.live()) {
+            Some(e) => {
+                e.links.push(link);
+                e.row.disconnected_at = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes a socket. Only when it was the last one is the executor disconnected: an older socket's
+    /// close never disconnects an executor that has a newer one. Returns the row to persist then.
+    pub fn detach(&self, executor_id: &str, link_id: u64) -> Option<ExecutorRow> {
+        let mut inner = self.inner.write().expect("registry lock");
+        let e = inner.executors.get_mut(executor_id)?;
+        let before = e.links.len();
+        e.links.retain(|l| l.id() != link_id);
+        if before > 0 && e.links.is_empty() && e.live() {
+            e.row.disconnected_at = Some(clock::now());
+            return Some(e.row.clone());
+        }
+        None
+    }
+
+    /// Sends a frame to every live socket of an executor; returns how many took it.
+    pub fn send(&self, executor_id: &str, frame: &Outbound) -> usize {
+        let inner = self.inner.read().expect("registry lock");
+        inner.executors.get(executor_id).map_or(0, |e| {
+            e.links.iter().filter(|l| l.send(frame.clone())).count()
+        })
+    }
+
+    /// Remembers the timestamp of the executor's latest accepted event.
+    pub fn seen(&self, executor_id: &str, ts: &str) {
+        let mut inner = self.inner.write().expect("registry lock");
+        if let Some(e) = inner.executors.get_mut(executor_id) {
+            e.row.last_event_ts = Some(ts.to_owned());
+        }
+    }
+
+    pub fn adjust_active(&self, executor_id: &str, delta: isize) {
+        let mut inner = self.inner.write().expect("registry lock");
+        if let Some(e) = inner.executors.get_mut(executor_id) {
+            e.active_missions = e.active_missions.saturating_add_signed(delta);
+        }
+    }
+
+    pub fn reach(&self, executor_id: &str) -> Option<Reach> {
+        let inner = self.inner.read().expect("registry lock");
+        inner
+            .executors
+            .get(executor_id)
+            .filter(|e| e.live())
+            .map(|e| Reach {
+                rest: e.row.transport_endpoints.rest.clone(),
+                registered_from: e.row.registered_from.clone(),
+                token: e.token.clone(),
+            })
+    }
+
+    /// Runs `f` over every registered (not deregistered) executor, in registration order, under one read
+    /// lock.
+    pub fn with_routing_views<R>(&self, f: impl FnOnce(&[RoutingView<'_>]) -> R) -> R {
+        let inner = self.inner.read().expect("registry lock");
+        let mut views: Vec<(&str, RoutingView<'_>)> = inner
+            .executors
+            .values()
+            .filter(|e| e.live())
+            .map(|e| {
+                (
+                    e.row.registered_at.as_str(),
+                    RoutingView {
+                        executor_id: &e.row.executor_id,
+                        capabilities: &e.row.capabilities,
+                        connected: !e.links.is_empty(),
+                        active_missions: e.active_missions,
+                    },
+                )
+            })
+            .collect();
+        views.sort_by(|a, b| (a.0, a.1.executor_id).cmp(&(b.0, b.1.executor_id)));
+        let views: Vec<RoutingView<'_>> = views.into_iter().map(|(_, v)| v).collect();
+        f(&views)
+    }
+
+    pub fn status(&self, executor_id: &str) -> Option<ExecutorStatus> {
+        let inner = self.inner.read().expect("registry lock");
+        inner
+            .executors
+            .get(executor_id)
+            .filter(|e| e.live())
+            .map(status_of)
+    }
+
+    pub fn list(&self) -> Vec<ExecutorStatus> {
+        let inner = self.inner.read().expect("registry lock");
+        let mut out: Vec<ExecutorStatus> = inner
+            .executors
+            .values()
+            .filter(|e| e.live())
+            .map(status_of)
+            .collect();
+        out.sort_by(|a, b| {
+            (&a.registered_at, &a.executor_id).cmp(&(&b.registered_at, &b.executor_id))
+        });
+        out
+    }
+}
+
+fn status_of(e: &Entry) -> ExecutorStatus {
+    let r = &e.row;
+    ExecutorStatus {
+        executor_id: r.executor_id.clone(),
+        a2a_instance_id: r.a2a_instance_id.clone(),
+        name: r.name.clone(),
+        version: r.version.clone(),
+        spec_version: r.spec_version.clone(),
+        transport_endpoints: r.transport_endpoints.clone(),
+        capabilities: r.capabilities.clone(),
+        connected: !e.links.is_empty(),
+        last_event_ts: r.last_event_ts.clone(),
+        active_mission_count: e.active_missions,
+        registered_at: r.registered_at.clone(),
+        disconnected_at: r.disconnected_at.clone(),
+    }
+}

@@ -1,0 +1,296 @@
+//! Which executor gets a mission: candidate filtering and preference. Pure; no I/O.
+//!
+//! Candidates are registered executors with a live WebSocket that satisfy the whole filter (a pin by
+//! `executor_id` must still have every requested capability) and are `resumable` when the mission is
+//! `long_running`. Among them: strongest isolation first (microvm/vm > container > host/none, as upstream
+//! prefers sandboxes), then fewest active missions, then round-robin.
+
+use serde::Serialize;
+
+use crate::registry::RoutingView;
+
+/// Rejections kept on a mission; more are counted, not listed, so one dispatch over a large fleet stays small.
+pub const MAX_LISTED_REJECTIONS: usize = 32;
+
+pub struct Request<'a> {
+    pub pin: Option<&'a str>,
+    pub capabilities: &'a [String],
+    pub long_running: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Rejection {
+    pub executor_id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct Plan {
+    /// Eligible executors, most preferred first.
+    pub ordered: Vec<String>,
+    /// Why the first of `ordered` won.
+    pub reason: String,
+    pub rejected: Vec<Rejection>,
+    pub rejected_total: usize,
+}
+
+impl Plan {
+    /// One sentence for a 503: what stood in the way.
+    pub fn why_none(&self) -> String {
+        if self.rejected_total == 0 {
+            return "no executor is registered".into();
+        }
+        let listed: Vec<String> = self
+            .rejected
+            .iter()
+            .take(3)
+            .map(|r| format!("{} ({})", r.executor_id, r.reason))
+            .collect();
+        let more = self.rejected_total.saturating_sub(listed.len());
+        let tail = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!("{}{tail}", listed.join(", "))
+    }
+}
+
+/// 3 for VM-class isolation, 2 for containers, 1 for host/none or undeclared, by the strongest declared.
+pub fn isolation_rank(capabilities: &[String]) -> u8 {
+    capabilities
+        .iter()
+        .filter_map(|c| c.strip_prefix("isolation:"))
+        .map(|kind| match kind {
+            "microvm" | "vm" => 3,
+            "container" => 2,
+            _ => 1,
+        })
+        .max()
+        .unwrap_or(1)
+}
+
+fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
+    if !v.connected {
+        return Some("not connected".into());
+    }
+    if req.long_running && !v.capabilities.iter().any(|c| c == "resumable") {
+        return Some("not resumable (the mission is long_running)".into());
+    }
+    let missing: Vec<&str> = req
+        .capabilities
+        .iter()
+        .filter(|c| !v.capabilities.contains(c))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!("lacks capability {}", missing.join(", ")));
+    }
+    None
+}
+
+/// `views` are in a stable order (registration order); `rotation` advances per dispatch so that ties are
+/// served round-robin.
+pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize) -> Plan {
+    let mut rejected = Vec::new();
+    let mut rejected_total = 0;
+    let mut eligible: Vec<(usize, &RoutingView<'_>)> = Vec::new();
+    for (pos, v) in views.iter().enumerate() {
+        if req.pin.is_some_and(|pin| pin != v.executor_id) {
+            continue;
+        }
+        match rejection(v, req) {
+            Some(reason) => {
+                rejected_total += 1;
+                if rejected.len() < MAX_LISTED_REJECTIONS {
+                    rejected.push(Rejection {
+                        executor_id: v.executor_id.to_owned(),
+                        reason,
+                    });
+                }
+            }
+            None => eligible.push((pos, v)),
+        }
+    }
+    if let Some(pin) = req.pin {
+        if !views.iter().any(|v| v.executor_id == pin) {
+            rejected_total += 1;
+            rejected.push(Rejection {
+                executor_id: pin.to_owned(),
+                reason: "not registered".into(),
+            });
+        }
+    }
+    let n = views.len().max(1);
+    let offset = rotation % n;
+    eligible.sort_by_key(|(pos, v)| {
+        (
+            std::cmp::Reverse(isolation_rank(v.capabilities)),
+            v.active_missions,
+            (pos + n - offset) % n,
+        )
+    });
+    let reason = match (eligible.first(), req.pin) {
+        (Some(_), Some(_)) => "pinned by executor_filter.executor_id".to_owned(),
+        (Some((_, v)), None) => format!(
+            "strongest isolation among {} eligible, then fewest active missions ({}), then round-robin",
+            eligible.len(),
+            v.active_missions
+        ),
+        (None, _) => String::new(),
+    };
+    Plan {
+        ordered: eligible
+            .into_iter()
+            .map(|(_, v)| v.executor_id.to_owned())
+            .collect(),
+        reason,
+        rejected,
+        rejected_total,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fleet(Vec<(String, Vec<String>, bool, usize)>);
+
+    impl Fleet {
+        fn views(&self) -> Vec<RoutingView<'_>> {
+            self.0
+                .iter()
+                .map(|(id, caps, connected, active)| RoutingView {
+                    executor_id: id,
+                    capabilities: caps,
+                    connected: *connected,
+                    active_missions: *active,
+                })
+                .collect()
+        }
+    }
+
+    fn ex(
+        id: &str,
+        caps: &[&str],
+        connected: bool,
+        active: usize,
+    ) -> (String, Vec<String>, bool, usize) {
+        (
+            id.into(),
+            caps.iter().map(|c| c.to_string()).collect(),
+            connected,
+            active,
+        )
+    }
+
+    fn req<'a>(pin: Option<&'a str>, caps: &'a [String], long_running: bool) -> Request<'a> {
+        Request {
+            pin,
+            capabilities: caps,
+            long_running,
+        }
+    }
+
+    #[test]
+    fn prefers_isolation_then_load_then_rotates() {
+        let fleet = Fleet(vec![
+            ex("host", &["isolation:host"], true, 0),
+            ex("vm-busy", &["isolation:vm"], true, 2),
+            ex("ctr", &["isolation:container"], true, 0),
+            ex("vm-idle", &["isolation:vm", "isolation:host"], true, 1),
+        ]);
+        let p = plan(&req(None, &[], false), &fleet.views(), 0);
+        assert_eq!(p.ordered, ["vm-idle", "vm-busy", "ctr", "host"]);
+        assert!(p.rejected.is_empty());
+
+        let twins = Fleet(vec![
+            ex("a", &[], true, 0),
+            ex("b", &[], true, 0),
+            ex("c", &[], true, 0),
+        ]);
+        let firsts: Vec<String> = (0..3)
+            .map(|r| plan(&req(None, &[], false), &twins.views(), r).ordered[0].clone())
+            .collect();
+        assert_eq!(firsts, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn filters_and_explains_every_rejection() {
+        let fleet = Fleet(vec![
+            ex("off", &["runtime:codex", "resumable"], false, 0),
+            ex("nocap", &["resumable"], true, 0),
+            ex("notres", &["runtime:codex"], true, 0),
+            ex("ok", &["runtime:codex", "resumable"], true, 0),
+        ]);
+        let caps = vec!["runtime:codex".to_string()];
+        let p = plan(&req(None, &caps, true), &fleet.views(), 0);
+        assert_eq!(p.ordered, ["ok"]);
+        let reasons: Vec<(&str, &str)> = p
+            .rejected
+            .iter()
+            .map(|r| (r.executor_id.as_str(), r.reason.as_str()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("off", "not connected"),
+                ("nocap", "lacks capability runtime:codex"),
+                ("notres", "not resumable (the mission is long_running)")
+            ]
+        );
+        assert_eq!(p.rejected_total, 3);
+    }
+
+    #[test]
+    fn a_pin_must_still_satisfy_the_filter() {
+        let fleet = Fleet(vec![
+            ex("a", &["runtime:codex"], true, 0),
+            ex("b", &["runtime:aider"], true, 0),
+        ]);
+        let caps = vec!["runtime:codex".to_string()];
+        assert_eq!(
+            plan(&req(Some("a"), &caps, false), &fleet.views(), 0).ordered,
+            ["a"]
+        );
+        let p = plan(&req(Some("b"), &caps, false), &fleet.views(), 0);
+        assert!(p.ordered.is_empty());
+        assert_eq!(
+            p.rejected,
+            [Rejection {
+                executor_id: "b".into(),
+                reason: "lacks capability runtime:codex".into()
+            }]
+        );
+        let p = plan(&req(Some("zzz"), &[], false), &fleet.views(), 0);
+        assert_eq!(p.why_none(), "zzz (not registered)");
+    }
+
+    #[test]
+    fn rejection_list_is_capped_but_counted() {
+        let fleet = Fleet(
+            (0..100)
+                .map(|i| ex(&format!("e{i}"), &[], false, 0))
+                .collect(),
+        );
+        let p = plan(&req(None, &[], false), &fleet.views(), 0);
+        assert_eq!(p.rejected.len(), MAX_LISTED_REJECTIONS);
+        assert_eq!(p.rejected_total, 100);
+        assert!(p.why_none().ends_with("and 97 more"), "{}", p.why_none());
+        assert_eq!(
+            plan(&req(None, &[], false), &[], 0).why_none(),
+            "no executor is registered"
+        );
+    }
+
+    #[test]
+    fn isolation_ranks() {
+        let caps = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(isolation_rank(&caps(&["isolation:microvm"])), 3);
+        assert_eq!(
+            isolation_rank(&caps(&["isolation:container", "isolation:none"])),
+            2
+        );
+        assert_eq!(isolation_rank(&caps(&["runtime:codex"])), 1);
+    }
+}

@@ -1,0 +1,100 @@
+//! Starting and stopping the server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::app::App;
+use crate::config::Config;
+use crate::contract::Schema;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Schema(String),
+    #[error("cannot load state: {0}")]
+    Load(#[from] crate::error::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running server.
+pub struct Handle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Handle {
+    /// Where it listens (the real port when the config asked for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Graceful stop: sockets are closed with 1001, in-flight requests finish, queued writes commit.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Resolves when the server has stopped (after [`Handle::shutdown`] from elsewhere, or on failure).
+    pub async fn stopped(self) {
+        let _ = self.task.await;
+    }
+
+    /// A sender that stops the server when sent `true` (for signal handlers).
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+}
+
+pub async fn start(config: Config) -> Result<Handle, StartError> {
+    let data_dir = config.server.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
+    let schema = Schema::load().map_err(StartError::Schema)?;
+    let (store, writer) = Store::open(&data_dir, config.store.synchronous).await?;
+    let (stop, stopped) = watch::channel(false);
+    let bind = config.server.bind;
+    let app = Arc::new(App::new(config, schema, store.clone(), stopped.clone()).await?);
+    let listener = TcpListener::bind(bind)
+        .await
+        .map_err(|source| StartError::Bind { addr: bind, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr: bind, source })?;
+    let router = crate::http::router(app);
+    let mut until = stopped;
+    let task = tokio::spawn(async move {
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        let served = axum::serve(listener, service)
+            .with_graceful_shutdown(async move {
+                let _ = until.wait_for(|stop| *stop).await;
+            })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "server stopped with an error");
+        }
+        store.close().await;
+        writer.finished().await;
+        tracing::info!("stopped");
+    });
+    tracing::info!(%addr, data_dir = %data_dir.display(), "aiwg-serve listening");
+    Ok(Handle { addr, stop, task })
+}

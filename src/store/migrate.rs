@@ -1,0 +1,36 @@
+//! Applies the SQL files of `migrations/`, embedded at build time, in order, once each.
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::Connection;
+
+use super::Result;
+
+const MIGRATIONS: &[(i64, &str, &str)] =
+    &[(1, "init", include_str!("../../migrations/0001_init.sql"))];
+
+pub async fn apply(conn: &mut SqliteConnection) -> Result<()> {
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations")
+        .fetch_all(&mut *conn)
+        .await?;
+    for (version, name, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        let mut tx = conn.begin().await?;
+        sqlx::raw_sql(sql).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
+            .bind(version)
+            .bind(name)
+            .bind(crate::clock::now())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tracing::info!(version, name, "applied migration");
+    }
+    Ok(())
+}

@@ -1,0 +1,382 @@
+//! Durable state in SQLite: the only module that writes SQL.
+//!
+//! Reads go through a small pool. Every write goes through one writer task ([`writer`]) that commits
+//! whatever is queued in one transaction (group commit), so that throughput is set by batches, not by
+//! per-row commits, and there is never more than one writer contending for the database.
+
+mod migrate;
+mod writer;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde_json::Value;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, QueryBuilder, Row, Sqlite};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::contract::{Envelope, TransportEndpoints};
+use crate::missions::MissionState;
+
+pub use writer::WriterHandle;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("mission {0} already exists")]
+    DuplicateMission(String),
+    #[error("the store writer has stopped")]
+    WriterGone,
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// SQLite durability: NORMAL survives a process crash; FULL also survives power loss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    Normal,
+    Full,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutorRow {
+    pub executor_id: String,
+    pub name: String,
+    pub version: String,
+    pub spec_version: String,
+    pub transport_endpoints: TransportEndpoints,
+    pub capabilities: Vec<String>,
+    pub a2a_instance_id: Option<String>,
+    pub token_hash: [u8; 32],
+    pub registered_at: String,
+    pub registered_from: Option<String>,
+    pub seen_non_loopback: bool,
+    pub last_event_ts: Option<String>,
+    pub disconnected_at: Option<String>,
+    pub deregistered_at: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissionRow {
+    pub mission_id: String,
+    pub session_id: String,
+    pub executor_id: String,
+    pub state: MissionState,
+    pub payload: Value,
+    pub created_at: String,
+    pub updated_at: String,
+    pub completed_at: Option<String>,
+    pub pty_session_ref: Option<String>,
+    pub exit_code: Option<i64>,
+    pub error: Option<String>,
+    pub estimated_start: Option<String>,
+    pub routing: Option<Value>,
+    pub terminal_data: Option<Value>,
+}
+
+/// A partial update of a mission; later patches of the same mission in a batch override earlier ones
+/// field by field.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MissionPatch {
+    pub state: Option<MissionState>,
+    pub executor_id: Option<String>,
+    pub updated_at: Option<String>,
+    pub completed_at: Option<String>,
+    pub pty_session_ref: Option<String>,
+    pub exit_code: Option<i64>,
+    pub error: Option<String>,
+    pub estimated_start: Option<String>,
+    pub routing: Option<Value>,
+    pub terminal_data: Option<Value>,
+}
+
+impl MissionPatch {
+    fn merge(&mut self, later: MissionPatch) {
+        macro_rules! take {
+            ($($f:ident),*) => { $( if later.$f.is_some() { self.$f = later.$f; } )* };
+        }
+        take!(
+            state,
+            executor_id,
+            updated_at,
+            completed_at,
+            pty_session_ref,
+            exit_code,
+            error,
+            estimated_start,
+            routing,
+            terminal_data
+        );
+    }
+}
+
+/// An event to append; the writer gives it its sequence number and commit time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventRow {
+    pub event: &'static str,
+    pub executor_id: String,
+    pub mission_id: Option<String>,
+    pub ts: String,
+    pub data: Value,
+    pub raw: Option<Value>,
+}
+
+/// One change; a unit of changes commits atomically.
+#[derive(Clone, Debug)]
+pub enum Change {
+    PutExecutor(Box<ExecutorRow>),
+    /// The executor's latest event timestamp; coalesced per executor within a batch.
+    ExecutorSeen {
+        executor_id: String,
+        ts: String,
+    },
+    /// Fails the unit with [`StoreError::DuplicateMission`] when the id exists; must come first in its unit.
+    InsertMission(Box<MissionRow>),
+    PatchMission {
+        mission_id: String,
+        patch: MissionPatch,
+    },
+    AppendEvent(EventRow),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredEvent {
+    pub seq: i64,
+    pub envelope: Envelope,
+    pub received_at: String,
+}
+
+/// Filters of `GET /api/v1/missions`; all optional, combined with AND.
+#[derive(Clone, Debug, Default)]
+pub struct MissionQuery {
+    pub state: Option<MissionState>,
+    pub executor_id: Option<String>,
+    pub session_id: Option<String>,
+    pub updated_since: Option<String>,
+    /// Only missions dispatched before this one (the cursor of the previous page).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+    writer: WriterHandle,
+}
+
+impl Store {
+    /// Opens (creating if needed) `<data_dir>/aiwg-serve.db`, applies migrations, starts the writer.
+    pub async fn open(
+        data_dir: &Path,
+        synchronous: Synchronous,
+    ) -> Result<(Store, writer::WriterTask)> {
+        let path = data_dir.join("aiwg-serve.db");
+        let options = SqliteConnectOptions::from_str("sqlite:")?
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match synchronous {
+                Synchronous::Normal => SqliteSynchronous::Normal,
+                Synchronous::Full => SqliteSynchronous::Full,
+            })
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5))
+            .disable_statement_logging();
+        let mut conn = options.connect().await?;
+        migrate::apply(&mut conn).await?;
+        let next_seq: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events")
+            .fetch_one(&mut conn)
+            .await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .min_connections(1)
+            .connect_with(options)
+            .await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = writer::WriterTask::spawn(conn, rx, next_seq);
+        Ok((
+            Store {
+                pool,
+                writer: WriterHandle::new(tx),
+            },
+            task,
+        ))
+    }
+
+    /// Queues a unit of changes; the receiver yields the sequence numbers of its events once committed.
+    pub fn submit(&self, changes: Vec<Change>) -> oneshot::Receiver<Result<Vec<i64>>> {
+        self.writer.submit(changes)
+    }
+
+    /// Queues a unit and waits for its commit.
+    pub async fn commit(&self, changes: Vec<Change>) -> Result<Vec<i64>> {
+        self.submit(changes)
+            .await
+            .map_err(|_| StoreError::WriterGone)?
+    }
+
+    pub async fn executors(&self) -> Result<Vec<ExecutorRow>> {
+        let rows = sqlx::query("SELECT * FROM executors ORDER BY registered_at, executor_id")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(executor_from_row).collect()
+    }
+
+    /// `(mission_id, executor_id, state)` of every mission that is not terminal: the working set.
+    pub async fn live_missions(&self) -> Result<Vec<(String, String, MissionState)>> {
+        let rows = sqlx::query(
+            "SELECT mission_id, executor_id, state FROM missions WHERE state NOT IN ('done', 'failed', 'aborted')",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("mission_id")?,
+                    r.try_get("executor_id")?,
+                    parse_state(r.try_get("state")?)?,
+                ))
+            })
+            .collect()
+    }
+
+    pub async fn mission(&self, mission_id: &str) -> Result<Option<MissionRow>> {
+        let row = sqlx::query("SELECT * FROM missions WHERE mission_id = ?")
+            .bind(mission_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(mission_from_row).transpose()
+    }
+
+    pub async fn mission_exists(&self, mission_id: &str) -> Result<bool> {
+        Ok(sqlx::query("SELECT 1 FROM missions WHERE mission_id = ?")
+            .bind(mission_id)
+            .fetch_optional(&self.pool)
+            .await?
+            .is_some())
+    }
+
+    /// The newest `limit` events of a mission, oldest first.
+    pub async fn recent_events(&self, mission_id: &str, limit: u32) -> Result<Vec<StoredEvent>> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT * FROM events WHERE mission_id = ? ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+        )
+        .bind(mission_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// A page of missions, newest dispatch first, with the cursor (`id`) of each row.
+    pub async fn missions(&self, q: &MissionQuery) -> Result<Vec<(i64, MissionRow)>> {
+        let mut sql: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "SELECT id, mission_id, session_id, executor_id, state, 'null' AS payload, created_at, updated_at, \
+             completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, NULL AS terminal_data \
+             FROM missions WHERE 1 = 1",
+        );
+        if let Some(state) = q.state {
+            sql.push(" AND state = ").push_bind(state.as_str());
+        }
+        if let Some(executor_id) = &q.executor_id {
+            sql.push(" AND executor_id = ").push_bind(executor_id);
+        }
+        if let Some(session_id) = &q.session_id {
+            sql.push(" AND session_id = ").push_bind(session_id);
+        }
+        if let Some(since) = &q.updated_since {
+            sql.push(" AND updated_at > ").push_bind(since);
+        }
+        if let Some(before) = q.before_id {
+            sql.push(" AND id < ").push_bind(before);
+        }
+        sql.push(" ORDER BY id DESC LIMIT ").push_bind(q.limit);
+        let rows = sql.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, mission_from_row(r)?)))
+            .collect()
+    }
+
+    /// Stops the writer once what is queued is committed, and closes the read pool.
+    pub async fn close(&self) {
+        self.writer.stop();
+        self.pool.close().await;
+    }
+}
+
+fn parse_state(s: String) -> Result<MissionState> {
+    MissionState::parse(&s)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown mission state {s:?}")))
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRow> {
+    let hash: Vec<u8> = r.try_get("token_hash")?;
+    Ok(ExecutorRow {
+        executor_id: r.try_get("executor_id")?,
+        name: r.try_get("name")?,
+        version: r.try_get("version")?,
+        spec_version: r.try_get("spec_version")?,
+        transport_endpoints: parse_json(r.try_get("transport_endpoints")?, "transport_endpoints")?,
+        capabilities: parse_json(r.try_get("capabilities")?, "capabilities")?,
+        a2a_instance_id: r.try_get("a2a_instance_id")?,
+        token_hash: hash
+            .try_into()
+            .map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))?,
+        registered_at: r.try_get("registered_at")?,
+        registered_from: r.try_get("registered_from")?,
+        seen_non_loopback: r.try_get::<i64, _>("seen_non_loopback")? != 0,
+        last_event_ts: r.try_get("last_event_ts")?,
+        disconnected_at: r.try_get("disconnected_at")?,
+        deregistered_at: r.try_get("deregistered_at")?,
+    })
+}
+
+fn mission_from_row(r: &SqliteRow) -> Result<MissionRow> {
+    let opt_json = |col: &str| -> Result<Option<Value>> {
+        r.try_get::<Option<String>, _>(col)?
+            .map(|s| parse_json(&s, col))
+            .transpose()
+    };
+    Ok(MissionRow {
+        mission_id: r.try_get("mission_id")?,
+        session_id: r.try_get("session_id")?,
+        executor_id: r.try_get("executor_id")?,
+        state: parse_state(r.try_get("state")?)?,
+        payload: parse_json(r.try_get("payload")?, "payload")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        completed_at: r.try_get("completed_at")?,
+        pty_session_ref: r.try_get("pty_session_ref")?,
+        exit_code: r.try_get("exit_code")?,
+        error: r.try_get("error")?,
+        estimated_start: r.try_get("estimated_start")?,
+        routing: opt_json("routing")?,
+        terminal_data: opt_json("terminal_data")?,
+    })
+}
+
+fn event_from_row(r: &SqliteRow) -> Result<StoredEvent> {
+    Ok(StoredEvent {
+        seq: r.try_get("seq")?,
+        received_at: r.try_get("received_at")?,
+        envelope: Envelope {
+            event: r.try_get("event")?,
+            executor_id: r.try_get("executor_id")?,
+            mission_id: r.try_get("mission_id")?,
+            ts: r.try_get("ts")?,
+            data: Some(parse_json(r.try_get("data")?, "event data")?),
+        },
+    })
+}
