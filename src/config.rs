@@ -15,7 +15,7 @@ use crate::store::Synchronous;
 /// Shortest operator token accepted: anything shorter is guessable.
 const MIN_OPERATOR_TOKEN_LEN: usize = 16;
 
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
@@ -53,17 +53,6 @@ pub struct HubConfig {
 pub struct DispatchConfig {
     pub forward_timeout_ms: u64,
     pub max_attempts: usize,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            server: ServerConfig::default(),
-            store: StoreConfig::default(),
-            hub: HubConfig::default(),
-            dispatch: DispatchConfig::default(),
-        }
-    }
 }
 
 impl Default for ServerConfig {
@@ -347,6 +336,19 @@ mod tests {
             Overrides::default(),
         );
         assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn the_example_file_documents_every_key_with_its_default() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+        let example: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        let mut defaults = toml::Table::try_from(Config::default()).unwrap();
+        // data_dir depends on the environment, so the example shows it commented out.
+        defaults["server"]
+            .as_table_mut()
+            .unwrap()
+            .remove("data_dir");
+        assert_eq!(example, defaults);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::extract::{Bearer, Contract, Operator};
@@ -19,6 +19,7 @@ use crate::app::App;
 use crate::contract::RegisterPayload;
 use crate::error::{Error, Result};
 use crate::hub;
+use crate::registry::ExecutorStatus;
 
 pub fn router() -> Router<Arc<App>> {
     Router::new()
@@ -64,8 +65,16 @@ async fn register(
     Ok(response)
 }
 
-async fn list(_: Operator, State(app): State<Arc<App>>) -> Json<serde_json::Value> {
-    Json(json!({ "executors": app.registry.list() }))
+/// The contract's `executors_list_response`.
+#[derive(Serialize)]
+struct ExecutorList {
+    executors: Vec<ExecutorStatus>,
+}
+
+async fn list(_: Operator, State(app): State<Arc<App>>) -> Json<ExecutorList> {
+    Json(ExecutorList {
+        executors: app.registry.list(),
+    })
 }
 
 async fn show(

@@ -1,0 +1,225 @@
+//! Executors, missions and events survive a restart, including `kill -9` of the real binary.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::json;
+
+use crate::support::{dispatch_body, mission_id, Client, ExecSocket, ScriptedExecutor, TestServer};
+
+/// The real `aiwg-serve` binary as a child process.
+struct Process {
+    child: Child,
+    base: String,
+}
+
+impl Process {
+    fn start(data_dir: &std::path::Path) -> Process {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("AIWG_SERVE_LOG", "info")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn aiwg-serve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("addr="))
+                {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(crate::support::WAIT)
+            .expect("aiwg-serve reports its address");
+        Process {
+            child,
+            base: format!("http://{addr}"),
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::new(&self.base)
+    }
+
+    fn ws(&self, path: &str) -> String {
+        format!("{}{path}", self.base.replacen("http://", "ws://", 1))
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until serve shows the executor connected.
+async fn connected(client: &Client, id: &str) {
+    let deadline = tokio::time::Instant::now() + crate::support::WAIT;
+    while client.get(&format!("/api/v1/executors/{id}")).await.body["connected"] != true {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "executor {id} never connected"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn acknowledged_events_survive_kill_9_and_the_executor_keeps_its_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Process::start(dir.path());
+    let client = serve.client();
+    let mut e = ScriptedExecutor::listen(&["isolation:container"]).await;
+    let r = client
+        .post("/api/v1/executors/register", &e.register_payload())
+        .await;
+    assert_eq!(r.status, 201);
+    e.token = r.body["token"].as_str().unwrap().to_owned();
+    let mut ws = ExecSocket::open(
+        &serve.ws(&format!("/ws/executors/{}?token={}", e.id, e.token)),
+        &e.id,
+    )
+    .await;
+
+    let done = mission_id();
+    let running = mission_id();
+    for id in [&done, &running] {
+        let mut body = dispatch_body(id);
+        body["executor_filter"]["executor_id"] = json!(e.id);
+        connected(&client, &e.id).await;
+        let r = client.post("/api/v1/sessions/s/dispatch", &body).await;
+        assert_eq!(r.status, 202, "{}", r.body);
+        e.next_dispatch().await;
+    }
+    ws.ack("mission.assigned", &done, json!({"state": "assigned"}))
+        .await;
+    ws.ack("mission.started", &done, json!({"state": "running"}))
+        .await;
+    ws.ack("mission.progress", &done, json!({"summary": "halfway"}))
+        .await;
+    ws.ack(
+        "mission.completed",
+        &done,
+        json!({"state": "done", "exit_code": 0}),
+    )
+    .await;
+    ws.ack("mission.started", &running, json!({"state": "running"}))
+        .await;
+    ws.ack("mission.progress", &running, json!({"pct_complete": 40}))
+        .await;
+
+    serve.kill9();
+    let serve = Process::start(dir.path());
+    let client = serve.client();
+
+    let m = client.get(&format!("/api/v1/missions/{done}")).await.body;
+    assert_eq!(m["state"], "done", "{m}");
+    assert_eq!(m["exit_code"], 0);
+    let events: Vec<&str> = m["recent_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "mission.assigned",
+            "mission.started",
+            "mission.progress",
+            "mission.completed"
+        ]
+    );
+    let m = client
+        .get(&format!("/api/v1/missions/{running}"))
+        .await
+        .body;
+    assert_eq!(m["state"], "running");
+    assert_eq!(m["recent_events"][1]["data"]["pct_complete"], 40);
+
+    let shown = client
+        .get(&format!("/api/v1/executors/{}", e.id))
+        .await
+        .body;
+    assert_eq!(shown["connected"], false);
+    assert_eq!(
+        shown["active_mission_count"], 1,
+        "the running mission is still counted: {shown}"
+    );
+    // The stored hash still authenticates the executor's token, and serve learns it back from the socket.
+    let mut ws = ExecSocket::open(
+        &serve.ws(&format!("/ws/executors/{}?token={}", e.id, e.token)),
+        &e.id,
+    )
+    .await;
+    connected(&client, &e.id).await;
+    ws.ack("mission.completed", &running, json!({"state": "done"}))
+        .await;
+    let next = mission_id();
+    let r = client
+        .post("/api/v1/sessions/s/dispatch", &dispatch_body(&next))
+        .await;
+    assert_eq!(
+        r.status, 202,
+        "serve can call the executor again: {}",
+        r.body
+    );
+    assert_eq!(
+        e.next_dispatch().await.authorization.unwrap(),
+        format!("Bearer {}", e.token)
+    );
+    let auth = format!("Bearer {}", e.token);
+    let again = client
+        .post_with(
+            "/api/v1/executors/register",
+            &e.register_payload(),
+            &[("authorization", &auth)],
+        )
+        .await;
+    assert_eq!(
+        again.body["token"],
+        e.token.as_str(),
+        "re-register with the stored token keeps it"
+    );
+}
+
+#[tokio::test]
+async fn a_graceful_restart_keeps_everything() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = mission_id();
+    assert_eq!(
+        server
+            .client
+            .post("/api/v1/sessions/s/dispatch", &dispatch_body(&id))
+            .await
+            .status,
+        202
+    );
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, json!({"state": "running"}))
+        .await;
+    let before = server.mission(&id).await;
+    let server = server.restart().await;
+    assert_eq!(
+        ws.closed().await.code,
+        1001,
+        "sockets are closed with 'going away' on shutdown"
+    );
+    assert_eq!(server.mission(&id).await, before);
+    let listed = server.executors().await;
+    assert_eq!(listed["executors"][0]["executor_id"], e.id.as_str());
+}

@@ -1,0 +1,15 @@
+//! Integration tests of the control plane's core: the real server on an ephemeral port with a temporary
+//! SQLite store, driven over real HTTP and WebSockets by scripted executors. One test binary for the
+//! whole area, so it compiles once.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod dispatch;
+mod durability;
+mod executors;
+mod missions;
+mod register;
+mod routes;
+mod schema;
+mod socket;

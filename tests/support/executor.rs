@@ -1,0 +1,386 @@
+//! A scripted executor: a real REST listener that records the dispatches `serve` forwards to it and
+//! answers as told, plus WebSocket connections to `serve` that send events and read the answers.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::{Json, Router};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::{TestServer, WAIT};
+
+/// A dispatch as the executor received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+/// How the executor's REST listener answers a dispatch.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Accept {
+        extra: Option<Value>,
+    },
+    /// The sessions path is missing (upstream-style executor serving only `/dispatch`).
+    OnlyLegacyPath,
+    Status(u16),
+    /// Never answers (to exercise the forward timeout).
+    Hang,
+}
+
+#[derive(Clone)]
+struct Listener {
+    answer: Arc<Mutex<Answer>>,
+    seen: mpsc::UnboundedSender<Received>,
+}
+
+pub struct ScriptedExecutor {
+    pub id: String,
+    pub token: String,
+    pub capabilities: Vec<String>,
+    pub rest: SocketAddr,
+    answer: Arc<Mutex<Answer>>,
+    received: mpsc::UnboundedReceiver<Received>,
+}
+
+impl ScriptedExecutor {
+    /// Starts the REST listener, then registers with `serve`.
+    pub async fn register(server: &TestServer, capabilities: &[&str]) -> ScriptedExecutor {
+        let mut e = ScriptedExecutor::listen(capabilities).await;
+        let r = server
+            .client
+            .post("/api/v1/executors/register", &e.register_payload())
+            .await;
+        assert_eq!(r.status, 201, "register: {}", r.body);
+        e.token = r.body["token"].as_str().expect("token").to_owned();
+        e
+    }
+
+    /// Registers and opens one WebSocket; returns both.
+    pub async fn online(
+        server: &TestServer,
+        capabilities: &[&str],
+    ) -> (ScriptedExecutor, ExecSocket) {
+        let e = ScriptedExecutor::register(server, capabilities).await;
+        let socket = e.connect(server).await;
+        server
+            .eventually(
+                &format!("/api/v1/executors/{}", e.id),
+                "executor connected",
+                |b| b["connected"] == true,
+            )
+            .await;
+        (e, socket)
+    }
+
+    pub async fn listen(capabilities: &[&str]) -> ScriptedExecutor {
+        let answer = Arc::new(Mutex::new(Answer::Accept { extra: None }));
+        let (seen, received) = mpsc::unbounded_channel();
+        let state = Listener {
+            answer: answer.clone(),
+            seen,
+        };
+        let app = Router::new()
+            .route(
+                "/api/v1/sessions/{session}/dispatch",
+                post(sessions_dispatch),
+            )
+            .route("/dispatch", post(legacy_dispatch))
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let rest = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        ScriptedExecutor {
+            id: uuid::Uuid::new_v4().to_string(),
+            token: String::new(),
+            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            rest,
+            answer,
+            received,
+        }
+    }
+
+    pub fn register_payload(&self) -> Value {
+        json!({
+            "executor_id": self.id,
+            "name": "scripted-executor",
+            "version": "0.1.0",
+            "spec_version": "1.0.0",
+            "transport_endpoints": {"rest": format!("http://{}", self.rest), "ws": format!("ws://{}", self.rest)},
+            "capabilities": self.capabilities,
+        })
+    }
+
+    pub fn answer_with(&self, answer: Answer) {
+        *self.answer.lock().unwrap() = answer;
+    }
+
+    /// The next dispatch `serve` forwarded to this executor.
+    pub async fn next_dispatch(&mut self) -> Received {
+        tokio::time::timeout(WAIT, self.received.recv())
+            .await
+            .expect("a dispatch arrives")
+            .expect("listener alive")
+    }
+
+    pub fn no_dispatch_pending(&mut self) -> bool {
+        self.received.try_recv().is_err()
+    }
+
+    pub async fn connect(&self, server: &TestServer) -> ExecSocket {
+        ExecSocket::open(
+            &server.ws_url(&format!("/ws/executors/{}?token={}", self.id, self.token)),
+            &self.id,
+        )
+        .await
+    }
+}
+
+async fn record(
+    state: &Listener,
+    path: String,
+    headers: &HeaderMap,
+    body: Value,
+) -> (StatusCode, Json<Value>) {
+    let legacy = path == "/dispatch";
+    let answer = state.answer.lock().unwrap().clone();
+    if matches!(answer, Answer::OnlyLegacyPath) && !legacy {
+        return (StatusCode::NOT_FOUND, Json(json!({"error": "not found"})));
+    }
+    let authorization = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let mission_id = body["mission_id"].clone();
+    let _ = state.seen.send(Received {
+        path,
+        authorization,
+        body,
+    });
+    match answer {
+        Answer::Accept { extra: Some(extra) } => {
+            let mut b = json!({"mission_id": mission_id, "status": "assigned"});
+            b.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            (StatusCode::ACCEPTED, Json(b))
+        }
+        Answer::Accept { extra: None } | Answer::OnlyLegacyPath => (
+            StatusCode::ACCEPTED,
+            Json(json!({"mission_id": mission_id, "status": "assigned"})),
+        ),
+        Answer::Status(s) => (
+            StatusCode::from_u16(s).unwrap(),
+            Json(json!({"error": "scripted refusal"})),
+        ),
+        Answer::Hang => std::future::pending().await,
+    }
+}
+
+async fn sessions_dispatch(
+    State(state): State<Listener>,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    record(
+        &state,
+        format!("/api/v1/sessions/{session}/dispatch"),
+        &headers,
+        body,
+    )
+    .await
+}
+
+async fn legacy_dispatch(
+    State(state): State<Listener>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> (StatusCode, Json<Value>) {
+    record(&state, "/dispatch".into(), &headers, body).await
+}
+
+/// One executor WebSocket to `serve`.
+pub struct ExecSocket {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    executor_id: String,
+    /// Envelopes `serve` pushed (controls, HITL answers) while we waited for acks.
+    pub pushed: Vec<Value>,
+}
+
+/// How a socket ended.
+#[derive(Debug, PartialEq)]
+pub struct Closed {
+    pub code: u16,
+    pub reason: String,
+}
+
+impl ExecSocket {
+    pub async fn open(url: &str, executor_id: &str) -> ExecSocket {
+        let (ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
+            .await
+            .expect("ws connect in time")
+            .expect("ws upgrade");
+        ExecSocket {
+            ws,
+            executor_id: executor_id.to_owned(),
+            pushed: Vec::new(),
+        }
+    }
+
+    pub fn envelope(&self, event: &str, mission_id: Option<&str>, data: Value) -> Value {
+        let mut e = json!({"event": event, "executor_id": self.executor_id, "ts": "2026-05-08T19:30:05.100Z", "data": data});
+        if let Some(m) = mission_id {
+            e["mission_id"] = json!(m);
+        }
+        e
+    }
+
+    /// Sends an event and returns serve's answer to it (an ack or an error frame).
+    pub async fn event(&mut self, event: &str, mission_id: &str, data: Value) -> Value {
+        let envelope = self.envelope(event, Some(mission_id), data);
+        self.send_json(&envelope).await
+    }
+
+    /// Sends an event and asserts it was acknowledged; returns its sequence number.
+    pub async fn ack(&mut self, event: &str, mission_id: &str, data: Value) -> i64 {
+        let answer = self.event(event, mission_id, data).await;
+        assert_eq!(
+            answer["ack"], true,
+            "{event} for {mission_id} not acknowledged: {answer}"
+        );
+        answer["seq"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no seq in {answer}"))
+    }
+
+    pub async fn send_json(&mut self, frame: &Value) -> Value {
+        self.send(Message::text(frame.to_string())).await
+    }
+
+    /// Sends without waiting for an answer; fails once the server has closed the socket.
+    pub async fn send_only(
+        &mut self,
+        message: Message,
+    ) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+        self.ws.send(message).await
+    }
+
+    pub async fn send(&mut self, message: Message) -> Value {
+        self.ws.send(message).await.expect("send frame");
+        self.next_answer().await
+    }
+
+    /// The next ack or error frame; pushed envelopes are set aside in `pushed`.
+    pub async fn next_answer(&mut self) -> Value {
+        loop {
+            let v = self.next_json().await;
+            if v.get("event").is_some() {
+                self.pushed.push(v);
+                continue;
+            }
+            return v;
+        }
+    }
+
+    /// The next envelope serve pushes to this executor.
+    pub async fn next_pushed(&mut self) -> Value {
+        if !self.pushed.is_empty() {
+            return self.pushed.remove(0);
+        }
+        loop {
+            let v = self.next_json().await;
+            if v.get("event").is_some() {
+                return v;
+            }
+        }
+    }
+
+    pub async fn next_json(&mut self) -> Value {
+        loop {
+            match self.next_message().await {
+                Message::Text(t) => {
+                    return serde_json::from_str(t.as_str()).expect("serve sends JSON")
+                }
+                Message::Ping(_) | Message::Pong(_) => continue,
+                other => panic!("expected a text frame, got {other:?}"),
+            }
+        }
+    }
+
+    pub async fn next_message(&mut self) -> Message {
+        tokio::time::timeout(WAIT, self.ws.next())
+            .await
+            .expect("a frame in time")
+            .expect("socket open")
+            .expect("frame readable")
+    }
+
+    /// Waits for the server to close the socket; returns its close frame.
+    pub async fn closed(&mut self) -> Closed {
+        loop {
+            match tokio::time::timeout(WAIT, self.ws.next())
+                .await
+                .expect("close in time")
+            {
+                Some(Ok(Message::Close(Some(f)))) => {
+                    return Closed {
+                        code: u16::from(f.code),
+                        reason: f.reason.as_str().to_owned(),
+                    }
+                }
+                Some(Ok(Message::Close(None))) | None | Some(Err(_)) => {
+                    return Closed {
+                        code: u16::from(CloseCode::Status),
+                        reason: String::new(),
+                    }
+                }
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+        while let Ok(Some(Ok(_))) = tokio::time::timeout(WAIT, self.ws.next()).await {}
+    }
+
+    /// Sends a ping and waits for its pong.
+    pub async fn ping(&mut self, payload: &'static [u8]) -> Vec<u8> {
+        self.ws
+            .send(Message::Ping(payload.into()))
+            .await
+            .expect("ping");
+        loop {
+            match self.next_message().await {
+                Message::Pong(p) => return p.to_vec(),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Waits for a ping from the server.
+    pub async fn pinged(&mut self) {
+        loop {
+            if let Message::Ping(_) = self.next_message().await {
+                return;
+            }
+        }
+    }
+
+    /// Stops reading from the socket (so pings go unanswered) but keeps it open.
+    pub fn into_silent(self) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
+        self.ws
+    }
+}

@@ -1,0 +1,129 @@
+//! Test harness shared by the integration tests: the real server on an ephemeral port with a temporary
+//! SQLite store, a small HTTP client, and scripted executors that are real HTTP + WebSocket peers.
+#![allow(dead_code)]
+
+pub mod executor;
+pub mod http;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aiwg_serve::config::Config;
+use aiwg_serve::serve::{self, Handle};
+use serde_json::Value;
+
+pub use executor::{ExecSocket, ScriptedExecutor};
+pub use http::{Client, Resp};
+
+/// Every wait in the tests is bounded by this; nothing sleeps to synchronise.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+pub struct TestServer {
+    handle: Option<Handle>,
+    pub base: String,
+    pub client: Client,
+    pub config: Config,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = Config::default();
+        config.server.bind = "127.0.0.1:0".parse().unwrap();
+        config.server.data_dir = dir.path().to_path_buf();
+        config.dispatch.forward_timeout_ms = 2000;
+        adjust(&mut config);
+        TestServer::boot(config, Some(dir)).await
+    }
+
+    async fn boot(config: Config, dir: Option<tempfile::TempDir>) -> TestServer {
+        let handle = serve::start(config.clone()).await.expect("server starts");
+        let base = format!("http://{}", handle.addr());
+        TestServer {
+            handle: Some(handle),
+            client: Client::new(&base),
+            base,
+            config,
+            dir,
+        }
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.config.server.data_dir.clone()
+    }
+
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("{}{path}", self.base.replacen("http://", "ws://", 1))
+    }
+
+    /// Graceful stop, then a new server on the same data directory (and a new port).
+    pub async fn restart(mut self) -> TestServer {
+        self.handle.take().expect("running").shutdown().await;
+        let mut config = self.config.clone();
+        config.server.bind = "127.0.0.1:0".parse().unwrap();
+        TestServer::boot(config, self.dir.take()).await
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown().await;
+        }
+    }
+
+    pub async fn mission(&self, id: &str) -> Value {
+        let r = self.client.get(&format!("/api/v1/missions/{id}")).await;
+        assert_eq!(r.status, 200, "GET mission {id}: {}", r.body);
+        r.body
+    }
+
+    pub async fn executors(&self) -> Value {
+        let r = self.client.get("/api/v1/executors").await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+    }
+
+    /// Polls until `check` holds for the JSON at `path`, or fails the test after [`WAIT`].
+    pub async fn eventually(
+        &self,
+        path: &str,
+        what: &str,
+        check: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let r = self.client.get(path).await;
+            if check(&r.body) {
+                return r.body;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}; last {path}: {}",
+                r.body
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A dispatch payload with sensible defaults for the tests.
+pub fn dispatch_body(mission_id: &str) -> Value {
+    serde_json::json!({
+        "mission_id": mission_id,
+        "objective": "Add JWT validation to /auth/login",
+        "completion": "npm test exits 0",
+        "long_running": false,
+        "executor_filter": {"executor_id": null, "capabilities": []},
+        "metadata": {"issue": 1171}
+    })
+}
+
+/// A fresh mission id, ASCII and unique in its first 8 bytes (the agentic-sandbox executor keys sessions
+/// by them).
+pub fn mission_id() -> String {
+    format!("m-{}", uuid::Uuid::new_v4().simple())
+}
