@@ -370,3 +370,28 @@ async fn the_legacy_dispatch_path_redirects_to_v1() {
         Some("/api/v1/sessions/a%20b/dispatch")
     );
 }
+
+#[tokio::test]
+async fn a_mission_shows_its_last_50_events_oldest_first() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = mission_id();
+    assert_eq!(dispatch(&server, &dispatch_body(&id)).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, json!({"state": "running"}))
+        .await;
+    for i in 0..60 {
+        ws.ack("mission.progress", &id, json!({"iteration": i}))
+            .await;
+    }
+    let events = server.mission(&id).await["recent_events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(events.len(), 50);
+    let iterations: Vec<i64> = events
+        .iter()
+        .map(|e| e["data"]["iteration"].as_i64().unwrap())
+        .collect();
+    assert_eq!(iterations, (10..60).collect::<Vec<_>>());
+}

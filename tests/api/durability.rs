@@ -52,6 +52,14 @@ impl Process {
         format!("{}{path}", self.base.replacen("http://", "ws://", 1))
     }
 
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     fn kill9(mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaped");
@@ -222,4 +230,46 @@ async fn a_graceful_restart_keeps_everything() {
     assert_eq!(server.mission(&id).await, before);
     let listed = server.executors().await;
     assert_eq!(listed["executors"][0]["executor_id"], e.id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_binary_gracefully_and_the_data_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = Process::start(dir.path());
+    let e = ScriptedExecutor::listen(&[]).await;
+    assert_eq!(
+        serve
+            .client()
+            .post("/api/v1/executors/register", &e.register_payload())
+            .await
+            .status,
+        201
+    );
+    serve.signal("TERM");
+    let status = tokio::task::block_in_place(|| serve.child.wait()).unwrap();
+    assert!(status.success(), "exit status {status}");
+    let serve = Process::start(dir.path());
+    let listed = serve.client().get("/api/v1/executors").await.body;
+    assert_eq!(listed["executors"][0]["executor_id"], e.id.as_str());
+}
+
+#[test]
+fn a_non_loopback_bind_without_operator_tokens_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+        .args(["serve", "--bind", "0.0.0.0:0", "--data-dir"])
+        .arg(dir.path())
+        .env_remove("AIWG_SERVE_OPERATOR_TOKENS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to bind 0.0.0.0:0") && stderr.contains("operator_tokens"),
+        "{stderr}"
+    );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing was created"
+    );
 }
