@@ -22,16 +22,12 @@ type Missions = mpsc::UnboundedSender<String>;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let serve = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "http://127.0.0.1:7337".into());
+    let serve = std::env::args().nth(1).unwrap_or_else(|| "http://127.0.0.1:7337".into());
     let (missions, mut incoming) = mpsc::unbounded_channel::<String>();
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let rest = format!("http://{}", listener.local_addr()?);
-    let app = Router::new()
-        .route("/api/v1/sessions/{session}/dispatch", post(dispatch))
-        .with_state(missions);
+    let app = Router::new().route("/api/v1/sessions/{session}/dispatch", post(dispatch)).with_state(missions);
     tokio::spawn(async move { axum::serve(listener, app).await });
 
     let id = uuid::Uuid::new_v4().to_string();
@@ -53,10 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let token = body["token"].as_str().ok_or("no token")?.to_owned();
     println!("registered executor {id}; listening for dispatches on {rest}");
 
-    let url = format!(
-        "{}/ws/executors/{id}?token={token}",
-        serve.replacen("http", "ws", 1)
-    );
+    let url = format!("{}/ws/executors/{id}?token={token}", serve.replacen("http", "ws", 1));
     let (mut ws, _) = tokio_tungstenite::connect_async(url).await?;
     let envelope = |event: &str, mission: Option<&str>, data: Value| {
         let mut e = json!({"event": event, "executor_id": id, "ts": chrono::Utc::now().to_rfc3339(), "data": data});
@@ -65,12 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Message::text(e.to_string())
     };
-    ws.send(envelope(
-        "executor.resync",
-        None,
-        json!({"owned_mission_ids": []}),
-    ))
-    .await?;
+    ws.send(envelope("executor.resync", None, json!({"owned_mission_ids": []}))).await?;
 
     loop {
         tokio::select! {
@@ -102,14 +90,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-async fn dispatch(
-    State(missions): State<Missions>,
-    Json(body): Json<Value>,
-) -> (StatusCode, Json<Value>) {
+async fn dispatch(State(missions): State<Missions>, Json(body): Json<Value>) -> (StatusCode, Json<Value>) {
     let id = body["mission_id"].as_str().unwrap_or_default().to_owned();
     let _ = missions.send(id.clone());
-    (
-        StatusCode::ACCEPTED,
-        Json(json!({"mission_id": id, "status": "assigned"})),
-    )
+    (StatusCode::ACCEPTED, Json(json!({"mission_id": id, "status": "assigned"})))
 }

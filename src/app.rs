@@ -10,14 +10,12 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::contract::{
-    spec_support, EventType, RegisterPayload, Schema, SpecSupport, SPEC_VERSION,
-};
+use crate::contract::{spec_support, EventType, RegisterPayload, Schema, SpecSupport, SPEC_VERSION};
 use crate::error::{Error, Result};
 use crate::forward::Forwarder;
 use crate::missions::{Ledger, MissionState};
 use crate::registry::{Registered, Registry};
-use crate::store::{Change, EventRow, MissionPatch, MissionQuery, Store};
+use crate::store::{Change, EventRow, HitlOutcome, MissionPatch, MissionQuery, Store};
 use crate::views::{MissionPage, MissionStatus, MissionSummary};
 use crate::{clock, tokens};
 
@@ -38,24 +36,15 @@ pub struct App {
 }
 
 impl App {
-    pub async fn new(
-        config: Config,
-        schema: Schema,
-        store: Store,
-        shutdown: watch::Receiver<bool>,
-    ) -> Result<App> {
+    pub async fn new(config: Config, schema: Schema, store: Store, shutdown: watch::Receiver<bool>) -> Result<App> {
         let registry = Registry::load(store.clone()).await?;
-        let ledger = Ledger::load(store.live_missions().await?);
+        let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending).collect();
+        let ledger = Ledger::load(store.live_missions().await?, pending);
         for (executor_id, n) in ledger.counts() {
             registry.adjust_active(&executor_id, n as isize);
         }
         let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
-        let operator_tokens = config
-            .server
-            .operator_tokens
-            .iter()
-            .map(|t| tokens::hash(t))
-            .collect();
+        let operator_tokens = config.server.operator_tokens.iter().map(|t| tokens::hash(t)).collect();
         Ok(App {
             config,
             schema,
@@ -87,16 +76,11 @@ impl App {
         let token = bearer.ok_or(Error::Unauthorized("an operator bearer token is required"))?;
         let hash = tokens::hash(token);
         // Every configured token is compared, so timing does not tell which (or whether one) matched.
-        let matched = self
-            .operator_tokens
-            .iter()
-            .fold(false, |acc, t| tokens::hashes_equal(t, &hash) | acc);
+        let matched = self.operator_tokens.iter().fold(false, |acc, t| tokens::hashes_equal(t, &hash) | acc);
         if matched {
             Ok(())
         } else if self.registry.is_token_of_an_executor(&hash) {
-            Err(Error::Forbidden(
-                "executor tokens cannot be used on operator routes".into(),
-            ))
+            Err(Error::Forbidden("executor tokens cannot be used on operator routes".into()))
         } else {
             Err(Error::TokenInvalid)
         }
@@ -119,9 +103,7 @@ impl App {
                 tracing::warn!(executor_id = %payload.executor_id, spec_version = %payload.spec_version, "registering with an unknown 1.x spec version");
                 Some(w)
             }
-            SpecSupport::UnsupportedMajor => {
-                return Err(Error::UnsupportedSpecVersion(payload.spec_version.clone()))
-            }
+            SpecSupport::UnsupportedMajor => return Err(Error::UnsupportedSpecVersion(payload.spec_version.clone())),
         };
         let registered = self.registry.register(payload, peer, bearer).await?;
         if registered.rotated_for_non_loopback {
@@ -134,11 +116,7 @@ impl App {
     /// revoked, it leaves the listings; its live missions are suspended (resumable executor) or failed.
     pub async fn deregister(&self, executor_id: &str, bearer: Option<&str>) -> Result<()> {
         self.registry.authenticate(executor_id, bearer)?;
-        let resumable = self
-            .registry
-            .capabilities(executor_id)
-            .iter()
-            .any(|c| c == "resumable");
+        let resumable = self.registry.capabilities(executor_id).iter().any(|c| c == "resumable");
         let mut changes = self
             .registry
             .deregister(executor_id, "graceful_shutdown")
@@ -147,21 +125,11 @@ impl App {
         let mut settled = Vec::new();
         for (mission_id, _) in self.ledger.owned_by(executor_id) {
             let (event, data) = if resumable {
-                (
-                    EventType::MissionSuspended,
-                    json!({"state": "suspended", "reason": "executor_deregistered"}),
-                )
+                (EventType::MissionSuspended, json!({"state": "suspended", "reason": "executor_deregistered"}))
             } else {
-                (
-                    EventType::MissionFailed,
-                    json!({"state": "failed", "reason": "executor_deregistered"}),
-                )
+                (EventType::MissionFailed, json!({"state": "failed", "reason": "executor_deregistered"}))
             };
-            let to = if resumable {
-                MissionState::Suspended
-            } else {
-                MissionState::Failed
-            };
+            let to = if resumable { MissionState::Suspended } else { MissionState::Failed };
             let moved = self.ledger.with(&mission_id, |live| {
                 if live.state.is_terminal() {
                     return false;
@@ -171,14 +139,7 @@ impl App {
                 true
             });
             if moved == Some(true) {
-                changes.extend(system_event(
-                    executor_id,
-                    &mission_id,
-                    event,
-                    data,
-                    to,
-                    &now,
-                ));
+                changes.extend(system_event(executor_id, &mission_id, event, data, to, &now).0);
                 settled.push((mission_id, to));
             }
         }
@@ -190,15 +151,8 @@ impl App {
     }
 
     /// After a mission's change is committed: a terminal mission leaves the ledger and its executor's count.
-    pub(crate) fn settle(
-        &self,
-        mission_id: &str,
-        executor_id: &str,
-        new_state: Option<MissionState>,
-    ) {
-        if new_state.is_some_and(MissionState::is_terminal)
-            && self.ledger.remove(mission_id).is_some()
-        {
+    pub(crate) fn settle(&self, mission_id: &str, executor_id: &str, new_state: Option<MissionState>) {
+        if new_state.is_some_and(MissionState::is_terminal) && self.ledger.remove(mission_id).is_some() {
             self.registry.adjust_active(executor_id, -1);
         }
     }
@@ -215,31 +169,20 @@ impl App {
 
     pub async fn missions(&self, query: MissionQuery) -> Result<MissionPage> {
         let limit = query.limit;
-        let mut rows = self
-            .store
-            .missions(&MissionQuery {
-                limit: limit + 1,
-                ..query
-            })
-            .await?;
+        let mut rows = self.store.missions(&MissionQuery { limit: limit + 1, ..query }).await?;
         let next_cursor = if rows.len() > limit as usize {
             rows.truncate(limit as usize);
             rows.last().map(|(id, _)| crate::views::encode_cursor(*id))
         } else {
             None
         };
-        Ok(MissionPage {
-            missions: rows
-                .into_iter()
-                .map(|(_, r)| MissionSummary::from(r))
-                .collect(),
-            next_cursor,
-        })
+        Ok(MissionPage { missions: rows.into_iter().map(|(_, r)| MissionSummary::from(r)).collect(), next_cursor })
     }
 }
 
-/// A mission event that serve itself records (a forward failure, a deregistration): the event and the
-/// mission update it implies.
+/// A mission event that serve itself records (an operator action, a forward failure, a
+/// deregistration): the changes (event and the mission update it implies) and the envelope as JSON, to
+/// send to the executor.
 pub(crate) fn system_event(
     executor_id: &str,
     mission_id: &str,
@@ -247,23 +190,16 @@ pub(crate) fn system_event(
     data: Value,
     to: MissionState,
     now: &str,
-) -> Vec<Change> {
-    let patch = MissionPatch {
-        state: Some(to),
-        ..crate::ingest::patch_for(event, &data, Some(to), now)
+) -> (Vec<Change>, Value) {
+    let patch = MissionPatch { state: Some(to), ..crate::ingest::patch_for(event, &data, Some(to), now) };
+    let row = EventRow {
+        event: event.as_str(),
+        executor_id: executor_id.to_owned(),
+        mission_id: Some(mission_id.to_owned()),
+        ts: now.to_owned(),
+        data,
+        raw: None,
     };
-    vec![
-        Change::AppendEvent(EventRow {
-            event: event.as_str(),
-            executor_id: executor_id.to_owned(),
-            mission_id: Some(mission_id.to_owned()),
-            ts: now.to_owned(),
-            data,
-            raw: None,
-        }),
-        Change::PatchMission {
-            mission_id: mission_id.to_owned(),
-            patch,
-        },
-    ]
+    let envelope = serde_json::to_value(row.envelope()).expect("envelopes serialize");
+    (vec![Change::AppendEvent(row), Change::PatchMission { mission_id: mission_id.to_owned(), patch }], envelope)
 }

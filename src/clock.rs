@@ -13,7 +13,5 @@ pub fn format(t: DateTime<Utc>) -> String {
 
 /// Parses any RFC 3339 timestamp into the stored format.
 pub fn normalize(s: &str) -> Option<String> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| format(t.with_timezone(&Utc)))
+    DateTime::parse_from_rfc3339(s).ok().map(|t| format(t.with_timezone(&Utc)))
 }

@@ -47,17 +47,10 @@ fn is_zero(n: &usize) -> bool {
 
 impl App {
     /// `body` is the validated payload exactly as received; it is forwarded untouched.
-    pub async fn dispatch(
-        &self,
-        session_id: &str,
-        body: Value,
-        payload: DispatchPayload,
-    ) -> Result<Dispatched> {
+    pub async fn dispatch(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
         let mission_id = payload.mission_id.clone();
         if self.ledger.contains(&mission_id) || self.store.mission_exists(&mission_id).await? {
-            return Err(Error::Conflict(format!(
-                "mission {mission_id} already exists"
-            )));
+            return Err(Error::Conflict(format!("mission {mission_id} already exists")));
         }
         let filter = payload.executor_filter.unwrap_or_default();
         let request = routing::Request {
@@ -65,23 +58,15 @@ impl App {
             capabilities: &filter.capabilities,
             long_running: payload.long_running,
         };
-        let rotation = self
-            .rotation
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let plan = self
-            .registry
-            .with_routing_views(|views| routing::plan(&request, views, rotation));
+        let rotation = self.rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let plan = self.registry.with_routing_views(|views| routing::plan(&request, views, rotation));
         if plan.ordered.is_empty() {
             return Err(Error::NoExecutorAvailable {
                 resumable_required: payload.long_running,
                 reason: plan.why_none(),
             });
         }
-        let attempts: Vec<String> = plan
-            .ordered
-            .into_iter()
-            .take(self.config.dispatch.max_attempts)
-            .collect();
+        let attempts: Vec<String> = plan.ordered.into_iter().take(self.config.dispatch.max_attempts).collect();
         let mut record = RoutingRecord {
             chosen: Some(attempts[0].clone()),
             reason: plan.reason,
@@ -105,17 +90,8 @@ impl App {
             routing: Some(json!(record)),
             terminal_data: None,
         };
-        self.store
-            .commit(vec![Change::InsertMission(Box::new(row))])
-            .await?;
-        self.ledger.insert(
-            &mission_id,
-            Live {
-                executor_id: attempts[0].clone(),
-                state: MissionState::Assigned,
-                terminal_data: None,
-            },
-        );
+        self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
+        self.ledger.insert(&mission_id, Live::new(&attempts[0], MissionState::Assigned));
         self.registry.adjust_active(&attempts[0], 1);
 
         let bytes = Bytes::from(body.to_string());
@@ -127,39 +103,20 @@ impl App {
                     HandOver::Done => {}
                     HandOver::TakenBy => return Ok(self.accepted(&mission_id, previous, None)),
                 }
-                record.rejected.push(Rejection {
-                    executor_id: previous.clone(),
-                    reason: last_failure.to_string(),
-                });
+                record.rejected.push(Rejection { executor_id: previous.clone(), reason: last_failure.to_string() });
                 record.chosen = Some(executor_id.clone());
                 let patch = MissionPatch {
                     executor_id: Some(executor_id.clone()),
                     routing: Some(json!(record)),
                     ..MissionPatch::default()
                 };
-                self.store
-                    .commit(vec![Change::PatchMission {
-                        mission_id: mission_id.clone(),
-                        patch,
-                    }])
-                    .await?;
+                self.store.commit(vec![Change::PatchMission { mission_id: mission_id.clone(), patch }]).await?;
             }
-            match self
-                .forward_to(executor_id, session_id, bytes.clone())
-                .await
-            {
+            match self.forward_to(executor_id, session_id, bytes.clone()).await {
                 Ok(accepted) => {
                     if let Some(start) = &accepted.estimated_start {
-                        let patch = MissionPatch {
-                            estimated_start: Some(start.clone()),
-                            ..MissionPatch::default()
-                        };
-                        self.store
-                            .commit(vec![Change::PatchMission {
-                                mission_id: mission_id.clone(),
-                                patch,
-                            }])
-                            .await?;
+                        let patch = MissionPatch { estimated_start: Some(start.clone()), ..MissionPatch::default() };
+                        self.store.commit(vec![Change::PatchMission { mission_id: mission_id.clone(), patch }]).await?;
                     }
                     return Ok(self.accepted(&mission_id, executor_id, accepted.estimated_start));
                 }
@@ -173,13 +130,9 @@ impl App {
             }
         }
         let last = attempts.last().expect("at least one attempt");
-        record.rejected.push(Rejection {
-            executor_id: last.clone(),
-            reason: last_failure.to_string(),
-        });
+        record.rejected.push(Rejection { executor_id: last.clone(), reason: last_failure.to_string() });
         record.chosen = None;
-        self.fail_dispatch(&mission_id, last, &last_failure, record)
-            .await
+        self.fail_dispatch(&mission_id, last, &last_failure, record).await
     }
 
     async fn forward_to(
@@ -188,25 +141,15 @@ impl App {
         session_id: &str,
         body: Bytes,
     ) -> std::result::Result<crate::forward::Accepted, ForwardError> {
-        let reach = self
-            .registry
-            .reach(executor_id)
-            .ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
-        let token = reach.token.ok_or_else(|| {
-            ForwardError::Unreachable("serve does not know this executor's current token".into())
-        })?;
+        let reach = self.registry.reach(executor_id).ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
+        let token = reach
+            .token
+            .ok_or_else(|| ForwardError::Unreachable("serve does not know this executor's current token".into()))?;
         let from = reach.registered_from.and_then(|f| f.parse().ok());
-        self.forwarder
-            .forward(&reach.rest, from, &token, session_id, body)
-            .await
+        self.forwarder.forward(&reach.rest, from, &token, session_id, body).await
     }
 
-    fn accepted(
-        &self,
-        mission_id: &str,
-        executor_id: &str,
-        estimated_start: Option<String>,
-    ) -> Dispatched {
+    fn accepted(&self, mission_id: &str, executor_id: &str, estimated_start: Option<String>) -> Dispatched {
         Dispatched {
             mission_id: mission_id.to_owned(),
             executor_id: executor_id.to_owned(),
@@ -240,8 +183,7 @@ impl App {
             "event": "mission.aborted", "executor_id": executor_id, "mission_id": mission_id, "ts": clock::now(),
             "data": {"state": "aborted", "aborted_by": "system", "reason": "dispatch_timeout"},
         });
-        self.registry
-            .send(executor_id, &Outbound::text(frame.to_string()));
+        self.registry.send(executor_id, &Outbound::text(frame.to_string()));
     }
 
     async fn fail_dispatch(
@@ -252,14 +194,10 @@ impl App {
         record: RoutingRecord,
     ) -> Result<Dispatched> {
         let (code, error) = match failure {
-            ForwardError::Refused { .. } => (
-                "executor_forward_failed",
-                Error::ExecutorForwardFailed(failure.to_string()),
-            ),
-            _ => (
-                "executor_unreachable",
-                Error::ExecutorUnreachable(failure.to_string()),
-            ),
+            ForwardError::Refused { .. } => {
+                ("executor_forward_failed", Error::ExecutorForwardFailed(failure.to_string()))
+            }
+            _ => ("executor_unreachable", Error::ExecutorUnreachable(failure.to_string())),
         };
         let data = json!({"state": "failed", "reason": code, "error": failure.to_string()});
         let claimed = self.ledger.with(mission_id, |live| {
@@ -275,7 +213,7 @@ impl App {
             return Ok(self.accepted(mission_id, executor_id, None));
         }
         let now = clock::now();
-        let mut changes = system_event(
+        let (mut changes, _) = system_event(
             executor_id,
             mission_id,
             crate::contract::EventType::MissionFailed,
@@ -283,14 +221,8 @@ impl App {
             MissionState::Failed,
             &now,
         );
-        let patch = MissionPatch {
-            routing: Some(json!(record)),
-            ..MissionPatch::default()
-        };
-        changes.push(Change::PatchMission {
-            mission_id: mission_id.to_owned(),
-            patch,
-        });
+        let patch = MissionPatch { routing: Some(json!(record)), ..MissionPatch::default() };
+        changes.push(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
         self.store.commit(changes).await?;
         self.settle(mission_id, executor_id, Some(MissionState::Failed));
         Err(error)

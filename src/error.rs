@@ -10,15 +10,14 @@ pub enum Error {
     #[error("the body is not valid JSON: {0}")]
     InvalidJson(String),
     #[error("{what} does not match the schema")]
-    SchemaViolation {
-        what: &'static str,
-        details: Vec<SchemaDetail>,
-    },
+    SchemaViolation { what: &'static str, details: Vec<SchemaDetail> },
     #[error("spec_version {0} is not served: this server speaks executor.aiwg.io/v1 (1.x)")]
     UnsupportedSpecVersion(String),
     #[error("{0}")]
     Unauthorized(&'static str),
-    #[error("the bearer token is not valid for this executor (it may have been rotated): re-register to obtain a new token")]
+    #[error(
+        "the bearer token is not valid for this executor (it may have been rotated): re-register to obtain a new token"
+    )]
     TokenInvalid,
     #[error("{0}")]
     Forbidden(String),
@@ -37,14 +36,13 @@ pub enum Error {
     #[error("{0}")]
     InvalidQuery(String),
     #[error("no connected executor satisfies the dispatch: {reason}")]
-    NoExecutorAvailable {
-        resumable_required: bool,
-        reason: String,
-    },
+    NoExecutorAvailable { resumable_required: bool, reason: String },
     #[error("no executor could be reached: {0}")]
     ExecutorUnreachable(String),
     #[error("the executor refused the dispatch: {0}")]
     ExecutorForwardFailed(String),
+    #[error("{0}")]
+    ExecutorNotConnected(String),
     #[error("this route does not accept that method")]
     MethodNotAllowed,
     #[error("this route is a WebSocket: send an upgrade request")]
@@ -69,13 +67,11 @@ impl Error {
             Error::UnknownEventType(_) => "unknown_event_type",
             Error::InvalidFrame(_) => "invalid_frame",
             Error::InvalidQuery(_) => "invalid_query",
-            Error::NoExecutorAvailable {
-                resumable_required: true,
-                ..
-            } => "no_resumable_executor_available",
+            Error::NoExecutorAvailable { resumable_required: true, .. } => "no_resumable_executor_available",
             Error::NoExecutorAvailable { .. } => "no_executor_available",
             Error::ExecutorUnreachable(_) => "executor_unreachable",
             Error::ExecutorForwardFailed(_) => "executor_forward_failed",
+            Error::ExecutorNotConnected(_) => "executor_not_connected",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::UpgradeRequired => "upgrade_required",
             Error::Store(_) => "internal",
@@ -94,9 +90,7 @@ impl Error {
 impl From<StoreError> for Error {
     fn from(e: StoreError) -> Error {
         match e {
-            StoreError::DuplicateMission(id) => {
-                Error::Conflict(format!("mission {id} already exists"))
-            }
+            StoreError::DuplicateMission(id) => Error::Conflict(format!("mission {id} already exists")),
             other => Error::Store(other),
         }
     }

@@ -59,9 +59,7 @@ impl Forwarder {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
+        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
         Forwarder { client, timeout }
     }
 
@@ -74,28 +72,19 @@ impl Forwarder {
         body: Bytes,
     ) -> Result<Accepted, ForwardError> {
         let base = base_uri(rest, registered_from)?;
-        let primary = format!(
-            "{base}/api/v1/sessions/{}/dispatch",
-            encode_segment(session_id)
-        );
+        let primary = format!("{base}/api/v1/sessions/{}/dispatch", encode_segment(session_id));
         let fallback = format!("{base}/dispatch");
         let attempt = async {
             match self.post(&primary, token, body.clone()).await {
-                Err(ForwardError::Refused { status: 404, .. }) => {
-                    self.post(&fallback, token, body).await
-                }
+                Err(ForwardError::Refused { status: 404, .. }) => self.post(&fallback, token, body).await,
                 other => other,
             }
         };
-        tokio::time::timeout(self.timeout, attempt)
-            .await
-            .unwrap_or(Err(ForwardError::Timeout))
+        tokio::time::timeout(self.timeout, attempt).await.unwrap_or(Err(ForwardError::Timeout))
     }
 
     async fn post(&self, url: &str, token: &str, body: Bytes) -> Result<Accepted, ForwardError> {
-        let uri: Uri = url
-            .parse()
-            .map_err(|e| ForwardError::Unreachable(format!("bad endpoint {url}: {e}")))?;
+        let uri: Uri = url.parse().map_err(|e| ForwardError::Unreachable(format!("bad endpoint {url}: {e}")))?;
         let mut delays = REFUSED_RETRY_DELAYS_MS.iter();
         loop {
             let request = Request::builder()
@@ -117,22 +106,14 @@ impl Forwarder {
     }
 }
 
-async fn read_answer(
-    response: hyper::Response<hyper::body::Incoming>,
-) -> Result<Accepted, ForwardError> {
+async fn read_answer(response: hyper::Response<hyper::body::Incoming>) -> Result<Accepted, ForwardError> {
     let status = response.status();
-    let bytes = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let bytes =
+        Limited::new(response.into_body(), MAX_ANSWER_BYTES).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     if !status.is_success() {
         let text = String::from_utf8_lossy(&bytes);
         let body: String = text.chars().take(512).collect();
-        return Err(ForwardError::Refused {
-            status: status.as_u16(),
-            body,
-        });
+        return Err(ForwardError::Refused { status: status.as_u16(), body });
     }
     let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let estimated_start = ["estimated_start", "estimatedStart"]
@@ -156,25 +137,13 @@ fn connect_error_text(e: &hyper_util::client::legacy::Error) -> String {
 /// The executor's base URL, without a trailing slash. A wildcard host (`0.0.0.0`, `[::]`) means "where I
 /// registered from", which is the only address of it we know works.
 fn base_uri(rest: &str, registered_from: Option<IpAddr>) -> Result<String, ForwardError> {
-    let uri: Uri = rest
-        .parse()
-        .map_err(|e| ForwardError::Unreachable(format!("bad endpoint {rest}: {e}")))?;
+    let uri: Uri = rest.parse().map_err(|e| ForwardError::Unreachable(format!("bad endpoint {rest}: {e}")))?;
     match uri.scheme_str() {
         Some("http") => {}
-        Some(other) => {
-            return Err(ForwardError::Unreachable(format!(
-                "scheme {other} is not supported, only http"
-            )))
-        }
-        None => {
-            return Err(ForwardError::Unreachable(format!(
-                "endpoint {rest} has no scheme"
-            )))
-        }
+        Some(other) => return Err(ForwardError::Unreachable(format!("scheme {other} is not supported, only http"))),
+        None => return Err(ForwardError::Unreachable(format!("endpoint {rest} has no scheme"))),
     }
-    let authority = uri
-        .authority()
-        .ok_or_else(|| ForwardError::Unreachable(format!("endpoint {rest} has no host")))?;
+    let authority = uri.authority().ok_or_else(|| ForwardError::Unreachable(format!("endpoint {rest} has no host")))?;
     let host = authority.host();
     let wildcard = host == "0.0.0.0" || host == "[::]";
     let host = match (wildcard, registered_from) {
@@ -182,10 +151,7 @@ fn base_uri(rest: &str, registered_from: Option<IpAddr>) -> Result<String, Forwa
         (true, Some(IpAddr::V6(ip))) => format!("[{ip}]"),
         _ => host.to_owned(),
     };
-    let port = authority
-        .port_u16()
-        .map(|p| format!(":{p}"))
-        .unwrap_or_default();
+    let port = authority.port_u16().map(|p| format!(":{p}")).unwrap_or_default();
     let path = uri.path().trim_end_matches('/');
     Ok(format!("http://{host}{port}{path}"))
 }
@@ -210,26 +176,11 @@ mod tests {
     #[test]
     fn wildcard_hosts_become_the_registering_address() {
         let from = Some("10.1.2.3".parse().unwrap());
-        assert_eq!(
-            base_uri("http://0.0.0.0:8122", from).unwrap(),
-            "http://10.1.2.3:8122"
-        );
-        assert_eq!(
-            base_uri("http://127.0.0.1:8122/", from).unwrap(),
-            "http://127.0.0.1:8122"
-        );
-        assert_eq!(
-            base_uri("http://[::]:9/x/", Some("::1".parse().unwrap())).unwrap(),
-            "http://[::1]:9/x"
-        );
-        assert!(matches!(
-            base_uri("https://h:1", None),
-            Err(ForwardError::Unreachable(_))
-        ));
-        assert!(matches!(
-            base_uri("localhost:8122", None),
-            Err(ForwardError::Unreachable(_))
-        ));
+        assert_eq!(base_uri("http://0.0.0.0:8122", from).unwrap(), "http://10.1.2.3:8122");
+        assert_eq!(base_uri("http://127.0.0.1:8122/", from).unwrap(), "http://127.0.0.1:8122");
+        assert_eq!(base_uri("http://[::]:9/x/", Some("::1".parse().unwrap())).unwrap(), "http://[::1]:9/x");
+        assert!(matches!(base_uri("https://h:1", None), Err(ForwardError::Unreachable(_))));
+        assert!(matches!(base_uri("localhost:8122", None), Err(ForwardError::Unreachable(_))));
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! and queued to the store in the same critical section. Only once the commit is durable is the outcome
 //! applied (counts, ledger) and the frame acknowledged. A refused frame changes nothing.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
@@ -14,7 +16,7 @@ use crate::clock;
 use crate::contract::{data_str, Envelope, EventType};
 use crate::error::Error;
 use crate::missions::{on_executor_event, Live, MissionState, Outcome};
-use crate::store::{self, Change, EventRow, MissionPatch};
+use crate::store::{self, Change, EventRow, HitlOutcome, HitlRow, MissionPatch};
 
 /// Which frame an ack or an error answers.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -27,16 +29,8 @@ pub struct FrameRef {
 
 impl FrameRef {
     fn of(frame: &Value) -> FrameRef {
-        let text = |k: &str| {
-            frame
-                .get(k)
-                .and_then(Value::as_str)
-                .map(|s| s.chars().take(256).collect())
-        };
-        FrameRef {
-            event: text("event"),
-            mission_id: text("mission_id"),
-        }
+        let text = |k: &str| frame.get(k).and_then(Value::as_str).map(|s| s.chars().take(256).collect());
+        FrameRef { event: text("event"), mission_id: text("mission_id") }
     }
 }
 
@@ -49,7 +43,7 @@ pub struct Refusal {
 /// A frame that was accepted.
 pub enum Ingested {
     /// Queued; resolve with [`App::finish`] to learn its sequence number once committed.
-    Pending(PendingCommit),
+    Pending(Box<PendingCommit>),
     /// An identical repeat of the terminal event: acknowledged, not stored again.
     Duplicate(FrameRef),
 }
@@ -59,62 +53,44 @@ pub struct PendingCommit {
     executor_id: String,
     ts: String,
     mission: Option<(String, Option<MissionState>)>,
+    /// A HITL request with a deadline, to be watched once committed.
+    deadline: Option<Box<HitlRow>>,
     reference: FrameRef,
 }
 
 /// What a frame's outcome is, once known: the acknowledgement or the refusal to send back.
 #[derive(Debug)]
 pub enum Answer {
-    Ack {
-        seq: Option<i64>,
-        reference: FrameRef,
-    },
+    Ack { seq: Option<i64>, reference: FrameRef },
     Refused(Refusal),
 }
 
 enum Decision {
-    Queued(
-        oneshot::Receiver<store::Result<Vec<i64>>>,
-        Option<MissionState>,
-    ),
+    Queued(oneshot::Receiver<store::Result<Vec<i64>>>, Option<MissionState>, Option<Box<HitlRow>>),
     Duplicate,
 }
 
 impl App {
     /// Judges one text frame from an executor and, when accepted, queues its commit.
     pub async fn ingest(&self, executor_id: &str, text: &str) -> Result<Ingested, Refusal> {
-        let frame: Value = serde_json::from_str(text).map_err(|e| Refusal {
-            error: Error::InvalidJson(e.to_string()),
-            reference: FrameRef::default(),
-        })?;
+        let frame: Value = serde_json::from_str(text)
+            .map_err(|e| Refusal { error: Error::InvalidJson(e.to_string()), reference: FrameRef::default() })?;
         let reference = FrameRef::of(&frame);
-        let refuse = |error: Error| Refusal {
-            error,
-            reference: reference.clone(),
-        };
+        let refuse = |error: Error| Refusal { error, reference: reference.clone() };
         if let Some(name) = frame.get("event").and_then(Value::as_str) {
             if EventType::parse(name).is_none() {
-                return Err(refuse(Error::UnknownEventType(
-                    name.chars().take(64).collect(),
-                )));
+                return Err(refuse(Error::UnknownEventType(name.chars().take(64).collect())));
             }
         }
         self.schema
             .validate("event_envelope", &frame)
-            .map_err(|details| {
-                refuse(Error::SchemaViolation {
-                    what: "the event",
-                    details,
-                })
-            })?;
+            .map_err(|details| refuse(Error::SchemaViolation { what: "the event", details }))?;
         let envelope: Envelope =
             serde_json::from_value(frame).map_err(|e| refuse(Error::InvalidJson(e.to_string())))?;
-        let event = EventType::parse(&envelope.event)
-            .ok_or_else(|| refuse(Error::UnknownEventType(envelope.event.clone())))?;
+        let event =
+            EventType::parse(&envelope.event).ok_or_else(|| refuse(Error::UnknownEventType(envelope.event.clone())))?;
         if event.is_server_originated() {
-            return Err(refuse(Error::Forbidden(format!(
-                "{event} is sent by serve, never by an executor"
-            ))));
+            return Err(refuse(Error::Forbidden(format!("{event} is sent by serve, never by an executor"))));
         }
         let data = self.schema.canonical_data(event, envelope.data.as_ref());
         let raw = envelope.data.filter(|d| *d != data);
@@ -128,26 +104,20 @@ impl App {
             data,
             raw,
         };
-        let seen = Change::ExecutorSeen {
-            executor_id: executor_id.to_owned(),
-            ts: envelope.ts.clone(),
-        };
-        let pending = |commit, mission| PendingCommit {
+        let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: envelope.ts.clone() };
+        let pending = |commit, mission, deadline| PendingCommit {
             commit,
             executor_id: executor_id.to_owned(),
             ts: envelope.ts.clone(),
             mission,
+            deadline,
             reference: reference.clone(),
         };
 
-        let Some(mission_id) = envelope
-            .mission_id
-            .clone()
-            .filter(|_| event.as_str().starts_with("mission."))
-        else {
+        let Some(mission_id) = envelope.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
             // executor.resync: recorded; reconciliation acts on it.
             let commit = self.store.submit(vec![Change::AppendEvent(row), seen]);
-            return Ok(Ingested::Pending(pending(commit, None)));
+            return Ok(Ingested::Pending(Box::new(pending(commit, None, None))));
         };
 
         let mut row = Some(row);
@@ -156,25 +126,20 @@ impl App {
             self.decide(live, executor_id, event, row, seen, &now)
         });
         match decided {
-            Some(Ok(Decision::Queued(commit, moved))) => Ok(Ingested::Pending(pending(
-                commit,
-                Some((mission_id, moved)),
-            ))),
+            Some(Ok(Decision::Queued(commit, moved, deadline))) => {
+                Ok(Ingested::Pending(Box::new(pending(commit, Some((mission_id, moved)), deadline))))
+            }
             Some(Ok(Decision::Duplicate)) => Ok(Ingested::Duplicate(reference)),
             Some(Err(e)) => Err(refuse(e)),
             None => {
                 // Not live: ended (the store answers for it, terminal states never change) or not ours.
-                let stored = self
-                    .store
-                    .mission(&mission_id)
-                    .await
-                    .map_err(|e| refuse(e.into()))?;
+                let stored = self.store.mission(&mission_id).await.map_err(|e| refuse(e.into()))?;
                 match stored {
                     Some(m) if m.executor_id == executor_id => {
                         let data = row.map(|r| r.data);
                         match on_executor_event(m.state, event) {
                             Outcome::TerminalRepeat
-                                if m.terminal_data.is_some() && m.terminal_data == data =>
+                                if data.is_some_and(|d| is_repeat(m.terminal_data.as_ref(), &d)) =>
                             {
                                 Ok(Ingested::Duplicate(reference))
                             }
@@ -203,7 +168,7 @@ impl App {
         }
         let moved = match on_executor_event(live.state, event) {
             Outcome::Illegal => return Err(illegal(event, &mission_id, live.state)),
-            Outcome::TerminalRepeat if live.terminal_data.as_ref() == Some(&row.data) => {
+            Outcome::TerminalRepeat if is_repeat(live.terminal_data.as_ref(), &row.data) => {
                 return Ok(Decision::Duplicate)
             }
             Outcome::TerminalRepeat => return Err(illegal(event, &mission_id, live.state)),
@@ -212,41 +177,42 @@ impl App {
         };
         let patch = patch_for(event, &row.data, moved, now);
         let terminal_data = moved.filter(|s| s.is_terminal()).map(|_| row.data.clone());
-        let changes = vec![
-            Change::AppendEvent(row),
-            Change::PatchMission { mission_id, patch },
-            seen,
-        ];
+        let (hitl, hitl_changes) = hitl_effect(live, event, moved, &row.data, &mission_id, now);
+        let deadline = hitl
+            .as_ref()
+            .filter(|h| h.expires_at.is_some() && event == EventType::MissionHitlRequired)
+            .cloned()
+            .map(Box::new);
+        let mut changes = vec![Change::AppendEvent(row), Change::PatchMission { mission_id, patch }, seen];
+        changes.extend(hitl_changes);
         let commit = self.store.submit(changes);
         if let Some(to) = moved {
             live.state = to;
             live.terminal_data = terminal_data;
         }
-        Ok(Decision::Queued(commit, moved))
+        live.hitl = hitl;
+        Ok(Decision::Queued(commit, moved, deadline))
     }
 
     /// Waits for a queued frame's commit, applies its outcome, and says what to answer.
-    pub async fn finish(&self, p: PendingCommit) -> Answer {
+    pub async fn finish(self: &Arc<Self>, p: PendingCommit) -> Answer {
         match p.commit.await.unwrap_or(Err(store::StoreError::WriterGone)) {
             Ok(seqs) => {
                 self.registry.seen(&p.executor_id, &p.ts);
+                if let Some(request) = p.deadline {
+                    self.watch_hitl_deadline(*request);
+                }
                 if let Some((mission_id, moved)) = &p.mission {
                     self.settle(mission_id, &p.executor_id, *moved);
                 }
-                Answer::Ack {
-                    seq: seqs.first().copied(),
-                    reference: p.reference,
-                }
+                Answer::Ack { seq: seqs.first().copied(), reference: p.reference }
             }
             Err(e) => {
                 tracing::error!(error = %e, executor_id = %p.executor_id, "event commit failed");
                 if let Some((mission_id, _)) = &p.mission {
                     self.reload(mission_id).await;
                 }
-                Answer::Refused(Refusal {
-                    error: e.into(),
-                    reference: p.reference,
-                })
+                Answer::Refused(Refusal { error: e.into(), reference: p.reference })
             }
         }
     }
@@ -255,14 +221,7 @@ impl App {
     async fn reload(&self, mission_id: &str) {
         self.ledger.remove(mission_id);
         match self.store.mission(mission_id).await {
-            Ok(Some(m)) if !m.state.is_terminal() => self.ledger.insert(
-                mission_id,
-                Live {
-                    executor_id: m.executor_id,
-                    state: m.state,
-                    terminal_data: None,
-                },
-            ),
+            Ok(Some(m)) if !m.state.is_terminal() => self.ledger.insert(mission_id, Live::new(&m.executor_id, m.state)),
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(error = %e, mission_id, "cannot reload mission after a failed commit")
@@ -271,53 +230,80 @@ impl App {
     }
 }
 
+/// Whether a terminal event repeats the one that ended the mission: identical data, or an executor
+/// confirming an abort that serve decided (operator or system), whatever its wording.
+fn is_repeat(terminal: Option<&Value>, data: &Value) -> bool {
+    let Some(terminal) = terminal else { return false };
+    let decided_by_serve = matches!(terminal.get("aborted_by").and_then(Value::as_str), Some("operator" | "system"));
+    terminal == data || (decided_by_serve && data.get("state").and_then(Value::as_str) == Some("aborted"))
+}
+
 fn illegal(event: EventType, mission_id: &str, state: MissionState) -> Error {
-    Error::IllegalTransition(format!(
-        "{event} is not allowed for mission {mission_id} in state {state}"
-    ))
+    Error::IllegalTransition(format!("{event} is not allowed for mission {mission_id} in state {state}"))
 }
 
 /// Unknown and foreign missions get the same answer, so an executor cannot probe for others' mission ids.
 fn not_owned(mission_id: &str) -> Error {
-    Error::Forbidden(format!(
-        "mission {mission_id} is not owned by this executor"
-    ))
+    Error::Forbidden(format!("mission {mission_id} is not owned by this executor"))
+}
+
+/// What an executor event does to the mission's HITL request: a `mission.hitl_required` opens one
+/// (withdrawing an older one still open); leaving `hitl-required` for running or a terminal state
+/// withdraws the open one. Pausing and suspending keep it: the executor still waits for the answer.
+fn hitl_effect(
+    live: &Live,
+    event: EventType,
+    moved: Option<MissionState>,
+    data: &Value,
+    mission_id: &str,
+    now: &str,
+) -> (Option<HitlRow>, Vec<Change>) {
+    let withdraw = |h: &HitlRow| Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Withdrawn, ..h.clone() }));
+    if event == EventType::MissionHitlRequired {
+        let empty = Map::new();
+        let d = data.as_object().unwrap_or(&empty);
+        let request = HitlRow {
+            mission_id: mission_id.to_owned(),
+            hitl_id: data_str(d, "hitl_id").unwrap_or_default().to_owned(),
+            prompt: data_str(d, "prompt").unwrap_or_default().to_owned(),
+            context: data_str(d, "context").map(str::to_owned),
+            expires_at: data_str(d, "expires_at").and_then(clock::normalize),
+            requested_at: now.to_owned(),
+            outcome: HitlOutcome::Pending,
+            response: None,
+            responded_at: None,
+            delivered_at: None,
+        };
+        let mut changes: Vec<Change> =
+            live.hitl.iter().filter(|h| h.hitl_id != request.hitl_id).map(withdraw).collect();
+        changes.push(Change::PutHitl(Box::new(request.clone())));
+        return (Some(request), changes);
+    }
+    match (&live.hitl, moved) {
+        (Some(h), Some(to)) if to == MissionState::Running || to.is_terminal() => (None, vec![withdraw(h)]),
+        (current, _) => (current.clone(), Vec::new()),
+    }
 }
 
 /// What an event records on its mission, beyond the state.
-pub(crate) fn patch_for(
-    event: EventType,
-    data: &Value,
-    moved: Option<MissionState>,
-    now: &str,
-) -> MissionPatch {
+pub(crate) fn patch_for(event: EventType, data: &Value, moved: Option<MissionState>, now: &str) -> MissionPatch {
     let empty = Map::new();
     let d = data.as_object().unwrap_or(&empty);
     let int = |k: &str| d.get(k).and_then(Value::as_i64);
-    let mut patch = MissionPatch {
-        state: moved,
-        updated_at: Some(now.to_owned()),
-        ..MissionPatch::default()
-    };
+    let mut patch = MissionPatch { state: moved, updated_at: Some(now.to_owned()), ..MissionPatch::default() };
     if moved.is_some_and(MissionState::is_terminal) {
         patch.completed_at = Some(now.to_owned());
         patch.terminal_data = Some(data.clone());
     }
     match event {
-        EventType::MissionAssigned => {
-            patch.estimated_start = data_str(d, "estimated_start").map(str::to_owned)
-        }
+        EventType::MissionAssigned => patch.estimated_start = data_str(d, "estimated_start").map(str::to_owned),
         EventType::MissionStarted => {
-            patch.pty_session_ref = data_str(d, "pty_session_id")
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
+            patch.pty_session_ref = data_str(d, "pty_session_id").filter(|s| !s.is_empty()).map(str::to_owned)
         }
         EventType::MissionCompleted => patch.exit_code = int("exit_code"),
         EventType::MissionFailed => {
             patch.exit_code = int("exit_code");
-            patch.error = data_str(d, "error")
-                .or(data_str(d, "reason"))
-                .map(str::to_owned);
+            patch.error = data_str(d, "error").or(data_str(d, "reason")).map(str::to_owned);
         }
         _ => {}
     }

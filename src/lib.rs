@@ -15,6 +15,7 @@ pub mod http;
 pub mod hub;
 pub mod ingest;
 pub mod missions;
+pub mod operator;
 pub mod registry;
 pub mod routing;
 pub mod serve;

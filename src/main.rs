@@ -9,11 +9,7 @@ use clap::{Parser, Subcommand};
 use aiwg_serve::config::{Config, Overrides};
 
 #[derive(Parser)]
-#[command(
-    name = "aiwg-serve",
-    version,
-    about = "Control plane for AI-agent executors (executor.aiwg.io/v1)"
-)]
+#[command(name = "aiwg-serve", version, about = "Control plane for AI-agent executors (executor.aiwg.io/v1)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,8 +34,7 @@ enum Command {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AIWG_SERVE_LOG")
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("AIWG_SERVE_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -53,24 +48,12 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Serve {
-            bind,
-            data_dir,
-            config,
-        } => runtime.block_on(serve(bind, data_dir, config)),
+        Command::Serve { bind, data_dir, config } => runtime.block_on(serve(bind, data_dir, config)),
     }
 }
 
-async fn serve(
-    bind: Option<SocketAddr>,
-    data_dir: Option<PathBuf>,
-    file: Option<PathBuf>,
-) -> ExitCode {
-    let config = match Config::load(
-        file.as_deref(),
-        std::env::vars(),
-        Overrides { bind, data_dir },
-    ) {
+async fn serve(bind: Option<SocketAddr>, data_dir: Option<PathBuf>, file: Option<PathBuf>) -> ExitCode {
+    let config = match Config::load(file.as_deref(), std::env::vars(), Overrides { bind, data_dir }) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("aiwg-serve: {e}");
@@ -98,11 +81,10 @@ async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return interrupt.await.unwrap_or(()),
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return interrupt.await.unwrap_or(()),
+        };
         tokio::select! {
             _ = interrupt => {}
             _ = term.recv() => {}

@@ -90,9 +90,7 @@ pub struct Reach {
 pub fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
+        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
     }
 }
 
@@ -101,47 +99,29 @@ impl Registry {
         let mut inner = Inner::default();
         for row in store.executors().await? {
             if row.deregistered_at.is_none() {
-                inner
-                    .by_token
-                    .insert(row.token_hash, row.executor_id.clone());
+                inner.by_token.insert(row.token_hash, row.executor_id.clone());
             }
-            let entry = Entry {
-                row,
-                token: None,
-                links: Vec::new(),
-                active_missions: 0,
-            };
+            let entry = Entry { row, token: None, links: Vec::new(), active_missions: 0 };
             inner.executors.insert(entry.row.executor_id.clone(), entry);
         }
-        Ok(Registry {
-            inner: RwLock::new(inner),
-            store,
-        })
+        Ok(Registry { inner: RwLock::new(inner), store })
     }
 
     /// Register or re-register. A known id reclaims its identity (same row, missions kept). The token is
     /// kept when the caller presents the current one, otherwise a new one is issued and becomes the only
     /// valid one (sockets already open stay open). The first registration from a non-loopback address
     /// always rotates.
-    pub async fn register(
-        &self,
-        p: &RegisterPayload,
-        peer: IpAddr,
-        bearer: Option<&str>,
-    ) -> Result<Registered> {
+    pub async fn register(&self, p: &RegisterPayload, peer: IpAddr, bearer: Option<&str>) -> Result<Registered> {
         let now = clock::now();
         let loopback = is_loopback(peer);
         let (registered, changes) = {
             let mut inner = self.inner.write().expect("registry lock");
             let existing = inner.executors.get(&p.executor_id);
             let presented_current = match (existing, bearer) {
-                (Some(e), Some(b)) if e.live() => {
-                    tokens::hashes_equal(&tokens::hash(b), &e.row.token_hash)
-                }
+                (Some(e), Some(b)) if e.live() => tokens::hashes_equal(&tokens::hash(b), &e.row.token_hash),
                 _ => false,
             };
-            let first_non_loopback =
-                !loopback && existing.is_some_and(|e| !e.row.seen_non_loopback);
+            let first_non_loopback = !loopback && existing.is_some_and(|e| !e.row.seen_non_loopback);
             let keep_token = presented_current && !first_non_loopback;
             let token = match (keep_token, bearer) {
                 (true, Some(b)) => b.to_owned(),
@@ -157,8 +137,7 @@ impl Registry {
                 capabilities: p.capabilities.clone(),
                 a2a_instance_id: p.a2a_instance_id.clone(),
                 token_hash: tokens::hash(&token),
-                registered_at: existing
-                    .map_or_else(|| now.clone(), |e| e.row.registered_at.clone()),
+                registered_at: existing.map_or_else(|| now.clone(), |e| e.row.registered_at.clone()),
                 registered_from: Some(peer.to_string()),
                 seen_non_loopback: !loopback || existing.is_some_and(|e| e.row.seen_non_loopback),
                 last_event_ts: existing.and_then(|e| e.row.last_event_ts.clone()),
@@ -168,9 +147,7 @@ impl Registry {
             if let Some(old) = old_hash {
                 inner.by_token.remove(&old);
             }
-            inner
-                .by_token
-                .insert(row.token_hash, row.executor_id.clone());
+            inner.by_token.insert(row.token_hash, row.executor_id.clone());
             let event = EventRow {
                 event: EventType::ExecutorRegistered.as_str(),
                 executor_id: row.executor_id.clone(),
@@ -181,10 +158,7 @@ impl Registry {
                 }),
                 raw: None,
             };
-            let changes = vec![
-                Change::PutExecutor(Box::new(row.clone())),
-                Change::AppendEvent(event),
-            ];
+            let changes = vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)];
             let registered = Registered {
                 executor_id: row.executor_id.clone(),
                 token: token.clone(),
@@ -197,12 +171,7 @@ impl Registry {
                     e.token = Some(token);
                 }
                 None => {
-                    let entry = Entry {
-                        row,
-                        token: Some(token),
-                        links: Vec::new(),
-                        active_missions: 0,
-                    };
+                    let entry = Entry { row, token: Some(token), links: Vec::new(), active_missions: 0 };
                     inner.executors.insert(p.executor_id.clone(), entry);
                 }
             }
@@ -210,9 +179,7 @@ impl Registry {
             // were applied in memory.
             (registered, self.store.submit(changes))
         };
-        changes
-            .await
-            .map_err(|_| crate::store::StoreError::WriterGone)??;
+        changes.await.map_err(|_| crate::store::StoreError::WriterGone)??;
         Ok(registered)
     }
 
@@ -231,9 +198,7 @@ impl Registry {
                 }
                 _ => {
                     return Err(match inner.by_token.get(&hash) {
-                        Some(_) => {
-                            Error::Forbidden("this token belongs to another executor".into())
-                        }
+                        Some(_) => Error::Forbidden("this token belongs to another executor".into()),
                         None => Error::TokenInvalid,
                     })
                 }
@@ -270,36 +235,26 @@ impl Registry {
             data: json!({ "reason": reason }),
             raw: None,
         };
-        Some(vec![
-            Change::PutExecutor(Box::new(row)),
-            Change::AppendEvent(event),
-        ])
+        Some(vec![Change::PutExecutor(Box::new(row)), Change::AppendEvent(event)])
     }
 
     pub fn is_token_of_an_executor(&self, hash: &tokens::TokenHash) -> bool {
-        self.inner
-            .read()
-            .expect("registry lock")
-            .by_token
-            .contains_key(hash)
+        self.inner.read().expect("registry lock").by_token.contains_key(hash)
+    }
+
+    /// Registered and with at least one live socket.
+    pub fn is_connected(&self, executor_id: &str) -> bool {
+        let inner = self.inner.read().expect("registry lock");
+        inner.executors.get(executor_id).is_some_and(|e| e.live() && !e.links.is_empty())
     }
 
     pub fn is_live(&self, executor_id: &str) -> bool {
-        self.inner
-            .read()
-            .expect("registry lock")
-            .executors
-            .get(executor_id)
-            .is_some_and(Entry::live)
+        self.inner.read().expect("registry lock").executors.get(executor_id).is_some_and(Entry::live)
     }
 
     pub fn capabilities(&self, executor_id: &str) -> Vec<String> {
         let inner = self.inner.read().expect("registry lock");
-        inner
-            .executors
-            .get(executor_id)
-            .map(|e| e.row.capabilities.clone())
-            .unwrap_or_default()
+        inner.executors.get(executor_id).map(|e| e.row.capabilities.clone()).unwrap_or_default()
     }
 
     /// Adds a live socket. Returns false (and adds nothing) when the executor is gone meanwhile.
@@ -332,9 +287,7 @@ impl Registry {
     /// Sends a frame to every live socket of an executor; returns how many took it.
     pub fn send(&self, executor_id: &str, frame: &Outbound) -> usize {
         let inner = self.inner.read().expect("registry lock");
-        inner.executors.get(executor_id).map_or(0, |e| {
-            e.links.iter().filter(|l| l.send(frame.clone())).count()
-        })
+        inner.executors.get(executor_id).map_or(0, |e| e.links.iter().filter(|l| l.send(frame.clone())).count())
     }
 
     /// Remembers the timestamp of the executor's latest accepted event.
@@ -354,15 +307,11 @@ impl Registry {
 
     pub fn reach(&self, executor_id: &str) -> Option<Reach> {
         let inner = self.inner.read().expect("registry lock");
-        inner
-            .executors
-            .get(executor_id)
-            .filter(|e| e.live())
-            .map(|e| Reach {
-                rest: e.row.transport_endpoints.rest.clone(),
-                registered_from: e.row.registered_from.clone(),
-                token: e.token.clone(),
-            })
+        inner.executors.get(executor_id).filter(|e| e.live()).map(|e| Reach {
+            rest: e.row.transport_endpoints.rest.clone(),
+            registered_from: e.row.registered_from.clone(),
+            token: e.token.clone(),
+        })
     }
 
     /// Runs `f` over every registered (not deregistered) executor, in registration order, under one read
@@ -392,24 +341,13 @@ impl Registry {
 
     pub fn status(&self, executor_id: &str) -> Option<ExecutorStatus> {
         let inner = self.inner.read().expect("registry lock");
-        inner
-            .executors
-            .get(executor_id)
-            .filter(|e| e.live())
-            .map(status_of)
+        inner.executors.get(executor_id).filter(|e| e.live()).map(status_of)
     }
 
     pub fn list(&self) -> Vec<ExecutorStatus> {
         let inner = self.inner.read().expect("registry lock");
-        let mut out: Vec<ExecutorStatus> = inner
-            .executors
-            .values()
-            .filter(|e| e.live())
-            .map(status_of)
-            .collect();
-        out.sort_by(|a, b| {
-            (&a.registered_at, &a.executor_id).cmp(&(&b.registered_at, &b.executor_id))
-        });
+        let mut out: Vec<ExecutorStatus> = inner.executors.values().filter(|e| e.live()).map(status_of).collect();
+        out.sort_by(|a, b| (&a.registered_at, &a.executor_id).cmp(&(&b.registered_at, &b.executor_id)));
         out
     }
 }
@@ -464,59 +402,29 @@ mod tests {
         let loopback: IpAddr = "127.0.0.1".parse().unwrap();
         let lan: IpAddr = "192.168.1.42".parse().unwrap();
 
-        let first = registry
-            .register(&payload(id), loopback, None)
-            .await
-            .unwrap();
+        let first = registry.register(&payload(id), loopback, None).await.unwrap();
         assert!(!first.rotated_for_non_loopback);
-        let again = registry
-            .register(&payload(id), loopback, Some(&first.token))
-            .await
-            .unwrap();
-        assert_eq!(
-            again.token, first.token,
-            "loopback re-register with the token keeps it"
-        );
+        let again = registry.register(&payload(id), loopback, Some(&first.token)).await.unwrap();
+        assert_eq!(again.token, first.token, "loopback re-register with the token keeps it");
 
-        let lan1 = registry
-            .register(&payload(id), lan, Some(&first.token))
-            .await
-            .unwrap();
+        let lan1 = registry.register(&payload(id), lan, Some(&first.token)).await.unwrap();
         assert!(lan1.rotated_for_non_loopback);
-        assert_ne!(
-            lan1.token, first.token,
-            "rotated even though the current token was presented"
-        );
-        assert!(matches!(
-            registry.authenticate(id, Some(&first.token)),
-            Err(Error::TokenInvalid)
-        ));
+        assert_ne!(lan1.token, first.token, "rotated even though the current token was presented");
+        assert!(matches!(registry.authenticate(id, Some(&first.token)), Err(Error::TokenInvalid)));
         registry.authenticate(id, Some(&lan1.token)).unwrap();
 
-        let lan2 = registry
-            .register(&payload(id), lan, Some(&lan1.token))
-            .await
-            .unwrap();
-        assert!(
-            !lan2.rotated_for_non_loopback,
-            "only the first non-loopback registration rotates"
-        );
+        let lan2 = registry.register(&payload(id), lan, Some(&lan1.token)).await.unwrap();
+        assert!(!lan2.rotated_for_non_loopback, "only the first non-loopback registration rotates");
         assert_eq!(lan2.token, lan1.token);
 
         // The rotation is remembered across a restart.
         let reloaded = Registry::load(store).await.unwrap();
-        let lan3 = reloaded
-            .register(&payload(id), lan, Some(&lan1.token))
-            .await
-            .unwrap();
+        let lan3 = reloaded.register(&payload(id), lan, Some(&lan1.token)).await.unwrap();
         assert!(!lan3.rotated_for_non_loopback);
         assert_eq!(lan3.token, lan1.token);
 
         // A brand-new executor from the LAN has nothing to rotate.
-        let fresh = registry
-            .register(&payload("550e8400-e29b-41d4-a716-446655440000"), lan, None)
-            .await
-            .unwrap();
+        let fresh = registry.register(&payload("550e8400-e29b-41d4-a716-446655440000"), lan, None).await.unwrap();
         assert!(!fresh.rotated_for_non_loopback);
     }
 

@@ -40,18 +40,10 @@ impl Plan {
         if self.rejected_total == 0 {
             return "no executor is registered".into();
         }
-        let listed: Vec<String> = self
-            .rejected
-            .iter()
-            .take(3)
-            .map(|r| format!("{} ({})", r.executor_id, r.reason))
-            .collect();
+        let listed: Vec<String> =
+            self.rejected.iter().take(3).map(|r| format!("{} ({})", r.executor_id, r.reason)).collect();
         let more = self.rejected_total.saturating_sub(listed.len());
-        let tail = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
+        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
         format!("{}{tail}", listed.join(", "))
     }
 }
@@ -77,12 +69,8 @@ fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
     if req.long_running && !v.capabilities.iter().any(|c| c == "resumable") {
         return Some("not resumable (the mission is long_running)".into());
     }
-    let missing: Vec<&str> = req
-        .capabilities
-        .iter()
-        .filter(|c| !v.capabilities.contains(c))
-        .map(String::as_str)
-        .collect();
+    let missing: Vec<&str> =
+        req.capabilities.iter().filter(|c| !v.capabilities.contains(c)).map(String::as_str).collect();
     if !missing.is_empty() {
         return Some(format!("lacks capability {}", missing.join(", ")));
     }
@@ -103,10 +91,7 @@ pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize) -> Pl
             Some(reason) => {
                 rejected_total += 1;
                 if rejected.len() < MAX_LISTED_REJECTIONS {
-                    rejected.push(Rejection {
-                        executor_id: v.executor_id.to_owned(),
-                        reason,
-                    });
+                    rejected.push(Rejection { executor_id: v.executor_id.to_owned(), reason });
                 }
             }
             None => eligible.push((pos, v)),
@@ -115,20 +100,13 @@ pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize) -> Pl
     if let Some(pin) = req.pin {
         if !views.iter().any(|v| v.executor_id == pin) {
             rejected_total += 1;
-            rejected.push(Rejection {
-                executor_id: pin.to_owned(),
-                reason: "not registered".into(),
-            });
+            rejected.push(Rejection { executor_id: pin.to_owned(), reason: "not registered".into() });
         }
     }
     let n = views.len().max(1);
     let offset = rotation % n;
     eligible.sort_by_key(|(pos, v)| {
-        (
-            std::cmp::Reverse(isolation_rank(v.capabilities)),
-            v.active_missions,
-            (pos + n - offset) % n,
-        )
+        (std::cmp::Reverse(isolation_rank(v.capabilities)), v.active_missions, (pos + n - offset) % n)
     });
     let reason = match (eligible.first(), req.pin) {
         (Some(_), Some(_)) => "pinned by executor_filter.executor_id".to_owned(),
@@ -140,10 +118,7 @@ pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize) -> Pl
         (None, _) => String::new(),
     };
     Plan {
-        ordered: eligible
-            .into_iter()
-            .map(|(_, v)| v.executor_id.to_owned())
-            .collect(),
+        ordered: eligible.into_iter().map(|(_, v)| v.executor_id.to_owned()).collect(),
         reason,
         rejected,
         rejected_total,
@@ -170,26 +145,12 @@ mod tests {
         }
     }
 
-    fn ex(
-        id: &str,
-        caps: &[&str],
-        connected: bool,
-        active: usize,
-    ) -> (String, Vec<String>, bool, usize) {
-        (
-            id.into(),
-            caps.iter().map(|c| c.to_string()).collect(),
-            connected,
-            active,
-        )
+    fn ex(id: &str, caps: &[&str], connected: bool, active: usize) -> (String, Vec<String>, bool, usize) {
+        (id.into(), caps.iter().map(|c| c.to_string()).collect(), connected, active)
     }
 
     fn req<'a>(pin: Option<&'a str>, caps: &'a [String], long_running: bool) -> Request<'a> {
-        Request {
-            pin,
-            capabilities: caps,
-            long_running,
-        }
+        Request { pin, capabilities: caps, long_running }
     }
 
     #[test]
@@ -204,14 +165,9 @@ mod tests {
         assert_eq!(p.ordered, ["vm-idle", "vm-busy", "ctr", "host"]);
         assert!(p.rejected.is_empty());
 
-        let twins = Fleet(vec![
-            ex("a", &[], true, 0),
-            ex("b", &[], true, 0),
-            ex("c", &[], true, 0),
-        ]);
-        let firsts: Vec<String> = (0..3)
-            .map(|r| plan(&req(None, &[], false), &twins.views(), r).ordered[0].clone())
-            .collect();
+        let twins = Fleet(vec![ex("a", &[], true, 0), ex("b", &[], true, 0), ex("c", &[], true, 0)]);
+        let firsts: Vec<String> =
+            (0..3).map(|r| plan(&req(None, &[], false), &twins.views(), r).ordered[0].clone()).collect();
         assert_eq!(firsts, ["a", "b", "c"]);
     }
 
@@ -226,11 +182,8 @@ mod tests {
         let caps = vec!["runtime:codex".to_string()];
         let p = plan(&req(None, &caps, true), &fleet.views(), 0);
         assert_eq!(p.ordered, ["ok"]);
-        let reasons: Vec<(&str, &str)> = p
-            .rejected
-            .iter()
-            .map(|r| (r.executor_id.as_str(), r.reason.as_str()))
-            .collect();
+        let reasons: Vec<(&str, &str)> =
+            p.rejected.iter().map(|r| (r.executor_id.as_str(), r.reason.as_str())).collect();
         assert_eq!(
             reasons,
             [
@@ -244,23 +197,14 @@ mod tests {
 
     #[test]
     fn a_pin_must_still_satisfy_the_filter() {
-        let fleet = Fleet(vec![
-            ex("a", &["runtime:codex"], true, 0),
-            ex("b", &["runtime:aider"], true, 0),
-        ]);
+        let fleet = Fleet(vec![ex("a", &["runtime:codex"], true, 0), ex("b", &["runtime:aider"], true, 0)]);
         let caps = vec!["runtime:codex".to_string()];
-        assert_eq!(
-            plan(&req(Some("a"), &caps, false), &fleet.views(), 0).ordered,
-            ["a"]
-        );
+        assert_eq!(plan(&req(Some("a"), &caps, false), &fleet.views(), 0).ordered, ["a"]);
         let p = plan(&req(Some("b"), &caps, false), &fleet.views(), 0);
         assert!(p.ordered.is_empty());
         assert_eq!(
             p.rejected,
-            [Rejection {
-                executor_id: "b".into(),
-                reason: "lacks capability runtime:codex".into()
-            }]
+            [Rejection { executor_id: "b".into(), reason: "lacks capability runtime:codex".into() }]
         );
         let p = plan(&req(Some("zzz"), &[], false), &fleet.views(), 0);
         assert_eq!(p.why_none(), "zzz (not registered)");
@@ -268,29 +212,19 @@ mod tests {
 
     #[test]
     fn rejection_list_is_capped_but_counted() {
-        let fleet = Fleet(
-            (0..100)
-                .map(|i| ex(&format!("e{i}"), &[], false, 0))
-                .collect(),
-        );
+        let fleet = Fleet((0..100).map(|i| ex(&format!("e{i}"), &[], false, 0)).collect());
         let p = plan(&req(None, &[], false), &fleet.views(), 0);
         assert_eq!(p.rejected.len(), MAX_LISTED_REJECTIONS);
         assert_eq!(p.rejected_total, 100);
         assert!(p.why_none().ends_with("and 97 more"), "{}", p.why_none());
-        assert_eq!(
-            plan(&req(None, &[], false), &[], 0).why_none(),
-            "no executor is registered"
-        );
+        assert_eq!(plan(&req(None, &[], false), &[], 0).why_none(), "no executor is registered");
     }
 
     #[test]
     fn isolation_ranks() {
         let caps = |c: &[&str]| c.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(isolation_rank(&caps(&["isolation:microvm"])), 3);
-        assert_eq!(
-            isolation_rank(&caps(&["isolation:container", "isolation:none"])),
-            2
-        );
+        assert_eq!(isolation_rank(&caps(&["isolation:container", "isolation:none"])), 2);
         assert_eq!(isolation_rank(&caps(&["runtime:codex"])), 1);
     }
 }

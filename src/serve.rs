@@ -15,10 +15,7 @@ use crate::store::{Store, StoreError};
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot create data directory {path}: {source}")]
-    DataDir {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
+    DataDir { path: std::path::PathBuf, source: std::io::Error },
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
     #[error("{0}")]
@@ -26,10 +23,7 @@ pub enum StartError {
     #[error("cannot load state: {0}")]
     Load(#[from] crate::error::Error),
     #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
+    Bind { addr: SocketAddr, source: std::io::Error },
 }
 
 /// A running server.
@@ -64,21 +58,15 @@ impl Handle {
 
 pub async fn start(config: Config) -> Result<Handle, StartError> {
     let data_dir = config.server.data_dir.clone();
-    std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir {
-        path: data_dir.clone(),
-        source,
-    })?;
+    std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir { path: data_dir.clone(), source })?;
     let schema = Schema::load().map_err(StartError::Schema)?;
     let (store, writer) = Store::open(&data_dir, config.store.synchronous).await?;
     let (stop, stopped) = watch::channel(false);
     let bind = config.server.bind;
     let app = Arc::new(App::new(config, schema, store.clone(), stopped.clone()).await?);
-    let listener = TcpListener::bind(bind)
-        .await
-        .map_err(|source| StartError::Bind { addr: bind, source })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| StartError::Bind { addr: bind, source })?;
+    app.rearm_hitl_deadlines();
+    let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
     let router = crate::http::router(app);
     let mut until = stopped;
     let task = tokio::spawn(async move {

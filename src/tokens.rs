@@ -20,10 +20,7 @@ pub fn hash(token: &str) -> TokenHash {
 
 /// Constant-time equality of two hashes: every byte is compared whatever the first difference.
 pub fn hashes_equal(a: &TokenHash, b: &TokenHash) -> bool {
-    a.iter()
-        .zip(b.iter())
-        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-        == 0
+    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A hash no token produces in practice: what a revoked identity keeps.
@@ -34,9 +31,7 @@ pub fn revoked() -> TokenHash {
 /// The token of an `Authorization: Bearer <token>` header: exactly "Bearer", one space, as upstream
 /// executors send it.
 pub fn bearer(header: Option<&str>) -> Option<&str> {
-    header
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .filter(|t| !t.is_empty())
+    header.and_then(|h| h.strip_prefix("Bearer ")).filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]
@@ -48,9 +43,7 @@ mod tests {
         let a = issue();
         let b = issue();
         assert_eq!(a.len(), 43);
-        assert!(a
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
         assert_ne!(a, b);
     }
 

@@ -80,12 +80,7 @@ pub fn encode_cursor(id: i64) -> String {
 
 pub fn decode_cursor(cursor: &str) -> Option<i64> {
     let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
-    std::str::from_utf8(&bytes)
-        .ok()?
-        .strip_prefix('m')?
-        .parse()
-        .ok()
-        .filter(|id| *id > 0)
+    std::str::from_utf8(&bytes).ok()?.strip_prefix('m')?.parse().ok().filter(|id| *id > 0)
 }
 
 #[cfg(test)]

@@ -25,11 +25,7 @@ pub enum SpecSupport {
 pub fn spec_support(spec_version: &str) -> SpecSupport {
     let core = spec_version.split(['-', '+']).next().unwrap_or_default();
     let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
-    match (
-        parts.next().flatten(),
-        parts.next().flatten(),
-        parts.next().flatten(),
-    ) {
+    match (parts.next().flatten(), parts.next().flatten(), parts.next().flatten()) {
         (Some(1), Some(0), Some(0)) if core == spec_version => SpecSupport::Exact,
         (Some(1), Some(_), Some(_)) => SpecSupport::NewerMinor,
         _ => SpecSupport::UnsupportedMajor,
@@ -108,9 +104,7 @@ impl EventType {
     pub fn is_server_originated(self) -> bool {
         matches!(
             self,
-            EventType::ExecutorRegistered
-                | EventType::ExecutorDeregistered
-                | EventType::MissionHitlResponded
+            EventType::ExecutorRegistered | EventType::ExecutorDeregistered | EventType::MissionHitlResponded
         )
     }
 }
@@ -191,10 +185,7 @@ mod tests {
         assert_eq!(spec_support("1.0.0-rc.1"), SpecSupport::NewerMinor);
         assert_eq!(spec_support("2.0.0"), SpecSupport::UnsupportedMajor);
         assert_eq!(spec_support("0.9.0"), SpecSupport::UnsupportedMajor);
-        assert_eq!(
-            spec_support("99999999999999999999.0.0"),
-            SpecSupport::UnsupportedMajor
-        );
+        assert_eq!(spec_support("99999999999999999999.0.0"), SpecSupport::UnsupportedMajor);
     }
 
     #[test]
@@ -203,9 +194,6 @@ mod tests {
             assert_eq!(EventType::parse(e.as_str()), Some(e));
         }
         assert_eq!(EventType::parse("mission.exploded"), None);
-        assert_eq!(
-            EventType::MissionHitlRequired.data_def(),
-            "data_mission_hitl_required"
-        );
+        assert_eq!(EventType::MissionHitlRequired.data_def(), "data_mission_hitl_required");
     }
 }

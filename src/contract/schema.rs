@@ -45,16 +45,12 @@ impl Schema {
     /// Compiles the embedded schema. It is part of the binary and covered by tests, so failure here is a
     /// build defect, reported as an error rather than a panic so `serve` exits with a message.
     pub fn load() -> Result<Schema, String> {
-        let doc: Value = serde_json::from_str(SCHEMA_JSON)
-            .map_err(|e| format!("embedded schema is not JSON: {e}"))?;
+        let doc: Value = serde_json::from_str(SCHEMA_JSON).map_err(|e| format!("embedded schema is not JSON: {e}"))?;
         let validators = jsonschema::options()
             .should_validate_formats(true)
             .build_map(&doc)
             .map_err(|e| format!("embedded schema does not compile: {e}"))?;
-        let defs = doc
-            .get("$defs")
-            .and_then(Value::as_object)
-            .ok_or("embedded schema has no $defs")?;
+        let defs = doc.get("$defs").and_then(Value::as_object).ok_or("embedded schema has no $defs")?;
         let mut shapes = HashMap::new();
         for event in EventType::ALL {
             let def = defs
@@ -79,10 +75,7 @@ impl Schema {
             .map(|e| {
                 let mut message = e.to_string();
                 if message.len() > MAX_DETAIL_MESSAGE {
-                    let cut = (0..=MAX_DETAIL_MESSAGE)
-                        .rev()
-                        .find(|i| message.is_char_boundary(*i))
-                        .unwrap_or(0);
+                    let cut = (0..=MAX_DETAIL_MESSAGE).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
                     message.truncate(cut);
                     message.push('…');
                 }
@@ -123,20 +116,11 @@ impl Schema {
 
 impl DataShape {
     fn from_properties(properties: &Map<String, Value>) -> DataShape {
-        let canonical_state = properties
-            .get("state")
-            .and_then(|s| s.get("x-canonical"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let defaults = properties
-            .iter()
-            .filter_map(|(k, p)| p.get("default").map(|d| (k.clone(), d.clone())))
-            .collect();
-        DataShape {
-            keys: properties.keys().cloned().collect(),
-            canonical_state,
-            defaults,
-        }
+        let canonical_state =
+            properties.get("state").and_then(|s| s.get("x-canonical")).and_then(Value::as_str).map(str::to_owned);
+        let defaults =
+            properties.iter().filter_map(|(k, p)| p.get("default").map(|d| (k.clone(), d.clone()))).collect();
+        DataShape { keys: properties.keys().cloned().collect(), canonical_state, defaults }
     }
 }
 
@@ -157,15 +141,9 @@ mod tests {
             schema.canonical_data(EventType::MissionFailed, None),
             json!({"state": "failed", "reason": "unspecified"})
         );
+        assert_eq!(schema.canonical_data(EventType::MissionProgress, None), json!({}));
         assert_eq!(
-            schema.canonical_data(EventType::MissionProgress, None),
-            json!({})
-        );
-        assert_eq!(
-            schema.canonical_data(
-                EventType::MissionStarted,
-                Some(&json!({"pty_session_id": "p1", "x": 1}))
-            ),
+            schema.canonical_data(EventType::MissionStarted, Some(&json!({"pty_session_id": "p1", "x": 1}))),
             json!({"state": "running", "pty_session_id": "p1"})
         );
     }
@@ -173,14 +151,8 @@ mod tests {
     #[test]
     fn details_name_path_and_keyword() {
         let schema = Schema::load().unwrap();
-        let err = schema
-            .validate("hitl_response_payload", &json!({"hitl_id": 5}))
-            .unwrap_err();
+        let err = schema.validate("hitl_response_payload", &json!({"hitl_id": 5})).unwrap_err();
         assert!(err.iter().any(|d| d.keyword == "required"), "{err:?}");
-        assert!(
-            err.iter()
-                .any(|d| d.instance_path == "/hitl_id" && d.keyword == "type"),
-            "{err:?}"
-        );
+        assert!(err.iter().any(|d| d.instance_path == "/hitl_id" && d.keyword == "type"), "{err:?}");
     }
 }

@@ -22,7 +22,7 @@ pub fn status_of(e: &Error) -> StatusCode {
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-        Error::Conflict(_) | Error::IllegalTransition(_) => StatusCode::CONFLICT,
+        Error::Conflict(_) | Error::IllegalTransition(_) | Error::ExecutorNotConnected(_) => StatusCode::CONFLICT,
         Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         Error::UpgradeRequired => StatusCode::UPGRADE_REQUIRED,
         Error::NoExecutorAvailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -48,14 +48,10 @@ impl IntoResponse for Error {
         let mut response = (status, Json(body)).into_response();
         match self {
             Error::NoExecutorAvailable { .. } => {
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
             }
             Error::Unauthorized(_) | Error::TokenInvalid => {
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             _ => {}
         }

@@ -57,8 +57,7 @@ async fn register(
     }
     if let Some(w) = warning {
         // RFC 7234 warn-code 299: a persistent warning.
-        if let Ok(v) = HeaderValue::from_str(&format!("299 aiwg-serve \"{}\"", w.replace('"', "'")))
-        {
+        if let Ok(v) = HeaderValue::from_str(&format!("299 aiwg-serve \"{}\"", w.replace('"', "'"))) {
             headers.insert(axum::http::header::WARNING, v);
         }
     }
@@ -72,28 +71,15 @@ struct ExecutorList {
 }
 
 async fn list(_: Operator, State(app): State<Arc<App>>) -> Json<ExecutorList> {
-    Json(ExecutorList {
-        executors: app.registry.list(),
-    })
+    Json(ExecutorList { executors: app.registry.list() })
 }
 
-async fn show(
-    _: Operator,
-    State(app): State<Arc<App>>,
-    Path(id): Path<String>,
-) -> Result<Response> {
-    let status = app
-        .registry
-        .status(&id)
-        .ok_or_else(|| Error::NotFound(format!("executor {id} is not registered")))?;
+async fn show(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+    let status = app.registry.status(&id).ok_or_else(|| Error::NotFound(format!("executor {id} is not registered")))?;
     Ok(Json(status).into_response())
 }
 
-async fn deregister(
-    State(app): State<Arc<App>>,
-    Path(id): Path<String>,
-    Bearer(bearer): Bearer,
-) -> Result<StatusCode> {
+async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>, Bearer(bearer): Bearer) -> Result<StatusCode> {
     app.deregister(&id, bearer.as_deref()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -115,10 +101,7 @@ async fn socket(
         .read_buffer_size(hub_config.read_buffer_bytes)
         .max_message_size(hub_config.max_frame_bytes)
         .max_frame_size(hub_config.max_frame_bytes);
-    let token = query
-        .ok()
-        .and_then(|Query(q)| q.token)
-        .filter(|t| !t.is_empty());
+    let token = query.ok().and_then(|Query(q)| q.token).filter(|t| !t.is_empty());
     Ok(match app.registry.authenticate(&id, token.as_deref()) {
         Ok(()) => upgrade.on_upgrade(move |socket| hub::executor_socket(app, id, socket)),
         Err(e) => {

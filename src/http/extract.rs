@@ -54,16 +54,9 @@ impl<T: ContractBody> FromRequest<Arc<App>> for Contract<T> {
                 Error::InvalidJson(rejection.body_text())
             }
         })?;
-        let raw: Value =
-            serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))?;
-        app.schema
-            .validate(T::DEF, &raw)
-            .map_err(|details| Error::SchemaViolation {
-                what: T::WHAT,
-                details,
-            })?;
-        let body =
-            serde_json::from_value(raw.clone()).map_err(|e| Error::InvalidJson(e.to_string()))?;
+        let raw: Value = serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))?;
+        app.schema.validate(T::DEF, &raw).map_err(|details| Error::SchemaViolation { what: T::WHAT, details })?;
+        let body = serde_json::from_value(raw.clone()).map_err(|e| Error::InvalidJson(e.to_string()))?;
         Ok(Contract { body, raw })
     }
 }
@@ -75,10 +68,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Bearer {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
-        let header = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|h| h.to_str().ok());
+        let header = parts.headers.get(AUTHORIZATION).and_then(|h| h.to_str().ok());
         Ok(Bearer(tokens::bearer(header).map(str::to_owned)))
     }
 }

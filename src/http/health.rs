@@ -9,9 +9,7 @@ use serde_json::{json, Value};
 use crate::app::App;
 
 pub fn router() -> Router<Arc<App>> {
-    Router::new()
-        .route("/healthz", get(health))
-        .route("/api/health", get(health))
+    Router::new().route("/healthz", get(health)).route("/api/health", get(health))
 }
 
 async fn health() -> Json<Value> {

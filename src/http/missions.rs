@@ -4,15 +4,18 @@ use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::routing::get;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
-use super::extract::Operator;
+use super::extract::{Contract, Operator};
 use crate::app::App;
 use crate::clock;
+use crate::contract::HitlResponsePayload;
 use crate::error::{Error, Result};
 use crate::missions::MissionState;
+use crate::operator::{Action, ControlOutcome};
 use crate::store::MissionQuery;
 use crate::views::{decode_cursor, MissionPage, MissionStatus};
 
@@ -23,13 +26,40 @@ pub fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/api/v1/missions", get(list))
         .route("/api/v1/missions/{id}", get(show))
+        .route("/api/v1/missions/{id}/pause", post(pause))
+        .route("/api/v1/missions/{id}/resume", post(resume))
+        .route("/api/v1/missions/{id}/abort", post(abort))
+        .route("/api/v1/missions/{id}/hitl_response", post(hitl_response))
 }
 
-async fn show(
+type Accepted = (StatusCode, Json<ControlOutcome>);
+
+async fn act(app: &Arc<App>, id: &str, action: Action<'_>) -> Result<Accepted> {
+    Ok((StatusCode::ACCEPTED, Json(app.operate(id, action).await?)))
+}
+
+async fn pause(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Accepted> {
+    act(&app, &id, Action::Pause).await
+}
+
+async fn resume(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Accepted> {
+    act(&app, &id, Action::Resume).await
+}
+
+async fn abort(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Accepted> {
+    act(&app, &id, Action::Abort).await
+}
+
+async fn hitl_response(
     _: Operator,
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
-) -> Result<Json<MissionStatus>> {
+    Contract { body, .. }: Contract<HitlResponsePayload>,
+) -> Result<Accepted> {
+    act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }).await
+}
+
+async fn show(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json<MissionStatus>> {
     Ok(Json(app.mission_status(&id).await?))
 }
 
@@ -52,39 +82,24 @@ async fn list(
     let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
     let state = p
         .state
-        .map(|s| {
-            MissionState::parse(&s)
-                .ok_or_else(|| Error::InvalidQuery(format!("unknown state {s:?}")))
-        })
+        .map(|s| MissionState::parse(&s).ok_or_else(|| Error::InvalidQuery(format!("unknown state {s:?}"))))
         .transpose()?;
     let updated_since = p
         .updated_since
         .map(|s| {
-            clock::normalize(&s).ok_or_else(|| {
-                Error::InvalidQuery(format!("updated_since {s:?} is not an RFC 3339 timestamp"))
-            })
+            clock::normalize(&s)
+                .ok_or_else(|| Error::InvalidQuery(format!("updated_since {s:?} is not an RFC 3339 timestamp")))
         })
         .transpose()?;
     let before_id = p
         .cursor
-        .map(|c| {
-            decode_cursor(&c)
-                .ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into()))
-        })
+        .map(|c| decode_cursor(&c).ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into())))
         .transpose()?;
     let limit = p.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(Error::InvalidQuery(format!(
-            "limit must be between 1 and {MAX_PAGE}"
-        )));
+        return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_PAGE}")));
     }
-    let query = MissionQuery {
-        state,
-        executor_id: p.executor_id,
-        session_id: p.session_id,
-        updated_since,
-        before_id,
-        limit,
-    };
+    let query =
+        MissionQuery { state, executor_id: p.executor_id, session_id: p.session_id, updated_since, before_id, limit };
     Ok(Json(app.missions(query).await?))
 }

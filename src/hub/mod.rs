@@ -63,24 +63,19 @@ impl Link {
 /// Closes a socket whose upgrade carried no valid token: the upgrade completes, then 4001 (what upstream
 /// executors expect).
 pub async fn reject(mut socket: WebSocket) {
-    let close = CloseFrame {
-        code: 4001,
-        reason: Utf8Bytes::from_static("Unauthorized"),
-    };
+    let close = CloseFrame { code: 4001, reason: Utf8Bytes::from_static("Unauthorized") };
     let _ = socket.send(Message::Close(Some(close))).await;
 }
 
 pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
     let (tx, mut outbound) = mpsc::channel(OUTBOUND_QUEUE);
-    let link = Link {
-        id: app.next_link_id(),
-        tx,
-    };
+    let link = Link { id: app.next_link_id(), tx };
     let link_id = link.id;
     if !app.registry.attach(&executor_id, link) {
         return reject(socket).await;
     }
     tracing::info!(%executor_id, link_id, "executor socket open");
+    app.redeliver_answers(&executor_id).await;
     let (mut sink, mut stream) = socket.split();
     let mut answers = FuturesOrdered::new();
     let mut shutdown = app.shutdown_signal();
@@ -111,7 +106,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
                 };
                 let app = app.clone();
                 match answer {
-                    Some(Ok(Ingested::Pending(p))) => answers.push_back(futures_util::future::Either::Left(async move { app.finish(p).await })),
+                    Some(Ok(Ingested::Pending(p))) => answers.push_back(futures_util::future::Either::Left(async move { app.finish(*p).await })),
                     Some(Ok(Ingested::Duplicate(reference))) => answers.push_back(futures_util::future::Either::Right(std::future::ready(Answer::Ack { seq: None, reference }))),
                     Some(Err(refusal)) => {
                         let now = Instant::now();
@@ -152,25 +147,14 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     // Frames already queued still commit; settle them (and answer, if the peer still listens) so that
     // counts and projections stay true.
     while let Some(answer) = answers.next().await {
-        let _ = sink
-            .send(Message::Text(Utf8Bytes::from(answer_frame(answer))))
-            .await;
+        let _ = sink.send(Message::Text(Utf8Bytes::from(answer_frame(answer)))).await;
     }
     if let Some((code, reason)) = close {
-        let _ = sink
-            .send(Message::Close(Some(CloseFrame {
-                code,
-                reason: Utf8Bytes::from_static(reason),
-            })))
-            .await;
+        let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: Utf8Bytes::from_static(reason) }))).await;
     }
     if let Some(row) = app.registry.detach(&executor_id, link_id) {
         tracing::info!(%executor_id, "executor disconnected (last socket closed)");
-        if let Err(e) = app
-            .store
-            .commit(vec![Change::PutExecutor(Box::new(row))])
-            .await
-        {
+        if let Err(e) = app.store.commit(vec![Change::PutExecutor(Box::new(row))]).await {
             tracing::error!(error = %e, %executor_id, "recording the disconnect failed");
         }
     }
@@ -179,10 +163,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
 /// Oversized messages are answered with 1009 (message too big); other read errors just end the socket.
 fn read_error_close(e: &axum::Error) -> Option<(u16, &'static str)> {
     let text = e.to_string();
-    if text.contains("Space limit exceeded")
-        || text.contains("too long")
-        || text.contains("too big")
-    {
+    if text.contains("Space limit exceeded") || text.contains("too long") || text.contains("too big") {
         Some((1009, "frame too large"))
     } else {
         tracing::debug!(error = %text, "executor socket read error");
@@ -192,14 +173,8 @@ fn read_error_close(e: &axum::Error) -> Option<(u16, &'static str)> {
 
 fn answer_frame(answer: Answer) -> String {
     match answer {
-        Answer::Ack {
-            seq: Some(seq),
-            reference,
-        } => json!({"ack": true, "seq": seq, "ref": reference}),
-        Answer::Ack {
-            seq: None,
-            reference,
-        } => json!({"ack": true, "duplicate": true, "ref": reference}),
+        Answer::Ack { seq: Some(seq), reference } => json!({"ack": true, "seq": seq, "ref": reference}),
+        Answer::Ack { seq: None, reference } => json!({"ack": true, "duplicate": true, "ref": reference}),
         Answer::Refused(Refusal { error, reference }) => {
             json!({"error": error.code(), "message": error.to_string(), "ref": reference})
         }

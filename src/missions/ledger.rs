@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use super::MissionState;
+use crate::store::HitlRow;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
@@ -19,6 +20,14 @@ pub struct Live {
     pub state: MissionState,
     /// Data of the terminal event, once projected terminal (to recognise an identical repeat).
     pub terminal_data: Option<Value>,
+    /// The HITL request waiting for an operator, if any.
+    pub hitl: Option<HitlRow>,
+}
+
+impl Live {
+    pub fn new(executor_id: &str, state: MissionState) -> Live {
+        Live { executor_id: executor_id.to_owned(), state, terminal_data: None, hitl: None }
+    }
 }
 
 #[derive(Default)]
@@ -27,47 +36,30 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    pub fn load(rows: impl IntoIterator<Item = (String, String, MissionState)>) -> Ledger {
-        let live = rows
-            .into_iter()
-            .map(|(id, executor_id, state)| {
-                (
-                    id,
-                    Live {
-                        executor_id,
-                        state,
-                        terminal_data: None,
-                    },
-                )
-            })
-            .collect();
-        Ledger {
-            live: Mutex::new(live),
+    /// Rebuilds the working set at start: live missions and their pending HITL requests.
+    pub fn load(rows: impl IntoIterator<Item = (String, String, MissionState)>, pending: Vec<HitlRow>) -> Ledger {
+        let mut live: HashMap<String, Live> =
+            rows.into_iter().map(|(id, executor_id, state)| (id, Live::new(&executor_id, state))).collect();
+        for h in pending {
+            if let Some(l) = live.get_mut(&h.mission_id) {
+                l.hitl = Some(h);
+            }
         }
+        Ledger { live: Mutex::new(live) }
     }
 
     pub fn insert(&self, mission_id: &str, live: Live) {
-        self.live
-            .lock()
-            .expect("ledger lock")
-            .insert(mission_id.to_owned(), live);
+        self.live.lock().expect("ledger lock").insert(mission_id.to_owned(), live);
     }
 
     pub fn contains(&self, mission_id: &str) -> bool {
-        self.live
-            .lock()
-            .expect("ledger lock")
-            .contains_key(mission_id)
+        self.live.lock().expect("ledger lock").contains_key(mission_id)
     }
 
     /// Runs `f` on the live mission under the ledger's lock; `None` when the mission is not live.
     /// `f` must not block: it decides and queues, nothing more.
     pub fn with<R>(&self, mission_id: &str, f: impl FnOnce(&mut Live) -> R) -> Option<R> {
-        self.live
-            .lock()
-            .expect("ledger lock")
-            .get_mut(mission_id)
-            .map(f)
+        self.live.lock().expect("ledger lock").get_mut(mission_id).map(f)
     }
 
     /// Drops a mission whose terminal state is committed, or whose projection must be rebuilt.
@@ -78,10 +70,12 @@ impl Ledger {
     /// Live missions owned by an executor.
     pub fn owned_by(&self, executor_id: &str) -> Vec<(String, MissionState)> {
         let live = self.live.lock().expect("ledger lock");
-        live.iter()
-            .filter(|(_, l)| l.executor_id == executor_id)
-            .map(|(id, l)| (id.clone(), l.state))
-            .collect()
+        live.iter().filter(|(_, l)| l.executor_id == executor_id).map(|(id, l)| (id.clone(), l.state)).collect()
+    }
+
+    /// Pending HITL requests (to re-arm their deadlines at start).
+    pub fn pending_hitl(&self) -> Vec<HitlRow> {
+        self.live.lock().expect("ledger lock").values().filter_map(|l| l.hitl.clone()).collect()
     }
 
     /// Live missions per executor, to seed the registry's counts at start.

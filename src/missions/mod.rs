@@ -4,4 +4,4 @@ mod ledger;
 mod state;
 
 pub use ledger::{Ledger, Live};
-pub use state::{on_executor_event, MissionState, Outcome};
+pub use state::{on_control, on_executor_event, Control, MissionState, Outcome};

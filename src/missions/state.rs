@@ -58,10 +58,7 @@ impl MissionState {
     }
 
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            MissionState::Done | MissionState::Failed | MissionState::Aborted
-        )
+        matches!(self, MissionState::Done | MissionState::Failed | MissionState::Aborted)
     }
 }
 
@@ -93,9 +90,9 @@ pub fn on_executor_event(state: MissionState, event: EventType) -> Outcome {
 
     if state.is_terminal() {
         return match (state, event) {
-            (S::Done, E::MissionCompleted)
-            | (S::Failed, E::MissionFailed)
-            | (S::Aborted, E::MissionAborted) => TerminalRepeat,
+            (S::Done, E::MissionCompleted) | (S::Failed, E::MissionFailed) | (S::Aborted, E::MissionAborted) => {
+                TerminalRepeat
+            }
             _ => Illegal,
         };
     }
@@ -136,13 +133,36 @@ pub fn on_executor_event(state: MissionState, event: EventType) -> Outcome {
         (_, E::MissionReconnected) => Stay,
 
         // Executor-level and serve-originated events never name a mission's transition.
-        (
-            _,
-            E::ExecutorRegistered
-            | E::ExecutorDeregistered
-            | E::ExecutorResync
-            | E::MissionHitlResponded,
-        ) => Illegal,
+        (_, E::ExecutorRegistered | E::ExecutorDeregistered | E::ExecutorResync | E::MissionHitlResponded) => Illegal,
+    }
+}
+
+/// What an operator can do to a mission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Resume,
+    Abort,
+    /// A response to the mission's pending HITL request.
+    AnswerHitl,
+}
+
+impl Control {
+    pub const ALL: [Control; 4] = [Control::Pause, Control::Resume, Control::Abort, Control::AnswerHitl];
+}
+
+/// The transition table for operator actions: the state the mission moves to, or `None` when the action
+/// is illegal in that state. Terminal states refuse everything (upstream silently answers 200; we don't).
+pub fn on_control(state: MissionState, control: Control) -> Option<MissionState> {
+    use Control as C;
+    use MissionState as S;
+    match (state, control) {
+        (S::Done | S::Failed | S::Aborted, _) => None,
+        (_, C::Abort) => Some(S::Aborted),
+        (S::Assigned | S::Running | S::HitlRequired, C::Pause) => Some(S::Paused),
+        (S::Paused, C::Resume) => Some(S::Running),
+        (S::HitlRequired, C::AnswerHitl) => Some(S::Running),
+        _ => None,
     }
 }
 
@@ -198,13 +218,33 @@ mod tests {
             let cells: Vec<char> = row.chars().collect();
             assert_eq!(cells.len(), MissionState::ALL.len(), "row for {event}");
             for (state, cell) in MissionState::ALL.into_iter().zip(cells) {
-                assert_eq!(
-                    on_executor_event(state, *event),
-                    decode(cell),
-                    "{state} + {event}"
-                );
+                assert_eq!(on_executor_event(state, *event), decode(cell), "{state} + {event}");
             }
         }
+    }
+
+    /// Operator actions, columns as in [`MATRIX`].
+    const CONTROLS: &[(Control, &str)] = &[
+        (Control::Pause, ".pp.p...."),
+        (Control::Resume, "...R....."),
+        (Control::Abort, "xxxxxx..."),
+        (Control::AnswerHitl, "....R...."),
+    ];
+
+    #[test]
+    fn every_state_control_pair_matches_the_matrix() {
+        for (control, row) in CONTROLS {
+            let cells: Vec<char> = row.chars().collect();
+            assert_eq!(cells.len(), MissionState::ALL.len(), "row for {control:?}");
+            for (state, cell) in MissionState::ALL.into_iter().zip(cells) {
+                let expected = match decode(cell) {
+                    Outcome::Move(to) => Some(to),
+                    _ => None,
+                };
+                assert_eq!(on_control(state, *control), expected, "{state} + {control:?}");
+            }
+        }
+        assert_eq!(CONTROLS.len(), Control::ALL.len());
     }
 
     #[test]
@@ -212,10 +252,7 @@ mod tests {
         for state in MissionState::ALL.into_iter().filter(|s| s.is_terminal()) {
             for event in EventType::ALL {
                 assert!(
-                    matches!(
-                        on_executor_event(state, event),
-                        Outcome::Illegal | Outcome::TerminalRepeat
-                    ),
+                    matches!(on_executor_event(state, event), Outcome::Illegal | Outcome::TerminalRepeat),
                     "{state} + {event} must not move"
                 );
             }
@@ -226,10 +263,7 @@ mod tests {
     fn states_round_trip_through_their_names() {
         for s in MissionState::ALL {
             assert_eq!(MissionState::parse(s.as_str()), Some(s));
-            assert_eq!(
-                serde_json::to_value(s).unwrap(),
-                serde_json::Value::String(s.as_str().into())
-            );
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::Value::String(s.as_str().into()));
         }
         assert_eq!(MissionState::parse("hitl_required"), None);
     }

@@ -5,8 +5,10 @@ use sqlx::Connection;
 
 use super::Result;
 
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../../migrations/0001_init.sql")),
+    (2, "hitl", include_str!("../../migrations/0002_hitl.sql")),
+];
 
 pub async fn apply(conn: &mut SqliteConnection) -> Result<()> {
     sqlx::query(
@@ -14,9 +16,7 @@ pub async fn apply(conn: &mut SqliteConnection) -> Result<()> {
     )
     .execute(&mut *conn)
     .await?;
-    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations")
-        .fetch_all(&mut *conn)
-        .await?;
+    let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations").fetch_all(&mut *conn).await?;
     for (version, name, sql) in MIGRATIONS {
         if applied.contains(version) {
             continue;

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, QueryBuilder, Row, Sqlite};
 use tokio::sync::{mpsc, oneshot};
@@ -129,6 +128,48 @@ pub struct EventRow {
     pub raw: Option<Value>,
 }
 
+/// Where a HITL request stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HitlOutcome {
+    Pending,
+    Answered,
+    Expired,
+    /// The executor moved on without an answer (a newer request, or the mission left `hitl-required`).
+    Withdrawn,
+}
+
+impl HitlOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HitlOutcome::Pending => "pending",
+            HitlOutcome::Answered => "answered",
+            HitlOutcome::Expired => "expired",
+            HitlOutcome::Withdrawn => "withdrawn",
+        }
+    }
+
+    fn parse(s: &str) -> Result<HitlOutcome> {
+        [HitlOutcome::Pending, HitlOutcome::Answered, HitlOutcome::Expired, HitlOutcome::Withdrawn]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown HITL outcome {s:?}")))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HitlRow {
+    pub mission_id: String,
+    pub hitl_id: String,
+    pub prompt: String,
+    pub context: Option<String>,
+    pub expires_at: Option<String>,
+    pub requested_at: String,
+    pub outcome: HitlOutcome,
+    pub response: Option<String>,
+    pub responded_at: Option<String>,
+    pub delivered_at: Option<String>,
+}
+
 /// One change; a unit of changes commits atomically.
 #[derive(Clone, Debug)]
 pub enum Change {
@@ -145,6 +186,20 @@ pub enum Change {
         patch: MissionPatch,
     },
     AppendEvent(EventRow),
+    PutHitl(Box<HitlRow>),
+}
+
+impl EventRow {
+    /// The event as it travels on the wire.
+    pub fn envelope(&self) -> Envelope {
+        Envelope {
+            event: self.event.to_owned(),
+            executor_id: self.executor_id.clone(),
+            mission_id: self.mission_id.clone(),
+            ts: self.ts.clone(),
+            data: Some(self.data.clone()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -174,10 +229,7 @@ pub struct Store {
 
 impl Store {
     /// Opens (creating if needed) `<data_dir>/aiwg-serve.db`, applies migrations, starts the writer.
-    pub async fn open(
-        data_dir: &Path,
-        synchronous: Synchronous,
-    ) -> Result<(Store, writer::WriterTask)> {
+    pub async fn open(data_dir: &Path, synchronous: Synchronous) -> Result<(Store, writer::WriterTask)> {
         let path = data_dir.join("aiwg-serve.db");
         let options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(&path)
@@ -192,23 +244,12 @@ impl Store {
             .disable_statement_logging();
         let mut conn = options.connect().await?;
         migrate::apply(&mut conn).await?;
-        let next_seq: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events")
-            .fetch_one(&mut conn)
-            .await?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .min_connections(1)
-            .connect_with(options)
-            .await?;
+        let next_seq: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events").fetch_one(&mut conn).await?;
+        let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let task = writer::WriterTask::spawn(conn, rx, next_seq);
-        Ok((
-            Store {
-                pool,
-                writer: WriterHandle::new(tx),
-            },
-            task,
-        ))
+        Ok((Store { pool, writer: WriterHandle::new(tx) }, task))
     }
 
     /// Queues a unit of changes; the receiver yields the sequence numbers of its events once committed.
@@ -218,15 +259,12 @@ impl Store {
 
     /// Queues a unit and waits for its commit.
     pub async fn commit(&self, changes: Vec<Change>) -> Result<Vec<i64>> {
-        self.submit(changes)
-            .await
-            .map_err(|_| StoreError::WriterGone)?
+        self.submit(changes).await.map_err(|_| StoreError::WriterGone)?
     }
 
     pub async fn executors(&self) -> Result<Vec<ExecutorRow>> {
-        let rows = sqlx::query("SELECT * FROM executors ORDER BY registered_at, executor_id")
-            .fetch_all(&self.pool)
-            .await?;
+        let rows =
+            sqlx::query("SELECT * FROM executors ORDER BY registered_at, executor_id").fetch_all(&self.pool).await?;
         rows.iter().map(executor_from_row).collect()
     }
 
@@ -238,13 +276,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("mission_id")?,
-                    r.try_get("executor_id")?,
-                    parse_state(r.try_get("state")?)?,
-                ))
-            })
+            .map(|r| Ok((r.try_get("mission_id")?, r.try_get("executor_id")?, parse_state(r.try_get("state")?)?)))
             .collect()
     }
 
@@ -300,9 +332,29 @@ impl Store {
         }
         sql.push(" ORDER BY id DESC LIMIT ").push_bind(q.limit);
         let rows = sql.build().fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("id")?, mission_from_row(r)?)))
-            .collect()
+        rows.iter().map(|r| Ok((r.try_get("id")?, mission_from_row(r)?))).collect()
+    }
+
+    /// HITL requests still open: pending ones, and answered ones not yet delivered.
+    pub async fn open_hitl(&self) -> Result<Vec<HitlRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM hitl_requests WHERE outcome = 'pending' OR (outcome = 'answered' AND delivered_at IS NULL)",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(hitl_from_row).collect()
+    }
+
+    /// Answers not yet delivered for the missions of an executor, oldest first.
+    pub async fn undelivered_answers(&self, executor_id: &str) -> Result<Vec<HitlRow>> {
+        let rows = sqlx::query(
+            "SELECT h.* FROM hitl_requests h JOIN missions m ON m.mission_id = h.mission_id \
+             WHERE h.outcome = 'answered' AND h.delivered_at IS NULL AND m.executor_id = ? ORDER BY h.responded_at",
+        )
+        .bind(executor_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(hitl_from_row).collect()
     }
 
     /// Stops the writer once what is queued is committed, and closes the read pool.
@@ -313,8 +365,7 @@ impl Store {
 }
 
 fn parse_state(s: String) -> Result<MissionState> {
-    MissionState::parse(&s)
-        .ok_or_else(|| StoreError::Corrupt(format!("unknown mission state {s:?}")))
+    MissionState::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("unknown mission state {s:?}")))
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T> {
@@ -331,9 +382,7 @@ fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRow> {
         transport_endpoints: parse_json(r.try_get("transport_endpoints")?, "transport_endpoints")?,
         capabilities: parse_json(r.try_get("capabilities")?, "capabilities")?,
         a2a_instance_id: r.try_get("a2a_instance_id")?,
-        token_hash: hash
-            .try_into()
-            .map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))?,
+        token_hash: hash.try_into().map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))?,
         registered_at: r.try_get("registered_at")?,
         registered_from: r.try_get("registered_from")?,
         seen_non_loopback: r.try_get::<i64, _>("seen_non_loopback")? != 0,
@@ -345,9 +394,7 @@ fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRow> {
 
 fn mission_from_row(r: &SqliteRow) -> Result<MissionRow> {
     let opt_json = |col: &str| -> Result<Option<Value>> {
-        r.try_get::<Option<String>, _>(col)?
-            .map(|s| parse_json(&s, col))
-            .transpose()
+        r.try_get::<Option<String>, _>(col)?.map(|s| parse_json(&s, col)).transpose()
     };
     Ok(MissionRow {
         mission_id: r.try_get("mission_id")?,
@@ -364,6 +411,21 @@ fn mission_from_row(r: &SqliteRow) -> Result<MissionRow> {
         estimated_start: r.try_get("estimated_start")?,
         routing: opt_json("routing")?,
         terminal_data: opt_json("terminal_data")?,
+    })
+}
+
+fn hitl_from_row(r: &SqliteRow) -> Result<HitlRow> {
+    Ok(HitlRow {
+        mission_id: r.try_get("mission_id")?,
+        hitl_id: r.try_get("hitl_id")?,
+        prompt: r.try_get("prompt")?,
+        context: r.try_get("context")?,
+        expires_at: r.try_get("expires_at")?,
+        requested_at: r.try_get("requested_at")?,
+        outcome: HitlOutcome::parse(r.try_get("outcome")?)?,
+        response: r.try_get("response")?,
+        responded_at: r.try_get("responded_at")?,
+        delivered_at: r.try_get("delivered_at")?,
     })
 }
 

@@ -12,7 +12,7 @@ use sqlx::{QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Change, EventRow, ExecutorRow, MissionPatch, MissionRow, Result, StoreError};
+use super::{Change, EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, Result, StoreError};
 
 const MAX_BATCH: usize = 2048;
 /// Rows per multi-row INSERT: 8 parameters each stays far below SQLite's bound-parameter limit.
@@ -54,14 +54,8 @@ pub struct WriterTask {
 }
 
 impl WriterTask {
-    pub(super) fn spawn(
-        conn: SqliteConnection,
-        rx: mpsc::UnboundedReceiver<Msg>,
-        next_seq: i64,
-    ) -> WriterTask {
-        WriterTask {
-            join: tokio::spawn(run(conn, rx, next_seq)),
-        }
+    pub(super) fn spawn(conn: SqliteConnection, rx: mpsc::UnboundedReceiver<Msg>, next_seq: i64) -> WriterTask {
+        WriterTask { join: tokio::spawn(run(conn, rx, next_seq)) }
     }
 
     /// Resolves once the writer has committed everything queued before [`WriterHandle::stop`].
@@ -95,11 +89,7 @@ async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Msg>, m
     }
 }
 
-async fn commit_batch(
-    conn: &mut SqliteConnection,
-    batch: &mut Vec<(Vec<Change>, Reply)>,
-    next_seq: &mut i64,
-) {
+async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<(Vec<Change>, Reply)>, next_seq: &mut i64) {
     let first_seq = *next_seq;
     let units: Vec<&[Change]> = batch.iter().map(|(c, _)| c.as_slice()).collect();
     match in_transaction(conn, &units, next_seq).await {
@@ -133,10 +123,7 @@ async fn in_transaction(
     sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
     let now = crate::clock::now();
     let outcome = match apply(conn, units, next_seq, &now).await {
-        Ok(results) => sqlx::query("COMMIT")
-            .execute(&mut *conn)
-            .await
-            .map(|_| results),
+        Ok(results) => sqlx::query("COMMIT").execute(&mut *conn).await.map(|_| results),
         Err(e) => Err(e),
     };
     if outcome.is_err() {
@@ -172,18 +159,17 @@ async fn apply(
                     }
                 }
                 Change::PutExecutor(e) => put_executor(conn, e).await?,
+                Change::PutHitl(h) => put_hitl(conn, h).await?,
                 Change::ExecutorSeen { executor_id, ts } => {
                     seen.insert(executor_id, ts);
                 }
-                Change::PatchMission { mission_id, patch } => {
-                    match patches.get_mut(mission_id.as_str()) {
-                        Some(p) => p.merge(patch.clone()),
-                        None => {
-                            patch_order.push(mission_id);
-                            patches.insert(mission_id, patch.clone());
-                        }
+                Change::PatchMission { mission_id, patch } => match patches.get_mut(mission_id.as_str()) {
+                    Some(p) => p.merge(patch.clone()),
+                    None => {
+                        patch_order.push(mission_id);
+                        patches.insert(mission_id, patch.clone());
                     }
-                }
+                },
                 Change::AppendEvent(ev) => {
                     events.push((*next_seq, ev));
                     seqs.push(*next_seq);
@@ -198,9 +184,8 @@ async fn apply(
     }
 
     for chunk in events.chunks(EVENT_ROWS_PER_STATEMENT) {
-        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ",
-        );
+        let mut q: QueryBuilder<Sqlite> =
+            QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
         q.push_values(chunk, |mut b, (seq, ev)| {
             b.push_bind(*seq)
                 .push_bind(ev.event)
@@ -226,10 +211,7 @@ async fn apply(
     Ok(results)
 }
 
-async fn insert_mission(
-    conn: &mut SqliteConnection,
-    m: &MissionRow,
-) -> std::result::Result<bool, sqlx::Error> {
+async fn insert_mission(conn: &mut SqliteConnection, m: &MissionRow) -> std::result::Result<bool, sqlx::Error> {
     let done = sqlx::query(
         "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
          completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data) \
@@ -254,10 +236,7 @@ async fn insert_mission(
     Ok(done.rows_affected() == 1)
 }
 
-async fn put_executor(
-    conn: &mut SqliteConnection,
-    e: &ExecutorRow,
-) -> std::result::Result<(), sqlx::Error> {
+async fn put_executor(conn: &mut SqliteConnection, e: &ExecutorRow) -> std::result::Result<(), sqlx::Error> {
     let endpoints = serde_json::to_string(&e.transport_endpoints).expect("endpoints serialize");
     let capabilities = serde_json::to_string(&e.capabilities).expect("capabilities serialize");
     sqlx::query(
@@ -290,13 +269,35 @@ async fn put_executor(
     Ok(())
 }
 
+async fn put_hitl(conn: &mut SqliteConnection, h: &HitlRow) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO hitl_requests (mission_id, hitl_id, prompt, context, expires_at, requested_at, outcome, \
+         response, responded_at, delivered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
+         expires_at = excluded.expires_at, outcome = excluded.outcome, response = excluded.response, \
+         responded_at = excluded.responded_at, delivered_at = excluded.delivered_at",
+    )
+    .bind(&h.mission_id)
+    .bind(&h.hitl_id)
+    .bind(&h.prompt)
+    .bind(&h.context)
+    .bind(&h.expires_at)
+    .bind(&h.requested_at)
+    .bind(h.outcome.as_str())
+    .bind(&h.response)
+    .bind(&h.responded_at)
+    .bind(&h.delivered_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 async fn patch_mission(
     conn: &mut SqliteConnection,
     id: &str,
     p: &MissionPatch,
 ) -> std::result::Result<(), sqlx::Error> {
-    let mut q: QueryBuilder<Sqlite> =
-        QueryBuilder::new("UPDATE missions SET mission_id = mission_id");
+    let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE missions SET mission_id = mission_id");
     if let Some(v) = p.state {
         q.push(", state = ").push_bind(v.as_str());
     }

@@ -6,20 +6,14 @@ use crate::support::executor::Answer;
 use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
 
 async fn dispatch(server: &TestServer, body: &Value) -> crate::support::Resp {
-    server
-        .client
-        .post("/api/v1/sessions/ws-2026-05-08/dispatch", body)
-        .await
+    server.client.post("/api/v1/sessions/ws-2026-05-08/dispatch", body).await
 }
 
 #[tokio::test]
 async fn a_mission_runs_its_whole_lifecycle_and_reads_back_done() {
     let server = TestServer::start().await;
-    let (mut e, mut ws) =
-        ScriptedExecutor::online(&server, &["isolation:vm", "runtime:claude-code", "hitl"]).await;
-    e.answer_with(Answer::Accept {
-        extra: Some(json!({"estimatedStart": "2026-05-08T19:30:05Z"})),
-    });
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["isolation:vm", "runtime:claude-code", "hitl"]).await;
+    e.answer_with(Answer::Accept { extra: Some(json!({"estimatedStart": "2026-05-08T19:30:05Z"})) });
     let id = mission_id();
     let mut body = dispatch_body(&id);
     body["executor_filter"]["capabilities"] = json!(["runtime:claude-code"]);
@@ -32,25 +26,14 @@ async fn a_mission_runs_its_whole_lifecycle_and_reads_back_done() {
     );
     let received = e.next_dispatch().await;
     assert_eq!(received.path, "/api/v1/sessions/ws-2026-05-08/dispatch");
-    assert_eq!(
-        received.authorization.as_deref(),
-        Some(format!("Bearer {}", e.token).as_str())
-    );
+    assert_eq!(received.authorization.as_deref(), Some(format!("Bearer {}", e.token).as_str()));
     assert_eq!(received.body, body, "the payload is forwarded untouched");
 
-    let executor = server
-        .client
-        .get(&format!("/api/v1/executors/{}", e.id))
-        .await
-        .body;
+    let executor = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
     assert_eq!(executor["active_mission_count"], 1);
 
     let s1 = ws
-        .ack(
-            "mission.assigned",
-            &id,
-            json!({"state": "assigned", "estimated_start": "2026-05-08T19:30:05.000Z"}),
-        )
+        .ack("mission.assigned", &id, json!({"state": "assigned", "estimated_start": "2026-05-08T19:30:05.000Z"}))
         .await;
     let s2 = ws
         .ack(
@@ -67,24 +50,10 @@ async fn a_mission_runs_its_whole_lifecycle_and_reads_back_done() {
             json!({"phase": "planning", "iteration": 1, "tokens_used": 8200, "pct_complete": 20}),
         )
         .await;
-    let s4 = ws
-        .ack(
-            "mission.progress",
-            &id,
-            json!({"phase": "implementation", "iteration": 2, "summary": "tests"}),
-        )
-        .await;
-    let s5 = ws
-        .ack(
-            "mission.completed",
-            &id,
-            json!({"state": "done", "exit_code": 0, "summary": "all pass"}),
-        )
-        .await;
-    assert!(
-        s1 < s2 && s2 < s3 && s3 < s4 && s4 < s5,
-        "sequence numbers follow commit order"
-    );
+    let s4 =
+        ws.ack("mission.progress", &id, json!({"phase": "implementation", "iteration": 2, "summary": "tests"})).await;
+    let s5 = ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0, "summary": "all pass"})).await;
+    assert!(s1 < s2 && s2 < s3 && s3 < s4 && s4 < s5, "sequence numbers follow commit order");
 
     let m = server.mission(&id).await;
     assert_eq!(m["state"], "done");
@@ -92,29 +61,15 @@ async fn a_mission_runs_its_whole_lifecycle_and_reads_back_done() {
     assert_eq!(m["exit_code"], 0);
     assert_eq!(m["pty_session_ref"], "pty-1");
     assert!(m["completed_at"].is_string());
-    let events: Vec<&str> = m["recent_events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["event"].as_str().unwrap())
-        .collect();
+    let events: Vec<&str> =
+        m["recent_events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
     assert_eq!(
         events,
-        [
-            "mission.assigned",
-            "mission.started",
-            "mission.progress",
-            "mission.progress",
-            "mission.completed"
-        ]
+        ["mission.assigned", "mission.started", "mission.progress", "mission.progress", "mission.completed"]
     );
     assert_eq!(m["recent_events"][2]["data"]["tokens_used"], 8200);
     assert_eq!(m["routing"]["chosen"], e.id.as_str());
-    let executor = server
-        .client
-        .get(&format!("/api/v1/executors/{}", e.id))
-        .await
-        .body;
+    let executor = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
     assert_eq!(executor["active_mission_count"], 0);
     assert_eq!(executor["last_event_ts"], "2026-05-08T19:30:05.100Z");
 }
@@ -151,14 +106,7 @@ async fn a_refusing_executor_hands_the_mission_to_the_next_candidate() {
     let counts = |id: &str| {
         let id = id.to_owned();
         let server = &server;
-        async move {
-            server
-                .client
-                .get(&format!("/api/v1/executors/{id}"))
-                .await
-                .body["active_mission_count"]
-                .clone()
-        }
+        async move { server.client.get(&format!("/api/v1/executors/{id}")).await.body["active_mission_count"].clone() }
     };
     assert_eq!(counts(&vm.id).await, 0);
     assert_eq!(counts(&host.id).await, 1);
@@ -170,22 +118,15 @@ async fn when_every_executor_refuses_the_mission_is_stored_failed_and_the_answer
     let (e, _ws) = ScriptedExecutor::online(&server, &[]).await;
     e.answer_with(Answer::Status(503));
     let id = mission_id();
-    let message = dispatch(&server, &dispatch_body(&id))
-        .await
-        .assert_error(502, "executor_forward_failed");
+    let message = dispatch(&server, &dispatch_body(&id)).await.assert_error(502, "executor_forward_failed");
     assert!(message.contains("503"), "{message}");
     let m = server.mission(&id).await;
     assert_eq!(m["state"], "failed");
     assert_eq!(m["recent_events"][0]["event"], "mission.failed");
-    assert_eq!(
-        m["recent_events"][0]["data"]["reason"],
-        "executor_forward_failed"
-    );
+    assert_eq!(m["recent_events"][0]["data"]["reason"], "executor_forward_failed");
     assert!(m["routing"].get("chosen").is_none());
     // A retry with the same id is a conflict, never an overwrite.
-    dispatch(&server, &dispatch_body(&id))
-        .await
-        .assert_error(409, "conflict");
+    dispatch(&server, &dispatch_body(&id)).await.assert_error(409, "conflict");
     assert_eq!(server.mission(&id).await["state"], "failed");
 }
 
@@ -196,25 +137,13 @@ async fn an_unreachable_executor_is_a_502_executor_unreachable() {
     let mut payload = e.register_payload();
     // Nothing listens on port 9 of loopback.
     payload["transport_endpoints"]["rest"] = json!("http://127.0.0.1:9");
-    let r = server
-        .client
-        .post("/api/v1/executors/register", &payload)
-        .await;
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
     let token = r.body["token"].as_str().unwrap();
-    let _ws = crate::support::ExecSocket::open(
-        &server.ws_url(&format!("/ws/executors/{}?token={token}", e.id)),
-        &e.id,
-    )
-    .await;
-    server
-        .eventually(&format!("/api/v1/executors/{}", e.id), "connected", |b| {
-            b["connected"] == true
-        })
-        .await;
+    let _ws =
+        crate::support::ExecSocket::open(&server.ws_url(&format!("/ws/executors/{}?token={token}", e.id)), &e.id).await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "connected", |b| b["connected"] == true).await;
     let id = mission_id();
-    dispatch(&server, &dispatch_body(&id))
-        .await
-        .assert_error(502, "executor_unreachable");
+    dispatch(&server, &dispatch_body(&id)).await.assert_error(502, "executor_unreachable");
     assert_eq!(server.mission(&id).await["state"], "failed");
 }
 
@@ -232,14 +161,9 @@ async fn a_silent_executor_times_out_and_is_told_to_abort() {
     let abort = slow_ws.next_pushed().await;
     assert_eq!(abort["event"], "mission.aborted");
     assert_eq!(abort["mission_id"], id.as_str());
-    assert_eq!(
-        abort["data"],
-        json!({"state": "aborted", "aborted_by": "system", "reason": "dispatch_timeout"})
-    );
+    assert_eq!(abort["data"], json!({"state": "aborted", "aborted_by": "system", "reason": "dispatch_timeout"}));
     // The timed-out executor no longer owns the mission.
-    let answer = slow_ws
-        .event("mission.started", &id, json!({"state": "running"}))
-        .await;
+    let answer = slow_ws.event("mission.started", &id, json!({"state": "running"})).await;
     assert_eq!(answer["error"], "forbidden", "{answer}");
 }
 
@@ -251,28 +175,17 @@ async fn no_candidate_is_a_503_with_retry_after_and_stores_nothing() {
     let message = r.assert_error(503, "no_executor_available");
     assert_eq!(r.header("retry-after"), Some("5"));
     assert!(message.contains("no executor is registered"), "{message}");
-    server
-        .client
-        .get(&format!("/api/v1/missions/{id}"))
-        .await
-        .assert_error(404, "not_found");
+    server.client.get(&format!("/api/v1/missions/{id}")).await.assert_error(404, "not_found");
 
     let (_e, _ws) = ScriptedExecutor::online(&server, &["runtime:codex"]).await;
     let offline = ScriptedExecutor::register(&server, &["runtime:claude-code", "resumable"]).await;
     let mut body = dispatch_body(&id);
     body["long_running"] = json!(true);
-    let message = dispatch(&server, &body)
-        .await
-        .assert_error(503, "no_resumable_executor_available");
-    assert!(
-        message.contains("not connected") && message.contains("not resumable"),
-        "{message}"
-    );
+    let message = dispatch(&server, &body).await.assert_error(503, "no_resumable_executor_available");
+    assert!(message.contains("not connected") && message.contains("not resumable"), "{message}");
     let mut body = dispatch_body(&id);
     body["executor_filter"] = json!({"executor_id": offline.id, "capabilities": []});
-    dispatch(&server, &body)
-        .await
-        .assert_error(503, "no_executor_available");
+    dispatch(&server, &body).await.assert_error(503, "no_executor_available");
 }
 
 #[tokio::test]
@@ -281,15 +194,9 @@ async fn a_pinned_executor_must_still_have_the_requested_capabilities() {
     let (codex, _ws) = ScriptedExecutor::online(&server, &["runtime:codex"]).await;
     let id = mission_id();
     let mut body = dispatch_body(&id);
-    body["executor_filter"] =
-        json!({"executor_id": codex.id, "capabilities": ["runtime:claude-code"]});
-    let message = dispatch(&server, &body)
-        .await
-        .assert_error(503, "no_executor_available");
-    assert!(
-        message.contains("lacks capability runtime:claude-code"),
-        "{message}"
-    );
+    body["executor_filter"] = json!({"executor_id": codex.id, "capabilities": ["runtime:claude-code"]});
+    let message = dispatch(&server, &body).await.assert_error(503, "no_executor_available");
+    assert!(message.contains("lacks capability runtime:claude-code"), "{message}");
     body["executor_filter"]["capabilities"] = json!(["runtime:codex"]);
     assert_eq!(dispatch(&server, &body).await.status, 202);
 }
@@ -328,30 +235,14 @@ async fn malformed_dispatch_payloads_are_refused_and_store_nothing() {
         with(&|p| p["mission_id"] = json!(42)),
     ];
     for body in cases {
-        dispatch(&server, &body)
-            .await
-            .assert_error(400, "schema_violation");
+        dispatch(&server, &body).await.assert_error(400, "schema_violation");
     }
-    server
-        .client
-        .post_raw("/api/v1/sessions/s/dispatch", "{not json")
-        .await
-        .assert_error(400, "invalid_json");
-    let huge =
-        json!({"mission_id": "m", "objective": "x".repeat(1024 * 1024 + 1), "completion": "c"});
-    dispatch(&server, &huge)
-        .await
-        .assert_error(413, "payload_too_large");
+    server.client.post_raw("/api/v1/sessions/s/dispatch", "{not json").await.assert_error(400, "invalid_json");
+    let huge = json!({"mission_id": "m", "objective": "x".repeat(1024 * 1024 + 1), "completion": "c"});
+    dispatch(&server, &huge).await.assert_error(413, "payload_too_large");
     assert!(e.no_dispatch_pending(), "nothing was forwarded");
-    server
-        .client
-        .get(&format!("/api/v1/missions/{id}"))
-        .await
-        .assert_error(404, "not_found");
-    assert_eq!(
-        server.client.get("/api/v1/missions").await.body["missions"],
-        json!([])
-    );
+    server.client.get(&format!("/api/v1/missions/{id}")).await.assert_error(404, "not_found");
+    assert_eq!(server.client.get("/api/v1/missions").await.body["missions"], json!([]));
     // Upstream accepts a null pin and arbitrary metadata.
     let ok = with(&|p| p["metadata"] = json!({"nested": {"deep": [1, 2, 3]}}));
     assert_eq!(dispatch(&server, &ok).await.status, 202);
@@ -360,15 +251,9 @@ async fn malformed_dispatch_payloads_are_refused_and_store_nothing() {
 #[tokio::test]
 async fn the_legacy_dispatch_path_redirects_to_v1() {
     let server = TestServer::start().await;
-    let r = server
-        .client
-        .post("/api/sessions/a%20b/dispatch", &dispatch_body("m"))
-        .await;
+    let r = server.client.post("/api/sessions/a%20b/dispatch", &dispatch_body("m")).await;
     assert_eq!(r.status, 301);
-    assert_eq!(
-        r.header("location"),
-        Some("/api/v1/sessions/a%20b/dispatch")
-    );
+    assert_eq!(r.header("location"), Some("/api/v1/sessions/a%20b/dispatch"));
 }
 
 #[tokio::test]
@@ -378,20 +263,12 @@ async fn a_mission_shows_its_last_50_events_oldest_first() {
     let id = mission_id();
     assert_eq!(dispatch(&server, &dispatch_body(&id)).await.status, 202);
     e.next_dispatch().await;
-    ws.ack("mission.started", &id, json!({"state": "running"}))
-        .await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
     for i in 0..60 {
-        ws.ack("mission.progress", &id, json!({"iteration": i}))
-            .await;
+        ws.ack("mission.progress", &id, json!({"iteration": i})).await;
     }
-    let events = server.mission(&id).await["recent_events"]
-        .as_array()
-        .unwrap()
-        .clone();
+    let events = server.mission(&id).await["recent_events"].as_array().unwrap().clone();
     assert_eq!(events.len(), 50);
-    let iterations: Vec<i64> = events
-        .iter()
-        .map(|e| e["data"]["iteration"].as_i64().unwrap())
-        .collect();
+    let iterations: Vec<i64> = events.iter().map(|e| e["data"]["iteration"].as_i64().unwrap()).collect();
     assert_eq!(iterations, (10..60).collect::<Vec<_>>());
 }

@@ -27,21 +27,13 @@ impl Process {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("addr="))
-                {
+                if let Some(addr) = line.split_whitespace().find_map(|w| w.strip_prefix("addr=")) {
                     let _ = tx.send(addr.to_owned());
                 }
             }
         });
-        let addr = rx
-            .recv_timeout(crate::support::WAIT)
-            .expect("aiwg-serve reports its address");
-        Process {
-            child,
-            base: format!("http://{addr}"),
-        }
+        let addr = rx.recv_timeout(crate::support::WAIT).expect("aiwg-serve reports its address");
+        Process { child, base: format!("http://{addr}") }
     }
 
     fn client(&self) -> Client {
@@ -53,10 +45,7 @@ impl Process {
     }
 
     fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
+        let status = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap();
         assert!(status.success());
     }
 
@@ -77,10 +66,7 @@ impl Drop for Process {
 async fn connected(client: &Client, id: &str) {
     let deadline = tokio::time::Instant::now() + crate::support::WAIT;
     while client.get(&format!("/api/v1/executors/{id}")).await.body["connected"] != true {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "executor {id} never connected"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "executor {id} never connected");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
@@ -91,16 +77,10 @@ async fn acknowledged_events_survive_kill_9_and_the_executor_keeps_its_identity(
     let serve = Process::start(dir.path());
     let client = serve.client();
     let mut e = ScriptedExecutor::listen(&["isolation:container"]).await;
-    let r = client
-        .post("/api/v1/executors/register", &e.register_payload())
-        .await;
+    let r = client.post("/api/v1/executors/register", &e.register_payload()).await;
     assert_eq!(r.status, 201);
     e.token = r.body["token"].as_str().unwrap().to_owned();
-    let mut ws = ExecSocket::open(
-        &serve.ws(&format!("/ws/executors/{}?token={}", e.id, e.token)),
-        &e.id,
-    )
-    .await;
+    let mut ws = ExecSocket::open(&serve.ws(&format!("/ws/executors/{}?token={}", e.id, e.token)), &e.id).await;
 
     let done = mission_id();
     let running = mission_id();
@@ -112,22 +92,12 @@ async fn acknowledged_events_survive_kill_9_and_the_executor_keeps_its_identity(
         assert_eq!(r.status, 202, "{}", r.body);
         e.next_dispatch().await;
     }
-    ws.ack("mission.assigned", &done, json!({"state": "assigned"}))
-        .await;
-    ws.ack("mission.started", &done, json!({"state": "running"}))
-        .await;
-    ws.ack("mission.progress", &done, json!({"summary": "halfway"}))
-        .await;
-    ws.ack(
-        "mission.completed",
-        &done,
-        json!({"state": "done", "exit_code": 0}),
-    )
-    .await;
-    ws.ack("mission.started", &running, json!({"state": "running"}))
-        .await;
-    ws.ack("mission.progress", &running, json!({"pct_complete": 40}))
-        .await;
+    ws.ack("mission.assigned", &done, json!({"state": "assigned"})).await;
+    ws.ack("mission.started", &done, json!({"state": "running"})).await;
+    ws.ack("mission.progress", &done, json!({"summary": "halfway"})).await;
+    ws.ack("mission.completed", &done, json!({"state": "done", "exit_code": 0})).await;
+    ws.ack("mission.started", &running, json!({"state": "running"})).await;
+    ws.ack("mission.progress", &running, json!({"pct_complete": 40})).await;
 
     serve.kill9();
     let serve = Process::start(dir.path());
@@ -136,72 +106,28 @@ async fn acknowledged_events_survive_kill_9_and_the_executor_keeps_its_identity(
     let m = client.get(&format!("/api/v1/missions/{done}")).await.body;
     assert_eq!(m["state"], "done", "{m}");
     assert_eq!(m["exit_code"], 0);
-    let events: Vec<&str> = m["recent_events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["event"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        events,
-        [
-            "mission.assigned",
-            "mission.started",
-            "mission.progress",
-            "mission.completed"
-        ]
-    );
-    let m = client
-        .get(&format!("/api/v1/missions/{running}"))
-        .await
-        .body;
+    let events: Vec<&str> =
+        m["recent_events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["mission.assigned", "mission.started", "mission.progress", "mission.completed"]);
+    let m = client.get(&format!("/api/v1/missions/{running}")).await.body;
     assert_eq!(m["state"], "running");
     assert_eq!(m["recent_events"][1]["data"]["pct_complete"], 40);
 
-    let shown = client
-        .get(&format!("/api/v1/executors/{}", e.id))
-        .await
-        .body;
+    let shown = client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
     assert_eq!(shown["connected"], false);
-    assert_eq!(
-        shown["active_mission_count"], 1,
-        "the running mission is still counted: {shown}"
-    );
+    assert_eq!(shown["active_mission_count"], 1, "the running mission is still counted: {shown}");
     // The stored hash still authenticates the executor's token, and serve learns it back from the socket.
-    let mut ws = ExecSocket::open(
-        &serve.ws(&format!("/ws/executors/{}?token={}", e.id, e.token)),
-        &e.id,
-    )
-    .await;
+    let mut ws = ExecSocket::open(&serve.ws(&format!("/ws/executors/{}?token={}", e.id, e.token)), &e.id).await;
     connected(&client, &e.id).await;
-    ws.ack("mission.completed", &running, json!({"state": "done"}))
-        .await;
+    ws.ack("mission.completed", &running, json!({"state": "done"})).await;
     let next = mission_id();
-    let r = client
-        .post("/api/v1/sessions/s/dispatch", &dispatch_body(&next))
-        .await;
-    assert_eq!(
-        r.status, 202,
-        "serve can call the executor again: {}",
-        r.body
-    );
-    assert_eq!(
-        e.next_dispatch().await.authorization.unwrap(),
-        format!("Bearer {}", e.token)
-    );
+    let r = client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&next)).await;
+    assert_eq!(r.status, 202, "serve can call the executor again: {}", r.body);
+    assert_eq!(e.next_dispatch().await.authorization.unwrap(), format!("Bearer {}", e.token));
     let auth = format!("Bearer {}", e.token);
-    let again = client
-        .post_with(
-            "/api/v1/executors/register",
-            &e.register_payload(),
-            &[("authorization", &auth)],
-        )
-        .await;
-    assert_eq!(
-        again.body["token"],
-        e.token.as_str(),
-        "re-register with the stored token keeps it"
-    );
+    let again =
+        client.post_with("/api/v1/executors/register", &e.register_payload(), &[("authorization", &auth)]).await;
+    assert_eq!(again.body["token"], e.token.as_str(), "re-register with the stored token keeps it");
 }
 
 #[tokio::test]
@@ -209,24 +135,12 @@ async fn a_graceful_restart_keeps_everything() {
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
     let id = mission_id();
-    assert_eq!(
-        server
-            .client
-            .post("/api/v1/sessions/s/dispatch", &dispatch_body(&id))
-            .await
-            .status,
-        202
-    );
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
     e.next_dispatch().await;
-    ws.ack("mission.started", &id, json!({"state": "running"}))
-        .await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
     let before = server.mission(&id).await;
     let server = server.restart().await;
-    assert_eq!(
-        ws.closed().await.code,
-        1001,
-        "sockets are closed with 'going away' on shutdown"
-    );
+    assert_eq!(ws.closed().await.code, 1001, "sockets are closed with 'going away' on shutdown");
     assert_eq!(server.mission(&id).await, before);
     let listed = server.executors().await;
     assert_eq!(listed["executors"][0]["executor_id"], e.id.as_str());
@@ -237,14 +151,7 @@ async fn sigterm_stops_the_binary_gracefully_and_the_data_stays() {
     let dir = tempfile::tempdir().unwrap();
     let mut serve = Process::start(dir.path());
     let e = ScriptedExecutor::listen(&[]).await;
-    assert_eq!(
-        serve
-            .client()
-            .post("/api/v1/executors/register", &e.register_payload())
-            .await
-            .status,
-        201
-    );
+    assert_eq!(serve.client().post("/api/v1/executors/register", &e.register_payload()).await.status, 201);
     serve.signal("TERM");
     let status = tokio::task::block_in_place(|| serve.child.wait()).unwrap();
     assert!(status.success(), "exit status {status}");
@@ -264,12 +171,6 @@ fn a_non_loopback_bind_without_operator_tokens_refuses_to_start() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("refusing to bind 0.0.0.0:0") && stderr.contains("operator_tokens"),
-        "{stderr}"
-    );
-    assert!(
-        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
-        "nothing was created"
-    );
+    assert!(stderr.contains("refusing to bind 0.0.0.0:0") && stderr.contains("operator_tokens"), "{stderr}");
+    assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing was created");
 }

@@ -10,44 +10,19 @@ async fn delete_needs_the_executors_own_token() {
     let a = ScriptedExecutor::register(&server, &[]).await;
     let b = ScriptedExecutor::register(&server, &[]).await;
     let path = format!("/api/v1/executors/{}", a.id);
-    server
-        .client
-        .delete(&path, None)
-        .await
-        .assert_error(401, "unauthorized");
-    server
-        .client
-        .delete(&path, Some(&b.token))
-        .await
-        .assert_error(403, "forbidden");
-    server
-        .client
-        .delete(&path, Some("not-a-token"))
-        .await
-        .assert_error(401, "token_invalid");
+    server.client.delete(&path, None).await.assert_error(401, "unauthorized");
+    server.client.delete(&path, Some(&b.token)).await.assert_error(403, "forbidden");
+    server.client.delete(&path, Some("not-a-token")).await.assert_error(401, "token_invalid");
     let lower = server
         .client
-        .request(
-            hyper::Method::DELETE,
-            &path,
-            None,
-            &[("authorization", &format!("bearer {}", a.token))],
-        )
+        .request(hyper::Method::DELETE, &path, None, &[("authorization", &format!("bearer {}", a.token))])
         .await;
     lower.assert_error(401, "unauthorized");
-    assert_eq!(
-        server.client.get(&path).await.status,
-        200,
-        "still registered after refused deletes"
-    );
+    assert_eq!(server.client.get(&path).await.status, 200, "still registered after refused deletes");
 
     let r = server.client.delete(&path, Some(&a.token)).await;
     assert_eq!(r.status, 204, "{}", r.body);
-    server
-        .client
-        .get(&path)
-        .await
-        .assert_error(404, "not_found");
+    server.client.get(&path).await.assert_error(404, "not_found");
     let ids: Vec<String> = server.executors().await["executors"]
         .as_array()
         .unwrap()
@@ -55,11 +30,7 @@ async fn delete_needs_the_executors_own_token() {
         .map(|e| e["executor_id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(ids, std::slice::from_ref(&b.id));
-    server
-        .client
-        .delete(&path, Some(&a.token))
-        .await
-        .assert_error(401, "token_invalid");
+    server.client.delete(&path, Some(&a.token)).await.assert_error(401, "token_invalid");
 }
 
 #[tokio::test]
@@ -71,66 +42,26 @@ async fn delete_closes_sockets_and_settles_live_missions_but_keeps_them() {
     let m1 = mission_id();
     let mut body = dispatch_body(&m1);
     body["executor_filter"]["executor_id"] = json!(plain.id);
-    assert_eq!(
-        server
-            .client
-            .post("/api/v1/sessions/s/dispatch", &body)
-            .await
-            .status,
-        202
-    );
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
     plain.next_dispatch().await;
-    plain_ws
-        .ack("mission.started", &m1, json!({"state": "running"}))
-        .await;
+    plain_ws.ack("mission.started", &m1, json!({"state": "running"})).await;
 
     let m2 = mission_id();
     let mut body = dispatch_body(&m2);
     body["executor_filter"]["executor_id"] = json!(resumable.id);
-    assert_eq!(
-        server
-            .client
-            .post("/api/v1/sessions/s/dispatch", &body)
-            .await
-            .status,
-        202
-    );
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
     resumable.next_dispatch().await;
 
-    assert_eq!(
-        server
-            .client
-            .delete(
-                &format!("/api/v1/executors/{}", plain.id),
-                Some(&plain.token)
-            )
-            .await
-            .status,
-        204
-    );
+    assert_eq!(server.client.delete(&format!("/api/v1/executors/{}", plain.id), Some(&plain.token)).await.status, 204);
     let closed = plain_ws.closed().await;
-    assert_eq!(
-        (closed.code, closed.reason.as_str()),
-        (1000, "deregistered")
-    );
+    assert_eq!((closed.code, closed.reason.as_str()), (1000, "deregistered"));
     let m = server.mission(&m1).await;
     assert_eq!(m["state"], "failed");
     assert_eq!(m["error"], "executor_deregistered");
-    assert_eq!(
-        m["recent_events"].as_array().unwrap().len(),
-        2,
-        "its events stay: {m}"
-    );
+    assert_eq!(m["recent_events"].as_array().unwrap().len(), 2, "its events stay: {m}");
 
     assert_eq!(
-        server
-            .client
-            .delete(
-                &format!("/api/v1/executors/{}", resumable.id),
-                Some(&resumable.token)
-            )
-            .await
-            .status,
+        server.client.delete(&format!("/api/v1/executors/{}", resumable.id), Some(&resumable.token)).await.status,
         204
     );
     assert_eq!(resumable_ws.closed().await.code, 1000);

@@ -9,6 +9,7 @@ mod dispatch;
 mod durability;
 mod executors;
 mod missions;
+mod operator;
 mod register;
 mod routes;
 mod schema;

@@ -5,12 +5,7 @@ use serde_json::{json, Value};
 use crate::support::{dispatch_body, ScriptedExecutor, TestServer};
 
 fn ids(page: &Value) -> Vec<String> {
-    page["missions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["mission_id"].as_str().unwrap().to_owned())
-        .collect()
+    page["missions"].as_array().unwrap().iter().map(|m| m["mission_id"].as_str().unwrap().to_owned()).collect()
 }
 
 #[tokio::test]
@@ -22,29 +17,13 @@ async fn lists_newest_first_with_filters_and_a_cursor() {
     for i in 0..7 {
         let id = format!("m-{i:02}-{}", uuid::Uuid::new_v4().simple());
         let mut body = dispatch_body(&id);
-        let (target, session) = if i % 2 == 0 {
-            (&mut a, "even")
-        } else {
-            (&mut b, "odd")
-        };
+        let (target, session) = if i % 2 == 0 { (&mut a, "even") } else { (&mut b, "odd") };
         body["executor_filter"]["executor_id"] = json!(target.id);
-        assert_eq!(
-            server
-                .client
-                .post(&format!("/api/v1/sessions/{session}/dispatch"), &body)
-                .await
-                .status,
-            202
-        );
+        assert_eq!(server.client.post(&format!("/api/v1/sessions/{session}/dispatch"), &body).await.status, 202);
         target.next_dispatch().await;
         dispatched.push(id);
     }
-    a_ws.ack(
-        "mission.started",
-        &dispatched[0],
-        json!({"state": "running"}),
-    )
-    .await;
+    a_ws.ack("mission.started", &dispatched[0], json!({"state": "running"})).await;
     let newest_first: Vec<String> = dispatched.iter().rev().cloned().collect();
 
     let all = server.client.get("/api/v1/missions").await.body;
@@ -69,49 +48,15 @@ async fn lists_newest_first_with_filters_and_a_cursor() {
     }
     assert_eq!(pages, newest_first, "pages cover everything once, in order");
 
-    let by_executor = server
-        .client
-        .get(&format!("/api/v1/missions?executor_id={}", b.id))
-        .await
-        .body;
-    assert_eq!(
-        ids(&by_executor),
-        [
-            dispatched[5].clone(),
-            dispatched[3].clone(),
-            dispatched[1].clone()
-        ]
-    );
-    let by_session = server
-        .client
-        .get("/api/v1/missions?session_id=even&state=assigned")
-        .await
-        .body;
-    assert_eq!(
-        ids(&by_session),
-        [
-            dispatched[6].clone(),
-            dispatched[4].clone(),
-            dispatched[2].clone()
-        ]
-    );
-    let running = server
-        .client
-        .get("/api/v1/missions?state=running")
-        .await
-        .body;
+    let by_executor = server.client.get(&format!("/api/v1/missions?executor_id={}", b.id)).await.body;
+    assert_eq!(ids(&by_executor), [dispatched[5].clone(), dispatched[3].clone(), dispatched[1].clone()]);
+    let by_session = server.client.get("/api/v1/missions?session_id=even&state=assigned").await.body;
+    assert_eq!(ids(&by_session), [dispatched[6].clone(), dispatched[4].clone(), dispatched[2].clone()]);
+    let running = server.client.get("/api/v1/missions?state=running").await.body;
     assert_eq!(ids(&running), [dispatched[0].clone()]);
-    let future = server
-        .client
-        .get("/api/v1/missions?updated_since=2999-01-01T00:00:00Z")
-        .await
-        .body;
+    let future = server.client.get("/api/v1/missions?updated_since=2999-01-01T00:00:00Z").await.body;
     assert_eq!(ids(&future), Vec::<String>::new());
-    let past = server
-        .client
-        .get("/api/v1/missions?updated_since=2000-01-01T00:00:00%2B02:00")
-        .await
-        .body;
+    let past = server.client.get("/api/v1/missions?updated_since=2000-01-01T00:00:00%2B02:00").await.body;
     assert_eq!(ids(&past).len(), 7);
 }
 
@@ -128,15 +73,7 @@ async fn bad_queries_are_refused() {
         "limit=ten",
         "color=red",
     ] {
-        server
-            .client
-            .get(&format!("/api/v1/missions?{query}"))
-            .await
-            .assert_error(400, "invalid_query");
+        server.client.get(&format!("/api/v1/missions?{query}")).await.assert_error(400, "invalid_query");
     }
-    server
-        .client
-        .get("/api/v1/missions/m-none")
-        .await
-        .assert_error(404, "not_found");
+    server.client.get("/api/v1/missions/m-none").await.assert_error(404, "not_found");
 }

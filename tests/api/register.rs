@@ -11,13 +11,7 @@ async fn register(server: &TestServer, body: &Value) -> crate::support::Resp {
 #[tokio::test]
 async fn register_issues_a_random_token_and_lists_the_executor() {
     let server = TestServer::start().await;
-    let e = ScriptedExecutor::listen(&[
-        "isolation:vm",
-        "runtime:claude-code",
-        "platform:linux/x64",
-        "hitl",
-    ])
-    .await;
+    let e = ScriptedExecutor::listen(&["isolation:vm", "runtime:claude-code", "platform:linux/x64", "hitl"]).await;
     let r = register(&server, &e.register_payload()).await;
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(r.body["executor_id"], e.id.as_str());
@@ -27,34 +21,15 @@ async fn register_issues_a_random_token_and_lists_the_executor() {
 
     let other = ScriptedExecutor::listen(&[]).await;
     let r2 = register(&server, &other.register_payload()).await;
-    assert_ne!(
-        r2.body["token"], r.body["token"],
-        "tokens are per executor and random"
-    );
+    assert_ne!(r2.body["token"], r.body["token"], "tokens are per executor and random");
 
     let list = server.executors().await;
-    let mine = list["executors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|x| x["executor_id"] == e.id.as_str())
-        .unwrap();
+    let mine = list["executors"].as_array().unwrap().iter().find(|x| x["executor_id"] == e.id.as_str()).unwrap();
     assert_eq!(mine["connected"], false);
     assert_eq!(mine["active_mission_count"], 0);
-    assert_eq!(
-        mine["capabilities"],
-        json!([
-            "isolation:vm",
-            "runtime:claude-code",
-            "platform:linux/x64",
-            "hitl"
-        ])
-    );
+    assert_eq!(mine["capabilities"], json!(["isolation:vm", "runtime:claude-code", "platform:linux/x64", "hitl"]));
     assert!(mine.get("last_event_ts").is_none() && mine.get("disconnected_at").is_none());
-    let one = server
-        .client
-        .get(&format!("/api/v1/executors/{}", e.id))
-        .await;
+    let one = server.client.get(&format!("/api/v1/executors/{}", e.id)).await;
     assert_eq!(one.status, 200);
     assert_eq!(&one.body, mine);
 }
@@ -64,38 +39,16 @@ async fn re_register_with_the_current_token_keeps_it_and_without_rotates_it() {
     let server = TestServer::start().await;
     let mut e = ScriptedExecutor::register(&server, &["hitl"]).await;
     let first = e.token.clone();
-    let registered_at = server
-        .client
-        .get(&format!("/api/v1/executors/{}", e.id))
-        .await
-        .body["registered_at"]
-        .clone();
+    let registered_at = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body["registered_at"].clone();
 
     let auth = format!("Bearer {first}");
     let mut payload = e.register_payload();
     payload["name"] = json!("renamed");
-    let kept = server
-        .client
-        .post_with(
-            "/api/v1/executors/register",
-            &payload,
-            &[("authorization", &auth)],
-        )
-        .await;
+    let kept = server.client.post_with("/api/v1/executors/register", &payload, &[("authorization", &auth)]).await;
     assert_eq!(kept.status, 201);
-    assert_eq!(
-        kept.body["token"],
-        first.as_str(),
-        "presenting the current token keeps it"
-    );
-    assert_eq!(
-        kept.body["registered_at"], registered_at,
-        "the identity is reclaimed, not recreated"
-    );
-    let shown = server
-        .client
-        .get(&format!("/api/v1/executors/{}", e.id))
-        .await;
+    assert_eq!(kept.body["token"], first.as_str(), "presenting the current token keeps it");
+    assert_eq!(kept.body["registered_at"], registered_at, "the identity is reclaimed, not recreated");
+    let shown = server.client.get(&format!("/api/v1/executors/{}", e.id)).await;
     assert_eq!(shown.body["name"], "renamed");
 
     let rotated = register(&server, &payload).await;
@@ -104,21 +57,14 @@ async fn re_register_with_the_current_token_keeps_it_and_without_rotates_it() {
     assert_ne!(second, first, "without the token a new one is issued");
 
     // The old token no longer authenticates; the new one does.
-    let stale = server
-        .client
-        .delete(&format!("/api/v1/executors/{}", e.id), Some(&first))
-        .await;
+    let stale = server.client.delete(&format!("/api/v1/executors/{}", e.id), Some(&first)).await;
     stale.assert_error(401, "token_invalid");
     e.token = first;
     let mut old_socket = e.connect(&server).await;
     assert_eq!(old_socket.closed().await.code, 4001);
     e.token = second;
     let _live = e.connect(&server).await;
-    server
-        .eventually(&format!("/api/v1/executors/{}", e.id), "connected", |b| {
-            b["connected"] == true
-        })
-        .await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "connected", |b| b["connected"] == true).await;
 }
 
 #[tokio::test]
@@ -130,26 +76,13 @@ async fn a_newer_minor_spec_version_is_served_with_a_warning_and_another_major_i
     let r = register(&server, &payload).await;
     assert_eq!(r.status, 201, "{}", r.body);
     let warning = r.header("warning").expect("a Warning header");
-    assert!(
-        warning.starts_with("299 aiwg-serve") && warning.contains("1.9.0"),
-        "{warning}"
-    );
+    assert!(warning.starts_with("299 aiwg-serve") && warning.contains("1.9.0"), "{warning}");
 
     let other = ScriptedExecutor::listen(&[]).await;
     let mut payload = other.register_payload();
     payload["spec_version"] = json!("2.0.0");
-    register(&server, &payload)
-        .await
-        .assert_error(400, "unsupported_spec_version");
-    assert_eq!(
-        server
-            .client
-            .get(&format!("/api/v1/executors/{}", other.id))
-            .await
-            .status,
-        404,
-        "nothing stored"
-    );
+    register(&server, &payload).await.assert_error(400, "unsupported_spec_version");
+    assert_eq!(server.client.get(&format!("/api/v1/executors/{}", other.id)).await.status, 404, "nothing stored");
 }
 
 #[tokio::test]
@@ -163,36 +96,12 @@ async fn malformed_register_payloads_are_refused_and_store_nothing() {
         p
     };
     let cases: Vec<(&str, Value, &str)> = vec![
-        (
-            "non-UUID executor_id",
-            with(&|p| p["executor_id"] = json!("my-exec")),
-            "/executor_id",
-        ),
-        (
-            "capability outside the vocabulary",
-            with(&|p| p["capabilities"] = json!(["gpu"])),
-            "/capabilities/0",
-        ),
-        (
-            "unknown runtime",
-            with(&|p| p["capabilities"] = json!(["runtime:gemini"])),
-            "/capabilities/0",
-        ),
-        (
-            "duplicate capabilities",
-            with(&|p| p["capabilities"] = json!(["hitl", "hitl"])),
-            "/capabilities",
-        ),
-        (
-            "unknown top-level field",
-            with(&|p| p["color"] = json!("red")),
-            "",
-        ),
-        (
-            "unknown endpoint key",
-            with(&|p| p["transport_endpoints"]["ftp"] = json!("ftp://x")),
-            "/transport_endpoints",
-        ),
+        ("non-UUID executor_id", with(&|p| p["executor_id"] = json!("my-exec")), "/executor_id"),
+        ("capability outside the vocabulary", with(&|p| p["capabilities"] = json!(["gpu"])), "/capabilities/0"),
+        ("unknown runtime", with(&|p| p["capabilities"] = json!(["runtime:gemini"])), "/capabilities/0"),
+        ("duplicate capabilities", with(&|p| p["capabilities"] = json!(["hitl", "hitl"])), "/capabilities"),
+        ("unknown top-level field", with(&|p| p["color"] = json!("red")), ""),
+        ("unknown endpoint key", with(&|p| p["transport_endpoints"]["ftp"] = json!("ftp://x")), "/transport_endpoints"),
         (
             "missing name",
             with(&|p| {
@@ -201,21 +110,9 @@ async fn malformed_register_payloads_are_refused_and_store_nothing() {
             "",
         ),
         ("empty name", with(&|p| p["name"] = json!("")), "/name"),
-        (
-            "name too long",
-            with(&|p| p["name"] = json!("n".repeat(129))),
-            "/name",
-        ),
-        (
-            "wrong type",
-            with(&|p| p["capabilities"] = json!("hitl")),
-            "/capabilities",
-        ),
-        (
-            "spec_version not semver",
-            with(&|p| p["spec_version"] = json!("v1")),
-            "/spec_version",
-        ),
+        ("name too long", with(&|p| p["name"] = json!("n".repeat(129))), "/name"),
+        ("wrong type", with(&|p| p["capabilities"] = json!("hitl")), "/capabilities"),
+        ("spec_version not semver", with(&|p| p["spec_version"] = json!("v1")), "/spec_version"),
         (
             "endpoint without scheme",
             with(&|p| p["transport_endpoints"]["rest"] = json!("not a uri")),
@@ -226,40 +123,16 @@ async fn malformed_register_payloads_are_refused_and_store_nothing() {
     for (what, body, path) in cases {
         let r = register(&server, &body).await;
         r.assert_error(400, "schema_violation");
-        let details = r.body["details"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{what}: no details in {}", r.body));
-        assert!(
-            details.iter().any(|d| d["instance_path"] == path),
-            "{what}: no detail at {path:?}: {}",
-            r.body
-        );
+        let details = r.body["details"].as_array().unwrap_or_else(|| panic!("{what}: no details in {}", r.body));
+        assert!(details.iter().any(|d| d["instance_path"] == path), "{what}: no detail at {path:?}: {}", r.body);
     }
-    register(&server, &json!(null))
-        .await
-        .assert_error(400, "schema_violation");
-    server
-        .client
-        .post_raw("/api/v1/executors/register", "{\"executor_id\":")
-        .await
-        .assert_error(400, "invalid_json");
-    server
-        .client
-        .post_raw("/api/v1/executors/register", "")
-        .await
-        .assert_error(400, "invalid_json");
+    register(&server, &json!(null)).await.assert_error(400, "schema_violation");
+    server.client.post_raw("/api/v1/executors/register", "{\"executor_id\":").await.assert_error(400, "invalid_json");
+    server.client.post_raw("/api/v1/executors/register", "").await.assert_error(400, "invalid_json");
     let huge = format!("{{\"name\":\"{}\"}}", "x".repeat(2 * 1024 * 1024));
-    server
-        .client
-        .post_raw("/api/v1/executors/register", huge)
-        .await
-        .assert_error(413, "payload_too_large");
+    server.client.post_raw("/api/v1/executors/register", huge).await.assert_error(413, "payload_too_large");
 
-    assert_eq!(
-        server.executors().await["executors"],
-        json!([]),
-        "nothing was stored"
-    );
+    assert_eq!(server.executors().await["executors"], json!([]), "nothing was stored");
     // Upstream-compatible oddities that must be accepted.
     let ok = with(&|p| {
         p["capabilities"] = json!(["x-roko-mode", "isolation:gpu-box", "runtime:custom:foo"]);

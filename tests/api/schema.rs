@@ -8,13 +8,8 @@ use serde_json::{json, Value};
 use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
 
 fn fixture(path: &str) -> Value {
-    let full = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(path);
-    serde_json::from_str(
-        &std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display())),
-    )
-    .unwrap()
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(path);
+    serde_json::from_str(&std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))).unwrap()
 }
 
 /// Upstream's schema, compiled per `$defs` entry.
@@ -35,13 +30,8 @@ impl Upstream {
     }
 
     fn errors(&self, def: &str, value: &Value) -> Vec<String> {
-        let v = self
-            .0
-            .get(&format!("#/$defs/{def}"))
-            .unwrap_or_else(|| panic!("upstream has no {def}"));
-        v.iter_errors(value)
-            .map(|e| format!("{} at {}", e, e.instance_path()))
-            .collect()
+        let v = self.0.get(&format!("#/$defs/{def}")).unwrap_or_else(|| panic!("upstream has no {def}"));
+        v.iter_errors(value).map(|e| format!("{} at {}", e, e.instance_path())).collect()
     }
 }
 
@@ -80,12 +70,9 @@ fn marked(value: &Value, out: &mut Vec<(String, Value)>) {
 
 fn strip(value: &Value) -> Value {
     match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .filter(|(k, _)| !k.starts_with('_'))
-                .map(|(k, v)| (k.clone(), strip(v)))
-                .collect(),
-        ),
+        Value::Object(map) => {
+            Value::Object(map.iter().filter(|(k, _)| !k.starts_with('_')).map(|(k, v)| (k.clone(), strip(v))).collect())
+        }
         Value::Array(items) => Value::Array(items.iter().map(strip).collect()),
         other => other.clone(),
     }
@@ -104,9 +91,7 @@ fn every_contract_example_validates() {
 fn every_upstream_fixture_payload_and_event_validates() {
     let schema = Schema::load().unwrap();
     let mut checked = 0;
-    for entry in
-        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/upstream")).unwrap()
-    {
+    for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/upstream")).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         if name.starts_with("executor-v1") {
             continue;
@@ -129,10 +114,7 @@ fn bare_running_state_is_accepted_for_started_and_resumed_where_upstream_rejects
         let e = json!({"event": event, "executor_id": "a1b2c3d4-e5f6-7890-abcd-ef1234567890", "mission_id": "m1",
                        "ts": "2026-05-08T19:30:06Z", "data": {"state": "running"}});
         ours(&schema, "event_envelope", &e);
-        assert!(
-            !upstream.errors("event_envelope", &e).is_empty(),
-            "upstream's oneOf rejects {event} (its flaw)"
-        );
+        assert!(!upstream.errors("event_envelope", &e).is_empty(), "upstream's oneOf rejects {event} (its flaw)");
     }
     // Discriminated: data is checked against its own event type's shape.
     let e = json!({"event": "mission.hitl_required", "executor_id": "a1b2c3d4-e5f6-7890-abcd-ef1234567890",
@@ -151,69 +133,32 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
             trimmed.as_object_mut().unwrap().remove(*key);
         }
         let errors = upstream.errors(def, &trimmed);
-        assert!(
-            errors.is_empty(),
-            "upstream's {def} rejects {trimmed}: {errors:?}"
-        );
+        assert!(errors.is_empty(), "upstream's {def} rejects {trimmed}: {errors:?}");
     };
 
     let server = TestServer::start_with(|c| c.dispatch.forward_timeout_ms = 300).await;
     let mut e = ScriptedExecutor::listen(&["isolation:vm", "runtime:claude-code", "hitl"]).await;
-    let r = server
-        .client
-        .post("/api/v1/executors/register", &e.register_payload())
-        .await;
+    let r = server.client.post("/api/v1/executors/register", &e.register_payload()).await;
     both("register_response", &r.body, &[]);
     e.token = r.body["token"].as_str().unwrap().to_owned();
     let mut ws = e.connect(&server).await;
-    server
-        .eventually(&format!("/api/v1/executors/{}", e.id), "connected", |b| {
-            b["connected"] == true
-        })
-        .await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "connected", |b| b["connected"] == true).await;
 
     let id = mission_id();
-    let r = server
-        .client
-        .post("/api/v1/sessions/s/dispatch", &dispatch_body(&id))
-        .await;
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await;
     both("dispatch_response", &r.body, &[]);
     e.next_dispatch().await;
-    let ack = ws
-        .event(
-            "mission.started",
-            &id,
-            json!({"state": "running", "pty_session_id": "p"}),
-        )
-        .await;
+    let ack = ws.event("mission.started", &id, json!({"state": "running", "pty_session_id": "p"})).await;
     ours(&schema, "ack_frame", &ack);
-    let refused = ws
-        .event("mission.assigned", &id, json!({"state": "assigned"}))
-        .await;
+    let refused = ws.event("mission.assigned", &id, json!({"state": "assigned"})).await;
     ours(&schema, "error_frame", &refused);
-    ws.ack("mission.progress", &id, json!({"summary": "s", "extra": 1}))
-        .await;
-    ws.ack(
-        "mission.failed",
-        &id,
-        json!({"state": "failed_preserved", "failure_count": 2}),
-    )
-    .await;
-    let dup = ws
-        .event(
-            "mission.failed",
-            &id,
-            json!({"state": "failed_preserved", "failure_count": 2}),
-        )
-        .await;
+    ws.ack("mission.progress", &id, json!({"summary": "s", "extra": 1})).await;
+    ws.ack("mission.failed", &id, json!({"state": "failed_preserved", "failure_count": 2})).await;
+    let dup = ws.event("mission.failed", &id, json!({"state": "failed_preserved", "failure_count": 2})).await;
     ours(&schema, "ack_frame", &dup);
 
     let status = server.mission(&id).await;
-    both(
-        "mission_status_response",
-        &status,
-        &["routing", "session_id"],
-    );
+    both("mission_status_response", &status, &["routing", "session_id"]);
     let list = server.executors().await;
     both("executors_list_response", &list, &[]);
     both("executor_status", &list["executors"][0], &[]);
@@ -223,36 +168,19 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
     // A system-generated event pushed to an executor (the abort after a forward timeout).
     e.answer_with(crate::support::executor::Answer::Hang);
     let late = mission_id();
-    let r = server
-        .client
-        .post("/api/v1/sessions/s/dispatch", &dispatch_body(&late))
-        .await;
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&late)).await;
     ours(&schema, "error_response", &r.body);
     let pushed = ws.next_pushed().await;
     both("event_envelope", &pushed, &[]);
     let status = server.mission(&late).await;
-    both(
-        "mission_status_response",
-        &status,
-        &["routing", "session_id"],
-    );
+    both("mission_status_response", &status, &["routing", "session_id"]);
 
     for r in [
         server.client.get("/api/v1/missions/none").await,
-        server
-            .client
-            .post_raw("/api/v1/executors/register", "{")
-            .await,
-        server
-            .client
-            .post("/api/v1/executors/register", &json!({}))
-            .await,
+        server.client.post_raw("/api/v1/executors/register", "{").await,
+        server.client.post("/api/v1/executors/register", &json!({})).await,
     ] {
         ours(&schema, "error_response", &r.body);
     }
-    ours(
-        &schema,
-        "health_response",
-        &server.client.get("/api/health").await.body,
-    );
+    ours(&schema, "health_response", &server.client.get("/api/health").await.body);
 }

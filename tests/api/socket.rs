@@ -11,10 +11,7 @@ async fn with_mission(server: &TestServer) -> (ScriptedExecutor, ExecSocket, Str
     let id = mission_id();
     let mut body = dispatch_body(&id);
     body["executor_filter"]["executor_id"] = json!(e.id);
-    let r = server
-        .client
-        .post("/api/v1/sessions/s/dispatch", &body)
-        .await;
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
     assert_eq!(r.status, 202, "{}", r.body);
     e.next_dispatch().await;
     (e, ws, id)
@@ -25,45 +22,17 @@ async fn a_bad_or_missing_token_completes_the_upgrade_then_closes_4001() {
     let server = TestServer::start().await;
     let e = ScriptedExecutor::register(&server, &[]).await;
     let other = ScriptedExecutor::register(&server, &[]).await;
-    for query in [
-        "?token=wrong".to_owned(),
-        String::new(),
-        "?token=".into(),
-        format!("?token={}", other.token),
-    ] {
-        let mut ws = ExecSocket::open(
-            &server.ws_url(&format!("/ws/executors/{}{query}", e.id)),
-            &e.id,
-        )
-        .await;
+    for query in ["?token=wrong".to_owned(), String::new(), "?token=".into(), format!("?token={}", other.token)] {
+        let mut ws = ExecSocket::open(&server.ws_url(&format!("/ws/executors/{}{query}", e.id)), &e.id).await;
         let closed = ws.closed().await;
-        assert_eq!(
-            (closed.code, closed.reason.as_str()),
-            (4001, "Unauthorized"),
-            "query {query:?}"
-        );
+        assert_eq!((closed.code, closed.reason.as_str()), (4001, "Unauthorized"), "query {query:?}");
     }
     let unknown = uuid::Uuid::new_v4();
-    let mut ws = ExecSocket::open(
-        &server.ws_url(&format!("/ws/executors/{unknown}?token={}", e.token)),
-        &e.id,
-    )
-    .await;
+    let mut ws = ExecSocket::open(&server.ws_url(&format!("/ws/executors/{unknown}?token={}", e.token)), &e.id).await;
     assert_eq!(ws.closed().await.code, 4001);
-    assert_eq!(
-        server
-            .client
-            .get(&format!("/api/v1/executors/{}", e.id))
-            .await
-            .body["connected"],
-        false
-    );
+    assert_eq!(server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body["connected"], false);
     // A plain GET on the socket path is not an upgrade.
-    server
-        .client
-        .get(&format!("/ws/executors/{}", e.id))
-        .await
-        .assert_error(426, "upgrade_required");
+    server.client.get(&format!("/ws/executors/{}", e.id)).await.assert_error(426, "upgrade_required");
 }
 
 #[tokio::test]
@@ -83,18 +52,8 @@ async fn a_peer_that_stops_reading_is_dropped_after_its_ping_deadline() {
     .await;
     let (e, ws) = ScriptedExecutor::online(&server, &[]).await;
     let _silent = ws.into_silent();
-    server
-        .eventually(
-            &format!("/api/v1/executors/{}", e.id),
-            "disconnected",
-            |b| b["connected"] == false,
-        )
-        .await;
-    let shown = server
-        .client
-        .get(&format!("/api/v1/executors/{}", e.id))
-        .await
-        .body;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
+    let shown = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
     assert!(shown["disconnected_at"].is_string(), "{shown}");
 }
 
@@ -103,17 +62,14 @@ async fn bad_frames_get_error_frames_keep_the_socket_and_change_nothing() {
     let server = TestServer::start().await;
     let (e, mut ws, id) = with_mission(&server).await;
     let (_other, mut other_ws, foreign) = with_mission(&server).await;
-    ws.ack("mission.started", &id, json!({"state": "running"}))
-        .await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
     let before = server.mission(&id).await;
 
     let answer = ws.send(Message::text("this is not json")).await;
     assert_eq!(answer["error"], "invalid_json", "{answer}");
     let answer = ws.send(Message::binary(b"{}".to_vec())).await;
     assert_eq!(answer["error"], "invalid_frame", "{answer}");
-    let answer = ws
-        .send_json(&ws.envelope("mission.exploded", Some(&id), json!({})))
-        .await;
+    let answer = ws.send_json(&ws.envelope("mission.exploded", Some(&id), json!({}))).await;
     assert_eq!(
         (answer["error"].as_str(), answer["ref"]["event"].as_str()),
         (Some("unknown_event_type"), Some("mission.exploded"))
@@ -123,64 +79,27 @@ async fn bad_frames_get_error_frames_keep_the_socket_and_change_nothing() {
     assert_eq!(ws.send_json(&no_ts).await["error"], "schema_violation");
     let no_mission = ws.envelope("mission.progress", None, json!({}));
     assert_eq!(ws.send_json(&no_mission).await["error"], "schema_violation");
-    let wrong_type = ws
-        .event("mission.progress", &id, json!({"iteration": "three"}))
-        .await;
+    let wrong_type = ws.event("mission.progress", &id, json!({"iteration": "three"})).await;
     assert_eq!(wrong_type["error"], "schema_violation");
-    assert_eq!(
-        wrong_type["ref"],
-        json!({"event": "mission.progress", "mission_id": id})
-    );
-    let hitl_without_id = ws
-        .event("mission.hitl_required", &id, json!({"prompt": "ok?"}))
-        .await;
+    assert_eq!(wrong_type["ref"], json!({"event": "mission.progress", "mission_id": id}));
+    let hitl_without_id = ws.event("mission.hitl_required", &id, json!({"prompt": "ok?"})).await;
     assert_eq!(hitl_without_id["error"], "schema_violation");
-    let resync_without_list = ws
-        .send_json(&ws.envelope("executor.resync", None, json!({})))
-        .await;
+    let resync_without_list = ws.send_json(&ws.envelope("executor.resync", None, json!({}))).await;
     assert_eq!(resync_without_list["error"], "schema_violation");
-    let answer = ws
-        .event(
-            "mission.hitl_responded",
-            &id,
-            json!({"hitl_id": "h", "response": "yes"}),
-        )
-        .await;
-    assert_eq!(
-        answer["error"], "forbidden",
-        "serve-originated events are refused: {answer}"
-    );
-    let answer = ws
-        .event("mission.completed", &foreign, json!({"state": "done"}))
-        .await;
+    let answer = ws.event("mission.hitl_responded", &id, json!({"hitl_id": "h", "response": "yes"})).await;
+    assert_eq!(answer["error"], "forbidden", "serve-originated events are refused: {answer}");
+    let answer = ws.event("mission.completed", &foreign, json!({"state": "done"})).await;
     assert_eq!(answer["error"], "forbidden", "{answer}");
-    let answer = ws
-        .event(
-            "mission.completed",
-            "m-does-not-exist",
-            json!({"state": "done"}),
-        )
-        .await;
-    assert_eq!(
-        answer["error"], "forbidden",
-        "unknown and foreign missions look alike: {answer}"
-    );
-    let answer = ws
-        .event("mission.assigned", &id, json!({"state": "assigned"}))
-        .await;
-    assert_eq!(
-        answer["error"], "illegal_transition",
-        "assigned after started: {answer}"
-    );
+    let answer = ws.event("mission.completed", "m-does-not-exist", json!({"state": "done"})).await;
+    assert_eq!(answer["error"], "forbidden", "unknown and foreign missions look alike: {answer}");
+    let answer = ws.event("mission.assigned", &id, json!({"state": "assigned"})).await;
+    assert_eq!(answer["error"], "illegal_transition", "assigned after started: {answer}");
 
     assert_eq!(server.mission(&id).await, before, "nothing was stored");
     assert_eq!(server.mission(&foreign).await["state"], "assigned");
     // The socket is still usable.
-    ws.ack("mission.progress", &id, json!({"summary": "still here"}))
-        .await;
-    other_ws
-        .ack("mission.started", &foreign, json!({"state": "running"}))
-        .await;
+    ws.ack("mission.progress", &id, json!({"summary": "still here"})).await;
+    other_ws.ack("mission.started", &foreign, json!({"state": "running"})).await;
     drop(e);
 }
 
@@ -188,8 +107,7 @@ async fn bad_frames_get_error_frames_keep_the_socket_and_change_nothing() {
 async fn terminal_states_are_final_and_an_identical_repeat_is_idempotent() {
     let server = TestServer::start().await;
     let (_e, mut ws, id) = with_mission(&server).await;
-    ws.ack("mission.started", &id, json!({"state": "running"}))
-        .await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
     let done = json!({"state": "done", "exit_code": 0});
     ws.ack("mission.completed", &id, done.clone()).await;
     let after = server.mission(&id).await;
@@ -201,48 +119,27 @@ async fn terminal_states_are_final_and_an_identical_repeat_is_idempotent() {
     );
     for (event, data) in [
         ("mission.started", json!({"state": "running"})),
-        (
-            "mission.completed",
-            json!({"state": "done", "exit_code": 1}),
-        ),
-        (
-            "mission.failed",
-            json!({"state": "failed", "reason": "late"}),
-        ),
+        ("mission.completed", json!({"state": "done", "exit_code": 1})),
+        ("mission.failed", json!({"state": "failed", "reason": "late"})),
         ("mission.aborted", json!({"state": "aborted"})),
         ("mission.progress", json!({})),
     ] {
         let answer = ws.event(event, &id, data).await;
-        assert_eq!(
-            answer["error"], "illegal_transition",
-            "{event} after done: {answer}"
-        );
+        assert_eq!(answer["error"], "illegal_transition", "{event} after done: {answer}");
     }
-    assert_eq!(
-        server.mission(&id).await,
-        after,
-        "the terminal mission is untouched"
-    );
+    assert_eq!(server.mission(&id).await, after, "the terminal mission is untouched");
 }
 
 #[tokio::test]
 async fn oversized_frames_close_the_socket_with_1009() {
     let server = TestServer::start_with(|c| c.hub.max_frame_bytes = 64 * 1024).await;
     let (e, mut ws, id) = with_mission(&server).await;
-    let big = ws.envelope(
-        "mission.progress",
-        Some(&id),
-        json!({"summary": "x".repeat(100 * 1024)}),
-    );
-    ws.send_only(Message::text(big.to_string()))
-        .await
-        .expect("sent");
+    let big = ws.envelope("mission.progress", Some(&id), json!({"summary": "x".repeat(100 * 1024)}));
+    ws.send_only(Message::text(big.to_string())).await.expect("sent");
     assert_eq!(ws.closed().await.code, 1009);
     assert_eq!(server.mission(&id).await["recent_events"], json!([]));
     let mut again = e.connect(&server).await;
-    again
-        .ack("mission.progress", &id, json!({"summary": "small"}))
-        .await;
+    again.ack("mission.progress", &id, json!({"summary": "small"})).await;
 }
 
 #[tokio::test]
@@ -255,10 +152,7 @@ async fn a_flood_of_bad_frames_is_cut_off() {
         }
     }
     let closed = ws.closed().await;
-    assert_eq!(
-        (closed.code, closed.reason.as_str()),
-        (1008, "too many refused frames")
-    );
+    assert_eq!((closed.code, closed.reason.as_str()), (1008, "too many refused frames"));
 }
 
 #[tokio::test]
@@ -266,47 +160,14 @@ async fn events_are_accepted_from_every_socket_and_a_stale_close_does_not_discon
     let server = TestServer::start().await;
     let (e, mut first, id) = with_mission(&server).await;
     let mut second = e.connect(&server).await;
-    first
-        .ack("mission.started", &id, json!({"state": "running"}))
-        .await;
-    second
-        .ack(
-            "mission.progress",
-            &id,
-            json!({"summary": "from the newer socket"}),
-        )
-        .await;
-    first
-        .ack(
-            "mission.progress",
-            &id,
-            json!({"summary": "from the older socket"}),
-        )
-        .await;
+    first.ack("mission.started", &id, json!({"state": "running"})).await;
+    second.ack("mission.progress", &id, json!({"summary": "from the newer socket"})).await;
+    first.ack("mission.progress", &id, json!({"summary": "from the older socket"})).await;
     first.close().await;
-    second
-        .ack(
-            "mission.progress",
-            &id,
-            json!({"summary": "still connected"}),
-        )
-        .await;
-    assert_eq!(
-        server
-            .client
-            .get(&format!("/api/v1/executors/{}", e.id))
-            .await
-            .body["connected"],
-        true
-    );
+    second.ack("mission.progress", &id, json!({"summary": "still connected"})).await;
+    assert_eq!(server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body["connected"], true);
     second.close().await;
-    server
-        .eventually(
-            &format!("/api/v1/executors/{}", e.id),
-            "disconnected",
-            |b| b["connected"] == false,
-        )
-        .await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
 }
 
 #[tokio::test]
@@ -322,12 +183,9 @@ async fn tolerant_reader_accepts_what_real_executors_send() {
         ))
         .await;
     assert_eq!(resync["ack"], true, "{resync}");
-    ws.ack("mission.started", &id, json!({"state": "running"}))
-        .await;
-    ws.ack("mission.resumed", &id, json!({"state": "running"}))
-        .await;
-    ws.ack("mission.reconnected", &id, json!({"checkpoint_id": ""}))
-        .await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    ws.ack("mission.resumed", &id, json!({"state": "running"})).await;
+    ws.ack("mission.reconnected", &id, json!({"checkpoint_id": ""})).await;
     let mut no_data = ws.envelope("mission.progress", Some(&id), json!({}));
     no_data.as_object_mut().unwrap().remove("data");
     assert_eq!(ws.send_json(&no_data).await["ack"], true);
@@ -336,8 +194,5 @@ async fn tolerant_reader_accepts_what_real_executors_send() {
     assert_eq!(m["state"], "failed");
     assert_eq!(m["error"], "crash loop");
     let failed: &Value = m["recent_events"].as_array().unwrap().last().unwrap();
-    assert_eq!(
-        failed["data"],
-        json!({"state": "failed", "reason": "mission_quarantined", "error": "crash loop"})
-    );
+    assert_eq!(failed["data"], json!({"state": "failed", "reason": "mission_quarantined", "error": "crash loop"}));
 }

@@ -58,28 +58,18 @@ impl ScriptedExecutor {
     /// Starts the REST listener, then registers with `serve`.
     pub async fn register(server: &TestServer, capabilities: &[&str]) -> ScriptedExecutor {
         let mut e = ScriptedExecutor::listen(capabilities).await;
-        let r = server
-            .client
-            .post("/api/v1/executors/register", &e.register_payload())
-            .await;
+        let r = server.client.post("/api/v1/executors/register", &e.register_payload()).await;
         assert_eq!(r.status, 201, "register: {}", r.body);
         e.token = r.body["token"].as_str().expect("token").to_owned();
         e
     }
 
     /// Registers and opens one WebSocket; returns both.
-    pub async fn online(
-        server: &TestServer,
-        capabilities: &[&str],
-    ) -> (ScriptedExecutor, ExecSocket) {
+    pub async fn online(server: &TestServer, capabilities: &[&str]) -> (ScriptedExecutor, ExecSocket) {
         let e = ScriptedExecutor::register(server, capabilities).await;
         let socket = e.connect(server).await;
         server
-            .eventually(
-                &format!("/api/v1/executors/{}", e.id),
-                "executor connected",
-                |b| b["connected"] == true,
-            )
+            .eventually(&format!("/api/v1/executors/{}", e.id), "executor connected", |b| b["connected"] == true)
             .await;
         (e, socket)
     }
@@ -87,15 +77,9 @@ impl ScriptedExecutor {
     pub async fn listen(capabilities: &[&str]) -> ScriptedExecutor {
         let answer = Arc::new(Mutex::new(Answer::Accept { extra: None }));
         let (seen, received) = mpsc::unbounded_channel();
-        let state = Listener {
-            answer: answer.clone(),
-            seen,
-        };
+        let state = Listener { answer: answer.clone(), seen };
         let app = Router::new()
-            .route(
-                "/api/v1/sessions/{session}/dispatch",
-                post(sessions_dispatch),
-            )
+            .route("/api/v1/sessions/{session}/dispatch", post(sessions_dispatch))
             .route("/dispatch", post(legacy_dispatch))
             .with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -128,10 +112,7 @@ impl ScriptedExecutor {
 
     /// The next dispatch `serve` forwarded to this executor.
     pub async fn next_dispatch(&mut self) -> Received {
-        tokio::time::timeout(WAIT, self.received.recv())
-            .await
-            .expect("a dispatch arrives")
-            .expect("listener alive")
+        tokio::time::timeout(WAIT, self.received.recv()).await.expect("a dispatch arrives").expect("listener alive")
     }
 
     pub fn no_dispatch_pending(&mut self) -> bool {
@@ -139,51 +120,29 @@ impl ScriptedExecutor {
     }
 
     pub async fn connect(&self, server: &TestServer) -> ExecSocket {
-        ExecSocket::open(
-            &server.ws_url(&format!("/ws/executors/{}?token={}", self.id, self.token)),
-            &self.id,
-        )
-        .await
+        ExecSocket::open(&server.ws_url(&format!("/ws/executors/{}?token={}", self.id, self.token)), &self.id).await
     }
 }
 
-async fn record(
-    state: &Listener,
-    path: String,
-    headers: &HeaderMap,
-    body: Value,
-) -> (StatusCode, Json<Value>) {
+async fn record(state: &Listener, path: String, headers: &HeaderMap, body: Value) -> (StatusCode, Json<Value>) {
     let legacy = path == "/dispatch";
     let answer = state.answer.lock().unwrap().clone();
     if matches!(answer, Answer::OnlyLegacyPath) && !legacy {
         return (StatusCode::NOT_FOUND, Json(json!({"error": "not found"})));
     }
-    let authorization = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let mission_id = body["mission_id"].clone();
-    let _ = state.seen.send(Received {
-        path,
-        authorization,
-        body,
-    });
+    let _ = state.seen.send(Received { path, authorization, body });
     match answer {
         Answer::Accept { extra: Some(extra) } => {
             let mut b = json!({"mission_id": mission_id, "status": "assigned"});
-            b.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
+            b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
             (StatusCode::ACCEPTED, Json(b))
         }
-        Answer::Accept { extra: None } | Answer::OnlyLegacyPath => (
-            StatusCode::ACCEPTED,
-            Json(json!({"mission_id": mission_id, "status": "assigned"})),
-        ),
-        Answer::Status(s) => (
-            StatusCode::from_u16(s).unwrap(),
-            Json(json!({"error": "scripted refusal"})),
-        ),
+        Answer::Accept { extra: None } | Answer::OnlyLegacyPath => {
+            (StatusCode::ACCEPTED, Json(json!({"mission_id": mission_id, "status": "assigned"})))
+        }
+        Answer::Status(s) => (StatusCode::from_u16(s).unwrap(), Json(json!({"error": "scripted refusal"}))),
         Answer::Hang => std::future::pending().await,
     }
 }
@@ -194,13 +153,7 @@ async fn sessions_dispatch(
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> (StatusCode, Json<Value>) {
-    record(
-        &state,
-        format!("/api/v1/sessions/{session}/dispatch"),
-        &headers,
-        body,
-    )
-    .await
+    record(&state, format!("/api/v1/sessions/{session}/dispatch"), &headers, body).await
 }
 
 async fn legacy_dispatch(
@@ -232,15 +185,12 @@ impl ExecSocket {
             .await
             .expect("ws connect in time")
             .expect("ws upgrade");
-        ExecSocket {
-            ws,
-            executor_id: executor_id.to_owned(),
-            pushed: Vec::new(),
-        }
+        ExecSocket { ws, executor_id: executor_id.to_owned(), pushed: Vec::new() }
     }
 
     pub fn envelope(&self, event: &str, mission_id: Option<&str>, data: Value) -> Value {
-        let mut e = json!({"event": event, "executor_id": self.executor_id, "ts": "2026-05-08T19:30:05.100Z", "data": data});
+        let mut e =
+            json!({"event": event, "executor_id": self.executor_id, "ts": "2026-05-08T19:30:05.100Z", "data": data});
         if let Some(m) = mission_id {
             e["mission_id"] = json!(m);
         }
@@ -256,13 +206,8 @@ impl ExecSocket {
     /// Sends an event and asserts it was acknowledged; returns its sequence number.
     pub async fn ack(&mut self, event: &str, mission_id: &str, data: Value) -> i64 {
         let answer = self.event(event, mission_id, data).await;
-        assert_eq!(
-            answer["ack"], true,
-            "{event} for {mission_id} not acknowledged: {answer}"
-        );
-        answer["seq"]
-            .as_i64()
-            .unwrap_or_else(|| panic!("no seq in {answer}"))
+        assert_eq!(answer["ack"], true, "{event} for {mission_id} not acknowledged: {answer}");
+        answer["seq"].as_i64().unwrap_or_else(|| panic!("no seq in {answer}"))
     }
 
     pub async fn send_json(&mut self, frame: &Value) -> Value {
@@ -270,10 +215,7 @@ impl ExecSocket {
     }
 
     /// Sends without waiting for an answer; fails once the server has closed the socket.
-    pub async fn send_only(
-        &mut self,
-        message: Message,
-    ) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+    pub async fn send_only(&mut self, message: Message) -> Result<(), tokio_tungstenite::tungstenite::Error> {
         self.ws.send(message).await
     }
 
@@ -310,9 +252,7 @@ impl ExecSocket {
     pub async fn next_json(&mut self) -> Value {
         loop {
             match self.next_message().await {
-                Message::Text(t) => {
-                    return serde_json::from_str(t.as_str()).expect("serve sends JSON")
-                }
+                Message::Text(t) => return serde_json::from_str(t.as_str()).expect("serve sends JSON"),
                 Message::Ping(_) | Message::Pong(_) => continue,
                 other => panic!("expected a text frame, got {other:?}"),
             }
@@ -330,21 +270,12 @@ impl ExecSocket {
     /// Waits for the server to close the socket; returns its close frame.
     pub async fn closed(&mut self) -> Closed {
         loop {
-            match tokio::time::timeout(WAIT, self.ws.next())
-                .await
-                .expect("close in time")
-            {
+            match tokio::time::timeout(WAIT, self.ws.next()).await.expect("close in time") {
                 Some(Ok(Message::Close(Some(f)))) => {
-                    return Closed {
-                        code: u16::from(f.code),
-                        reason: f.reason.as_str().to_owned(),
-                    }
+                    return Closed { code: u16::from(f.code), reason: f.reason.as_str().to_owned() }
                 }
                 Some(Ok(Message::Close(None))) | None | Some(Err(_)) => {
-                    return Closed {
-                        code: u16::from(CloseCode::Status),
-                        reason: String::new(),
-                    }
+                    return Closed { code: u16::from(CloseCode::Status), reason: String::new() }
                 }
                 Some(Ok(_)) => continue,
             }
@@ -358,10 +289,7 @@ impl ExecSocket {
 
     /// Sends a ping and waits for its pong.
     pub async fn ping(&mut self, payload: &'static [u8]) -> Vec<u8> {
-        self.ws
-            .send(Message::Ping(payload.into()))
-            .await
-            .expect("ping");
+        self.ws.send(Message::Ping(payload.into())).await.expect("ping");
         loop {
             match self.next_message().await {
                 Message::Pong(p) => return p.to_vec(),

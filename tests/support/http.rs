@@ -26,15 +26,9 @@ pub struct Resp {
 impl Resp {
     /// Asserts the error shape and code, and returns the message.
     pub fn assert_error(&self, status: u16, code: &str) -> String {
-        assert_eq!(
-            self.status, status,
-            "expected {status} {code}, got {} {}",
-            self.status, self.body
-        );
+        assert_eq!(self.status, status, "expected {status} {code}, got {} {}", self.status, self.body);
         assert_eq!(self.body["error"], code, "error code in {}", self.body);
-        let message = self.body["message"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no message in {}", self.body));
+        let message = self.body["message"].as_str().unwrap_or_else(|| panic!("no message in {}", self.body));
         assert!(!message.is_empty());
         message.to_owned()
     }
@@ -46,10 +40,7 @@ impl Resp {
 
 impl Client {
     pub fn new(base: &str) -> Client {
-        Client {
-            base: base.to_owned(),
-            inner: HyperClient::builder(TokioExecutor::new()).build_http(),
-        }
+        Client { base: base.to_owned(), inner: HyperClient::builder(TokioExecutor::new()).build_http() }
     }
 
     pub async fn get(&self, path: &str) -> Resp {
@@ -61,50 +52,30 @@ impl Client {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Resp {
-        self.request(Method::POST, path, Some(Bytes::from(body.to_string())), &[])
-            .await
+        self.request(Method::POST, path, Some(Bytes::from(body.to_string())), &[]).await
     }
 
     pub async fn post_with(&self, path: &str, body: &Value, headers: &[(&str, &str)]) -> Resp {
-        self.request(
-            Method::POST,
-            path,
-            Some(Bytes::from(body.to_string())),
-            headers,
-        )
-        .await
+        self.request(Method::POST, path, Some(Bytes::from(body.to_string())), headers).await
     }
 
     pub async fn post_raw(&self, path: &str, body: impl Into<Bytes>) -> Resp {
-        self.request(Method::POST, path, Some(body.into()), &[])
-            .await
+        self.request(Method::POST, path, Some(body.into()), &[]).await
     }
 
     pub async fn delete(&self, path: &str, bearer: Option<&str>) -> Resp {
         let auth = bearer.map(|t| format!("Bearer {t}"));
-        let headers: Vec<(&str, &str)> =
-            auth.iter().map(|a| ("authorization", a.as_str())).collect();
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("authorization", a.as_str())).collect();
         self.request(Method::DELETE, path, None, &headers).await
     }
 
-    pub async fn request(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Bytes>,
-        headers: &[(&str, &str)],
-    ) -> Resp {
-        let mut req = Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
+    pub async fn request(&self, method: Method, path: &str, body: Option<Bytes>, headers: &[(&str, &str)]) -> Resp {
+        let mut req = Request::builder().method(method).uri(format!("{}{path}", self.base));
         if body.is_some() {
             req = req.header(CONTENT_TYPE, "application/json");
         }
         for (k, v) in headers {
-            req = req.header(
-                HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                HeaderValue::from_str(v).unwrap(),
-            );
+            req = req.header(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
         }
         let req = req.body(Full::new(body.unwrap_or_default())).unwrap();
         let response = tokio::time::timeout(super::WAIT, self.inner.request(req))
@@ -113,23 +84,13 @@ impl Client {
             .unwrap_or_else(|e| panic!("request to {path} failed: {e}"));
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
+        let bytes = response.into_body().collect().await.expect("body").to_bytes();
         let body = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
         };
-        Resp {
-            status,
-            headers,
-            body,
-        }
+        Resp { status, headers, body }
     }
 
     pub fn bearer(token: &str) -> String {

@@ -44,13 +44,7 @@ impl TestServer {
     async fn boot(config: Config, dir: Option<tempfile::TempDir>) -> TestServer {
         let handle = serve::start(config.clone()).await.expect("server starts");
         let base = format!("http://{}", handle.addr());
-        TestServer {
-            handle: Some(handle),
-            client: Client::new(&base),
-            base,
-            config,
-            dir,
-        }
+        TestServer { handle: Some(handle), client: Client::new(&base), base, config, dir }
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -88,23 +82,14 @@ impl TestServer {
     }
 
     /// Polls until `check` holds for the JSON at `path`, or fails the test after [`WAIT`].
-    pub async fn eventually(
-        &self,
-        path: &str,
-        what: &str,
-        check: impl Fn(&Value) -> bool,
-    ) -> Value {
+    pub async fn eventually(&self, path: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let r = self.client.get(path).await;
             if check(&r.body) {
                 return r.body;
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}; last {path}: {}",
-                r.body
-            );
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}; last {path}: {}", r.body);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -1,0 +1,194 @@
+//! Operator actions: the HITL round trip, pause / resume / abort, and their refusals.
+
+use serde_json::{json, Value};
+
+use crate::support::{dispatch_body, mission_id, ExecSocket, ScriptedExecutor, TestServer};
+
+/// An online executor with one mission it has started.
+async fn running(server: &TestServer) -> (ScriptedExecutor, ExecSocket, String) {
+    let (mut e, mut ws) = ScriptedExecutor::online(server, &["hitl"]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    (e, ws, id)
+}
+
+async fn post(server: &TestServer, path: &str, body: Value) -> crate::support::Resp {
+    server.client.post(path, &body).await
+}
+
+#[tokio::test]
+async fn hitl_round_trip_reaches_the_executor_and_the_mission_completes() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = running(&server).await;
+    ws.ack(
+        "mission.hitl_required",
+        &id,
+        json!({"hitl_id": "h-1", "prompt": "Deploy to prod?", "context": "tests pass"}),
+    )
+    .await;
+    assert_eq!(server.mission(&id).await["state"], "hitl-required");
+
+    let r =
+        post(&server, &format!("/api/v1/missions/{id}/hitl_response"), json!({"hitl_id": "h-1", "response": "yes"}))
+            .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(r.body, json!({"mission_id": id, "state": "running", "delivered": true}));
+    let frame = ws.next_pushed().await;
+    assert_eq!(frame["event"], "mission.hitl_responded");
+    assert_eq!(frame["mission_id"], id.as_str());
+    assert_eq!(frame["data"]["hitl_id"], "h-1");
+    assert_eq!(frame["data"]["response"], "yes");
+    assert_eq!(frame["data"]["text"], "yes", "the agentic-sandbox executor reads `text`");
+    assert!(frame["data"]["responded_at"].is_string());
+
+    ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    let m = server.mission(&id).await;
+    assert_eq!(m["state"], "done");
+    let events: Vec<&str> =
+        m["recent_events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["mission.started", "mission.hitl_required", "mission.hitl_responded", "mission.completed"]);
+}
+
+#[tokio::test]
+async fn bad_hitl_responses_are_refused_and_change_nothing() {
+    let server = TestServer::start().await;
+    let (e, mut ws, id) = running(&server).await;
+    let path = format!("/api/v1/missions/{id}/hitl_response");
+    // Not waiting for an answer yet.
+    post(&server, &path, json!({"hitl_id": "h-1", "response": "yes"})).await.assert_error(409, "conflict");
+    ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Proceed?"})).await;
+    let before = server.mission(&id).await;
+
+    for body in [
+        json!({"hitl_id": "h-1"}),
+        json!({"response": "yes"}),
+        json!({"hitl_id": "h-1", "response": ""}),
+        json!({"hitl_id": "h-1", "response": 42}),
+        json!({"hitl_id": 1, "response": "yes"}),
+        json!({"hitl_id": "h-1", "response": "yes", "extra": true}),
+    ] {
+        post(&server, &path, body).await.assert_error(400, "schema_violation");
+    }
+    server.client.post_raw(&path, "{oops").await.assert_error(400, "invalid_json");
+    post(&server, &path, json!({"hitl_id": "h-other", "response": "yes"})).await.assert_error(409, "conflict");
+    post(&server, "/api/v1/missions/m-nope/hitl_response", json!({"hitl_id": "h-1", "response": "yes"}))
+        .await
+        .assert_error(404, "not_found");
+    assert_eq!(server.mission(&id).await, before, "nothing stored");
+
+    // Offline: refused, and still answerable once the executor is back.
+    ws.close().await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
+    post(&server, &path, json!({"hitl_id": "h-1", "response": "yes"}))
+        .await
+        .assert_error(409, "executor_not_connected");
+    assert_eq!(server.mission(&id).await, before);
+    let mut ws = e.connect(&server).await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "connected", |b| b["connected"] == true).await;
+    assert_eq!(post(&server, &path, json!({"hitl_id": "h-1", "response": "yes"})).await.status, 202);
+    assert_eq!(ws.next_pushed().await["data"]["hitl_id"], "h-1");
+    // A duplicate answer finds nothing pending.
+    post(&server, &path, json!({"hitl_id": "h-1", "response": "yes"})).await.assert_error(409, "conflict");
+    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
+    post(&server, &path, json!({"hitl_id": "h-1", "response": "again"})).await.assert_error(409, "illegal_transition");
+}
+
+#[tokio::test]
+async fn an_expired_hitl_request_fails_the_mission_and_stops_the_executor() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = running(&server).await;
+    let soon = aiwg_serve::clock::format(chrono::Utc::now() + chrono::Duration::milliseconds(300));
+    ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-exp", "prompt": "Quick?", "expires_at": soon})).await;
+    let m = server.eventually(&format!("/api/v1/missions/{id}"), "hitl expiry", |m| m["state"] == "failed").await;
+    assert_eq!(m["error"], "HITL request h-exp expired unanswered");
+    assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["reason"], "hitl_expired");
+    let abort = ws.next_pushed().await;
+    assert_eq!(abort["event"], "mission.aborted");
+    assert_eq!(abort["data"]["reason"], "hitl_expired");
+    post(&server, &format!("/api/v1/missions/{id}/hitl_response"), json!({"hitl_id": "h-exp", "response": "late"}))
+        .await
+        .assert_error(409, "illegal_transition");
+}
+
+#[tokio::test]
+async fn answering_an_already_expired_request_fails_the_mission_at_once() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = running(&server).await;
+    ws.ack(
+        "mission.hitl_required",
+        &id,
+        json!({"hitl_id": "h-old", "prompt": "?", "expires_at": "2000-01-01T00:00:00Z"}),
+    )
+    .await;
+    let path = format!("/api/v1/missions/{id}/hitl_response");
+    // The timer may fire first; either way the answer is refused and the mission fails.
+    let r = post(&server, &path, json!({"hitl_id": "h-old", "response": "yes"})).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body["error"] == "conflict" || r.body["error"] == "illegal_transition", "{}", r.body);
+    let m = server.eventually(&format!("/api/v1/missions/{id}"), "failed", |m| m["state"] == "failed").await;
+    assert_eq!(m["error"], "HITL request h-old expired unanswered");
+}
+
+#[tokio::test]
+async fn pause_resume_and_abort_reach_the_executor_and_are_recorded() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = running(&server).await;
+    let r = post(&server, &format!("/api/v1/missions/{id}/pause"), json!(null)).await;
+    assert_eq!((r.status, r.body.clone()), (202, json!({"mission_id": id, "state": "paused", "delivered": true})));
+    let frame = ws.next_pushed().await;
+    assert_eq!(
+        (frame["event"].as_str(), frame["data"].clone()),
+        (Some("mission.paused"), json!({"state": "paused", "reason": "operator_request"}))
+    );
+    ws.ack("mission.paused", &id, json!({"state": "paused"})).await;
+    post(&server, &format!("/api/v1/missions/{id}/pause"), json!(null)).await.assert_error(409, "illegal_transition");
+
+    let r = post(&server, &format!("/api/v1/missions/{id}/resume"), json!(null)).await;
+    assert_eq!(r.body["state"], "running");
+    let frame = ws.next_pushed().await;
+    assert_eq!(frame["data"], json!({"state": "running", "resumed_from": "paused"}));
+    post(&server, &format!("/api/v1/missions/{id}/resume"), json!(null)).await.assert_error(409, "illegal_transition");
+
+    let r = post(&server, &format!("/api/v1/missions/{id}/abort"), json!(null)).await;
+    assert_eq!(r.body["state"], "aborted");
+    let frame = ws.next_pushed().await;
+    assert_eq!(frame["data"], json!({"state": "aborted", "aborted_by": "operator", "reason": "operator_request"}));
+    // The executor confirming the abort in its own words is a repeat, not an error.
+    let confirm = ws.event("mission.aborted", &id, json!({"state": "aborted", "reason": "killed"})).await;
+    assert_eq!(confirm["duplicate"], true, "{confirm}");
+    for action in ["pause", "resume", "abort"] {
+        post(&server, &format!("/api/v1/missions/{id}/{action}"), json!(null))
+            .await
+            .assert_error(409, "illegal_transition");
+    }
+    let m = server.mission(&id).await;
+    assert_eq!(m["state"], "aborted");
+    let events: Vec<&str> =
+        m["recent_events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["mission.started", "mission.paused", "mission.paused", "mission.resumed", "mission.aborted"]);
+    let executor = server.executors().await;
+    assert_eq!(executor["executors"][0]["active_mission_count"], 0);
+}
+
+#[tokio::test]
+async fn controls_on_unknown_and_offline_missions() {
+    let server = TestServer::start().await;
+    for action in ["pause", "resume", "abort"] {
+        post(&server, &format!("/api/v1/missions/m-nope/{action}"), json!(null)).await.assert_error(404, "not_found");
+    }
+    let (e, ws, id) = running(&server).await;
+    ws.close().await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
+    post(&server, &format!("/api/v1/missions/{id}/pause"), json!(null))
+        .await
+        .assert_error(409, "executor_not_connected");
+    assert_eq!(server.mission(&id).await["state"], "running");
+    // Abort is authoritative even offline.
+    let r = post(&server, &format!("/api/v1/missions/{id}/abort"), json!(null)).await;
+    assert_eq!(r.body, json!({"mission_id": id, "state": "aborted", "delivered": false}));
+    assert_eq!(server.mission(&id).await["state"], "aborted");
+}
