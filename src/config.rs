@@ -46,6 +46,7 @@ pub struct HubConfig {
     pub read_buffer_bytes: usize,
     pub ping_interval_s: u64,
     pub pong_timeout_s: u64,
+    pub stream_lag_limit: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -74,7 +75,13 @@ impl Default for StoreConfig {
 
 impl Default for HubConfig {
     fn default() -> HubConfig {
-        HubConfig { max_frame_bytes: 1024 * 1024, read_buffer_bytes: 4096, ping_interval_s: 15, pong_timeout_s: 20 }
+        HubConfig {
+            max_frame_bytes: 1024 * 1024,
+            read_buffer_bytes: 4096,
+            ping_interval_s: 15,
+            pong_timeout_s: 20,
+            stream_lag_limit: 4096,
+        }
     }
 }
 
@@ -156,6 +163,9 @@ impl Config {
         }
         if self.hub.read_buffer_bytes < 256 {
             return bad("hub.read_buffer_bytes must be at least 256".into());
+        }
+        if self.hub.stream_lag_limit == 0 {
+            return bad("hub.stream_lag_limit must be positive".into());
         }
         if self.hub.ping_interval_s == 0 || self.hub.pong_timeout_s == 0 {
             return bad("hub.ping_interval_s and hub.pong_timeout_s must be positive".into());

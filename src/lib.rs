@@ -20,5 +20,6 @@ pub mod registry;
 pub mod routing;
 pub mod serve;
 pub mod store;
+pub mod stream;
 pub mod tokens;
 pub mod views;

@@ -60,7 +60,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let data_dir = config.server.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir { path: data_dir.clone(), source })?;
     let schema = Schema::load().map_err(StartError::Schema)?;
-    let (store, writer) = Store::open(&data_dir, config.store.synchronous).await?;
+    let (store, writer) = Store::open(&data_dir, config.store.synchronous, config.hub.stream_lag_limit).await?;
     let (stop, stopped) = watch::channel(false);
     let bind = config.server.bind;
     let app = Arc::new(App::new(config, schema, store.clone(), stopped.clone()).await?);

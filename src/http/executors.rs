@@ -7,13 +7,14 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::etag;
 use super::extract::{Bearer, Contract, Operator};
 use crate::app::App;
 use crate::contract::RegisterPayload;
@@ -70,13 +71,18 @@ struct ExecutorList {
     executors: Vec<ExecutorStatus>,
 }
 
-async fn list(_: Operator, State(app): State<Arc<App>>) -> Json<ExecutorList> {
-    Json(ExecutorList { executors: app.registry.list() })
+async fn list(_: Operator, State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    etag::respond(&headers, &ExecutorList { executors: app.registry.list() })
 }
 
-async fn show(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+async fn show(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response> {
     let status = app.registry.status(&id).ok_or_else(|| Error::NotFound(format!("executor {id} is not registered")))?;
-    Ok(Json(status).into_response())
+    Ok(etag::respond(&headers, &status))
 }
 
 async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>, Bearer(bearer): Bearer) -> Result<StatusCode> {

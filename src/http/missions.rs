@@ -4,11 +4,13 @@ use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use super::etag;
 use super::extract::{Contract, Operator};
 use crate::app::App;
 use crate::clock;
@@ -17,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::missions::MissionState;
 use crate::operator::{Action, ControlOutcome};
 use crate::store::MissionQuery;
-use crate::views::{decode_cursor, MissionPage, MissionStatus};
+use crate::views::decode_cursor;
 
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 500;
@@ -59,8 +61,13 @@ async fn hitl_response(
     act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }).await
 }
 
-async fn show(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json<MissionStatus>> {
-    Ok(Json(app.mission_status(&id).await?))
+async fn show(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response> {
+    Ok(etag::respond(&headers, &app.mission_status(&id).await?))
 }
 
 #[derive(Deserialize)]
@@ -77,8 +84,9 @@ struct ListParams {
 async fn list(
     _: Operator,
     State(app): State<Arc<App>>,
+    headers: HeaderMap,
     params: std::result::Result<Query<ListParams>, QueryRejection>,
-) -> Result<Json<MissionPage>> {
+) -> Result<Response> {
     let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
     let state = p
         .state
@@ -101,5 +109,5 @@ async fn list(
     }
     let query =
         MissionQuery { state, executor_id: p.executor_id, session_id: p.session_id, updated_since, before_id, limit };
-    Ok(Json(app.missions(query).await?))
+    Ok(etag::respond(&headers, &app.missions(query).await?))
 }

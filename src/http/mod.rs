@@ -2,6 +2,8 @@
 //! once. Handlers translate between HTTP and the domain; they hold no business logic.
 
 mod error;
+mod etag;
+mod events;
 mod executors;
 mod extract;
 mod health;
@@ -27,6 +29,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(executors::router())
         .merge(sessions::router())
         .merge(missions::router())
+        .merge(events::router())
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))

@@ -16,7 +16,9 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, QueryBuilder, Row, Sqlite};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::contract::{Envelope, TransportEndpoints};
 use crate::missions::MissionState;
@@ -225,11 +227,17 @@ pub struct MissionQuery {
 pub struct Store {
     pool: SqlitePool,
     writer: WriterHandle,
+    feed: broadcast::Sender<Arc<StoredEvent>>,
 }
 
 impl Store {
     /// Opens (creating if needed) `<data_dir>/aiwg-serve.db`, applies migrations, starts the writer.
-    pub async fn open(data_dir: &Path, synchronous: Synchronous) -> Result<(Store, writer::WriterTask)> {
+    /// `feed_capacity` is how far a feed subscriber may fall behind before it is told it lagged.
+    pub async fn open(
+        data_dir: &Path,
+        synchronous: Synchronous,
+        feed_capacity: usize,
+    ) -> Result<(Store, writer::WriterTask)> {
         let path = data_dir.join("aiwg-serve.db");
         let options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(&path)
@@ -248,8 +256,9 @@ impl Store {
             sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events").fetch_one(&mut conn).await?;
         let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = writer::WriterTask::spawn(conn, rx, next_seq);
-        Ok((Store { pool, writer: WriterHandle::new(tx) }, task))
+        let (feed, _) = broadcast::channel(feed_capacity);
+        let task = writer::WriterTask::spawn(conn, rx, next_seq, feed.clone());
+        Ok((Store { pool, writer: WriterHandle::new(tx), feed }, task))
     }
 
     /// Queues a unit of changes; the receiver yields the sequence numbers of its events once committed.
@@ -333,6 +342,38 @@ impl Store {
         sql.push(" ORDER BY id DESC LIMIT ").push_bind(q.limit);
         let rows = sql.build().fetch_all(&self.pool).await?;
         rows.iter().map(|r| Ok((r.try_get("id")?, mission_from_row(r)?))).collect()
+    }
+
+    /// The sequence number of the newest committed event (0 when there is none).
+    pub async fn last_seq(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM events").fetch_one(&self.pool).await?)
+    }
+
+    /// Every event committed from now on, in sequence order.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+        self.feed.subscribe()
+    }
+
+    /// Up to `limit` events after `after_seq`, in order, optionally only those of one mission and/or
+    /// executor.
+    pub async fn events_after(
+        &self,
+        after_seq: i64,
+        mission_id: Option<&str>,
+        executor_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        let mut sql: QueryBuilder<Sqlite> = QueryBuilder::new("SELECT * FROM events WHERE seq > ");
+        sql.push_bind(after_seq);
+        if let Some(m) = mission_id {
+            sql.push(" AND mission_id = ").push_bind(m);
+        }
+        if let Some(e) = executor_id {
+            sql.push(" AND executor_id = ").push_bind(e);
+        }
+        sql.push(" ORDER BY seq LIMIT ").push_bind(limit);
+        let rows = sql.build().fetch_all(&self.pool).await?;
+        rows.iter().map(event_from_row).collect()
     }
 
     /// HITL requests still open: pending ones, and answered ones not yet delivered.

@@ -12,7 +12,11 @@ use sqlx::{QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Change, EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, Result, StoreError};
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use super::{Change, EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, Result, StoreError, StoredEvent};
 
 const MAX_BATCH: usize = 2048;
 /// Rows per multi-row INSERT: 8 parameters each stays far below SQLite's bound-parameter limit.
@@ -54,8 +58,13 @@ pub struct WriterTask {
 }
 
 impl WriterTask {
-    pub(super) fn spawn(conn: SqliteConnection, rx: mpsc::UnboundedReceiver<Msg>, next_seq: i64) -> WriterTask {
-        WriterTask { join: tokio::spawn(run(conn, rx, next_seq)) }
+    pub(super) fn spawn(
+        conn: SqliteConnection,
+        rx: mpsc::UnboundedReceiver<Msg>,
+        next_seq: i64,
+        feed: Feed,
+    ) -> WriterTask {
+        WriterTask { join: tokio::spawn(run(conn, rx, next_seq, feed)) }
     }
 
     /// Resolves once the writer has committed everything queued before [`WriterHandle::stop`].
@@ -64,7 +73,7 @@ impl WriterTask {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Msg>, mut next_seq: i64) {
+async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Msg>, mut next_seq: i64, feed: Feed) {
     let mut batch: Vec<(Vec<Change>, Reply)> = Vec::new();
     let mut stopping = false;
     while !stopping {
@@ -82,18 +91,24 @@ async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Msg>, m
                 Err(_) => break,
             }
         }
-        commit_batch(&mut conn, &mut batch, &mut next_seq).await;
+        commit_batch(&mut conn, &mut batch, &mut next_seq, &feed).await;
     }
     if let Err(e) = sqlx::Connection::close(conn).await {
         tracing::warn!(error = %e, "closing the writer connection");
     }
 }
 
-async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<(Vec<Change>, Reply)>, next_seq: &mut i64) {
+async fn commit_batch(
+    conn: &mut SqliteConnection,
+    batch: &mut Vec<(Vec<Change>, Reply)>,
+    next_seq: &mut i64,
+    feed: &Feed,
+) {
     let first_seq = *next_seq;
     let units: Vec<&[Change]> = batch.iter().map(|(c, _)| c.as_slice()).collect();
     match in_transaction(conn, &units, next_seq).await {
-        Ok(results) => {
+        Ok((results, committed)) => {
+            publish(feed, committed);
             for ((_, reply), result) in batch.drain(..).zip(results) {
                 let _ = reply.send(result);
             }
@@ -103,7 +118,10 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<(Vec<Change>,
             *next_seq = first_seq;
             for (changes, reply) in batch.drain(..) {
                 let result = match in_transaction(conn, &[changes.as_slice()], next_seq).await {
-                    Ok(mut r) => r.pop().unwrap_or(Ok(Vec::new())),
+                    Ok((mut r, committed)) => {
+                        publish(feed, committed);
+                        r.pop().unwrap_or(Ok(Vec::new()))
+                    }
                     Err(e) => Err(StoreError::Db(e)),
                 };
                 let _ = reply.send(result);
@@ -112,13 +130,26 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<(Vec<Change>,
     }
 }
 
+/// Committed events go to every subscriber, in sequence order, only after their commit.
+pub(super) type Feed = broadcast::Sender<Arc<StoredEvent>>;
+
+fn publish(feed: &Feed, committed: Vec<StoredEvent>) {
+    for event in committed {
+        // No subscriber is not an error: the log is in the database.
+        let _ = feed.send(Arc::new(event));
+    }
+}
+
+type Applied = (Vec<Result<Vec<i64>>>, Vec<StoredEvent>);
+
 /// Applies units in one transaction. The outer error is a database failure (nothing committed, the
-/// sequence counter restored); inner errors are per-unit refusals inside a committed batch.
+/// sequence counter restored); inner errors are per-unit refusals inside a committed batch. Returns the
+/// events committed, for the feed.
 async fn in_transaction(
     conn: &mut SqliteConnection,
     units: &[&[Change]],
     next_seq: &mut i64,
-) -> std::result::Result<Vec<Result<Vec<i64>>>, sqlx::Error> {
+) -> std::result::Result<Applied, sqlx::Error> {
     let first_seq = *next_seq;
     sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
     let now = crate::clock::now();
@@ -140,7 +171,7 @@ async fn apply(
     units: &[&[Change]],
     next_seq: &mut i64,
     now: &str,
-) -> std::result::Result<Vec<Result<Vec<i64>>>, sqlx::Error> {
+) -> std::result::Result<Applied, sqlx::Error> {
     let mut events: Vec<(i64, &EventRow)> = Vec::new();
     let mut patch_order: Vec<&str> = Vec::new();
     let mut patches: HashMap<&str, MissionPatch> = HashMap::new();
@@ -208,7 +239,11 @@ async fn apply(
             .execute(&mut *conn)
             .await?;
     }
-    Ok(results)
+    let committed = events
+        .into_iter()
+        .map(|(seq, ev)| StoredEvent { seq, envelope: ev.envelope(), received_at: now.to_owned() })
+        .collect();
+    Ok((results, committed))
 }
 
 async fn insert_mission(conn: &mut SqliteConnection, m: &MissionRow) -> std::result::Result<bool, sqlx::Error> {

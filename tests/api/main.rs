@@ -7,6 +7,7 @@ mod support;
 
 mod dispatch;
 mod durability;
+mod events;
 mod executors;
 mod missions;
 mod operator;

@@ -46,6 +46,30 @@ async fn with_operator_tokens_configured_operator_routes_need_one() {
         .assert_error(403, "forbidden");
     let r = server.client.post_with("/api/v1/sessions/s/dispatch", &body, &[("authorization", &operator)]).await;
     r.assert_error(503, "no_executor_available");
+    for path in ["/api/v1/missions/m1/pause", "/api/v1/missions/m1/resume", "/api/v1/missions/m1/abort"] {
+        server.client.post(path, &json!(null)).await.assert_error(401, "unauthorized");
+        server
+            .client
+            .post_with(path, &json!(null), &[("authorization", &executor)])
+            .await
+            .assert_error(403, "forbidden");
+        server
+            .client
+            .post_with(path, &json!(null), &[("authorization", &operator)])
+            .await
+            .assert_error(404, "not_found");
+    }
+    let answer = json!({"hitl_id": "h", "response": "yes"});
+    let hitl = "/api/v1/missions/m1/hitl_response";
+    server.client.post(hitl, &answer).await.assert_error(401, "unauthorized");
+    server.client.post_with(hitl, &answer, &[("authorization", &executor)]).await.assert_error(403, "forbidden");
+    server.client.post_with(hitl, &answer, &[("authorization", &operator)]).await.assert_error(404, "not_found");
+    server.client.get("/api/v1/events").await.assert_error(401, "unauthorized");
+    server.client.get(&format!("/api/v1/events?token={}", e.token)).await.assert_error(403, "forbidden");
+    let sse = server.client.sse(&format!("/api/v1/events?token={OPERATOR}"), &[]).await;
+    assert_eq!(sse.status, 200, "browsers pass the token in the query");
+    let sse = server.client.sse("/api/v1/events", &[("authorization", &operator)]).await;
+    assert_eq!(sse.status, 200);
     // Operator tokens never act as an executor.
     server
         .client

@@ -101,3 +101,63 @@ impl Client {
 pub fn auth_header(token: &str) -> (&'static str, String) {
     (AUTHORIZATION.as_str(), format!("Bearer {token}"))
 }
+
+/// A Server-Sent Events connection, read event by event.
+pub struct SseStream {
+    body: hyper::body::Incoming,
+    buffer: String,
+    pub status: u16,
+}
+
+/// One SSE event: its `id`, `event` name and `data`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: Value,
+}
+
+impl Client {
+    pub async fn sse(&self, path: &str, headers: &[(&str, &str)]) -> SseStream {
+        let mut req = Request::builder().method(Method::GET).uri(format!("{}{path}", self.base));
+        for (k, v) in headers {
+            req = req.header(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+        }
+        let response = tokio::time::timeout(super::WAIT, self.inner.request(req.body(Full::default()).unwrap()))
+            .await
+            .expect("SSE connect in time")
+            .expect("SSE connect");
+        SseStream { status: response.status().as_u16(), body: response.into_body(), buffer: String::new() }
+    }
+}
+
+impl SseStream {
+    /// The next event (comments and keep-alives skipped); `None` when the server ended the stream.
+    pub async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let mut event = SseEvent { id: None, event: None, data: Value::Null };
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        event.id = Some(v.trim().to_owned());
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        event.event = Some(v.trim().to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                event.data = serde_json::from_str(&data).expect("SSE data is JSON");
+                return Some(event);
+            }
+            let frame = tokio::time::timeout(super::WAIT, self.body.frame()).await.expect("SSE event in time")?;
+            if let Ok(bytes) = frame.expect("SSE body readable").into_data() {
+                self.buffer.push_str(&String::from_utf8_lossy(&bytes));
+            }
+        }
+    }
+}

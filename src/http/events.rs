@@ -1,0 +1,123 @@
+//! The operator event stream: `GET /ws/events` (WebSocket) and `GET /api/v1/events` (Server-Sent
+//! Events). Both take `?since=N` (or `Last-Event-ID` for SSE), `?mission_id=`, `?executor_id=`, and, for
+//! clients that cannot set headers (browsers), `?token=` instead of a bearer header.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use futures_util::stream;
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+
+use super::extract::Bearer;
+use crate::app::App;
+use crate::error::{Error, Result};
+use crate::stream::{self as log, Filter, Next};
+
+pub fn router() -> Router<Arc<App>> {
+    Router::new().route("/api/v1/events", get(sse)).route("/ws/events", get(socket))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    since: Option<String>,
+    mission_id: Option<String>,
+    executor_id: Option<String>,
+    token: Option<String>,
+}
+
+/// Authorizes the follower and reads where it starts and what it wants.
+fn open(
+    app: &App,
+    params: std::result::Result<Query<Params>, QueryRejection>,
+    bearer: Option<String>,
+    last_event_id: Option<&str>,
+) -> Result<(Option<i64>, Filter)> {
+    let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
+    app.authorize_operator(bearer.or(p.token).as_deref())?;
+    let since =
+        match p.since.as_deref().or(last_event_id) {
+            None => None,
+            Some(s) => Some(s.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+                Error::InvalidQuery(format!("since {s:?} is not a sequence number (an integer >= 0)"))
+            })?),
+        };
+    Ok((since, Filter { mission_id: p.mission_id, executor_id: p.executor_id }))
+}
+
+async fn sse(
+    State(app): State<Arc<App>>,
+    Bearer(bearer): Bearer,
+    headers: HeaderMap,
+    params: std::result::Result<Query<Params>, QueryRejection>,
+) -> Result<Response> {
+    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let (since, filter) = open(&app, params, bearer, last_event_id)?;
+    let items = log::follow(app.store.clone(), since, filter, app.shutdown_signal());
+    let events = stream::unfold(items, |mut items| async move {
+        let next = items.recv().await?;
+        Some((Ok::<_, Infallible>(sse_event(next)), items))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+}
+
+fn sse_event(next: Next) -> Event {
+    match next {
+        Next::Event(item) => Event::default()
+            .id(item.seq.to_string())
+            .event(item.envelope.event.clone())
+            .data(serde_json::to_string(&item).expect("items serialize")),
+        Next::End(end) => Event::default().event("end").data(serde_json::to_string(&end).expect("ends serialize")),
+    }
+}
+
+async fn socket(
+    State(app): State<Arc<App>>,
+    Bearer(bearer): Bearer,
+    params: std::result::Result<Query<Params>, QueryRejection>,
+    upgrade: std::result::Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Result<Response> {
+    let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
+    let (since, filter) = open(&app, params, bearer, None)?;
+    let items = log::follow(app.store.clone(), since, filter, app.shutdown_signal());
+    Ok(upgrade.on_upgrade(move |socket| follow_socket(socket, items)))
+}
+
+/// Writes the stream to an operator's socket. A stream that ends (lagged, shutdown) sends its `End` as a
+/// last text frame, then closes (4008 for lag, 1001 for shutdown) so that the client knows to resume.
+async fn follow_socket(socket: WebSocket, mut items: tokio::sync::mpsc::Receiver<Next>) {
+    let (mut sink, mut incoming) = socket.split();
+    let close = loop {
+        tokio::select! {
+            next = items.recv() => match next {
+                Some(Next::Event(item)) => {
+                    let text = serde_json::to_string(&item).expect("items serialize");
+                    if sink.send(Message::Text(Utf8Bytes::from(text))).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Next::End(end)) => {
+                    let text = serde_json::json!({"end": end}).to_string();
+                    let _ = sink.send(Message::Text(Utf8Bytes::from(text))).await;
+                    break if end.reason == "lagged" { (4008, "lagged: resume with since") } else { (1001, "server shutdown") };
+                }
+                None => return,
+            },
+            frame = incoming.next() => match frame {
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+        }
+    };
+    let _ =
+        sink.send(Message::Close(Some(CloseFrame { code: close.0, reason: Utf8Bytes::from_static(close.1) }))).await;
+}

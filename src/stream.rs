@@ -1,0 +1,185 @@
+//! The operator event stream: every stored event, in commit order, each with its global sequence
+//! number, resumable from any sequence with no gap and no duplicate.
+//!
+//! A follower subscribes to the store's feed *before* it reads the backlog from the database, so nothing
+//! committed in between is missed; live events at or below the last sequence it has sent are skipped,
+//! so nothing is sent twice. A follower that falls more than `hub.stream_lag_limit` events behind is
+//! ended with its resume point instead of slowing the writer: the database still has everything.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::contract::Envelope;
+use crate::store::{Store, StoredEvent};
+
+/// Events read from the database per query while catching up.
+const BACKLOG_PAGE: u32 = 500;
+/// Items buffered between the follower task and the connection writing them out.
+const HANDOFF: usize = 256;
+
+/// Which events a follower wants; both fields optional, combined with AND.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Filter {
+    pub mission_id: Option<String>,
+    pub executor_id: Option<String>,
+}
+
+impl Filter {
+    pub fn matches(&self, envelope: &Envelope) -> bool {
+        self.mission_id.as_ref().is_none_or(|m| envelope.mission_id.as_ref() == Some(m))
+            && self.executor_id.as_ref().is_none_or(|e| &envelope.executor_id == e)
+    }
+}
+
+/// One event as operators receive it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Item {
+    pub seq: i64,
+    pub received_at: String,
+    pub envelope: Envelope,
+}
+
+impl From<&StoredEvent> for Item {
+    fn from(e: &StoredEvent) -> Item {
+        Item { seq: e.seq, received_at: e.received_at.clone(), envelope: e.envelope.clone() }
+    }
+}
+
+/// Why a stream ended, and where to resume.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct End {
+    pub reason: &'static str,
+    pub resume_since: i64,
+}
+
+pub enum Next {
+    Event(Item),
+    End(End),
+}
+
+/// Starts following the log after `since` (everything after that sequence), or from now when `None`.
+/// Items arrive on the returned channel until the follower ends (with a last [`Next::End`]) or the
+/// receiver is dropped.
+/// The follower also ends when `shutdown` turns true, so that open streams never hold up a graceful stop.
+pub fn follow(
+    store: Store,
+    since: Option<i64>,
+    filter: Filter,
+    shutdown: watch::Receiver<bool>,
+) -> mpsc::Receiver<Next> {
+    let (tx, rx) = mpsc::channel(HANDOFF);
+    let live = store.subscribe();
+    tokio::spawn(async move {
+        let end = run(&store, live, since, &filter, &tx, shutdown).await;
+        if let Some(end) = end {
+            let _ = tx.send(Next::End(end)).await;
+        }
+    });
+    rx
+}
+
+/// Returns how the stream ended, or `None` when the receiver went away.
+async fn run(
+    store: &Store,
+    live: broadcast::Receiver<Arc<StoredEvent>>,
+    since: Option<i64>,
+    filter: &Filter,
+    tx: &mpsc::Sender<Next>,
+    shutdown: watch::Receiver<bool>,
+) -> Option<End> {
+    // "From now" means after the newest event committed before the subscription.
+    let start = match since {
+        Some(s) => Ok(s),
+        None => store.last_seq().await,
+    };
+    let mut last = match start {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "event stream cannot read the log");
+            return Some(End { reason: "storage_error", resume_since: since.unwrap_or(0) });
+        }
+    };
+    if since.is_some() {
+        loop {
+            let page = store
+                .events_after(last, filter.mission_id.as_deref(), filter.executor_id.as_deref(), BACKLOG_PAGE)
+                .await;
+            let page = match page {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::error!(error = %e, "event stream backlog read failed");
+                    return Some(End { reason: "storage_error", resume_since: last });
+                }
+            };
+            let Some(tail) = page.last() else { break };
+            let tail = tail.seq;
+            for e in &page {
+                tx.send(Next::Event(Item::from(e))).await.ok()?;
+            }
+            last = tail;
+        }
+    }
+    follow_live(live, last, filter, tx, shutdown).await
+}
+
+/// The live part: events after `last` as they are committed.
+async fn follow_live(
+    mut live: broadcast::Receiver<Arc<StoredEvent>>,
+    mut last: i64,
+    filter: &Filter,
+    tx: &mpsc::Sender<Next>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Option<End> {
+    loop {
+        let received = tokio::select! {
+            received = live.recv() => received,
+            _ = shutdown.wait_for(|stop| *stop) => Err(broadcast::error::RecvError::Closed),
+        };
+        match received {
+            Ok(e) if e.seq <= last => continue,
+            Ok(e) => {
+                last = e.seq;
+                if filter.matches(&e.envelope) {
+                    tx.send(Next::Event(Item::from(e.as_ref()))).await.ok()?;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => return Some(End { reason: "lagged", resume_since: last }),
+            Err(broadcast::error::RecvError::Closed) => {
+                return Some(End { reason: "server_shutdown", resume_since: last })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(executor: &str, mission: Option<&str>) -> Envelope {
+        Envelope {
+            event: "mission.progress".into(),
+            executor_id: executor.into(),
+            mission_id: mission.map(str::to_owned),
+            ts: "2026-01-01T00:00:00Z".into(),
+            data: None,
+        }
+    }
+
+    #[test]
+    fn filters_combine_with_and() {
+        let any = Filter::default();
+        let by_mission = Filter { mission_id: Some("m1".into()), executor_id: None };
+        let by_both = Filter { mission_id: Some("m1".into()), executor_id: Some("e1".into()) };
+        let cases = [
+            (envelope("e1", Some("m1")), [true, true, true]),
+            (envelope("e2", Some("m1")), [true, true, false]),
+            (envelope("e1", Some("m2")), [true, false, false]),
+            (envelope("e1", None), [true, false, false]),
+        ];
+        for (e, expected) in cases {
+            assert_eq!([any.matches(&e), by_mission.matches(&e), by_both.matches(&e)], expected, "{e:?}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The operator event stream (WebSocket and SSE), resumption without gaps, and conditional polling.
+
+use std::time::Duration;
+
+use aiwg_serve::store::{Change, EventRow, Store, Synchronous};
+use aiwg_serve::stream::{follow, Filter, Next};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer, WAIT};
+
+type OperatorSocket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn operator_socket(server: &TestServer, query: &str) -> OperatorSocket {
+    let (ws, _) =
+        tokio_tungstenite::connect_async(server.ws_url(&format!("/ws/events{query}"))).await.expect("upgrade");
+    ws
+}
+
+async fn next_item(ws: &mut OperatorSocket) -> Value {
+    loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.expect("an item in time").expect("open").expect("readable") {
+            Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
+            Message::Close(f) => panic!("closed: {f:?}"),
+            _ => continue,
+        }
+    }
+}
+
+/// An executor running one mission through a few events; returns the mission id.
+async fn some_history(server: &TestServer) -> (ScriptedExecutor, crate::support::ExecSocket, String) {
+    let (mut e, mut ws) = ScriptedExecutor::online(server, &[]).await;
+    let id = mission_id();
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.assigned", &id, json!({"state": "assigned"})).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    (e, ws, id)
+}
+
+#[tokio::test]
+async fn a_websocket_follower_gets_everything_in_order_and_resumes_without_gap_or_duplicate() {
+    let server = TestServer::start().await;
+    let (e, mut ws, id) = some_history(&server).await;
+    let mut follower = operator_socket(&server, "?since=0").await;
+    let first = next_item(&mut follower).await;
+    assert_eq!((first["seq"].as_i64(), first["envelope"]["event"].as_str()), (Some(1), Some("executor.registered")));
+    assert_eq!(first["envelope"]["executor_id"], e.id.as_str());
+    let mut seen = vec![first["seq"].as_i64().unwrap()];
+    for _ in 0..2 {
+        seen.push(next_item(&mut follower).await["seq"].as_i64().unwrap());
+    }
+    // Live events follow the backlog.
+    ws.ack("mission.progress", &id, json!({"summary": "live"})).await;
+    let live = next_item(&mut follower).await;
+    assert_eq!(live["envelope"]["data"]["summary"], "live");
+    seen.push(live["seq"].as_i64().unwrap());
+    drop(follower);
+
+    // Events committed while nobody listens are picked up on resume.
+    for i in 0..5 {
+        ws.ack("mission.progress", &id, json!({"iteration": i})).await;
+    }
+    let mut resumed = operator_socket(&server, &format!("?since={}", seen.last().unwrap())).await;
+    for _ in 0..5 {
+        seen.push(next_item(&mut resumed).await["seq"].as_i64().unwrap());
+    }
+    assert_eq!(seen, (1..=9).collect::<Vec<i64>>(), "contiguous: no gap, no duplicate");
+}
+
+#[tokio::test]
+async fn sse_with_filters_and_last_event_id() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = some_history(&server).await;
+    let (_other, mut other_ws, other) = some_history(&server).await;
+    let mut sse = server.client.sse(&format!("/api/v1/events?since=0&mission_id={id}"), &[]).await;
+    assert_eq!(sse.status, 200);
+    let a = sse.next().await.unwrap();
+    assert_eq!(a.event.as_deref(), Some("mission.assigned"));
+    assert_eq!(a.data["envelope"]["mission_id"], id.as_str());
+    let b = sse.next().await.unwrap();
+    assert_eq!(b.event.as_deref(), Some("mission.started"));
+    other_ws.ack("mission.progress", &other, json!({"summary": "not for this follower"})).await;
+    ws.ack("mission.progress", &id, json!({"summary": "for this follower"})).await;
+    let c = sse.next().await.unwrap();
+    assert_eq!(c.data["envelope"]["data"]["summary"], "for this follower");
+    assert_eq!(c.id.as_deref(), Some(c.data["seq"].to_string().as_str()));
+    drop(sse);
+
+    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
+    let mut resumed = server
+        .client
+        .sse(&format!("/api/v1/events?mission_id={id}"), &[("last-event-id", c.id.as_deref().unwrap())])
+        .await;
+    let d = resumed.next().await.unwrap();
+    assert_eq!(d.event.as_deref(), Some("mission.completed"));
+
+    let mut by_executor = server.client.sse(&format!("/api/v1/events?since=0&executor_id={}", _other.id), &[]).await;
+    let first = by_executor.next().await.unwrap();
+    assert_eq!(first.event.as_deref(), Some("executor.registered"));
+    assert_eq!(first.data["envelope"]["executor_id"], _other.id.as_str());
+}
+
+#[tokio::test]
+async fn bad_stream_requests_are_refused() {
+    let server = TestServer::start().await;
+    for query in ["since=-1", "since=abc", "since=1.5", "colour=red"] {
+        server.client.get(&format!("/api/v1/events?{query}")).await.assert_error(400, "invalid_query");
+    }
+    server.client.get("/ws/events").await.assert_error(426, "upgrade_required");
+}
+
+/// A follower that does not read is cut off with its resume point, and resuming from it loses nothing.
+/// Driven against the real store, so the lag is deterministic.
+#[tokio::test]
+async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _writer) = Store::open(dir.path(), Synchronous::Normal, 8).await.unwrap();
+    let executor = uuid::Uuid::new_v4().to_string();
+    let register = |n: i64| {
+        Change::AppendEvent(EventRow {
+            event: "executor.resync",
+            executor_id: executor.clone(),
+            mission_id: None,
+            ts: "2026-01-01T00:00:00Z".into(),
+            data: json!({"owned_mission_ids": [], "protocol_version": n.to_string()}),
+            raw: None,
+        })
+    };
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    let mut rx = follow(store.clone(), Some(0), Filter::default(), shutdown.clone());
+    // Once the first event arrives the follower is live.
+    store.commit(vec![register(1)]).await.unwrap();
+    let first = match tokio::time::timeout(WAIT, rx.recv()).await.expect("in time").unwrap() {
+        Next::Event(item) => item.seq,
+        Next::End(end) => panic!("ended: {end:?}"),
+    };
+    assert_eq!(first, 1);
+    // Then more than the hand-off buffer plus the lag limit, committed while the follower is not read.
+    let total = 400;
+    for chunk in (2..=total).collect::<Vec<i64>>().chunks(50) {
+        store.commit(chunk.iter().map(|n| register(*n)).collect()).await.unwrap();
+    }
+    let mut got = vec![first];
+    let end = loop {
+        match tokio::time::timeout(WAIT, rx.recv()).await.expect("in time").expect("an end arrives") {
+            Next::Event(item) => got.push(item.seq),
+            Next::End(end) => break end,
+        }
+    };
+    assert_eq!(end.reason, "lagged");
+    assert!(got.len() < total as usize, "it was cut off");
+    assert_eq!(
+        got,
+        (1..=end.resume_since).collect::<Vec<i64>>(),
+        "what it got is exactly what precedes the resume point"
+    );
+
+    let mut rx = follow(store.clone(), Some(end.resume_since), Filter::default(), shutdown);
+    while (got.len() as i64) < total {
+        match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("in time").unwrap() {
+            Next::Event(item) => got.push(item.seq),
+            Next::End(end) => panic!("ended early: {end:?}"),
+        }
+    }
+    assert_eq!(got, (1..=total).collect::<Vec<i64>>(), "every event once, in order");
+}
+
+#[tokio::test]
+async fn polling_answers_304_to_a_matching_etag() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = some_history(&server).await;
+    for path in ["/api/v1/missions".to_owned(), "/api/v1/executors".into(), format!("/api/v1/missions/{id}")] {
+        let first = server.client.get(&path).await;
+        let tag = first.header("etag").expect("an ETag").to_owned();
+        assert!(tag.starts_with("W/\""), "{tag}");
+        let again = server.client.get_with(&path, &[("if-none-match", &tag)]).await;
+        assert_eq!((again.status, again.body.clone()), (304, Value::Null), "{path}");
+        assert_eq!(again.header("etag"), Some(tag.as_str()));
+        let other = server.client.get_with(&path, &[("if-none-match", "W/\"something-else\"")]).await;
+        assert_eq!(other.status, 200);
+    }
+    let tag = server.client.get("/api/v1/missions").await.header("etag").unwrap().to_owned();
+    ws.ack("mission.progress", &id, json!({"summary": "a change"})).await;
+    let changed = server.client.get_with("/api/v1/missions", &[("if-none-match", &tag)]).await;
+    assert_eq!(changed.status, 200, "a change moves the ETag");
+    assert_ne!(changed.header("etag"), Some(tag.as_str()));
+}
+
+#[tokio::test]
+async fn open_streams_end_on_shutdown_and_do_not_hold_it_up() {
+    let server = TestServer::start().await;
+    let _history = some_history(&server).await;
+    let mut sse = server.client.sse("/api/v1/events", &[]).await;
+    let mut follower = operator_socket(&server, "?since=0").await;
+    next_item(&mut follower).await;
+    tokio::time::timeout(WAIT, server.stop()).await.expect("graceful stop is not held up by followers");
+    let end = sse.next().await.expect("a last event");
+    assert_eq!(end.event.as_deref(), Some("end"));
+    assert_eq!(end.data["reason"], "server_shutdown");
+    let end = loop {
+        let item = next_item_or_close(&mut follower).await;
+        if item.get("end").is_some() || item.get("close").is_some() {
+            break item;
+        }
+    };
+    assert_eq!(end["end"]["reason"], "server_shutdown", "{end}");
+}
+
+async fn next_item_or_close(ws: &mut OperatorSocket) -> Value {
+    match tokio::time::timeout(WAIT, ws.next()).await.expect("in time") {
+        Some(Ok(Message::Text(t))) => serde_json::from_str(t.as_str()).unwrap(),
+        Some(Ok(Message::Close(f))) => json!({"close": f.map(|f| u16::from(f.code))}),
+        other => json!({"close": format!("{other:?}")}),
+    }
+}
