@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -13,6 +14,7 @@ use crate::config::Config;
 use crate::contract::{spec_support, EventType, RegisterPayload, Schema, SpecSupport, SPEC_VERSION};
 use crate::error::{Error, Result};
 use crate::forward::Forwarder;
+use crate::metrics::{Metrics, Snapshot};
 use crate::missions::{Ledger, MissionState};
 use crate::registry::{Registered, Registry};
 use crate::store::{Change, EventRow, HitlOutcome, MissionPatch, MissionQuery, Store};
@@ -29,6 +31,7 @@ pub struct App {
     pub registry: Registry,
     pub ledger: Ledger,
     pub forwarder: Forwarder,
+    pub metrics: Arc<Metrics>,
     operator_tokens: Vec<tokens::TokenHash>,
     shutdown: watch::Receiver<bool>,
     next_link: AtomicU64,
@@ -36,7 +39,13 @@ pub struct App {
 }
 
 impl App {
-    pub async fn new(config: Config, schema: Schema, store: Store, shutdown: watch::Receiver<bool>) -> Result<App> {
+    pub async fn new(
+        config: Config,
+        schema: Schema,
+        store: Store,
+        metrics: Arc<Metrics>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<App> {
         let registry = Registry::load(store.clone()).await?;
         let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending).collect();
         let ledger = Ledger::load(store.live_missions().await?, pending);
@@ -52,6 +61,7 @@ impl App {
             registry,
             ledger,
             forwarder,
+            metrics,
             operator_tokens,
             shutdown,
             next_link: AtomicU64::new(1),
@@ -155,6 +165,19 @@ impl App {
         if new_state.is_some_and(MissionState::is_terminal) && self.ledger.remove(mission_id).is_some() {
             self.registry.adjust_active(executor_id, -1);
         }
+    }
+
+    /// `GET /metrics`: counters plus what is read at scrape time.
+    pub async fn metrics_text(&self) -> Result<String> {
+        let (registered, connected) = self.registry.counts();
+        let snapshot = Snapshot {
+            executors_registered: registered,
+            executors_connected: connected,
+            missions_by_state: self.store.mission_counts().await?,
+            queue_depth: 0,
+            queue_oldest_age_s: 0.0,
+        };
+        Ok(self.metrics.render(&snapshot))
     }
 
     pub async fn mission_status(&self, mission_id: &str) -> Result<MissionStatus> {

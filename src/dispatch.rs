@@ -48,6 +48,15 @@ fn is_zero(n: &usize) -> bool {
 impl App {
     /// `body` is the validated payload exactly as received; it is forwarded untouched.
     pub async fn dispatch(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
+        let started = std::time::Instant::now();
+        let outcome = self.route_and_forward(session_id, body, payload).await;
+        if outcome.is_ok() {
+            self.metrics.dispatch_latency.observe_duration(started.elapsed());
+        }
+        outcome
+    }
+
+    async fn route_and_forward(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
         let mission_id = payload.mission_id.clone();
         if self.ledger.contains(&mission_id) || self.store.mission_exists(&mission_id).await? {
             return Err(Error::Conflict(format!("mission {mission_id} already exists")));
@@ -122,6 +131,7 @@ impl App {
                 }
                 Err(failure) => {
                     tracing::warn!(%mission_id, %executor_id, %failure, "executor did not take the mission");
+                    self.metrics.forward_failures.add(failure.code());
                     if failure == ForwardError::Timeout {
                         self.tell_to_abort(executor_id, &mission_id);
                     }

@@ -31,6 +31,17 @@ pub enum ForwardError {
     Timeout,
 }
 
+impl ForwardError {
+    /// The label this failure is counted under.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ForwardError::Unreachable(_) => "unreachable",
+            ForwardError::Refused { .. } => "refused",
+            ForwardError::Timeout => "timeout",
+        }
+    }
+}
+
 impl std::fmt::Display for ForwardError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

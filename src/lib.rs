@@ -14,6 +14,7 @@ pub mod forward;
 pub mod http;
 pub mod hub;
 pub mod ingest;
+pub mod metrics;
 pub mod missions;
 pub mod operator;
 pub mod registry;

@@ -35,6 +35,8 @@ struct Entry {
     token: Option<String>,
     links: Vec<Link>,
     active_missions: usize,
+    /// Had a socket before in this process: a new one is a reconnect.
+    ever_connected: bool,
 }
 
 impl Entry {
@@ -101,7 +103,7 @@ impl Registry {
             if row.deregistered_at.is_none() {
                 inner.by_token.insert(row.token_hash, row.executor_id.clone());
             }
-            let entry = Entry { row, token: None, links: Vec::new(), active_missions: 0 };
+            let entry = Entry { row, token: None, links: Vec::new(), active_missions: 0, ever_connected: false };
             inner.executors.insert(entry.row.executor_id.clone(), entry);
         }
         Ok(Registry { inner: RwLock::new(inner), store })
@@ -171,7 +173,8 @@ impl Registry {
                     e.token = Some(token);
                 }
                 None => {
-                    let entry = Entry { row, token: Some(token), links: Vec::new(), active_missions: 0 };
+                    let entry =
+                        Entry { row, token: Some(token), links: Vec::new(), active_missions: 0, ever_connected: false };
                     inner.executors.insert(p.executor_id.clone(), entry);
                 }
             }
@@ -257,17 +260,21 @@ impl Registry {
         inner.executors.get(executor_id).map(|e| e.row.capabilities.clone()).unwrap_or_default()
     }
 
-    /// Adds a live socket. Returns false (and adds nothing) when the executor is gone meanwhile.
-    pub fn attach(&self, executor_id: &str, link: Link) -> bool {
+    /// Adds a live socket. `None` (and nothing added) when the executor is gone meanwhile; otherwise
+    /// whether it is a reconnect (the executor had a socket before, in this process).
+    pub fn attach(&self, executor_id: &str, link: Link) -> Option<bool> {
         let mut inner = self.inner.write().expect("registry lock");
-        match inner.executors.get_mut(executor_id).filter(|e| e.live()) {
-            Some(e) => {
-                e.links.push(link);
-                e.row.disconnected_at = None;
-                true
-            }
-            None => false,
-        }
+        let e = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
+        e.links.push(link);
+        e.row.disconnected_at = None;
+        Some(std::mem::replace(&mut e.ever_connected, true))
+    }
+
+    /// `(registered, connected)` executors.
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = self.inner.read().expect("registry lock");
+        let live = inner.executors.values().filter(|e| e.live());
+        live.fold((0, 0), |(r, c), e| (r + 1, c + usize::from(!e.links.is_empty())))
     }
 
     /// Removes a socket. Only when it was the last one is the executor disconnected: an older socket's
@@ -396,7 +403,7 @@ mod tests {
     #[tokio::test]
     async fn first_non_loopback_registration_rotates_once() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _writer) = Store::open(dir.path(), Synchronous::Normal, 16).await.unwrap();
+        let (store, _writer) = Store::open(dir.path(), Synchronous::Normal, 16, Default::default()).await.unwrap();
         let registry = Registry::load(store.clone()).await.unwrap();
         let id = "c3d4e5f6-a7b8-9012-cdef-345678901234";
         let loopback: IpAddr = "127.0.0.1".parse().unwrap();

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use crate::app::App;
 use crate::config::Config;
 use crate::contract::Schema;
+use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -60,10 +61,12 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let data_dir = config.server.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir { path: data_dir.clone(), source })?;
     let schema = Schema::load().map_err(StartError::Schema)?;
-    let (store, writer) = Store::open(&data_dir, config.store.synchronous, config.hub.stream_lag_limit).await?;
+    let metrics = Arc::new(Metrics::default());
+    let (store, writer) =
+        Store::open(&data_dir, config.store.synchronous, config.hub.stream_lag_limit, metrics.clone()).await?;
     let (stop, stopped) = watch::channel(false);
     let bind = config.server.bind;
-    let app = Arc::new(App::new(config, schema, store.clone(), stopped.clone()).await?);
+    let app = Arc::new(App::new(config, schema, store.clone(), metrics, stopped.clone()).await?);
     app.rearm_hitl_deadlines();
     let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;

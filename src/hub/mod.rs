@@ -71,8 +71,14 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     let (tx, mut outbound) = mpsc::channel(OUTBOUND_QUEUE);
     let link = Link { id: app.next_link_id(), tx };
     let link_id = link.id;
-    if !app.registry.attach(&executor_id, link) {
-        return reject(socket).await;
+    match app.registry.attach(&executor_id, link) {
+        None => return reject(socket).await,
+        Some(reconnect) => {
+            app.metrics.executor_sockets.add(1);
+            if reconnect {
+                app.metrics.executor_reconnects.add(1);
+            }
+        }
     }
     tracing::info!(%executor_id, link_id, "executor socket open");
     app.redeliver_answers(&executor_id).await;
@@ -123,7 +129,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
                 }
             }
             Some(answer) = answers.next(), if !answers.is_empty() => {
-                if sink.send(Message::Text(Utf8Bytes::from(answer_frame(answer)))).await.is_err() {
+                if sink.send(Message::Text(Utf8Bytes::from(answer_frame(&app, answer)))).await.is_err() {
                     break None;
                 }
             }
@@ -147,8 +153,9 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     // Frames already queued still commit; settle them (and answer, if the peer still listens) so that
     // counts and projections stay true.
     while let Some(answer) = answers.next().await {
-        let _ = sink.send(Message::Text(Utf8Bytes::from(answer_frame(answer)))).await;
+        let _ = sink.send(Message::Text(Utf8Bytes::from(answer_frame(&app, answer)))).await;
     }
+    app.metrics.executor_sockets.add(-1);
     if let Some((code, reason)) = close {
         let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: Utf8Bytes::from_static(reason) }))).await;
     }
@@ -171,7 +178,13 @@ fn read_error_close(e: &axum::Error) -> Option<(u16, &'static str)> {
     }
 }
 
-fn answer_frame(answer: Answer) -> String {
+/// The frame answering one executor frame; counts it on the way.
+fn answer_frame(app: &App, answer: Answer) -> String {
+    match &answer {
+        Answer::Ack { seq: Some(_), .. } => app.metrics.events_ingested.add(1),
+        Answer::Ack { .. } => {}
+        Answer::Refused(r) => app.metrics.frames_rejected.add(r.error.code()),
+    }
     match answer {
         Answer::Ack { seq: Some(seq), reference } => json!({"ack": true, "seq": seq, "ref": reference}),
         Answer::Ack { seq: None, reference } => json!({"ack": true, "duplicate": true, "ref": reference}),

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::contract::{Envelope, TransportEndpoints};
+use crate::metrics::Metrics;
 use crate::missions::MissionState;
 
 pub use writer::WriterHandle;
@@ -237,6 +238,7 @@ impl Store {
         data_dir: &Path,
         synchronous: Synchronous,
         feed_capacity: usize,
+        metrics: Arc<Metrics>,
     ) -> Result<(Store, writer::WriterTask)> {
         let path = data_dir.join("aiwg-serve.db");
         let options = SqliteConnectOptions::from_str("sqlite:")?
@@ -257,7 +259,7 @@ impl Store {
         let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let (feed, _) = broadcast::channel(feed_capacity);
-        let task = writer::WriterTask::spawn(conn, rx, next_seq, feed.clone());
+        let task = writer::WriterTask::spawn(conn, rx, next_seq, feed.clone(), metrics);
         Ok((Store { pool, writer: WriterHandle::new(tx), feed }, task))
     }
 
@@ -342,6 +344,20 @@ impl Store {
         sql.push(" ORDER BY id DESC LIMIT ").push_bind(q.limit);
         let rows = sql.build().fetch_all(&self.pool).await?;
         rows.iter().map(|r| Ok((r.try_get("id")?, mission_from_row(r)?))).collect()
+    }
+
+    /// How many missions are in each state.
+    pub async fn mission_counts(&self) -> Result<Vec<(&'static str, i64)>> {
+        let rows =
+            sqlx::query("SELECT state, COUNT(*) AS n FROM missions GROUP BY state").fetch_all(&self.pool).await?;
+        let mut counts: Vec<(&'static str, i64)> = MissionState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        for r in rows {
+            let state = parse_state(r.try_get("state")?)?;
+            if let Some(c) = counts.iter_mut().find(|(name, _)| *name == state.as_str()) {
+                c.1 = r.try_get("n")?;
+            }
+        }
+        Ok(counts)
     }
 
     /// The sequence number of the newest committed event (0 when there is none).

@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
+use crate::metrics::Metrics;
+
 use super::{Change, EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, Result, StoreError, StoredEvent};
 
 const MAX_BATCH: usize = 2048;
@@ -63,8 +65,9 @@ impl WriterTask {
         rx: mpsc::UnboundedReceiver<Msg>,
         next_seq: i64,
         feed: Feed,
+        metrics: Arc<Metrics>,
     ) -> WriterTask {
-        WriterTask { join: tokio::spawn(run(conn, rx, next_seq, feed)) }
+        WriterTask { join: tokio::spawn(run(conn, rx, next_seq, feed, metrics)) }
     }
 
     /// Resolves once the writer has committed everything queued before [`WriterHandle::stop`].
@@ -73,7 +76,13 @@ impl WriterTask {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Msg>, mut next_seq: i64, feed: Feed) {
+async fn run(
+    mut conn: SqliteConnection,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    mut next_seq: i64,
+    feed: Feed,
+    metrics: Arc<Metrics>,
+) {
     let mut batch: Vec<(Vec<Change>, Reply)> = Vec::new();
     let mut stopping = false;
     while !stopping {
@@ -91,7 +100,10 @@ async fn run(mut conn: SqliteConnection, mut rx: mpsc::UnboundedReceiver<Msg>, m
                 Err(_) => break,
             }
         }
+        let started = std::time::Instant::now();
+        metrics.commit_batch_units.observe(batch.len() as f64);
         commit_batch(&mut conn, &mut batch, &mut next_seq, &feed).await;
+        metrics.commit_latency.observe_duration(started.elapsed());
     }
     if let Err(e) = sqlx::Connection::close(conn).await {
         tracing::warn!(error = %e, "closing the writer connection");

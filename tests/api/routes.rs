@@ -77,3 +77,47 @@ async fn with_operator_tokens_configured_operator_routes_need_one() {
         .await
         .assert_error(401, "token_invalid");
 }
+
+#[tokio::test]
+async fn metrics_count_what_happened() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let _idle = ScriptedExecutor::register(&server, &[]).await;
+    let id = "m-metrics-1";
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(id)).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.started", id, json!({"state": "running"})).await;
+    ws.ack("mission.completed", id, json!({"state": "done"})).await;
+    assert_eq!(ws.send(tokio_tungstenite::tungstenite::Message::text("nope")).await["error"], "invalid_json");
+    e.answer_with(crate::support::executor::Answer::Status(500));
+    server
+        .client
+        .post("/api/v1/sessions/s/dispatch", &dispatch_body("m-metrics-2"))
+        .await
+        .assert_error(502, "executor_forward_failed");
+    let _second_socket = e.connect(&server).await;
+    server
+        .eventually("/metrics", "second socket counted", |m| {
+            m.as_str().is_some_and(|t| t.contains("aiwg_executor_sockets 2\n"))
+        })
+        .await;
+
+    let text = server.client.get("/metrics").await.body;
+    let text = text.as_str().expect("text");
+    for line in [
+        "aiwg_executors_registered 2\n",
+        "aiwg_executors_connected 1\n",
+        "aiwg_missions{state=\"done\"} 1\n",
+        "aiwg_missions{state=\"failed\"} 1\n",
+        "aiwg_missions{state=\"running\"} 0\n",
+        "aiwg_events_ingested_total 2\n",
+        "aiwg_frames_rejected_total{code=\"invalid_json\"} 1\n",
+        "aiwg_dispatch_latency_seconds_count 1\n",
+        "aiwg_forward_failures_total{code=\"refused\"} 1\n",
+        "aiwg_executor_reconnects_total 1\n",
+        "# TYPE aiwg_commit_latency_seconds histogram\n",
+        "aiwg_queue_depth 0\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+}
