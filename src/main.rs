@@ -60,6 +60,14 @@ async fn serve(bind: Option<SocketAddr>, data_dir: Option<PathBuf>, file: Option
             return ExitCode::from(2);
         }
     };
+    // Handlers first: a signal that arrives while the server starts must stop it gracefully too.
+    let signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("aiwg-serve: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let handle = match aiwg_serve::serve::start(config).await {
         Ok(h) => h,
         Err(e) => {
@@ -69,7 +77,7 @@ async fn serve(bind: Option<SocketAddr>, data_dir: Option<PathBuf>, file: Option
     };
     let stop = handle.stopper();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        signals.received().await;
         tracing::info!("signal received; shutting down");
         let _ = stop.send(true);
     });
@@ -77,19 +85,22 @@ async fn serve(bind: Option<SocketAddr>, data_dir: Option<PathBuf>, file: Option
     ExitCode::SUCCESS
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return interrupt.await.unwrap_or(()),
-        };
+/// SIGINT and SIGTERM, registered when installed.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { interrupt: signal(SignalKind::interrupt())?, terminate: signal(SignalKind::terminate())? })
+    }
+
+    async fn received(mut self) {
         tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
         }
     }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
 }

@@ -89,18 +89,8 @@ async fn run(
     tx: &mpsc::Sender<Next>,
     shutdown: watch::Receiver<bool>,
 ) -> Option<End> {
-    // "From now" means after the newest event committed before the subscription.
-    let start = match since {
-        Some(s) => Ok(s),
-        None => store.last_seq().await,
-    };
-    let mut last = match start {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, "event stream cannot read the log");
-            return Some(End { reason: "storage_error", resume_since: since.unwrap_or(0) });
-        }
-    };
+    // "From now" means after the newest event committed when the subscription was taken.
+    let mut last = since.unwrap_or_else(|| store.last_seq());
     if since.is_some() {
         loop {
             let page = store

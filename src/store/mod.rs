@@ -228,7 +228,7 @@ pub struct MissionQuery {
 pub struct Store {
     pool: SqlitePool,
     writer: WriterHandle,
-    feed: broadcast::Sender<Arc<StoredEvent>>,
+    feed: writer::Feed,
 }
 
 impl Store {
@@ -258,7 +258,10 @@ impl Store {
             sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events").fetch_one(&mut conn).await?;
         let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let (feed, _) = broadcast::channel(feed_capacity);
+        let feed = writer::Feed {
+            tx: broadcast::channel(feed_capacity).0,
+            committed: Arc::new(std::sync::atomic::AtomicI64::new(next_seq - 1)),
+        };
         let task = writer::WriterTask::spawn(conn, rx, next_seq, feed.clone(), metrics);
         Ok((Store { pool, writer: WriterHandle::new(tx), feed }, task))
     }
@@ -360,14 +363,15 @@ impl Store {
         Ok(counts)
     }
 
-    /// The sequence number of the newest committed event (0 when there is none).
-    pub async fn last_seq(&self) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM events").fetch_one(&self.pool).await?)
+    /// The sequence number of the newest committed event (0 when there is none). Read after
+    /// [`Store::subscribe`], every event after it is in the subscription.
+    pub fn last_seq(&self) -> i64 {
+        self.feed.committed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every event committed from now on, in sequence order.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
-        self.feed.subscribe()
+        self.feed.tx.subscribe()
     }
 
     /// Up to `limit` events after `after_seq`, in order, optionally only those of one mission and/or

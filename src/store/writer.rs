@@ -12,6 +12,7 @@ use sqlx::{QueryBuilder, Sqlite};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
@@ -143,12 +144,21 @@ async fn commit_batch(
 }
 
 /// Committed events go to every subscriber, in sequence order, only after their commit.
-pub(super) type Feed = broadcast::Sender<Arc<StoredEvent>>;
+#[derive(Clone)]
+pub(super) struct Feed {
+    pub(super) tx: broadcast::Sender<Arc<StoredEvent>>,
+    /// The newest committed sequence number, set before its events are published: a subscriber that
+    /// reads it after subscribing has every later event in its buffer.
+    pub(super) committed: Arc<AtomicI64>,
+}
 
 fn publish(feed: &Feed, committed: Vec<StoredEvent>) {
+    if let Some(last) = committed.last() {
+        feed.committed.store(last.seq, Ordering::SeqCst);
+    }
     for event in committed {
         // No subscriber is not an error: the log is in the database.
-        let _ = feed.send(Arc::new(event));
+        let _ = feed.tx.send(Arc::new(event));
     }
 }
 

@@ -25,8 +25,13 @@ async fn with_operator_tokens_configured_operator_routes_need_one() {
     let e = ScriptedExecutor::register(&server, &[]).await;
     let operator = format!("Bearer {OPERATOR}");
     let executor = format!("Bearer {}", e.token);
-    for path in ["/api/v1/executors", "/api/v1/missions", &format!("/api/v1/executors/{}", e.id), "/api/v1/missions/m1"]
-    {
+    for path in [
+        "/api/v1/executors",
+        "/api/v1/missions",
+        &format!("/api/v1/executors/{}", e.id),
+        "/api/v1/missions/m1",
+        "/metrics",
+    ] {
         server.client.get(path).await.assert_error(401, "unauthorized");
         server
             .client
