@@ -5,6 +5,7 @@
 //! runs the whole server in-process, which is how the binary and the tests use it.
 
 pub mod app;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod contract;

@@ -6,11 +6,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use aiwg_serve::cli;
 use aiwg_serve::config::{Config, Overrides};
 
 #[derive(Parser)]
 #[command(name = "aiwg-serve", version, about = "Control plane for AI-agent executors (executor.aiwg.io/v1)")]
 struct Cli {
+    #[command(flatten)]
+    global: cli::Global,
     #[command(subcommand)]
     command: Command,
 }
@@ -29,6 +32,20 @@ enum Command {
         #[arg(long, env = "AIWG_SERVE_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Registered executors.
+    Executors {
+        #[command(subcommand)]
+        command: cli::ExecutorsCommand,
+    },
+    /// Dispatch a mission (and with --wait, follow it to its end).
+    Dispatch(cli::DispatchArgs),
+    /// Missions: list, show, pause, resume, abort, answer HITL.
+    Missions {
+        #[command(subcommand)]
+        command: cli::MissionsCommand,
+    },
+    /// The event log, or with --follow the live stream.
+    Events(cli::EventsArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,9 +64,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match cli.command {
-        Command::Serve { bind, data_dir, config } => runtime.block_on(serve(bind, data_dir, config)),
-    }
+    let operator = match cli.command {
+        Command::Serve { bind, data_dir, config } => return runtime.block_on(serve(bind, data_dir, config)),
+        Command::Executors { command } => cli::Operator::Executors(command),
+        Command::Dispatch(args) => cli::Operator::Dispatch(args),
+        Command::Missions { command } => cli::Operator::Missions(command),
+        Command::Events(args) => cli::Operator::Events(args),
+    };
+    runtime.block_on(cli::run(cli.global, operator))
 }
 
 async fn serve(bind: Option<SocketAddr>, data_dir: Option<PathBuf>, file: Option<PathBuf>) -> ExitCode {

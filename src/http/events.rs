@@ -1,6 +1,8 @@
 //! The operator event stream: `GET /ws/events` (WebSocket) and `GET /api/v1/events` (Server-Sent
 //! Events). Both take `?since=N` (or `Last-Event-ID` for SSE), `?mission_id=`, `?executor_id=`, and, for
 //! clients that cannot set headers (browsers), `?token=` instead of a bearer header.
+//! `GET /api/v1/events?follow=false` answers one JSON page instead (`limit`, default 100, at most 1000),
+//! for scripts that read the log without following it.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -33,16 +35,22 @@ struct Params {
     mission_id: Option<String>,
     executor_id: Option<String>,
     token: Option<String>,
+    follow: Option<bool>,
+    limit: Option<u32>,
 }
 
+/// One page of the log: the events after `since` and where the next page starts.
+#[derive(serde::Serialize)]
+struct Page {
+    events: Vec<log::Item>,
+    next_since: i64,
+}
+
+const PAGE_DEFAULT: u32 = 100;
+const PAGE_MAX: u32 = 1000;
+
 /// Authorizes the follower and reads where it starts and what it wants.
-fn open(
-    app: &App,
-    params: std::result::Result<Query<Params>, QueryRejection>,
-    bearer: Option<String>,
-    last_event_id: Option<&str>,
-) -> Result<(Option<i64>, Filter)> {
-    let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
+fn open(app: &App, p: Params, bearer: Option<String>, last_event_id: Option<&str>) -> Result<(Option<i64>, Filter)> {
     app.authorize_operator(bearer.or(p.token).as_deref())?;
     let since =
         match p.since.as_deref().or(last_event_id) {
@@ -61,7 +69,21 @@ async fn sse(
     params: std::result::Result<Query<Params>, QueryRejection>,
 ) -> Result<Response> {
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let (since, filter) = open(&app, params, bearer, last_event_id)?;
+    let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
+    let (follow, limit) = (p.follow.unwrap_or(true), p.limit);
+    let (since, filter) = open(&app, p, bearer, last_event_id)?;
+    if !follow {
+        let limit = limit.unwrap_or(PAGE_DEFAULT);
+        if !(1..=PAGE_MAX).contains(&limit) {
+            return Err(Error::InvalidQuery(format!("limit must be between 1 and {PAGE_MAX}")));
+        }
+        let since = since.unwrap_or(0);
+        let events =
+            app.store.events_after(since, filter.mission_id.as_deref(), filter.executor_id.as_deref(), limit).await?;
+        let next_since = events.last().map_or(since, |e| e.seq);
+        let page = Page { events: events.iter().map(log::Item::from).collect(), next_since };
+        return Ok(axum::Json(page).into_response());
+    }
     let items = log::follow(app.store.clone(), since, filter, app.shutdown_signal());
     let events = stream::unfold(items, |mut items| async move {
         let next = items.recv().await?;
@@ -87,7 +109,8 @@ async fn socket(
     upgrade: std::result::Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response> {
     let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
-    let (since, filter) = open(&app, params, bearer, None)?;
+    let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
+    let (since, filter) = open(&app, p, bearer, None)?;
     let items = log::follow(app.store.clone(), since, filter, app.shutdown_signal());
     Ok(upgrade.on_upgrade(move |socket| follow_socket(socket, items)))
 }

@@ -105,7 +105,15 @@ async fn sse_with_filters_and_last_event_id() {
 #[tokio::test]
 async fn bad_stream_requests_are_refused() {
     let server = TestServer::start().await;
-    for query in ["since=-1", "since=abc", "since=1.5", "colour=red"] {
+    for query in [
+        "since=-1",
+        "since=abc",
+        "since=1.5",
+        "colour=red",
+        "follow=false&limit=0",
+        "follow=false&limit=1001",
+        "follow=maybe",
+    ] {
         server.client.get(&format!("/api/v1/events?{query}")).await.assert_error(400, "invalid_query");
     }
     server.client.get("/ws/events").await.assert_error(426, "upgrade_required");
