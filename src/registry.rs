@@ -11,7 +11,7 @@ use std::sync::RwLock;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::contract::{EventType, RegisterPayload, TransportEndpoints};
+use crate::contract::{EventType, RegisterPayload};
 use crate::error::{Error, Result};
 use crate::hub::{Link, Outbound};
 use crate::store::{Change, EventRow, ExecutorRow, Store};
@@ -57,14 +57,8 @@ pub struct Registered {
 /// An executor as `GET /api/v1/executors` shows it (the contract's `executor_status`).
 #[derive(Clone, Debug, Serialize)]
 pub struct ExecutorStatus {
-    pub executor_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub a2a_instance_id: Option<String>,
-    pub name: String,
-    pub version: String,
-    pub spec_version: String,
-    pub transport_endpoints: TransportEndpoints,
-    pub capabilities: Vec<String>,
+    #[serde(flatten)]
+    pub identity: RegisterPayload,
     pub connected: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_event_ts: Option<String>,
@@ -101,10 +95,10 @@ impl Registry {
         let mut inner = Inner::default();
         for row in store.executors().await? {
             if row.deregistered_at.is_none() {
-                inner.by_token.insert(row.token_hash, row.executor_id.clone());
+                inner.by_token.insert(row.token_hash, row.identity.executor_id.clone());
             }
             let entry = Entry { row, token: None, links: Vec::new(), active_missions: 0, ever_connected: false };
-            inner.executors.insert(entry.row.executor_id.clone(), entry);
+            inner.executors.insert(entry.row.identity.executor_id.clone(), entry);
         }
         Ok(Registry { inner: RwLock::new(inner), store })
     }
@@ -131,13 +125,7 @@ impl Registry {
             };
             let old_hash = existing.map(|e| e.row.token_hash);
             let row = ExecutorRow {
-                executor_id: p.executor_id.clone(),
-                name: p.name.clone(),
-                version: p.version.clone(),
-                spec_version: p.spec_version.clone(),
-                transport_endpoints: p.transport_endpoints.clone(),
-                capabilities: p.capabilities.clone(),
-                a2a_instance_id: p.a2a_instance_id.clone(),
+                identity: p.clone(),
                 token_hash: tokens::hash(&token),
                 registered_at: existing.map_or_else(|| now.clone(), |e| e.row.registered_at.clone()),
                 registered_from: Some(peer.to_string()),
@@ -149,20 +137,20 @@ impl Registry {
             if let Some(old) = old_hash {
                 inner.by_token.remove(&old);
             }
-            inner.by_token.insert(row.token_hash, row.executor_id.clone());
+            inner.by_token.insert(row.token_hash, row.identity.executor_id.clone());
             let event = EventRow {
                 event: EventType::ExecutorRegistered.as_str(),
-                executor_id: row.executor_id.clone(),
+                executor_id: row.identity.executor_id.clone(),
                 mission_id: None,
                 ts: now.clone(),
                 data: json!({
-                    "name": row.name, "capabilities": row.capabilities, "transport_endpoints": row.transport_endpoints,
+                    "name": row.identity.name, "capabilities": row.identity.capabilities, "transport_endpoints": row.identity.transport_endpoints,
                 }),
                 raw: None,
             };
             let changes = vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)];
             let registered = Registered {
-                executor_id: row.executor_id.clone(),
+                executor_id: row.identity.executor_id.clone(),
                 token: token.clone(),
                 registered_at: row.registered_at.clone(),
                 rotated_for_non_loopback: first_non_loopback,
@@ -257,7 +245,7 @@ impl Registry {
 
     pub fn capabilities(&self, executor_id: &str) -> Vec<String> {
         let inner = self.inner.read().expect("registry lock");
-        inner.executors.get(executor_id).map(|e| e.row.capabilities.clone()).unwrap_or_default()
+        inner.executors.get(executor_id).map(|e| e.row.identity.capabilities.clone()).unwrap_or_default()
     }
 
     /// Adds a live socket. `None` (and nothing added) when the executor is gone meanwhile; otherwise
@@ -315,7 +303,7 @@ impl Registry {
     pub fn reach(&self, executor_id: &str) -> Option<Reach> {
         let inner = self.inner.read().expect("registry lock");
         inner.executors.get(executor_id).filter(|e| e.live()).map(|e| Reach {
-            rest: e.row.transport_endpoints.rest.clone(),
+            rest: e.row.identity.transport_endpoints.rest.clone(),
             registered_from: e.row.registered_from.clone(),
             token: e.token.clone(),
         })
@@ -333,8 +321,8 @@ impl Registry {
                 (
                     e.row.registered_at.as_str(),
                     RoutingView {
-                        executor_id: &e.row.executor_id,
-                        capabilities: &e.row.capabilities,
+                        executor_id: &e.row.identity.executor_id,
+                        capabilities: &e.row.identity.capabilities,
                         connected: !e.links.is_empty(),
                         active_missions: e.active_missions,
                     },
@@ -354,7 +342,9 @@ impl Registry {
     pub fn list(&self) -> Vec<ExecutorStatus> {
         let inner = self.inner.read().expect("registry lock");
         let mut out: Vec<ExecutorStatus> = inner.executors.values().filter(|e| e.live()).map(status_of).collect();
-        out.sort_by(|a, b| (&a.registered_at, &a.executor_id).cmp(&(&b.registered_at, &b.executor_id)));
+        out.sort_by(|a, b| {
+            (&a.registered_at, &a.identity.executor_id).cmp(&(&b.registered_at, &b.identity.executor_id))
+        });
         out
     }
 }
@@ -362,13 +352,7 @@ impl Registry {
 fn status_of(e: &Entry) -> ExecutorStatus {
     let r = &e.row;
     ExecutorStatus {
-        executor_id: r.executor_id.clone(),
-        a2a_instance_id: r.a2a_instance_id.clone(),
-        name: r.name.clone(),
-        version: r.version.clone(),
-        spec_version: r.spec_version.clone(),
-        transport_endpoints: r.transport_endpoints.clone(),
-        capabilities: r.capabilities.clone(),
+        identity: r.identity.clone(),
         connected: !e.links.is_empty(),
         last_event_ts: r.last_event_ts.clone(),
         active_mission_count: e.active_missions,
@@ -380,6 +364,7 @@ fn status_of(e: &Entry) -> ExecutorStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::TransportEndpoints;
     use crate::store::Synchronous;
 
     fn payload(id: &str) -> RegisterPayload {

@@ -123,9 +123,11 @@ pub struct TransportEndpoints {
     pub grpc: Option<String>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+/// What an executor says about itself when it registers; kept as registered and shown in listings.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 pub struct RegisterPayload {
     pub executor_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub a2a_instance_id: Option<String>,
     pub name: String,
     pub version: String,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use crate::contract::{Envelope, TransportEndpoints};
+use crate::contract::{Envelope, RegisterPayload};
 use crate::metrics::Metrics;
 use crate::missions::MissionState;
 
@@ -50,13 +50,7 @@ pub enum Synchronous {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutorRow {
-    pub executor_id: String,
-    pub name: String,
-    pub version: String,
-    pub spec_version: String,
-    pub transport_endpoints: TransportEndpoints,
-    pub capabilities: Vec<String>,
-    pub a2a_instance_id: Option<String>,
+    pub identity: RegisterPayload,
     pub token_hash: [u8; 32],
     pub registered_at: String,
     pub registered_from: Option<String>,
@@ -436,13 +430,15 @@ fn parse_json<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T> 
 fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRow> {
     let hash: Vec<u8> = r.try_get("token_hash")?;
     Ok(ExecutorRow {
-        executor_id: r.try_get("executor_id")?,
-        name: r.try_get("name")?,
-        version: r.try_get("version")?,
-        spec_version: r.try_get("spec_version")?,
-        transport_endpoints: parse_json(r.try_get("transport_endpoints")?, "transport_endpoints")?,
-        capabilities: parse_json(r.try_get("capabilities")?, "capabilities")?,
-        a2a_instance_id: r.try_get("a2a_instance_id")?,
+        identity: RegisterPayload {
+            executor_id: r.try_get("executor_id")?,
+            a2a_instance_id: r.try_get("a2a_instance_id")?,
+            name: r.try_get("name")?,
+            version: r.try_get("version")?,
+            spec_version: r.try_get("spec_version")?,
+            transport_endpoints: parse_json(r.try_get("transport_endpoints")?, "transport_endpoints")?,
+            capabilities: parse_json(r.try_get("capabilities")?, "capabilities")?,
+        },
         token_hash: hash.try_into().map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))?,
         registered_at: r.try_get("registered_at")?,
         registered_from: r.try_get("registered_from")?,

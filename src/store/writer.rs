@@ -294,8 +294,8 @@ async fn insert_mission(conn: &mut SqliteConnection, m: &MissionRow) -> std::res
 }
 
 async fn put_executor(conn: &mut SqliteConnection, e: &ExecutorRow) -> std::result::Result<(), sqlx::Error> {
-    let endpoints = serde_json::to_string(&e.transport_endpoints).expect("endpoints serialize");
-    let capabilities = serde_json::to_string(&e.capabilities).expect("capabilities serialize");
+    let endpoints = serde_json::to_string(&e.identity.transport_endpoints).expect("endpoints serialize");
+    let capabilities = serde_json::to_string(&e.identity.capabilities).expect("capabilities serialize");
     sqlx::query(
         "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
          a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
@@ -307,13 +307,13 @@ async fn put_executor(conn: &mut SqliteConnection, e: &ExecutorRow) -> std::resu
          seen_non_loopback = excluded.seen_non_loopback, last_event_ts = excluded.last_event_ts, \
          disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at",
     )
-    .bind(&e.executor_id)
-    .bind(&e.name)
-    .bind(&e.version)
-    .bind(&e.spec_version)
+    .bind(&e.identity.executor_id)
+    .bind(&e.identity.name)
+    .bind(&e.identity.version)
+    .bind(&e.identity.spec_version)
     .bind(endpoints)
     .bind(capabilities)
-    .bind(&e.a2a_instance_id)
+    .bind(&e.identity.a2a_instance_id)
     .bind(&e.token_hash[..])
     .bind(&e.registered_at)
     .bind(&e.registered_from)
