@@ -11,6 +11,7 @@ CREATE TABLE executors (
     registered_at       TEXT NOT NULL,              -- first registration
     registered_from     TEXT,                       -- peer address of the latest registration
     seen_non_loopback   INTEGER NOT NULL DEFAULT 0, -- the one-time rotation on the first non-loopback register happened
+    draining            INTEGER NOT NULL DEFAULT 0, -- operator asked: no new missions
     last_event_ts       TEXT,
     disconnected_at     TEXT,
     deregistered_at     TEXT
@@ -20,7 +21,7 @@ CREATE TABLE missions (
     id              INTEGER PRIMARY KEY,            -- dispatch order; the listing cursor
     mission_id      TEXT NOT NULL UNIQUE,
     session_id      TEXT NOT NULL,
-    executor_id     TEXT NOT NULL REFERENCES executors (executor_id),
+    executor_id     TEXT REFERENCES executors (executor_id), -- NULL while queued
     state           TEXT NOT NULL,
     payload         TEXT NOT NULL,                  -- the dispatch payload as accepted
     created_at      TEXT NOT NULL,
@@ -31,7 +32,9 @@ CREATE TABLE missions (
     error           TEXT,
     estimated_start TEXT,
     routing         TEXT,                           -- JSON: the routing decision
-    terminal_data   TEXT                            -- JSON: data of the event that ended it, to recognise repeats
+    terminal_data   TEXT,                           -- JSON: data of the event that ended it, to recognise repeats
+    queued_reason   TEXT,                           -- while queued: the constraint nobody meets
+    checkpoint_id   TEXT                            -- the executor's checkpoint of a suspended mission
 ) STRICT;
 CREATE INDEX missions_by_state ON missions (state, id);
 CREATE INDEX missions_by_executor ON missions (executor_id, id);

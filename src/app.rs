@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -36,6 +36,8 @@ pub struct App {
     shutdown: watch::Receiver<bool>,
     next_link: AtomicU64,
     pub(crate) rotation: AtomicUsize,
+    /// When this process started serving (the restart grace counts from it).
+    pub started_at: Instant,
 }
 
 impl App {
@@ -66,6 +68,7 @@ impl App {
             shutdown,
             next_link: AtomicU64::new(1),
             rotation: AtomicUsize::new(0),
+            started_at: Instant::now(),
         })
     }
 
@@ -126,7 +129,7 @@ impl App {
     /// revoked, it leaves the listings; its live missions are suspended (resumable executor) or failed.
     pub async fn deregister(&self, executor_id: &str, bearer: Option<&str>) -> Result<()> {
         self.registry.authenticate(executor_id, bearer)?;
-        let resumable = self.registry.capabilities(executor_id).iter().any(|c| c == "resumable");
+        let resumable = self.registry.has_capability(executor_id, "resumable");
         let mut changes = self
             .registry
             .deregister(executor_id, "graceful_shutdown")

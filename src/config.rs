@@ -47,6 +47,8 @@ pub struct HubConfig {
     pub ping_interval_s: u64,
     pub pong_timeout_s: u64,
     pub stream_lag_limit: usize,
+    pub disconnect_grace_s: u64,
+    pub restart_grace_s: u64,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -81,6 +83,8 @@ impl Default for HubConfig {
             ping_interval_s: 15,
             pong_timeout_s: 20,
             stream_lag_limit: 4096,
+            disconnect_grace_s: 60,
+            restart_grace_s: 120,
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::contract::DispatchPayload;
 use crate::error::{Error, Result};
 use crate::forward::ForwardError;
 use crate::hub::Outbound;
-use crate::missions::{Live, MissionState};
+use crate::missions::{Handover, Live, MissionState};
 use crate::routing::{self, Rejection};
 use crate::store::{Change, MissionPatch, MissionRow};
 
@@ -86,7 +86,7 @@ impl App {
         let row = MissionRow {
             mission_id: mission_id.clone(),
             session_id: session_id.to_owned(),
-            executor_id: attempts[0].clone(),
+            executor_id: Some(attempts[0].clone()),
             state: MissionState::Assigned,
             payload: body.clone(),
             created_at: now.clone(),
@@ -98,9 +98,14 @@ impl App {
             estimated_start: None,
             routing: Some(json!(record)),
             terminal_data: None,
+            queued_reason: None,
+            checkpoint_id: None,
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
-        self.ledger.insert(&mission_id, Live::new(&attempts[0], MissionState::Assigned));
+        self.ledger.insert(
+            &mission_id,
+            Live { handover: Handover::InFlight, ..Live::new(&attempts[0], MissionState::Assigned) },
+        );
         self.registry.adjust_active(&attempts[0], 1);
 
         let bytes = Bytes::from(body.to_string());
@@ -123,6 +128,7 @@ impl App {
             }
             match self.forward_to(executor_id, session_id, bytes.clone()).await {
                 Ok(accepted) => {
+                    self.ledger.mark_handed_over(&mission_id);
                     if let Some(start) = &accepted.estimated_start {
                         let patch = MissionPatch { estimated_start: Some(start.clone()), ..MissionPatch::default() };
                         self.store.commit(vec![Change::PatchMission { mission_id: mission_id.clone(), patch }]).await?;
@@ -145,7 +151,7 @@ impl App {
         self.fail_dispatch(&mission_id, last, &last_failure, record).await
     }
 
-    async fn forward_to(
+    pub(crate) async fn forward_to(
         &self,
         executor_id: &str,
         session_id: &str,

@@ -6,6 +6,7 @@
 //! applied (counts, ledger) and the frame acknowledged. A refused frame changes nothing.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -55,6 +56,8 @@ pub struct PendingCommit {
     mission: Option<(String, Option<MissionState>)>,
     /// A HITL request with a deadline, to be watched once committed.
     deadline: Option<Box<HitlRow>>,
+    /// An `executor.resync`: the listed missions and when the socket that carried it opened.
+    resync: Option<(Vec<String>, Instant)>,
     reference: FrameRef,
 }
 
@@ -65,6 +68,14 @@ pub enum Answer {
     Refused(Refusal),
 }
 
+/// Who sent a frame, what it is, and whether its sender may suspend missions.
+#[derive(Clone, Copy)]
+struct Judged<'a> {
+    executor_id: &'a str,
+    event: EventType,
+    resumable: bool,
+}
+
 enum Decision {
     Queued(oneshot::Receiver<store::Result<Vec<i64>>>, Option<MissionState>, Option<Box<HitlRow>>),
     Duplicate,
@@ -72,7 +83,8 @@ enum Decision {
 
 impl App {
     /// Judges one text frame from an executor and, when accepted, queues its commit.
-    pub async fn ingest(&self, executor_id: &str, text: &str) -> Result<Ingested, Refusal> {
+    /// `link_opened` is when the socket carrying the frame opened (resync reconciliation needs it).
+    pub async fn ingest(&self, executor_id: &str, text: &str, link_opened: Instant) -> Result<Ingested, Refusal> {
         let frame: Value = serde_json::from_str(text)
             .map_err(|e| Refusal { error: Error::InvalidJson(e.to_string()), reference: FrameRef::default() })?;
         let reference = FrameRef::of(&frame);
@@ -111,19 +123,33 @@ impl App {
             ts: envelope.ts.clone(),
             mission,
             deadline,
+            resync: None,
             reference: reference.clone(),
         };
 
         let Some(mission_id) = envelope.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
-            // executor.resync: recorded; reconciliation acts on it.
+            // executor.resync: recorded, then reconciled once committed.
+            let listed = row.data["owned_mission_ids"]
+                .as_array()
+                .map(|ids| ids.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default();
             let commit = self.store.submit(vec![Change::AppendEvent(row), seen]);
-            return Ok(Ingested::Pending(Box::new(pending(commit, None, None))));
+            let mut p = pending(commit, None, None);
+            p.resync = Some((listed, link_opened));
+            return Ok(Ingested::Pending(Box::new(p)));
         };
 
         let mut row = Some(row);
+        // Suspension is the Resumable level of the contract: only for executors that declare it.
+        let resumable = match event {
+            EventType::MissionSuspended | EventType::MissionReconnected | EventType::MissionResumed => {
+                self.registry.has_capability(executor_id, "resumable")
+            }
+            _ => true,
+        };
         let decided = self.ledger.with(&mission_id, |live| {
             let row = row.take().expect("taken once");
-            self.decide(live, executor_id, event, row, seen, &now)
+            self.decide(live, Judged { executor_id, event, resumable }, row, seen, &now)
         });
         match decided {
             Some(Ok(Decision::Queued(commit, moved, deadline))) => {
@@ -135,7 +161,7 @@ impl App {
                 // Not live: ended (the store answers for it, terminal states never change) or not ours.
                 let stored = self.store.mission(&mission_id).await.map_err(|e| refuse(e.into()))?;
                 match stored {
-                    Some(m) if m.executor_id == executor_id => {
+                    Some(m) if m.executor_id.as_deref() == Some(executor_id) => {
                         let data = row.map(|r| r.data);
                         match on_executor_event(m.state, event) {
                             Outcome::TerminalRepeat
@@ -156,15 +182,22 @@ impl App {
     fn decide(
         &self,
         live: &mut Live,
-        executor_id: &str,
-        event: EventType,
+        frame: Judged<'_>,
         row: EventRow,
         seen: Change,
         now: &str,
     ) -> Result<Decision, Error> {
+        let Judged { executor_id, event, resumable } = frame;
         let mission_id = row.mission_id.clone().unwrap_or_default();
         if live.executor_id != executor_id {
             return Err(not_owned(&mission_id));
+        }
+        let suspension = matches!(event, EventType::MissionSuspended | EventType::MissionReconnected)
+            || (event == EventType::MissionResumed && live.state == MissionState::Suspended);
+        if suspension && !resumable {
+            return Err(Error::IllegalTransition(format!(
+                "{event} needs an executor that declares `resumable`, and {executor_id} does not"
+            )));
         }
         let moved = match on_executor_event(live.state, event) {
             Outcome::Illegal => return Err(illegal(event, &mission_id, live.state)),
@@ -202,6 +235,9 @@ impl App {
                 if let Some(request) = p.deadline {
                     self.watch_hitl_deadline(*request);
                 }
+                if let Some((listed, link_opened)) = p.resync {
+                    self.reconcile(&p.executor_id, listed, link_opened).await;
+                }
                 if let Some((mission_id, moved)) = &p.mission {
                     self.settle(mission_id, &p.executor_id, *moved);
                 }
@@ -221,7 +257,9 @@ impl App {
     async fn reload(&self, mission_id: &str) {
         self.ledger.remove(mission_id);
         match self.store.mission(mission_id).await {
-            Ok(Some(m)) if !m.state.is_terminal() => self.ledger.insert(mission_id, Live::new(&m.executor_id, m.state)),
+            Ok(Some(m)) if !m.state.is_terminal() && m.state != MissionState::Queued => {
+                self.ledger.insert(mission_id, Live::new(m.executor_id.as_deref().unwrap_or_default(), m.state))
+            }
             Ok(_) => {}
             Err(e) => {
                 tracing::error!(error = %e, mission_id, "cannot reload mission after a failed commit")
@@ -301,6 +339,9 @@ pub(crate) fn patch_for(event: EventType, data: &Value, moved: Option<MissionSta
             patch.pty_session_ref = data_str(d, "pty_session_id").filter(|s| !s.is_empty()).map(str::to_owned)
         }
         EventType::MissionCompleted => patch.exit_code = int("exit_code"),
+        EventType::MissionSuspended | EventType::MissionReconnected => {
+            patch.checkpoint_id = data_str(d, "checkpoint_id").filter(|s| !s.is_empty()).map(str::to_owned)
+        }
         EventType::MissionFailed => {
             patch.exit_code = int("exit_code");
             patch.error = data_str(d, "error").or(data_str(d, "reason")).map(str::to_owned);

@@ -37,6 +37,9 @@ struct Entry {
     active_missions: usize,
     /// Had a socket before in this process: a new one is a reconnect.
     ever_connected: bool,
+    /// Advances on every attach and every last-socket close, so a disconnect timer can tell whether the
+    /// disconnection it watches is still the current one.
+    epoch: u64,
 }
 
 impl Entry {
@@ -97,7 +100,8 @@ impl Registry {
             if row.deregistered_at.is_none() {
                 inner.by_token.insert(row.token_hash, row.identity.executor_id.clone());
             }
-            let entry = Entry { row, token: None, links: Vec::new(), active_missions: 0, ever_connected: false };
+            let entry =
+                Entry { row, token: None, links: Vec::new(), active_missions: 0, ever_connected: false, epoch: 0 };
             inner.executors.insert(entry.row.identity.executor_id.clone(), entry);
         }
         Ok(Registry { inner: RwLock::new(inner), store })
@@ -161,8 +165,14 @@ impl Registry {
                     e.token = Some(token);
                 }
                 None => {
-                    let entry =
-                        Entry { row, token: Some(token), links: Vec::new(), active_missions: 0, ever_connected: false };
+                    let entry = Entry {
+                        row,
+                        token: Some(token),
+                        links: Vec::new(),
+                        active_missions: 0,
+                        ever_connected: false,
+                        epoch: 0,
+                    };
                     inner.executors.insert(p.executor_id.clone(), entry);
                 }
             }
@@ -243,9 +253,9 @@ impl Registry {
         self.inner.read().expect("registry lock").executors.get(executor_id).is_some_and(Entry::live)
     }
 
-    pub fn capabilities(&self, executor_id: &str) -> Vec<String> {
+    pub fn has_capability(&self, executor_id: &str, capability: &str) -> bool {
         let inner = self.inner.read().expect("registry lock");
-        inner.executors.get(executor_id).map(|e| e.row.identity.capabilities.clone()).unwrap_or_default()
+        inner.executors.get(executor_id).is_some_and(|e| e.row.identity.capabilities.iter().any(|c| c == capability))
     }
 
     /// Adds a live socket. `None` (and nothing added) when the executor is gone meanwhile; otherwise
@@ -253,6 +263,7 @@ impl Registry {
     pub fn attach(&self, executor_id: &str, link: Link) -> Option<bool> {
         let mut inner = self.inner.write().expect("registry lock");
         let e = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
+        e.epoch += 1;
         e.links.push(link);
         e.row.disconnected_at = None;
         Some(std::mem::replace(&mut e.ever_connected, true))
@@ -266,17 +277,31 @@ impl Registry {
     }
 
     /// Removes a socket. Only when it was the last one is the executor disconnected: an older socket's
-    /// close never disconnects an executor that has a newer one. Returns the row to persist then.
-    pub fn detach(&self, executor_id: &str, link_id: u64) -> Option<ExecutorRow> {
+    /// close never disconnects an executor that has a newer one. Returns the row to persist then, and
+    /// the epoch of this disconnection.
+    pub fn detach(&self, executor_id: &str, link_id: u64) -> Option<(ExecutorRow, u64)> {
         let mut inner = self.inner.write().expect("registry lock");
         let e = inner.executors.get_mut(executor_id)?;
         let before = e.links.len();
         e.links.retain(|l| l.id() != link_id);
         if before > 0 && e.links.is_empty() && e.live() {
             e.row.disconnected_at = Some(clock::now());
-            return Some(e.row.clone());
+            e.epoch += 1;
+            return Some((e.row.clone(), e.epoch));
         }
         None
+    }
+
+    /// Still registered, still without a socket, and not reconnected since disconnection `epoch`.
+    pub fn disconnected_since(&self, executor_id: &str, epoch: u64) -> bool {
+        let inner = self.inner.read().expect("registry lock");
+        inner.executors.get(executor_id).is_some_and(|e| e.live() && e.links.is_empty() && e.epoch == epoch)
+    }
+
+    /// The current epoch of a registered executor.
+    pub fn disconnect_epoch(&self, executor_id: &str) -> Option<u64> {
+        let inner = self.inner.read().expect("registry lock");
+        inner.executors.get(executor_id).filter(|e| e.live()).map(|e| e.epoch)
     }
 
     /// Sends a frame to every live socket of an executor; returns how many took it.

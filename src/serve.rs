@@ -68,6 +68,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let bind = config.server.bind;
     let app = Arc::new(App::new(config, schema, store.clone(), metrics, stopped.clone()).await?);
     app.rearm_hitl_deadlines();
+    app.arm_restart_grace();
     let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
     let router = crate::http::router(app);

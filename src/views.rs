@@ -34,9 +34,17 @@ impl MissionStatus {
 #[derive(Debug, Serialize)]
 pub struct MissionSummary {
     pub mission_id: String,
-    pub executor_id: String,
+    /// Absent while the mission is queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
     pub session_id: String,
     pub state: MissionState,
+    /// While queued: the constraint no executor meets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_reason: Option<String>,
+    /// The executor's checkpoint of a suspended (or resumed) mission.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
     pub created_at: String,
     pub updated_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,6 +63,8 @@ impl From<MissionRow> for MissionSummary {
             mission_id: r.mission_id,
             executor_id: r.executor_id,
             session_id: r.session_id,
+            queued_reason: r.queued_reason.filter(|_| r.state == MissionState::Queued),
+            checkpoint_id: r.checkpoint_id,
             state: r.state,
             created_at: r.created_at,
             updated_at: r.updated_at,

@@ -71,6 +71,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     let (tx, mut outbound) = mpsc::channel(OUTBOUND_QUEUE);
     let link = Link { id: app.next_link_id(), tx };
     let link_id = link.id;
+    let opened = Instant::now();
     match app.registry.attach(&executor_id, link) {
         None => return reject(socket).await,
         Some(reconnect) => {
@@ -102,7 +103,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
                 };
                 last_heard = Instant::now();
                 let answer: Option<Result<Ingested, Refusal>> = match frame {
-                    Message::Text(text) => Some(app.ingest(&executor_id, text.as_str()).await),
+                    Message::Text(text) => Some(app.ingest(&executor_id, text.as_str(), opened).await),
                     Message::Binary(_) => Some(Err(Refusal {
                         error: Error::InvalidFrame("binary frames are not accepted: send events as JSON text"),
                         reference: FrameRef::default(),
@@ -159,11 +160,12 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     if let Some((code, reason)) = close {
         let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: Utf8Bytes::from_static(reason) }))).await;
     }
-    if let Some(row) = app.registry.detach(&executor_id, link_id) {
+    if let Some((row, epoch)) = app.registry.detach(&executor_id, link_id) {
         tracing::info!(%executor_id, "executor disconnected (last socket closed)");
         if let Err(e) = app.store.commit(vec![Change::PutExecutor(Box::new(row))]).await {
             tracing::error!(error = %e, %executor_id, "recording the disconnect failed");
         }
+        app.watch_disconnect(&executor_id, epoch);
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use serde_json::Value;
 
@@ -22,11 +23,42 @@ pub struct Live {
     pub terminal_data: Option<Value>,
     /// The HITL request waiting for an operator, if any.
     pub hitl: Option<HitlRow>,
+    /// When the executor was handed the mission (resync uses it to tell a missed dispatch from one the
+    /// resync merely predates).
+    pub handover: Handover,
+}
+
+/// When an executor got a mission.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Handover {
+    /// Before this process started (loaded from the store).
+    Earlier,
+    /// The dispatch is being forwarded right now.
+    InFlight,
+    /// The executor accepted it at this instant.
+    Done(Instant),
+}
+
+impl Handover {
+    /// Whether the executor had the mission before `t`.
+    pub fn before(self, t: Instant) -> bool {
+        match self {
+            Handover::Earlier => true,
+            Handover::InFlight => false,
+            Handover::Done(at) => at < t,
+        }
+    }
 }
 
 impl Live {
     pub fn new(executor_id: &str, state: MissionState) -> Live {
-        Live { executor_id: executor_id.to_owned(), state, terminal_data: None, hitl: None }
+        Live {
+            executor_id: executor_id.to_owned(),
+            state,
+            terminal_data: None,
+            hitl: None,
+            handover: Handover::Earlier,
+        }
     }
 }
 
@@ -71,6 +103,22 @@ impl Ledger {
     pub fn owned_by(&self, executor_id: &str) -> Vec<(String, MissionState)> {
         let live = self.live.lock().expect("ledger lock");
         live.iter().filter(|(_, l)| l.executor_id == executor_id).map(|(id, l)| (id.clone(), l.state)).collect()
+    }
+
+    /// Live missions owned by an executor, with when it was handed each.
+    pub fn owned_with_handover(&self, executor_id: &str) -> Vec<(String, MissionState, Handover)> {
+        let live = self.live.lock().expect("ledger lock");
+        live.iter()
+            .filter(|(_, l)| l.executor_id == executor_id)
+            .map(|(id, l)| (id.clone(), l.state, l.handover))
+            .collect()
+    }
+
+    /// Records that the mission's executor accepted it, now.
+    pub fn mark_handed_over(&self, mission_id: &str) {
+        if let Some(l) = self.live.lock().expect("ledger lock").get_mut(mission_id) {
+            l.handover = Handover::Done(Instant::now());
+        }
     }
 
     /// Pending HITL requests (to re-arm their deadlines at start).

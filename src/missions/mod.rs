@@ -3,5 +3,5 @@
 mod ledger;
 mod state;
 
-pub use ledger::{Ledger, Live};
+pub use ledger::{Handover, Ledger, Live};
 pub use state::{on_control, on_executor_event, Control, MissionState, Outcome};

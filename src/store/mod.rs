@@ -64,7 +64,8 @@ pub struct ExecutorRow {
 pub struct MissionRow {
     pub mission_id: String,
     pub session_id: String,
-    pub executor_id: String,
+    /// `None` while the mission is queued.
+    pub executor_id: Option<String>,
     pub state: MissionState,
     pub payload: Value,
     pub created_at: String,
@@ -76,6 +77,8 @@ pub struct MissionRow {
     pub estimated_start: Option<String>,
     pub routing: Option<Value>,
     pub terminal_data: Option<Value>,
+    pub queued_reason: Option<String>,
+    pub checkpoint_id: Option<String>,
 }
 
 /// A partial update of a mission; later patches of the same mission in a batch override earlier ones
@@ -92,6 +95,8 @@ pub struct MissionPatch {
     pub estimated_start: Option<String>,
     pub routing: Option<Value>,
     pub terminal_data: Option<Value>,
+    pub queued_reason: Option<String>,
+    pub checkpoint_id: Option<String>,
 }
 
 impl MissionPatch {
@@ -109,7 +114,9 @@ impl MissionPatch {
             error,
             estimated_start,
             routing,
-            terminal_data
+            terminal_data,
+            queued_reason,
+            checkpoint_id
         );
     }
 }
@@ -279,7 +286,7 @@ impl Store {
     /// `(mission_id, executor_id, state)` of every mission that is not terminal: the working set.
     pub async fn live_missions(&self) -> Result<Vec<(String, String, MissionState)>> {
         let rows = sqlx::query(
-            "SELECT mission_id, executor_id, state FROM missions WHERE state NOT IN ('done', 'failed', 'aborted')",
+            "SELECT mission_id, executor_id, state FROM missions WHERE state NOT IN ('queued', 'done', 'failed', 'aborted')",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -320,7 +327,8 @@ impl Store {
     pub async fn missions(&self, q: &MissionQuery) -> Result<Vec<(i64, MissionRow)>> {
         let mut sql: QueryBuilder<Sqlite> = QueryBuilder::new(
             "SELECT id, mission_id, session_id, executor_id, state, 'null' AS payload, created_at, updated_at, \
-             completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, NULL AS terminal_data \
+             completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, NULL AS terminal_data, \
+             queued_reason, checkpoint_id \
              FROM missions WHERE 1 = 1",
         );
         if let Some(state) = q.state {
@@ -468,6 +476,8 @@ fn mission_from_row(r: &SqliteRow) -> Result<MissionRow> {
         estimated_start: r.try_get("estimated_start")?,
         routing: opt_json("routing")?,
         terminal_data: opt_json("terminal_data")?,
+        queued_reason: r.try_get("queued_reason")?,
+        checkpoint_id: r.try_get("checkpoint_id")?,
     })
 }
 

@@ -271,8 +271,8 @@ async fn apply(
 async fn insert_mission(conn: &mut SqliteConnection, m: &MissionRow) -> std::result::Result<bool, sqlx::Error> {
     let done = sqlx::query(
         "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
-         completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (mission_id) DO NOTHING",
+         completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data, queued_reason, \
+         checkpoint_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (mission_id) DO NOTHING",
     )
     .bind(&m.mission_id)
     .bind(&m.session_id)
@@ -288,6 +288,8 @@ async fn insert_mission(conn: &mut SqliteConnection, m: &MissionRow) -> std::res
     .bind(&m.estimated_start)
     .bind(m.routing.as_ref().map(|v| v.to_string()))
     .bind(m.terminal_data.as_ref().map(|v| v.to_string()))
+    .bind(&m.queued_reason)
+    .bind(&m.checkpoint_id)
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -384,6 +386,12 @@ async fn patch_mission(
     }
     if let Some(v) = &p.terminal_data {
         q.push(", terminal_data = ").push_bind(v.to_string());
+    }
+    if let Some(v) = &p.queued_reason {
+        q.push(", queued_reason = ").push_bind(v);
+    }
+    if let Some(v) = &p.checkpoint_id {
+        q.push(", checkpoint_id = ").push_bind(v);
     }
     q.push(" WHERE mission_id = ").push_bind(id);
     q.build().execute(&mut *conn).await?;

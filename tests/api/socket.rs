@@ -173,7 +173,10 @@ async fn events_are_accepted_from_every_socket_and_a_stale_close_does_not_discon
 #[tokio::test]
 async fn tolerant_reader_accepts_what_real_executors_send() {
     let server = TestServer::start().await;
-    let (_e, mut ws, id) = with_mission(&server).await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl", "resumable"]).await;
+    let id = mission_id();
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
+    e.next_dispatch().await;
     // Bare started (upstream's oneOf rejects it), resync first with mission_id absent, extra keys.
     let resync = ws
         .send_json(&ws.envelope(
@@ -195,4 +198,23 @@ async fn tolerant_reader_accepts_what_real_executors_send() {
     assert_eq!(m["error"], "crash loop");
     let failed: &Value = m["recent_events"].as_array().unwrap().last().unwrap();
     assert_eq!(failed["data"], json!({"state": "failed", "reason": "mission_quarantined", "error": "crash loop"}));
+}
+
+#[tokio::test]
+async fn only_resumable_executors_may_suspend() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = with_mission(&server).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    for (event, data) in [
+        ("mission.suspended", json!({"state": "suspended", "checkpoint_id": "c1"})),
+        ("mission.reconnected", json!({"checkpoint_id": "c1"})),
+    ] {
+        let answer = ws.event(event, &id, data).await;
+        assert_eq!(answer["error"], "illegal_transition", "{event}: {answer}");
+        assert!(answer["message"].as_str().unwrap().contains("resumable"), "{answer}");
+    }
+    assert_eq!(server.mission(&id).await["state"], "running");
+    // Resuming after a pause is not suspension: allowed.
+    ws.ack("mission.paused", &id, json!({"state": "paused"})).await;
+    ws.ack("mission.resumed", &id, json!({"state": "running", "resumed_from": "paused"})).await;
 }
