@@ -13,6 +13,7 @@ mod executors;
 mod missions;
 mod operator;
 mod register;
+mod resumable;
 mod routes;
 mod schema;
 mod socket;
