@@ -174,3 +174,38 @@ fn a_non_loopback_bind_without_operator_tokens_refuses_to_start() {
     assert!(stderr.contains("refusing to bind 0.0.0.0:0") && stderr.contains("operator_tokens"), "{stderr}");
     assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none(), "nothing was created");
 }
+
+#[tokio::test]
+async fn a_suspended_mission_survives_kill_9_and_is_resumed_by_the_restarted_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Process::start(dir.path());
+    let client = serve.client();
+    let mut e = ScriptedExecutor::listen(&["resumable"]).await;
+    e.token =
+        client.post("/api/v1/executors/register", &e.register_payload()).await.body["token"].as_str().unwrap().into();
+    let mut ws = ExecSocket::open(&serve.ws(&format!("/ws/executors/{}?token={}", e.id, e.token)), &e.id).await;
+    connected(&client, &e.id).await;
+    let id = mission_id();
+    assert_eq!(client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    ws.ack("mission.suspended", &id, json!({"state": "suspended", "checkpoint_id": "ck-9"})).await;
+
+    serve.kill9();
+    let serve = Process::start(dir.path());
+    let client = serve.client();
+    let auth = format!("Bearer {}", e.token);
+    let r = client.post_with("/api/v1/executors/register", &e.register_payload(), &[("authorization", &auth)]).await;
+    assert_eq!(r.body["token"], e.token.as_str());
+    let mut ws = ExecSocket::open(&serve.ws(&format!("/ws/executors/{}?token={}", e.id, e.token)), &e.id).await;
+    let resync = ws.envelope("executor.resync", None, json!({"owned_mission_ids": [id]}));
+    assert_eq!(ws.send_json(&resync).await["ack"], true);
+    let resumed = ws.next_pushed().await;
+    assert_eq!(
+        (resumed["event"].as_str(), resumed["data"]["resumed_from"].as_str()),
+        (Some("mission.resumed"), Some("suspended"))
+    );
+    ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    let m = client.get(&format!("/api/v1/missions/{id}")).await.body;
+    assert_eq!((m["state"].as_str(), m["checkpoint_id"].as_str()), (Some("done"), Some("ck-9")));
+}
