@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::forward::Forwarder;
 use crate::metrics::{Metrics, Snapshot};
 use crate::missions::{Ledger, MissionState};
+use crate::queue::Queue;
 use crate::registry::{Registered, Registry};
 use crate::store::{Change, EventRow, HitlOutcome, MissionPatch, MissionQuery, Store};
 use crate::views::{MissionPage, MissionStatus, MissionSummary};
@@ -32,6 +33,7 @@ pub struct App {
     pub ledger: Ledger,
     pub forwarder: Forwarder,
     pub metrics: Arc<Metrics>,
+    pub queue: Queue,
     operator_tokens: Vec<tokens::TokenHash>,
     shutdown: watch::Receiver<bool>,
     next_link: AtomicU64,
@@ -64,6 +66,7 @@ impl App {
             ledger,
             forwarder,
             metrics,
+            queue: Queue::default(),
             operator_tokens,
             shutdown,
             next_link: AtomicU64::new(1),
@@ -163,22 +166,39 @@ impl App {
         Ok(())
     }
 
+    /// Drain (or undrain) an executor: no new missions while draining; its current ones go on.
+    pub async fn set_draining(&self, executor_id: &str, draining: bool) -> Result<()> {
+        let row = self
+            .registry
+            .set_draining(executor_id, draining)
+            .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
+        self.store.commit(vec![Change::PutExecutor(Box::new(row))]).await?;
+        tracing::info!(executor_id, draining, "executor drain changed");
+        if !draining {
+            self.queue.kick();
+        }
+        Ok(())
+    }
+
     /// After a mission's change is committed: a terminal mission leaves the ledger and its executor's count.
     pub(crate) fn settle(&self, mission_id: &str, executor_id: &str, new_state: Option<MissionState>) {
         if new_state.is_some_and(MissionState::is_terminal) && self.ledger.remove(mission_id).is_some() {
             self.registry.adjust_active(executor_id, -1);
+            // A slot is free: a queued mission may fit now.
+            self.queue.kick();
         }
     }
 
     /// `GET /metrics`: counters plus what is read at scrape time.
     pub async fn metrics_text(&self) -> Result<String> {
         let (registered, connected) = self.registry.counts();
+        let (queue_depth, oldest) = self.queue.depth();
         let snapshot = Snapshot {
             executors_registered: registered,
             executors_connected: connected,
             missions_by_state: self.store.mission_counts().await?,
-            queue_depth: 0,
-            queue_oldest_age_s: 0.0,
+            queue_depth,
+            queue_oldest_age_s: oldest.as_secs_f64(),
         };
         Ok(self.metrics.render(&snapshot))
     }

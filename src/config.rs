@@ -56,6 +56,7 @@ pub struct HubConfig {
 pub struct DispatchConfig {
     pub forward_timeout_ms: u64,
     pub max_attempts: usize,
+    pub queue_when_unavailable: bool,
 }
 
 impl Default for ServerConfig {
@@ -91,7 +92,7 @@ impl Default for HubConfig {
 
 impl Default for DispatchConfig {
     fn default() -> DispatchConfig {
-        DispatchConfig { forward_timeout_ms: 5000, max_attempts: 3 }
+        DispatchConfig { forward_timeout_ms: 5000, max_attempts: 3, queue_when_unavailable: false }
     }
 }
 

@@ -21,18 +21,35 @@ use crate::missions::{Handover, Live, MissionState};
 use crate::routing::{self, Rejection};
 use crate::store::{Change, MissionPatch, MissionRow};
 
-/// The 202 body: the contract's `dispatch_response`.
+/// The 202 body: the contract's `dispatch_response`, or (our extension) a queued mission with the
+/// reason it waits.
 #[derive(Debug, Serialize)]
 pub struct Dispatched {
     pub mission_id: String,
-    pub executor_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
     pub status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub estimated_start: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_reason: Option<String>,
 }
 
-#[derive(Serialize)]
-struct RoutingRecord {
+impl Dispatched {
+    fn assigned(mission_id: &str, executor_id: &str, estimated_start: Option<String>) -> Dispatched {
+        Dispatched {
+            mission_id: mission_id.to_owned(),
+            executor_id: Some(executor_id.to_owned()),
+            status: "assigned",
+            estimated_start,
+            queued_reason: None,
+        }
+    }
+}
+
+/// Why a mission went where it went, as kept on the mission.
+#[derive(Clone, Serialize)]
+pub(crate) struct RoutingRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     chosen: Option<String>,
     reason: String,
@@ -61,27 +78,15 @@ impl App {
         if self.ledger.contains(&mission_id) || self.store.mission_exists(&mission_id).await? {
             return Err(Error::Conflict(format!("mission {mission_id} already exists")));
         }
-        let filter = payload.executor_filter.unwrap_or_default();
-        let request = routing::Request {
-            pin: filter.executor_id.as_deref(),
-            capabilities: &filter.capabilities,
-            long_running: payload.long_running,
-        };
-        let rotation = self.rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let plan = self.registry.with_routing_views(|views| routing::plan(&request, views, rotation));
+        let plan = self.place(&payload);
         if plan.ordered.is_empty() {
-            return Err(Error::NoExecutorAvailable {
-                resumable_required: payload.long_running,
-                reason: plan.why_none(),
-            });
+            let reason = plan.why_none();
+            if payload.queue.unwrap_or(self.config.dispatch.queue_when_unavailable) {
+                return self.enqueue(session_id, body, payload, reason).await;
+            }
+            return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason });
         }
-        let attempts: Vec<String> = plan.ordered.into_iter().take(self.config.dispatch.max_attempts).collect();
-        let mut record = RoutingRecord {
-            chosen: Some(attempts[0].clone()),
-            reason: plan.reason,
-            rejected_omitted: plan.rejected_total - plan.rejected.len(),
-            rejected: plan.rejected,
-        };
+        let (attempts, record) = self.handout_plan(plan);
         let now = clock::now();
         let row = MissionRow {
             mission_id: mission_id.clone(),
@@ -102,12 +107,49 @@ impl App {
             checkpoint_id: None,
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
+        self.hand_out(&mission_id, session_id, &body, attempts, record).await
+    }
+
+    /// The candidates to try (at most `dispatch.max_attempts`) and the record of the choice.
+    pub(crate) fn handout_plan(&self, plan: routing::Plan) -> (Vec<String>, RoutingRecord) {
+        let attempts: Vec<String> = plan.ordered.into_iter().take(self.config.dispatch.max_attempts).collect();
+        let record = RoutingRecord {
+            chosen: attempts.first().cloned(),
+            reason: plan.reason,
+            rejected_omitted: plan.rejected_total - plan.rejected.len(),
+            rejected: plan.rejected,
+        };
+        (attempts, record)
+    }
+
+    /// The routing plan for a dispatch payload against the executors as they are now.
+    pub(crate) fn place(&self, payload: &DispatchPayload) -> routing::Plan {
+        let filter = payload.executor_filter.clone().unwrap_or_default();
+        let request = routing::Request {
+            pin: filter.executor_id.as_deref(),
+            capabilities: &filter.capabilities,
+            long_running: payload.long_running,
+        };
+        let rotation = self.rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.registry.with_routing_views(|views| routing::plan(&request, views, rotation))
+    }
+
+    /// Hands a stored mission to its first candidate, then the next ones on refusal; the mission must
+    /// already be recorded as assigned to `attempts[0]`.
+    pub(crate) async fn hand_out(
+        &self,
+        mission_id: &str,
+        session_id: &str,
+        body: &Value,
+        attempts: Vec<String>,
+        mut record: RoutingRecord,
+    ) -> Result<Dispatched> {
+        let mission_id = mission_id.to_owned();
         self.ledger.insert(
             &mission_id,
             Live { handover: Handover::InFlight, ..Live::new(&attempts[0], MissionState::Assigned) },
         );
         self.registry.adjust_active(&attempts[0], 1);
-
         let bytes = Bytes::from(body.to_string());
         let mut last_failure = ForwardError::Unreachable("no attempt made".into());
         for (i, executor_id) in attempts.iter().enumerate() {
@@ -115,7 +157,7 @@ impl App {
                 let previous = &attempts[i - 1];
                 match self.hand_over(&mission_id, previous, executor_id) {
                     HandOver::Done => {}
-                    HandOver::TakenBy => return Ok(self.accepted(&mission_id, previous, None)),
+                    HandOver::TakenBy => return Ok(Dispatched::assigned(&mission_id, previous, None)),
                 }
                 record.rejected.push(Rejection { executor_id: previous.clone(), reason: last_failure.to_string() });
                 record.chosen = Some(executor_id.clone());
@@ -133,7 +175,7 @@ impl App {
                         let patch = MissionPatch { estimated_start: Some(start.clone()), ..MissionPatch::default() };
                         self.store.commit(vec![Change::PatchMission { mission_id: mission_id.clone(), patch }]).await?;
                     }
-                    return Ok(self.accepted(&mission_id, executor_id, accepted.estimated_start));
+                    return Ok(Dispatched::assigned(&mission_id, executor_id, accepted.estimated_start));
                 }
                 Err(failure) => {
                     tracing::warn!(%mission_id, %executor_id, %failure, "executor did not take the mission");
@@ -163,15 +205,6 @@ impl App {
             .ok_or_else(|| ForwardError::Unreachable("serve does not know this executor's current token".into()))?;
         let from = reach.registered_from.and_then(|f| f.parse().ok());
         self.forwarder.forward(&reach.rest, from, &token, session_id, body).await
-    }
-
-    fn accepted(&self, mission_id: &str, executor_id: &str, estimated_start: Option<String>) -> Dispatched {
-        Dispatched {
-            mission_id: mission_id.to_owned(),
-            executor_id: executor_id.to_owned(),
-            status: "assigned",
-            estimated_start,
-        }
     }
 
     /// Moves a still-untouched mission to the next candidate. If the previous one has reported on it
@@ -226,7 +259,7 @@ impl App {
         });
         if claimed != Some(true) {
             // The executor reported on the mission while we waited: it took it after all.
-            return Ok(self.accepted(mission_id, executor_id, None));
+            return Ok(Dispatched::assigned(mission_id, executor_id, None));
         }
         let now = clock::now();
         let (mut changes, _) = system_event(

@@ -18,6 +18,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod missions;
 pub mod operator;
+pub mod queue;
 pub mod reconcile;
 pub mod registry;
 pub mod routing;

@@ -19,7 +19,7 @@ use crate::contract::EventType;
 use crate::error::{Error, Result};
 use crate::hub::Outbound;
 use crate::missions::{on_control, Control, Live, MissionState};
-use crate::store::{Change, HitlOutcome, HitlRow};
+use crate::store::{Change, HitlOutcome, HitlRow, MissionPatch};
 
 /// The 202 body of a control or HITL response.
 #[derive(Debug, Serialize)]
@@ -75,10 +75,11 @@ impl App {
             }
             Some(Err(Refused(e))) => return Err(e),
             None => {
-                return Err(match self.store.mission(mission_id).await? {
-                    Some(m) => refusal(action, m.state),
-                    None => Error::NotFound(format!("mission {mission_id} not found")),
-                })
+                return match self.store.mission(mission_id).await? {
+                    Some(m) if m.state == MissionState::Queued => self.act_on_queued(mission_id, action).await,
+                    Some(m) => Err(refusal(action, m.state)),
+                    None => Err(Error::NotFound(format!("mission {mission_id} not found"))),
+                }
             }
         };
         d.commit.await.unwrap_or(Err(crate::store::StoreError::WriterGone))?;
@@ -147,6 +148,23 @@ impl App {
             live.hitl = None;
         }
         Ok(Decided { commit, owner: live.executor_id.clone(), to, frame: envelope.to_string(), answered })
+    }
+
+    /// A queued mission has no executor: only abort applies, and it just leaves the queue.
+    async fn act_on_queued(&self, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
+        if !matches!(action, Action::Abort) || !self.unqueue(mission_id) {
+            return Err(refusal(action, MissionState::Queued));
+        }
+        let now = clock::now();
+        let patch = MissionPatch {
+            state: Some(MissionState::Aborted),
+            updated_at: Some(now.clone()),
+            completed_at: Some(now),
+            error: Some("aborted by the operator while queued".into()),
+            ..MissionPatch::default()
+        };
+        self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
+        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: MissionState::Aborted, delivered: false })
     }
 
     fn mark_delivered(&self, answer: HitlRow) {

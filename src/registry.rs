@@ -69,6 +69,9 @@ pub struct ExecutorStatus {
     pub registered_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disconnected_at: Option<String>,
+    /// Shown only while draining (an extension; upstream's status has no such field).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 /// What routing needs to know about one executor.
@@ -76,6 +79,7 @@ pub struct RoutingView<'a> {
     pub executor_id: &'a str,
     pub capabilities: &'a [String],
     pub connected: bool,
+    pub draining: bool,
     pub active_missions: usize,
 }
 
@@ -134,6 +138,7 @@ impl Registry {
                 registered_at: existing.map_or_else(|| now.clone(), |e| e.row.registered_at.clone()),
                 registered_from: Some(peer.to_string()),
                 seen_non_loopback: !loopback || existing.is_some_and(|e| e.row.seen_non_loopback),
+                draining: existing.is_some_and(|e| e.row.draining),
                 last_event_ts: existing.and_then(|e| e.row.last_event_ts.clone()),
                 disconnected_at: existing.and_then(|e| e.row.disconnected_at.clone()),
                 deregistered_at: None,
@@ -237,6 +242,15 @@ impl Registry {
             raw: None,
         };
         Some(vec![Change::PutExecutor(Box::new(row)), Change::AppendEvent(event)])
+    }
+
+    /// Stops (or resumes) new assignments to an executor; its current missions go on. Returns the row to
+    /// persist, or `None` for an unknown executor.
+    pub fn set_draining(&self, executor_id: &str, draining: bool) -> Option<ExecutorRow> {
+        let mut inner = self.inner.write().expect("registry lock");
+        let e = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
+        e.row.draining = draining;
+        Some(e.row.clone())
     }
 
     pub fn is_token_of_an_executor(&self, hash: &tokens::TokenHash) -> bool {
@@ -349,6 +363,7 @@ impl Registry {
                         executor_id: &e.row.identity.executor_id,
                         capabilities: &e.row.identity.capabilities,
                         connected: !e.links.is_empty(),
+                        draining: e.row.draining,
                         active_missions: e.active_missions,
                     },
                 )
@@ -383,6 +398,7 @@ fn status_of(e: &Entry) -> ExecutorStatus {
         active_mission_count: e.active_missions,
         registered_at: r.registered_at.clone(),
         disconnected_at: r.disconnected_at.clone(),
+        draining: r.draining,
     }
 }
 

@@ -62,9 +62,17 @@ pub fn isolation_rank(capabilities: &[String]) -> u8 {
         .unwrap_or(1)
 }
 
+/// The concurrency cap an executor declares with `x-max-missions:N`, if any.
+pub fn max_missions(capabilities: &[String]) -> Option<usize> {
+    capabilities.iter().find_map(|c| c.strip_prefix("x-max-missions:")).and_then(|n| n.parse().ok())
+}
+
 fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
     if !v.connected {
         return Some("not connected".into());
+    }
+    if v.draining {
+        return Some("draining".into());
     }
     if req.long_running && !v.capabilities.iter().any(|c| c == "resumable") {
         return Some("not resumable (the mission is long_running)".into());
@@ -74,7 +82,10 @@ fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
     if !missing.is_empty() {
         return Some(format!("lacks capability {}", missing.join(", ")));
     }
-    None
+    match max_missions(v.capabilities) {
+        Some(cap) if v.active_missions >= cap => Some(format!("at capacity ({cap} active missions)")),
+        _ => None,
+    }
 }
 
 /// `views` are in a stable order (registration order); `rotation` advances per dispatch so that ties are
@@ -139,6 +150,7 @@ mod tests {
                     executor_id: id,
                     capabilities: caps,
                     connected: *connected,
+                    draining: id.starts_with("draining"),
                     active_missions: *active,
                 })
                 .collect()
@@ -218,6 +230,21 @@ mod tests {
         assert_eq!(p.rejected_total, 100);
         assert!(p.why_none().ends_with("and 97 more"), "{}", p.why_none());
         assert_eq!(plan(&req(None, &[], false), &[], 0).why_none(), "no executor is registered");
+    }
+
+    #[test]
+    fn capacity_and_draining() {
+        let fleet = Fleet(vec![
+            ex("full", &["x-max-missions:2"], true, 2),
+            ex("draining-one", &[], true, 0),
+            ex("room", &["x-max-missions:2"], true, 1),
+        ]);
+        let p = plan(&req(None, &[], false), &fleet.views(), 0);
+        assert_eq!(p.ordered, ["room"]);
+        let reasons: Vec<&str> = p.rejected.iter().map(|r| r.reason.as_str()).collect();
+        assert_eq!(reasons, ["at capacity (2 active missions)", "draining"]);
+        assert_eq!(max_missions(&["x-max-missions:7".to_string()]), Some(7));
+        assert_eq!(max_missions(&["x-max-missions:lots".to_string()]), None);
     }
 
     #[test]

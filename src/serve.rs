@@ -69,6 +69,8 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let app = Arc::new(App::new(config, schema, store.clone(), metrics, stopped.clone()).await?);
     app.rearm_hitl_deadlines();
     app.arm_restart_grace();
+    app.load_queue().await?;
+    app.run_queue();
     let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
     let router = crate::http::router(app);

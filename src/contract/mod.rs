@@ -150,6 +150,9 @@ pub struct DispatchPayload {
     pub long_running: bool,
     #[serde(default)]
     pub executor_filter: Option<ExecutorFilter>,
+    /// Our extension: wait in the queue instead of a 503 when no executor fits now.
+    #[serde(default)]
+    pub queue: Option<bool>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

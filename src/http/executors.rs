@@ -27,6 +27,7 @@ pub fn router() -> Router<Arc<App>> {
         .route("/api/v1/executors/register", post(register))
         .route("/api/v1/executors", get(list))
         .route("/api/v1/executors/{id}", get(show).delete(deregister))
+        .route("/api/v1/executors/{id}/drain", post(drain).delete(undrain))
         .route("/ws/executors/{id}", get(socket))
 }
 
@@ -83,6 +84,16 @@ async fn show(
 ) -> Result<Response> {
     let status = app.registry.status(&id).ok_or_else(|| Error::NotFound(format!("executor {id} is not registered")))?;
     Ok(etag::respond(&headers, &status))
+}
+
+async fn drain(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+    app.set_draining(&id, true).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": true}))).into_response())
+}
+
+async fn undrain(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+    app.set_draining(&id, false).await?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
 }
 
 async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>, Bearer(bearer): Bearer) -> Result<StatusCode> {

@@ -76,6 +76,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
         None => return reject(socket).await,
         Some(reconnect) => {
             app.metrics.executor_sockets.add(1);
+            app.queue.kick();
             if reconnect {
                 app.metrics.executor_reconnects.add(1);
             }

@@ -55,6 +55,7 @@ pub struct ExecutorRow {
     pub registered_at: String,
     pub registered_from: Option<String>,
     pub seen_non_loopback: bool,
+    pub draining: bool,
     pub last_event_ts: Option<String>,
     pub disconnected_at: Option<String>,
     pub deregistered_at: Option<String>,
@@ -295,6 +296,13 @@ impl Store {
             .collect()
     }
 
+    /// Missions waiting for an executor, oldest first.
+    pub async fn queued_missions(&self) -> Result<Vec<MissionRow>> {
+        let rows =
+            sqlx::query("SELECT * FROM missions WHERE state = 'queued' ORDER BY id").fetch_all(&self.pool).await?;
+        rows.iter().map(mission_from_row).collect()
+    }
+
     pub async fn mission(&self, mission_id: &str) -> Result<Option<MissionRow>> {
         let row = sqlx::query("SELECT * FROM missions WHERE mission_id = ?")
             .bind(mission_id)
@@ -451,6 +459,7 @@ fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRow> {
         registered_at: r.try_get("registered_at")?,
         registered_from: r.try_get("registered_from")?,
         seen_non_loopback: r.try_get::<i64, _>("seen_non_loopback")? != 0,
+        draining: r.try_get::<i64, _>("draining")? != 0,
         last_event_ts: r.try_get("last_event_ts")?,
         disconnected_at: r.try_get("disconnected_at")?,
         deregistered_at: r.try_get("deregistered_at")?,

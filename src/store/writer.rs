@@ -301,13 +301,14 @@ async fn put_executor(conn: &mut SqliteConnection, e: &ExecutorRow) -> std::resu
     sqlx::query(
         "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
          a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
-         disconnected_at, deregistered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         disconnected_at, deregistered_at, draining) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT (executor_id) DO UPDATE SET name = excluded.name, version = excluded.version, \
          spec_version = excluded.spec_version, transport_endpoints = excluded.transport_endpoints, \
          capabilities = excluded.capabilities, a2a_instance_id = excluded.a2a_instance_id, \
          token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
          seen_non_loopback = excluded.seen_non_loopback, last_event_ts = excluded.last_event_ts, \
-         disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at",
+         disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at, \
+         draining = excluded.draining",
     )
     .bind(&e.identity.executor_id)
     .bind(&e.identity.name)
@@ -323,6 +324,7 @@ async fn put_executor(conn: &mut SqliteConnection, e: &ExecutorRow) -> std::resu
     .bind(&e.last_event_ts)
     .bind(&e.disconnected_at)
     .bind(&e.deregistered_at)
+    .bind(e.draining)
     .execute(&mut *conn)
     .await?;
     Ok(())

@@ -12,6 +12,7 @@ mod events;
 mod executors;
 mod missions;
 mod operator;
+mod queue;
 mod register;
 mod resumable;
 mod routes;

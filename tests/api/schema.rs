@@ -183,4 +183,14 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
         ours(&schema, "error_response", &r.body);
     }
     ours(&schema, "health_response", &server.client.get("/api/health").await.body);
+
+    // Our extensions validate against our schema: a queued dispatch, a draining executor.
+    let mut queued = dispatch_body(&mission_id());
+    queued["queue"] = json!(true);
+    queued["executor_filter"]["capabilities"] = json!(["runtime:codex"]);
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &queued).await;
+    ours(&schema, "dispatch_response", &r.body);
+    ours(&schema, "mission_status_response", &server.mission(r.body["mission_id"].as_str().unwrap()).await);
+    server.client.post(&format!("/api/v1/executors/{}/drain", e.id), &json!(null)).await;
+    ours(&schema, "executor_status", &server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body);
 }
