@@ -18,6 +18,7 @@ use crate::metrics::{Metrics, Snapshot};
 use crate::missions::{Ledger, MissionState};
 use crate::queue::Queue;
 use crate::registry::{Registered, Registry};
+use crate::sandboxes::Sandboxes;
 use crate::store::{Change, EventRow, HitlOutcome, MissionPatch, MissionQuery, Store};
 use crate::views::{MissionPage, MissionStatus, MissionSummary};
 use crate::{clock, tokens};
@@ -34,6 +35,7 @@ pub struct App {
     pub forwarder: Forwarder,
     pub metrics: Arc<Metrics>,
     pub queue: Queue,
+    pub sandboxes: Sandboxes,
     operator_tokens: Vec<tokens::TokenHash>,
     shutdown: watch::Receiver<bool>,
     next_link: AtomicU64,
@@ -56,6 +58,7 @@ impl App {
         for (executor_id, n) in ledger.counts() {
             registry.adjust_active(&executor_id, n as isize);
         }
+        let sandboxes = Sandboxes::load(&store).await?;
         let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
         let operator_tokens = config.server.operator_tokens.iter().map(|t| tokens::hash(t)).collect();
         Ok(App {
@@ -67,6 +70,7 @@ impl App {
             forwarder,
             metrics,
             queue: Queue::default(),
+            sandboxes,
             operator_tokens,
             shutdown,
             next_link: AtomicU64::new(1),
@@ -239,7 +243,7 @@ pub(crate) fn system_event(
 ) -> (Vec<Change>, Value) {
     let patch = MissionPatch { state: Some(to), ..crate::ingest::patch_for(event, &data, Some(to), now) };
     let row = EventRow {
-        event: event.as_str(),
+        event: event.as_str().into(),
         executor_id: executor_id.to_owned(),
         mission_id: Some(mission_id.to_owned()),
         ts: now.to_owned(),

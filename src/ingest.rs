@@ -108,7 +108,7 @@ impl App {
         let raw = envelope.data.filter(|d| *d != data);
         let now = clock::now();
         let row = EventRow {
-            event: event.as_str(),
+            event: event.as_str().into(),
             // The socket's authenticated identity, whatever the frame claims (as upstream does).
             executor_id: executor_id.to_owned(),
             mission_id: envelope.mission_id.clone(),

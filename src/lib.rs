@@ -22,6 +22,7 @@ pub mod queue;
 pub mod reconcile;
 pub mod registry;
 pub mod routing;
+pub mod sandboxes;
 pub mod serve;
 pub mod store;
 pub mod stream;

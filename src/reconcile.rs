@@ -157,7 +157,7 @@ impl App {
         };
         let now = clock::now();
         let note = Change::AppendEvent(EventRow {
-            event: EventType::MissionAssigned.as_str(),
+            event: EventType::MissionAssigned.as_str().into(),
             executor_id: executor_id.to_owned(),
             mission_id: Some(mission_id.to_owned()),
             ts: now,
@@ -221,7 +221,7 @@ impl App {
         // place for another executor's confusion (the resync event itself is in the log).
         if why == Stranger::Unknown {
             let row = EventRow {
-                event: EventType::MissionAborted.as_str(),
+                event: EventType::MissionAborted.as_str().into(),
                 executor_id: executor_id.to_owned(),
                 mission_id: Some(mission_id.to_owned()),
                 ts: now,
@@ -268,7 +268,7 @@ impl App {
             self.end_for_executor(executor_id, &mission_id, to, data.clone()).await;
         }
         let event = EventRow {
-            event: EventType::ExecutorDeregistered.as_str(),
+            event: EventType::ExecutorDeregistered.as_str().into(),
             executor_id: executor_id.to_owned(),
             mission_id: None,
             ts: clock::now(),

@@ -148,7 +148,7 @@ impl Registry {
             }
             inner.by_token.insert(row.token_hash, row.identity.executor_id.clone());
             let event = EventRow {
-                event: EventType::ExecutorRegistered.as_str(),
+                event: EventType::ExecutorRegistered.as_str().into(),
                 executor_id: row.identity.executor_id.clone(),
                 mission_id: None,
                 ts: now.clone(),
@@ -234,7 +234,7 @@ impl Registry {
         let row = entry.row.clone();
         inner.by_token.remove(&old_hash);
         let event = EventRow {
-            event: EventType::ExecutorDeregistered.as_str(),
+            event: EventType::ExecutorDeregistered.as_str().into(),
             executor_id: executor_id.to_owned(),
             mission_id: None,
             ts: now,

@@ -8,6 +8,7 @@ mod executors;
 mod extract;
 mod health;
 mod missions;
+mod sandboxes;
 mod sessions;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(sessions::router())
         .merge(missions::router())
         .merge(events::router())
+        .merge(sandboxes::router())
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))

@@ -6,6 +6,8 @@
 //! waiting for the commit (so a busy socket fills whole batches), and writes the acknowledgements back in
 //! the order the frames came, each once its commit is durable.
 
+pub mod sandbox;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

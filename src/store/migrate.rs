@@ -8,6 +8,7 @@ use super::Result;
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/0001_init.sql")),
     (2, "hitl", include_str!("../../migrations/0002_hitl.sql")),
+    (3, "sandboxes", include_str!("../../migrations/0003_sandboxes.sql")),
 ];
 
 pub async fn apply(conn: &mut SqliteConnection) -> Result<()> {

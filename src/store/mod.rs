@@ -125,7 +125,7 @@ impl MissionPatch {
 /// An event to append; the writer gives it its sequence number and commit time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventRow {
-    pub event: &'static str,
+    pub event: std::borrow::Cow<'static, str>,
     pub executor_id: String,
     pub mission_id: Option<String>,
     pub ts: String,
@@ -175,6 +175,18 @@ pub struct HitlRow {
     pub delivered_at: Option<String>,
 }
 
+/// A sandbox of the legacy registry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SandboxRow {
+    pub sandbox_id: String,
+    pub name: String,
+    pub registration: Value,
+    pub token_hash: [u8; 32],
+    pub registered_at: String,
+    pub registered_from: Option<String>,
+    pub deregistered_at: Option<String>,
+}
+
 /// One change; a unit of changes commits atomically.
 #[derive(Clone, Debug)]
 pub enum Change {
@@ -192,13 +204,14 @@ pub enum Change {
     },
     AppendEvent(EventRow),
     PutHitl(Box<HitlRow>),
+    PutSandbox(Box<SandboxRow>),
 }
 
 impl EventRow {
     /// The event as it travels on the wire.
     pub fn envelope(&self) -> Envelope {
         Envelope {
-            event: self.event.to_owned(),
+            event: self.event.to_string(),
             executor_id: self.executor_id.clone(),
             mission_id: self.mission_id.clone(),
             ts: self.ts.clone(),
@@ -293,6 +306,27 @@ impl Store {
         .await?;
         rows.iter()
             .map(|r| Ok((r.try_get("mission_id")?, r.try_get("executor_id")?, parse_state(r.try_get("state")?)?)))
+            .collect()
+    }
+
+    pub async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
+        let rows =
+            sqlx::query("SELECT * FROM sandboxes ORDER BY registered_at, sandbox_id").fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                let hash: Vec<u8> = r.try_get("token_hash")?;
+                Ok(SandboxRow {
+                    sandbox_id: r.try_get("sandbox_id")?,
+                    name: r.try_get("name")?,
+                    registration: parse_json(r.try_get("registration")?, "registration")?,
+                    token_hash: hash
+                        .try_into()
+                        .map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))?,
+                    registered_at: r.try_get("registered_at")?,
+                    registered_from: r.try_get("registered_from")?,
+                    deregistered_at: r.try_get("deregistered_at")?,
+                })
+            })
             .collect()
     }
 

@@ -19,7 +19,9 @@ use tokio::sync::broadcast;
 
 use crate::metrics::Metrics;
 
-use super::{Change, EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, Result, StoreError, StoredEvent};
+use super::{
+    Change, EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, Result, SandboxRow, StoreError, StoredEvent,
+};
 
 const MAX_BATCH: usize = 2048;
 /// Rows per multi-row INSERT: 8 parameters each stays far below SQLite's bound-parameter limit.
@@ -213,6 +215,7 @@ async fn apply(
                 }
                 Change::PutExecutor(e) => put_executor(conn, e).await?,
                 Change::PutHitl(h) => put_hitl(conn, h).await?,
+                Change::PutSandbox(s) => put_sandbox(conn, s).await?,
                 Change::ExecutorSeen { executor_id, ts } => {
                     seen.insert(executor_id, ts);
                 }
@@ -241,7 +244,7 @@ async fn apply(
             QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
         q.push_values(chunk, |mut b, (seq, ev)| {
             b.push_bind(*seq)
-                .push_bind(ev.event)
+                .push_bind(ev.event.as_ref())
                 .push_bind(&ev.executor_id)
                 .push_bind(&ev.mission_id)
                 .push_bind(&ev.ts)
@@ -325,6 +328,25 @@ async fn put_executor(conn: &mut SqliteConnection, e: &ExecutorRow) -> std::resu
     .bind(&e.disconnected_at)
     .bind(&e.deregistered_at)
     .bind(e.draining)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+async fn put_sandbox(conn: &mut SqliteConnection, s: &SandboxRow) -> std::result::Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO sandboxes (sandbox_id, name, registration, token_hash, registered_at, registered_from, \
+         deregistered_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, \
+         registration = excluded.registration, token_hash = excluded.token_hash, \
+         registered_from = excluded.registered_from, deregistered_at = excluded.deregistered_at",
+    )
+    .bind(&s.sandbox_id)
+    .bind(&s.name)
+    .bind(s.registration.to_string())
+    .bind(&s.token_hash[..])
+    .bind(&s.registered_at)
+    .bind(&s.registered_from)
+    .bind(&s.deregistered_at)
     .execute(&mut *conn)
     .await?;
     Ok(())

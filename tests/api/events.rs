@@ -128,7 +128,7 @@ async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
     let executor = uuid::Uuid::new_v4().to_string();
     let register = |n: i64| {
         Change::AppendEvent(EventRow {
-            event: "executor.resync",
+            event: "executor.resync".into(),
             executor_id: executor.clone(),
             mission_id: None,
             ts: "2026-01-01T00:00:00Z".into(),

@@ -16,5 +16,6 @@ mod queue;
 mod register;
 mod resumable;
 mod routes;
+mod sandbox;
 mod schema;
 mod socket;

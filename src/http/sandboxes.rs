@@ -1,0 +1,82 @@
+//! The legacy sandbox registry: `POST /api/sandboxes/register`, `DELETE /api/sandboxes/{id}`,
+//! `GET /ws/sandbox/{id}?token=`, and `GET /api/v1/sandboxes` for operators.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::extract::Operator;
+use crate::app::App;
+use crate::error::{Error, Result};
+use crate::hub;
+
+pub fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/sandboxes/register", post(register))
+        .route("/api/sandboxes/{id}", delete(deregister))
+        .route("/ws/sandbox/{id}", get(socket))
+        .route("/api/v1/sandboxes", get(list))
+}
+
+/// Lenient by design: any JSON object registers (the real client sends `grpc_endpoint` without a
+/// scheme and capabilities outside the executor vocabulary).
+async fn register(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: std::result::Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Response> {
+    let limit = app.config.server.max_body_bytes;
+    let bytes = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Error::PayloadTooLarge(limit)
+        } else {
+            Error::InvalidJson(r.body_text())
+        }
+    })?;
+    let body: Value = serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))?;
+    let registered = app.register_sandbox(body, peer.ip()).await?;
+    Ok((StatusCode::CREATED, Json(registered)).into_response())
+}
+
+async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json<Value>> {
+    let deregistered = app.deregister_sandbox(&id).await?;
+    Ok(Json(json!({"sandbox_id": id, "deregistered": deregistered})))
+}
+
+#[derive(Deserialize)]
+struct SocketQuery {
+    token: Option<String>,
+}
+
+async fn socket(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    query: std::result::Result<Query<SocketQuery>, QueryRejection>,
+    upgrade: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response> {
+    let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
+    let upgrade = upgrade
+        .read_buffer_size(app.config.hub.read_buffer_bytes)
+        .max_message_size(app.config.hub.max_frame_bytes)
+        .max_frame_size(app.config.hub.max_frame_bytes);
+    let token = query.ok().and_then(|Query(q)| q.token).filter(|t| !t.is_empty());
+    Ok(match app.authenticate_sandbox(&id, token.as_deref()) {
+        Ok(()) => upgrade.on_upgrade(move |socket| hub::sandbox::sandbox_socket(app, id, socket)),
+        Err(_) => upgrade.on_upgrade(hub::reject),
+    })
+}
+
+async fn list(_: Operator, State(app): State<Arc<App>>) -> Json<Value> {
+    Json(json!({"sandboxes": app.sandbox_list()}))
+}

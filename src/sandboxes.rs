@@ -1,0 +1,187 @@
+//! The legacy sandbox registry of the contract's compatibility notes: `POST /api/sandboxes/register`,
+//! `DELETE /api/sandboxes/{id}`, `GET /ws/sandbox/{id}?token=`. The agentic-sandbox executor registers
+//! here before anything else, retries every 5 s until it gets `{sandbox_id, token}`, and tears everything
+//! down if its sandbox socket is refused or closed, so serve accepts it leniently and keeps it open.
+//! Its `SandboxEvent` frames (`{"type": ...}`) are stored in the event log as `sandbox.<type>`, where
+//! operators see them.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::app::App;
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::store::{Change, EventRow, SandboxRow, Store};
+use crate::tokens;
+
+/// The longest `type` of a sandbox frame that is stored; anything else is not a SandboxEvent.
+const MAX_TYPE_LEN: usize = 64;
+
+#[derive(Default)]
+pub struct Sandboxes {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+struct Entry {
+    row: SandboxRow,
+    sockets: usize,
+    last_event: Option<(String, String)>,
+}
+
+/// What `GET /api/v1/sandboxes` shows of one sandbox.
+#[derive(Debug, Serialize)]
+pub struct SandboxStatus {
+    pub sandbox_id: String,
+    pub name: String,
+    pub registered_at: String,
+    pub connected: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_event_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_event_at: Option<String>,
+    pub registration: Value,
+}
+
+/// The 201 body of a sandbox registration.
+#[derive(Debug, Serialize)]
+pub struct SandboxRegistered {
+    pub sandbox_id: String,
+    pub token: String,
+}
+
+impl Sandboxes {
+    pub async fn load(store: &Store) -> Result<Sandboxes> {
+        let entries = store
+            .sandboxes()
+            .await?
+            .into_iter()
+            .map(|row| (row.sandbox_id.clone(), Entry { row, sockets: 0, last_event: None }))
+            .collect();
+        Ok(Sandboxes { entries: Mutex::new(entries) })
+    }
+}
+
+/// The `type` of a SandboxEvent frame, if the frame is one.
+pub fn frame_type(frame: &Value) -> Option<&str> {
+    frame
+        .get("type")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty() && t.len() <= MAX_TYPE_LEN && t.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+}
+
+impl App {
+    /// Registers (or re-registers) a sandbox; every registration issues a new token.
+    pub async fn register_sandbox(&self, body: Value, peer: IpAddr) -> Result<SandboxRegistered> {
+        let Value::Object(fields) = &body else {
+            return Err(Error::InvalidJson("a sandbox registration is a JSON object".into()));
+        };
+        let text = |k: &str| fields.get(k).and_then(Value::as_str).filter(|s| !s.is_empty() && s.len() <= 256);
+        let sandbox_id = text("instance_id").map(str::to_owned).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let name = text("name").unwrap_or("sandbox").to_owned();
+        let token = tokens::issue();
+        let now = clock::now();
+        let row = {
+            let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
+            let registered_at = entries.get(&sandbox_id).map_or(now, |e| e.row.registered_at.clone());
+            let row = SandboxRow {
+                sandbox_id: sandbox_id.clone(),
+                name,
+                registration: body.clone(),
+                token_hash: tokens::hash(&token),
+                registered_at,
+                registered_from: Some(peer.to_string()),
+                deregistered_at: None,
+            };
+            let entry =
+                entries.entry(sandbox_id.clone()).or_insert(Entry { row: row.clone(), sockets: 0, last_event: None });
+            entry.row = row.clone();
+            row
+        };
+        self.store.commit(vec![Change::PutSandbox(Box::new(row))]).await?;
+        Ok(SandboxRegistered { sandbox_id, token })
+    }
+
+    /// Marks a sandbox deregistered. Unknown ids are fine: the client sends this before every
+    /// re-registration and ignores the answer.
+    pub async fn deregister_sandbox(&self, sandbox_id: &str) -> Result<bool> {
+        let row = {
+            let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
+            match entries.get_mut(sandbox_id).filter(|e| e.row.deregistered_at.is_none()) {
+                Some(e) => {
+                    e.row.deregistered_at = Some(clock::now());
+                    e.row.clone()
+                }
+                None => return Ok(false),
+            }
+        };
+        self.store.commit(vec![Change::PutSandbox(Box::new(row))]).await?;
+        Ok(true)
+    }
+
+    pub fn authenticate_sandbox(&self, sandbox_id: &str, token: Option<&str>) -> Result<()> {
+        let token = token.ok_or(Error::Unauthorized("a sandbox token is required"))?;
+        let entries = self.sandboxes.entries.lock().expect("sandboxes lock");
+        match entries.get(sandbox_id) {
+            Some(e)
+                if e.row.deregistered_at.is_none() && tokens::hashes_equal(&tokens::hash(token), &e.row.token_hash) =>
+            {
+                Ok(())
+            }
+            _ => Err(Error::TokenInvalid),
+        }
+    }
+
+    pub fn sandbox_socket(&self, sandbox_id: &str, open: bool) {
+        let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
+        if let Some(e) = entries.get_mut(sandbox_id) {
+            e.sockets = if open { e.sockets + 1 } else { e.sockets.saturating_sub(1) };
+        }
+    }
+
+    /// Stores one frame of a sandbox socket, if it is a SandboxEvent; returns whether it was.
+    pub async fn sandbox_frame(&self, sandbox_id: &str, text: &str) -> bool {
+        let Ok(frame) = serde_json::from_str::<Value>(text) else { return false };
+        let Some(kind) = frame_type(&frame) else { return false };
+        let now = clock::now();
+        let row = EventRow {
+            event: format!("sandbox.{kind}").into(),
+            executor_id: sandbox_id.to_owned(),
+            mission_id: None,
+            ts: now.clone(),
+            data: frame.clone(),
+            raw: None,
+        };
+        if let Err(e) = self.store.commit(vec![Change::AppendEvent(row)]).await {
+            tracing::error!(error = %e, sandbox_id, "storing a sandbox event failed");
+            return false;
+        }
+        let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
+        if let Some(e) = entries.get_mut(sandbox_id) {
+            e.last_event = Some((kind.to_owned(), now));
+        }
+        true
+    }
+
+    pub fn sandbox_list(&self) -> Vec<SandboxStatus> {
+        let entries = self.sandboxes.entries.lock().expect("sandboxes lock");
+        let mut list: Vec<SandboxStatus> = entries
+            .values()
+            .filter(|e| e.row.deregistered_at.is_none())
+            .map(|e| SandboxStatus {
+                sandbox_id: e.row.sandbox_id.clone(),
+                name: e.row.name.clone(),
+                registered_at: e.row.registered_at.clone(),
+                connected: e.sockets > 0,
+                last_event_type: e.last_event.as_ref().map(|(t, _)| t.clone()),
+                last_event_at: e.last_event.as_ref().map(|(_, at)| at.clone()),
+                registration: e.row.registration.clone(),
+            })
+            .collect();
+        list.sort_by(|a, b| (&a.registered_at, &a.sandbox_id).cmp(&(&b.registered_at, &b.sandbox_id)));
+        list
+    }
+}
