@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::forward::ForwardError;
 use crate::hub::Outbound;
 use crate::missions::{Handover, Live, MissionState};
+use crate::readiness;
 use crate::routing::{self, Rejection};
 use crate::store::{Change, MissionPatch, MissionRow};
 
@@ -78,7 +79,11 @@ impl App {
         if self.ledger.contains(&mission_id) || self.store.mission_exists(&mission_id).await? {
             return Err(Error::Conflict(format!("mission {mission_id} already exists")));
         }
+        if payload.lease.as_ref().is_some_and(|l| l.tools.denies_all()) {
+            return Err(Error::LeaseDeniesAllTools);
+        }
         let plan = self.place(&payload);
+        let plan = self.screen_readiness(plan, payload.unattended).await;
         if plan.ordered.is_empty() {
             let reason = plan.why_none();
             if payload.queue.unwrap_or(self.config.dispatch.queue_when_unavailable) {
@@ -110,6 +115,37 @@ impl App {
         self.hand_out(&mission_id, session_id, &body, attempts, record).await
     }
 
+    /// Asks each candidate that must be asked (all, for an unattended mission; those declaring
+    /// `x-readiness` otherwise) for its readiness report, and passes over those it does not clear, with
+    /// the gap named. Readiness is reported, never inferred: no report is a refusal.
+    pub(crate) async fn screen_readiness(&self, mut plan: routing::Plan, unattended: bool) -> routing::Plan {
+        let mut kept = Vec::with_capacity(plan.ordered.len());
+        for executor_id in std::mem::take(&mut plan.ordered) {
+            if !unattended && !self.registry.has_capability(&executor_id, "x-readiness") {
+                kept.push(executor_id);
+                continue;
+            }
+            let report = match self.registry.reach(&executor_id) {
+                Some(reach) => {
+                    let from = reach.registered_from.and_then(|f| f.parse().ok());
+                    let token = reach.token.unwrap_or_default();
+                    self.forwarder.readiness(&reach.rest, from, &token).await.ok()
+                }
+                None => None,
+            };
+            match readiness::judge(report.as_ref(), unattended, chrono::Utc::now()) {
+                Ok(()) => kept.push(executor_id),
+                Err(gap) => {
+                    tracing::info!(%executor_id, %gap, "executor passed over: not ready");
+                    plan.rejected_total += 1;
+                    plan.rejected.push(Rejection { executor_id, reason: gap });
+                }
+            }
+        }
+        plan.ordered = kept;
+        plan
+    }
+
     /// The candidates to try (at most `dispatch.max_attempts`) and the record of the choice.
     pub(crate) fn handout_plan(&self, plan: routing::Plan) -> (Vec<String>, RoutingRecord) {
         let attempts: Vec<String> = plan.ordered.into_iter().take(self.config.dispatch.max_attempts).collect();
@@ -129,6 +165,7 @@ impl App {
             pin: filter.executor_id.as_deref(),
             capabilities: &filter.capabilities,
             long_running: payload.long_running,
+            unattended: payload.unattended,
         };
         let rotation = self.rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.registry.with_routing_views(|views| routing::plan(&request, views, rotation))

@@ -43,6 +43,8 @@ pub enum Error {
     ExecutorForwardFailed(String),
     #[error("{0}")]
     ExecutorNotConnected(String),
+    #[error("the lease's tool policy is \"none\": no executor may run this mission")]
+    LeaseDeniesAllTools,
     #[error("this route does not accept that method")]
     MethodNotAllowed,
     #[error("this route is a WebSocket: send an upgrade request")]
@@ -72,6 +74,7 @@ impl Error {
             Error::ExecutorUnreachable(_) => "executor_unreachable",
             Error::ExecutorForwardFailed(_) => "executor_forward_failed",
             Error::ExecutorNotConnected(_) => "executor_not_connected",
+            Error::LeaseDeniesAllTools => "lease_denies_all_tools",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::UpgradeRequired => "upgrade_required",
             Error::Store(_) => "internal",

@@ -94,6 +94,37 @@ impl Forwarder {
         tokio::time::timeout(self.timeout, attempt).await.unwrap_or(Err(ForwardError::Timeout))
     }
 
+    /// `GET {rest}/api/v1/readiness` with the executor's token: its readiness report, as JSON.
+    pub async fn readiness(
+        &self,
+        rest: &str,
+        registered_from: Option<IpAddr>,
+        token: &str,
+    ) -> Result<Value, ForwardError> {
+        let url = format!("{}/api/v1/readiness", base_uri(rest, registered_from)?);
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(url)
+            .header(AUTHORIZATION, format!("Bearer {token}"))
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
+        let call = async {
+            let response =
+                self.client.request(request).await.map_err(|e| ForwardError::Unreachable(connect_error_text(&e)))?;
+            let status = response.status();
+            let bytes = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            if !status.is_success() {
+                return Err(ForwardError::Refused { status: status.as_u16(), body: String::new() });
+            }
+            serde_json::from_slice(&bytes).map_err(|e| ForwardError::Unreachable(format!("unreadable report: {e}")))
+        };
+        tokio::time::timeout(self.timeout, call).await.unwrap_or(Err(ForwardError::Timeout))
+    }
+
     async fn post(&self, url: &str, token: &str, body: Bytes) -> Result<Accepted, ForwardError> {
         let uri: Uri = url.parse().map_err(|e| ForwardError::Unreachable(format!("bad endpoint {url}: {e}")))?;
         let mut delays = REFUSED_RETRY_DELAYS_MS.iter();

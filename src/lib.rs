@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod missions;
 pub mod operator;
 pub mod queue;
+pub mod readiness;
 pub mod reconcile;
 pub mod registry;
 pub mod routing;

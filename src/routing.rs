@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 
+use crate::readiness::ExecutorClass;
 use crate::registry::RoutingView;
 
 /// Rejections kept on a mission; more are counted, not listed, so one dispatch over a large fleet stays small.
@@ -16,6 +17,7 @@ pub struct Request<'a> {
     pub pin: Option<&'a str>,
     pub capabilities: &'a [String],
     pub long_running: bool,
+    pub unattended: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -73,6 +75,9 @@ fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
     }
     if v.draining {
         return Some("draining".into());
+    }
+    if req.unattended && ExecutorClass::of(v.capabilities) != ExecutorClass::UnattendedMachine {
+        return Some("interactive executor: an unattended mission would wait on a prompt nobody answers".into());
     }
     if req.long_running && !v.capabilities.iter().any(|c| c == "resumable") {
         return Some("not resumable (the mission is long_running)".into());
@@ -162,7 +167,24 @@ mod tests {
     }
 
     fn req<'a>(pin: Option<&'a str>, caps: &'a [String], long_running: bool) -> Request<'a> {
-        Request { pin, capabilities: caps, long_running }
+        Request { pin, capabilities: caps, long_running, unattended: false }
+    }
+
+    #[test]
+    fn unattended_missions_never_reach_interactive_executors() {
+        let fleet = Fleet(vec![
+            ex("laptop", &["isolation:host"], true, 0),
+            ex("declared-interactive", &["x-class:interactive_local"], true, 0),
+            ex("ci", &["x-class:unattended_machine"], true, 0),
+        ]);
+        let unattended = Request { pin: None, capabilities: &[], long_running: false, unattended: true };
+        let p = plan(&unattended, &fleet.views(), 0);
+        assert_eq!(p.ordered, ["ci"]);
+        assert_eq!(p.rejected.len(), 2);
+        assert!(p.rejected.iter().all(|r| r.reason.starts_with("interactive executor")));
+        let pinned = Request { pin: Some("laptop"), ..unattended };
+        assert!(plan(&pinned, &fleet.views(), 0).ordered.is_empty());
+        assert_eq!(plan(&req(None, &[], false), &fleet.views(), 0).ordered.len(), 3);
     }
 
     #[test]

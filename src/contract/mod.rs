@@ -153,6 +153,32 @@ pub struct DispatchPayload {
     /// Our extension: wait in the queue instead of a 503 when no executor fits now.
     #[serde(default)]
     pub queue: Option<bool>,
+    /// Our extension (Vagaris): nobody will be there to answer a prompt; never routed to an interactive
+    /// executor, and only to one whose readiness report says it can run unattended.
+    #[serde(default)]
+    pub unattended: bool,
+    /// Our extension (Vagaris): the lease's tool policy, forwarded untouched to the executor.
+    #[serde(default)]
+    pub lease: Option<Lease>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Lease {
+    pub tools: ToolPolicy,
+}
+
+/// A lease's tool axis: the string `"none"` (deny all) or the allowed tools.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum ToolPolicy {
+    List(Vec<String>),
+    Keyword(String),
+}
+
+impl ToolPolicy {
+    pub fn denies_all(&self) -> bool {
+        matches!(self, ToolPolicy::Keyword(k) if k == "none")
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
