@@ -143,7 +143,7 @@ impl App {
                     None => return,
                 }
             };
-            let plan = self.place(&next.1);
+            let plan = self.screen_readiness(self.place(&next.1), next.1.unattended).await;
             if plan.ordered.is_empty() {
                 index += 1;
                 continue;

@@ -19,3 +19,4 @@ mod routes;
 mod sandbox;
 mod schema;
 mod socket;
+mod vagaris;

@@ -42,6 +42,7 @@ pub enum Answer {
 #[derive(Clone)]
 struct Listener {
     answer: Arc<Mutex<Answer>>,
+    readiness: Arc<Mutex<Option<Value>>>,
     seen: mpsc::UnboundedSender<Received>,
 }
 
@@ -51,6 +52,7 @@ pub struct ScriptedExecutor {
     pub capabilities: Vec<String>,
     pub rest: SocketAddr,
     answer: Arc<Mutex<Answer>>,
+    readiness: Arc<Mutex<Option<Value>>>,
     received: mpsc::UnboundedReceiver<Received>,
 }
 
@@ -77,10 +79,12 @@ impl ScriptedExecutor {
     pub async fn listen(capabilities: &[&str]) -> ScriptedExecutor {
         let answer = Arc::new(Mutex::new(Answer::Accept { extra: None }));
         let (seen, received) = mpsc::unbounded_channel();
-        let state = Listener { answer: answer.clone(), seen };
+        let readiness = Arc::new(Mutex::new(None));
+        let state = Listener { answer: answer.clone(), readiness: readiness.clone(), seen };
         let app = Router::new()
             .route("/api/v1/sessions/{session}/dispatch", post(sessions_dispatch))
             .route("/dispatch", post(legacy_dispatch))
+            .route("/api/v1/readiness", axum::routing::get(readiness_report))
             .with_state(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let rest = listener.local_addr().unwrap();
@@ -91,6 +95,7 @@ impl ScriptedExecutor {
             capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
             rest,
             answer,
+            readiness,
             received,
         }
     }
@@ -104,6 +109,11 @@ impl ScriptedExecutor {
             "transport_endpoints": {"rest": format!("http://{}", self.rest), "ws": format!("ws://{}", self.rest)},
             "capabilities": self.capabilities,
         })
+    }
+
+    /// What `GET /api/v1/readiness` answers (404 while `None`).
+    pub fn report_readiness(&self, report: Option<Value>) {
+        *self.readiness.lock().unwrap() = report;
     }
 
     pub fn answer_with(&self, answer: Answer) {
@@ -144,6 +154,13 @@ async fn record(state: &Listener, path: String, headers: &HeaderMap, body: Value
         }
         Answer::Status(s) => (StatusCode::from_u16(s).unwrap(), Json(json!({"error": "scripted refusal"}))),
         Answer::Hang => std::future::pending().await,
+    }
+}
+
+async fn readiness_report(State(state): State<Listener>) -> (StatusCode, Json<Value>) {
+    match state.readiness.lock().unwrap().clone() {
+        Some(report) => (StatusCode::OK, Json(report)),
+        None => (StatusCode::NOT_FOUND, Json(json!({"error": "not found"}))),
     }
 }
 
