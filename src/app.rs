@@ -151,7 +151,7 @@ impl App {
             };
             let to = if resumable { MissionState::Suspended } else { MissionState::Failed };
             let moved = self.ledger.with(&mission_id, |live| {
-                if live.state.is_terminal() {
+                if live.state.is_terminal() || live.state == to {
                     return false;
                 }
                 live.state = to;

@@ -11,6 +11,7 @@ pub mod config;
 pub mod contract;
 pub mod dispatch;
 pub mod error;
+pub mod executor;
 pub mod forward;
 pub mod http;
 pub mod hub;

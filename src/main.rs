@@ -46,6 +46,8 @@ enum Command {
     },
     /// The event log, or with --follow the live stream.
     Events(cli::EventsArgs),
+    /// Run the reference executor: register with a serve and run its missions through an adapter.
+    Executor(aiwg_serve::executor::ExecutorArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +72,7 @@ fn main() -> ExitCode {
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),
+        Command::Executor(args) => return runtime.block_on(aiwg_serve::executor::run(args)),
     };
     runtime.block_on(cli::run(cli.global, operator))
 }

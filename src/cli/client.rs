@@ -46,6 +46,10 @@ impl Client {
         self.call(Method::GET, path, None).await
     }
 
+    pub async fn delete(&self, path: &str) -> Result<Value, CallError> {
+        self.call(Method::DELETE, path, None).await
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CallError> {
         self.call(Method::POST, path, Some(body)).await
     }

@@ -4,7 +4,7 @@
 //! Exit codes: 0 success; 1 the server refused, or a waited-for mission ended failed or aborted, or the
 //! wait timed out; 2 bad usage; 3 the server could not be reached.
 
-mod client;
+pub mod client;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -79,6 +79,15 @@ pub struct DispatchArgs {
     /// Route only to resumable executors
     #[arg(long)]
     pub long_running: bool,
+    /// Tools the lease allows, comma-separated or repeated (`none` denies all); no flag = no lease
+    #[arg(long = "lease-tools", value_delimiter = ',')]
+    pub lease_tools: Vec<String>,
+    /// Nobody will answer prompts: route only to unattended executors that report ready
+    #[arg(long)]
+    pub unattended: bool,
+    /// Wait in serve's queue instead of failing when no executor fits now
+    #[arg(long)]
+    pub queue: bool,
     /// Pin to one executor
     #[arg(long)]
     pub executor: Option<String>,
@@ -314,13 +323,24 @@ async fn control(
 
 async fn dispatch(client: &Client, out: &Output, args: DispatchArgs) -> Result<(), Failure> {
     let mission_id = args.mission_id.unwrap_or_else(|| format!("m-{}", uuid::Uuid::new_v4().simple()));
-    let payload = json!({
+    let mut payload = json!({
         "mission_id": mission_id,
         "objective": args.objective,
         "completion": args.completion,
         "long_running": args.long_running,
         "executor_filter": {"executor_id": args.executor, "capabilities": args.capabilities},
     });
+    match args.lease_tools.as_slice() {
+        [] => {}
+        [none] if none == "none" => payload["lease"] = json!({"tools": "none"}),
+        tools => payload["lease"] = json!({"tools": tools}),
+    }
+    if args.unattended {
+        payload["unattended"] = json!(true);
+    }
+    if args.queue {
+        payload["queue"] = json!(true);
+    }
     let answer = client.post(&format!("/api/v1/sessions/{}/dispatch", enc(&args.session)), &payload).await?;
     if !args.wait {
         if out.json {

@@ -9,6 +9,7 @@ mod cli;
 mod dispatch;
 mod durability;
 mod events;
+mod executor;
 mod executors;
 mod missions;
 mod operator;

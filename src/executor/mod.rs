@@ -1,0 +1,74 @@
+//! `aiwg-serve executor`: the reference executor. It registers with a serve, serves the contract's
+//! dispatch route, runs each mission through an adapter (`shell`, `claude-local`, `codex-local`,
+//! `spine-unattended`) bounded by the lease's allowlist, and streams the lifecycle back over its
+//! WebSocket. With `--state-dir` it keeps its identity and mission records across restarts, declares
+//! `resumable`, suspends running missions on SIGTERM and, after a restart, reports them and settles
+//! them honestly (a process that died with the executor is not pretended alive).
+
+pub mod adapters;
+mod runtime;
+pub mod spawn;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompletionCheck {
+    /// Trust the agent's exit code.
+    None,
+    /// Run the mission's `completion` with `sh -c` after the agent exits; non-zero fails the mission.
+    Shell,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ExecutorArgs {
+    /// The serve to register with
+    #[arg(long = "serve", default_value = "http://127.0.0.1:7337", env = "AIWG_EXECUTOR_SERVE")]
+    pub serve_url: String,
+    /// Adapter: claude-local, codex-local, spine-unattended or shell (case and -/_ ignored)
+    #[arg(long, default_value = "claude-local")]
+    pub adapter: String,
+    /// Address of this executor's own REST listener (serve calls it to dispatch)
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub bind: SocketAddr,
+    /// Directory for the persistent executor id, token and mission records (enables `resumable`)
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Name shown to operators
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Most missions at once (declared as x-max-missions:N)
+    #[arg(long)]
+    pub max_missions: Option<usize>,
+    /// Working directory of the missions; a git repository gets one worktree per mission
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+    /// How to check a mission's completion criterion after the agent exits
+    #[arg(long, value_enum, default_value = "none")]
+    pub completion_check: CompletionCheck,
+    /// Seconds between SIGTERM and SIGKILL when a mission is aborted
+    #[arg(long, default_value_t = 5)]
+    pub kill_grace_s: u64,
+}
+
+pub async fn run(args: ExecutorArgs) -> ExitCode {
+    let registry = adapters::Registry::default();
+    let adapter = match registry.get(&args.adapter) {
+        Ok(a) => a,
+        Err(refusal) => {
+            eprintln!("aiwg-serve executor: {refusal}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime::Executor::start(args, adapter).await {
+        Ok(executor) => executor.run_until_signal().await,
+        Err(e) => {
+            eprintln!("aiwg-serve executor: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

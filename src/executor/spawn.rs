@@ -1,0 +1,139 @@
+//! Starting an agent process: a sanitised environment, its own process group (so that pause, resume
+//! and abort reach every process it starts), and a git worktree per mission when the working directory
+//! is a repository.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::process::{Child, Command};
+
+/// Variables that make an interpreter run foreign code, or point it at foreign code.
+const INTERPRETER_HOOKS: &[&str] = &[
+    "LD_PRELOAD",
+    "LD_AUDIT",
+    "LD_LIBRARY_PATH",
+    "DYLD_INSERT_LIBRARIES",
+    "DYLD_LIBRARY_PATH",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PYTHONSTARTUP",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PERL5OPT",
+    "PERL5LIB",
+    "RUBYOPT",
+    "BASH_ENV",
+    "ENV",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+];
+
+/// Provider credentials: kept for adapters that call providers themselves, stripped for those that must
+/// only ever talk to a gateway.
+const PROVIDER_KEY_PREFIXES: &[&str] =
+    &["ANTHROPIC_", "OPENAI_", "GEMINI_", "GOOGLE_API_KEY", "AZURE_OPENAI_", "MISTRAL_", "GROQ_", "XAI_", "COHERE_"];
+
+/// The environment a mission's process gets: ours (`AIWG_*`, the product's configuration) and
+/// interpreter hooks removed; provider keys kept only when `keep_provider_keys`; the mission's own
+/// variables added.
+pub fn sanitised_env(
+    inherited: impl IntoIterator<Item = (String, String)>,
+    keep_provider_keys: bool,
+    mission: &[(&str, &str)],
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = inherited
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("AIWG_"))
+        .filter(|(k, _)| !INTERPRETER_HOOKS.contains(&k.as_str()))
+        .filter(|(k, _)| keep_provider_keys || !PROVIDER_KEY_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .collect();
+    env.extend(mission.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env.sort();
+    env
+}
+
+/// Spawns `binary argv...` in a new process group with piped stdio.
+pub fn start(binary: &str, argv: &[String], env: &[(String, String)], dir: &Path) -> std::io::Result<Child> {
+    Command::new(binary)
+        .args(argv)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(false)
+        .spawn()
+}
+
+/// Sends a signal to a whole process group.
+pub fn signal_group(pgid: u32, signal: i32) -> bool {
+    // SAFETY: killpg only reads its two integer arguments.
+    unsafe { libc::killpg(pgid as libc::pid_t, signal) == 0 }
+}
+
+/// Whether any process of the group is still alive.
+pub fn group_alive(pgid: u32) -> bool {
+    signal_group(pgid, 0)
+}
+
+/// A detached worktree for the mission when `dir` is in a git repository; otherwise `dir` itself.
+pub async fn workdir_for(dir: &Path, worktrees: &Path, mission_id: &str) -> PathBuf {
+    let inside = Command::new("git")
+        .args(["rev-parse", "--is-inside-work-tree"])
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output()
+        .await;
+    if !inside.is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"true")) {
+        return dir.to_path_buf();
+    }
+    let safe: String =
+        mission_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+    let target = worktrees.join(safe);
+    let added = Command::new("git")
+        .args(["worktree", "add", "--detach"])
+        .arg(&target)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await;
+    if added.is_ok_and(|s| s.success()) {
+        target
+    } else {
+        tracing::warn!(mission_id, dir = %dir.display(), "git worktree add failed; running in the directory itself");
+        dir.to_path_buf()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn hooks_and_product_variables_are_stripped_provider_keys_kept() {
+        let inherited = env(&[
+            ("PATH", "/bin"),
+            ("LD_PRELOAD", "/evil.so"),
+            ("NODE_OPTIONS", "--require x"),
+            ("PYTHONSTARTUP", "/x.py"),
+            ("AIWG_SERVE_TOKEN", "secret"),
+            ("ANTHROPIC_API_KEY", "sk-1"),
+            ("HOME", "/root"),
+        ]);
+        let out = sanitised_env(inherited.clone(), true, &[("AIWG_MISSION_ID", "m-1")]);
+        assert_eq!(
+            out,
+            env(&[("AIWG_MISSION_ID", "m-1"), ("ANTHROPIC_API_KEY", "sk-1"), ("HOME", "/root"), ("PATH", "/bin")])
+        );
+        let gateway_only = sanitised_env(inherited, false, &[]);
+        assert_eq!(gateway_only, env(&[("HOME", "/root"), ("PATH", "/bin")]));
+    }
+}

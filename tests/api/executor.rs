@@ -1,0 +1,416 @@
+//! The reference executor (`aiwg-serve executor`), run as the real binary against the real server, with
+//! stub agent binaries on a temporary PATH that record their argv and environment.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{mission_id, TestServer, WAIT};
+
+/// A stub agent: records argv (one per line) and env, prints a line, and exits with the code named by
+/// an `exit=N` last argument (0 otherwise).
+const STUB: &str = r#"#!/bin/sh
+name=$(basename "$0")
+printf '%s\n' "$@" > "$STUB_RECORD_DIR/$name.argv"
+env > "$STUB_RECORD_DIR/$name.env"
+echo "stub $name ran"
+for last in "$@"; do :; done
+case "$last" in exit=*) code=${last#exit=}; echo "failing with $code" >&2; exit "$code";; esac
+exit 0
+"#;
+
+struct Stubs {
+    dir: tempfile::TempDir,
+}
+
+impl Stubs {
+    fn new(binaries: &[&str]) -> Stubs {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        for b in binaries {
+            let path = dir.path().join(b);
+            std::fs::write(&path, STUB).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Stubs { dir }
+    }
+
+    /// A "binary" that exists but cannot be executed: its interpreter is missing (ENOENT at exec).
+    fn broken(&self, binary: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = self.dir.path().join(binary);
+        std::fs::write(&path, "#!/nonexistent/interpreter\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    fn path(&self) -> String {
+        format!("{}:{}", self.dir.path().display(), std::env::var("PATH").unwrap_or_default())
+    }
+
+    fn argv(&self, binary: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join(format!("{binary}.argv")))
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn env(&self, binary: &str) -> Vec<(String, String)> {
+        std::fs::read_to_string(self.dir.path().join(format!("{binary}.env")))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect()
+    }
+}
+
+/// `aiwg-serve executor` as a child process.
+struct ExecutorProcess {
+    child: Child,
+    name: String,
+}
+
+impl ExecutorProcess {
+    async fn start(
+        server: &TestServer,
+        adapter: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        path: Option<String>,
+    ) -> ExecutorProcess {
+        let name = format!("exec-{}", uuid::Uuid::new_v4().simple());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"));
+        command
+            .args(["executor", "--serve", &server.base, "--adapter", adapter, "--name", &name, "--kill-grace-s", "1"])
+            .args(args)
+            .env("AIWG_SERVE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(p) = path {
+            command.env("PATH", p);
+        }
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let child = command.spawn().expect("spawn the executor");
+        let process = ExecutorProcess { child, name };
+        process.wait_connected(server).await;
+        process
+    }
+
+    async fn wait_connected(&self, server: &TestServer) -> String {
+        let name = self.name.clone();
+        let listed = server
+            .eventually("/api/v1/executors", "the executor connected", |b| {
+                b["executors"].as_array().unwrap().iter().any(|e| e["name"] == name.as_str() && e["connected"] == true)
+            })
+            .await;
+        listed["executors"].as_array().unwrap().iter().find(|e| e["name"] == self.name.as_str()).unwrap()["executor_id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for ExecutorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn body(id: &str, objective: &str, tools: Value) -> Value {
+    json!({"mission_id": id, "objective": objective, "completion": "c", "lease": {"tools": tools}})
+}
+
+async fn run_to_end(server: &TestServer, body: &Value) -> Value {
+    let id = body["mission_id"].as_str().unwrap().to_owned();
+    let r = server.client.post("/api/v1/sessions/s/dispatch", body).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    server
+        .eventually(&format!("/api/v1/missions/{id}"), "the mission ends", |m| {
+            matches!(m["state"].as_str(), Some("done" | "failed" | "aborted"))
+        })
+        .await
+}
+
+fn events(m: &Value) -> Vec<String> {
+    m["recent_events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_gets_its_allowlist_and_a_sanitised_environment() {
+    let server = TestServer::start().await;
+    let stubs = Stubs::new(&["claude"]);
+    let record = stubs.dir.path().display().to_string();
+    let env = [
+        ("STUB_RECORD_DIR", record.as_str()),
+        ("NODE_OPTIONS", "--require /evil.js"),
+        ("PYTHONSTARTUP", "/evil.py"),
+        ("AIWG_SERVE_TOKEN", "product-secret"),
+        ("ANTHROPIC_API_KEY", "sk-test"),
+    ];
+    let _e = ExecutorProcess::start(&server, "Claude_Local", &[], &env, Some(stubs.path())).await;
+    let id = mission_id();
+    let m = run_to_end(&server, &body(&id, "add a test", json!(["Read", "Edit"]))).await;
+    assert_eq!(m["state"], "done", "{m}");
+    assert_eq!(stubs.argv("claude"), ["-p", "add a test", "--allowedTools", "Read", "Edit"]);
+    let env = stubs.env("claude");
+    let has = |k: &str| env.iter().any(|(key, _)| key == k);
+    assert!(!has("NODE_OPTIONS") && !has("PYTHONSTARTUP") && !has("AIWG_SERVE_TOKEN"), "{env:?}");
+    assert!(env.contains(&("ANTHROPIC_API_KEY".into(), "sk-test".into())));
+    assert!(env.contains(&("AIWG_MISSION_ID".into(), id.clone())));
+    assert_eq!(events(&m), ["mission.assigned", "mission.started", "mission.progress", "mission.completed"]);
+    assert_eq!(m["recent_events"][2]["data"]["summary"], "stub claude ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_refuses_a_lease_without_a_list_and_joins_tools_with_commas() {
+    let server = TestServer::start().await;
+    let stubs = Stubs::new(&["codex"]);
+    let record = stubs.dir.path().display().to_string();
+    let _e =
+        ExecutorProcess::start(&server, "codex-local", &[], &[("STUB_RECORD_DIR", &record)], Some(stubs.path())).await;
+    let m = run_to_end(&server, &body(&mission_id(), "refactor", json!(["Read", "Bash"]))).await;
+    assert_eq!(m["state"], "done");
+    assert_eq!(stubs.argv("codex"), ["--tool", "Read,Bash", "refactor"]);
+
+    let id = mission_id();
+    let r = server
+        .client
+        .post("/api/v1/sessions/s/dispatch", &json!({"mission_id": id, "objective": "o", "completion": "c"}))
+        .await;
+    let message = r.assert_error(502, "executor_forward_failed");
+    assert!(message.contains("lease carries no token allowlist for codex"), "the refusal names why: {message}");
+    let m = server.mission(&id).await;
+    assert!(
+        m["routing"]["rejected"][0]["reason"].as_str().unwrap().contains("lease carries no token allowlist"),
+        "{m}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unattended_executor_reports_its_gaps_and_maps_its_exit_codes() {
+    let server = TestServer::start().await;
+    // Not bound and not packaged: both gaps named, nothing routed.
+    let empty = tempfile::tempdir().unwrap();
+    let _unready = ExecutorProcess::start(
+        &server,
+        "spine-unattended",
+        &[],
+        &[],
+        Some(format!("{}:/usr/bin:/bin", empty.path().display())),
+    )
+    .await;
+    let mut unattended = body(&mission_id(), "o", json!(["Read"]));
+    unattended["unattended"] = json!(true);
+    let message =
+        server.client.post("/api/v1/sessions/s/dispatch", &unattended).await.assert_error(503, "no_executor_available");
+    assert!(message.contains("identity not bound") && message.contains("vagaris-exec not on PATH"), "{message}");
+    drop(_unready);
+
+    let stubs = Stubs::new(&["vagaris-exec"]);
+    let record = stubs.dir.path().display().to_string();
+    let env = [
+        ("STUB_RECORD_DIR", record.as_str()),
+        ("VAGARIS_WORKLOAD_SESSION", "sess-1"),
+        ("VAGARIS_WORKLOAD_SESSION_SCOPES", "capability.execution.claim"),
+        ("VAGARIS_WORKLOAD_SESSION_EXPIRES_AT", "4102444800"),
+        ("VAGARIS_WORKLOAD_BUDGET", "ok"),
+        ("ANTHROPIC_API_KEY", "sk-must-not-leak"),
+    ];
+    let _ready = ExecutorProcess::start(&server, "spine_unattended", &[], &env, Some(stubs.path())).await;
+    for (code, reason) in
+        [(2, "bad_arguments"), (3, "no_workload_identity"), (4, "no_tool_allowlist"), (5, "gateway_refused")]
+    {
+        let mut b = body(&mission_id(), &format!("exit={code}"), json!(["Read", "Edit"]));
+        b["unattended"] = json!(true);
+        let m = run_to_end(&server, &b).await;
+        assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("failed"), Some(code)), "{m}");
+        let failed = m["recent_events"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(failed["data"]["reason"], reason);
+    }
+    assert_eq!(stubs.argv("vagaris-exec"), ["--allow-tools", "Read,Edit", "exit=5"]);
+    assert!(
+        !stubs.env("vagaris-exec").iter().any(|(k, _)| k == "ANTHROPIC_API_KEY"),
+        "the gateway-only executor never sees provider keys"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binary_that_cannot_start_is_exit_127() {
+    let server = TestServer::start().await;
+    let stubs = Stubs::new(&[]);
+    stubs.broken("claude");
+    let _e = ExecutorProcess::start(&server, "claude-local", &[], &[], Some(stubs.path())).await;
+    let m = run_to_end(&server, &body(&mission_id(), "o", json!(["Read"]))).await;
+    assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("failed"), Some(127)), "{m}");
+    assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["reason"], "binary_not_found");
+}
+
+/// Polls until `check` holds for the process `pid`'s state letter in /proc (R, S, T, Z...), or it is gone.
+async fn proc_state(pid: u32, what: &str, check: impl Fn(Option<char>) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit(") ").next().and_then(|rest| rest.chars().next()));
+        if check(state) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "process {pid} never {what} (state {state:?})");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn pid_of(server: &TestServer, id: &str) -> u32 {
+    let m = server
+        .eventually(&format!("/api/v1/missions/{id}"), "the pid is reported", |m| {
+            m["recent_events"]
+                .as_array()
+                .is_some_and(|e| e.iter().any(|e| e["data"]["summary"].as_str().is_some_and(|s| s.starts_with("pid="))))
+        })
+        .await;
+    let summary = m["recent_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["data"]["summary"].as_str().filter(|s| s.starts_with("pid=")))
+        .unwrap()
+        .to_owned();
+    summary.trim_start_matches("pid=").parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_missions_succeed_fail_ask_pause_resume_and_abort() {
+    let server = TestServer::start().await;
+    let workdir = tempfile::tempdir().unwrap();
+    let wd = workdir.path().display().to_string();
+    let _e =
+        ExecutorProcess::start(&server, "shell", &["--workdir", &wd, "--completion-check", "shell"], &[], None).await;
+    let bash = json!(["Bash"]);
+
+    let mut ok = body(&mission_id(), "echo hello; touch done.txt", bash.clone());
+    ok["completion"] = json!("test -f done.txt");
+    let m = run_to_end(&server, &ok).await;
+    assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("done"), Some(0)), "{m}");
+
+    let mut unmet = body(&mission_id(), "echo nothing", bash.clone());
+    unmet["completion"] = json!("test -f never.txt");
+    let m = run_to_end(&server, &unmet).await;
+    assert_eq!(m["state"], "failed");
+    assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["reason"], "completion_not_met");
+
+    let m = run_to_end(&server, &body(&mission_id(), "echo oops >&2; exit 3", bash.clone())).await;
+    assert_eq!(
+        (m["state"].as_str(), m["exit_code"].as_i64(), m["error"].as_str()),
+        (Some("failed"), Some(3), Some("oops"))
+    );
+
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body(&mission_id(), "echo hi", json!(["Read"]))).await;
+    assert!(r.assert_error(502, "executor_forward_failed").contains("runs only when the lease lists Bash"));
+
+    // HITL: the prompt on stdout becomes a request, the answer arrives on stdin.
+    let id = mission_id();
+    let mut hitl = body(
+        &id,
+        "echo '::hitl:: Deploy to prod?'; read answer; echo \"answer was $answer\"; touch done.txt",
+        bash.clone(),
+    );
+    hitl["completion"] = json!("true");
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &hitl).await.status, 202);
+    let m = server.eventually(&format!("/api/v1/missions/{id}"), "hitl", |m| m["state"] == "hitl-required").await;
+    let request =
+        m["recent_events"].as_array().unwrap().iter().find(|e| e["event"] == "mission.hitl_required").unwrap().clone();
+    assert_eq!(request["data"]["prompt"], "Deploy to prod?");
+    let hitl_id = request["data"]["hitl_id"].as_str().unwrap();
+    let r = server
+        .client
+        .post(&format!("/api/v1/missions/{id}/hitl_response"), &json!({"hitl_id": hitl_id, "response": "yes"}))
+        .await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let m = server.eventually(&format!("/api/v1/missions/{id}"), "done", |m| m["state"] == "done").await;
+    assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["summary"], "answer was yes");
+
+    // Pause and resume stop and continue the whole process group.
+    let id = mission_id();
+    let looping = body(&id, "echo pid=$$; while true; do sleep 0.05; done", bash.clone());
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &looping).await.status, 202);
+    let pid = pid_of(&server, &id).await;
+    assert_eq!(server.client.post(&format!("/api/v1/missions/{id}/pause"), &json!(null)).await.status, 202);
+    proc_state(pid, "stopped", |s| s == Some('T')).await;
+    assert_eq!(server.client.post(&format!("/api/v1/missions/{id}/resume"), &json!(null)).await.status, 202);
+    proc_state(pid, "continued", |s| matches!(s, Some('S' | 'R'))).await;
+    // Abort: the process group is gone, the mission aborted.
+    assert_eq!(server.client.post(&format!("/api/v1/missions/{id}/abort"), &json!(null)).await.status, 202);
+    proc_state(pid, "gone", |s| s.is_none() || s == Some('Z')).await;
+    assert_eq!(server.mission(&id).await["state"], "aborted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missions_survive_an_executor_restart_honestly() {
+    let server = TestServer::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().display().to_string();
+    let mut e = ExecutorProcess::start(&server, "shell", &["--state-dir", &state_dir], &[], None).await;
+    let first_id = e.wait_connected(&server).await;
+    let id = mission_id();
+    assert_eq!(
+        server
+            .client
+            .post("/api/v1/sessions/s/dispatch", &body(&id, "echo pid=$$; sleep 60", json!(["Bash"])))
+            .await
+            .status,
+        202
+    );
+    let pid = pid_of(&server, &id).await;
+    assert!(e.terminate().success());
+    let m = server.mission(&id).await;
+    assert_eq!(m["state"], "suspended", "suspended on SIGTERM: {m}");
+    proc_state(pid, "gone", |s| s.is_none() || s == Some('Z')).await;
+
+    let restarted = ExecutorProcess { child: e.child_restart(&server, &state_dir), name: e.name.clone() };
+    assert_eq!(restarted.wait_connected(&server).await, first_id, "the same identity comes back");
+    let m = server.eventually(&format!("/api/v1/missions/{id}"), "settled", |m| m["state"] == "failed").await;
+    assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["reason"], "executor_restarted");
+    let m = run_to_end(&server, &body(&mission_id(), "echo back", json!(["Bash"]))).await;
+    assert_eq!(m["state"], "done");
+}
+
+impl ExecutorProcess {
+    fn child_restart(&mut self, server: &TestServer, state_dir: &str) -> Child {
+        Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+            .args([
+                "executor",
+                "--serve",
+                &server.base,
+                "--adapter",
+                "shell",
+                "--name",
+                &self.name,
+                "--state-dir",
+                state_dir,
+            ])
+            .env("AIWG_SERVE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+}
+
+#[test]
+fn unknown_adapters_are_refused_by_name() {
+    let out = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+        .args(["executor", "--adapter", "gemini-local"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no CLI-hosted executor for adapter 'gemini-local'"));
+}
