@@ -37,7 +37,12 @@ pub struct Adapter {
     pub readiness: fn(&dyn Host) -> Report,
     /// Provider API keys reach the process (not for executors that must never see them).
     pub keeps_provider_keys: bool,
+    /// Variables the process gets when the executor's environment does not set them.
+    pub env_defaults: &'static [(&'static str, &'static str)],
 }
+
+/// Where `vagaris-exec` finds the provider gateway unless told otherwise.
+pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:3014";
 
 /// `claude-local`, `Claude_Local` and `CLAUDE-LOCAL` name the same adapter.
 pub fn normalize(name: &str) -> String {
@@ -179,6 +184,7 @@ fn built_ins() -> Vec<Adapter> {
             exit_reason: no_exit_reason,
             readiness: claude_readiness,
             keeps_provider_keys: true,
+            env_defaults: &[],
         },
         Adapter {
             name: "codex-local",
@@ -198,6 +204,7 @@ fn built_ins() -> Vec<Adapter> {
             exit_reason: no_exit_reason,
             readiness: codex_readiness,
             keeps_provider_keys: true,
+            env_defaults: &[],
         },
         Adapter {
             name: "spine-unattended",
@@ -213,6 +220,7 @@ fn built_ins() -> Vec<Adapter> {
             exit_reason: spine_exit_reason,
             readiness: spine_readiness,
             keeps_provider_keys: false,
+            env_defaults: &[("VAGARY_GATEWAY_BASE", DEFAULT_GATEWAY)],
         },
         Adapter {
             name: "shell",
@@ -231,6 +239,7 @@ fn built_ins() -> Vec<Adapter> {
             exit_reason: no_exit_reason,
             readiness: shell_readiness,
             keeps_provider_keys: true,
+            env_defaults: &[],
         },
     ]
 }

@@ -425,11 +425,9 @@ impl Executor {
             None => std::env::temp_dir().join(format!("aiwg-executor-{}", self.id)),
         };
         let dir = spawn::workdir_for(&base, &worktrees, &mission_id).await;
-        let env = spawn::sanitised_env(
-            std::env::vars(),
-            self.adapter.keeps_provider_keys,
-            &[("AIWG_MISSION_ID", &mission_id), ("AIWG_SESSION_HINT", &session)],
-        );
+        let mut mission_env = vec![("AIWG_MISSION_ID", mission_id.as_str()), ("AIWG_SESSION_HINT", session.as_str())];
+        mission_env.extend(self.adapter.env_defaults.iter().filter(|(k, _)| std::env::var_os(k).is_none()).copied());
+        let env = spawn::sanitised_env(std::env::vars(), self.adapter.keeps_provider_keys, &mission_env);
         let argv = (self.adapter.argv)(&allowlist, &objective);
         let mut child = match spawn::start(self.adapter.binary, &argv, &env, &dir) {
             Ok(child) => child,

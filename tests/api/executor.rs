@@ -237,9 +237,11 @@ async fn the_unattended_executor_reports_its_gaps_and_maps_its_exit_codes() {
         assert_eq!(failed["data"]["reason"], reason);
     }
     assert_eq!(stubs.argv("vagaris-exec"), ["--allow-tools", "Read,Edit", "exit=5"]);
+    let env = stubs.env("vagaris-exec");
+    assert!(!env.iter().any(|(k, _)| k == "ANTHROPIC_API_KEY"), "the gateway-only executor never sees provider keys");
     assert!(
-        !stubs.env("vagaris-exec").iter().any(|(k, _)| k == "ANTHROPIC_API_KEY"),
-        "the gateway-only executor never sees provider keys"
+        env.contains(&("VAGARY_GATEWAY_BASE".into(), "http://127.0.0.1:3014".into())),
+        "the gateway default: {env:?}"
     );
 }
 
@@ -413,4 +415,30 @@ fn unknown_adapters_are_refused_by_name() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no CLI-hosted executor for adapter 'gemini-local'"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_workdir_gets_a_worktree_per_mission() {
+    let server = TestServer::start().await;
+    let repo = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(repo.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(ok.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"]);
+    let state = tempfile::tempdir().unwrap();
+    let (wd, sd) = (repo.path().display().to_string(), state.path().display().to_string());
+    let _e = ExecutorProcess::start(&server, "shell", &["--workdir", &wd, "--state-dir", &sd], &[], None).await;
+    let id = mission_id();
+    let m = run_to_end(&server, &body(&id, "pwd", json!(["Bash"]))).await;
+    let pwd =
+        m["recent_events"].as_array().unwrap().iter().find_map(|e| e["data"]["summary"].as_str()).unwrap().to_owned();
+    assert!(pwd.starts_with(&format!("{sd}/worktrees/")) && pwd.ends_with(&id), "ran in {pwd}");
 }
