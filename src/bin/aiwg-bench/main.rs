@@ -1,0 +1,237 @@
+//! `aiwg-bench`: the workloads of DESIGN section 7 against a real `aiwg-serve` started as a separate
+//! process, with the load generated from this one, each beside its baseline measured in the same run.
+//!
+//! `aiwg-bench` runs everything at full scale; `--quick` runs small versions in about a minute and
+//! fails (exit 1) only on a correctness gate (acknowledged events missing, missions lost or
+//! duplicated), never on speed; `--json FILE` writes the rows.
+
+mod histogram;
+mod peers;
+mod workloads;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "aiwg-bench", about = "Benchmarks of aiwg-serve against this machine's own limits")]
+struct Args {
+    /// Small versions of every workload (a CI smoke run); fails only on correctness gates
+    #[arg(long)]
+    quick: bool,
+    /// Also write the results as JSON
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Run only workloads whose name contains this
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// How big each workload is.
+pub struct Scale {
+    pub ingest_executors: usize,
+    pub ingest_events_per_executor: usize,
+    pub paced_seconds: f64,
+    pub baseline_rows: usize,
+    pub single_row_rows: usize,
+    pub kill_executors: usize,
+    pub kill_after: Duration,
+    pub dispatch_executors: usize,
+    pub dispatches: usize,
+    pub open_loop_rate: f64,
+    pub open_loop_seconds: f64,
+    pub storm_executors: usize,
+}
+
+impl Scale {
+    fn full() -> Scale {
+        Scale {
+            ingest_executors: 64,
+            ingest_events_per_executor: 3000,
+            paced_seconds: 5.0,
+            baseline_rows: 200_000,
+            single_row_rows: 20_000,
+            kill_executors: 16,
+            kill_after: Duration::from_secs(3),
+            dispatch_executors: 1000,
+            dispatches: 20_000,
+            open_loop_rate: 1000.0,
+            open_loop_seconds: 5.0,
+            storm_executors: 2000,
+        }
+    }
+
+    fn quick() -> Scale {
+        Scale {
+            ingest_executors: 8,
+            ingest_events_per_executor: 500,
+            paced_seconds: 1.0,
+            baseline_rows: 20_000,
+            single_row_rows: 2_000,
+            kill_executors: 4,
+            kill_after: Duration::from_millis(500),
+            dispatch_executors: 50,
+            dispatches: 1_000,
+            open_loop_rate: 200.0,
+            open_loop_seconds: 1.0,
+            storm_executors: 50,
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Serialize)]
+pub struct Row {
+    workload: String,
+    figure: f64,
+    unit: &'static str,
+    baseline_name: Option<String>,
+    baseline: Option<f64>,
+    ratio: Option<f64>,
+    target: Option<String>,
+    met: Option<bool>,
+    note: Option<String>,
+}
+
+impl Row {
+    pub fn new(workload: &str, figure: f64, unit: &'static str) -> Row {
+        Row {
+            workload: workload.into(),
+            figure,
+            unit,
+            baseline_name: None,
+            baseline: None,
+            ratio: None,
+            target: None,
+            met: None,
+            note: None,
+        }
+    }
+
+    pub fn baseline(mut self, name: &str, value: f64) -> Row {
+        self.baseline_name = Some(name.into());
+        self.baseline = Some(value);
+        self.ratio = (value > 0.0).then(|| self.figure / value);
+        self
+    }
+
+    /// Figure / baseline must reach `min`.
+    pub fn target_ratio(mut self, min: f64) -> Row {
+        self.target = Some(format!(">= {min}x"));
+        self.met = self.ratio.map(|r| r >= min);
+        self
+    }
+
+    pub fn target_below(mut self, max: f64) -> Row {
+        self.target = Some(format!("< {max} {}", self.unit));
+        self.met = Some(self.figure < max);
+        self
+    }
+
+    pub fn target_above(mut self, min: f64) -> Row {
+        self.target = Some(format!(">= {min} {}", self.unit));
+        self.met = Some(self.figure >= min);
+        self
+    }
+
+    pub fn note(mut self, note: String) -> Row {
+        self.note = Some(note);
+        self
+    }
+}
+
+fn print(rows: &[Row]) {
+    println!(
+        "{:<46} {:>14} {:<10} {:>28} {:>8} {:>16} {:>7}",
+        "workload", "figure", "unit", "baseline", "ratio", "target", "verdict"
+    );
+    for r in rows {
+        let baseline = match (&r.baseline_name, r.baseline) {
+            (Some(n), Some(v)) => format!("{v:.0} ({n})"),
+            _ => "-".into(),
+        };
+        let ratio = r.ratio.map_or("-".into(), |x| format!("{x:.2}x"));
+        let verdict = match r.met {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "-",
+        };
+        println!(
+            "{:<46} {:>14.2} {:<10} {:>28} {:>8} {:>16} {:>7}{}",
+            r.workload,
+            r.figure,
+            r.unit,
+            baseline,
+            ratio,
+            r.target.clone().unwrap_or_else(|| "-".into()),
+            verdict,
+            r.note.as_ref().map(|n| format!("  ({n})")).unwrap_or_default()
+        );
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let scale = if args.quick { Scale::quick() } else { Scale::full() };
+    let dir = ScratchDir::new();
+    let wanted = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    if wanted("cold") {
+        rows.extend(workloads::cold_start(dir.path()).await);
+    }
+    if wanted("ingest") {
+        rows.extend(workloads::ingestion(dir.path(), &scale, &mut failures).await);
+    }
+    if wanted("kill") {
+        rows.extend(workloads::kill9(dir.path(), &scale, &mut failures).await);
+    }
+    if wanted("dispatch") {
+        rows.extend(workloads::dispatch(dir.path(), &scale).await);
+    }
+    if wanted("storm") {
+        rows.extend(workloads::reconnect_storm(dir.path(), &scale, &mut failures).await);
+    }
+    print(&rows);
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({"quick": args.quick, "rows": rows, "failures": failures});
+        if let Err(e) = std::fs::write(path, serde_json::to_vec_pretty(&doc).expect("json")) {
+            eprintln!("aiwg-bench: cannot write {}: {e}", path.display());
+        }
+    }
+    if failures.is_empty() {
+        println!("aiwg-bench: every correctness gate held");
+        ExitCode::SUCCESS
+    } else {
+        for f in &failures {
+            eprintln!("aiwg-bench: correctness gate failed: {f}");
+        }
+        ExitCode::FAILURE
+    }
+}
+
+/// A scratch directory for the run's data dirs, removed at the end.
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn new() -> ScratchDir {
+        let dir =
+            std::env::temp_dir().join(format!("aiwg-bench-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        ScratchDir(dir)
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

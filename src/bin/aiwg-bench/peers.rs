@@ -1,0 +1,233 @@
+//! The load side: a real `aiwg-serve` started as a separate process, and executors played by this
+//! process over real HTTP and WebSockets.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aiwg_serve::cli::client::Client;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// The server under test.
+pub struct Serve {
+    pub child: Child,
+    pub base: String,
+    pub data_dir: PathBuf,
+    /// From spawn to the "listening" line.
+    pub started_in: Duration,
+}
+
+impl Serve {
+    pub fn start(data_dir: &Path, extra_env: &[(&str, &str)]) -> Serve {
+        let began = Instant::now();
+        let mut command = Command::new(serve_binary());
+        command
+            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .env("AIWG_SERVE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in extra_env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().expect("spawn aiwg-serve (build it first: cargo build --release)");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(addr) = line.split_whitespace().find_map(|w| w.strip_prefix("addr=")) {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        });
+        let addr = rx.recv_timeout(Duration::from_secs(30)).expect("aiwg-serve reports its address");
+        Serve { child, base: format!("http://{addr}"), data_dir: data_dir.to_path_buf(), started_in: began.elapsed() }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.base, None)
+    }
+
+    pub fn ws(&self, path: &str) -> String {
+        format!("{}{path}", self.base.replacen("http://", "ws://", 1))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `aiwg-serve` next to this binary.
+fn serve_binary() -> PathBuf {
+    let me = std::env::current_exe().expect("own path");
+    me.with_file_name("aiwg-serve")
+}
+
+/// Resident memory of a process, in bytes.
+pub fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// One REST listener that accepts every dispatch, shared by all simulated executors. It counts what
+/// it received per mission so duplicates can be detected.
+pub struct RestPeer {
+    pub addr: SocketAddr,
+    pub received: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>,
+}
+
+impl RestPeer {
+    pub async fn start() -> RestPeer {
+        let received = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<String, u32>::new()));
+        let seen = received.clone();
+        let app = Router::new().route(
+            "/api/v1/sessions/{session}/dispatch",
+            post(move |Json(body): Json<Value>| {
+                let seen = seen.clone();
+                async move {
+                    let id = body["mission_id"].as_str().unwrap_or_default().to_owned();
+                    *seen.lock().unwrap().entry(id.clone()).or_default() += 1;
+                    (StatusCode::ACCEPTED, Json(json!({"mission_id": id, "status": "assigned"})))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        RestPeer { addr, received }
+    }
+}
+
+/// A simulated executor: its id, token, and socket.
+pub struct Peer {
+    pub id: String,
+    pub token: String,
+}
+
+impl Peer {
+    pub async fn register(serve: &Serve, rest: SocketAddr, capabilities: &[&str]) -> Peer {
+        let id = uuid::Uuid::new_v4().to_string();
+        let body = json!({"executor_id": id, "name": "bench", "version": "1", "spec_version": "1.0.0",
+            "transport_endpoints": {"rest": format!("http://{rest}"), "ws": format!("ws://{rest}")},
+            "capabilities": capabilities});
+        let answer = serve.client().post("/api/v1/executors/register", &body).await.expect("register");
+        Peer { id, token: answer["token"].as_str().unwrap().to_owned() }
+    }
+
+    pub async fn connect(&self, serve: &Serve) -> Socket {
+        let url = serve.ws(&format!("/ws/executors/{}?token={}", self.id, self.token));
+        tokio_tungstenite::connect_async(url).await.expect("executor socket").0
+    }
+
+    pub fn envelope(&self, event: &str, mission_id: Option<&str>, data: Value) -> Message {
+        let mut e = json!({"event": event, "executor_id": self.id, "ts": "2026-01-01T00:00:00.000Z", "data": data});
+        if let Some(m) = mission_id {
+            e["mission_id"] = json!(m);
+        }
+        Message::text(e.to_string())
+    }
+}
+
+/// Waits for the next ack or error frame, skipping pushed envelopes and control frames.
+pub async fn next_answer(stream: &mut SplitStream<Socket>) -> Option<Value> {
+    loop {
+        match stream.next().await? {
+            Ok(Message::Text(t)) => {
+                let v: Value = serde_json::from_str(t.as_str()).ok()?;
+                if v.get("ack").is_some() || v.get("error").is_some() {
+                    return Some(v);
+                }
+            }
+            Ok(Message::Close(_)) | Err(_) => return None,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Streams `count` progress events for a mission, keeping up to `window` unacknowledged; returns the
+/// sequence numbers acknowledged and the latency of each ack (send to ack).
+pub async fn stream_progress(
+    peer: &Peer,
+    socket: Socket,
+    mission_id: &str,
+    count: usize,
+    window: usize,
+    pace: Option<Duration>,
+) -> (Vec<i64>, Vec<Duration>) {
+    let (mut sink, mut stream): (SplitSink<Socket, Message>, SplitStream<Socket>) = socket.split();
+    let mut in_flight: VecDeque<Instant> = VecDeque::new();
+    let mut seqs = Vec::with_capacity(count);
+    let mut latencies = Vec::with_capacity(count);
+    let mut sent = 0;
+    let start = Instant::now();
+    while seqs.len() < count {
+        let due = pace.map(|p| start + p * sent as u32);
+        let may_send = sent < count && in_flight.len() < window && due.is_none_or(|d| Instant::now() >= d);
+        if may_send {
+            let frame = peer.envelope(
+                "mission.progress",
+                Some(mission_id),
+                json!({"iteration": sent, "summary": "benchmark progress line of a typical length"}),
+            );
+            in_flight.push_back(Instant::now());
+            if sink.send(frame).await.is_err() {
+                break;
+            }
+            sent += 1;
+            continue;
+        }
+        let wait = match due.filter(|_| sent < count && in_flight.len() < window) {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => Duration::from_secs(30),
+        };
+        match tokio::time::timeout(wait, next_answer(&mut stream)).await {
+            Ok(Some(answer)) => {
+                let sent_at = in_flight.pop_front().unwrap_or_else(Instant::now);
+                if let Some(seq) = answer["seq"].as_i64() {
+                    seqs.push(seq);
+                    latencies.push(sent_at.elapsed());
+                }
+            }
+            Ok(None) => break,
+            Err(_) => {}
+        }
+    }
+    let _ = sink.close().await;
+    (seqs, latencies)
+}

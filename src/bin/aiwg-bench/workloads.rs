@@ -1,0 +1,464 @@
+//! The workloads of DESIGN section 7, each measured beside its baseline in the same run.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aiwg_serve::cli::client::Client;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection, QueryBuilder, Sqlite};
+
+use crate::histogram::Histogram;
+use crate::peers::{self, Peer, RestPeer, Serve};
+use crate::{Row, Scale};
+
+fn micros(d: Duration) -> u64 {
+    d.as_micros() as u64
+}
+
+fn mission_id(i: usize) -> String {
+    format!("m-{}-{i}", uuid::Uuid::new_v4().simple())
+}
+
+async fn dispatch_to(client: &Client, executor: &str, id: &str) {
+    let body = json!({"mission_id": id, "objective": "benchmark", "completion": "c",
+                      "executor_filter": {"executor_id": executor, "capabilities": []}});
+    client.post("/api/v1/sessions/bench/dispatch", &body).await.expect("dispatch");
+}
+
+/// Cold start with an empty data dir, and idle memory once listening.
+pub async fn cold_start(dir: &Path) -> Vec<Row> {
+    let serve = Serve::start(&dir.join("cold"), &[]);
+    let started = serve.started_in;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss = peers::rss(serve.pid());
+    serve.stop();
+    vec![
+        Row::new("cold start to listening", started.as_secs_f64() * 1e3, "ms").target_below(100.0),
+        Row::new("idle memory (RSS)", rss as f64 / (1024.0 * 1024.0), "MiB").target_below(20.0),
+    ]
+}
+
+/// Durable ingestion: executors stream `mission.progress`; an event counts once acknowledged, which
+/// serve does only after commit; the rows in the store are counted at the end.
+pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec<Row> {
+    let serve = Serve::start(&dir.join("ingest"), &[]);
+    let rest = RestPeer::start().await;
+    let client = serve.client();
+    let mut streams = Vec::new();
+    for i in 0..scale.ingest_executors {
+        let peer = Peer::register(&serve, rest.addr, &[]).await;
+        let socket = peer.connect(&serve).await;
+        let id = mission_id(i);
+        wait_connected(&client, &peer.id).await;
+        dispatch_to(&client, &peer.id, &id).await;
+        streams.push((peer, socket, id));
+    }
+    let per = scale.ingest_events_per_executor;
+    let began = Instant::now();
+    let tasks: Vec<_> = streams
+        .into_iter()
+        .map(|(peer, socket, id)| {
+            tokio::spawn(async move { peers::stream_progress(&peer, socket, &id, per, 256, None).await })
+        })
+        .collect();
+    let mut acked = 0;
+    let mut seqs = Vec::new();
+    for t in tasks {
+        let (s, _) = t.await.unwrap();
+        acked += s.len();
+        seqs.extend(s);
+    }
+    let elapsed = began.elapsed();
+    let rate = acked as f64 / elapsed.as_secs_f64();
+
+    // Half the peak, paced (open loop), for the commit latency.
+    let mut latency = Histogram::default();
+    let half_per_executor = rate / 2.0 / scale.ingest_executors as f64;
+    let interval = Duration::from_secs_f64(1.0 / half_per_executor.max(1.0));
+    let paced_count = ((half_per_executor * scale.paced_seconds) as usize).max(10);
+    let mut paced = Vec::new();
+    for i in 0..scale.ingest_executors {
+        let peer = Peer::register(&serve, rest.addr, &[]).await;
+        let socket = peer.connect(&serve).await;
+        let id = mission_id(10_000 + i);
+        wait_connected(&client, &peer.id).await;
+        dispatch_to(&client, &peer.id, &id).await;
+        paced.push(tokio::spawn(async move {
+            peers::stream_progress(&peer, socket, &id, paced_count, 1024, Some(interval)).await
+        }));
+    }
+    for t in paced {
+        let (s, lat) = t.await.unwrap();
+        acked += s.len();
+        seqs.extend(s);
+        for l in lat {
+            latency.record(micros(l));
+        }
+    }
+    let db = serve.data_dir.join("aiwg-serve.db");
+    serve.stop();
+    let stored = count_progress(&db).await;
+    if stored != acked as i64 {
+        failures.push(format!("ingestion: {acked} events acknowledged but {stored} stored"));
+    }
+    let unique: HashSet<i64> = seqs.iter().copied().collect();
+    if unique.len() != seqs.len() {
+        failures.push("ingestion: a sequence number was acknowledged twice".into());
+    }
+
+    let rows_for_baseline = acked.min(scale.baseline_rows);
+    let batched = raw_insert_rate(&dir.join("raw-batched.db"), rows_for_baseline, 1000).await;
+    let single = raw_insert_rate(&dir.join("raw-single.db"), rows_for_baseline.min(scale.single_row_rows), 1).await;
+    vec![
+        Row::new("ingestion, durable events/s", rate, "ev/s")
+            .baseline("raw SQLite 1000 rows/txn", batched)
+            .target_ratio(0.5),
+        Row::new("ingestion vs single-row commits", rate, "ev/s")
+            .baseline("raw SQLite 1 row/txn", single)
+            .target_ratio(5.0),
+        Row::new("commit latency p99 at half peak", latency.quantile(0.99) as f64 / 1e3, "ms").target_below(20.0),
+        Row::new("commit latency p50 at half peak", latency.quantile(0.5) as f64 / 1e3, "ms"),
+    ]
+}
+
+async fn wait_connected(client: &Client, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(e) = client.get(&format!("/api/v1/executors/{id}")).await {
+            if e["connected"] == true {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("executor {id} never connected");
+}
+
+async fn open(db: &Path) -> sqlx::SqliteConnection {
+    SqliteConnectOptions::from_str("sqlite:")
+        .unwrap()
+        .filename(db)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .disable_statement_logging()
+        .connect()
+        .await
+        .expect("open SQLite")
+}
+
+async fn count_progress(db: &Path) -> i64 {
+    let mut conn = open(db).await;
+    sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event = 'mission.progress'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or(-1)
+}
+
+/// The limit: the same rows into the same table (schema and indexes) with raw sqlx, `per_txn` rows
+/// per transaction, same synchronous mode.
+async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize) -> f64 {
+    let _ = std::fs::remove_file(db);
+    let mut conn = open(db).await;
+    sqlx::raw_sql(include_str!("../../../migrations/0001_init.sql")).execute(&mut conn).await.unwrap();
+    let data = json!({"iteration": 1, "summary": "benchmark progress line of a typical length"}).to_string();
+    let began = Instant::now();
+    let mut seq = 1i64;
+    while (seq as usize) <= rows {
+        let n = per_txn.min(rows + 1 - seq as usize);
+        let mut tx = conn.begin().await.unwrap();
+        let mut q: QueryBuilder<Sqlite> =
+            QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
+        q.push_values(seq..seq + n as i64, |mut b, s| {
+            b.push_bind(s)
+                .push_bind("mission.progress")
+                .push_bind("00000000-0000-0000-0000-000000000000")
+                .push_bind("m-bench")
+                .push_bind("2026-01-01T00:00:00.000Z")
+                .push_bind("2026-01-01T00:00:00.000Z")
+                .push_bind(&data)
+                .push_bind(None::<String>);
+        });
+        q.build().execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+        seq += n as i64;
+    }
+    rows as f64 / began.elapsed().as_secs_f64()
+}
+
+/// `kill -9` during ingestion: after a restart every acknowledged event is in the store.
+pub async fn kill9(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec<Row> {
+    let data = dir.join("kill9");
+    let serve = Serve::start(&data, &[]);
+    let rest = RestPeer::start().await;
+    let client = serve.client();
+    let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..scale.kill_executors {
+        let peer = Peer::register(&serve, rest.addr, &[]).await;
+        let socket = peer.connect(&serve).await;
+        wait_connected(&client, &peer.id).await;
+        let id = mission_id(i);
+        dispatch_to(&client, &peer.id, &id).await;
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut sink, mut stream) = socket.split();
+            use futures_util::SinkExt;
+            let mut n = 0;
+            loop {
+                let frame = peer.envelope("mission.progress", Some(&id), json!({"iteration": n}));
+                if sink.send(frame).await.is_err() {
+                    return;
+                }
+                n += 1;
+                match peers::next_answer(&mut stream).await {
+                    Some(a) => {
+                        if let Some(seq) = a["seq"].as_i64() {
+                            acked.lock().unwrap().push(seq);
+                        }
+                    }
+                    None => return,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(scale.kill_after).await;
+    serve.kill9();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let acked = acked.lock().unwrap().clone();
+    let restarted = Serve::start(&data, &[]);
+    let db = restarted.data_dir.join("aiwg-serve.db");
+    restarted.stop();
+    let mut conn = open(&db).await;
+    let stored: Vec<i64> = sqlx::query_scalar("SELECT seq FROM events").fetch_all(&mut conn).await.unwrap();
+    let stored: HashSet<i64> = stored.into_iter().collect();
+    let missing = acked.iter().filter(|s| !stored.contains(s)).count();
+    if missing > 0 || acked.is_empty() {
+        failures.push(format!("kill -9: {missing} of {} acknowledged events missing after restart", acked.len()));
+    }
+    vec![Row::new("kill -9: acknowledged events missing", missing as f64, "events")
+        .target_below(0.5)
+        .note(format!("of {} acked", acked.len()))]
+}
+
+/// Dispatch throughput and latency with many connected executors, beside a bare axum handler of the
+/// same HTTP shape.
+pub async fn dispatch(dir: &Path, scale: &Scale) -> Vec<Row> {
+    let serve = Serve::start(&dir.join("dispatch"), &[]);
+    let rest = RestPeer::start().await;
+    let client = Arc::new(serve.client());
+    let mut sockets = Vec::new();
+    for _ in 0..scale.dispatch_executors {
+        let peer = Peer::register(&serve, rest.addr, &[]).await;
+        sockets.push(peer.connect(&serve).await);
+    }
+    let connected = || async {
+        client.get("/api/v1/executors").await.unwrap()["executors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["connected"] == true)
+            .count()
+    };
+    while connected().await < scale.dispatch_executors {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let shape = |i: usize| json!({"mission_id": mission_id(i), "objective": "benchmark", "completion": "c"});
+    let (rate, _) = closed_loop(&client, "/api/v1/sessions/bench/dispatch", scale.dispatches, 64, shape).await;
+    let latency =
+        open_loop(&client, "/api/v1/sessions/bench/dispatch", scale.open_loop_rate, scale.open_loop_seconds, shape)
+            .await;
+    drop(sockets);
+    serve.stop();
+
+    let bare = bare_server().await;
+    let bare_client = Arc::new(Client::new(&format!("http://{bare}"), None));
+    let (bare_rate, _) = closed_loop(&bare_client, "/dispatch", scale.dispatches, 64, shape).await;
+    vec![
+        Row::new(&format!("dispatch, {} executors connected", scale.dispatch_executors), rate, "missions/s")
+            .baseline("bare axum POST", bare_rate)
+            .target_above(5000.0),
+        Row::new(
+            &format!("dispatch latency p99 at {}/s", scale.open_loop_rate),
+            latency.quantile(0.99) as f64 / 1e3,
+            "ms",
+        )
+        .target_below(10.0),
+        Row::new(
+            &format!("dispatch latency p50 at {}/s", scale.open_loop_rate),
+            latency.quantile(0.5) as f64 / 1e3,
+            "ms",
+        ),
+    ]
+}
+
+/// A bare axum server answering the same shapes as serve: the HTTP limit of this machine.
+async fn bare_server() -> std::net::SocketAddr {
+    let app = Router::new()
+        .route(
+            "/dispatch",
+            post(|Json(body): Json<Value>| async move {
+                (
+                    axum::http::StatusCode::ACCEPTED,
+                    Json(json!({"mission_id": body["mission_id"], "executor_id": "x", "status": "assigned"})),
+                )
+            }),
+        )
+        .route("/missions", get(|| async { Json(json!({"missions": []})) }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// `total` requests with `concurrency` in flight; requests per second and their latencies.
+async fn closed_loop(
+    client: &Arc<Client>,
+    path: &str,
+    total: usize,
+    concurrency: usize,
+    body: impl Fn(usize) -> Value,
+) -> (f64, Histogram) {
+    let bodies: Vec<Value> = (0..total).map(&body).collect();
+    let queue = Arc::new(std::sync::Mutex::new(bodies));
+    let began = Instant::now();
+    let workers: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (client, queue, path) = (client.clone(), queue.clone(), path.to_owned());
+            tokio::spawn(async move {
+                let mut h = Histogram::default();
+                loop {
+                    let Some(b) = queue.lock().unwrap().pop() else { return h };
+                    let t = Instant::now();
+                    let _ = client.post(&path, &b).await;
+                    h.record(micros(t.elapsed()));
+                }
+            })
+        })
+        .collect();
+    let mut all = Histogram::default();
+    for w in workers {
+        all.merge(&w.await.unwrap());
+    }
+    (total as f64 / began.elapsed().as_secs_f64(), all)
+}
+
+/// Requests at a fixed rate regardless of answers (latency without coordinated omission).
+async fn open_loop(
+    client: &Arc<Client>,
+    path: &str,
+    rate: f64,
+    seconds: f64,
+    body: impl Fn(usize) -> Value,
+) -> Histogram {
+    let total = (rate * seconds) as usize;
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(total);
+    for i in 0..total {
+        tokio::time::sleep_until(start + interval * i as u32).await;
+        let (client, path, b) = (client.clone(), path.to_owned(), body(100_000 + i));
+        let scheduled = start + interval * i as u32;
+        tasks.push(tokio::spawn(async move {
+            let _ = client.post(&path, &b).await;
+            scheduled.elapsed()
+        }));
+    }
+    let mut h = Histogram::default();
+    for t in tasks {
+        h.record(micros(t.await.unwrap()));
+    }
+    h
+}
+
+/// `serve` restarts under a fleet that resyncs at once: time until every executor's resync is
+/// acknowledged, and no mission lost or dispatched twice.
+pub async fn reconnect_storm(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec<Row> {
+    let data = dir.join("storm");
+    let serve = Serve::start(&data, &[]);
+    let rest = RestPeer::start().await;
+    let client = serve.client();
+    let mut fleet = Vec::new();
+    for _ in 0..scale.storm_executors {
+        let peer = Peer::register(&serve, rest.addr, &["resumable"]).await;
+        let socket = peer.connect(&serve).await;
+        fleet.push((peer, socket, Vec::new()));
+    }
+    for (peer, _, missions) in fleet.iter_mut() {
+        wait_connected(&client, &peer.id).await;
+        for i in 0..5 {
+            let id = mission_id(i);
+            dispatch_to(&client, &peer.id, &id).await;
+            missions.push(id);
+        }
+    }
+    let fleet: Vec<(Peer, Vec<String>)> = fleet
+        .into_iter()
+        .map(|(p, s, m)| {
+            drop(s);
+            (p, m)
+        })
+        .collect();
+    serve.stop();
+    let serve = Arc::new(Serve::start(&data, &[]));
+    let began = Instant::now();
+    let tasks: Vec<_> = fleet
+        .into_iter()
+        .map(|(peer, missions)| {
+            let serve = serve.clone();
+            tokio::spawn(async move {
+                use futures_util::SinkExt;
+                let socket = peer.connect(&serve).await;
+                let (mut sink, mut stream) = socket.split();
+                let resync = peer.envelope("executor.resync", None, json!({"owned_mission_ids": missions}));
+                sink.send(resync).await.unwrap();
+                let answer = peers::next_answer(&mut stream).await;
+                (answer.is_some_and(|a| a["ack"] == true), sink, stream, missions)
+            })
+        })
+        .collect();
+    let mut all_ok = true;
+    let mut held = Vec::new();
+    let mut ids = Vec::new();
+    for t in tasks {
+        let (ok, sink, stream, missions) = t.await.unwrap();
+        all_ok &= ok;
+        held.push((sink, stream));
+        ids.extend(missions);
+    }
+    let reconciled = began.elapsed();
+    let client = serve.client();
+    let mut lost = 0;
+    for id in &ids {
+        let m = client.get(&format!("/api/v1/missions/{id}")).await.unwrap_or(Value::Null);
+        if m["state"] != "assigned" {
+            lost += 1;
+        }
+    }
+    let duplicated = rest.received.lock().unwrap().values().filter(|n| **n > 1).count();
+    if !all_ok || lost > 0 || duplicated > 0 {
+        failures.push(format!(
+            "reconnect storm: resyncs all acknowledged: {all_ok}, {lost} missions lost, {duplicated} dispatched twice"
+        ));
+    }
+    drop(held);
+    vec![
+        Row::new(
+            &format!("reconnect storm, {} executors x 5 missions", scale.storm_executors),
+            reconciled.as_secs_f64(),
+            "s",
+        )
+        .target_below(5.0),
+        Row::new("reconnect storm: missions lost or duplicated", (lost + duplicated) as f64, "missions")
+            .target_below(0.5),
+    ]
+}
