@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 
 use serde::Serialize;
 use serde_json::json;
@@ -40,11 +40,24 @@ struct Entry {
     /// Advances on every attach and every last-socket close, so a disconnect timer can tell whether the
     /// disconnection it watches is still the current one.
     epoch: u64,
+    /// The latest event's timestamp, updated on every committed event under the registry's *read* lock
+    /// (the row's copy is refreshed from it whenever the row is read).
+    last_event: Mutex<Option<String>>,
 }
 
 impl Entry {
+    fn new(row: ExecutorRow, token: Option<String>) -> Entry {
+        let last_event = Mutex::new(row.last_event_ts.clone());
+        Entry { row, token, links: Vec::new(), active_missions: 0, ever_connected: false, epoch: 0, last_event }
+    }
+
     fn live(&self) -> bool {
         self.row.deregistered_at.is_none()
+    }
+
+    /// The row with the latest event timestamp.
+    fn current_row(&self) -> ExecutorRow {
+        ExecutorRow { last_event_ts: self.last_event.lock().expect("entry lock").clone(), ..self.row.clone() }
     }
 }
 
@@ -104,8 +117,7 @@ impl Registry {
             if row.deregistered_at.is_none() {
                 inner.by_token.insert(row.token_hash, row.identity.executor_id.clone());
             }
-            let entry =
-                Entry { row, token: None, links: Vec::new(), active_missions: 0, ever_connected: false, epoch: 0 };
+            let entry = Entry::new(row, None);
             inner.executors.insert(entry.row.identity.executor_id.clone(), entry);
         }
         Ok(Registry { inner: RwLock::new(inner), store })
@@ -139,7 +151,7 @@ impl Registry {
                 registered_from: Some(peer.to_string()),
                 seen_non_loopback: !loopback || existing.is_some_and(|e| e.row.seen_non_loopback),
                 draining: existing.is_some_and(|e| e.row.draining),
-                last_event_ts: existing.and_then(|e| e.row.last_event_ts.clone()),
+                last_event_ts: existing.and_then(|e| e.last_event.lock().expect("entry lock").clone()),
                 disconnected_at: existing.and_then(|e| e.row.disconnected_at.clone()),
                 deregistered_at: None,
             };
@@ -170,14 +182,7 @@ impl Registry {
                     e.token = Some(token);
                 }
                 None => {
-                    let entry = Entry {
-                        row,
-                        token: Some(token),
-                        links: Vec::new(),
-                        active_missions: 0,
-                        ever_connected: false,
-                        epoch: 0,
-                    };
+                    let entry = Entry::new(row, Some(token));
                     inner.executors.insert(p.executor_id.clone(), entry);
                 }
             }
@@ -231,7 +236,7 @@ impl Registry {
         for link in entry.links.drain(..) {
             link.send(Outbound::Close(1000, "deregistered"));
         }
-        let row = entry.row.clone();
+        let row = entry.current_row();
         inner.by_token.remove(&old_hash);
         let event = EventRow {
             event: EventType::ExecutorDeregistered.as_str().into(),
@@ -250,7 +255,7 @@ impl Registry {
         let mut inner = self.inner.write().expect("registry lock");
         let e = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
         e.row.draining = draining;
-        Some(e.row.clone())
+        Some(e.current_row())
     }
 
     pub fn is_token_of_an_executor(&self, hash: &tokens::TokenHash) -> bool {
@@ -301,7 +306,7 @@ impl Registry {
         if before > 0 && e.links.is_empty() && e.live() {
             e.row.disconnected_at = Some(clock::now());
             e.epoch += 1;
-            return Some((e.row.clone(), e.epoch));
+            return Some((e.current_row(), e.epoch));
         }
         None
     }
@@ -326,9 +331,9 @@ impl Registry {
 
     /// Remembers the timestamp of the executor's latest accepted event.
     pub fn seen(&self, executor_id: &str, ts: &str) {
-        let mut inner = self.inner.write().expect("registry lock");
-        if let Some(e) = inner.executors.get_mut(executor_id) {
-            e.row.last_event_ts = Some(ts.to_owned());
+        let inner = self.inner.read().expect("registry lock");
+        if let Some(e) = inner.executors.get(executor_id) {
+            *e.last_event.lock().expect("entry lock") = Some(ts.to_owned());
         }
     }
 
@@ -394,7 +399,7 @@ fn status_of(e: &Entry) -> ExecutorStatus {
     ExecutorStatus {
         identity: r.identity.clone(),
         connected: !e.links.is_empty(),
-        last_event_ts: r.last_event_ts.clone(),
+        last_event_ts: e.last_event.lock().expect("entry lock").clone(),
         active_mission_count: e.active_missions,
         registered_at: r.registered_at.clone(),
         disconnected_at: r.disconnected_at.clone(),

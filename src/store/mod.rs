@@ -101,6 +101,11 @@ pub struct MissionPatch {
 }
 
 impl MissionPatch {
+    /// Nothing but "the mission changed now" (what progress events record).
+    fn is_touch(&self) -> bool {
+        self == &MissionPatch { updated_at: self.updated_at.clone(), ..MissionPatch::default() }
+    }
+
     fn merge(&mut self, later: MissionPatch) {
         macro_rules! take {
             ($($f:ident),*) => { $( if later.$f.is_some() { self.$f = later.$f; } )* };

@@ -24,8 +24,8 @@ use super::{
 };
 
 const MAX_BATCH: usize = 2048;
-/// Rows per multi-row INSERT: 8 parameters each stays far below SQLite's bound-parameter limit.
-const EVENT_ROWS_PER_STATEMENT: usize = 500;
+/// Rows per multi-row statement: 8 parameters each stays far below SQLite's bound-parameter limit.
+const ROWS_PER_STATEMENT: usize = 500;
 
 type Reply = oneshot::Sender<Result<Vec<i64>>>;
 
@@ -123,7 +123,7 @@ async fn commit_batch(
     let units: Vec<&[Change]> = batch.iter().map(|(c, _)| c.as_slice()).collect();
     match in_transaction(conn, &units, next_seq).await {
         Ok((results, committed)) => {
-            publish(feed, committed);
+            publish(feed, &units, &committed);
             for ((_, reply), result) in batch.drain(..).zip(results) {
                 let _ = reply.send(result);
             }
@@ -134,7 +134,7 @@ async fn commit_batch(
             for (changes, reply) in batch.drain(..) {
                 let result = match in_transaction(conn, &[changes.as_slice()], next_seq).await {
                     Ok((mut r, committed)) => {
-                        publish(feed, committed);
+                        publish(feed, &[changes.as_slice()], &committed);
                         r.pop().unwrap_or(Ok(Vec::new()))
                     }
                     Err(e) => Err(StoreError::Db(e)),
@@ -154,17 +154,32 @@ pub(super) struct Feed {
     pub(super) committed: Arc<AtomicI64>,
 }
 
-fn publish(feed: &Feed, committed: Vec<StoredEvent>) {
-    if let Some(last) = committed.last() {
-        feed.committed.store(last.seq, Ordering::SeqCst);
+/// What a transaction committed to the log: each event's sequence number and where it is among the
+/// units (unit, change), and the commit time.
+struct Committed {
+    events: Vec<(i64, usize, usize)>,
+    received_at: String,
+}
+
+/// Publishes committed events. The newest sequence is stored *before* looking for followers, and
+/// followers subscribe *before* reading it, so one that subscribed too late for this batch starts after
+/// it: nobody misses an event, and nobody pays for building them when nobody follows.
+fn publish(feed: &Feed, units: &[&[Change]], committed: &Committed) {
+    let Some((last, _, _)) = committed.events.last() else { return };
+    feed.committed.store(*last, Ordering::SeqCst);
+    if feed.tx.receiver_count() == 0 {
+        return;
     }
-    for event in committed {
-        // No subscriber is not an error: the log is in the database.
-        let _ = feed.tx.send(Arc::new(event));
+    for (seq, unit, change) in &committed.events {
+        if let Change::AppendEvent(ev) = &units[*unit][*change] {
+            let event = StoredEvent { seq: *seq, envelope: ev.envelope(), received_at: committed.received_at.clone() };
+            // A follower that left meanwhile is not an error: the log is in the database.
+            let _ = feed.tx.send(Arc::new(event));
+        }
     }
 }
 
-type Applied = (Vec<Result<Vec<i64>>>, Vec<StoredEvent>);
+type Applied = (Vec<Result<Vec<i64>>>, Committed);
 
 /// Applies units in one transaction. The outer error is a database failure (nothing committed, the
 /// sequence counter restored); inner errors are per-unit refusals inside a committed batch. Returns the
@@ -197,15 +212,16 @@ async fn apply(
     now: &str,
 ) -> std::result::Result<Applied, sqlx::Error> {
     let mut events: Vec<(i64, &EventRow)> = Vec::new();
+    let mut positions: Vec<(i64, usize, usize)> = Vec::new();
     let mut patch_order: Vec<&str> = Vec::new();
     let mut patches: HashMap<&str, MissionPatch> = HashMap::new();
     let mut seen: HashMap<&str, &str> = HashMap::new();
     let mut results = Vec::with_capacity(units.len());
 
-    for unit in units {
+    for (unit_index, unit) in units.iter().enumerate() {
         let mut seqs = Vec::new();
         let mut refused = None;
-        for change in unit.iter() {
+        for (change_index, change) in unit.iter().enumerate() {
             match change {
                 Change::InsertMission(m) => {
                     if !insert_mission(conn, m).await? {
@@ -228,6 +244,7 @@ async fn apply(
                 },
                 Change::AppendEvent(ev) => {
                     events.push((*next_seq, ev));
+                    positions.push((*next_seq, unit_index, change_index));
                     seqs.push(*next_seq);
                     *next_seq += 1;
                 }
@@ -239,7 +256,7 @@ async fn apply(
         });
     }
 
-    for chunk in events.chunks(EVENT_ROWS_PER_STATEMENT) {
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
         let mut q: QueryBuilder<Sqlite> =
             QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
         q.push_values(chunk, |mut b, (seq, ev)| {
@@ -254,21 +271,32 @@ async fn apply(
         });
         q.build().execute(&mut *conn).await?;
     }
-    for id in patch_order {
+    // Each statement is a round trip to SQLite's thread, so the common cases are one statement per
+    // batch, not one per mission or executor: most patches only say "this mission changed" (progress).
+    let (touched, patched): (Vec<&str>, Vec<&str>) = patch_order.into_iter().partition(|id| patches[id].is_touch());
+    for chunk in touched.chunks(ROWS_PER_STATEMENT) {
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE missions SET updated_at = ");
+        q.push_bind(now).push(" WHERE mission_id IN (");
+        let mut ids = q.separated(", ");
+        for id in chunk {
+            ids.push_bind(*id);
+        }
+        q.push(")");
+        q.build().execute(&mut *conn).await?;
+    }
+    for id in patched {
         patch_mission(conn, id, &patches[id]).await?;
     }
-    for (id, ts) in seen {
-        sqlx::query("UPDATE executors SET last_event_ts = ? WHERE executor_id = ?")
-            .bind(ts)
-            .bind(id)
-            .execute(&mut *conn)
-            .await?;
+    let seen: Vec<(&str, &str)> = seen.into_iter().collect();
+    for chunk in seen.chunks(ROWS_PER_STATEMENT) {
+        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new("UPDATE executors SET last_event_ts = v.column2 FROM (");
+        q.push_values(chunk, |mut b, (id, ts)| {
+            b.push_bind(*id).push_bind(*ts);
+        });
+        q.push(") AS v WHERE executors.executor_id = v.column1");
+        q.build().execute(&mut *conn).await?;
     }
-    let committed = events
-        .into_iter()
-        .map(|(seq, ev)| StoredEvent { seq, envelope: ev.envelope(), received_at: now.to_owned() })
-        .collect();
-    Ok((results, committed))
+    Ok((results, Committed { events: positions, received_at: now.to_owned() }))
 }
 
 async fn insert_mission(conn: &mut SqliteConnection, m: &MissionRow) -> std::result::Result<bool, sqlx::Error> {
