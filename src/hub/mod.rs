@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::{FuturesOrdered, StreamExt};
-use futures_util::SinkExt;
+use futures_util::{FutureExt, SinkExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -133,7 +133,15 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
                 }
             }
             Some(answer) = answers.next(), if !answers.is_empty() => {
-                if sink.send(Message::Text(Utf8Bytes::from(answer_frame(&app, answer)))).await.is_err() {
+                // Every answer already settled goes out in one write: one syscall per batch, not per ack.
+                let mut sent = sink.feed(Message::Text(Utf8Bytes::from(answer_frame(&app, answer)))).await;
+                while sent.is_ok() {
+                    match answers.next().now_or_never() {
+                        Some(Some(more)) => sent = sink.feed(Message::Text(Utf8Bytes::from(answer_frame(&app, more)))).await,
+                        _ => break,
+                    }
+                }
+                if sent.is_err() || sink.flush().await.is_err() {
                     break None;
                 }
             }

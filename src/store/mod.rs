@@ -271,6 +271,9 @@ impl Store {
             })
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(5))
+            // Statement journals (a multi-row statement inside a larger transaction) stay in memory
+            // instead of a temporary file written on every batch.
+            .pragma("temp_store", "memory")
             .disable_statement_logging();
         let mut conn = options.connect().await?;
         migrate::apply(&mut conn).await?;

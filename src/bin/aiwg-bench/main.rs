@@ -44,6 +44,8 @@ pub struct Scale {
     pub open_loop_rate: f64,
     pub open_loop_seconds: f64,
     pub storm_executors: usize,
+    pub polling_missions: usize,
+    pub polls: usize,
 }
 
 impl Scale {
@@ -61,6 +63,8 @@ impl Scale {
             open_loop_rate: 1000.0,
             open_loop_seconds: 5.0,
             storm_executors: 2000,
+            polling_missions: 1_000_000,
+            polls: 2000,
         }
     }
 
@@ -78,6 +82,8 @@ impl Scale {
             open_loop_rate: 200.0,
             open_loop_seconds: 1.0,
             storm_executors: 50,
+            polling_missions: 10_000,
+            polls: 200,
         }
     }
 }
@@ -150,6 +156,7 @@ fn print(rows: &[Row]) {
     );
     for r in rows {
         let baseline = match (&r.baseline_name, r.baseline) {
+            (Some(n), Some(v)) if v < 100.0 => format!("{v:.2} ({n})"),
             (Some(n), Some(v)) => format!("{v:.0} ({n})"),
             _ => "-".into(),
         };
@@ -192,6 +199,9 @@ async fn main() -> ExitCode {
     }
     if wanted("dispatch") {
         rows.extend(workloads::dispatch(dir.path(), &scale).await);
+    }
+    if wanted("poll") {
+        rows.extend(workloads::polling(dir.path(), &scale).await);
     }
     if wanted("storm") {
         rows.extend(workloads::reconnect_storm(dir.path(), &scale, &mut failures).await);
