@@ -274,12 +274,15 @@ impl Store {
             // Statement journals (a multi-row statement inside a larger transaction) stay in memory
             // instead of a temporary file written on every batch.
             .pragma("temp_store", "memory")
+            // Checkpoints run beside the writer (see `checkpoints`), not inside its commits.
+            .pragma("wal_autocheckpoint", "0")
             .disable_statement_logging();
         let mut conn = options.connect().await?;
         migrate::apply(&mut conn).await?;
         let next_seq: i64 =
             sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events").fetch_one(&mut conn).await?;
         let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
+        tokio::spawn(checkpoints(pool.clone()));
         let (tx, rx) = mpsc::unbounded_channel();
         let feed = writer::Feed {
             tx: broadcast::channel(feed_capacity).0,
@@ -474,6 +477,24 @@ impl Store {
     pub async fn close(&self) {
         self.writer.stop();
         self.pool.close().await;
+    }
+}
+
+/// Moves the WAL into the database once a second from a reader connection (PASSIVE: never blocks the
+/// writer), so that a commit never pays for a checkpoint; ends when the pool closes.
+async fn checkpoints(pool: SqlitePool) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if pool.is_closed() {
+            return;
+        }
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&pool).await {
+            if pool.is_closed() {
+                return;
+            }
+            tracing::warn!(error = %e, "WAL checkpoint failed");
+        }
     }
 }
 
