@@ -19,6 +19,9 @@ use serde::Serialize;
 #[derive(Parser)]
 #[command(name = "aiwg-bench", about = "Benchmarks of aiwg-serve against this machine's own limits")]
 struct Args {
+    /// Internal: run the bare WebSocket server of the idle-fleet baseline and print its port
+    #[arg(long, hide = true)]
+    bare_ws_server: bool,
     /// Small versions of every workload (a CI smoke run); fails only on correctness gates
     #[arg(long)]
     quick: bool,
@@ -46,6 +49,8 @@ pub struct Scale {
     pub storm_executors: usize,
     pub polling_missions: usize,
     pub polls: usize,
+    pub fleet: usize,
+    pub idle_seconds: f64,
 }
 
 impl Scale {
@@ -65,6 +70,8 @@ impl Scale {
             storm_executors: 2000,
             polling_missions: 1_000_000,
             polls: 2000,
+            fleet: 10_000,
+            idle_seconds: 5.0,
         }
     }
 
@@ -84,6 +91,8 @@ impl Scale {
             storm_executors: 50,
             polling_missions: 10_000,
             polls: 200,
+            fleet: 300,
+            idle_seconds: 1.0,
         }
     }
 }
@@ -128,6 +137,13 @@ impl Row {
     pub fn target_ratio(mut self, min: f64) -> Row {
         self.target = Some(format!(">= {min}x"));
         self.met = self.ratio.map(|r| r >= min);
+        self
+    }
+
+    /// Figure / baseline must stay below `max` (memory: at most that many times the bare socket).
+    pub fn target_ratio_below(mut self, max: f64) -> Row {
+        self.target = Some(format!("<= {max}x"));
+        self.met = self.ratio.map(|r| r <= max);
         self
     }
 
@@ -183,6 +199,10 @@ fn print(rows: &[Row]) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if args.bare_ws_server {
+        peers::bare_ws_server().await;
+        return ExitCode::SUCCESS;
+    }
     let scale = if args.quick { Scale::quick() } else { Scale::full() };
     let dir = ScratchDir::new();
     let wanted = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
@@ -202,6 +222,9 @@ async fn main() -> ExitCode {
     }
     if wanted("poll") {
         rows.extend(workloads::polling(dir.path(), &scale).await);
+    }
+    if wanted("fleet") {
+        rows.extend(workloads::idle_fleet(dir.path(), &scale).await);
     }
     if wanted("storm") {
         rows.extend(workloads::reconnect_storm(dir.path(), &scale, &mut failures).await);

@@ -231,3 +231,67 @@ pub async fn stream_progress(
     let _ = sink.close().await;
     (seqs, latencies)
 }
+
+/// CPU time (user + system) of a process so far.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(") ").next().unwrap_or_default().split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    // SAFETY: sysconf only reads its argument.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
+}
+
+fn small_buffers() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
+    tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().read_buffer_size(4096)
+}
+
+/// A client socket with a small read buffer (so the load side of 10,000 sockets stays small too).
+pub async fn small_socket(url: String) -> Socket {
+    tokio_tungstenite::connect_async_with_config(url, Some(small_buffers()), false).await.expect("socket").0
+}
+
+/// The bare baseline server, run as `aiwg-bench --bare-ws-server` in its own process: accepts
+/// WebSockets with a 4 KiB read buffer and holds them, reading, until they close.
+pub async fn bare_ws_server() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    println!("port={}", listener.local_addr().expect("addr").port());
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { continue };
+        tokio::spawn(async move {
+            if let Ok(mut ws) = tokio_tungstenite::accept_async_with_config(tcp, Some(small_buffers())).await {
+                while let Some(Ok(_)) = ws.next().await {}
+            }
+        });
+    }
+}
+
+/// The bare server's process.
+pub struct BareWs {
+    child: Child,
+    pub url: String,
+}
+
+impl BareWs {
+    pub fn start() -> BareWs {
+        let me = std::env::current_exe().expect("own path");
+        let mut child = Command::new(me).arg("--bare-ws-server").stdout(Stdio::piped()).spawn().expect("bare server");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("port line");
+        let port = line.trim().trim_start_matches("port=").to_owned();
+        BareWs { child, url: format!("ws://127.0.0.1:{port}/") }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for BareWs {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

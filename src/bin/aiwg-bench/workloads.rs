@@ -570,3 +570,72 @@ async fn bare_page_server(page: Value) -> std::net::SocketAddr {
     tokio::spawn(async move { axum::serve(listener, app).await });
     addr
 }
+
+/// An idle fleet: memory per open executor socket in serve, beside a bare tokio-tungstenite server with
+/// the same 4 KiB read buffer (a separate process too), and serve's CPU while the fleet idles.
+pub async fn idle_fleet(dir: &Path, scale: &Scale) -> Vec<Row> {
+    let serve = Serve::start(&dir.join("fleet"), &[]);
+    let rest = RestPeer::start().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = peers::rss(serve.pid());
+    let mut peers_list = Vec::with_capacity(scale.fleet);
+    for _ in 0..scale.fleet {
+        peers_list.push(Peer::register(&serve, rest.addr, &[]).await);
+    }
+    let registered = peers::rss(serve.pid());
+    let mut sockets = Vec::with_capacity(scale.fleet);
+    for chunk in peers_list.chunks(200) {
+        let opened = futures_util::future::join_all(
+            chunk.iter().map(|p| peers::small_socket(serve.ws(&format!("/ws/executors/{}?token={}", p.id, p.token)))),
+        )
+        .await;
+        sockets.extend(opened);
+    }
+    let client = serve.client();
+    let wanted = format!("aiwg_executors_connected {}\n", scale.fleet);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let text = metrics_text(&client).await;
+        if text.contains(&wanted) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let connected = peers::rss(serve.pid());
+    let cpu_before = peers::cpu_time(serve.pid());
+    let idle_for = Duration::from_secs_f64(scale.idle_seconds);
+    tokio::time::sleep(idle_for).await;
+    let idle_cpu = (peers::cpu_time(serve.pid()) - cpu_before).as_secs_f64() / idle_for.as_secs_f64() * 100.0;
+    drop(sockets);
+    serve.stop();
+    let per_socket = connected.saturating_sub(registered) as f64 / scale.fleet as f64;
+
+    let bare = peers::BareWs::start();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let bare_before = peers::rss(bare.pid());
+    let mut bare_sockets = Vec::with_capacity(scale.fleet);
+    for chunk in (0..scale.fleet).collect::<Vec<_>>().chunks(200) {
+        let opened = futures_util::future::join_all(chunk.iter().map(|_| peers::small_socket(bare.url.clone()))).await;
+        bare_sockets.extend(opened);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let bare_per_socket = peers::rss(bare.pid()).saturating_sub(bare_before) as f64 / scale.fleet as f64;
+    drop(bare_sockets);
+    let registration = registered.saturating_sub(before) as f64 / scale.fleet as f64;
+    vec![
+        Row::new(&format!("idle fleet, {} sockets: memory per socket", scale.fleet), per_socket / 1024.0, "KiB")
+            .baseline("bare tokio-tungstenite", bare_per_socket / 1024.0)
+            .target_ratio_below(2.0)
+            .note(format!("+{:.1} KiB per registered executor", registration / 1024.0)),
+        Row::new("idle fleet: serve CPU", idle_cpu, "% core").target_below(2.0),
+    ]
+}
+
+async fn metrics_text(client: &Client) -> String {
+    // /metrics is text, which the JSON client hands back as a string value (or null).
+    match client.get("/metrics").await {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
