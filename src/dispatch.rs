@@ -36,6 +36,10 @@ pub struct Dispatched {
     pub queued_reason: Option<String>,
 }
 
+/// Candidates ordered per dispatch: enough to find `dispatch.max_attempts` ready ones among executors
+/// that may report themselves not ready, without ordering a whole fleet.
+const SCREENED_CANDIDATES: usize = 32;
+
 impl Dispatched {
     fn assigned(mission_id: &str, executor_id: &str, estimated_start: Option<String>) -> Dispatched {
         Dispatched {
@@ -76,7 +80,9 @@ impl App {
 
     async fn route_and_forward(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
         let mission_id = payload.mission_id.clone();
-        if self.ledger.contains(&mission_id) || self.store.mission_exists(&mission_id).await? {
+        // A live duplicate is refused without touching the store; any other duplicate by the insert
+        // below, still before anything is forwarded.
+        if self.ledger.contains(&mission_id) {
             return Err(Error::Conflict(format!("mission {mission_id} already exists")));
         }
         if payload.lease.as_ref().is_some_and(|l| l.tools.denies_all()) {
@@ -121,6 +127,9 @@ impl App {
     pub(crate) async fn screen_readiness(&self, mut plan: routing::Plan, unattended: bool) -> routing::Plan {
         let mut kept = Vec::with_capacity(plan.ordered.len());
         for executor_id in std::mem::take(&mut plan.ordered) {
+            if kept.len() == self.config.dispatch.max_attempts {
+                break;
+            }
             if !unattended && !self.registry.has_capability(&executor_id, "x-readiness") {
                 kept.push(executor_id);
                 continue;
@@ -168,7 +177,7 @@ impl App {
             unattended: payload.unattended,
         };
         let rotation = self.rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.registry.with_routing_views(|views| routing::plan(&request, views, rotation))
+        self.registry.with_routing_views(|views| routing::plan(&request, views, rotation, SCREENED_CANDIDATES))
     }
 
     /// Hands a stored mission to its first candidate, then the next ones on refusal; the mission must

@@ -27,6 +27,8 @@ struct Inner {
     executors: HashMap<String, Entry>,
     /// Current token hash -> executor, to tell "another executor's token" from "no valid token".
     by_token: HashMap<tokens::TokenHash, String>,
+    /// Executor ids in registration order (executors are never removed): routing's stable order.
+    order: Vec<String>,
 }
 
 struct Entry {
@@ -118,6 +120,7 @@ impl Registry {
                 inner.by_token.insert(row.token_hash, row.identity.executor_id.clone());
             }
             let entry = Entry::new(row, None);
+            inner.order.push(entry.row.identity.executor_id.clone());
             inner.executors.insert(entry.row.identity.executor_id.clone(), entry);
         }
         Ok(Registry { inner: RwLock::new(inner), store })
@@ -183,6 +186,7 @@ impl Registry {
                 }
                 None => {
                     let entry = Entry::new(row, Some(token));
+                    inner.order.push(p.executor_id.clone());
                     inner.executors.insert(p.executor_id.clone(), entry);
                 }
             }
@@ -357,25 +361,19 @@ impl Registry {
     /// lock.
     pub fn with_routing_views<R>(&self, f: impl FnOnce(&[RoutingView<'_>]) -> R) -> R {
         let inner = self.inner.read().expect("registry lock");
-        let mut views: Vec<(&str, RoutingView<'_>)> = inner
-            .executors
-            .values()
+        let views: Vec<RoutingView<'_>> = inner
+            .order
+            .iter()
+            .filter_map(|id| inner.executors.get(id))
             .filter(|e| e.live())
-            .map(|e| {
-                (
-                    e.row.registered_at.as_str(),
-                    RoutingView {
-                        executor_id: &e.row.identity.executor_id,
-                        capabilities: &e.row.identity.capabilities,
-                        connected: !e.links.is_empty(),
-                        draining: e.row.draining,
-                        active_missions: e.active_missions,
-                    },
-                )
+            .map(|e| RoutingView {
+                executor_id: &e.row.identity.executor_id,
+                capabilities: &e.row.identity.capabilities,
+                connected: !e.links.is_empty(),
+                draining: e.row.draining,
+                active_missions: e.active_missions,
             })
             .collect();
-        views.sort_by(|a, b| (a.0, a.1.executor_id).cmp(&(b.0, b.1.executor_id)));
-        let views: Vec<RoutingView<'_>> = views.into_iter().map(|(_, v)| v).collect();
         f(&views)
     }
 

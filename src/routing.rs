@@ -94,8 +94,9 @@ fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
 }
 
 /// `views` are in a stable order (registration order); `rotation` advances per dispatch so that ties are
-/// served round-robin.
-pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize) -> Plan {
+/// served round-robin. Only the best `keep` candidates are ordered and returned (a dispatch tries a few,
+/// never a whole fleet), which keeps a dispatch over a large fleet linear.
+pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize, keep: usize) -> Plan {
     let mut rejected = Vec::new();
     let mut rejected_total = 0;
     let mut eligible: Vec<(usize, &RoutingView<'_>)> = Vec::new();
@@ -121,9 +122,14 @@ pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize) -> Pl
     }
     let n = views.len().max(1);
     let offset = rotation % n;
-    eligible.sort_by_key(|(pos, v)| {
+    let preference = |(pos, v): &(usize, &RoutingView<'_>)| {
         (std::cmp::Reverse(isolation_rank(v.capabilities)), v.active_missions, (pos + n - offset) % n)
-    });
+    };
+    if keep < eligible.len() {
+        eligible.select_nth_unstable_by_key(keep, preference);
+        eligible.truncate(keep);
+    }
+    eligible.sort_by_key(preference);
     let reason = match (eligible.first(), req.pin) {
         (Some(_), Some(_)) => "pinned by executor_filter.executor_id".to_owned(),
         (Some((_, v)), None) => format!(
@@ -178,13 +184,13 @@ mod tests {
             ex("ci", &["x-class:unattended_machine"], true, 0),
         ]);
         let unattended = Request { pin: None, capabilities: &[], long_running: false, unattended: true };
-        let p = plan(&unattended, &fleet.views(), 0);
+        let p = plan(&unattended, &fleet.views(), 0, usize::MAX);
         assert_eq!(p.ordered, ["ci"]);
         assert_eq!(p.rejected.len(), 2);
         assert!(p.rejected.iter().all(|r| r.reason.starts_with("interactive executor")));
         let pinned = Request { pin: Some("laptop"), ..unattended };
-        assert!(plan(&pinned, &fleet.views(), 0).ordered.is_empty());
-        assert_eq!(plan(&req(None, &[], false), &fleet.views(), 0).ordered.len(), 3);
+        assert!(plan(&pinned, &fleet.views(), 0, usize::MAX).ordered.is_empty());
+        assert_eq!(plan(&req(None, &[], false), &fleet.views(), 0, usize::MAX).ordered.len(), 3);
     }
 
     #[test]
@@ -195,13 +201,13 @@ mod tests {
             ex("ctr", &["isolation:container"], true, 0),
             ex("vm-idle", &["isolation:vm", "isolation:host"], true, 1),
         ]);
-        let p = plan(&req(None, &[], false), &fleet.views(), 0);
+        let p = plan(&req(None, &[], false), &fleet.views(), 0, usize::MAX);
         assert_eq!(p.ordered, ["vm-idle", "vm-busy", "ctr", "host"]);
         assert!(p.rejected.is_empty());
 
         let twins = Fleet(vec![ex("a", &[], true, 0), ex("b", &[], true, 0), ex("c", &[], true, 0)]);
         let firsts: Vec<String> =
-            (0..3).map(|r| plan(&req(None, &[], false), &twins.views(), r).ordered[0].clone()).collect();
+            (0..3).map(|r| plan(&req(None, &[], false), &twins.views(), r, usize::MAX).ordered[0].clone()).collect();
         assert_eq!(firsts, ["a", "b", "c"]);
     }
 
@@ -214,7 +220,7 @@ mod tests {
             ex("ok", &["runtime:codex", "resumable"], true, 0),
         ]);
         let caps = vec!["runtime:codex".to_string()];
-        let p = plan(&req(None, &caps, true), &fleet.views(), 0);
+        let p = plan(&req(None, &caps, true), &fleet.views(), 0, usize::MAX);
         assert_eq!(p.ordered, ["ok"]);
         let reasons: Vec<(&str, &str)> =
             p.rejected.iter().map(|r| (r.executor_id.as_str(), r.reason.as_str())).collect();
@@ -233,25 +239,39 @@ mod tests {
     fn a_pin_must_still_satisfy_the_filter() {
         let fleet = Fleet(vec![ex("a", &["runtime:codex"], true, 0), ex("b", &["runtime:aider"], true, 0)]);
         let caps = vec!["runtime:codex".to_string()];
-        assert_eq!(plan(&req(Some("a"), &caps, false), &fleet.views(), 0).ordered, ["a"]);
-        let p = plan(&req(Some("b"), &caps, false), &fleet.views(), 0);
+        assert_eq!(plan(&req(Some("a"), &caps, false), &fleet.views(), 0, usize::MAX).ordered, ["a"]);
+        let p = plan(&req(Some("b"), &caps, false), &fleet.views(), 0, usize::MAX);
         assert!(p.ordered.is_empty());
         assert_eq!(
             p.rejected,
             [Rejection { executor_id: "b".into(), reason: "lacks capability runtime:codex".into() }]
         );
-        let p = plan(&req(Some("zzz"), &[], false), &fleet.views(), 0);
+        let p = plan(&req(Some("zzz"), &[], false), &fleet.views(), 0, usize::MAX);
         assert_eq!(p.why_none(), "zzz (not registered)");
     }
 
     #[test]
     fn rejection_list_is_capped_but_counted() {
         let fleet = Fleet((0..100).map(|i| ex(&format!("e{i}"), &[], false, 0)).collect());
-        let p = plan(&req(None, &[], false), &fleet.views(), 0);
+        let p = plan(&req(None, &[], false), &fleet.views(), 0, usize::MAX);
         assert_eq!(p.rejected.len(), MAX_LISTED_REJECTIONS);
         assert_eq!(p.rejected_total, 100);
         assert!(p.why_none().ends_with("and 97 more"), "{}", p.why_none());
-        assert_eq!(plan(&req(None, &[], false), &[], 0).why_none(), "no executor is registered");
+        assert_eq!(plan(&req(None, &[], false), &[], 0, usize::MAX).why_none(), "no executor is registered");
+    }
+
+    #[test]
+    fn keeping_the_best_few_orders_them_as_a_full_sort_would() {
+        let fleet = Fleet(
+            (0..200)
+                .map(|i| ex(&format!("e{i:03}"), if i % 7 == 0 { &["isolation:vm"] } else { &[] }, true, i % 5))
+                .collect(),
+        );
+        for rotation in [0, 3, 199] {
+            let all = plan(&req(None, &[], false), &fleet.views(), rotation, usize::MAX);
+            let best = plan(&req(None, &[], false), &fleet.views(), rotation, 5);
+            assert_eq!(best.ordered, all.ordered[..5]);
+        }
     }
 
     #[test]
@@ -261,7 +281,7 @@ mod tests {
             ex("draining-one", &[], true, 0),
             ex("room", &["x-max-missions:2"], true, 1),
         ]);
-        let p = plan(&req(None, &[], false), &fleet.views(), 0);
+        let p = plan(&req(None, &[], false), &fleet.views(), 0, usize::MAX);
         assert_eq!(p.ordered, ["room"]);
         let reasons: Vec<&str> = p.rejected.iter().map(|r| r.reason.as_str()).collect();
         assert_eq!(reasons, ["at capacity (2 active missions)", "draining"]);

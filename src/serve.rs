@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -73,6 +74,13 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     app.run_queue();
     let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
+    // Acks, pushes and answers are small writes that must leave at once: Nagle's algorithm would hold
+    // them for the peer's delayed ACK (~40 ms).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let router = crate::http::router(app);
     let mut until = stopped;
     let task = tokio::spawn(async move {

@@ -38,7 +38,11 @@ impl Client {
         Client {
             base: base.trim_end_matches('/').to_owned(),
             token,
-            inner: HyperClient::builder(TokioExecutor::new()).build_http(),
+            inner: {
+                let mut connector = HttpConnector::new();
+                connector.set_nodelay(true);
+                HyperClient::builder(TokioExecutor::new()).build(connector)
+            },
         }
     }
 

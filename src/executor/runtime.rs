@@ -13,6 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use futures_util::{SinkExt, StreamExt};
@@ -124,11 +125,16 @@ impl Executor {
             .with_state(Arc::clone(&executor));
         let mut stopped = executor.stop.subscribe();
         tokio::spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await;
+            let _ = axum::serve(
+                listener.tap_io(|t| {
+                    let _ = t.set_nodelay(true);
+                }),
+                router,
+            )
+            .with_graceful_shutdown(async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            })
+            .await;
         });
         executor.register().await?;
         let ws = Arc::clone(&executor);
@@ -219,7 +225,7 @@ impl Executor {
                 self.id,
                 self.token().unwrap_or_default()
             );
-            match tokio_tungstenite::connect_async(&url).await {
+            match tokio_tungstenite::connect_async_with_config(&url, None, true).await {
                 Ok((socket, _)) => {
                     attempt = 0;
                     match self.converse(socket, &mut stopped).await {

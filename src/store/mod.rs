@@ -356,14 +356,6 @@ impl Store {
         row.as_ref().map(mission_from_row).transpose()
     }
 
-    pub async fn mission_exists(&self, mission_id: &str) -> Result<bool> {
-        Ok(sqlx::query("SELECT 1 FROM missions WHERE mission_id = ?")
-            .bind(mission_id)
-            .fetch_optional(&self.pool)
-            .await?
-            .is_some())
-    }
-
     /// The newest `limit` events of a mission, oldest first.
     pub async fn recent_events(&self, mission_id: &str, limit: u32) -> Result<Vec<StoredEvent>> {
         let rows = sqlx::query(

@@ -51,6 +51,8 @@ pub struct Scale {
     pub polls: usize,
     pub fleet: usize,
     pub idle_seconds: f64,
+    pub hitl_load_executors: usize,
+    pub hitl_rounds: usize,
 }
 
 impl Scale {
@@ -72,6 +74,8 @@ impl Scale {
             polls: 2000,
             fleet: 10_000,
             idle_seconds: 5.0,
+            hitl_load_executors: 16,
+            hitl_rounds: 500,
         }
     }
 
@@ -93,6 +97,8 @@ impl Scale {
             polls: 200,
             fleet: 300,
             idle_seconds: 1.0,
+            hitl_load_executors: 2,
+            hitl_rounds: 30,
         }
     }
 }
@@ -225,6 +231,9 @@ async fn main() -> ExitCode {
     }
     if wanted("fleet") {
         rows.extend(workloads::idle_fleet(dir.path(), &scale).await);
+    }
+    if wanted("hitl") {
+        rows.extend(workloads::hitl_round_trip(dir.path(), &scale).await);
     }
     if wanted("storm") {
         rows.extend(workloads::reconnect_storm(dir.path(), &scale, &mut failures).await);

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use aiwg_serve::cli::client::Client;
 use axum::http::StatusCode;
 use axum::routing::post;
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
@@ -129,7 +130,15 @@ impl RestPeer {
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(async move {
+            axum::serve(
+                listener.tap_io(|t| {
+                    let _ = t.set_nodelay(true);
+                }),
+                app,
+            )
+            .await
+        });
         RestPeer { addr, received }
     }
 }
@@ -152,7 +161,7 @@ impl Peer {
 
     pub async fn connect(&self, serve: &Serve) -> Socket {
         let url = serve.ws(&format!("/ws/executors/{}?token={}", self.id, self.token));
-        tokio_tungstenite::connect_async(url).await.expect("executor socket").0
+        tokio_tungstenite::connect_async_with_config(url, None, true).await.expect("executor socket").0
     }
 
     pub fn envelope(&self, event: &str, mission_id: Option<&str>, data: Value) -> Message {
@@ -249,7 +258,7 @@ fn small_buffers() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig 
 
 /// A client socket with a small read buffer (so the load side of 10,000 sockets stays small too).
 pub async fn small_socket(url: String) -> Socket {
-    tokio_tungstenite::connect_async_with_config(url, Some(small_buffers()), false).await.expect("socket").0
+    tokio_tungstenite::connect_async_with_config(url, Some(small_buffers()), true).await.expect("socket").0
 }
 
 /// The bare baseline server, run as `aiwg-bench --bare-ws-server` in its own process: accepts
