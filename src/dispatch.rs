@@ -98,24 +98,10 @@ impl App {
             return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason });
         }
         let (attempts, record) = self.handout_plan(plan);
-        let now = clock::now();
         let row = MissionRow {
-            mission_id: mission_id.clone(),
-            session_id: session_id.to_owned(),
             executor_id: Some(attempts[0].clone()),
-            state: MissionState::Assigned,
-            payload: body.clone(),
-            created_at: now.clone(),
-            updated_at: now,
-            completed_at: None,
-            pty_session_ref: None,
-            exit_code: None,
-            error: None,
-            estimated_start: None,
             routing: Some(json!(record)),
-            terminal_data: None,
-            queued_reason: None,
-            checkpoint_id: None,
+            ..MissionRow::new(&mission_id, session_id, MissionState::Assigned, body.clone())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         self.hand_out(&mission_id, session_id, &body, attempts, record).await

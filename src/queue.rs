@@ -57,24 +57,9 @@ impl App {
         payload: DispatchPayload,
         reason: String,
     ) -> Result<Dispatched> {
-        let now = clock::now();
         let row = MissionRow {
-            mission_id: payload.mission_id.clone(),
-            session_id: session_id.to_owned(),
-            executor_id: None,
-            state: MissionState::Queued,
-            payload: body.clone(),
-            created_at: now.clone(),
-            updated_at: now,
-            completed_at: None,
-            pty_session_ref: None,
-            exit_code: None,
-            error: None,
-            estimated_start: None,
-            routing: None,
-            terminal_data: None,
             queued_reason: Some(reason.clone()),
-            checkpoint_id: None,
+            ..MissionRow::new(&payload.mission_id, session_id, MissionState::Queued, body.clone())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mission_id = payload.mission_id.clone();

@@ -3,19 +3,16 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::json;
 
 use super::etag;
-use super::extract::{Bearer, Contract, Operator};
+use super::extract::{Bearer, Contract, Operator, SocketUpgrade};
 use crate::app::App;
 use crate::contract::RegisterPayload;
 use crate::error::{Error, Result};
@@ -101,24 +98,11 @@ async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>, Bearer(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
-struct SocketQuery {
-    token: Option<String>,
-}
-
 async fn socket(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
-    query: std::result::Result<Query<SocketQuery>, QueryRejection>,
-    upgrade: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
-    let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
-    let hub_config = &app.config.hub;
-    let upgrade = upgrade
-        .read_buffer_size(hub_config.read_buffer_bytes)
-        .max_message_size(hub_config.max_frame_bytes)
-        .max_frame_size(hub_config.max_frame_bytes);
-    let token = query.ok().and_then(|Query(q)| q.token).filter(|t| !t.is_empty());
     Ok(match app.registry.authenticate(&id, token.as_deref()) {
         Ok(()) => upgrade.on_upgrade(move |socket| hub::executor_socket(app, id, socket)),
         Err(e) => {

@@ -4,10 +4,12 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::app::App;
@@ -58,6 +60,34 @@ impl<T: ContractBody> FromRequest<Arc<App>> for Contract<T> {
         app.schema.validate(T::DEF, &raw).map_err(|details| Error::SchemaViolation { what: T::WHAT, details })?;
         let body = serde_json::from_value(raw.clone()).map_err(|e| Error::InvalidJson(e.to_string()))?;
         Ok(Contract { body, raw })
+    }
+}
+
+/// The upgrade of an executor or sandbox WebSocket, configured with the hub's limits (small read
+/// buffer, frame cap), and the `?token=` it carries (those clients cannot set headers).
+pub struct SocketUpgrade {
+    pub upgrade: WebSocketUpgrade,
+    pub token: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct TokenQuery {
+    token: Option<String>,
+}
+
+impl FromRequestParts<Arc<App>> for SocketUpgrade {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
+        let hub = &app.config.hub;
+        let upgrade = WebSocketUpgrade::from_request_parts(parts, app)
+            .await
+            .map_err(|_| Error::UpgradeRequired)?
+            .read_buffer_size(hub.read_buffer_bytes)
+            .max_message_size(hub.max_frame_bytes)
+            .max_frame_size(hub.max_frame_bytes);
+        let token = Query::<TokenQuery>::from_request_parts(parts, app).await.ok().and_then(|Query(q)| q.token);
+        Ok(SocketUpgrade { upgrade, token: token.filter(|t| !t.is_empty()) })
     }
 }
 

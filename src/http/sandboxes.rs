@@ -5,18 +5,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::extract::Operator;
+use super::extract::{Operator, SocketUpgrade};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::hub;
@@ -54,23 +50,11 @@ async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>) -> Resu
     Ok(Json(json!({"sandbox_id": id, "deregistered": deregistered})))
 }
 
-#[derive(Deserialize)]
-struct SocketQuery {
-    token: Option<String>,
-}
-
 async fn socket(
     State(app): State<Arc<App>>,
     Path(id): Path<String>,
-    query: std::result::Result<Query<SocketQuery>, QueryRejection>,
-    upgrade: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
-    let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
-    let upgrade = upgrade
-        .read_buffer_size(app.config.hub.read_buffer_bytes)
-        .max_message_size(app.config.hub.max_frame_bytes)
-        .max_frame_size(app.config.hub.max_frame_bytes);
-    let token = query.ok().and_then(|Query(q)| q.token).filter(|t| !t.is_empty());
     Ok(match app.authenticate_sandbox(&id, token.as_deref()) {
         Ok(()) => upgrade.on_upgrade(move |socket| hub::sandbox::sandbox_socket(app, id, socket)),
         Err(_) => upgrade.on_upgrade(hub::reject),

@@ -82,6 +82,31 @@ pub struct MissionRow {
     pub checkpoint_id: Option<String>,
 }
 
+impl MissionRow {
+    /// A mission as a dispatch first stores it: nothing happened to it yet.
+    pub fn new(mission_id: &str, session_id: &str, state: MissionState, payload: Value) -> MissionRow {
+        let now = crate::clock::now();
+        MissionRow {
+            mission_id: mission_id.to_owned(),
+            session_id: session_id.to_owned(),
+            executor_id: None,
+            state,
+            payload,
+            created_at: now.clone(),
+            updated_at: now,
+            completed_at: None,
+            pty_session_ref: None,
+            exit_code: None,
+            error: None,
+            estimated_start: None,
+            routing: None,
+            terminal_data: None,
+            queued_reason: None,
+            checkpoint_id: None,
+        }
+    }
+}
+
 /// A partial update of a mission; later patches of the same mission in a batch override earlier ones
 /// field by field.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -128,17 +128,7 @@ impl RestPeer {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            axum::serve(
-                listener.tap_io(|t| {
-                    let _ = t.set_nodelay(true);
-                }),
-                app,
-            )
-            .await
-        });
+        let addr = serve_app(app).await;
         RestPeer { addr, received }
     }
 }
@@ -303,4 +293,15 @@ impl Drop for BareWs {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Serves an app on an ephemeral loopback port, with `TCP_NODELAY` like serve.
+pub async fn serve_app(app: Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let listener = listener.tap_io(|t| {
+        let _ = t.set_nodelay(true);
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
 }

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use aiwg_serve::cli::client::Client;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -315,18 +314,7 @@ async fn bare_server() -> std::net::SocketAddr {
             }),
         )
         .route("/missions", get(|| async { Json(json!({"missions": []})) }));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener.tap_io(|t| {
-                let _ = t.set_nodelay(true);
-            }),
-            app,
-        )
-        .await
-    });
-    addr
+    peers::serve_app(app).await
 }
 
 /// `total` requests with `concurrency` in flight; requests per second and their latencies.
@@ -574,18 +562,7 @@ async fn bare_page_server(page: Value) -> std::net::SocketAddr {
             async move { Json((*body).clone()) }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener.tap_io(|t| {
-                let _ = t.set_nodelay(true);
-            }),
-            app,
-        )
-        .await
-    });
-    addr
+    peers::serve_app(app).await
 }
 
 /// An idle fleet: memory per open executor socket in serve, beside a bare tokio-tungstenite server with
@@ -754,17 +731,7 @@ async fn bare_push_round_trip(rounds: usize) -> Histogram {
             }),
         )
         .with_state(tx);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener.tap_io(|t| {
-                let _ = t.set_nodelay(true);
-            }),
-            app,
-        )
-        .await
-    });
+    let addr = peers::serve_app(app).await;
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let client = Client::new(&format!("http://{addr}"), None);
