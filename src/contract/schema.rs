@@ -1,6 +1,7 @@
 //! Our JSON Schema for the contract, embedded in the binary and compiled once at start.
 
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -31,8 +32,14 @@ struct DataShape {
     defaults: Vec<(String, Value)>,
 }
 
+/// `$defs` entries validated on every request or frame: compiled at start. Others (what tests check
+/// the server's answers against) are compiled on first use, which keeps about 9 MiB of compiled
+/// validators for the whole document out of an idle server.
+const HOT_DEFS: &[&str] = &["event_envelope", "register_payload", "dispatch_payload", "hitl_response_payload"];
+
 pub struct Schema {
-    validators: jsonschema::ValidatorMap,
+    doc: Value,
+    validators: RwLock<HashMap<String, Arc<jsonschema::Validator>>>,
     shapes: HashMap<EventType, DataShape>,
 }
 
@@ -46,10 +53,6 @@ impl Schema {
     /// build defect, reported as an error rather than a panic so `serve` exits with a message.
     pub fn load() -> Result<Schema, String> {
         let doc: Value = serde_json::from_str(SCHEMA_JSON).map_err(|e| format!("embedded schema is not JSON: {e}"))?;
-        let validators = jsonschema::options()
-            .should_validate_formats(true)
-            .build_map(&doc)
-            .map_err(|e| format!("embedded schema does not compile: {e}"))?;
         let defs = doc.get("$defs").and_then(Value::as_object).ok_or("embedded schema has no $defs")?;
         let mut shapes = HashMap::new();
         for event in EventType::ALL {
@@ -60,15 +63,35 @@ impl Schema {
                 .ok_or_else(|| format!("embedded schema lacks {}", event.data_def()))?;
             shapes.insert(event, DataShape::from_properties(def));
         }
-        Ok(Schema { validators, shapes })
+        let schema = Schema { doc, validators: RwLock::new(HashMap::new()), shapes };
+        for def in HOT_DEFS {
+            schema.validator(def)?;
+        }
+        Ok(schema)
+    }
+
+    /// The compiled validator of `#/$defs/<def>`, compiling it on first use.
+    fn validator(&self, def: &str) -> Result<Arc<jsonschema::Validator>, String> {
+        if let Some(v) = self.validators.read().expect("schema lock").get(def) {
+            return Ok(v.clone());
+        }
+        if self.doc["$defs"].get(def).is_none() {
+            return Err(format!("the schema has no $defs/{def}"));
+        }
+        let mut root = self.doc.clone();
+        root["$ref"] = Value::String(format!("#/$defs/{def}"));
+        let compiled = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&root)
+            .map_err(|e| format!("embedded schema does not compile ({def}): {e}"))?;
+        let compiled = Arc::new(compiled);
+        self.validators.write().expect("schema lock").insert(def.to_owned(), compiled.clone());
+        Ok(compiled)
     }
 
     /// Validates `value` against `#/$defs/<def>`.
     pub fn validate(&self, def: &str, value: &Value) -> Result<(), Vec<SchemaDetail>> {
-        let validator = self
-            .validators
-            .get(&format!("#/$defs/{def}"))
-            .unwrap_or_else(|| panic!("schema has no $defs/{def}: a programming error"));
+        let validator = self.validator(def).unwrap_or_else(|e| panic!("{e}: a programming error"));
         let details: Vec<SchemaDetail> = validator
             .iter_errors(value)
             .take(MAX_DETAILS)
