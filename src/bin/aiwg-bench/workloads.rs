@@ -53,12 +53,7 @@ pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) ->
     let client = serve.client();
     let mut streams = Vec::new();
     for i in 0..scale.ingest_executors {
-        let peer = Peer::register(&serve, rest.addr, &[]).await;
-        let socket = peer.connect(&serve).await;
-        let id = mission_id(i);
-        wait_connected(&client, &peer.id).await;
-        dispatch_to(&client, &peer.id, &id).await;
-        streams.push((peer, socket, id));
+        streams.push(with_mission(&serve, &rest, &client, i).await);
     }
     let per = scale.ingest_events_per_executor;
     let began = Instant::now();
@@ -85,11 +80,7 @@ pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) ->
     let paced_count = ((half_per_executor * scale.paced_seconds) as usize).max(10);
     let mut paced = Vec::new();
     for i in 0..scale.ingest_executors {
-        let peer = Peer::register(&serve, rest.addr, &[]).await;
-        let socket = peer.connect(&serve).await;
-        let id = mission_id(10_000 + i);
-        wait_connected(&client, &peer.id).await;
-        dispatch_to(&client, &peer.id, &id).await;
+        let (peer, socket, id) = with_mission(&serve, &rest, &client, 10_000 + i).await;
         paced.push(tokio::spawn(async move {
             peers::stream_progress(&peer, socket, &id, paced_count, 1024, Some(interval)).await
         }));
@@ -126,6 +117,16 @@ pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) ->
         Row::new("commit latency p99 at half peak", latency.quantile(0.99) as f64 / 1e3, "ms").target_below(20.0),
         Row::new("commit latency p50 at half peak", latency.quantile(0.5) as f64 / 1e3, "ms"),
     ]
+}
+
+/// A simulated executor, connected, with one mission dispatched to it: what most workloads start from.
+async fn with_mission(serve: &Serve, rest: &RestPeer, client: &Client, i: usize) -> (Peer, peers::Socket, String) {
+    let peer = Peer::register(serve, rest.addr, &[]).await;
+    let socket = peer.connect(serve).await;
+    wait_connected(client, &peer.id).await;
+    let id = mission_id(i);
+    dispatch_to(client, &peer.id, &id).await;
+    (peer, socket, id)
 }
 
 async fn wait_connected(client: &Client, id: &str) {
@@ -202,11 +203,7 @@ pub async fn kill9(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec
     let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..scale.kill_executors {
-        let peer = Peer::register(&serve, rest.addr, &[]).await;
-        let socket = peer.connect(&serve).await;
-        wait_connected(&client, &peer.id).await;
-        let id = mission_id(i);
-        dispatch_to(&client, &peer.id, &id).await;
+        let (peer, socket, id) = with_mission(&serve, &rest, &client, i).await;
         let acked = acked.clone();
         tasks.push(tokio::spawn(async move {
             let (mut sink, mut stream) = socket.split();
@@ -644,11 +641,7 @@ pub async fn hitl_round_trip(dir: &Path, scale: &Scale) -> Vec<Row> {
     // Background ingestion load.
     let mut load = Vec::new();
     for i in 0..scale.hitl_load_executors {
-        let peer = Peer::register(&serve, rest.addr, &[]).await;
-        let socket = peer.connect(&serve).await;
-        wait_connected(&client, &peer.id).await;
-        let id = mission_id(i);
-        dispatch_to(&client, &peer.id, &id).await;
+        let (peer, socket, id) = with_mission(&serve, &rest, &client, i).await;
         let pace = Duration::from_millis(2);
         load.push(tokio::spawn(
             async move { peers::stream_progress(&peer, socket, &id, 1_000_000, 64, Some(pace)).await },
