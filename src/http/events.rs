@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -141,6 +141,5 @@ async fn follow_socket(socket: WebSocket, mut items: tokio::sync::mpsc::Receiver
             },
         }
     };
-    let _ =
-        sink.send(Message::Close(Some(CloseFrame { code: close.0, reason: Utf8Bytes::from_static(close.1) }))).await;
+    let _ = sink.send(crate::hub::close_message(close.0, close.1)).await;
 }

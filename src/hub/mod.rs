@@ -62,11 +62,46 @@ impl Link {
     }
 }
 
+/// A socket's liveness: it is pinged every `hub.ping_interval_s`, and dropped when nothing at all (not
+/// even a pong) arrived for `ping_interval_s + pong_timeout_s`, so a peer that stopped reading is found
+/// even while its TCP connection stays up.
+pub(crate) struct Keepalive {
+    tick: tokio::time::Interval,
+    last_heard: Instant,
+    limit: Duration,
+}
+
+impl Keepalive {
+    pub(crate) fn new(hub: &crate::config::HubConfig) -> Keepalive {
+        let every = Duration::from_secs(hub.ping_interval_s);
+        Keepalive {
+            tick: tokio::time::interval_at(tokio::time::Instant::now() + every, every),
+            last_heard: Instant::now(),
+            limit: Duration::from_secs(hub.ping_interval_s + hub.pong_timeout_s),
+        }
+    }
+
+    /// Anything arrived from the peer.
+    pub(crate) fn heard(&mut self) {
+        self.last_heard = Instant::now();
+    }
+
+    /// Waits until a ping is due; false when the peer has been silent past its deadline.
+    pub(crate) async fn due(&mut self) -> bool {
+        self.tick.tick().await;
+        self.last_heard.elapsed() <= self.limit
+    }
+}
+
+/// A Close message with one of our fixed reasons.
+pub(crate) fn close_message(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame { code, reason: Utf8Bytes::from_static(reason) }))
+}
+
 /// Closes a socket whose upgrade carried no valid token: the upgrade completes, then 4001 (what upstream
 /// executors expect).
 pub async fn reject(mut socket: WebSocket) {
-    let close = CloseFrame { code: 4001, reason: Utf8Bytes::from_static("Unauthorized") };
-    let _ = socket.send(Message::Close(Some(close))).await;
+    let _ = socket.send(close_message(4001, "Unauthorized")).await;
 }
 
 pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
@@ -89,11 +124,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     let (mut sink, mut stream) = socket.split();
     let mut answers = FuturesOrdered::new();
     let mut shutdown = app.shutdown_signal();
-    let hub = &app.config.hub;
-    let idle_limit = Duration::from_secs(hub.ping_interval_s + hub.pong_timeout_s);
-    let mut ping = tokio::time::interval(Duration::from_secs(hub.ping_interval_s));
-    ping.tick().await;
-    let mut last_heard = Instant::now();
+    let mut keepalive = Keepalive::new(&app.config.hub);
     let mut refusals: VecDeque<Instant> = VecDeque::new();
 
     let close = loop {
@@ -104,7 +135,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
                     Some(Err(e)) => break read_error_close(&e),
                     None => break None,
                 };
-                last_heard = Instant::now();
+                keepalive.heard();
                 let answer: Option<Result<Ingested, Refusal>> = match frame {
                     Message::Text(text) => Some(app.ingest(&executor_id, text.as_str(), opened).await),
                     Message::Binary(_) => Some(Err(Refusal {
@@ -149,8 +180,8 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
                 Outbound::Text(text) => if sink.send(Message::Text(text)).await.is_err() { break None },
                 Outbound::Close(code, reason) => break Some((code, reason)),
             },
-            _ = ping.tick() => {
-                if last_heard.elapsed() > idle_limit {
+            alive = keepalive.due() => {
+                if !alive {
                     tracing::warn!(%executor_id, link_id, "executor silent past its ping deadline; dropping the socket");
                     break Some((1001, "ping timeout"));
                 }
@@ -169,7 +200,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     }
     app.metrics.executor_sockets.add(-1);
     if let Some((code, reason)) = close {
-        let _ = sink.send(Message::Close(Some(CloseFrame { code, reason: Utf8Bytes::from_static(reason) }))).await;
+        let _ = sink.send(close_message(code, reason)).await;
     }
     if let Some((row, epoch)) = app.registry.detach(&executor_id, link_id) {
         tracing::info!(%executor_id, "executor disconnected (last socket closed)");
