@@ -16,6 +16,11 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Serialize;
 
+/// The allocator serve uses, so that the baselines run in this process (raw SQLite, the bare servers)
+/// and the load generator are not handicapped against it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "aiwg-bench", about = "Benchmarks of aiwg-serve against this machine's own limits")]
 struct Args {
