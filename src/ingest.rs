@@ -30,7 +30,10 @@ pub struct FrameRef {
 
 impl FrameRef {
     fn of(frame: &Value) -> FrameRef {
-        let text = |k: &str| frame.get(k).and_then(Value::as_str).map(|s| s.chars().take(256).collect());
+        let text = |k: &str| {
+            let s = frame.get(k).and_then(Value::as_str)?;
+            Some(s.char_indices().nth(256).map_or(s, |(end, _)| &s[..end]).to_owned())
+        };
         FrameRef { event: text("event"), mission_id: text("mission_id") }
     }
 }

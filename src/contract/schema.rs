@@ -92,6 +92,10 @@ impl Schema {
     /// Validates `value` against `#/$defs/<def>`.
     pub fn validate(&self, def: &str, value: &Value) -> Result<(), Vec<SchemaDetail>> {
         let validator = self.validator(def).unwrap_or_else(|e| panic!("{e}: a programming error"));
+        // The common case, a valid document, stops at the first check instead of building every error.
+        if validator.is_valid(value) {
+            return Ok(());
+        }
         let details: Vec<SchemaDetail> = validator
             .iter_errors(value)
             .take(MAX_DETAILS)

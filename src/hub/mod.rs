@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use futures_util::{FutureExt, SinkExt};
-use serde_json::json;
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::app::App;
@@ -229,12 +229,32 @@ fn answer_frame(app: &App, answer: Answer) -> String {
         Answer::Ack { .. } => {}
         Answer::Refused(r) => app.metrics.frames_rejected.add(r.error.code()),
     }
-    match answer {
-        Answer::Ack { seq: Some(seq), reference } => json!({"ack": true, "seq": seq, "ref": reference}),
-        Answer::Ack { seq: None, reference } => json!({"ack": true, "duplicate": true, "ref": reference}),
-        Answer::Refused(Refusal { error, reference }) => {
-            json!({"error": error.code(), "message": error.to_string(), "ref": reference})
-        }
+    // Typed frames, serialized straight to text: this runs once per event, and a `json!` tree costs an
+    // allocation per key.
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Frame<'a> {
+        Ack {
+            ack: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            seq: Option<i64>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            duplicate: bool,
+            #[serde(rename = "ref")]
+            reference: &'a FrameRef,
+        },
+        Refused {
+            error: &'static str,
+            message: String,
+            #[serde(rename = "ref")]
+            reference: &'a FrameRef,
+        },
     }
-    .to_string()
+    let frame = match &answer {
+        Answer::Ack { seq, reference } => Frame::Ack { ack: true, seq: *seq, duplicate: seq.is_none(), reference },
+        Answer::Refused(Refusal { error, reference }) => {
+            Frame::Refused { error: error.code(), message: error.to_string(), reference }
+        }
+    };
+    serde_json::to_string(&frame).expect("answer frames serialize")
 }
