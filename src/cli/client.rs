@@ -77,7 +77,11 @@ impl Client {
         let response = self.inner.request(self.request(method, path, body)?).await.map_err(unreachable)?;
         let status = response.status().as_u16();
         let bytes = response.into_body().collect().await.map_err(|e| CallError::Unreachable(e.to_string()))?.to_bytes();
-        let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        // A body that is not JSON (the `/metrics` text) comes back as a string; an empty one as null.
+        let json: Value = serde_json::from_slice(&bytes).unwrap_or_else(|_| match bytes.is_empty() {
+            true => Value::Null,
+            false => Value::String(String::from_utf8_lossy(&bytes).into_owned()),
+        });
         if (200..300).contains(&status) {
             return Ok(json);
         }
