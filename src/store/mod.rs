@@ -307,13 +307,15 @@ impl Store {
         let next_seq: i64 =
             sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events").fetch_one(&mut conn).await?;
         let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
-        tokio::spawn(checkpoints(pool.clone()));
+        let backfilled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        tokio::spawn(checkpoints(pool.clone(), backfilled.clone()));
         let (tx, rx) = mpsc::unbounded_channel();
         let feed = writer::Feed {
             tx: broadcast::channel(feed_capacity).0,
             committed: Arc::new(std::sync::atomic::AtomicI64::new(next_seq - 1)),
         };
-        let task = writer::WriterTask::spawn(conn, rx, next_seq, feed.clone(), metrics);
+        let task = writer::WriterTask::spawn(conn, rx, next_seq, feed.clone(), metrics, backfilled)
+            .map_err(sqlx::Error::Io)?;
         Ok((Store { pool, writer: WriterHandle::new(tx), feed }, task))
     }
 
@@ -499,18 +501,23 @@ impl Store {
 
 /// Moves the WAL into the database once a second from a reader connection (PASSIVE: never blocks the
 /// writer), so that a commit never pays for a checkpoint; ends when the pool closes.
-async fn checkpoints(pool: SqlitePool) {
+///
+/// Under a steady stream of commits this alone never lets the WAL start over: frames keep arriving while
+/// the checkpoint runs, so it never finds all of them backfilled, and the WAL grows without bound (600 MB
+/// in one ingestion benchmark) with every commit appending to new file pages. So after each pass it
+/// raises `backfilled`, and the writer finishes the job between two batches (`writer::finish_checkpoint`):
+/// only the frames of the last moment are left to copy, and its next transaction rewinds the WAL.
+async fn checkpoints(pool: SqlitePool, backfilled: Arc<std::sync::atomic::AtomicBool>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
         if pool.is_closed() {
             return;
         }
-        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&pool).await {
-            if pool.is_closed() {
-                return;
-            }
-            tracing::warn!(error = %e, "WAL checkpoint failed");
+        match sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&pool).await {
+            Ok(_) => backfilled.store(true, std::sync::atomic::Ordering::Release),
+            Err(_) if pool.is_closed() => return,
+            Err(e) => tracing::warn!(error = %e, "WAL checkpoint failed"),
         }
     }
 }
