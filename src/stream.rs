@@ -71,8 +71,11 @@ pub fn follow(
 ) -> mpsc::Receiver<Next> {
     let (tx, rx) = mpsc::channel(HANDOFF);
     let live = store.subscribe();
+    // "From now" means after the newest event committed when the subscription was taken: read here, not
+    // when the task first runs, for the writer (a thread of its own) may publish meanwhile.
+    let from_now = store.last_seq();
     tokio::spawn(async move {
-        let end = run(&store, live, since, &filter, &tx, shutdown).await;
+        let end = run(&store, live, since.unwrap_or(from_now), since.is_some(), &filter, &tx, shutdown).await;
         if let Some(end) = end {
             let _ = tx.send(Next::End(end)).await;
         }
@@ -84,14 +87,13 @@ pub fn follow(
 async fn run(
     store: &Store,
     live: broadcast::Receiver<Arc<StoredEvent>>,
-    since: Option<i64>,
+    mut last: i64,
+    backlog: bool,
     filter: &Filter,
     tx: &mpsc::Sender<Next>,
     shutdown: watch::Receiver<bool>,
 ) -> Option<End> {
-    // "From now" means after the newest event committed when the subscription was taken.
-    let mut last = since.unwrap_or_else(|| store.last_seq());
-    if since.is_some() {
+    if backlog {
         loop {
             let page = store
                 .events_after(last, filter.mission_id.as_deref(), filter.executor_id.as_deref(), BACKLOG_PAGE)
