@@ -232,7 +232,7 @@ pub async fn kill9(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec
                 n += 1;
                 match peers::next_answer(&mut stream).await {
                     Some(a) => {
-                        if let Some(seq) = a["seq"].as_i64() {
+                        if let Some(seq) = a.seq {
                             acked.lock().unwrap().push(seq);
                         }
                     }
@@ -431,7 +431,7 @@ pub async fn reconnect_storm(dir: &Path, scale: &Scale, failures: &mut Vec<Strin
                 let resync = peer.envelope("executor.resync", None, json!({"owned_mission_ids": missions}));
                 sink.send(resync).await.unwrap();
                 let answer = peers::next_answer(&mut stream).await;
-                (answer.is_some_and(|a| a["ack"] == true), sink, stream, missions)
+                (answer.is_some_and(|a| a.ack), sink, stream, missions)
             })
         })
         .collect();
