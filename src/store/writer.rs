@@ -252,15 +252,15 @@ async fn in_transaction(
     outcome
 }
 
-/// Changes whose statement must run alone: their outcome decides the unit's (a duplicate mission id), or
-/// they are too rare to be worth batching.
+/// Changes whose statement must run alone: their outcome decides the unit's (a duplicate mission id).
 fn runs_alone(change: &Change) -> bool {
-    matches!(change, Change::InsertMission(_) | Change::PutExecutor(_) | Change::PutHitl(_) | Change::PutSandbox(_))
+    matches!(change, Change::InsertMission(_))
 }
 
 /// Every statement is a round trip to SQLite's thread, and under load each round trip waits for a core:
-/// so the batch is one script (`BEGIN`, the event rows, the coalesced updates, `COMMIT`) sent in one trip,
-/// preceded only by the statements that must run alone.
+/// so the batch is one script (`BEGIN`, the upserts in the order they came, the event rows, the coalesced
+/// updates, `COMMIT`) sent in one trip, preceded only by the statements that must run alone. Executors,
+/// sandboxes and missions are written before the events that refer to them.
 async fn apply(
     conn: &mut SqliteConnection,
     units: &[&Unit],
@@ -292,9 +292,9 @@ async fn apply(
                         break;
                     }
                 }
-                Change::PutExecutor(e) => put_executor(conn, e).await?,
-                Change::PutHitl(h) => put_hitl(conn, h).await?,
-                Change::PutSandbox(s) => put_sandbox(conn, s).await?,
+                Change::PutExecutor(e) => push_put_executor(&mut script, e),
+                Change::PutHitl(h) => push_put_hitl(&mut script, h),
+                Change::PutSandbox(s) => push_put_sandbox(&mut script, s),
                 Change::ExecutorSeen { executor_id, ts } => {
                     seen.insert(executor_id, ts);
                 }
@@ -388,81 +388,83 @@ async fn insert_mission(conn: &mut SqliteConnection, m: &MissionRow) -> std::res
     Ok(done.rows_affected() == 1)
 }
 
-async fn put_executor(conn: &mut SqliteConnection, e: &ExecutorRow) -> std::result::Result<(), sqlx::Error> {
-    let endpoints = serde_json::to_string(&e.identity.transport_endpoints).expect("endpoints serialize");
-    let capabilities = serde_json::to_string(&e.identity.capabilities).expect("capabilities serialize");
-    sqlx::query(
+fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a ExecutorRow) {
+    q.push(
         "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
          a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
-         disconnected_at, deregistered_at, draining) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT (executor_id) DO UPDATE SET name = excluded.name, version = excluded.version, \
+         disconnected_at, deregistered_at, draining) ",
+    );
+    q.push_values([e], |mut b, e| {
+        b.push_bind(e.identity.executor_id.as_str())
+            .push_bind(e.identity.name.as_str())
+            .push_bind(e.identity.version.as_str())
+            .push_bind(e.identity.spec_version.as_str())
+            .push_bind(serde_json::to_string(&e.identity.transport_endpoints).expect("endpoints serialize"))
+            .push_bind(serde_json::to_string(&e.identity.capabilities).expect("capabilities serialize"))
+            .push_bind(e.identity.a2a_instance_id.as_deref())
+            .push_bind(&e.token_hash[..])
+            .push_bind(e.registered_at.as_str())
+            .push_bind(e.registered_from.as_deref())
+            .push_bind(e.seen_non_loopback)
+            .push_bind(e.last_event_ts.as_deref())
+            .push_bind(e.disconnected_at.as_deref())
+            .push_bind(e.deregistered_at.as_deref())
+            .push_bind(e.draining);
+    });
+    q.push(
+        " ON CONFLICT (executor_id) DO UPDATE SET name = excluded.name, version = excluded.version, \
          spec_version = excluded.spec_version, transport_endpoints = excluded.transport_endpoints, \
          capabilities = excluded.capabilities, a2a_instance_id = excluded.a2a_instance_id, \
          token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
          seen_non_loopback = excluded.seen_non_loopback, last_event_ts = excluded.last_event_ts, \
          disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at, \
-         draining = excluded.draining",
-    )
-    .bind(&e.identity.executor_id)
-    .bind(&e.identity.name)
-    .bind(&e.identity.version)
-    .bind(&e.identity.spec_version)
-    .bind(endpoints)
-    .bind(capabilities)
-    .bind(&e.identity.a2a_instance_id)
-    .bind(&e.token_hash[..])
-    .bind(&e.registered_at)
-    .bind(&e.registered_from)
-    .bind(e.seen_non_loopback)
-    .bind(&e.last_event_ts)
-    .bind(&e.disconnected_at)
-    .bind(&e.deregistered_at)
-    .bind(e.draining)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+         draining = excluded.draining;",
+    );
 }
 
-async fn put_sandbox(conn: &mut SqliteConnection, s: &SandboxRow) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(
+fn push_put_sandbox<'a>(q: &mut QueryBuilder<'a, Sqlite>, s: &'a SandboxRow) {
+    q.push(
         "INSERT INTO sandboxes (sandbox_id, name, registration, token_hash, registered_at, registered_from, \
-         deregistered_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, \
-         registration = excluded.registration, token_hash = excluded.token_hash, \
-         registered_from = excluded.registered_from, deregistered_at = excluded.deregistered_at",
-    )
-    .bind(&s.sandbox_id)
-    .bind(&s.name)
-    .bind(s.registration.to_string())
-    .bind(&s.token_hash[..])
-    .bind(&s.registered_at)
-    .bind(&s.registered_from)
-    .bind(&s.deregistered_at)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+         deregistered_at) ",
+    );
+    q.push_values([s], |mut b, s| {
+        b.push_bind(s.sandbox_id.as_str())
+            .push_bind(s.name.as_str())
+            .push_bind(s.registration.to_string())
+            .push_bind(&s.token_hash[..])
+            .push_bind(s.registered_at.as_str())
+            .push_bind(s.registered_from.as_deref())
+            .push_bind(s.deregistered_at.as_deref());
+    });
+    q.push(
+        " ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, registration = excluded.registration, \
+         token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
+         deregistered_at = excluded.deregistered_at;",
+    );
 }
 
-async fn put_hitl(conn: &mut SqliteConnection, h: &HitlRow) -> std::result::Result<(), sqlx::Error> {
-    sqlx::query(
+fn push_put_hitl<'a>(q: &mut QueryBuilder<'a, Sqlite>, h: &'a HitlRow) {
+    q.push(
         "INSERT INTO hitl_requests (mission_id, hitl_id, prompt, context, expires_at, requested_at, outcome, \
-         response, responded_at, delivered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
+         response, responded_at, delivered_at) ",
+    );
+    q.push_values([h], |mut b, h| {
+        b.push_bind(h.mission_id.as_str())
+            .push_bind(h.hitl_id.as_str())
+            .push_bind(h.prompt.as_str())
+            .push_bind(h.context.as_deref())
+            .push_bind(h.expires_at.as_deref())
+            .push_bind(h.requested_at.as_str())
+            .push_bind(h.outcome.as_str())
+            .push_bind(h.response.as_deref())
+            .push_bind(h.responded_at.as_deref())
+            .push_bind(h.delivered_at.as_deref());
+    });
+    q.push(
+        " ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
          expires_at = excluded.expires_at, outcome = excluded.outcome, response = excluded.response, \
-         responded_at = excluded.responded_at, delivered_at = excluded.delivered_at",
-    )
-    .bind(&h.mission_id)
-    .bind(&h.hitl_id)
-    .bind(&h.prompt)
-    .bind(&h.context)
-    .bind(&h.expires_at)
-    .bind(&h.requested_at)
-    .bind(h.outcome.as_str())
-    .bind(&h.response)
-    .bind(&h.responded_at)
-    .bind(&h.delivered_at)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+         responded_at = excluded.responded_at, delivered_at = excluded.delivered_at;",
+    );
 }
 
 fn push_patch<'a>(q: &mut QueryBuilder<'a, Sqlite>, id: &'a str, p: &'a MissionPatch) {
