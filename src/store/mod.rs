@@ -302,7 +302,10 @@ impl Store {
             // Checkpoints run beside the writer (see `checkpoints`), not inside its commits.
             .pragma("wal_autocheckpoint", "0")
             .disable_statement_logging();
-        let mut conn = options.connect().await?;
+        // The writer's batch scripts are cached like any statement: the small ones recur (a HITL answer,
+        // a few progress events) and skip SQLite's parser, while a cache this size bounds what the large
+        // ones, which rarely recur, can hold.
+        let mut conn = options.clone().statement_cache_capacity(WRITER_STATEMENTS).connect().await?;
         migrate::apply(&mut conn).await?;
         let next_seq: i64 =
             sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) + 1 FROM events").fetch_one(&mut conn).await?;
@@ -536,6 +539,9 @@ async fn checkpoints(pool: SqlitePool, backfilled: Arc<std::sync::atomic::Atomic
         }
     }
 }
+
+/// Prepared statements the writer connection keeps.
+const WRITER_STATEMENTS: usize = 24;
 
 /// Background checkpoint passes per second at most, and what counts as a short one.
 const CHECKPOINT_PASSES: usize = 5;

@@ -356,8 +356,8 @@ async fn apply(
         script.push(") AS v WHERE executors.executor_id = v.column1;");
     }
     script.push("COMMIT");
-    // The script's text changes with the batch: caching it would only evict statements worth keeping.
-    script.build().persistent(false).execute(&mut *conn).await?;
+    // Cached (see `store::WRITER_STATEMENTS`): recurring small scripts skip SQLite's parser.
+    script.build().execute(&mut *conn).await?;
     Ok((results, Committed { events: positions, received_at: now.to_owned() }))
 }
 
