@@ -219,6 +219,7 @@ fn publish(feed: &Feed, units: &[&Unit], committed: &Committed) {
     }
     for (seq, unit, change, encoding) in &committed.events {
         if let Change::AppendEvent(ev) = &units[*unit].changes[*change] {
+            // The tree was dropped in `Unit::new` (off the writer); only followers need it back.
             let mut envelope = ev.envelope();
             envelope.data = serde_json::from_str(&units[*unit].encoded[*encoding].0).ok();
             let event = StoredEvent { seq: *seq, envelope, received_at: committed.received_at.clone() };

@@ -143,3 +143,17 @@ async fn tokens_and_unreachable_servers() {
     let out = cli(&server.base, &["missions", "frobnicate"], &[]).await;
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
 }
+
+/// The client the CLI and `aiwg-bench` share hands a non-JSON success body (the `/metrics` text) back as
+/// a string, and JSON bodies as JSON.
+#[tokio::test]
+async fn the_client_returns_text_bodies_as_strings() {
+    let server = TestServer::start().await;
+    let _online = ScriptedExecutor::online(&server, &[]).await;
+    let client = aiwg_serve::cli::client::Client::new(&server.base, None);
+    let metrics = client.get("/metrics").await.expect("metrics answer");
+    let text = metrics.as_str().expect("the metrics text as a string");
+    assert!(text.contains("aiwg_executors_connected 1\n"), "{text}");
+    let executors = client.get("/api/v1/executors").await.expect("executors answer");
+    assert_eq!(executors["executors"].as_array().map(Vec::len), Some(1), "{executors}");
+}
