@@ -31,6 +31,9 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub operator_tokens: Vec<String>,
     pub max_body_bytes: usize,
+    /// Host names, besides loopback addresses and `localhost`, that requests may address while operator
+    /// routes are open (the DNS-rebinding defence; see `http::guard`).
+    pub allowed_hosts: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -66,6 +69,7 @@ impl Default for ServerConfig {
             data_dir: default_data_dir(),
             operator_tokens: Vec::new(),
             max_body_bytes: 1024 * 1024,
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -27,6 +27,8 @@ pub enum Error {
     Conflict(String),
     #[error("{0}")]
     IllegalTransition(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
     #[error("the body is larger than the {0}-byte limit")]
     PayloadTooLarge(usize),
     #[error("unknown event type {0:?}: not in the executor.aiwg.io/v1 vocabulary")]
@@ -66,6 +68,7 @@ impl Error {
             Error::Conflict(_) => "conflict",
             Error::IllegalTransition(_) => "illegal_transition",
             Error::PayloadTooLarge(_) => "payload_too_large",
+            Error::UnsupportedMediaType(_) => "unsupported_media_type",
             Error::UnknownEventType(_) => "unknown_event_type",
             Error::InvalidFrame(_) => "invalid_frame",
             Error::InvalidQuery(_) => "invalid_query",

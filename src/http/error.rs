@@ -24,6 +24,7 @@ pub fn status_of(e: &Error) -> StatusCode {
         Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         Error::Conflict(_) | Error::IllegalTransition(_) | Error::ExecutorNotConnected(_) => StatusCode::CONFLICT,
         Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         Error::LeaseDeniesAllTools => StatusCode::UNPROCESSABLE_ENTITY,
         Error::UpgradeRequired => StatusCode::UPGRADE_REQUIRED,
         Error::NoExecutorAvailable { .. } => StatusCode::SERVICE_UNAVAILABLE,

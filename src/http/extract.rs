@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -48,6 +48,28 @@ impl<T: ContractBody> FromRequest<Arc<App>> for Contract<T> {
     type Rejection = Error;
 
     async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Error> {
+        let JsonBody(raw) = JsonBody::from_request(req, app).await?;
+        app.schema.validate(T::DEF, &raw).map_err(|details| Error::SchemaViolation { what: T::WHAT, details })?;
+        let body = serde_json::from_value(raw.clone()).map_err(|e| Error::InvalidJson(e.to_string()))?;
+        Ok(Contract { body, raw })
+    }
+}
+
+/// A JSON body, not yet checked against any schema: `Content-Type: application/json` (a browser can
+/// send a form or `text/plain` cross-site without asking; see `guard`), within the size limit, parsed.
+pub struct JsonBody(pub Value);
+
+impl FromRequest<Arc<App>> for JsonBody {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, app: &Arc<App>) -> Result<Self, Error> {
+        let content_type = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        if !content_type.is_some_and(is_json) {
+            return Err(Error::UnsupportedMediaType(format!(
+                "this route takes a JSON body: send Content-Type: application/json (got {})",
+                content_type.map_or_else(|| "none".to_owned(), |c| format!("{c:?}"))
+            )));
+        }
         let limit = app.config.server.max_body_bytes;
         let bytes = Bytes::from_request(req, app).await.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
@@ -56,11 +78,14 @@ impl<T: ContractBody> FromRequest<Arc<App>> for Contract<T> {
                 Error::InvalidJson(rejection.body_text())
             }
         })?;
-        let raw: Value = serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))?;
-        app.schema.validate(T::DEF, &raw).map_err(|details| Error::SchemaViolation { what: T::WHAT, details })?;
-        let body = serde_json::from_value(raw.clone()).map_err(|e| Error::InvalidJson(e.to_string()))?;
-        Ok(Contract { body, raw })
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| Error::InvalidJson(e.to_string()))
     }
+}
+
+/// `application/json` or a `+json` type, any parameters (`; charset=utf-8`).
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The upgrade of an executor or sandbox WebSocket, configured with the hub's limits (small read

@@ -6,6 +6,7 @@ mod etag;
 mod events;
 mod executors;
 mod extract;
+mod guard;
 mod health;
 mod missions;
 mod sandboxes;
@@ -35,6 +36,7 @@ pub fn router(app: Arc<App>) -> Router {
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(Arc::new(guard::Guard::new(&app.config.server)), guard::guard))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
 }

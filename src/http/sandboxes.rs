@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -12,9 +11,9 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::extract::{Operator, SocketUpgrade};
+use super::extract::{JsonBody, Operator, SocketUpgrade};
 use crate::app::App;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::hub;
 
 pub fn router() -> Router<Arc<App>> {
@@ -30,17 +29,8 @@ pub fn router() -> Router<Arc<App>> {
 async fn register(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    body: std::result::Result<Bytes, axum::extract::rejection::BytesRejection>,
+    JsonBody(body): JsonBody,
 ) -> Result<Response> {
-    let limit = app.config.server.max_body_bytes;
-    let bytes = body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            Error::PayloadTooLarge(limit)
-        } else {
-            Error::InvalidJson(r.body_text())
-        }
-    })?;
-    let body: Value = serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))?;
     let registered = app.register_sandbox(body, peer.ip()).await?;
     Ok((StatusCode::CREATED, Json(registered)).into_response())
 }

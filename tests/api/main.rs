@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod browser;
 mod cli;
 mod dispatch;
 mod durability;

@@ -71,10 +71,12 @@ impl Client {
 
     pub async fn request(&self, method: Method, path: &str, body: Option<Bytes>, headers: &[(&str, &str)]) -> Resp {
         let mut req = Request::builder().method(method).uri(format!("{}{path}", self.base));
-        if body.is_some() {
+        // JSON unless the test says otherwise (or says nothing: `("content-type", "")` sends none).
+        let typed = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+        if body.is_some() && !typed {
             req = req.header(CONTENT_TYPE, "application/json");
         }
-        for (k, v) in headers {
+        for (k, v) in headers.iter().filter(|(_, v)| !v.is_empty()) {
             req = req.header(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
         }
         let req = req.body(Full::new(body.unwrap_or_default())).unwrap();

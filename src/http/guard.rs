@@ -1,0 +1,180 @@
+//! The browser guard: a web page in the operator's browser must not be able to drive a local serve.
+//!
+//! A page on any site can send "simple" cross-origin requests (a form POST, a `fetch` with a text
+//! body, a WebSocket) to `127.0.0.1:7337` without asking first, and with DNS rebinding it can even
+//! make them look same-origin under a name it controls. Executors and the CLI are not browsers: they
+//! send no `Origin` and no `Sec-Fetch-*`, and they address serve by a name it answers to. So:
+//! - while operator routes are open (loopback, no operator token), the `Host` must be one of serve's
+//!   own names: a loopback address, `localhost`, the bound address, or `server.allowed_hosts`
+//!   (this is what defeats DNS rebinding, whose requests carry the attacker's host name);
+//! - a state-changing request or a WebSocket upgrade that a browser marks cross-site
+//!   (`Sec-Fetch-Site`), or whose `Origin` is not serve itself, is refused with 403;
+//! - JSON routes refuse any other `Content-Type` with 415 (in [`super::extract`]), which closes the
+//!   form and `text/plain` paths that need no preflight.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header::{HOST, ORIGIN, UPGRADE};
+use axum::http::{HeaderMap, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::config::ServerConfig;
+use crate::error::Error;
+
+/// What the guard needs from the configuration, prepared once.
+pub struct Guard {
+    /// Operator routes need no token: the `Host` check is on.
+    open: bool,
+    /// Host names (lower case, no port) accepted besides loopback addresses and `localhost`.
+    allowed_hosts: Vec<String>,
+    bound: IpAddr,
+}
+
+impl Guard {
+    pub fn new(server: &ServerConfig) -> Guard {
+        Guard {
+            open: server.operator_tokens.is_empty(),
+            allowed_hosts: server.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            bound: server.bind.ip(),
+        }
+    }
+
+    /// `Ok` when a request with these headers may proceed.
+    pub fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), Error> {
+        let host = headers.get(HOST).and_then(|h| h.to_str().ok());
+        if self.open {
+            if let Some(host) = host {
+                let name = host_name(host);
+                if !self.is_own_name(&name) {
+                    return Err(Error::Forbidden(format!(
+                        "host {name:?} is not a name this server answers to while its operator routes are open \
+                         (add it to server.allowed_hosts)"
+                    )));
+                }
+            }
+        }
+        let changes_state = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
+        if changes_state || headers.contains_key(UPGRADE) {
+            let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+            if matches!(site, Some("cross-site" | "same-site")) {
+                return Err(Error::Forbidden("cross-site browser requests are refused".into()));
+            }
+            if let Some(origin) = headers.get(ORIGIN) {
+                let origin = origin.to_str().unwrap_or("null");
+                if !self.is_own_origin(origin, host) {
+                    return Err(Error::Forbidden(format!("requests from origin {origin:?} are refused")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn is_own_name(&self, name: &str) -> bool {
+        if name == "localhost" || self.allowed_hosts.iter().any(|h| h == name) {
+            return true;
+        }
+        let literal = name.trim_start_matches('[').trim_end_matches(']');
+        literal.parse::<IpAddr>().is_ok_and(|ip| crate::registry::is_loopback(ip) || ip == self.bound)
+    }
+
+    /// The page that sent the request was served by serve itself: same scheme-less authority as the
+    /// `Host` it addressed, or one of the allowed names (behind a proxy that rewrites `Host`).
+    fn is_own_origin(&self, origin: &str, host: Option<&str>) -> bool {
+        let Some((_, authority)) = origin.split_once("://") else { return false };
+        let authority = authority.to_ascii_lowercase();
+        host.is_some_and(|h| h.eq_ignore_ascii_case(&authority))
+            || self.allowed_hosts.iter().any(|h| *h == host_name(&authority))
+    }
+}
+
+/// The name part of a `Host` or origin authority, lower case: `[::1]:7337` -> `[::1]`, `a:1` -> `a`.
+fn host_name(authority: &str) -> String {
+    let name = match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => &authority[..i],
+        _ => authority,
+    };
+    name.to_ascii_lowercase()
+}
+
+pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    match guard.check(request.method(), request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(e) => {
+            tracing::debug!(method = %request.method(), uri = %request.uri(), reason = %e, "request refused by the browser guard");
+            e.into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard(tokens: bool, allowed: &[&str]) -> Guard {
+        let mut server = ServerConfig::default();
+        if tokens {
+            server.operator_tokens = vec!["x".repeat(20)];
+        }
+        server.allowed_hosts = allowed.iter().map(|s| s.to_string()).collect();
+        Guard::new(&server)
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn host_names() {
+        assert_eq!(host_name("127.0.0.1:7337"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:7337"), "[::1]");
+        assert_eq!(host_name("[::1]"), "[::1]");
+        assert_eq!(host_name("LocalHost"), "localhost");
+    }
+
+    #[test]
+    fn hosts_while_open() {
+        let g = guard(false, &["serve.lan"]);
+        for ok in ["127.0.0.1:7337", "localhost:7337", "[::1]:7337", "127.3.4.5", "serve.lan:80", "SERVE.LAN"] {
+            assert!(g.check(&Method::GET, &headers(&[("host", ok)])).is_ok(), "{ok}");
+        }
+        for bad in ["evil.example:7337", "10.0.0.1:7337", "localhost.evil.example"] {
+            assert!(g.check(&Method::GET, &headers(&[("host", bad)])).is_err(), "{bad}");
+        }
+        // With operator tokens, every route needs one: the host no longer matters.
+        assert!(guard(true, &[]).check(&Method::GET, &headers(&[("host", "evil.example")])).is_ok());
+    }
+
+    #[test]
+    fn cross_site_state_changes_are_refused() {
+        let g = guard(false, &[]);
+        let host = ("host", "127.0.0.1:7337");
+        let refused = [
+            vec![host, ("origin", "https://evil.example")],
+            vec![host, ("origin", "null")],
+            vec![host, ("sec-fetch-site", "cross-site")],
+            vec![host, ("sec-fetch-site", "same-site")],
+            vec![host, ("origin", "http://127.0.0.1:9999")],
+        ];
+        for h in refused {
+            assert!(g.check(&Method::POST, &headers(&h)).is_err(), "{h:?}");
+            assert!(g.check(&Method::DELETE, &headers(&h)).is_err(), "{h:?}");
+        }
+        // A WebSocket upgrade is a GET, but a page can open one cross-origin without CORS.
+        let upgrade = [host, ("upgrade", "websocket"), ("origin", "https://evil.example")];
+        assert!(g.check(&Method::GET, &headers(&upgrade)).is_err());
+        // Reads are protected by the browser's same-origin policy; state changes from serve's own pages
+        // and from non-browsers pass.
+        assert!(g.check(&Method::GET, &headers(&[host, ("origin", "https://evil.example")])).is_ok());
+        let own = [host, ("origin", "http://127.0.0.1:7337"), ("sec-fetch-site", "same-origin")];
+        assert!(g.check(&Method::POST, &headers(&own)).is_ok());
+        assert!(g.check(&Method::POST, &headers(&[host])).is_ok());
+        assert!(g.check(&Method::POST, &headers(&[host, ("sec-fetch-site", "none")])).is_ok());
+    }
+}
