@@ -9,6 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod contract;
+pub mod datadir;
 pub mod dispatch;
 pub mod error;
 pub mod executor;

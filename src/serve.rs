@@ -16,8 +16,8 @@ use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot create data directory {path}: {source}")]
-    DataDir { path: std::path::PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    DataDir(#[from] crate::datadir::DataDirError),
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
     #[error("{0}")]
@@ -59,8 +59,8 @@ impl Handle {
 }
 
 pub async fn start(config: Config) -> Result<Handle, StartError> {
-    let data_dir = config.server.data_dir.clone();
-    std::fs::create_dir_all(&data_dir).map_err(|source| StartError::DataDir { path: data_dir.clone(), source })?;
+    let claim = crate::datadir::DataDir::claim(&config.server.data_dir)?;
+    let data_dir = claim.path().to_owned();
     let schema = Schema::load().map_err(StartError::Schema)?;
     let metrics = Arc::new(Metrics::default());
     let (store, writer) =
@@ -95,6 +95,8 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
         }
         store.close().await;
         writer.finished().await;
+        // Only now may another serve open this store.
+        drop(claim);
         tracing::info!("stopped");
     });
     tracing::info!(%addr, data_dir = %data_dir.display(), "aiwg-serve listening");

@@ -285,7 +285,7 @@ impl Store {
         feed_capacity: usize,
         metrics: Arc<Metrics>,
     ) -> Result<(Store, writer::WriterTask)> {
-        let path = data_dir.join("aiwg-serve.db");
+        let path = data_dir.join(crate::datadir::DATABASE);
         let options = SqliteConnectOptions::from_str("sqlite:")?
             .filename(&path)
             .create_if_missing(true)

@@ -13,6 +13,7 @@ mod events;
 mod executor;
 mod executors;
 mod missions;
+mod operations;
 mod operator;
 mod queue;
 mod register;
