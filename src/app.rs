@@ -102,7 +102,9 @@ impl App {
         } else if self.registry.is_token_of_an_executor(&hash) {
             Err(Error::Forbidden("executor tokens cannot be used on operator routes".into()))
         } else {
-            Err(Error::TokenInvalid)
+            Err(Error::TokenInvalid(
+                "the bearer token is not a valid operator token: check --token or AIWG_SERVE_TOKEN",
+            ))
         }
     }
 
@@ -134,12 +136,14 @@ impl App {
 
     /// `DELETE /api/v1/executors/{id}` with the executor's own token: its sockets close, its token is
     /// revoked, it leaves the listings; its live missions are suspended (resumable executor) or failed.
+    /// Nothing changes unless all of it is committed.
     pub async fn deregister(&self, executor_id: &str, bearer: Option<&str>) -> Result<()> {
         self.registry.authenticate(executor_id, bearer)?;
+        let _serial = self.registry.serialized().await;
         let resumable = self.registry.has_capability(executor_id, "resumable");
         let mut changes = self
             .registry
-            .deregister(executor_id, "graceful_shutdown")
+            .deregister_changes(executor_id, "graceful_shutdown")
             .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
         let now = clock::now();
         let mut settled = Vec::new();
@@ -163,7 +167,13 @@ impl App {
                 settled.push((mission_id, to));
             }
         }
-        self.store.commit(changes).await?;
+        if let Err(e) = self.store.commit(changes).await {
+            for (mission_id, _) in &settled {
+                self.reload(mission_id).await;
+            }
+            return Err(e.into());
+        }
+        self.registry.apply_deregister(executor_id);
         for (mission_id, state) in settled {
             self.settle(&mission_id, executor_id, Some(state));
         }
@@ -172,11 +182,10 @@ impl App {
 
     /// Drain (or undrain) an executor: no new missions while draining; its current ones go on.
     pub async fn set_draining(&self, executor_id: &str, draining: bool) -> Result<()> {
-        let row = self
-            .registry
+        self.registry
             .set_draining(executor_id, draining)
-            .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
-        self.store.commit(vec![Change::PutExecutor(Box::new(row))]).await?;
+            .await
+            .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))??;
         tracing::info!(executor_id, draining, "executor drain changed");
         if !draining {
             self.queue.kick();

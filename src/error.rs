@@ -15,10 +15,9 @@ pub enum Error {
     UnsupportedSpecVersion(String),
     #[error("{0}")]
     Unauthorized(&'static str),
-    #[error(
-        "the bearer token is not valid for this executor (it may have been rotated): re-register to obtain a new token"
-    )]
-    TokenInvalid,
+    /// Says whose token it is not, and what to do about it.
+    #[error("{0}")]
+    TokenInvalid(&'static str),
     #[error("{0}")]
     Forbidden(String),
     #[error("{0}")]
@@ -62,7 +61,7 @@ impl Error {
             Error::SchemaViolation { .. } => "schema_violation",
             Error::UnsupportedSpecVersion(_) => "unsupported_spec_version",
             Error::Unauthorized(_) => "unauthorized",
-            Error::TokenInvalid => "token_invalid",
+            Error::TokenInvalid(_) => "token_invalid",
             Error::Forbidden(_) => "forbidden",
             Error::NotFound(_) => "not_found",
             Error::Conflict(_) => "conflict",

@@ -256,12 +256,20 @@ impl App {
         }
     }
 
-    /// Rebuilds a mission's projection from the store after a failed commit left it ahead of the truth.
-    async fn reload(&self, mission_id: &str) {
+    /// Rebuilds a mission's projection (state and pending HITL request) from the store after a failed
+    /// commit left it ahead of the truth.
+    pub(crate) async fn reload(&self, mission_id: &str) {
         self.ledger.remove(mission_id);
-        match self.store.mission(mission_id).await {
-            Ok(Some(m)) if !m.state.is_terminal() && m.state != MissionState::Queued => {
-                self.ledger.insert(mission_id, Live::new(m.executor_id.as_deref().unwrap_or_default(), m.state))
+        let stored = async {
+            Ok::<_, store::StoreError>((
+                self.store.mission(mission_id).await?,
+                self.store.pending_hitl(mission_id).await?,
+            ))
+        };
+        match stored.await {
+            Ok((Some(m), hitl)) if !m.state.is_terminal() && m.state != MissionState::Queued => {
+                let live = Live { hitl, ..Live::new(m.executor_id.as_deref().unwrap_or_default(), m.state) };
+                self.ledger.insert(mission_id, live)
             }
             Ok(_) => {}
             Err(e) => {

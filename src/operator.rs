@@ -19,7 +19,7 @@ use crate::contract::EventType;
 use crate::error::{Error, Result};
 use crate::hub::Outbound;
 use crate::missions::{on_control, Control, Live, MissionState};
-use crate::store::{Change, HitlOutcome, HitlRow, MissionPatch};
+use crate::store::{Change, HitlOutcome, HitlRow};
 
 /// The 202 body of a control or HITL response.
 #[derive(Debug, Serialize)]
@@ -82,7 +82,11 @@ impl App {
                 }
             }
         };
-        d.commit.await.unwrap_or(Err(crate::store::StoreError::WriterGone))?;
+        if let Err(e) = d.commit.await.unwrap_or(Err(crate::store::StoreError::WriterGone)) {
+            // The projection moved ahead of a commit that did not happen: back to what the store holds.
+            self.reload(mission_id).await;
+            return Err(e.into());
+        }
         self.settle(mission_id, &d.owner, Some(d.to));
         let delivered = self.registry.send(&d.owner, &Outbound::text(d.frame)) > 0;
         if let (Some(answer), true) = (d.answered, delivered) {
@@ -152,18 +156,9 @@ impl App {
 
     /// A queued mission has no executor: only abort applies, and it just leaves the queue.
     async fn act_on_queued(&self, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
-        if !matches!(action, Action::Abort) || !self.unqueue(mission_id) {
+        if !matches!(action, Action::Abort) || !self.abort_queued(mission_id).await? {
             return Err(refusal(action, MissionState::Queued));
         }
-        let now = clock::now();
-        let patch = MissionPatch {
-            state: Some(MissionState::Aborted),
-            updated_at: Some(now.clone()),
-            completed_at: Some(now),
-            error: Some("aborted by the operator while queued".into()),
-            ..MissionPatch::default()
-        };
-        self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
         Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: MissionState::Aborted, delivered: false })
     }
 
@@ -212,6 +207,7 @@ impl App {
         let Some(Some((commit, owner))) = decided else { return };
         if let Err(e) = commit.await.unwrap_or(Err(crate::store::StoreError::WriterGone)) {
             tracing::error!(error = %e, mission_id, "recording a HITL expiry failed");
+            self.reload(mission_id).await;
             return;
         }
         self.settle(mission_id, &owner, Some(MissionState::Failed));

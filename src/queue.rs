@@ -146,7 +146,7 @@ impl App {
                 self.store.commit(vec![Change::PatchMission { mission_id: w.mission_id.clone(), patch }]).await
             {
                 tracing::error!(error = %e, mission_id = %w.mission_id, "assigning a queued mission failed");
-                self.queue.waiting.lock().expect("queue lock").push_front(w);
+                self.requeue(w);
                 return;
             }
             let waited = w.since.elapsed();
@@ -167,8 +167,30 @@ impl App {
         waiting.remove(at)
     }
 
-    /// Aborting a queued mission takes it out of the queue.
-    pub(crate) fn unqueue(&self, mission_id: &str) -> bool {
-        self.take_waiting(mission_id).is_some()
+    /// Aborts a queued mission: it leaves the queue once the abort is committed (and goes back to its
+    /// place if the commit fails). `false` when it is not waiting here.
+    pub(crate) async fn abort_queued(&self, mission_id: &str) -> Result<bool> {
+        let Some(w) = self.take_waiting(mission_id) else { return Ok(false) };
+        let now = clock::now();
+        let patch = MissionPatch {
+            state: Some(MissionState::Aborted),
+            updated_at: Some(now.clone()),
+            completed_at: Some(now),
+            error: Some("aborted by the operator while queued".into()),
+            ..MissionPatch::default()
+        };
+        if let Err(e) = self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await
+        {
+            self.requeue(w);
+            return Err(e.into());
+        }
+        Ok(true)
+    }
+
+    /// Puts a mission taken out of the queue back where its arrival puts it.
+    fn requeue(&self, w: Waiting) {
+        let mut waiting = self.queue.waiting.lock().expect("queue lock");
+        let at = waiting.iter().position(|other| other.since > w.since).unwrap_or(waiting.len());
+        waiting.insert(at, w);
     }
 }

@@ -20,6 +20,8 @@ use crate::{clock, tokens};
 pub struct Registry {
     inner: RwLock<Inner>,
     store: Store,
+    /// Held across the commit of a registration, deregistration or drain (see [`Registry::serialized`]).
+    writes: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -55,6 +57,15 @@ impl Entry {
 
     fn live(&self) -> bool {
         self.row.deregistered_at.is_none()
+    }
+
+    fn held(&self) -> Held<'_> {
+        Held {
+            live: self.live(),
+            token_hash: &self.row.token_hash,
+            registered_from: self.row.registered_from.as_deref(),
+            seen_non_loopback: self.row.seen_non_loopback,
+        }
     }
 
     /// The row with the latest event timestamp.
@@ -112,6 +123,81 @@ pub fn is_loopback(ip: IpAddr) -> bool {
     }
 }
 
+/// What is known of an identity when its id is registered again.
+pub struct Held<'a> {
+    /// Not deregistered.
+    pub live: bool,
+    pub token_hash: &'a tokens::TokenHash,
+    /// The address of its last registration (`None`: released by an operator, anyone may claim it).
+    pub registered_from: Option<&'a str>,
+    pub seen_non_loopback: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TokenDecision {
+    /// The caller presented the current token: it stays.
+    Keep,
+    /// A new token replaces the old one; `rotated_for_non_loopback` on the identity's first registration
+    /// from off the host (upstream's one-time rotation, announced in `X-AIWG-Warning`).
+    Issue { rotated_for_non_loopback: bool },
+}
+
+/// Why a registration may not take over a known identity.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Refusal {
+    /// A live identity registered from elsewhere, or from off the host: only its token reclaims it.
+    Live,
+    /// A deregistered identity, claimed from another address than its own.
+    ElsewhereDeregistered,
+}
+
+impl Refusal {
+    fn message(&self, executor_id: &str) -> String {
+        let what = match self {
+            Refusal::Live => "is registered and was not registered from this loopback address",
+            Refusal::ElsewhereDeregistered => "was registered from another address",
+        };
+        format!(
+            "executor {executor_id} {what}: re-register with its current token (Authorization: Bearer), or have an \
+             operator release the identity (aiwg-serve executors remove {executor_id})"
+        )
+    }
+}
+
+/// The reclaim rule: who may register an id that is already known.
+///
+/// With the identity's current token, anyone (it is the proof). Without it, a registration takes over
+/// a *live* identity only from the loopback address it was registered from: the executor's own host,
+/// which the contract trusts, and where the real agentic-sandbox executor re-registers without its
+/// token on every socket cycle. A deregistered identity (an executor that said goodbye and restarts)
+/// may be claimed from the address it was registered from. Anything else is a takeover attempt: a
+/// caller on the network would get the identity's missions, objectives and token.
+pub fn decide_token(
+    held: Option<Held<'_>>,
+    bearer: Option<&str>,
+    peer: IpAddr,
+) -> std::result::Result<TokenDecision, Refusal> {
+    let Some(held) = held else { return Ok(TokenDecision::Issue { rotated_for_non_loopback: false }) };
+    let first_non_loopback = !is_loopback(peer) && !held.seen_non_loopback;
+    let presented_current =
+        held.live && bearer.is_some_and(|b| tokens::hashes_equal(&tokens::hash(b), held.token_hash));
+    if presented_current {
+        return Ok(if first_non_loopback {
+            TokenDecision::Issue { rotated_for_non_loopback: true }
+        } else {
+            TokenDecision::Keep
+        });
+    }
+    let same_address = held.registered_from.is_none_or(|from| from.parse::<IpAddr>().is_ok_and(|ip| ip == peer));
+    match (held.live, same_address) {
+        (true, true) if is_loopback(peer) || held.registered_from.is_none() => {}
+        (true, _) => return Err(Refusal::Live),
+        (false, false) => return Err(Refusal::ElsewhereDeregistered),
+        (false, true) => {}
+    }
+    Ok(TokenDecision::Issue { rotated_for_non_loopback: first_non_loopback })
+}
+
 impl Registry {
     pub async fn load(store: Store) -> Result<Registry> {
         let mut inner = Inner::default();
@@ -123,78 +209,77 @@ impl Registry {
             inner.order.push(entry.row.identity.executor_id.clone());
             inner.executors.insert(entry.row.identity.executor_id.clone(), entry);
         }
-        Ok(Registry { inner: RwLock::new(inner), store })
+        Ok(Registry { inner: RwLock::new(inner), store, writes: tokio::sync::Mutex::new(()) })
     }
 
-    /// Register or re-register. A known id reclaims its identity (same row, missions kept). The token is
-    /// kept when the caller presents the current one, otherwise a new one is issued and becomes the only
-    /// valid one (sockets already open stay open). The first registration from a non-loopback address
-    /// always rotates.
+    /// Register or re-register. A known id reclaims its identity (same row, missions kept) when
+    /// [`decide_token`] allows it: the token is kept when the caller presents the current one, otherwise a
+    /// new one is issued and becomes the only valid one (sockets already open stay open).
+    ///
+    /// Memory changes only once the store has the new row: a failed commit leaves the executor exactly
+    /// as it was (its current token still works). Registrations are serialized, so memory and store
+    /// agree on which of several racing registrations won.
     pub async fn register(&self, p: &RegisterPayload, peer: IpAddr, bearer: Option<&str>) -> Result<Registered> {
+        let _serial = self.writes.lock().await;
         let now = clock::now();
-        let loopback = is_loopback(peer);
-        let (registered, changes) = {
-            let mut inner = self.inner.write().expect("registry lock");
+        let (row, token, rotated_for_non_loopback) = {
+            let inner = self.inner.read().expect("registry lock");
             let existing = inner.executors.get(&p.executor_id);
-            let presented_current = match (existing, bearer) {
-                (Some(e), Some(b)) if e.live() => tokens::hashes_equal(&tokens::hash(b), &e.row.token_hash),
-                _ => false,
+            let decision = decide_token(existing.map(|e| e.held()), bearer, peer)
+                .map_err(|refusal| Error::Conflict(refusal.message(&p.executor_id)))?;
+            let (token, rotated_for_non_loopback) = match (decision, bearer) {
+                (TokenDecision::Keep, Some(b)) => (b.to_owned(), false),
+                (TokenDecision::Issue { rotated_for_non_loopback }, _) => (tokens::issue(), rotated_for_non_loopback),
+                (TokenDecision::Keep, None) => unreachable!("a kept token is a presented one"),
             };
-            let first_non_loopback = !loopback && existing.is_some_and(|e| !e.row.seen_non_loopback);
-            let keep_token = presented_current && !first_non_loopback;
-            let token = match (keep_token, bearer) {
-                (true, Some(b)) => b.to_owned(),
-                _ => tokens::issue(),
-            };
-            let old_hash = existing.map(|e| e.row.token_hash);
             let row = ExecutorRow {
                 identity: p.clone(),
                 token_hash: tokens::hash(&token),
                 registered_at: existing.map_or_else(|| now.clone(), |e| e.row.registered_at.clone()),
                 registered_from: Some(peer.to_string()),
-                seen_non_loopback: !loopback || existing.is_some_and(|e| e.row.seen_non_loopback),
+                seen_non_loopback: !is_loopback(peer) || existing.is_some_and(|e| e.row.seen_non_loopback),
                 draining: existing.is_some_and(|e| e.row.draining),
                 last_event_ts: existing.and_then(|e| e.last_event.lock().expect("entry lock").clone()),
                 disconnected_at: existing.and_then(|e| e.row.disconnected_at.clone()),
                 deregistered_at: None,
             };
-            if let Some(old) = old_hash {
-                inner.by_token.remove(&old);
-            }
-            inner.by_token.insert(row.token_hash, row.identity.executor_id.clone());
-            let event = EventRow {
-                event: EventType::ExecutorRegistered.as_str().into(),
-                executor_id: row.identity.executor_id.clone(),
-                mission_id: None,
-                ts: now.clone(),
-                data: json!({
-                    "name": row.identity.name, "capabilities": row.identity.capabilities, "transport_endpoints": row.identity.transport_endpoints,
-                }),
-                raw: None,
-            };
-            let changes = vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)];
-            let registered = Registered {
-                executor_id: row.identity.executor_id.clone(),
-                token: token.clone(),
-                registered_at: row.registered_at.clone(),
-                rotated_for_non_loopback: first_non_loopback,
-            };
-            match inner.executors.get_mut(&p.executor_id) {
-                Some(e) => {
-                    e.row = row;
-                    e.token = Some(token);
-                }
-                None => {
-                    let entry = Entry::new(row, Some(token));
-                    inner.order.push(p.executor_id.clone());
-                    inner.executors.insert(p.executor_id.clone(), entry);
-                }
-            }
-            // Queued while the lock is held so that concurrent registrations commit in the order they
-            // were applied in memory.
-            (registered, self.store.submit(changes))
+            (row, token, rotated_for_non_loopback)
         };
-        changes.await.map_err(|_| crate::store::StoreError::WriterGone)??;
+        let event = EventRow {
+            event: EventType::ExecutorRegistered.as_str().into(),
+            executor_id: row.identity.executor_id.clone(),
+            mission_id: None,
+            ts: now,
+            data: json!({
+                "name": row.identity.name, "capabilities": row.identity.capabilities, "transport_endpoints": row.identity.transport_endpoints,
+            }),
+            raw: None,
+        };
+        self.store.commit(vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)]).await?;
+        let registered = Registered {
+            executor_id: row.identity.executor_id.clone(),
+            token: token.clone(),
+            registered_at: row.registered_at.clone(),
+            rotated_for_non_loopback,
+        };
+        let mut inner = self.inner.write().expect("registry lock");
+        let old_hash = inner.executors.get(&p.executor_id).map(|e| e.row.token_hash);
+        if let Some(old) = old_hash {
+            inner.by_token.remove(&old);
+        }
+        inner.by_token.insert(row.token_hash, p.executor_id.clone());
+        match inner.executors.get_mut(&p.executor_id) {
+            Some(e) => {
+                // What sockets changed while the row was being committed stays as they left it.
+                let disconnected_at = e.row.disconnected_at.take();
+                e.row = ExecutorRow { disconnected_at, ..row };
+                e.token = Some(token);
+            }
+            None => {
+                inner.order.push(p.executor_id.clone());
+                inner.executors.insert(p.executor_id.clone(), Entry::new(row, Some(token)));
+            }
+        }
         Ok(registered)
     }
 
@@ -214,7 +299,9 @@ impl Registry {
                 _ => {
                     return Err(match inner.by_token.get(&hash) {
                         Some(_) => Error::Forbidden("this token belongs to another executor".into()),
-                        None => Error::TokenInvalid,
+                        None => Error::TokenInvalid(
+                            "the bearer token is not valid for this executor (it may have been rotated): re-register to obtain a new token",
+                        ),
                     })
                 }
             }
@@ -226,22 +313,19 @@ impl Registry {
         Ok(())
     }
 
-    /// Marks an executor deregistered: token revoked, links closed, hidden from listings. Returns the
-    /// store changes, to be committed with the consequences for its missions.
-    pub fn deregister(&self, executor_id: &str, reason: &str) -> Option<Vec<Change>> {
+    /// The store changes that deregister an executor (row revoked and hidden, `executor.deregistered`),
+    /// to be committed with the consequences for its missions before [`Registry::apply_deregister`].
+    /// `None` for an unknown or already deregistered executor.
+    pub fn deregister_changes(&self, executor_id: &str, reason: &str) -> Option<Vec<Change>> {
         let now = clock::now();
-        let mut inner = self.inner.write().expect("registry lock");
-        let entry = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
-        let old_hash = entry.row.token_hash;
-        entry.row.deregistered_at = Some(now.clone());
-        entry.row.disconnected_at = Some(now.clone());
-        entry.row.token_hash = tokens::revoked();
-        entry.token = None;
-        for link in entry.links.drain(..) {
-            link.send(Outbound::Close(1000, "deregistered"));
-        }
-        let row = entry.current_row();
-        inner.by_token.remove(&old_hash);
+        let inner = self.inner.read().expect("registry lock");
+        let entry = inner.executors.get(executor_id).filter(|e| e.live())?;
+        let row = ExecutorRow {
+            deregistered_at: Some(now.clone()),
+            disconnected_at: Some(now.clone()),
+            token_hash: tokens::revoked(),
+            ..entry.current_row()
+        };
         let event = EventRow {
             event: EventType::ExecutorDeregistered.as_str().into(),
             executor_id: executor_id.to_owned(),
@@ -253,13 +337,45 @@ impl Registry {
         Some(vec![Change::PutExecutor(Box::new(row)), Change::AppendEvent(event)])
     }
 
-    /// Stops (or resumes) new assignments to an executor; its current missions go on. Returns the row to
-    /// persist, or `None` for an unknown executor.
-    pub fn set_draining(&self, executor_id: &str, draining: bool) -> Option<ExecutorRow> {
+    /// After the deregistration is committed: token revoked, sockets closed, hidden from listings.
+    pub fn apply_deregister(&self, executor_id: &str) {
+        let now = clock::now();
         let mut inner = self.inner.write().expect("registry lock");
-        let e = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
-        e.row.draining = draining;
-        Some(e.current_row())
+        let Some(entry) = inner.executors.get_mut(executor_id).filter(|e| e.live()) else { return };
+        let old_hash = entry.row.token_hash;
+        entry.row.deregistered_at = Some(now.clone());
+        entry.row.disconnected_at = Some(now);
+        entry.row.token_hash = tokens::revoked();
+        entry.token = None;
+        for link in entry.links.drain(..) {
+            link.send(Outbound::Close(1000, "deregistered"));
+        }
+        inner.by_token.remove(&old_hash);
+    }
+
+    /// Serializes the registry's store-first changes (register, deregister, drain) so that what memory
+    /// applies last is what the store committed last.
+    pub async fn serialized(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.writes.lock().await
+    }
+
+    /// Stops (or resumes) new assignments to an executor; its current missions go on. Memory changes
+    /// once the store has the row. `None` for an unknown executor.
+    pub async fn set_draining(&self, executor_id: &str, draining: bool) -> Option<Result<()>> {
+        let _serial = self.writes.lock().await;
+        let row = {
+            let inner = self.inner.read().expect("registry lock");
+            let e = inner.executors.get(executor_id).filter(|e| e.live())?;
+            ExecutorRow { draining, ..e.current_row() }
+        };
+        if let Err(e) = self.store.commit(vec![Change::PutExecutor(Box::new(row))]).await {
+            return Some(Err(e.into()));
+        }
+        let mut inner = self.inner.write().expect("registry lock");
+        if let Some(e) = inner.executors.get_mut(executor_id).filter(|e| e.live()) {
+            e.row.draining = draining;
+        }
+        Some(Ok(()))
     }
 
     pub fn is_token_of_an_executor(&self, hash: &tokens::TokenHash) -> bool {
@@ -446,7 +562,7 @@ mod tests {
         let lan1 = registry.register(&payload(id), lan, Some(&first.token)).await.unwrap();
         assert!(lan1.rotated_for_non_loopback);
         assert_ne!(lan1.token, first.token, "rotated even though the current token was presented");
-        assert!(matches!(registry.authenticate(id, Some(&first.token)), Err(Error::TokenInvalid)));
+        assert!(matches!(registry.authenticate(id, Some(&first.token)), Err(Error::TokenInvalid(_))));
         registry.authenticate(id, Some(&lan1.token)).unwrap();
 
         let lan2 = registry.register(&payload(id), lan, Some(&lan1.token)).await.unwrap();
@@ -462,6 +578,56 @@ mod tests {
         // A brand-new executor from the LAN has nothing to rotate.
         let fresh = registry.register(&payload("550e8400-e29b-41d4-a716-446655440000"), lan, None).await.unwrap();
         assert!(!fresh.rotated_for_non_loopback);
+    }
+
+    /// The reclaim rule, written out: (identity, token presented, where from) -> decision.
+    #[test]
+    fn reclaim_matrix() {
+        use Refusal::*;
+        use TokenDecision::*;
+        let current = tokens::hash("current");
+        let revoked = tokens::revoked();
+        let held = |live: bool, from: Option<&'static str>, seen_lan: bool| {
+            Some(Held {
+                live,
+                token_hash: if live { &current } else { &revoked },
+                registered_from: from,
+                seen_non_loopback: seen_lan,
+            })
+        };
+        let lo = "127.0.0.1";
+        let lo2 = "127.0.0.2";
+        let lan = "192.168.1.42";
+        let lan2 = "192.168.1.43";
+        let issue = Ok(Issue { rotated_for_non_loopback: false });
+        let rotate = Ok(Issue { rotated_for_non_loopback: true });
+        #[rustfmt::skip]
+        let cases = [
+            // new identity: anyone, anywhere
+            (None, None, lan, issue),
+            // live, current token: kept (rotated once on the first registration from off the host)
+            (held(true, Some(lo), false), Some("current"), lo, Ok(Keep)),
+            (held(true, Some(lo), false), Some("current"), lo2, Ok(Keep)),
+            (held(true, Some(lo), false), Some("current"), lan, rotate),
+            (held(true, Some(lan), true), Some("current"), lan2, Ok(Keep)),
+            // live, no or a wrong token: only from its own loopback address
+            (held(true, Some(lo), false), None, lo, issue),
+            (held(true, Some(lo), false), Some("wrong"), lo, issue),
+            (held(true, Some(lo), false), None, lo2, Err(Live)),
+            (held(true, Some(lo), false), None, lan, Err(Live)),
+            (held(true, Some(lan), true), None, lan, Err(Live)),
+            (held(true, Some(lan), true), Some("wrong"), lan2, Err(Live)),
+            // deregistered: from the address it was registered from
+            (held(false, Some(lo), false), Some("current"), lo, issue),
+            (held(false, Some(lan), true), None, lan, issue),
+            (held(false, Some(lan), true), None, lan2, Err(ElsewhereDeregistered)),
+            (held(false, Some(lo), false), None, lan, Err(ElsewhereDeregistered)),
+            // released by an operator: anyone
+            (held(false, None, true), None, lan2, issue),
+        ];
+        for (i, (held, bearer, peer, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(decide_token(held, bearer, peer.parse().unwrap()), expected, "case {i}");
+        }
     }
 
     #[test]

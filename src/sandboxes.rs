@@ -131,7 +131,7 @@ impl App {
             {
                 Ok(())
             }
-            _ => Err(Error::TokenInvalid),
+            _ => Err(Error::TokenInvalid("the token is not valid for this sandbox: register it again")),
         }
     }
 

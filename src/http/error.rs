@@ -18,7 +18,7 @@ pub fn status_of(e: &Error) -> StatusCode {
         | Error::UnknownEventType(_)
         | Error::InvalidFrame(_)
         | Error::InvalidQuery(_) => StatusCode::BAD_REQUEST,
-        Error::Unauthorized(_) | Error::TokenInvalid => StatusCode::UNAUTHORIZED,
+        Error::Unauthorized(_) | Error::TokenInvalid(_) => StatusCode::UNAUTHORIZED,
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -52,7 +52,7 @@ impl IntoResponse for Error {
             Error::NoExecutorAvailable { .. } => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
             }
-            Error::Unauthorized(_) | Error::TokenInvalid => {
+            Error::Unauthorized(_) | Error::TokenInvalid(_) => {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
             _ => {}

@@ -483,6 +483,15 @@ impl Store {
         rows.iter().map(hitl_from_row).collect()
     }
 
+    /// The pending HITL request of a mission, if any.
+    pub async fn pending_hitl(&self, mission_id: &str) -> Result<Option<HitlRow>> {
+        let row = sqlx::query("SELECT * FROM hitl_requests WHERE mission_id = ? AND outcome = 'pending' LIMIT 1")
+            .bind(mission_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(hitl_from_row).transpose()
+    }
+
     /// Answers not yet delivered for the missions of an executor, oldest first.
     pub async fn undelivered_answers(&self, executor_id: &str) -> Result<Vec<HitlRow>> {
         let rows = sqlx::query(

@@ -43,6 +43,14 @@ impl Client {
         Client { base: base.to_owned(), inner: HyperClient::builder(TokioExecutor::new()).build_http() }
     }
 
+    /// A client whose connections leave from `local`: another loopback address (127.0.0.2) stands for
+    /// another host, as far as serve can tell.
+    pub fn from_address(base: &str, local: std::net::IpAddr) -> Client {
+        let mut connector = HttpConnector::new();
+        connector.set_local_address(Some(local));
+        Client { base: base.to_owned(), inner: HyperClient::builder(TokioExecutor::new()).build(connector) }
+    }
+
     pub async fn get(&self, path: &str) -> Resp {
         self.request(Method::GET, path, None, &[]).await
     }

@@ -112,3 +112,35 @@ pub fn dispatch_body(mission_id: &str) -> Value {
 pub fn mission_id() -> String {
     format!("m-{}", uuid::Uuid::new_v4().simple())
 }
+
+/// Makes every commit that writes an event or an executor row fail, from a second connection to the
+/// server's own database (what a full disk or a broken file does to the writer), until healed.
+pub struct InjectedFault {
+    conn: sqlx::SqliteConnection,
+}
+
+const FAULT_TRIGGERS: [(&str, &str); 3] = [
+    ("fault_events", "INSERT ON events"),
+    ("fault_exec_ins", "INSERT ON executors"),
+    ("fault_exec_upd", "UPDATE ON executors"),
+];
+
+impl InjectedFault {
+    pub async fn inject(server: &TestServer) -> InjectedFault {
+        use sqlx::Connection;
+        let path = server.data_dir().join("aiwg-serve.db");
+        let mut conn =
+            sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.expect("second connection");
+        for (name, on) in FAULT_TRIGGERS {
+            let sql = format!("CREATE TRIGGER {name} BEFORE {on} BEGIN SELECT RAISE(ABORT, 'injected fault'); END");
+            sqlx::query(&sql).execute(&mut conn).await.expect("create trigger");
+        }
+        InjectedFault { conn }
+    }
+
+    pub async fn heal(mut self) {
+        for (name, _) in FAULT_TRIGGERS {
+            sqlx::query(&format!("DROP TRIGGER {name}")).execute(&mut self.conn).await.expect("drop trigger");
+        }
+    }
+}

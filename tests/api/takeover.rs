@@ -1,0 +1,59 @@
+//! Nobody takes over a live executor (issue 11, finding 2): a re-register without the identity's
+//! token is refused unless it comes from the loopback address the identity was registered from (where
+//! the real agentic-sandbox executor re-registers tokenless on every socket cycle).
+
+use serde_json::json;
+
+use crate::support::{dispatch_body, mission_id, Client, ScriptedExecutor, TestServer};
+
+#[tokio::test]
+async fn a_tokenless_re_register_from_another_address_is_refused_and_changes_nothing() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let elsewhere = Client::from_address(&server.base, "127.0.0.2".parse().unwrap());
+
+    // The attacker's payload points dispatches at its own listener.
+    let attacker = ScriptedExecutor::listen(&[]).await;
+    let mut payload = attacker.register_payload();
+    payload["executor_id"] = json!(e.id);
+    let r = elsewhere.post("/api/v1/executors/register", &payload).await;
+    let message = r.assert_error(409, "conflict");
+    assert!(message.contains("current token") && message.contains("executors remove"), "{message}");
+    // A wrong token is no better.
+    let wrong = [("authorization", "Bearer AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")];
+    elsewhere.post_with("/api/v1/executors/register", &payload, &wrong).await.assert_error(409, "conflict");
+
+    // The real executor keeps its token, its endpoint and its missions.
+    let listed = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
+    assert_eq!(listed["transport_endpoints"]["rest"], format!("http://{}", e.rest));
+    let second = e.connect(&server).await;
+    drop(second);
+    let id = mission_id();
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
+    assert_eq!(e.next_dispatch().await.body["mission_id"], id.as_str(), "the dispatch went to the real executor");
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+
+    // With the token, the identity moves wherever its holder is.
+    let auth = [("authorization", format!("Bearer {}", e.token))];
+    let auth: Vec<(&str, &str)> = auth.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = elsewhere.post_with("/api/v1/executors/register", &e.register_payload(), &auth).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.body["token"], e.token.as_str(), "kept: 127.0.0.2 is still loopback");
+}
+
+#[tokio::test]
+async fn the_same_loopback_address_may_re_register_without_its_token() {
+    let server = TestServer::start().await;
+    let (e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    // What the agentic-sandbox executor does on every socket cycle, old socket still open.
+    let r = server.client.post("/api/v1/executors/register", &e.register_payload()).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_ne!(r.body["token"], e.token.as_str(), "a new token is issued");
+
+    // A deregistered identity may be claimed again from where it was registered, not from elsewhere.
+    let token = r.body["token"].as_str().unwrap().to_owned();
+    assert_eq!(server.client.delete(&format!("/api/v1/executors/{}", e.id), Some(&token)).await.status, 204);
+    let elsewhere = Client::from_address(&server.base, "127.0.0.2".parse().unwrap());
+    elsewhere.post("/api/v1/executors/register", &e.register_payload()).await.assert_error(409, "conflict");
+    assert_eq!(server.client.post("/api/v1/executors/register", &e.register_payload()).await.status, 201);
+}
