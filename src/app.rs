@@ -158,7 +158,7 @@ impl App {
                 if live.state.is_terminal() || live.state == to {
                     return false;
                 }
-                live.state = to;
+                live.move_to(to);
                 live.terminal_data = to.is_terminal().then(|| data.clone());
                 true
             });

@@ -44,6 +44,8 @@ pub enum Error {
     ExecutorForwardFailed(String),
     #[error("{0}")]
     ExecutorNotConnected(String),
+    #[error("{0}")]
+    ControlUnsupported(String),
     #[error("the lease's tool policy is \"none\": no executor may run this mission")]
     LeaseDeniesAllTools,
     #[error("this route does not accept that method")]
@@ -76,6 +78,7 @@ impl Error {
             Error::ExecutorUnreachable(_) => "executor_unreachable",
             Error::ExecutorForwardFailed(_) => "executor_forward_failed",
             Error::ExecutorNotConnected(_) => "executor_not_connected",
+            Error::ControlUnsupported(_) => "control_unsupported",
             Error::LeaseDeniesAllTools => "lease_denies_all_tools",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::UpgradeRequired => "upgrade_required",

@@ -209,6 +209,9 @@ impl App {
             }
             Outcome::TerminalRepeat => return Err(illegal(event, &mission_id, live.state)),
             Outcome::Stay => None,
+            Outcome::Move(_) if event == EventType::MissionResumed => {
+                Some(live.resume_target()).filter(|to| *to != live.state)
+            }
             Outcome::Move(to) => Some(to).filter(|to| *to != live.state),
         };
         let patch = patch_for(event, &row.data, moved, now);
@@ -223,7 +226,7 @@ impl App {
         changes.extend(hitl_changes);
         let commit = self.store.submit(changes);
         if let Some(to) = moved {
-            live.state = to;
+            live.move_to(to);
             live.terminal_data = terminal_data;
         }
         live.hitl = hitl;

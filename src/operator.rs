@@ -6,6 +6,13 @@
 //! already handle (`mission.paused`, `mission.resumed`, `mission.aborted`, `mission.hitl_responded`).
 //! Abort is authoritative at once, connected or not; pause, resume and HITL answers need the executor
 //! online, since nothing else would make them true.
+//!
+//! Controls are honest: serve reports a control as done only when the executor can carry it out, which
+//! it learns from the capabilities the executor declares ([`PAUSE_RESUME`], [`ABORT`]). Pause and
+//! resume of a mission whose executor cannot pause are refused (409 `control_unsupported`) and change
+//! nothing; an abort is still final in serve's record (the contract makes it authoritative), but is
+//! answered `delivered: false` with a note when the executor does not act on aborts (its agent may
+//! still be running). A resume returns the mission to where it was (`missions::resume_target`).
 
 use std::sync::Arc;
 
@@ -21,14 +28,24 @@ use crate::hub::Outbound;
 use crate::missions::{on_control, Control, Live, MissionState};
 use crate::store::{Change, HitlOutcome, HitlRow};
 
+/// The capability by which an executor says it pauses and resumes missions on `mission.paused` /
+/// `mission.resumed` (an extension; the agentic-sandbox executor, for one, has no pause at all).
+pub const PAUSE_RESUME: &str = "x-pause-resume";
+/// The capability by which an executor says it stops a mission's agent on `mission.aborted`.
+pub const ABORT: &str = "x-abort";
+
 /// The 202 body of a control or HITL response.
 #[derive(Debug, Serialize)]
 pub struct ControlOutcome {
     pub mission_id: String,
     pub state: MissionState,
-    /// Whether at least one live socket of the executor took the frame. A HITL answer that was not
-    /// delivered stays stored and is sent when the executor reconnects.
+    /// Whether the executor took the frame and can act on it: at least one live socket took it, and
+    /// the executor declares the control. A HITL answer that was not delivered stays stored and is sent
+    /// when the executor reconnects.
     pub delivered: bool,
+    /// Why it was not delivered, when that is not obvious.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What the operator asked for, with what it carries.
@@ -88,11 +105,20 @@ impl App {
             return Err(e.into());
         }
         self.settle(mission_id, &d.owner, Some(d.to));
-        let delivered = self.registry.send(&d.owner, &Outbound::text(d.frame)) > 0;
-        if let (Some(answer), true) = (d.answered, delivered) {
+        let took = self.registry.send(&d.owner, &Outbound::text(d.frame)) > 0;
+        if let (Some(answer), true) = (d.answered, took) {
             self.mark_delivered(answer);
         }
-        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: d.to, delivered })
+        let able = !matches!(action, Action::Abort) || self.registry.has_capability(&d.owner, ABORT);
+        let note = match (took, able) {
+            (false, _) => Some(format!("executor {} has no live socket; it is told at its next resync", d.owner)),
+            (true, false) => Some(format!(
+                "executor {} does not declare {ABORT}: the mission is aborted here, but its agent may still be running",
+                d.owner
+            )),
+            (true, true) => None,
+        };
+        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: d.to, delivered: took && able, note })
     }
 
     /// Under the ledger lock: legality, connectivity, the queued commit, the new projection.
@@ -103,7 +129,22 @@ impl App {
         action: Action<'_>,
         now: &str,
     ) -> std::result::Result<Decided, Why> {
-        let to = on_control(live.state, action.control()).ok_or_else(|| Refused(refusal(action, live.state)))?;
+        let to = match on_control(live.state, action.control()) {
+            Some(_) if matches!(action, Action::Resume) => live.resume_target(),
+            Some(to) => to,
+            None => return Err(Refused(refusal(action, live.state))),
+        };
+        if matches!(action, Action::Pause | Action::Resume)
+            && !self.registry.has_capability(&live.executor_id, PAUSE_RESUME)
+        {
+            return Err(Refused(Error::ControlUnsupported(format!(
+                "executor {} does not declare {PAUSE_RESUME}: it cannot {} missions, so nothing was sent and mission \
+                 {mission_id} stays {}",
+                live.executor_id,
+                verb(action),
+                live.state
+            ))));
+        }
         let mut answered = None;
         if let Action::Answer { hitl_id, response } = action {
             let request = live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id).ok_or_else(|| {
@@ -144,7 +185,7 @@ impl App {
             changes.push(Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
         }
         let commit = self.store.submit(changes);
-        live.state = to;
+        live.move_to(to);
         if to.is_terminal() {
             live.terminal_data = Some(data);
         }
@@ -159,7 +200,12 @@ impl App {
         if !matches!(action, Action::Abort) || !self.abort_queued(mission_id).await? {
             return Err(refusal(action, MissionState::Queued));
         }
-        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: MissionState::Aborted, delivered: false })
+        Ok(ControlOutcome {
+            mission_id: mission_id.to_owned(),
+            state: MissionState::Aborted,
+            delivered: false,
+            note: Some("the mission was still queued: no executor had it".into()),
+        })
     }
 
     fn mark_delivered(&self, answer: HitlRow) {

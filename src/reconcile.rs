@@ -132,20 +132,17 @@ impl App {
             if live.state != MissionState::Suspended || live.executor_id != executor_id {
                 return None;
             }
-            let (changes, envelope) = system_event(
-                executor_id,
-                mission_id,
-                EventType::MissionResumed,
-                data.clone(),
-                MissionState::Running,
-                &now,
-            );
-            live.state = MissionState::Running;
+            let to = live.resume_target();
+            let (changes, envelope) =
+                system_event(executor_id, mission_id, EventType::MissionResumed, data.clone(), to, &now);
+            live.move_to(to);
             Some((self.store.submit(changes), envelope))
         });
         let Some(Some((commit, envelope))) = queued else { return };
         if commit.await.is_ok_and(|r| r.is_ok()) {
             self.registry.send(executor_id, &Outbound::text(envelope.to_string()));
+        } else {
+            self.reload(mission_id).await;
         }
     }
 
@@ -197,7 +194,7 @@ impl App {
                 return None;
             }
             let (changes, _) = system_event(executor_id, mission_id, event, data.clone(), to, &now);
-            live.state = to;
+            live.move_to(to);
             if to.is_terminal() {
                 live.terminal_data = Some(data.clone());
                 live.hitl = None;
@@ -206,6 +203,7 @@ impl App {
         });
         let Some(Some(commit)) = queued else { return false };
         if !commit.await.is_ok_and(|r| r.is_ok()) {
+            self.reload(mission_id).await;
             return false;
         }
         self.settle(mission_id, executor_id, Some(to));

@@ -152,6 +152,9 @@ impl Executor {
             "hitl".to_owned(),
             self.adapter.class.capability().to_owned(),
             "x-readiness".to_owned(),
+            // SIGSTOP/SIGCONT and SIGTERM on the mission's process group (see README).
+            crate::operator::PAUSE_RESUME.to_owned(),
+            crate::operator::ABORT.to_owned(),
         ];
         if self.state.is_some() {
             caps.push("resumable".into());

@@ -22,7 +22,10 @@ pub fn status_of(e: &Error) -> StatusCode {
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::NotFound(_) => StatusCode::NOT_FOUND,
         Error::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-        Error::Conflict(_) | Error::IllegalTransition(_) | Error::ExecutorNotConnected(_) => StatusCode::CONFLICT,
+        Error::Conflict(_)
+        | Error::IllegalTransition(_)
+        | Error::ExecutorNotConnected(_)
+        | Error::ControlUnsupported(_) => StatusCode::CONFLICT,
         Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         Error::LeaseDeniesAllTools => StatusCode::UNPROCESSABLE_ENTITY,

@@ -150,14 +150,19 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
                     Some(Ok(Ingested::Pending(p))) => answers.push_back(futures_util::future::Either::Left(async move { app.finish(*p).await })),
                     Some(Ok(Ingested::Duplicate(reference))) => answers.push_back(futures_util::future::Either::Right(std::future::ready(Answer::Ack { seq: None, reference }))),
                     Some(Err(refusal)) => {
-                        let now = Instant::now();
-                        refusals.push_back(now);
-                        while refusals.front().is_some_and(|t| now.duration_since(*t) > REFUSAL_WINDOW) {
-                            refusals.pop_front();
-                        }
+                        let floods = counts_as_flood(&refusal.error);
                         answers.push_back(futures_util::future::Either::Right(std::future::ready(Answer::Refused(refusal))));
-                        if refusals.len() > MAX_REFUSALS {
-                            break Some((1008, "too many refused frames"));
+                        if floods {
+                            let now = Instant::now();
+                            refusals.push_back(now);
+                            while refusals.front().is_some_and(|t| now.duration_since(*t) > REFUSAL_WINDOW) {
+                                refusals.pop_front();
+                            }
+                            if refusals.len() > MAX_REFUSALS {
+                                tracing::warn!(%executor_id, link_id, refusals = refusals.len(), window_s = REFUSAL_WINDOW.as_secs(),
+                                    "closing an executor socket that floods refused frames (1008)");
+                                break Some((1008, "too many refused frames"));
+                            }
                         }
                     }
                     None => {}
@@ -209,6 +214,15 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
         }
         app.watch_disconnect(&executor_id, epoch);
     }
+}
+
+/// Whether a refused frame counts toward the flood limit. An executor restating its own missions after a
+/// restart (the agentic-sandbox executor re-announces every mission it ever held, ended ones included)
+/// earns `illegal_transition` refusals, and those only ever concern missions it owns: they are the
+/// contract's reconciliation at work, not a flood, and cutting the executor off for them would be an
+/// outage serve inflicts on itself.
+fn counts_as_flood(error: &Error) -> bool {
+    !matches!(error, Error::IllegalTransition(_))
 }
 
 /// Oversized messages are answered with 1009 (message too big); other read errors just end the socket.

@@ -23,6 +23,9 @@ pub struct Live {
     pub terminal_data: Option<Value>,
     /// The HITL request waiting for an operator, if any.
     pub hitl: Option<HitlRow>,
+    /// The state a pause or suspension interrupted, where a resume returns it (memory only: after a
+    /// restart a resume returns to running, or to hitl-required with a pending request).
+    pub paused_from: Option<MissionState>,
     /// When the executor was handed the mission (resync uses it to tell a missed dispatch from one the
     /// resync merely predates).
     pub handover: Handover,
@@ -51,12 +54,28 @@ impl Handover {
 }
 
 impl Live {
+    /// Where a resume takes this mission now (see [`super::resume_target`]).
+    pub fn resume_target(&self) -> MissionState {
+        let interrupted = matches!(self.state, MissionState::Paused | MissionState::Suspended);
+        super::resume_target(self.paused_from.filter(|_| interrupted), self.hitl.is_some())
+    }
+
+    /// Moves the projection, remembering what a pause or suspension interrupted.
+    pub fn move_to(&mut self, to: MissionState) {
+        let interrupting = matches!(to, MissionState::Paused | MissionState::Suspended);
+        if interrupting && !matches!(self.state, MissionState::Paused | MissionState::Suspended) {
+            self.paused_from = Some(self.state);
+        }
+        self.state = to;
+    }
+
     pub fn new(executor_id: &str, state: MissionState) -> Live {
         Live {
             executor_id: executor_id.to_owned(),
             state,
             terminal_data: None,
             hitl: None,
+            paused_from: None,
             handover: Handover::Earlier,
         }
     }

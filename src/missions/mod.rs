@@ -4,4 +4,4 @@ mod ledger;
 mod state;
 
 pub use ledger::{Handover, Ledger, Live};
-pub use state::{on_control, on_executor_event, Control, MissionState, Outcome};
+pub use state::{on_control, on_executor_event, resume_target, Control, MissionState, Outcome};

@@ -166,6 +166,22 @@ pub fn on_control(state: MissionState, control: Control) -> Option<MissionState>
     }
 }
 
+/// Where a resume (the executor's `mission.resumed`, the operator's resume, serve's resume on resync)
+/// takes a mission: back to the state it was paused or suspended from (`None`: not known, e.g. after a
+/// restart of serve, which is running), and to `hitl-required` whenever a HITL request is pending,
+/// because the agent is still waiting for its answer and the operator must still be able to give it.
+pub fn resume_target(paused_from: Option<MissionState>, hitl_pending: bool) -> MissionState {
+    if hitl_pending {
+        return MissionState::HitlRequired;
+    }
+    match paused_from {
+        // Never started: it goes back to waiting for its start.
+        Some(MissionState::Assigned) => MissionState::Assigned,
+        // Interrupted while asking, but the request is gone (withdrawn or expired): nothing to wait for.
+        _ => MissionState::Running,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +224,23 @@ mod tests {
             'f' => Outcome::Move(S::Failed),
             'x' => Outcome::Move(S::Aborted),
             other => panic!("bad matrix cell {other}"),
+        }
+    }
+
+    #[test]
+    fn a_resume_returns_to_where_the_mission_was() {
+        use MissionState as S;
+        let cases = [
+            (None, false, S::Running),
+            (Some(S::Assigned), false, S::Assigned),
+            (Some(S::Running), false, S::Running),
+            (Some(S::HitlRequired), false, S::Running),
+            (Some(S::Assigned), true, S::HitlRequired),
+            (None, true, S::HitlRequired),
+            (Some(S::Suspended), false, S::Running),
+        ];
+        for (from, pending, to) in cases {
+            assert_eq!(resume_target(from, pending), to, "{from:?} pending={pending}");
         }
     }
 

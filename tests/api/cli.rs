@@ -79,7 +79,7 @@ async fn a_failed_mission_makes_dispatch_wait_exit_1() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_showing_controlling_and_answering() {
     let server = TestServer::start().await;
-    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl", "x-pause-resume", "x-abort"]).await;
     let id = mission_id();
     assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
     e.next_dispatch().await;

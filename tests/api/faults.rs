@@ -19,7 +19,7 @@ async fn dispatched_running(server: &TestServer, e: &mut ScriptedExecutor, ws: &
 #[tokio::test]
 async fn mission_controls_that_fail_to_commit_leave_the_mission_as_it_was() {
     let server = TestServer::start().await;
-    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl", "x-pause-resume"]).await;
     let running = dispatched_running(&server, &mut e, &mut ws).await;
     let asking = dispatched_running(&server, &mut e, &mut ws).await;
     ws.ack("mission.hitl_required", &asking, json!({"hitl_id": "h-1", "prompt": "Proceed?"})).await;

@@ -6,7 +6,7 @@ use crate::support::{dispatch_body, mission_id, ExecSocket, ScriptedExecutor, Te
 
 /// An online executor with one mission it has started.
 async fn running(server: &TestServer) -> (ScriptedExecutor, ExecSocket, String) {
-    let (mut e, mut ws) = ScriptedExecutor::online(server, &["hitl"]).await;
+    let (mut e, mut ws) = ScriptedExecutor::online(server, &["hitl", "x-pause-resume", "x-abort"]).await;
     let id = mission_id();
     let mut body = dispatch_body(&id);
     body["executor_filter"]["executor_id"] = json!(e.id);
@@ -189,6 +189,66 @@ async fn controls_on_unknown_and_offline_missions() {
     assert_eq!(server.mission(&id).await["state"], "running");
     // Abort is authoritative even offline.
     let r = post(&server, &format!("/api/v1/missions/{id}/abort"), json!(null)).await;
-    assert_eq!(r.body, json!({"mission_id": id, "state": "aborted", "delivered": false}));
+    assert_eq!((&r.body["state"], &r.body["delivered"]), (&json!("aborted"), &json!(false)), "{}", r.body);
+    assert!(r.body["note"].as_str().unwrap().contains("no live socket"), "{}", r.body);
     assert_eq!(server.mission(&id).await["state"], "aborted");
+}
+
+/// Issue 12, finding 3: pause and resume used to answer `202 delivered: true` for an executor that has
+/// no pause at all, and resuming a mission that never started put it in `running`.
+#[tokio::test]
+async fn controls_an_executor_cannot_carry_out_are_not_reported_done() {
+    let server = TestServer::start().await;
+    // Like the agentic-sandbox executor: no pause, no abort.
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+
+    for action in ["pause", "resume"] {
+        let r = post(&server, &format!("/api/v1/missions/{id}/{action}"), json!(null)).await;
+        let message = if action == "pause" {
+            r.assert_error(409, "control_unsupported")
+        } else {
+            r.assert_error(409, "illegal_transition")
+        };
+        assert!(action == "resume" || message.contains("x-pause-resume"), "{message}");
+    }
+    assert_eq!(server.mission(&id).await["state"], "running");
+    let r = post(&server, &format!("/api/v1/missions/{id}/abort"), json!(null)).await;
+    assert_eq!(
+        (r.status, &r.body["state"], &r.body["delivered"]),
+        (202, &json!("aborted"), &json!(false)),
+        "{}",
+        r.body
+    );
+    assert!(r.body["note"].as_str().unwrap().contains("x-abort"), "{}", r.body);
+    // Nothing but the abort was sent: the first frame pushed is it.
+    assert_eq!(ws.next_pushed().await["event"], "mission.aborted");
+}
+
+#[tokio::test]
+async fn a_resume_returns_a_mission_to_the_state_it_was_paused_from() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl", "x-pause-resume"]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    e.next_dispatch().await;
+    let r = post(&server, &format!("/api/v1/missions/{id}/pause"), json!(null)).await;
+    assert_eq!(r.body["state"], "paused", "{}", r.body);
+    let r = post(&server, &format!("/api/v1/missions/{id}/resume"), json!(null)).await;
+    assert_eq!(r.body["state"], "assigned", "never started: back to assigned, {}", r.body);
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Proceed?"})).await;
+    assert_eq!(post(&server, &format!("/api/v1/missions/{id}/pause"), json!(null)).await.body["state"], "paused");
+    let r = post(&server, &format!("/api/v1/missions/{id}/resume"), json!(null)).await;
+    assert_eq!(r.body["state"], "hitl-required", "still waiting for its answer, {}", r.body);
+    let r = post(&server, &format!("/api/v1/missions/{id}/hitl_response"), json!({"hitl_id": "h-1", "response": "go"}))
+        .await;
+    assert_eq!((r.status, &r.body["state"]), (202, &json!("running")), "{}", r.body);
 }

@@ -161,7 +161,8 @@ async fn past_the_disconnect_grace_missions_are_suspended_or_failed_and_the_iden
     let mut ws = resumable.connect(&server).await;
     resync(&mut ws, &[&b]).await;
     assert_eq!(ws.next_pushed().await["event"], "mission.resumed");
-    assert_eq!(server.mission(&b).await["state"], "running");
+    // It goes back to where the suspension found it: handed over, never started.
+    assert_eq!(server.mission(&b).await["state"], "assigned");
 }
 
 #[tokio::test]
