@@ -15,11 +15,11 @@ use crate::contract::{spec_support, EventType, RegisterPayload, Schema, SpecSupp
 use crate::error::{Error, Result};
 use crate::forward::Forwarder;
 use crate::metrics::{Metrics, Snapshot};
-use crate::missions::{Ledger, MissionState};
+use crate::missions::{Ledger, Live, MissionState};
 use crate::queue::Queue;
 use crate::registry::{Registered, Registry};
 use crate::sandboxes::Sandboxes;
-use crate::store::{Change, EventRow, HitlOutcome, MissionPatch, MissionQuery, Store};
+use crate::store::{Change, EventRow, HitlOutcome, HitlRow, MissionPatch, MissionQuery, Store};
 use crate::views::{MissionPage, MissionStatus, MissionSummary};
 use crate::{clock, tokens};
 
@@ -36,6 +36,7 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub queue: Queue,
     pub sandboxes: Sandboxes,
+    pub sandbox_sessions: crate::sandbox_sessions::SandboxSessions,
     operator_tokens: Vec<tokens::TokenHash>,
     shutdown: watch::Receiver<bool>,
     next_link: AtomicU64,
@@ -71,6 +72,7 @@ impl App {
             metrics,
             queue: Queue::default(),
             sandboxes,
+            sandbox_sessions: Default::default(),
             operator_tokens,
             shutdown,
             next_link: AtomicU64::new(1),
@@ -200,6 +202,44 @@ impl App {
             // A slot is free: a queued mission may fit now.
             self.queue.kick();
         }
+    }
+
+    /// A mission transition serve records on the executor's behalf (a decision of its own, or what it
+    /// inferred). `judge` sees the projection under the ledger lock and names the event, its data and
+    /// the target, or `None` to leave the mission alone; the transition is queued in the same critical
+    /// section (an open HITL request is withdrawn when the mission ends), then settled once committed,
+    /// or the projection is rebuilt from the store if the commit failed. Returns the new state once
+    /// committed.
+    pub(crate) async fn transition_as_serve(
+        &self,
+        executor_id: &str,
+        mission_id: &str,
+        judge: impl FnOnce(&Live) -> Option<(EventType, Value, MissionState)>,
+    ) -> Option<MissionState> {
+        let now = clock::now();
+        let queued = self.ledger.with(mission_id, |live| {
+            if live.executor_id != executor_id {
+                return None;
+            }
+            let (event, data, to) = judge(live)?;
+            let (mut changes, _) = system_event(executor_id, mission_id, event, data.clone(), to, &now);
+            if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
+                changes.push(Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
+            }
+            live.move_to(to);
+            if to.is_terminal() {
+                live.terminal_data = Some(data);
+                live.hitl = None;
+            }
+            Some((self.store.submit(changes), to))
+        });
+        let (commit, to) = queued.flatten()?;
+        if !commit.await.is_ok_and(|r| r.is_ok()) {
+            self.reload(mission_id).await;
+            return None;
+        }
+        self.settle(mission_id, executor_id, Some(to));
+        Some(to)
     }
 
     /// `GET /metrics`: counters plus what is read at scrape time.

@@ -282,12 +282,15 @@ impl App {
     }
 }
 
-/// Whether a terminal event repeats the one that ended the mission: identical data, or an executor
-/// confirming an abort that serve decided (operator or system), whatever its wording.
+/// Whether a terminal event repeats the one that ended the mission: identical data, an executor
+/// confirming an abort that serve decided (operator or system), whatever its wording, or an executor
+/// reporting the end serve inferred from its sandbox session (the executor's report comes second).
 fn is_repeat(terminal: Option<&Value>, data: &Value) -> bool {
     let Some(terminal) = terminal else { return false };
     let decided_by_serve = matches!(terminal.get("aborted_by").and_then(Value::as_str), Some("operator" | "system"));
-    terminal == data || (decided_by_serve && data.get("state").and_then(Value::as_str) == Some("aborted"))
+    terminal == data
+        || (decided_by_serve && data.get("state").and_then(Value::as_str) == Some("aborted"))
+        || crate::sandbox_sessions::is_inferred(terminal)
 }
 
 fn illegal(event: EventType, mission_id: &str, state: MissionState) -> Error {

@@ -25,6 +25,7 @@ pub mod readiness;
 pub mod reconcile;
 pub mod registry;
 pub mod routing;
+pub mod sandbox_sessions;
 pub mod sandboxes;
 pub mod serve;
 pub mod store;

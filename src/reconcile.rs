@@ -183,31 +183,16 @@ impl App {
         to: MissionState,
         data: serde_json::Value,
     ) -> bool {
-        let now = clock::now();
         let event = match to {
             MissionState::Suspended => EventType::MissionSuspended,
             MissionState::Aborted => EventType::MissionAborted,
             _ => EventType::MissionFailed,
         };
-        let queued = self.ledger.with(mission_id, |live| {
-            if live.executor_id != executor_id || live.state.is_terminal() || live.state == to {
-                return None;
-            }
-            let (changes, _) = system_event(executor_id, mission_id, event, data.clone(), to, &now);
-            live.move_to(to);
-            if to.is_terminal() {
-                live.terminal_data = Some(data.clone());
-                live.hitl = None;
-            }
-            Some(self.store.submit(changes))
-        });
-        let Some(Some(commit)) = queued else { return false };
-        if !commit.await.is_ok_and(|r| r.is_ok()) {
-            self.reload(mission_id).await;
-            return false;
-        }
-        self.settle(mission_id, executor_id, Some(to));
-        true
+        self.transition_as_serve(executor_id, mission_id, |live| {
+            (!live.state.is_terminal() && live.state != to).then_some((event, data, to))
+        })
+        .await
+        .is_some()
     }
 
     async fn abort_stranger(&self, executor_id: &str, mission_id: &str, why: Stranger) {

@@ -159,10 +159,14 @@ impl App {
             tracing::error!(error = %e, sandbox_id, "storing a sandbox event failed");
             return false;
         }
-        let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
-        if let Some(e) = entries.get_mut(sandbox_id) {
-            e.last_event = Some((kind.to_owned(), now));
-        }
+        let registered_from = {
+            let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
+            entries.get_mut(sandbox_id).and_then(|e| {
+                e.last_event = Some((kind.to_owned(), now));
+                e.row.registered_from.clone()
+            })
+        };
+        self.infer_from_sandbox(sandbox_id, registered_from.as_deref(), &frame).await;
         true
     }
 

@@ -191,3 +191,157 @@ async fn sandbox_registration_is_lenient_but_its_socket_needs_its_token() {
     assert_eq!(server.client.delete(&format!("/api/sandboxes/{sandbox_id}"), None).await.body["deregistered"], true);
     assert_eq!(server.client.get("/api/v1/sandboxes").await.body, json!({"sandboxes": []}));
 }
+
+fn sandbox_frame(frame: Value) -> Message {
+    Message::text(frame.to_string())
+}
+
+/// What the sandbox socket says about one agent session (`mission-` + the first 8 bytes of the id).
+fn session_listing(session_id: &str, mission_id: &str) -> Message {
+    sandbox_frame(json!({"type": "agent_sessions", "agent_id": "fake-agent-1", "sessions": [{
+        "session_id": session_id, "session_name": format!("mission-{}", &mission_id[..8]), "session_type": "background",
+        "command": "work", "created_at_secs": 0, "has_screen": false}]}))
+}
+
+fn session_start(session_id: &str) -> Message {
+    sandbox_frame(
+        json!({"type": "session_start", "agent_id": "fake-agent-1", "session_id": session_id, "command": "tmux"}),
+    )
+}
+
+fn session_end(session_id: &str, exit_code: i64) -> Message {
+    sandbox_frame(
+        json!({"type": "session_end", "agent_id": "fake-agent-1", "session_id": session_id, "exit_code": exit_code}),
+    )
+}
+
+async fn dispatch(server: &TestServer, e: &mut ScriptedExecutor) -> String {
+    let id = mission_id();
+    let body = json!({"mission_id": id, "objective": "work", "completion": "exits 0"});
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    e.next_dispatch().await;
+    id
+}
+
+/// Issue 12: the sandbox's real traffic (agentic-sandbox-wire.jsonl), replayed through the real server,
+/// ends where an operator expects: exit 0 done, exit 3 failed with its code, HITL answerable after a
+/// restart, pause refused honestly, quarantine unable to overwrite a mission that finished.
+#[tokio::test]
+async fn the_sandbox_sessions_end_its_missions() {
+    let server = TestServer::start().await;
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let mut first = boot(&server, &mut e, &[]).await;
+    let assigned = |estimated: &str| json!({"state": "assigned", "estimated_start": estimated});
+    let mission = |id: &String| format!("/api/v1/missions/{id}");
+
+    // Exit 0, in the order most sessions show: assigned, start, listing, end.
+    let ok = dispatch(&server, &mut e).await;
+    first.executor.ack("mission.assigned", &ok, assigned("2026-11-30T09:26:05.220Z")).await;
+    first.sandbox.send_only(session_start("s-ok")).await.unwrap();
+    first.sandbox.send_only(session_listing("s-ok", &ok)).await.unwrap();
+    server.eventually(&mission(&ok), "started from the session", |m| m["state"] == "running").await;
+    first.sandbox.send_only(session_end("s-ok", 0)).await.unwrap();
+    let m = server.eventually(&mission(&ok), "done from the session", |m| m["state"] == "done").await;
+    assert_eq!(m["exit_code"], 0);
+    assert_eq!(m["pty_session_ref"], "s-ok");
+
+    // Exit 3, with the session starting before the executor's mission.assigned (13 of 68 in one run).
+    let bad = dispatch(&server, &mut e).await;
+    first.sandbox.send_only(session_start("s-bad")).await.unwrap();
+    first.sandbox.send_only(session_listing("s-bad", &bad)).await.unwrap();
+    server.eventually(&mission(&bad), "started", |m| m["state"] == "running").await;
+    let late = first.executor.event("mission.assigned", &bad, assigned("2026-11-30T09:26:14.012Z")).await;
+    assert_eq!(late["error"], "illegal_transition", "an assigned after the start is refused: {late}");
+    first.sandbox.send_only(session_end("s-bad", 3)).await.unwrap();
+    let m = server.eventually(&mission(&bad), "failed from the session", |m| m["state"] == "failed").await;
+    assert_eq!(m["exit_code"], 3);
+    assert!(m["error"].as_str().unwrap().starts_with("inferred by serve from sandbox session s-bad"), "{m}");
+
+    // HITL: the executor socket asks; pause is refused honestly (the sandbox has no pause).
+    let asking = dispatch(&server, &mut e).await;
+    first.executor.ack("mission.assigned", &asking, assigned("2026-11-30T09:26:22.225Z")).await;
+    first.sandbox.send_only(session_start("s-ask")).await.unwrap();
+    first.sandbox.send_only(session_listing("s-ask", &asking)).await.unwrap();
+    server.eventually(&mission(&asking), "started", |m| m["state"] == "running").await;
+    first
+        .executor
+        .ack("mission.hitl_required", &asking, json!({"hitl_id": "h-9", "prompt": "Deploy?", "context": "c"}))
+        .await;
+    let r = server.client.post(&format!("{}/pause", mission(&asking)), &json!(null)).await;
+    r.assert_error(409, "control_unsupported");
+
+    // SIGTERM: suspended for every mission it holds, ended ones included; sockets dropped.
+    for id in [&ok, &bad, &asking] {
+        let data =
+            json!({"state": "suspended", "checkpoint_id": format!("auto-{id}"), "reason": "mgmt_server_shutdown"});
+        first.executor.event("mission.suspended", id, data).await;
+    }
+    drop(first);
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
+    assert_eq!(server.mission(&asking).await["state"], "suspended");
+
+    // Restart: resync lists all three, then reconnected + resumed for each.
+    let mut second = boot(&server, &mut e, &[&ok, &bad, &asking]).await;
+    for id in [&ok, &bad, &asking] {
+        second.executor.event("mission.reconnected", id, json!({"checkpoint_id": ""})).await;
+        second.executor.event("mission.resumed", id, json!({"state": "running", "resumed_from": "suspended"})).await;
+    }
+    assert_eq!(server.mission(&ok).await["state"], "done");
+    assert_eq!(server.mission(&bad).await["state"], "failed");
+    let m = server.mission(&asking).await;
+    assert_eq!(m["state"], "hitl-required", "the agent still waits for its answer: {m}");
+    let r = server
+        .client
+        .post(&format!("{}/hitl_response", mission(&asking)), &json!({"hitl_id": "h-9", "response": "yes"}))
+        .await;
+    assert_eq!((r.status, &r.body["state"]), (202, &json!("running")), "{}", r.body);
+
+    // The third restart quarantines everything, the mission that exited 0 included: it stays done.
+    let quarantine = json!({"state": "failed_preserved", "reason": "mission_quarantined", "error": "repeated reconnect/resume",
+                            "failure_count": 3, "threshold": 3});
+    let refused = second.executor.event("mission.failed", &ok, quarantine).await;
+    assert_eq!(refused["error"], "illegal_transition", "{refused}");
+    let m = server.mission(&ok).await;
+    assert_eq!((&m["state"], &m["exit_code"]), (&json!("done"), &json!(0)));
+    // Had the executor reported the end itself, after serve inferred it: a duplicate, not an error.
+    let own = second
+        .executor
+        .event("mission.failed", &bad, json!({"state": "failed", "reason": "exit", "exit_code": 3}))
+        .await;
+    assert_eq!(own["duplicate"], true, "{own}");
+    // And the session end of the HITL mission ends it.
+    second.sandbox.send_only(session_end("s-ask", 0)).await.unwrap();
+    server.eventually(&mission(&asking), "done", |m| m["state"] == "done").await;
+}
+
+/// Issue 12, finding 2: a restart that re-announces 51 ended missions used to close the executor
+/// socket with 1008, for good (the sandbox never reopens it alone).
+#[tokio::test]
+async fn restating_many_ended_missions_is_not_a_flood() {
+    let server = TestServer::start().await;
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let first = boot(&server, &mut e, &[]).await;
+    let mut ended = Vec::new();
+    for _ in 0..51 {
+        let id = dispatch(&server, &mut e).await;
+        assert_eq!(server.client.post(&format!("/api/v1/missions/{id}/abort"), &json!(null)).await.status, 202);
+        ended.push(id);
+    }
+    drop(first);
+    let owned: Vec<&str> = ended.iter().map(String::as_str).collect();
+    let mut second = boot(&server, &mut e, &owned).await;
+    for id in &ended {
+        second
+            .executor
+            .send_json(&second.executor.envelope("mission.reconnected", Some(id), json!({"checkpoint_id": ""})))
+            .await;
+        second
+            .executor
+            .send_json(&second.executor.envelope("mission.resumed", Some(id), json!({"state": "running"})))
+            .await;
+    }
+    // Still open and still heard: a fresh mission's events are acknowledged, and it is still connected.
+    let id = dispatch(&server, &mut e).await;
+    assert_eq!(second.executor.event("mission.assigned", &id, json!({"state": "assigned"})).await["ack"], true);
+    assert_eq!(server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body["connected"], true);
+}

@@ -1,0 +1,269 @@
+//! Mission lifecycle from the sandbox socket, for the executor that does not report it.
+//!
+//! The agentic-sandbox executor sends `mission.assigned` and nothing else for a mission's life: its
+//! `mission.started`, `mission.completed` and `mission.failed` are never emitted (its own bugs, see
+//! the README's agentic-sandbox section). Its *sandbox* socket does carry the agent session's life:
+//! `session_start`, `agent_sessions` (whose `session_name` is `mission-` plus the first 8 bytes of the
+//! mission id) and `session_end` with the exit code. Serve reads them as follows.
+//!
+//! - **Link.** A sandbox and an executor are one machine when the sandbox's id (its `instance_id`) is
+//!   the executor's id and both were registered from the same address: the client registers both, with
+//!   the same `instance_id`, on one connection. A sandbox registered from elsewhere speaks for nobody.
+//! - **Match.** A session named `mission-<prefix>` belongs to the live mission of that executor whose
+//!   id starts with `<prefix>`, when exactly one does (dispatch warns about ids that would collide).
+//! - **Record.** The session's start records `mission.started` (only from `assigned`); its end records
+//!   `mission.completed` (exit 0) or `mission.failed` (reason `agent_exit`, with the exit code), as
+//!   serve-originated events whose text says they were inferred from the session. An executor that
+//!   reports its own lifecycle gets there first, and these then find nothing to move; its terminal event
+//!   after one serve inferred is acknowledged as a duplicate, and a later quarantine
+//!   (`failed_preserved`) of a mission that ended this way is refused, not applied.
+//!
+//! Frames can arrive in any order across the two sockets (a `session_start` before the
+//! `mission.assigned` of its mission), so each session's facts are gathered until its name is known.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+
+use crate::app::App;
+use crate::contract::EventType;
+use crate::missions::{on_executor_event, MissionState, Outcome};
+
+/// The words that open the text of every event serve infers from a sandbox session.
+pub const INFERRED: &str = "inferred by serve from sandbox session";
+/// Sessions remembered per sandbox; the oldest are forgotten first.
+const MAX_SESSIONS: usize = 512;
+/// The sandbox names a mission's session `mission-` + the first 8 bytes of its id.
+const PREFIX_BYTES: usize = 8;
+
+/// What a sandbox's frames say about one agent session.
+#[derive(Debug, Default)]
+struct Session {
+    name: Option<String>,
+    started: bool,
+    exit_code: Option<i64>,
+    start_reported: bool,
+    end_reported: bool,
+}
+
+/// A fact about a mission's session, ready to be matched and recorded.
+#[derive(Debug, PartialEq)]
+pub enum Inferred {
+    Started { prefix: String, session_id: String },
+    Ended { prefix: String, session_id: String, exit_code: i64 },
+}
+
+/// One sandbox's agent sessions as its frames told them. Pure: frames in, inferences out.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    sessions: HashMap<String, Session>,
+    order: VecDeque<String>,
+}
+
+impl Tracker {
+    /// Takes one SandboxEvent frame; returns what it makes known, each fact once.
+    pub fn observe(&mut self, frame: &Value) -> Vec<Inferred> {
+        let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+        let mut touched = Vec::new();
+        match frame.get("type").and_then(Value::as_str) {
+            Some("session_start") => {
+                if let Some(id) = text(frame, "session_id") {
+                    self.session(&id).started = true;
+                    touched.push(id);
+                }
+            }
+            Some("session_end") => {
+                if let (Some(id), Some(code)) =
+                    (text(frame, "session_id"), frame.get("exit_code").and_then(Value::as_i64))
+                {
+                    self.session(&id).exit_code = Some(code);
+                    touched.push(id);
+                }
+            }
+            Some("agent_sessions") => {
+                for listed in frame.get("sessions").and_then(Value::as_array).into_iter().flatten() {
+                    // Only sessions this sandbox reported itself: a listing alone starts nothing.
+                    if let (Some(id), Some(name)) = (text(listed, "session_id"), text(listed, "session_name")) {
+                        if let Some(session) = self.sessions.get_mut(&id) {
+                            session.name = Some(name);
+                            touched.push(id);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        touched.into_iter().flat_map(|id| self.due(&id)).collect()
+    }
+
+    fn session(&mut self, id: &str) -> &mut Session {
+        if !self.sessions.contains_key(id) {
+            if self.order.len() >= MAX_SESSIONS {
+                if let Some(oldest) = self.order.pop_front() {
+                    self.sessions.remove(&oldest);
+                }
+            }
+            self.order.push_back(id.to_owned());
+        }
+        self.sessions.entry(id.to_owned()).or_default()
+    }
+
+    /// The facts about a session not reported yet, once its name ties it to a mission.
+    fn due(&mut self, id: &str) -> Vec<Inferred> {
+        let Some(session) = self.sessions.get_mut(id) else { return Vec::new() };
+        let Some(prefix) = session.name.as_deref().and_then(|n| n.strip_prefix("mission-")).filter(|p| !p.is_empty())
+        else {
+            return Vec::new();
+        };
+        let prefix = prefix.to_owned();
+        let mut out = Vec::new();
+        if session.started && !session.start_reported && !session.end_reported {
+            session.start_reported = true;
+            out.push(Inferred::Started { prefix: prefix.clone(), session_id: id.to_owned() });
+        }
+        if let (Some(exit_code), false) = (session.exit_code, session.end_reported) {
+            session.end_reported = true;
+            out.push(Inferred::Ended { prefix, session_id: id.to_owned(), exit_code });
+        }
+        out
+    }
+}
+
+/// Whether a mission id would get a session named `mission-<prefix>`.
+pub fn session_prefix(mission_id: &str) -> &[u8] {
+    &mission_id.as_bytes()[..mission_id.len().min(PREFIX_BYTES)]
+}
+
+/// Whether a terminal event's data is one serve inferred from a sandbox session.
+pub fn is_inferred(data: &Value) -> bool {
+    ["summary", "error"].iter().any(|k| data.get(*k).and_then(Value::as_str).is_some_and(|t| t.starts_with(INFERRED)))
+}
+
+/// The sandboxes' trackers, by sandbox id.
+#[derive(Default)]
+pub struct SandboxSessions {
+    trackers: Mutex<HashMap<String, Tracker>>,
+}
+
+impl SandboxSessions {
+    pub fn observe(&self, sandbox_id: &str, frame: &Value) -> Vec<Inferred> {
+        let mut trackers = self.trackers.lock().expect("sandbox sessions lock");
+        trackers.entry(sandbox_id.to_owned()).or_default().observe(frame)
+    }
+}
+
+impl App {
+    /// Records what a sandbox frame made known about the missions of the executor it is linked to.
+    pub(crate) async fn infer_from_sandbox(&self, sandbox_id: &str, sandbox_from: Option<&str>, frame: &Value) {
+        let inferred = self.sandbox_sessions.observe(sandbox_id, frame);
+        if inferred.is_empty() {
+            return;
+        }
+        let linked = self.registry.reach(sandbox_id).is_some_and(|r| r.registered_from.as_deref() == sandbox_from);
+        if !linked {
+            tracing::debug!(sandbox_id, "sandbox session events for no executor of the same machine");
+            return;
+        }
+        let executor_id = sandbox_id;
+        for fact in inferred {
+            let (prefix, session_id) = match &fact {
+                Inferred::Started { prefix, session_id } | Inferred::Ended { prefix, session_id, .. } => {
+                    (prefix, session_id)
+                }
+            };
+            let owned = self.ledger.owned_by(executor_id);
+            let mut matching = owned.iter().filter(|(id, _)| session_prefix(id) == prefix.as_bytes());
+            let (Some((mission_id, _)), None) = (matching.next(), matching.next()) else {
+                tracing::debug!(sandbox_id, %session_id, %prefix, "sandbox session matches no single live mission");
+                continue;
+            };
+            let (event, data) = match fact {
+                Inferred::Started { ref session_id, .. } => {
+                    (EventType::MissionStarted, json!({"state": "running", "pty_session_id": session_id}))
+                }
+                Inferred::Ended { ref session_id, exit_code: 0, .. } => (
+                    EventType::MissionCompleted,
+                    json!({"state": "done", "exit_code": 0, "summary": format!("{INFERRED} {session_id}: it ended with exit code 0")}),
+                ),
+                Inferred::Ended { ref session_id, exit_code, .. } => (
+                    EventType::MissionFailed,
+                    json!({"state": "failed", "reason": "agent_exit", "exit_code": exit_code,
+                           "error": format!("{INFERRED} {session_id}: it ended with exit code {exit_code}")}),
+                ),
+            };
+            let recorded = self
+                .transition_as_serve(executor_id, mission_id, |live| {
+                    let Outcome::Move(to) = on_executor_event(live.state, event) else { return None };
+                    // A start only moves a mission still waiting for one.
+                    let applies = event != EventType::MissionStarted || live.state == MissionState::Assigned;
+                    applies.then_some((event, data, to))
+                })
+                .await;
+            if let Some(state) = recorded {
+                tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions(id: &str, name: &str) -> Value {
+        json!({"type": "agent_sessions", "agent_id": "a", "sessions": [{"session_id": id, "session_name": name}]})
+    }
+
+    #[test]
+    fn the_real_order_start_listing_end() {
+        let mut t = Tracker::default();
+        assert_eq!(
+            t.observe(&json!({"type": "session_start", "agent_id": "a", "session_id": "s1", "command": "tmux"})),
+            []
+        );
+        assert_eq!(
+            t.observe(&sessions("s1", "mission-m-cb4266")),
+            [Inferred::Started { prefix: "m-cb4266".into(), session_id: "s1".into() }]
+        );
+        assert_eq!(
+            t.observe(&json!({"type": "session_end", "agent_id": "a", "session_id": "s1", "exit_code": 3})),
+            [Inferred::Ended { prefix: "m-cb4266".into(), session_id: "s1".into(), exit_code: 3 }]
+        );
+        // The listing that follows the end says nothing new.
+        assert_eq!(t.observe(&sessions("s1", "mission-m-cb4266")), []);
+    }
+
+    #[test]
+    fn an_end_before_the_name_waits_for_it_and_a_listing_alone_starts_nothing() {
+        let mut t = Tracker::default();
+        assert_eq!(t.observe(&sessions("s0", "mission-other")), [], "never reported by a session_start");
+        t.observe(&json!({"type": "session_start", "session_id": "s2"}));
+        assert_eq!(t.observe(&json!({"type": "session_end", "session_id": "s2", "exit_code": 0})), []);
+        let facts = t.observe(&sessions("s2", "mission-abc"));
+        let (prefix, session_id) = (String::from("abc"), String::from("s2"));
+        let started = Inferred::Started { prefix: prefix.clone(), session_id: session_id.clone() };
+        assert_eq!(facts, [started, Inferred::Ended { prefix, session_id, exit_code: 0 }], "both, in order");
+        // Sessions that are not missions, and malformed frames, say nothing.
+        t.observe(&json!({"type": "session_start", "session_id": "s3"}));
+        assert_eq!(t.observe(&sessions("s3", "operator-shell")), []);
+        assert_eq!(t.observe(&json!({"type": "session_end", "session_id": "s3", "exit_code": "0"})), []);
+        assert_eq!(t.observe(&json!({"type": "agent_sessions", "sessions": "nope"})), []);
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut t = Tracker::default();
+        for i in 0..MAX_SESSIONS + 10 {
+            t.observe(&json!({"type": "session_start", "session_id": format!("s{i}")}));
+        }
+        assert_eq!(t.sessions.len(), MAX_SESSIONS);
+        assert!(!t.sessions.contains_key("s0"));
+    }
+
+    #[test]
+    fn prefixes_are_bytes() {
+        assert_eq!(session_prefix("m-cb4266b88ae3"), b"m-cb4266");
+        assert_eq!(session_prefix("m-1"), b"m-1");
+    }
+}
