@@ -6,6 +6,7 @@
 mod support;
 
 mod cli;
+mod cli_tools;
 mod dispatch;
 mod durability;
 mod events;
