@@ -244,9 +244,12 @@ async fn a_closed_stdout_ends_the_command_quietly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_executor_takes_server_and_refuses_misspelt_flags() {
     let server = TestServer::start().await;
-    for flag in ["--server", "--serve"] {
+    let url = server.base.as_str();
+    // Its own flag, the older spelling, and the operator commands' flag before the subcommand.
+    for place in [["executor", "--server", url], ["executor", "--serve", url], ["--server", url, "executor"]] {
         let name = format!("exec-{}", uuid::Uuid::new_v4().simple());
-        let mut child = command(&["executor", flag, &server.base, "--adapter", "shell", "--name", &name])
+        let mut child = command(&place)
+            .args(["--adapter", "shell", "--name", &name])
             .env("AIWG_SERVE_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
