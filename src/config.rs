@@ -4,7 +4,11 @@
 //! Environment names: keys of `[server]` are `AIWG_SERVE_<KEY>` (`AIWG_SERVE_BIND`), keys of other
 //! sections `AIWG_SERVE_<SECTION>_<KEY>` (`AIWG_SERVE_HUB_PING_INTERVAL_S`). Values are TOML literals;
 //! a list may also be given comma-separated.
+//!
+//! A key or an `AIWG_SERVE_*` variable that names no setting is refused, not ignored: a misspelt setting
+//! silently left at its default is the harder fault to find. Errors name the key and where it came from.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -124,6 +128,22 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
 }
 
+/// `AIWG_SERVE_*` variables that are not settings of serve: the operator commands' own (`URL`, `TOKEN`,
+/// `CA_CERT`), the log filter and the config file path, and the agentic-sandbox executor's (`ENDPOINT`,
+/// `NAME`), which may share the environment.
+const NOT_SETTINGS: [&str; 7] = [
+    "AIWG_SERVE_URL",
+    "AIWG_SERVE_TOKEN",
+    "AIWG_SERVE_CA_CERT",
+    "AIWG_SERVE_LOG",
+    "AIWG_SERVE_CONFIG",
+    "AIWG_SERVE_ENDPOINT",
+    "AIWG_SERVE_NAME",
+];
+
+/// Where each `section.key` of the merged table came from: a file path or a variable name.
+type Sources = HashMap<(String, String), String>;
+
 impl Config {
     /// Loads `file` (if any), applies `env` (name, value pairs) and `overrides`, and validates.
     pub fn load(
@@ -131,15 +151,24 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         overrides: Overrides,
     ) -> Result<Config, ConfigError> {
+        let defaults = toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let mut sources = Sources::new();
         let mut table = match file {
             Some(path) => {
                 let text =
                     std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-                text.parse::<toml::Table>().map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?
+                let table = text
+                    .parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
+                for (section, key) in known_keys(&table, &defaults, path)? {
+                    sources.insert((section, key), path.display().to_string());
+                }
+                table
             }
             None => toml::Table::new(),
         };
-        apply_env(&mut table, env)?;
+        apply_env(&mut table, &defaults, env, &mut sources)?;
+        check_each_key(&table, &sources)?;
         let mut config: Config =
             table.try_into().map_err(|e: toml::de::Error| ConfigError::Invalid(e.message().to_owned()))?;
         if let Some(bind) = overrides.bind {
@@ -192,16 +221,75 @@ pub fn env_name(section: &str, key: &str) -> String {
     format!("AIWG_SERVE_{}", name.to_ascii_uppercase())
 }
 
-fn apply_env(table: &mut toml::Table, env: impl IntoIterator<Item = (String, String)>) -> Result<(), ConfigError> {
-    let defaults = toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let mut known = std::collections::HashMap::new();
-    for (section, keys) in &defaults {
+/// The `(section, key)` pairs of a file, or the first that names no setting.
+fn known_keys(table: &toml::Table, defaults: &toml::Table, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut keys = Vec::new();
+    for (section, value) in table {
+        let Some(known) = defaults.get(section).and_then(toml::Value::as_table) else {
+            let hint = did_you_mean(section, defaults.keys().map(|k| (k.clone(), format!("[{k}]"))));
+            return Err(ConfigError::Invalid(format!("unknown section [{section}] in {}{hint}", path.display())));
+        };
+        let Some(given) = value.as_table() else {
+            return Err(ConfigError::Invalid(format!("{section} in {} must be a table ([{section}])", path.display())));
+        };
+        for key in given.keys() {
+            if !known.contains_key(key) {
+                let hint = did_you_mean(key, known.keys().map(|k| (k.clone(), format!("{section}.{k}"))));
+                return Err(ConfigError::Invalid(format!("unknown key {section}.{key} in {}{hint}", path.display())));
+            }
+            keys.push((section.clone(), key.clone()));
+        }
+    }
+    Ok(keys)
+}
+
+/// Each value on its own, so that a wrong one is named with its key and source (serde's own error only
+/// says "invalid type: string \"fast\", expected u64").
+fn check_each_key(table: &toml::Table, sources: &Sources) -> Result<(), ConfigError> {
+    for (section, keys) in table {
+        for (key, value) in keys.as_table().into_iter().flatten() {
+            let mut single = toml::Table::new();
+            single.insert(section.clone(), toml::Value::Table(toml::Table::from_iter([(key.clone(), value.clone())])));
+            if let Err(e) = single.try_into::<Config>() {
+                let from = sources.get(&(section.clone(), key.clone())).map(String::as_str).unwrap_or("?");
+                return Err(ConfigError::Invalid(format!("{section}.{key} = {value} (from {from}): {}", e.message())));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `; did you mean X?` when one of `candidates` (name, as shown) is close to `name`.
+fn did_you_mean(name: &str, candidates: impl Iterator<Item = (String, String)>) -> String {
+    candidates
+        .map(|(candidate, shown)| (strsim::jaro_winkler(name, &candidate), shown))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, shown)| format!("; did you mean {shown}?"))
+        .unwrap_or_default()
+}
+
+fn apply_env(
+    table: &mut toml::Table,
+    defaults: &toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+    sources: &mut Sources,
+) -> Result<(), ConfigError> {
+    let mut known = HashMap::new();
+    for (section, keys) in defaults {
         for (key, default) in keys.as_table().into_iter().flatten() {
             known.insert(env_name(section, key), (section.clone(), key.clone(), default.is_array()));
         }
     }
     for (name, value) in env {
         let Some((section, key, is_list)) = known.get(&name) else {
+            if name.starts_with("AIWG_SERVE_") && !NOT_SETTINGS.contains(&name.as_str()) {
+                let hint = did_you_mean(&name, known.keys().map(|k| (k.clone(), k.clone())));
+                return Err(ConfigError::Invalid(format!(
+                    "unknown environment variable {name}{hint} (config.example.toml lists every setting and its \
+                     variable)"
+                )));
+            }
             continue;
         };
         let parsed = format!("v = {value}").parse::<toml::Table>().ok().and_then(|mut t| t.remove("v"));
@@ -217,12 +305,13 @@ fn apply_env(table: &mut toml::Table, env: impl IntoIterator<Item = (String, Str
             ),
             _ => toml::Value::String(value),
         };
-        let section = table
+        table
             .entry(section.clone())
             .or_insert_with(|| toml::Value::Table(toml::Table::new()))
             .as_table_mut()
-            .ok_or_else(|| ConfigError::Invalid(format!("[{section}] must be a table")))?;
-        section.insert(key.clone(), value);
+            .ok_or_else(|| ConfigError::Invalid(format!("[{section}] must be a table")))?
+            .insert(key.clone(), value);
+        sources.insert((section.clone(), key.clone()), name);
     }
     Ok(())
 }
@@ -304,7 +393,46 @@ mod tests {
         let file = dir.join("c.toml");
         std::fs::write(&file, "[hub]\nping_intervals = 7\n").unwrap();
         let err = Config::load(Some(&file), Vec::new(), Overrides::default()).unwrap_err().to_string();
-        assert!(err.contains("ping_intervals"), "{err}");
+        assert_eq!(
+            err,
+            format!("config: unknown key hub.ping_intervals in {}; did you mean hub.ping_interval_s?", file.display())
+        );
+        std::fs::write(&file, "[hubb]\nping_interval_s = 7\n").unwrap();
+        let err = Config::load(Some(&file), Vec::new(), Overrides::default()).unwrap_err().to_string();
+        assert_eq!(err, format!("config: unknown section [hubb] in {}; did you mean [hub]?", file.display()));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_wrong_value_is_named_with_its_key_and_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "[hub]\nping_interval_s = \"fast\"\n").unwrap();
+        let err = Config::load(Some(&file), Vec::new(), Overrides::default()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "config: hub.ping_interval_s = \"fast\" (from {}): invalid type: string \"fast\", expected u64",
+                file.display()
+            )
+        );
+        let err = Config::load(None, env(&[("AIWG_SERVE_DISPATCH_MAX_ATTEMPTS", "many")]), Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config: dispatch.max_attempts = \"many\" (from AIWG_SERVE_DISPATCH_MAX_ATTEMPTS): invalid type: \
+             string \"many\", expected usize"
+        );
+    }
+
+    #[test]
+    fn unknown_variables_are_refused_and_the_clients_are_not() {
+        let err = Config::load(None, env(&[("AIWG_SERVE_HUB_PING_INTERVAL", "5")]), Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("config: unknown environment variable AIWG_SERVE_HUB_PING_INTERVAL; did you mean AIWG_SERVE_HUB_PING_INTERVAL_S?"), "{err}");
+        let clients: Vec<(&str, &str)> = NOT_SETTINGS.iter().map(|n| (*n, "x")).collect();
+        assert!(Config::load(None, env(&clients), Overrides::default()).is_ok());
     }
 }

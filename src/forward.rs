@@ -9,12 +9,8 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
-use hyper::{Method, Request, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::Uri;
+use reqwest::header::CONTENT_TYPE;
 use serde_json::Value;
 
 /// How much of an executor's answer is read: enough for any dispatch response or error text.
@@ -61,16 +57,23 @@ pub struct Accepted {
 }
 
 pub struct Forwarder {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: reqwest::Client,
     timeout: Duration,
 }
 
 impl Forwarder {
     pub fn new(timeout: Duration) -> Forwarder {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
-        let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        let client = reqwest::Client::builder()
+            // Nagle's algorithm held small dispatch bodies back by tens of milliseconds.
+            .tcp_nodelay(true)
+            .connect_timeout(timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            // An executor is called where it registered, never through the host's proxy, and a redirect
+            // would turn the POST into something the executor did not offer.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("an HTTP client without TLS roots or proxies to load always builds");
         Forwarder { client, timeout }
     }
 
@@ -102,21 +105,16 @@ impl Forwarder {
         token: &str,
     ) -> Result<Value, ForwardError> {
         let url = format!("{}/api/v1/readiness", base_uri(rest, registered_from)?);
-        let request = Request::builder()
-            .method(Method::GET)
-            .uri(url)
-            .header(AUTHORIZATION, format!("Bearer {token}"))
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
         let call = async {
-            let response =
-                self.client.request(request).await.map_err(|e| ForwardError::Unreachable(connect_error_text(&e)))?;
-            let status = response.status();
-            let bytes = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
-                .collect()
+            let response = self
+                .client
+                .get(url)
+                .bearer_auth(token)
+                .send()
                 .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
+                .map_err(|e| ForwardError::Unreachable(chain(&e)))?;
+            let status = response.status();
+            let bytes = read_limited(response).await;
             if !status.is_success() {
                 return Err(ForwardError::Refused { status: status.as_u16(), body: String::new() });
             }
@@ -126,32 +124,43 @@ impl Forwarder {
     }
 
     async fn post(&self, url: &str, token: &str, body: Bytes) -> Result<Accepted, ForwardError> {
-        let uri: Uri = url.parse().map_err(|e| ForwardError::Unreachable(format!("bad endpoint {url}: {e}")))?;
         let mut delays = REFUSED_RETRY_DELAYS_MS.iter();
         loop {
-            let request = Request::builder()
-                .method(Method::POST)
-                .uri(uri.clone())
-                .header(AUTHORIZATION, format!("Bearer {token}"))
+            let request = self
+                .client
+                .post(url)
+                .bearer_auth(token)
                 .header(CONTENT_TYPE, "application/json")
-                .body(Full::new(body.clone()))
-                .map_err(|e| ForwardError::Unreachable(e.to_string()))?;
-            match self.client.request(request).await {
+                .body(reqwest::Body::from(body.clone()));
+            match request.send().await {
                 Ok(response) => return read_answer(response).await,
                 Err(e) if e.is_connect() => match delays.next() {
                     Some(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
-                    None => return Err(ForwardError::Unreachable(connect_error_text(&e))),
+                    None => return Err(ForwardError::Unreachable(chain(&e))),
                 },
-                Err(e) => return Err(ForwardError::Unreachable(connect_error_text(&e))),
+                Err(e) if e.is_builder() => return Err(ForwardError::Unreachable(format!("bad endpoint {url}: {e}"))),
+                Err(e) => return Err(ForwardError::Unreachable(chain(&e))),
             }
         }
     }
 }
 
-async fn read_answer(response: hyper::Response<hyper::body::Incoming>) -> Result<Accepted, ForwardError> {
+/// The body, or nothing when it is unreadable or longer than [`MAX_ANSWER_BYTES`]: an executor's answer
+/// is read for a few fields, never trusted to be small.
+async fn read_limited(mut response: reqwest::Response) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Vec::new();
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    bytes
+}
+
+async fn read_answer(response: reqwest::Response) -> Result<Accepted, ForwardError> {
     let status = response.status();
-    let bytes =
-        Limited::new(response.into_body(), MAX_ANSWER_BYTES).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let bytes = read_limited(response).await;
     if !status.is_success() {
         let text = String::from_utf8_lossy(&bytes);
         let body: String = text.chars().take(512).collect();
@@ -165,7 +174,8 @@ async fn read_answer(response: hyper::Response<hyper::body::Incoming>) -> Result
     Ok(Accepted { estimated_start })
 }
 
-fn connect_error_text(e: &hyper_util::client::legacy::Error) -> String {
+/// An error with every cause behind it (`... tcp connect error: Connection refused (os error 111)`).
+fn chain(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use aiwg_serve::cli;
 use aiwg_serve::config::{Config, Overrides};
@@ -53,6 +53,11 @@ enum Command {
     Events(cli::EventsArgs),
     /// Run the reference executor: register with a serve and run its missions through an adapter.
     Executor(aiwg_serve::executor::ExecutorArgs),
+    /// Print a shell completion script, e.g. `aiwg-serve completions bash > ~/.local/share/bash-completion/completions/aiwg-serve`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),
         Command::Executor(args) => return runtime.block_on(aiwg_serve::executor::run(args)),
+        Command::Completions { shell } => return cli::completions(shell, Cli::command()),
     };
     runtime.block_on(cli::run(cli.global, operator))
 }

@@ -1,12 +1,15 @@
-//! The operator's command line: a REST client of a running serve, for humans (tables, a progress line)
-//! and scripts (`--json`, exit codes).
+//! The operator's command line: a REST client of a running serve, for humans (tables, a progress line,
+//! colour on a terminal) and scripts (`--json`, exit codes).
 //!
-//! Exit codes: 0 success; 1 the server refused, or a waited-for mission ended failed or aborted, or the
-//! wait timed out; 2 bad usage; 3 the server could not be reached.
+//! Exit codes: 0 success (also when whoever reads stdout goes away, as `| head` does); 1 the server
+//! refused, or a followed mission ended failed or aborted, or the wait timed out; 2 bad usage; 3 the
+//! server could not be reached.
 
 pub mod client;
+mod output;
 
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,15 +17,19 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use client::{CallError, Client};
+use output::Output;
 
 #[derive(Args, Clone, Debug)]
 pub struct Global {
-    /// URL of the serve to talk to
+    /// URL of the serve to talk to (https:// through a TLS proxy)
     #[arg(long, global = true, env = "AIWG_SERVE_URL", default_value = "http://127.0.0.1:7337")]
     pub server: String,
     /// Operator bearer token, when the serve requires one
     #[arg(long, global = true, env = "AIWG_SERVE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// PEM certificate(s) to trust beside the built-in roots, for a TLS proxy with a private CA
+    #[arg(long, global = true, env = "AIWG_SERVE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
     /// Print JSON (one document per line) instead of tables
     #[arg(long, global = true)]
     pub json: bool,
@@ -32,11 +39,15 @@ pub struct Global {
 pub enum ExecutorsCommand {
     /// List registered executors
     List,
+    /// Stop assigning new missions to an executor; its current missions go on
+    Drain { executor_id: String },
+    /// Assign new missions to a drained executor again
+    Undrain { executor_id: String },
 }
 
 #[derive(Subcommand, Debug)]
 pub enum MissionsCommand {
-    /// List missions, newest first
+    /// List missions, newest first, a page at a time
     List {
         #[arg(long)]
         state: Option<String>,
@@ -44,16 +55,30 @@ pub enum MissionsCommand {
         executor: Option<String>,
         #[arg(long)]
         session: Option<String>,
+        /// Missions per page (1-500)
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Start at this page (the `next_cursor` of the previous one)
+        #[arg(long, conflicts_with = "all")]
+        cursor: Option<String>,
+        /// Every page, not only the first
+        #[arg(long)]
+        all: bool,
     },
     /// Show one mission with its recent events
     Show { mission_id: String },
+    /// Follow a mission's events until it ends, then show it; exit 0 only if it is done
+    Watch {
+        mission_id: String,
+        /// Give up after this many seconds
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
     /// Pause a mission
     Pause { mission_id: String },
     /// Resume a paused mission
     Resume { mission_id: String },
-    /// Abort a mission (final)
+    /// Abort a mission (final; aborting an aborted mission succeeds, so scripts may retry)
     Abort { mission_id: String },
     /// Answer a mission's pending HITL request
     Respond {
@@ -79,9 +104,13 @@ pub struct DispatchArgs {
     /// Route only to resumable executors
     #[arg(long)]
     pub long_running: bool,
-    /// Tools the lease allows, comma-separated or repeated (`none` denies all); no flag = no lease
-    #[arg(long = "lease-tools", value_delimiter = ',')]
+    /// Tools the mission may use, comma-separated or repeated (Bash for the shell adapter; Read,Edit,...
+    /// for claude-local). Required, or --no-lease
+    #[arg(long = "lease-tools", value_delimiter = ',', conflicts_with = "no_lease")]
     pub lease_tools: Vec<String>,
+    /// Send no lease: only for executors that do not enforce one (the reference executor refuses it)
+    #[arg(long)]
+    pub no_lease: bool,
     /// Nobody will answer prompts: route only to unattended executors that report ready
     #[arg(long)]
     pub unattended: bool,
@@ -111,8 +140,11 @@ pub struct EventsArgs {
     #[arg(long)]
     pub follow: bool,
     /// Start after this sequence number (default: from the beginning, or from now with --follow)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tail")]
     pub since: Option<i64>,
+    /// Only the last N events (1-1000), then stop, or go on with --follow
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub tail: Option<u32>,
     #[arg(long)]
     pub mission: Option<String>,
     #[arg(long)]
@@ -126,61 +158,76 @@ pub enum Operator {
     Events(EventsArgs),
 }
 
-/// A failed command: what to print and the exit code.
-struct Failure(u8, String);
+/// Why a command stopped early.
+enum Failure {
+    /// Print the message and exit with the code.
+    Exit(u8, String),
+    /// Whoever read our stdout went away (`| head`): there is nothing left to do, and that is success.
+    StdoutClosed,
+}
 
 impl From<CallError> for Failure {
     fn from(e: CallError) -> Failure {
-        match e {
-            CallError::Unreachable(_) => Failure(3, e.to_string()),
-            CallError::Refused { .. } => Failure(1, e.to_string()),
+        match &e {
+            CallError::Unreachable { cause, .. } if cause == "connection refused" => Failure::Exit(
+                3,
+                format!(
+                    "{e}\nIs it running? Start one with `aiwg-serve serve`, or point --server (AIWG_SERVE_URL) at it."
+                ),
+            ),
+            CallError::Unreachable { .. } => Failure::Exit(3, e.to_string()),
+            // The server's sentence for a wrong token is addressed to executors ("re-register"); an
+            // operator's fix is the token they pass.
+            CallError::Refused { status: 401, code, .. } if code == "token_invalid" => Failure::Exit(
+                1,
+                "401 token_invalid: the server did not accept the operator token: check --token or \
+                 AIWG_SERVE_TOKEN against its server.operator_tokens"
+                    .into(),
+            ),
+            CallError::Refused { status: 401, code, .. } if code == "unauthorized" => Failure::Exit(
+                1,
+                "401 unauthorized: this server requires an operator token: pass --token or set AIWG_SERVE_TOKEN".into(),
+            ),
+            CallError::Refused { .. } => Failure::Exit(1, e.to_string()),
         }
     }
 }
 
+fn usage(message: String) -> Failure {
+    Failure::Exit(2, message)
+}
+
 pub async fn run(global: Global, command: Operator) -> ExitCode {
-    let client = Client::new(&global.server, global.token.clone());
-    let out = Output { json: global.json };
+    let client = match Client::with_ca_cert(&global.server, global.token.clone(), global.ca_cert.as_deref()) {
+        Ok(c) => c,
+        Err(e) => return finish(Err(usage(e))),
+    };
+    let out = Output::new(global.json);
     let result = match command {
-        Operator::Executors(ExecutorsCommand::List) => executors(&client, &out).await,
+        Operator::Executors(cmd) => executors(&client, &out, cmd).await,
         Operator::Missions(cmd) => missions(&client, &out, cmd).await,
         Operator::Dispatch(args) => dispatch(&client, &out, args).await,
         Operator::Events(args) => events(&client, &out, args).await,
     };
+    finish(result)
+}
+
+fn finish(result: Result<(), Failure>) -> ExitCode {
     match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure(code, message)) => {
+        Ok(()) | Err(Failure::StdoutClosed) => ExitCode::SUCCESS,
+        Err(Failure::Exit(code, message)) => {
             eprintln!("aiwg-serve: {message}");
             ExitCode::from(code)
         }
     }
 }
 
-struct Output {
-    json: bool,
-}
-
-impl Output {
-    fn json(&self, v: &Value) {
-        println!("{v}");
-    }
-
-    fn table(&self, headers: &[&str], rows: Vec<Vec<String>>) {
-        let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
-        for row in &rows {
-            for (w, cell) in widths.iter_mut().zip(row) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-        let line = |cells: Vec<String>| {
-            let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-            println!("{}", padded.join("  ").trim_end());
-        };
-        line(headers.iter().map(|h| h.to_string()).collect());
-        for row in rows {
-            line(row);
-        }
-    }
+/// Writes a shell completion script for `command` to stdout.
+pub fn completions(shell: clap_complete::Shell, mut command: clap::Command) -> ExitCode {
+    let mut script = Vec::new();
+    let name = command.get_name().to_owned();
+    clap_complete::generate(shell, &mut command, name, &mut script);
+    finish(Output::new(false).bytes(&script))
 }
 
 fn text(v: &Value, key: &str) -> String {
@@ -196,83 +243,124 @@ fn enc(s: &str) -> String {
     crate::forward::encode_segment(s)
 }
 
-async fn executors(client: &Client, out: &Output) -> Result<(), Failure> {
+async fn executors(client: &Client, out: &Output, cmd: ExecutorsCommand) -> Result<(), Failure> {
+    let (id, draining) = match cmd {
+        ExecutorsCommand::List => return list_executors(client, out).await,
+        ExecutorsCommand::Drain { executor_id } => (executor_id, true),
+        ExecutorsCommand::Undrain { executor_id } => (executor_id, false),
+    };
+    let path = format!("/api/v1/executors/{}/drain", enc(&id));
+    let answer = if draining { client.post(&path, &Value::Null).await? } else { client.delete(&path).await? };
+    if out.json {
+        return out.json(&answer);
+    }
+    match draining {
+        true => out.line(format!("executor {id}: draining (no new missions; its current missions go on)")),
+        false => out.line(format!("executor {id}: accepting missions again")),
+    }
+}
+
+async fn list_executors(client: &Client, out: &Output) -> Result<(), Failure> {
     let list = client.get("/api/v1/executors").await?;
     if out.json {
-        out.json(&list);
-        return Ok(());
+        return out.json(&list);
     }
     let rows = list["executors"]
         .as_array()
         .into_iter()
         .flatten()
         .map(|e| {
-            let caps: Vec<String> = e["capabilities"].as_array().into_iter().flatten().map(|c| text(c, "")).collect();
+            let caps: Vec<&str> =
+                e["capabilities"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            let connected = match (e["connected"] == true, e["draining"] == true) {
+                (true, true) => "draining",
+                (true, false) => "yes",
+                (false, _) => "no",
+            };
             vec![
                 text(e, "executor_id"),
                 text(e, "name"),
-                if e["connected"] == true { "yes".into() } else { "no".into() },
+                connected.into(),
                 text(e, "active_mission_count"),
-                caps.join(","),
+                if caps.is_empty() { "-".into() } else { caps.join(",") },
             ]
         })
         .collect();
-    out.table(&["EXECUTOR", "NAME", "CONNECTED", "ACTIVE", "CAPABILITIES"], rows);
-    Ok(())
+    out.table(&["EXECUTOR", "NAME", "CONNECTED", "ACTIVE", "CAPABILITIES"], rows)
 }
 
 async fn missions(client: &Client, out: &Output, cmd: MissionsCommand) -> Result<(), Failure> {
     match cmd {
-        MissionsCommand::List { state, executor, session, limit } => {
+        MissionsCommand::List { state, executor, session, limit, cursor, all } => {
             let mut query = vec![format!("limit={limit}")];
             for (k, v) in [("state", state), ("executor_id", executor), ("session_id", session)] {
                 if let Some(v) = v {
                     query.push(format!("{k}={}", enc(&v)));
                 }
             }
-            let page = client.get(&format!("/api/v1/missions?{}", query.join("&"))).await?;
-            if out.json {
-                out.json(&page);
-                return Ok(());
-            }
-            let rows = page["missions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|m| {
-                    ["mission_id", "state", "executor_id", "session_id", "updated_at"]
-                        .iter()
-                        .map(|k| text(m, k))
-                        .collect()
-                })
-                .collect();
-            out.table(&["MISSION", "STATE", "EXECUTOR", "SESSION", "UPDATED"], rows);
+            list_missions(client, out, &query.join("&"), cursor, all).await
         }
         MissionsCommand::Show { mission_id } => {
             let m = client.get(&format!("/api/v1/missions/{}", enc(&mission_id))).await?;
-            if out.json {
-                out.json(&m);
-            } else {
-                show_mission(&m);
+            match out.json {
+                true => out.json(&m),
+                false => show_mission(out, &m),
             }
         }
-        MissionsCommand::Pause { mission_id } => control(client, out, &mission_id, "pause", None).await?,
-        MissionsCommand::Resume { mission_id } => control(client, out, &mission_id, "resume", None).await?,
-        MissionsCommand::Abort { mission_id } => control(client, out, &mission_id, "abort", None).await?,
+        MissionsCommand::Watch { mission_id, timeout } => {
+            follow_to_end(client, out, &mission_id, timeout.map(Duration::from_secs)).await
+        }
+        MissionsCommand::Pause { mission_id } => control(client, out, &mission_id, "pause", None).await,
+        MissionsCommand::Resume { mission_id } => control(client, out, &mission_id, "resume", None).await,
+        MissionsCommand::Abort { mission_id } => abort(client, out, &mission_id).await,
         MissionsCommand::Respond { mission_id, hitl_id, text } => {
             let body = json!({"hitl_id": hitl_id, "response": text});
-            control(client, out, &mission_id, "hitl_response", Some(body)).await?
+            control(client, out, &mission_id, "hitl_response", Some(body)).await
         }
     }
-    Ok(())
 }
 
-fn show_mission(m: &Value) {
+/// One page, or with `all` every page (following `next_cursor`). Without `all`, where the next page
+/// starts is said on stderr, so that stdout stays the table.
+async fn list_missions(
+    client: &Client,
+    out: &Output,
+    query: &str,
+    mut cursor: Option<String>,
+    all: bool,
+) -> Result<(), Failure> {
+    let mut rows = Vec::new();
+    loop {
+        let at = cursor.as_deref().map(|c| format!("&cursor={}", enc(c))).unwrap_or_default();
+        let page = client.get(&format!("/api/v1/missions?{query}{at}")).await?;
+        cursor = page["next_cursor"].as_str().map(str::to_owned);
+        if out.json {
+            out.json(&page)?;
+        } else {
+            rows.extend(page["missions"].as_array().into_iter().flatten().map(|m| {
+                ["mission_id", "state", "executor_id", "session_id", "updated_at"].iter().map(|k| text(m, k)).collect()
+            }));
+        }
+        match (&cursor, all) {
+            (Some(_), true) => continue,
+            (Some(next), false) if !out.json => eprintln!("more: --cursor {next} (or --all)"),
+            _ => {}
+        }
+        break;
+    }
+    match out.json {
+        true => Ok(()),
+        false => out.table(&["MISSION", "STATE", "EXECUTOR", "SESSION", "UPDATED"], rows),
+    }
+}
+
+fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
     for key in [
         "mission_id",
         "state",
         "executor_id",
         "session_id",
+        "queued_reason",
         "created_at",
         "updated_at",
         "completed_at",
@@ -280,16 +368,19 @@ fn show_mission(m: &Value) {
         "error",
     ] {
         if !m[key].is_null() {
-            println!("{:<13} {}", format!("{key}:"), text(m, key));
+            let value = text(m, key);
+            let value = if key == "state" { out.state(&value) } else { value };
+            out.line(format!("{:<13} {value}", format!("{key}:")))?;
         }
     }
     let events = m["recent_events"].as_array().cloned().unwrap_or_default();
     if !events.is_empty() {
-        println!("events:");
+        out.line("events:")?;
         for e in events {
-            println!("  {}  {:<24} {}", text(&e, "ts"), text(&e, "event"), summary(&e["data"]));
+            out.line(format!("  {}  {:<24} {}", text(&e, "ts"), text(&e, "event"), summary(&e["data"])))?;
         }
     }
+    Ok(())
 }
 
 /// A short, human description of an event's data.
@@ -309,19 +400,65 @@ async fn control(
     action: &str,
     body: Option<Value>,
 ) -> Result<(), Failure> {
-    let path = format!("/api/v1/missions/{}/{action}", enc(mission_id));
-    let answer = client.post(&path, &body.unwrap_or(Value::Null)).await?;
+    let answer = client.post(&control_path(mission_id, action), &body.unwrap_or(Value::Null)).await?;
+    print_control(out, mission_id, &answer)
+}
+
+fn control_path(mission_id: &str, action: &str) -> String {
+    format!("/api/v1/missions/{}/{action}", enc(mission_id))
+}
+
+fn print_control(out: &Output, mission_id: &str, answer: &Value) -> Result<(), Failure> {
     if out.json {
-        out.json(&answer);
-    } else {
-        let delivered =
-            if answer["delivered"] == true { "delivered to the executor" } else { "not delivered (executor offline)" };
-        println!("mission {mission_id}: {} ({delivered})", text(&answer, "state"));
+        return out.json(answer);
     }
-    Ok(())
+    let delivered =
+        if answer["delivered"] == true { "delivered to the executor" } else { "not delivered (executor offline)" };
+    out.line(format!("mission {mission_id}: {} ({delivered})", out.state(&text(answer, "state"))))
+}
+
+/// Abort, idempotently: a mission that is aborted already is what the caller wanted, so a retried
+/// script succeeds. A mission that ended otherwise (done, failed) is still a refusal.
+async fn abort(client: &Client, out: &Output, mission_id: &str) -> Result<(), Failure> {
+    let refusal = match client.post(&control_path(mission_id, "abort"), &Value::Null).await {
+        Ok(answer) => return print_control(out, mission_id, &answer),
+        Err(CallError::Refused { status: 409, code, message }) if code == "illegal_transition" => {
+            CallError::Refused { status: 409, code, message }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mission = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await?;
+    if mission["state"] != "aborted" {
+        return Err(refusal.into());
+    }
+    match out.json {
+        true => out.json(&json!({"mission_id": mission_id, "state": "aborted", "already": true})),
+        false => out.line(format!("mission {mission_id}: already {}", out.state("aborted"))),
+    }
+}
+
+/// The lease flags, checked before anything is sent: without a lease every reference executor refuses
+/// the mission, and serve then records a failed mission behind a 502.
+fn lease(args: &DispatchArgs) -> Result<Option<Value>, Failure> {
+    if args.no_lease {
+        return Ok(None);
+    }
+    match args.lease_tools.as_slice() {
+        [] => Err(usage(
+            "dispatch needs a lease: add --lease-tools with the tools the mission may use (--lease-tools Bash for \
+             the shell adapter, e.g. --lease-tools Read,Edit,Bash for claude-local), or --no-lease for an \
+             executor that does not enforce leases"
+                .into(),
+        )),
+        tools if tools.iter().any(|t| t == "none") => Err(usage(
+            "--lease-tools none denies every tool, and serve refuses such a mission: name the tools it may use".into(),
+        )),
+        tools => Ok(Some(json!({"tools": tools}))),
+    }
 }
 
 async fn dispatch(client: &Client, out: &Output, args: DispatchArgs) -> Result<(), Failure> {
+    let lease = lease(&args)?;
     let mission_id = args.mission_id.unwrap_or_else(|| format!("m-{}", uuid::Uuid::new_v4().simple()));
     let mut payload = json!({
         "mission_id": mission_id,
@@ -330,10 +467,8 @@ async fn dispatch(client: &Client, out: &Output, args: DispatchArgs) -> Result<(
         "long_running": args.long_running,
         "executor_filter": {"executor_id": args.executor, "capabilities": args.capabilities},
     });
-    match args.lease_tools.as_slice() {
-        [] => {}
-        [none] if none == "none" => payload["lease"] = json!({"tools": "none"}),
-        tools => payload["lease"] = json!({"tools": tools}),
+    if let Some(lease) = lease {
+        payload["lease"] = lease;
     }
     if args.unattended {
         payload["unattended"] = json!(true);
@@ -342,36 +477,51 @@ async fn dispatch(client: &Client, out: &Output, args: DispatchArgs) -> Result<(
         payload["queue"] = json!(true);
     }
     let answer = client.post(&format!("/api/v1/sessions/{}/dispatch", enc(&args.session)), &payload).await?;
-    if !args.wait {
-        if out.json {
-            out.json(&answer);
-        } else {
-            println!("mission {mission_id} assigned to executor {}", text(&answer, "executor_id"));
-        }
-        return Ok(());
+    if args.wait {
+        return follow_to_end(client, out, &mission_id, args.timeout.map(Duration::from_secs)).await;
     }
-    let waited = wait_for(client, &mission_id, args.timeout.map(Duration::from_secs));
-    let final_event = waited.await?;
-    let mission = client.get(&format!("/api/v1/missions/{}", enc(&mission_id))).await?;
     if out.json {
-        out.json(&mission);
-    } else {
-        show_mission(&mission);
+        return out.json(&answer);
+    }
+    match answer["status"].as_str() {
+        Some("queued") => out.line(format!(
+            "mission {mission_id} {}: {}",
+            out.state("queued"),
+            answer["queued_reason"].as_str().unwrap_or("no executor fits it yet")
+        )),
+        _ => out.line(format!("mission {mission_id} assigned to executor {}", text(&answer, "executor_id"))),
+    }
+}
+
+/// Follows a mission to its end (a progress line on stderr), shows it, and exits by how it ended: 0 if
+/// done, 1 if failed or aborted.
+async fn follow_to_end(
+    client: &Client,
+    out: &Output,
+    mission_id: &str,
+    timeout: Option<Duration>,
+) -> Result<(), Failure> {
+    let final_event = wait_for(client, mission_id, timeout).await?;
+    let mission = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await?;
+    match out.json {
+        true => out.json(&mission)?,
+        false => show_mission(out, &mission)?,
     }
     match final_event.as_str() {
         "mission.completed" => Ok(()),
-        other => Err(Failure(1, format!("mission {mission_id} ended with {other}: {}", text(&mission, "error")))),
+        other => Err(Failure::Exit(1, format!("mission {mission_id} ended with {other}: {}", text(&mission, "error")))),
     }
 }
 
 /// Follows a mission's events until a terminal one; returns its name. Shows a progress line on stderr.
 async fn wait_for(client: &Client, mission_id: &str, timeout: Option<Duration>) -> Result<String, Failure> {
     let follow = async {
-        let mut events = client.events(&format!("/api/v1/events?since=0&mission_id={}", enc(mission_id))).await?;
+        let mut events = client.events(&format!("/api/v1/events?mission_id={}", enc(mission_id)), Some(0));
         let tty = std::io::stderr().is_terminal();
-        while let Some((name, item)) = events.next().await {
+        loop {
+            let (name, item) = events.next().await?;
             if name == "end" {
-                return Err(Failure(1, format!("the event stream ended: {}", text(&item, "reason"))));
+                return Err(Failure::Exit(1, format!("the event stream ended: {}", text(&item, "reason"))));
             }
             let line = format!("{mission_id}: {name} {}", summary(&item["envelope"]["data"]));
             if tty {
@@ -387,12 +537,11 @@ async fn wait_for(client: &Client, mission_id: &str, timeout: Option<Duration>) 
                 return Ok(name);
             }
         }
-        Err(Failure(3, "the server closed the event stream".into()))
     };
     match timeout {
-        Some(t) => tokio::time::timeout(t, follow)
-            .await
-            .unwrap_or_else(|_| Err(Failure(1, format!("mission {mission_id} did not end within {}s", t.as_secs())))),
+        Some(t) => tokio::time::timeout(t, follow).await.unwrap_or_else(|_| {
+            Err(Failure::Exit(1, format!("mission {mission_id} did not end within {}s", t.as_secs())))
+        }),
         None => follow.await,
     }
 }
@@ -407,45 +556,79 @@ async fn events(client: &Client, out: &Output, args: EventsArgs) -> Result<(), F
     }
     let print = |item: &Value| {
         if out.json {
-            out.json(item);
-        } else {
-            let e = &item["envelope"];
-            println!(
-                "{:>6}  {}  {:<24} {:<20} {}",
-                text(item, "seq"),
-                text(item, "received_at"),
-                text(e, "event"),
-                text(e, "mission_id"),
-                summary(&e["data"])
-            );
+            return out.json(item);
+        }
+        let e = &item["envelope"];
+        out.line(format!(
+            "{:>6}  {}  {:<24} {:<20} {}",
+            text(item, "seq"),
+            text(item, "received_at"),
+            text(e, "event"),
+            text(e, "mission_id"),
+            summary(&e["data"])
+        ))
+    };
+    let page = |since: i64, limit: u32| {
+        let path = format!("/api/v1/events?follow=false&limit={limit}&since={since}{filter}");
+        async move {
+            let page = client.get(&path).await?;
+            Ok::<_, Failure>(page["events"].as_array().cloned().unwrap_or_default())
         }
     };
+    let mut since = match args.tail {
+        Some(n) => {
+            let start = tail_start(n, &page).await?;
+            let tail = page(start, n).await?;
+            tail.iter().try_for_each(print)?;
+            Some(tail.last().and_then(|e| e["seq"].as_i64()).unwrap_or(start))
+        }
+        None => args.since,
+    };
     if args.follow {
-        let since = args.since.map(|s| format!("since={s}")).unwrap_or_default();
-        let mut stream = client.events(&format!("/api/v1/events?{since}{filter}")).await?;
-        while let Some((name, item)) = stream.next().await {
+        let mut stream = client.events(&format!("/api/v1/events?{}", filter.trim_start_matches('&')), since);
+        loop {
+            let (name, item) = stream.next().await?;
             if name == "end" {
-                return Err(Failure(
-                    1,
-                    format!(
-                        "stream ended ({}); resume with --since {}",
-                        text(&item, "reason"),
-                        text(&item, "resume_since")
-                    ),
-                ));
+                let (reason, resume) = (text(&item, "reason"), text(&item, "resume_since"));
+                return Err(Failure::Exit(1, format!("stream ended ({reason}); resume with --since {resume}")));
             }
-            print(&item);
+            print(&item)?;
         }
-        return Err(Failure(3, "the server closed the event stream".into()));
     }
-    let mut since = args.since.unwrap_or(0);
+    if args.tail.is_some() {
+        return Ok(());
+    }
     loop {
-        let page = client.get(&format!("/api/v1/events?follow=false&limit=1000&since={since}{filter}")).await?;
-        let items = page["events"].as_array().cloned().unwrap_or_default();
-        if items.is_empty() {
-            return Ok(());
-        }
-        items.iter().for_each(print);
-        since = page["next_since"].as_i64().unwrap_or(since);
+        let items = page(since.unwrap_or(0), 1000).await?;
+        let Some(last) = items.last() else { return Ok(()) };
+        since = last["seq"].as_i64();
+        items.iter().try_for_each(print)?;
     }
+}
+
+/// The sequence number after which exactly the last `n` events (of the filter) follow. The log is read
+/// oldest first only, so this searches for the last point with `n` events after it: doubling, then
+/// bisecting, each probe one page of at most `n` events.
+async fn tail_start<F, Fut>(n: u32, page: &F) -> Result<i64, Failure>
+where
+    F: Fn(i64, u32) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Value>, Failure>>,
+{
+    let full = |since: i64| async move { Ok::<_, Failure>(page(since, n).await?.len() >= n as usize) };
+    if !full(0).await? {
+        return Ok(0);
+    }
+    // Invariant: at least n events follow `lo`, fewer than n follow `hi`.
+    let (mut lo, mut hi) = (0i64, 1i64);
+    while full(hi).await? {
+        (lo, hi) = (hi, hi.saturating_mul(2));
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match full(mid).await? {
+            true => lo = mid,
+            false => hi = mid,
+        }
+    }
+    Ok(lo)
 }

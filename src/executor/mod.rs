@@ -26,11 +26,20 @@ pub enum CompletionCheck {
 
 #[derive(Args, Debug, Clone)]
 pub struct ExecutorArgs {
-    /// The serve to register with
-    #[arg(long = "serve", default_value = "http://127.0.0.1:7337", env = "AIWG_EXECUTOR_SERVE")]
+    /// The serve to register with (`--serve` is the older spelling)
+    // The id is the operator commands' global `--server`, so that clap does not hand this flag to that one
+    // (which the executor never read), and `aiwg-serve --server URL executor` means the same.
+    #[arg(
+        id = "server",
+        long = "server",
+        value_name = "URL",
+        visible_alias = "serve",
+        default_value = "http://127.0.0.1:7337",
+        env = "AIWG_EXECUTOR_SERVE"
+    )]
     pub serve_url: String,
     /// Adapter: claude-local, codex-local, spine-unattended or shell (case and -/_ ignored)
-    #[arg(long, default_value = "claude-local")]
+    #[arg(long, default_value = "claude-local", value_parser = adapter_name)]
     pub adapter: String,
     /// Address of this executor's own REST listener (serve calls it to dispatch)
     #[arg(long, default_value = "127.0.0.1:0")]
@@ -55,6 +64,18 @@ pub struct ExecutorArgs {
     pub kill_grace_s: u64,
 }
 
+/// The adapters `adapters::Registry::default()` holds, for the refusal of any other name.
+const ADAPTERS: [&str; 4] = ["claude-local", "codex-local", "spine-unattended", "shell"];
+
+/// An adapter name as the registry will find it, or clap's usage error listing the valid ones.
+fn adapter_name(name: &str) -> Result<String, String> {
+    let normalized = adapters::normalize(name);
+    match ADAPTERS.contains(&normalized.as_str()) {
+        true => Ok(normalized),
+        false => Err(format!("no CLI-hosted executor for adapter '{name}'; the adapters are {}", ADAPTERS.join(", "))),
+    }
+}
+
 pub async fn run(args: ExecutorArgs) -> ExitCode {
     let registry = adapters::Registry::default();
     let adapter = match registry.get(&args.adapter) {
@@ -70,5 +91,19 @@ pub async fn run(args: ExecutorArgs) -> ExitCode {
             eprintln!("aiwg-serve executor: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_adapter_is_in_the_registry() {
+        let registry = adapters::Registry::default();
+        for name in ADAPTERS {
+            assert!(registry.get(name).is_ok(), "{name}");
+        }
+        assert_eq!(adapter_name("Claude_Local").unwrap(), "claude-local");
     }
 }

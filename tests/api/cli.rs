@@ -1,26 +1,51 @@
-//! The operator command line, run as the real binary against the real server.
+//! The operator command line, run as the real binary against the real server: the findings of issue 10,
+//! each one pinned.
 
-use std::process::{Command, Output};
+use std::os::fd::FromRawFd;
+use std::process::{Output, Stdio};
 
 use serde_json::{json, Value};
+use tokio::process::Command;
 
-use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer, WAIT};
 
-/// Runs `aiwg-serve <args>` against `server` (off the async runtime: it blocks until the CLI exits).
-async fn cli(server: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+/// `aiwg-serve <args>` with none of the operator's own environment leaking in.
+pub fn command(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"));
-    command.args(["--server", server]).args(args).env_remove("AIWG_SERVE_TOKEN").env_remove("AIWG_SERVE_URL");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    tokio::task::spawn_blocking(move || command.output().expect("run the CLI")).await.unwrap()
+    command
+        .args(args)
+        .env_remove("AIWG_SERVE_TOKEN")
+        .env_remove("AIWG_SERVE_URL")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    command
 }
 
-fn stdout(o: &Output) -> String {
+/// Runs a command to its end with the stdio it was given (`Command::output` would replace them with pipes);
+/// one that outlives any wait of the tests is a failure, not a hang.
+pub async fn finish(mut command: Command) -> Output {
+    let bound = WAIT * 3;
+    let child = command.spawn().expect("spawn the CLI");
+    tokio::time::timeout(bound, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("the CLI did not exit within {bound:?}"))
+        .expect("run the CLI")
+}
+
+/// Runs `aiwg-serve --server <server> <args>`.
+pub async fn cli(server: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = command(&["--server", server]);
+    command.args(args).envs(env.iter().copied());
+    finish(command).await
+}
+
+pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn stderr(o: &Output) -> String {
+pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
@@ -38,6 +63,8 @@ async fn dispatch_wait_follows_the_mission_to_its_end() {
         "prints hello",
         "--capability",
         "runtime:codex",
+        "--lease-tools",
+        "Bash",
         "--mission-id",
         &id,
         "--wait",
@@ -64,8 +91,9 @@ async fn a_failed_mission_makes_dispatch_wait_exit_1() {
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
     let id = mission_id();
     let base = server.base.clone();
-    let args = ["dispatch", "--objective", "o", "--completion", "c", "--mission-id", &id, "--wait", "--json"]
-        .map(str::to_owned);
+    let args =
+        ["dispatch", "--objective", "o", "--completion", "c", "--no-lease", "--mission-id", &id, "--wait", "--json"]
+            .map(str::to_owned);
     let run = tokio::spawn(async move { cli(&base, &args.iter().map(String::as_str).collect::<Vec<_>>(), &[]).await });
     e.next_dispatch().await;
     ws.ack("mission.failed", &id, json!({"state": "failed", "reason": "tests_failed", "exit_code": 2})).await;
@@ -156,4 +184,264 @@ async fn the_client_returns_text_bodies_as_strings() {
     assert!(text.contains("aiwg_executors_connected 1\n"), "{text}");
     let executors = client.get("/api/v1/executors").await.expect("executors answer");
     assert_eq!(executors["executors"].as_array().map(Vec::len), Some(1), "{executors}");
+}
+
+/// Finding 1: the CAPABILITIES column was always dashes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_list_shows_capabilities() {
+    let server = TestServer::start().await;
+    let (e, _ws) = ScriptedExecutor::online(&server, &["hitl", "runtime:codex"]).await;
+    let out = cli(&server.base, &["executors", "list"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let row = stdout(&out).lines().nth(1).map(str::to_owned).unwrap_or_default();
+    assert!(row.starts_with(&e.id) && row.ends_with("  hitl,runtime:codex"), "{}", stdout(&out));
+}
+
+/// Finding 2: a queued mission was reported `assigned to executor -`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatch_queue_says_queued_and_why() {
+    let server = TestServer::start().await;
+    let id = mission_id();
+    let args = ["dispatch", "--objective", "o", "--completion", "c", "--lease-tools", "Bash", "--queue"];
+    let out = cli(&server.base, &[&args[..], &["--mission-id", &id]].concat(), &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let reason = server.mission(&id).await["queued_reason"].as_str().expect("a queued reason").to_owned();
+    assert_eq!(stdout(&out), format!("mission {id} queued: {reason}\n"));
+}
+
+/// Finding 3: the server's `details` (which field failed which check) were dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_violation_prints_the_details() {
+    let server = TestServer::start().await;
+    let out =
+        cli(&server.base, &["dispatch", "--objective", "", "--completion", "c", "--lease-tools", "Bash"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<String> = stderr(&out).lines().map(str::to_owned).collect();
+    assert!(lines[0].starts_with("aiwg-serve: 400 schema_violation: "), "{lines:?}");
+    assert!(lines[1].starts_with("  at /objective: ") && lines[1].ends_with(" (minLength)"), "{lines:?}");
+}
+
+/// Finding 5: `aiwg-serve events | head` panicked (exit 101) once the reader had gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_the_command_quietly() {
+    let server = TestServer::start().await;
+    let _online = ScriptedExecutor::online(&server, &[]).await;
+    for args in [&["events", "--since", "0"][..], &["executors", "list"], &["completions", "bash"]] {
+        // A pipe whose reading end is closed before the CLI starts: its first write meets EPIPE.
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        unsafe { libc::close(fds[0]) };
+        let write_end = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
+        let mut command = command(&["--server", &server.base]);
+        command.args(args).stdout(Stdio::from(write_end));
+        let out = finish(command).await;
+        assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()), "{args:?}");
+    }
+}
+
+/// Finding 6: `executor --server URL` was taken as the operator flag and ignored; misspelt flags must
+/// fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executor_takes_server_and_refuses_misspelt_flags() {
+    let server = TestServer::start().await;
+    let url = server.base.as_str();
+    // Its own flag, the older spelling, and the operator commands' flag before the subcommand.
+    for place in [["executor", "--server", url], ["executor", "--serve", url], ["--server", url, "executor"]] {
+        let name = format!("exec-{}", uuid::Uuid::new_v4().simple());
+        let mut child = command(&place)
+            .args(["--adapter", "shell", "--name", &name])
+            .env("AIWG_SERVE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the executor");
+        server
+            .eventually("/api/v1/executors", "the executor registered", |b| {
+                b["executors"].as_array().unwrap().iter().any(|e| e["name"] == name.as_str() && e["connected"] == true)
+            })
+            .await;
+        child.kill().await.unwrap();
+    }
+    let out = finish(command(&["executor", "--sever", &server.base])).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).starts_with("error: unexpected argument '--sever' found"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("a similar argument exists: '--server'"), "{}", stderr(&out));
+}
+
+/// Finding 7: a wrong operator token was answered with the executor's "re-register".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_operator_token_says_what_to_check() {
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec!["operator-token-for-the-cli".into()]).await;
+    let out = cli(&server.base, &["--token", "not-the-operator-token", "missions", "list"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "aiwg-serve: 401 token_invalid: the server did not accept the operator token: check --token or \
+         AIWG_SERVE_TOKEN against its server.operator_tokens\n"
+    );
+}
+
+/// Finding 8: `cannot reach the server: client error (Connect)` named neither the URL nor the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_named_with_the_cause() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let out = cli(&url, &["missions", "list"], &[]).await;
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "aiwg-serve: cannot reach the server at {url}: connection refused\nIs it running? Start one with \
+             `aiwg-serve serve`, or point --server (AIWG_SERVE_URL) at it.\n"
+        )
+    );
+}
+
+/// Finding 9: `https://` servers (serve behind a TLS proxy) were unreachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_talks_to_a_serve_behind_a_tls_proxy() {
+    let server = TestServer::start().await;
+    let (e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    let proxy = TlsProxy::start(server.base.trim_start_matches("http://")).await;
+    let ca = proxy.ca.path().to_str().unwrap().to_owned();
+    let out = cli(&proxy.base, &["--ca-cert", &ca, "--json", "executors", "list"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed["executors"][0]["executor_id"], e.id.as_str());
+    // Without the proxy's CA the certificate is refused, and the CLI says so.
+    let out = cli(&proxy.base, &["executors", "list"], &[]).await;
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stderr(&out).contains("certificate"), "{}", stderr(&out));
+}
+
+/// A TLS-terminating proxy in front of a serve, with a self-signed certificate for 127.0.0.1.
+struct TlsProxy {
+    base: String,
+    ca: tempfile::NamedTempFile,
+}
+
+impl TlsProxy {
+    async fn start(target: &str) -> TlsProxy {
+        use tokio_rustls::rustls;
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        let ca = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(ca.path(), cert.cert.pem()).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(rustls::crypto::ring::default_provider().into())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("https://{}", listener.local_addr().unwrap());
+        let target = target.to_owned();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, target) = (acceptor.clone(), target.clone());
+                tokio::spawn(async move {
+                    let (Ok(mut tls), Ok(mut upstream)) =
+                        (acceptor.accept(tcp).await, tokio::net::TcpStream::connect(&target).await)
+                    else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
+                });
+            }
+        });
+        TlsProxy { base, ca }
+    }
+}
+
+/// Finding 10: without a lease every reference executor refuses, and the mission failed behind a 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatch_without_a_lease_is_refused_up_front() {
+    let server = TestServer::start().await;
+    let _online = ScriptedExecutor::online(&server, &[]).await;
+    let out = cli(&server.base, &["dispatch", "--objective", "echo hi", "--completion", "c"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("add --lease-tools") && stderr(&out).contains("--lease-tools Bash"),
+        "{}",
+        stderr(&out)
+    );
+    let out =
+        cli(&server.base, &["dispatch", "--objective", "o", "--completion", "c", "--lease-tools", "none"], &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let listed = server.client.get("/api/v1/missions").await.body;
+    assert_eq!(listed["missions"], json!([]), "nothing was dispatched");
+}
+
+/// Finding 11: config errors named neither the key nor its source; unknown keys and variables passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_errors_name_the_key_and_its_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("serve.toml");
+    let serve = |env: &[(&str, &str)]| {
+        let mut command = command(&["serve", "--bind", "127.0.0.1:0", "--data-dir"]);
+        command.arg(dir.path()).arg("--config").arg(&file).envs(env.iter().copied());
+        finish(command)
+    };
+    std::fs::write(&file, "[hub]\nping_interval_s = \"fast\"\n").unwrap();
+    let out = serve(&[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let expected = format!(
+        "aiwg-serve: config: hub.ping_interval_s = \"fast\" (from {}): invalid type: string \"fast\", expected u64\n",
+        file.display()
+    );
+    assert_eq!(stderr(&out), expected);
+
+    std::fs::write(&file, "[dispatch]\nmax_attempt = 2\n").unwrap();
+    let out = serve(&[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let expected = format!(
+        "aiwg-serve: config: unknown key dispatch.max_attempt in {}; did you mean dispatch.max_attempts?\n",
+        file.display()
+    );
+    assert_eq!(stderr(&out), expected);
+
+    std::fs::write(&file, "").unwrap();
+    let out = serve(&[("AIWG_SERVE_FORWARD_TIMEOUT_MS", "100")]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).starts_with("aiwg-serve: config: unknown environment variable AIWG_SERVE_FORWARD_TIMEOUT_MS; did you mean AIWG_SERVE_DISPATCH_FORWARD_TIMEOUT_MS?"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Finding 12: `--adapter bash` was refused without naming the valid adapters.
+#[tokio::test]
+async fn an_unknown_adapter_lists_the_valid_ones() {
+    let out = finish(command(&["executor", "--adapter", "bash"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains(
+            "no CLI-hosted executor for adapter 'bash'; the adapters are claude-local, codex-local, spine-unattended, shell"
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Finding 15: aborting an aborted mission exited 1, so a retried script failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborting_an_aborted_mission_succeeds_and_a_done_one_does_not() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let (aborted, done) = (mission_id(), mission_id());
+    for id in [&aborted, &done] {
+        assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(id)).await.status, 202);
+        e.next_dispatch().await;
+    }
+    ws.ack("mission.completed", &done, json!({"state": "done", "exit_code": 0})).await;
+    let out = cli(&server.base, &["missions", "abort", &aborted], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = cli(&server.base, &["missions", "abort", &aborted], &[]).await;
+    assert_eq!((out.status.code(), stdout(&out)), (Some(0), format!("mission {aborted}: already aborted\n")));
+    let out = cli(&server.base, &["missions", "abort", &done], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).starts_with("aiwg-serve: 409 illegal_transition"), "{}", stderr(&out));
 }

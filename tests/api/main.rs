@@ -7,6 +7,7 @@ mod support;
 
 mod browser;
 mod cli;
+mod cli_tools;
 mod dispatch;
 mod durability;
 mod events;

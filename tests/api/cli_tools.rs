@@ -1,0 +1,169 @@
+//! The operator tools of the command line (drain, paging, watch, tail, completions, colour), run as the
+//! real binary against the real server.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::Stdio;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use crate::cli::{cli, command, finish, stderr, stdout};
+use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer, WAIT};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_and_undrain_an_executor() {
+    let server = TestServer::start().await;
+    let (e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    let out = cli(&server.base, &["executors", "drain", &e.id], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("executor {}: draining (no new missions; its current missions go on)\n", e.id));
+    assert_eq!(server.executors().await["executors"][0]["draining"], true);
+    let out = cli(&server.base, &["executors", "list"], &[]).await;
+    assert!(stdout(&out).lines().nth(1).unwrap().contains("  draining  "), "{}", stdout(&out));
+    let out = cli(&server.base, &["executors", "undrain", &e.id], &[]).await;
+    assert_eq!(stdout(&out), format!("executor {}: accepting missions again\n", e.id));
+    assert_eq!(server.executors().await["executors"][0].get("draining"), None);
+    let out = cli(&server.base, &["executors", "drain", "no-such-executor"], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missions_list_pages_with_cursor_and_all() {
+    let server = TestServer::start().await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let id = mission_id();
+        let body = json!({"mission_id": id, "objective": "o", "completion": "c", "queue": true});
+        assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+        ids.push(id);
+    }
+    let newest_first: Vec<String> = ids.iter().rev().cloned().collect();
+    let listed = |out: &std::process::Output| -> Vec<String> {
+        stdout(out).lines().skip(1).map(|l| l.split_whitespace().next().unwrap().to_owned()).collect()
+    };
+    let out = cli(&server.base, &["missions", "list", "--limit", "2"], &[]).await;
+    assert_eq!(listed(&out), newest_first[..2]);
+    let cursor =
+        stderr(&out).strip_prefix("more: --cursor ").and_then(|r| r.strip_suffix(" (or --all)\n")).map(str::to_owned);
+    let cursor = cursor.unwrap_or_else(|| panic!("where the next page starts: {}", stderr(&out)));
+    let out = cli(&server.base, &["missions", "list", "--limit", "2", "--cursor", &cursor], &[]).await;
+    assert_eq!((listed(&out), stderr(&out)), (newest_first[2..].to_vec(), String::new()));
+    let out = cli(&server.base, &["missions", "list", "--limit", "2", "--all"], &[]).await;
+    assert_eq!((listed(&out), stderr(&out)), (newest_first.clone(), String::new()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missions_watch_follows_to_the_end_and_exits_by_it() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let (done, failed) = (mission_id(), mission_id());
+    for id in [&done, &failed] {
+        assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(id)).await.status, 202);
+        e.next_dispatch().await;
+    }
+    let base = server.base.clone();
+    let id = done.clone();
+    let watching = tokio::spawn(async move { cli(&base, &["missions", "watch", &id], &[]).await });
+    ws.ack("mission.started", &done, json!({"state": "running"})).await;
+    ws.ack("mission.completed", &done, json!({"state": "done", "exit_code": 0})).await;
+    let out = watching.await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("state:        done"), "{}", stdout(&out));
+    assert!(stderr(&out).contains(&format!("{done}: mission.completed")), "{}", stderr(&out));
+
+    // A mission that has ended already: watch reads its end from the log at once.
+    ws.ack("mission.failed", &failed, json!({"state": "failed", "reason": "tests_failed", "exit_code": 2})).await;
+    let out = cli(&server.base, &["missions", "watch", &failed], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains(&format!("mission {failed} ended with mission.failed")), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_tail_prints_the_last_n_and_follows_on() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let (one, other) = (mission_id(), mission_id());
+    for id in [&one, &other] {
+        assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(id)).await.status, 202);
+        e.next_dispatch().await;
+    }
+    for i in 0..6 {
+        let id = if i % 2 == 0 { &one } else { &other };
+        ws.ack("mission.progress", id, json!({"summary": format!("step {i}")})).await;
+    }
+    let seqs = |out: &std::process::Output| -> Vec<i64> {
+        stdout(out).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_i64().unwrap()).collect()
+    };
+    let all = seqs(&cli(&server.base, &["--json", "events"], &[]).await);
+    let out = cli(&server.base, &["--json", "events", "--tail", "3"], &[]).await;
+    assert_eq!(seqs(&out), all[all.len() - 3..]);
+    let mine = seqs(&cli(&server.base, &["--json", "events", "--mission", &one], &[]).await);
+    let out = cli(&server.base, &["--json", "events", "--tail", "2", "--mission", &one], &[]).await;
+    assert_eq!(seqs(&out), mine[mine.len() - 2..]);
+    let out = cli(&server.base, &["--json", "events", "--tail", "1000"], &[]).await;
+    assert_eq!(seqs(&out), all, "fewer events than asked for: all of them");
+
+    let mut follower = command(&["--server", &server.base, "--json", "events", "--tail", "1", "--follow"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let mut next_seq = async || {
+        let line = tokio::time::timeout(WAIT, lines.next_line()).await.expect("a line in time").unwrap().unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()["seq"].as_i64().unwrap()
+    };
+    assert_eq!(next_seq().await, *all.last().unwrap());
+    let new = ws.ack("mission.progress", &one, json!({"summary": "after the tail"})).await;
+    assert_eq!(next_seq().await, new);
+    follower.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn completions_for_each_shell() {
+    for (shell, marker) in
+        [("bash", "complete -F _aiwg__serve"), ("zsh", "#compdef aiwg-serve"), ("fish", "complete -c aiwg-serve")]
+    {
+        let out = finish(command(&["completions", shell])).await;
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
+        let script = stdout(&out);
+        assert!(script.contains(marker) && script.contains("undrain"), "{shell}: {script}");
+    }
+    let out = finish(command(&["completions", "tcsh"])).await;
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Colour on a terminal, never through a pipe or with NO_COLOR set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn colour_only_on_a_terminal_without_no_color() {
+    let server = TestServer::start().await;
+    let _online = ScriptedExecutor::online(&server, &[]).await;
+    let on_terminal = terminal_output(&server.base, &[]).await;
+    assert!(on_terminal.contains("\x1b[1mEXECUTOR"), "{on_terminal:?}");
+    assert!(on_terminal.contains("\x1b[32myes\x1b[0m"), "{on_terminal:?}");
+    let no_color = terminal_output(&server.base, &[("NO_COLOR", "1")]).await;
+    assert!(no_color.starts_with("EXECUTOR") && !no_color.contains('\x1b'), "{no_color:?}");
+    let piped = cli(&server.base, &["executors", "list"], &[]).await;
+    assert!(!stdout(&piped).contains('\x1b'), "{}", stdout(&piped));
+}
+
+/// `executors list` with a pseudo-terminal as stdout; what it printed.
+async fn terminal_output(server: &str, env: &[(&str, &str)]) -> String {
+    let (mut master, mut slave) = (0, 0);
+    let opened =
+        unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+    assert_eq!(opened, 0, "openpty");
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    // Read while the child writes: Linux drops what is unread on the terminal when its last writer closes.
+    // The child holds the only other end, so reading ends (EIO) when it exits.
+    let reader = std::thread::spawn(move || {
+        let mut printed = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::fs::File::from(master), &mut printed);
+        printed
+    });
+    let mut command = command(&["--server", server, "executors", "list"]);
+    command.envs(env.iter().copied()).stdout(Stdio::from(slave));
+    let out = finish(command).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let printed = tokio::task::spawn_blocking(move || reader.join().unwrap()).await.unwrap();
+    String::from_utf8_lossy(&printed).replace("\r\n", "\n")
+}
