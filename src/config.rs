@@ -56,6 +56,7 @@ pub struct HubConfig {
     pub stream_lag_limit: usize,
     pub disconnect_grace_s: u64,
     pub restart_grace_s: u64,
+    pub max_sockets_per_executor: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -94,6 +95,7 @@ impl Default for HubConfig {
             stream_lag_limit: 4096,
             disconnect_grace_s: 60,
             restart_grace_s: 120,
+            max_sockets_per_executor: 4,
         }
     }
 }

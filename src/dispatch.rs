@@ -34,6 +34,8 @@ pub struct Dispatched {
     pub estimated_start: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queued_reason: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Candidates ordered per dispatch: enough to find `dispatch.max_attempts` ready ones among executors
@@ -48,6 +50,7 @@ impl Dispatched {
             status: "assigned",
             estimated_start,
             queued_reason: None,
+            warnings: Vec::new(),
         }
     }
 }
@@ -104,7 +107,33 @@ impl App {
             ..MissionRow::new(&mission_id, session_id, MissionState::Assigned, body.clone())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
-        self.hand_out(&mission_id, session_id, &body, attempts, record).await
+        let mut dispatched = self.hand_out(&mission_id, session_id, &body, attempts, record).await?;
+        if let Some(executor_id) = &dispatched.executor_id {
+            dispatched.warnings.extend(self.session_collisions(&mission_id, executor_id));
+        }
+        Ok(dispatched)
+    }
+
+    /// Live missions of the executor whose ids share this one's first 8 bytes: executors that name a
+    /// session after them (the agentic-sandbox executor) would bind both missions to one session.
+    fn session_collisions(&self, mission_id: &str, executor_id: &str) -> Option<String> {
+        let prefix = crate::sandbox_sessions::session_prefix(mission_id);
+        let mut others: Vec<String> = self
+            .ledger
+            .owned_by(executor_id)
+            .into_iter()
+            .map(|(id, _)| id)
+            .filter(|id| id != mission_id && crate::sandbox_sessions::session_prefix(id) == prefix)
+            .collect();
+        others.sort();
+        (!others.is_empty()).then(|| {
+            format!(
+                "mission id {mission_id} shares its first 8 bytes with live mission(s) {} on executor {executor_id}: \
+                 an executor that names sessions after them (the agentic-sandbox executor) runs only one; start ids \
+                 with random characters (m-<uuid>)",
+                others.join(", ")
+            )
+        })
     }
 
     /// Asks each candidate that must be asked (all, for an unattended mission; those declaring

@@ -78,6 +78,7 @@ impl App {
             status: "queued",
             estimated_start: None,
             queued_reason: Some(reason),
+            warnings: Vec::new(),
         })
     }
 

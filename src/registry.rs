@@ -399,10 +399,16 @@ impl Registry {
 
     /// Adds a live socket. `None` (and nothing added) when the executor is gone meanwhile; otherwise
     /// whether it is a reconnect (the executor had a socket before, in this process).
-    pub fn attach(&self, executor_id: &str, link: Link) -> Option<bool> {
+    /// Past `max_links`, the oldest socket is told to close (4000): it stays attached, and keeps the
+    /// executor connected, until its task has finished reading what the executor still sent on it.
+    pub fn attach(&self, executor_id: &str, link: Link, max_links: usize) -> Option<bool> {
         let mut inner = self.inner.write().expect("registry lock");
         let e = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
         e.epoch += 1;
+        let open = e.links.iter().filter(|l| !l.superseded()).count();
+        for old in e.links.iter().filter(|l| !l.superseded()).take((open + 1).saturating_sub(max_links.max(1))) {
+            old.supersede();
+        }
         e.links.push(link);
         e.row.disconnected_at = None;
         Some(std::mem::replace(&mut e.ever_connected, true))

@@ -44,11 +44,17 @@ impl Outbound {
     }
 }
 
+/// The close code and reason of a socket closed because the executor opened too many newer ones.
+const SUPERSEDED: (u16, &str) = (4000, "superseded by a newer socket");
+/// How long a superseded socket is still read after its close, for frames the executor had in flight.
+const SUPERSEDED_DRAIN: Duration = Duration::from_secs(5);
+
 /// One live socket of an executor, as the registry holds it.
 #[derive(Clone, Debug)]
 pub struct Link {
     id: u64,
     tx: mpsc::Sender<Outbound>,
+    superseded: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Link {
@@ -56,9 +62,20 @@ impl Link {
         self.id
     }
 
-    /// Queues a frame without waiting; false when the socket is gone or not keeping up.
+    /// Queues a frame without waiting; false when the socket is gone, closing, or not keeping up.
     pub fn send(&self, frame: Outbound) -> bool {
-        self.tx.try_send(frame).is_ok()
+        !self.superseded() && self.tx.try_send(frame).is_ok()
+    }
+
+    /// Told to close because newer sockets of the executor replace it; no frame is sent on it anymore.
+    pub fn superseded(&self) -> bool {
+        self.superseded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn supersede(&self) {
+        if !self.superseded.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            let _ = self.tx.try_send(Outbound::Close(SUPERSEDED.0, SUPERSEDED.1));
+        }
     }
 }
 
@@ -106,10 +123,10 @@ pub async fn reject(mut socket: WebSocket) {
 
 pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
     let (tx, mut outbound) = mpsc::channel(OUTBOUND_QUEUE);
-    let link = Link { id: app.next_link_id(), tx };
+    let link = Link { id: app.next_link_id(), tx, superseded: Default::default() };
     let link_id = link.id;
     let opened = Instant::now();
-    match app.registry.attach(&executor_id, link) {
+    match app.registry.attach(&executor_id, link, app.config.hub.max_sockets_per_executor) {
         None => return reject(socket).await,
         Some(reconnect) => {
             app.metrics.executor_sockets.add(1);
@@ -207,12 +224,37 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     if let Some((code, reason)) = close {
         let _ = sink.send(close_message(code, reason)).await;
     }
+    if close == Some(SUPERSEDED) {
+        drain_superseded(&app, &executor_id, &mut stream, opened).await;
+    }
     if let Some((row, epoch)) = app.registry.detach(&executor_id, link_id) {
         tracing::info!(%executor_id, "executor disconnected (last socket closed)");
         if let Err(e) = app.store.commit(vec![Change::PutExecutor(Box::new(row))]).await {
             tracing::error!(error = %e, %executor_id, "recording the disconnect failed");
         }
         app.watch_disconnect(&executor_id, epoch);
+    }
+}
+
+/// A superseded socket's peer may have sent frames before it saw our close: they are committed like any
+/// other (no answer can follow a close frame), until the peer closes too or [`SUPERSEDED_DRAIN`] ends.
+async fn drain_superseded(
+    app: &Arc<App>,
+    executor_id: &str,
+    stream: &mut futures_util::stream::SplitStream<WebSocket>,
+    opened: Instant,
+) {
+    let deadline = tokio::time::Instant::now() + SUPERSEDED_DRAIN;
+    while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, stream.next()).await {
+        match frame {
+            Message::Text(text) => {
+                if let Ok(Ingested::Pending(p)) = app.ingest(executor_id, text.as_str(), opened).await {
+                    let _ = app.finish(*p).await;
+                }
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
     }
 }
 

@@ -228,7 +228,6 @@ async fn malformed_dispatch_payloads_are_refused_and_store_nothing() {
         with(&|p| p["objective"] = json!("")),
         with(&|p| p["long_running"] = json!("true")),
         with(&|p| p["priority"] = json!(1)),
-        with(&|p| p["executor_filter"]["agent_id"] = json!("a")),
         with(&|p| p["executor_filter"]["executor_id"] = json!("not-a-uuid")),
         with(&|p| p["executor_filter"]["capabilities"] = json!(["gpu"])),
         with(&|p| p["mission_id"] = json!("")),

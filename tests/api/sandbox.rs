@@ -345,3 +345,63 @@ async fn restating_many_ended_missions_is_not_a_flood() {
     assert_eq!(second.executor.event("mission.assigned", &id, json!({"state": "assigned"})).await["ack"], true);
     assert_eq!(server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body["connected"], true);
 }
+
+/// Issue 12, findings 5 and 7: ids the sandbox cannot handle are refused at dispatch, ids that would
+/// share a session are warned about, and its `executor_filter.agent_id` extension is accepted.
+#[tokio::test]
+async fn mission_ids_are_checked_and_agent_pins_forwarded() {
+    let server = TestServer::start().await;
+    let (mut e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    let dispatch = |id: &str| json!({"mission_id": id, "objective": "o", "completion": "c"});
+    let long = "m".repeat(129);
+    for bad in ["mission 1", "m-caf\u{e9}-000001", "-m-1", "m/1", long.as_str()] {
+        let r = server.client.post("/api/v1/sessions/s/dispatch", &dispatch(bad)).await;
+        r.assert_error(400, "schema_violation");
+        assert!(r.body["details"].to_string().contains("/mission_id"), "{bad}: {}", r.body);
+    }
+    assert!(e.no_dispatch_pending(), "nothing refused was forwarded");
+
+    let first = server.client.post("/api/v1/sessions/s/dispatch", &dispatch("mission-0001")).await;
+    assert_eq!(first.status, 202, "{}", first.body);
+    assert!(first.body.get("warnings").is_none(), "{}", first.body);
+    e.next_dispatch().await;
+    let second = server.client.post("/api/v1/sessions/s/dispatch", &dispatch("mission-0002")).await;
+    assert_eq!(second.status, 202, "{}", second.body);
+    let warning = second.body["warnings"][0].as_str().unwrap_or_else(|| panic!("a warning: {}", second.body));
+    assert!(warning.contains("mission-0001") && warning.contains("first 8 bytes"), "{warning}");
+    e.next_dispatch().await;
+
+    let mut pinned = dispatch(&mission_id());
+    pinned["executor_filter"] = json!({"executor_id": e.id, "agent_id": "fake-agent-1"});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &pinned).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(e.next_dispatch().await.body["executor_filter"]["agent_id"], "fake-agent-1", "forwarded untouched");
+}
+
+/// Issue 12, finding 6: every sandbox socket cycle left one more executor socket open, pinged forever.
+/// Past `hub.max_sockets_per_executor` the oldest is closed with 4000, and what the executor still sent
+/// on it is committed.
+#[tokio::test]
+async fn old_sockets_are_closed_past_the_limit_without_losing_their_frames() {
+    let server = TestServer::start_with(|c| c.hub.max_sockets_per_executor = 2).await;
+    let (mut e, mut oldest) = ScriptedExecutor::online(&server, &[]).await;
+    let id = dispatch(&server, &mut e).await;
+    let _second = e.connect(&server).await;
+    let mut newest = e.connect(&server).await;
+    // The executor had this in flight on its oldest socket when serve closed it.
+    let late = oldest.envelope("mission.progress", Some(&id), json!({"summary": "sent on the old socket"}));
+    oldest.send_only(Message::text(late.to_string())).await.unwrap();
+    let closed = oldest.closed().await;
+    assert_eq!((closed.code, closed.reason.as_str()), (4000, "superseded by a newer socket"));
+    server
+        .eventually(&format!("/api/v1/missions/{id}"), "the late frame committed", |m| {
+            m["recent_events"]
+                .as_array()
+                .is_some_and(|events| events.iter().any(|ev| ev["data"]["summary"] == "sent on the old socket"))
+        })
+        .await;
+    // The newer sockets carry on.
+    assert!(newest.ack("mission.started", &id, json!({"state": "running"})).await > 0);
+    let status = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
+    assert_eq!(status["connected"], true);
+}
