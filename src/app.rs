@@ -37,6 +37,7 @@ pub struct App {
     pub queue: Queue,
     pub sandboxes: Sandboxes,
     pub sandbox_sessions: crate::sandbox_sessions::SandboxSessions,
+    registrations: crate::limits::RateLimiter,
     operator_tokens: Vec<tokens::TokenHash>,
     shutdown: watch::Receiver<bool>,
     next_link: AtomicU64,
@@ -62,6 +63,7 @@ impl App {
         let sandboxes = Sandboxes::load(&store).await?;
         let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
         let operator_tokens = config.server.operator_tokens.iter().map(|t| tokens::hash(t)).collect();
+        let registrations = crate::limits::RateLimiter::per_minute(config.server.registrations_per_minute);
         Ok(App {
             config,
             schema,
@@ -73,6 +75,7 @@ impl App {
             queue: Queue::default(),
             sandboxes,
             sandbox_sessions: Default::default(),
+            registrations,
             operator_tokens,
             shutdown,
             next_link: AtomicU64::new(1),
@@ -110,6 +113,18 @@ impl App {
         }
     }
 
+    /// Registration is open, so one address may only register so often (loopback excepted).
+    pub fn admit_registration(&self, peer: IpAddr) -> Result<()> {
+        if self.registrations.admit(peer, Instant::now()) {
+            return Ok(());
+        }
+        tracing::warn!(%peer, "registration refused: rate limit");
+        Err(Error::TooManyRequests(format!(
+            "more than {} registrations a minute from {peer} (server.registrations_per_minute)",
+            self.config.server.registrations_per_minute
+        )))
+    }
+
     /// Registers an executor. Returns a warning for a newer 1.x spec minor.
     pub async fn register(
         &self,
@@ -129,7 +144,7 @@ impl App {
             }
             SpecSupport::UnsupportedMajor => return Err(Error::UnsupportedSpecVersion(payload.spec_version.clone())),
         };
-        let registered = self.registry.register(payload, peer, bearer).await?;
+        let registered = self.registry.register(payload, peer, bearer, self.config.server.max_executors).await?;
         if registered.rotated_for_non_loopback {
             tracing::warn!(executor_id = %registered.executor_id, %peer, "token rotated: first non-loopback registration");
         }

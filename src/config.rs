@@ -38,6 +38,12 @@ pub struct ServerConfig {
     /// Host names, besides loopback addresses and `localhost`, that requests may address while operator
     /// routes are open (the DNS-rebinding defence; see `http::guard`).
     pub allowed_hosts: Vec<String>,
+    /// Registered executors at most (registration is open: this bounds what a caller can make serve hold).
+    pub max_executors: usize,
+    /// Live legacy sandbox registrations at most.
+    pub max_sandboxes: usize,
+    /// Registrations (executor and sandbox) per minute from one non-loopback address.
+    pub registrations_per_minute: u32,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -75,6 +81,9 @@ impl Default for ServerConfig {
             operator_tokens: Vec::new(),
             max_body_bytes: 1024 * 1024,
             allowed_hosts: Vec::new(),
+            max_executors: 100_000,
+            max_sandboxes: 1_000,
+            registrations_per_minute: 120,
         }
     }
 }

@@ -192,7 +192,10 @@ impl App {
             unattended: payload.unattended,
         };
         let rotation = self.rotation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.registry.with_routing_views(|views| routing::plan(&request, views, rotation, SCREENED_CANDIDATES))
+        self.registry.with_routing_views(request.pin, |views, offline| routing::Plan {
+            offline,
+            ..routing::plan(&request, views, rotation, SCREENED_CANDIDATES)
+        })
     }
 
     /// Hands a stored mission to its first candidate, then the next ones on refusal; the mission must

@@ -46,6 +46,8 @@ pub enum Error {
     ExecutorNotConnected(String),
     #[error("{0}")]
     ControlUnsupported(String),
+    #[error("{0}")]
+    TooManyRequests(String),
     #[error("the lease's tool policy is \"none\": no executor may run this mission")]
     LeaseDeniesAllTools,
     #[error("this route does not accept that method")]
@@ -79,6 +81,7 @@ impl Error {
             Error::ExecutorForwardFailed(_) => "executor_forward_failed",
             Error::ExecutorNotConnected(_) => "executor_not_connected",
             Error::ControlUnsupported(_) => "control_unsupported",
+            Error::TooManyRequests(_) => "too_many_requests",
             Error::LeaseDeniesAllTools => "lease_denies_all_tools",
             Error::MethodNotAllowed => "method_not_allowed",
             Error::UpgradeRequired => "upgrade_required",

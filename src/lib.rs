@@ -17,6 +17,7 @@ pub mod forward;
 pub mod http;
 pub mod hub;
 pub mod ingest;
+pub mod limits;
 pub mod metrics;
 pub mod missions;
 pub mod operator;

@@ -219,12 +219,24 @@ impl Registry {
     /// Memory changes only once the store has the new row: a failed commit leaves the executor exactly
     /// as it was (its current token still works). Registrations are serialized, so memory and store
     /// agree on which of several racing registrations won.
-    pub async fn register(&self, p: &RegisterPayload, peer: IpAddr, bearer: Option<&str>) -> Result<Registered> {
+    pub async fn register(
+        &self,
+        p: &RegisterPayload,
+        peer: IpAddr,
+        bearer: Option<&str>,
+        max_executors: usize,
+    ) -> Result<Registered> {
         let _serial = self.writes.lock().await;
         let now = clock::now();
         let (row, token, rotated_for_non_loopback) = {
             let inner = self.inner.read().expect("registry lock");
             let existing = inner.executors.get(&p.executor_id);
+            if existing.is_none() && inner.executors.len() >= max_executors {
+                return Err(Error::TooManyRequests(format!(
+                    "{max_executors} executor identities are known, the limit (server.max_executors); remove stale ones \
+                     (aiwg-serve executors remove ID)"
+                )));
+            }
             let decision = decide_token(existing.map(|e| e.held()), bearer, peer)
                 .map_err(|refusal| Error::Conflict(refusal.message(&p.executor_id)))?;
             let (token, rotated_for_non_loopback) = match (decision, bearer) {
@@ -479,15 +491,23 @@ impl Registry {
         })
     }
 
-    /// Runs `f` over every registered (not deregistered) executor, in registration order, under one read
-    /// lock.
-    pub fn with_routing_views<R>(&self, f: impl FnOnce(&[RoutingView<'_>]) -> R) -> R {
+    /// Runs `f` over the executors a dispatch may go to (connected ones, and the pinned one whatever its
+    /// state, so that its refusal can say why), in registration order, under one read lock; `f` also
+    /// learns how many registered executors were left out for having no socket. A fleet of idle
+    /// self-registered identities costs a dispatch one cheap pass, not a routing judgement each.
+    pub fn with_routing_views<R>(&self, pin: Option<&str>, f: impl FnOnce(&[RoutingView<'_>], usize) -> R) -> R {
         let inner = self.inner.read().expect("registry lock");
+        let mut offline = 0;
         let views: Vec<RoutingView<'_>> = inner
             .order
             .iter()
             .filter_map(|id| inner.executors.get(id))
             .filter(|e| e.live())
+            .filter(|e| {
+                let considered = !e.links.is_empty() || pin == Some(e.row.identity.executor_id.as_str());
+                offline += usize::from(!considered);
+                considered
+            })
             .map(|e| RoutingView {
                 executor_id: &e.row.identity.executor_id,
                 capabilities: &e.row.identity.capabilities,
@@ -496,7 +516,7 @@ impl Registry {
                 active_missions: e.active_missions,
             })
             .collect();
-        f(&views)
+        f(&views, offline)
     }
 
     pub fn status(&self, executor_id: &str) -> Option<ExecutorStatus> {
@@ -504,13 +524,25 @@ impl Registry {
         inner.executors.get(executor_id).filter(|e| e.live()).map(status_of)
     }
 
-    pub fn list(&self) -> Vec<ExecutorStatus> {
+    /// One page of registered executors in registration order, from position `from` of that order
+    /// (executors are never removed from it, so a position is a stable cursor); with the position the
+    /// next page starts at, if any.
+    pub fn page(&self, from: usize, limit: usize) -> (Vec<ExecutorStatus>, Option<usize>) {
         let inner = self.inner.read().expect("registry lock");
-        let mut out: Vec<ExecutorStatus> = inner.executors.values().filter(|e| e.live()).map(status_of).collect();
-        out.sort_by(|a, b| {
-            (&a.registered_at, &a.identity.executor_id).cmp(&(&b.registered_at, &b.identity.executor_id))
-        });
-        out
+        let mut out = Vec::new();
+        for (pos, id) in inner.order.iter().enumerate().skip(from) {
+            let Some(e) = inner.executors.get(id).filter(|e| e.live()) else { continue };
+            if out.len() == limit {
+                return (out, Some(pos));
+            }
+            out.push(status_of(e));
+        }
+        (out, None)
+    }
+
+    /// Registered (not deregistered) executors.
+    pub fn registered(&self) -> usize {
+        self.counts().0
     }
 }
 
@@ -560,29 +592,29 @@ mod tests {
         let loopback: IpAddr = "127.0.0.1".parse().unwrap();
         let lan: IpAddr = "192.168.1.42".parse().unwrap();
 
-        let first = registry.register(&payload(id), loopback, None).await.unwrap();
+        let first = registry.register(&payload(id), loopback, None, 10).await.unwrap();
         assert!(!first.rotated_for_non_loopback);
-        let again = registry.register(&payload(id), loopback, Some(&first.token)).await.unwrap();
+        let again = registry.register(&payload(id), loopback, Some(&first.token), 10).await.unwrap();
         assert_eq!(again.token, first.token, "loopback re-register with the token keeps it");
 
-        let lan1 = registry.register(&payload(id), lan, Some(&first.token)).await.unwrap();
+        let lan1 = registry.register(&payload(id), lan, Some(&first.token), 10).await.unwrap();
         assert!(lan1.rotated_for_non_loopback);
         assert_ne!(lan1.token, first.token, "rotated even though the current token was presented");
         assert!(matches!(registry.authenticate(id, Some(&first.token)), Err(Error::TokenInvalid(_))));
         registry.authenticate(id, Some(&lan1.token)).unwrap();
 
-        let lan2 = registry.register(&payload(id), lan, Some(&lan1.token)).await.unwrap();
+        let lan2 = registry.register(&payload(id), lan, Some(&lan1.token), 10).await.unwrap();
         assert!(!lan2.rotated_for_non_loopback, "only the first non-loopback registration rotates");
         assert_eq!(lan2.token, lan1.token);
 
         // The rotation is remembered across a restart.
         let reloaded = Registry::load(store).await.unwrap();
-        let lan3 = reloaded.register(&payload(id), lan, Some(&lan1.token)).await.unwrap();
+        let lan3 = reloaded.register(&payload(id), lan, Some(&lan1.token), 10).await.unwrap();
         assert!(!lan3.rotated_for_non_loopback);
         assert_eq!(lan3.token, lan1.token);
 
         // A brand-new executor from the LAN has nothing to rotate.
-        let fresh = registry.register(&payload("550e8400-e29b-41d4-a716-446655440000"), lan, None).await.unwrap();
+        let fresh = registry.register(&payload("550e8400-e29b-41d4-a716-446655440000"), lan, None, 10).await.unwrap();
         assert!(!fresh.rotated_for_non_loopback);
     }
 

@@ -34,19 +34,27 @@ pub struct Plan {
     pub reason: String,
     pub rejected: Vec<Rejection>,
     pub rejected_total: usize,
+    /// Registered executors not considered because they have no socket (not counted as rejected).
+    pub offline: usize,
 }
 
 impl Plan {
     /// One sentence for a 503: what stood in the way.
     pub fn why_none(&self) -> String {
+        let offline = match self.offline {
+            0 => None,
+            1 => Some("1 registered executor is not connected".to_owned()),
+            n => Some(format!("{n} registered executors are not connected")),
+        };
         if self.rejected_total == 0 {
-            return "no executor is registered".into();
+            return offline.unwrap_or_else(|| "no executor is registered".into());
         }
         let listed: Vec<String> =
             self.rejected.iter().take(3).map(|r| format!("{} ({})", r.executor_id, r.reason)).collect();
         let more = self.rejected_total.saturating_sub(listed.len());
         let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
-        format!("{}{tail}", listed.join(", "))
+        let offline = offline.map(|o| format!("; {o}")).unwrap_or_default();
+        format!("{}{tail}{offline}", listed.join(", "))
     }
 }
 
@@ -144,6 +152,7 @@ pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize, keep:
         reason,
         rejected,
         rejected_total,
+        offline: 0,
     }
 }
 

@@ -21,9 +21,21 @@ use crate::tokens;
 /// The longest `type` of a sandbox frame that is stored; anything else is not a SandboxEvent.
 const MAX_TYPE_LEN: usize = 64;
 
+/// A registration stores at most this much of what the sandbox sent (the real client sends ~300 bytes).
+pub const MAX_REGISTRATION_BYTES: usize = 16 * 1024;
+
 #[derive(Default)]
 pub struct Sandboxes {
-    entries: Mutex<HashMap<String, Entry>>,
+    inner: Mutex<Inner>,
+    /// Held across a registration's or deregistration's commit, so memory applies them in commit order.
+    writes: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<String, Entry>,
+    /// Sandbox ids in first-registration order: the listing's stable order (positions are cursors).
+    order: Vec<String>,
 }
 
 struct Entry {
@@ -55,13 +67,12 @@ pub struct SandboxRegistered {
 
 impl Sandboxes {
     pub async fn load(store: &Store) -> Result<Sandboxes> {
-        let entries = store
-            .sandboxes()
-            .await?
-            .into_iter()
-            .map(|row| (row.sandbox_id.clone(), Entry { row, sockets: 0, last_event: None }))
-            .collect();
-        Ok(Sandboxes { entries: Mutex::new(entries) })
+        let mut inner = Inner::default();
+        for row in store.sandboxes().await? {
+            inner.order.push(row.sandbox_id.clone());
+            inner.entries.insert(row.sandbox_id.clone(), Entry { row, sockets: 0, last_event: None });
+        }
+        Ok(Sandboxes { inner: Mutex::new(inner), writes: Default::default() })
     }
 }
 
@@ -74,58 +85,87 @@ pub fn frame_type(frame: &Value) -> Option<&str> {
 }
 
 impl App {
-    /// Registers (or re-registers) a sandbox; every registration issues a new token.
+    /// Registers (or re-registers) a sandbox; every registration issues a new token. Lenient in what
+    /// it takes, bounded in what it keeps: at most [`MAX_REGISTRATION_BYTES`] stored, at most
+    /// `server.max_sandboxes` live sandboxes, and a known sandbox id only from the address it was
+    /// registered from (this registration is unauthenticated: the real client sends no token). Memory
+    /// changes once the store has the row.
     pub async fn register_sandbox(&self, body: Value, peer: IpAddr) -> Result<SandboxRegistered> {
         let Value::Object(fields) = &body else {
             return Err(Error::InvalidJson("a sandbox registration is a JSON object".into()));
         };
+        if serde_json::to_vec(&body).map_or(usize::MAX, |b| b.len()) > MAX_REGISTRATION_BYTES {
+            return Err(Error::PayloadTooLarge(MAX_REGISTRATION_BYTES));
+        }
         let text = |k: &str| fields.get(k).and_then(Value::as_str).filter(|s| !s.is_empty() && s.len() <= 256);
         let sandbox_id = text("instance_id").map(str::to_owned).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let name = text("name").unwrap_or("sandbox").to_owned();
         let token = tokens::issue();
-        let now = clock::now();
+        let from = peer.to_string();
+        let _serial = self.sandboxes.writes.lock().await;
         let row = {
-            let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
-            let registered_at = entries.get(&sandbox_id).map_or(now, |e| e.row.registered_at.clone());
-            let row = SandboxRow {
+            let inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+            let known = inner.entries.get(&sandbox_id);
+            match known {
+                Some(e) if e.row.registered_from.as_deref().is_some_and(|f| f != from) => {
+                    return Err(Error::Conflict(format!(
+                        "sandbox {sandbox_id} was registered from another address; it can only be registered again from there"
+                    )))
+                }
+                None if inner.entries.values().filter(|e| e.row.deregistered_at.is_none()).count()
+                    >= self.config.server.max_sandboxes =>
+                {
+                    return Err(Error::TooManyRequests(format!(
+                        "{} sandboxes are registered, the limit (server.max_sandboxes)",
+                        self.config.server.max_sandboxes
+                    )))
+                }
+                _ => {}
+            }
+            SandboxRow {
                 sandbox_id: sandbox_id.clone(),
                 name,
                 registration: body.clone(),
                 token_hash: tokens::hash(&token),
-                registered_at,
-                registered_from: Some(peer.to_string()),
+                registered_at: known.map_or_else(clock::now, |e| e.row.registered_at.clone()),
+                registered_from: Some(from),
                 deregistered_at: None,
-            };
-            let entry =
-                entries.entry(sandbox_id.clone()).or_insert(Entry { row: row.clone(), sockets: 0, last_event: None });
-            entry.row = row.clone();
-            row
+            }
         };
-        self.store.commit(vec![Change::PutSandbox(Box::new(row))]).await?;
+        self.store.commit(vec![Change::PutSandbox(Box::new(row.clone()))]).await?;
+        let mut inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+        match inner.entries.get_mut(&sandbox_id) {
+            Some(e) => e.row = row,
+            None => {
+                inner.order.push(sandbox_id.clone());
+                inner.entries.insert(sandbox_id.clone(), Entry { row, sockets: 0, last_event: None });
+            }
+        }
         Ok(SandboxRegistered { sandbox_id, token })
     }
 
     /// Marks a sandbox deregistered. Unknown ids are fine: the client sends this before every
     /// re-registration and ignores the answer.
     pub async fn deregister_sandbox(&self, sandbox_id: &str) -> Result<bool> {
+        let _serial = self.sandboxes.writes.lock().await;
         let row = {
-            let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
-            match entries.get_mut(sandbox_id).filter(|e| e.row.deregistered_at.is_none()) {
-                Some(e) => {
-                    e.row.deregistered_at = Some(clock::now());
-                    e.row.clone()
-                }
+            let inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+            match inner.entries.get(sandbox_id).filter(|e| e.row.deregistered_at.is_none()) {
+                Some(e) => SandboxRow { deregistered_at: Some(clock::now()), ..e.row.clone() },
                 None => return Ok(false),
             }
         };
-        self.store.commit(vec![Change::PutSandbox(Box::new(row))]).await?;
+        self.store.commit(vec![Change::PutSandbox(Box::new(row.clone()))]).await?;
+        if let Some(e) = self.sandboxes.inner.lock().expect("sandboxes lock").entries.get_mut(sandbox_id) {
+            e.row = row;
+        }
         Ok(true)
     }
 
     pub fn authenticate_sandbox(&self, sandbox_id: &str, token: Option<&str>) -> Result<()> {
         let token = token.ok_or(Error::Unauthorized("a sandbox token is required"))?;
-        let entries = self.sandboxes.entries.lock().expect("sandboxes lock");
-        match entries.get(sandbox_id) {
+        let inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+        match inner.entries.get(sandbox_id) {
             Some(e)
                 if e.row.deregistered_at.is_none() && tokens::hashes_equal(&tokens::hash(token), &e.row.token_hash) =>
             {
@@ -136,8 +176,8 @@ impl App {
     }
 
     pub fn sandbox_socket(&self, sandbox_id: &str, open: bool) {
-        let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
-        if let Some(e) = entries.get_mut(sandbox_id) {
+        let mut inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+        if let Some(e) = inner.entries.get_mut(sandbox_id) {
             e.sockets = if open { e.sockets + 1 } else { e.sockets.saturating_sub(1) };
         }
     }
@@ -160,8 +200,8 @@ impl App {
             return false;
         }
         let registered_from = {
-            let mut entries = self.sandboxes.entries.lock().expect("sandboxes lock");
-            entries.get_mut(sandbox_id).and_then(|e| {
+            let mut inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+            inner.entries.get_mut(sandbox_id).and_then(|e| {
                 e.last_event = Some((kind.to_owned(), now));
                 e.row.registered_from.clone()
             })
@@ -170,12 +210,17 @@ impl App {
         true
     }
 
-    pub fn sandbox_list(&self) -> Vec<SandboxStatus> {
-        let entries = self.sandboxes.entries.lock().expect("sandboxes lock");
-        let mut list: Vec<SandboxStatus> = entries
-            .values()
-            .filter(|e| e.row.deregistered_at.is_none())
-            .map(|e| SandboxStatus {
+    /// One page of live sandboxes in first-registration order from position `from`, and where the next
+    /// page starts.
+    pub fn sandbox_page(&self, from: usize, limit: usize) -> (Vec<SandboxStatus>, Option<usize>) {
+        let inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+        let mut out = Vec::new();
+        for (pos, id) in inner.order.iter().enumerate().skip(from) {
+            let Some(e) = inner.entries.get(id).filter(|e| e.row.deregistered_at.is_none()) else { continue };
+            if out.len() == limit {
+                return (out, Some(pos));
+            }
+            out.push(SandboxStatus {
                 sandbox_id: e.row.sandbox_id.clone(),
                 name: e.row.name.clone(),
                 registered_at: e.row.registered_at.clone(),
@@ -183,9 +228,8 @@ impl App {
                 last_event_type: e.last_event.as_ref().map(|(t, _)| t.clone()),
                 last_event_at: e.last_event.as_ref().map(|(_, at)| at.clone()),
                 registration: e.row.registration.clone(),
-            })
-            .collect();
-        list.sort_by(|a, b| (&a.registered_at, &a.sandbox_id).cmp(&(&b.registered_at, &b.sandbox_id)));
-        list
+            });
+        }
+        (out, None)
     }
 }

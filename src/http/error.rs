@@ -28,6 +28,7 @@ pub fn status_of(e: &Error) -> StatusCode {
         | Error::ControlUnsupported(_) => StatusCode::CONFLICT,
         Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
         Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        Error::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
         Error::LeaseDeniesAllTools => StatusCode::UNPROCESSABLE_ENTITY,
         Error::UpgradeRequired => StatusCode::UPGRADE_REQUIRED,
         Error::NoExecutorAvailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -52,7 +53,7 @@ impl IntoResponse for Error {
         }
         let mut response = (status, Json(body)).into_response();
         match self {
-            Error::NoExecutorAvailable { .. } => {
+            Error::NoExecutorAvailable { .. } | Error::TooManyRequests(_) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
             }
             Error::Unauthorized(_) | Error::TokenInvalid(_) => {

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::etag;
-use super::extract::{Bearer, Contract, Operator, SocketUpgrade};
+use super::extract::{Bearer, Contract, Operator, Page, SocketUpgrade};
 use crate::app::App;
 use crate::contract::RegisterPayload;
 use crate::error::{Error, Result};
@@ -34,6 +34,7 @@ async fn register(
     Bearer(bearer): Bearer,
     Contract { body, .. }: Contract<RegisterPayload>,
 ) -> Result<Response> {
+    app.admit_registration(peer.ip())?;
     let (registered, warning) = app.register(&body, peer.ip(), bearer.as_deref()).await?;
     let mut response = (
         StatusCode::CREATED,
@@ -63,14 +64,18 @@ async fn register(
     Ok(response)
 }
 
-/// The contract's `executors_list_response`.
+/// The contract's `executors_list_response`, paged: `next_cursor` (our extension) only when there is more.
 #[derive(Serialize)]
 struct ExecutorList {
     executors: Vec<ExecutorStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
 }
 
-async fn list(_: Operator, State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    etag::respond(&headers, &ExecutorList { executors: app.registry.list() })
+async fn list(_: Operator, State(app): State<Arc<App>>, headers: HeaderMap, uri: Uri) -> Result<Response> {
+    let page = Page::parse(uri.query(), 'e')?;
+    let (executors, next) = app.registry.page(page.from, page.limit);
+    Ok(etag::respond(&headers, &ExecutorList { executors, next_cursor: Page::cursor('e', next) }))
 }
 
 async fn show(

@@ -139,3 +139,49 @@ impl FromRequestParts<Arc<App>> for Operator {
         app.authorize_operator(token.as_deref()).map(|_| Operator)
     }
 }
+
+/// `?limit=&cursor=` of a listing whose cursor is a position (executors, sandboxes): the page's start
+/// and size. Unknown parameters, a foreign cursor or a limit out of range are `invalid_query`.
+pub struct Page {
+    pub from: usize,
+    pub limit: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageParams {
+    cursor: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Listings of executors and sandboxes: this many by default, at most [`MAX_LISTED`].
+pub const DEFAULT_LISTED: usize = 500;
+pub const MAX_LISTED: usize = 1000;
+
+impl Page {
+    pub fn parse(query: Option<&str>, tag: char) -> Result<Page, Error> {
+        let params: PageParams = serde_urlencoded_from(query.unwrap_or(""))?;
+        let from = match params.cursor {
+            Some(c) => crate::views::untag_cursor(tag, &c)
+                .ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into()))?
+                as usize,
+            None => 0,
+        };
+        let limit = params.limit.unwrap_or(DEFAULT_LISTED);
+        if !(1..=MAX_LISTED).contains(&limit) {
+            return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_LISTED}")));
+        }
+        Ok(Page { from, limit })
+    }
+
+    /// The cursor of the page that starts at `next`.
+    pub fn cursor(tag: char, next: Option<usize>) -> Option<String> {
+        next.map(|n| crate::views::tagged_cursor(tag, n as i64))
+    }
+}
+
+fn serde_urlencoded_from<T: DeserializeOwned>(query: &str) -> Result<T, Error> {
+    let uri: axum::http::Uri =
+        format!("/?{query}").parse().map_err(|_| Error::InvalidQuery("malformed query".into()))?;
+    Query::<T>::try_from_uri(&uri).map(|Query(t)| t).map_err(|e| Error::InvalidQuery(e.body_text()))
+}

@@ -5,13 +5,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::StatusCode;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::extract::{JsonBody, Operator, SocketUpgrade};
+use super::extract::{JsonBody, Operator, Page, SocketUpgrade};
 use crate::app::App;
 use crate::error::Result;
 use crate::hub;
@@ -31,6 +31,7 @@ async fn register(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
+    app.admit_registration(peer.ip())?;
     let registered = app.register_sandbox(body, peer.ip()).await?;
     Ok((StatusCode::CREATED, Json(registered)).into_response())
 }
@@ -51,6 +52,12 @@ async fn socket(
     })
 }
 
-async fn list(_: Operator, State(app): State<Arc<App>>) -> Json<Value> {
-    Json(json!({"sandboxes": app.sandbox_list()}))
+async fn list(_: Operator, State(app): State<Arc<App>>, uri: Uri) -> Result<Json<Value>> {
+    let page = Page::parse(uri.query(), 's')?;
+    let (sandboxes, next) = app.sandbox_page(page.from, page.limit);
+    let mut body = json!({"sandboxes": sandboxes});
+    if let Some(cursor) = Page::cursor('s', next) {
+        body["next_cursor"] = json!(cursor);
+    }
+    Ok(Json(body))
 }

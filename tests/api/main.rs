@@ -14,6 +14,7 @@ mod events;
 mod executor;
 mod executors;
 mod faults;
+mod limits;
 mod missions;
 mod operations;
 mod operator;
