@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use futures_util::stream;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use serde::Deserialize;
 
 use super::extract::Bearer;
@@ -53,7 +53,8 @@ const PAGE_MAX: u32 = 1000;
 fn open(app: &App, p: Params, bearer: Option<String>, last_event_id: Option<&str>) -> Result<(Option<i64>, Filter)> {
     app.authorize_operator(bearer.or(p.token).as_deref())?;
     let since =
-        match p.since.as_deref().or(last_event_id) {
+        // A reconnecting EventSource repeats its original URL: the Last-Event-ID it adds is the newer truth.
+        match last_event_id.or(p.since.as_deref()) {
             None => None,
             Some(s) => Some(s.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
                 Error::InvalidQuery(format!("since {s:?} is not a sequence number (an integer >= 0)"))
@@ -112,34 +113,48 @@ async fn socket(
     let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
     let (since, filter) = open(&app, p, bearer, None)?;
     let items = log::follow(app.store.clone(), since, filter, app.shutdown_signal());
-    Ok(upgrade.on_upgrade(move |socket| follow_socket(socket, items)))
+    let hub = app.config.hub.clone();
+    // Operators send nothing but control frames: the hub's small read buffer, and a small message cap.
+    let upgrade = upgrade
+        .read_buffer_size(hub.read_buffer_bytes)
+        .max_message_size(FOLLOWER_MAX_MESSAGE)
+        .max_frame_size(FOLLOWER_MAX_MESSAGE);
+    Ok(upgrade.on_upgrade(move |socket| follow_socket(socket, items, hub)))
 }
+
+/// The largest message an operator's event socket may send (it has nothing to say but close frames).
+const FOLLOWER_MAX_MESSAGE: usize = 4096;
 
 /// Writes the stream to an operator's socket. A stream that ends (lagged, shutdown) sends its `End` as a
 /// last text frame, then closes (4008 for lag, 1001 for shutdown) so that the client knows to resume.
-async fn follow_socket(socket: WebSocket, mut items: tokio::sync::mpsc::Receiver<Next>) {
-    let (mut sink, mut incoming) = socket.split();
+async fn follow_socket(socket: WebSocket, mut items: tokio::sync::mpsc::Receiver<Next>, hub: crate::config::HubConfig) {
+    let (sink, mut incoming) = socket.split();
+    let mut sink = crate::hub::Writer::new(sink, &hub);
     let close = loop {
         tokio::select! {
             next = items.recv() => match next {
                 Some(Next::Event(item)) => {
                     let text = serde_json::to_string(&item).expect("items serialize");
-                    if sink.send(Message::Text(Utf8Bytes::from(text))).await.is_err() {
+                    if !sink.send(Message::Text(Utf8Bytes::from(text))).await {
                         return;
                     }
                 }
                 Some(Next::End(end)) => {
                     let text = serde_json::json!({"end": end}).to_string();
-                    let _ = sink.send(Message::Text(Utf8Bytes::from(text))).await;
+                    sink.send(Message::Text(Utf8Bytes::from(text))).await;
                     break if end.reason == "lagged" { (4008, "lagged: resume with since") } else { (1001, "server shutdown") };
                 }
                 None => return,
             },
             frame = incoming.next() => match frame {
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(Message::Close(_))) | None => return,
+                Some(Err(e)) => match crate::hub::read_error_close(&e) {
+                    Some(close) => break close,
+                    None => return,
+                },
                 Some(Ok(_)) => {}
             },
         }
     };
-    let _ = sink.send(crate::hub::close_message(close.0, close.1)).await;
+    sink.send(crate::hub::close_message(close.0, close.1)).await;
 }

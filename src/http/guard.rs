@@ -9,6 +9,7 @@
 //!   (this is what defeats DNS rebinding, whose requests carry the attacker's host name);
 //! - a state-changing request or a WebSocket upgrade that a browser marks cross-site
 //!   (`Sec-Fetch-Site`), or whose `Origin` is not serve itself, is refused with 403;
+//! - a declared body over the limit is refused with 413 before it is read (no `100 Continue`);
 //! - JSON routes refuse any other `Content-Type` with 415 (in [`super::extract`]), which closes the
 //!   form and `text/plain` paths that need no preflight.
 
@@ -16,7 +17,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::header::{HOST, ORIGIN, UPGRADE};
+use axum::http::header::{CONTENT_LENGTH, HOST, ORIGIN, UPGRADE};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -31,6 +32,7 @@ pub struct Guard {
     /// Host names (lower case, no port) accepted besides loopback addresses and `localhost`.
     allowed_hosts: Vec<String>,
     bound: IpAddr,
+    max_body_bytes: usize,
 }
 
 impl Guard {
@@ -39,6 +41,7 @@ impl Guard {
             open: server.operator_tokens.is_empty(),
             allowed_hosts: server.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             bound: server.bind.ip(),
+            max_body_bytes: server.max_body_bytes,
         }
     }
 
@@ -100,6 +103,13 @@ fn host_name(authority: &str) -> String {
 }
 
 pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    // A declared body over the limit is refused before it is read: hyper would otherwise answer
+    // `Expect: 100-continue` with `100 Continue` and have the client send it all first.
+    let declared =
+        request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > guard.max_body_bytes as u64) {
+        return Error::PayloadTooLarge(guard.max_body_bytes).into_response();
+    }
     match guard.check(request.method(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => {

@@ -110,6 +110,54 @@ impl Keepalive {
     }
 }
 
+/// A socket's write half whose every write must finish within a deadline. A peer that stops reading
+/// fills the TCP buffers, and a task blocked in a send runs neither its keepalive nor anything else: the
+/// executor would stay `connected`, take controls and be routed missions forever. A write that misses
+/// the deadline (`hub.pong_timeout_s`) ends the socket.
+pub(crate) struct Writer {
+    sink: futures_util::stream::SplitSink<WebSocket, Message>,
+    deadline: Duration,
+}
+
+impl Writer {
+    pub(crate) fn new(
+        sink: futures_util::stream::SplitSink<WebSocket, Message>,
+        hub: &crate::config::HubConfig,
+    ) -> Writer {
+        Writer { sink, deadline: Duration::from_secs(hub.pong_timeout_s.max(1)) }
+    }
+
+    /// Sends and flushes; false when the socket is gone or the peer did not take it in time.
+    pub(crate) async fn send(&mut self, message: Message) -> bool {
+        self.within(|sink| Box::pin(sink.send(message))).await
+    }
+
+    /// Queues without flushing (several answers leave in one write); false as for `send`.
+    pub(crate) async fn feed(&mut self, message: Message) -> bool {
+        self.within(|sink| Box::pin(sink.feed(message))).await
+    }
+
+    pub(crate) async fn flush(&mut self) -> bool {
+        self.within(|sink| Box::pin(sink.flush())).await
+    }
+
+    async fn within<'a>(
+        &'a mut self,
+        write: impl FnOnce(
+            &'a mut futures_util::stream::SplitSink<WebSocket, Message>,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), axum::Error>> + Send + 'a>>,
+    ) -> bool {
+        match tokio::time::timeout(self.deadline, write(&mut self.sink)).await {
+            Ok(result) => result.is_ok(),
+            Err(_) => {
+                tracing::warn!(deadline_s = self.deadline.as_secs(), "peer stopped reading its socket; dropping it");
+                false
+            }
+        }
+    }
+}
+
 /// A Close message with one of our fixed reasons.
 pub(crate) fn close_message(code: u16, reason: &'static str) -> Message {
     Message::Close(Some(CloseFrame { code, reason: Utf8Bytes::from_static(reason) }))
@@ -138,7 +186,8 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     }
     tracing::info!(%executor_id, link_id, "executor socket open");
     app.redeliver_answers(&executor_id).await;
-    let (mut sink, mut stream) = socket.split();
+    let (sink, mut stream) = socket.split();
+    let mut sink = Writer::new(sink, &app.config.hub);
     let mut answers = FuturesOrdered::new();
     let mut shutdown = app.shutdown_signal();
     let mut keepalive = Keepalive::new(&app.config.hub);
@@ -188,18 +237,18 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
             Some(answer) = answers.next(), if !answers.is_empty() => {
                 // Every answer already settled goes out in one write: one syscall per batch, not per ack.
                 let mut sent = sink.feed(Message::Text(Utf8Bytes::from(answer_frame(&app, answer)))).await;
-                while sent.is_ok() {
+                while sent {
                     match answers.next().now_or_never() {
                         Some(Some(more)) => sent = sink.feed(Message::Text(Utf8Bytes::from(answer_frame(&app, more)))).await,
                         _ => break,
                     }
                 }
-                if sent.is_err() || sink.flush().await.is_err() {
+                if !sent || !sink.flush().await {
                     break None;
                 }
             }
             Some(frame) = outbound.recv() => match frame {
-                Outbound::Text(text) => if sink.send(Message::Text(text)).await.is_err() { break None },
+                Outbound::Text(text) => if !sink.send(Message::Text(text)).await { break None },
                 Outbound::Close(code, reason) => break Some((code, reason)),
             },
             alive = keepalive.due() => {
@@ -207,7 +256,7 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
                     tracing::warn!(%executor_id, link_id, "executor silent past its ping deadline; dropping the socket");
                     break Some((1001, "ping timeout"));
                 }
-                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                if !sink.send(Message::Ping(Default::default())).await {
                     break None;
                 }
             }
@@ -218,11 +267,11 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     // Frames already queued still commit; settle them (and answer, if the peer still listens) so that
     // counts and projections stay true.
     while let Some(answer) = answers.next().await {
-        let _ = sink.send(Message::Text(Utf8Bytes::from(answer_frame(&app, answer)))).await;
+        sink.send(Message::Text(Utf8Bytes::from(answer_frame(&app, answer)))).await;
     }
     app.metrics.executor_sockets.add(-1);
     if let Some((code, reason)) = close {
-        let _ = sink.send(close_message(code, reason)).await;
+        sink.send(close_message(code, reason)).await;
     }
     if close == Some(SUPERSEDED) {
         drain_superseded(&app, &executor_id, &mut stream, opened).await;
@@ -267,14 +316,19 @@ fn counts_as_flood(error: &Error) -> bool {
     !matches!(error, Error::IllegalTransition(_))
 }
 
-/// Oversized messages are answered with 1009 (message too big); other read errors just end the socket.
-fn read_error_close(e: &axum::Error) -> Option<(u16, &'static str)> {
-    let text = e.to_string();
-    if text.contains("Space limit exceeded") || text.contains("too long") || text.contains("too big") {
-        Some((1009, "frame too large"))
-    } else {
-        tracing::debug!(error = %text, "executor socket read error");
-        None
+/// The close a read error calls for, by the error's type: 1009 for a message over the limit, 1007 for
+/// text that is not UTF-8, 1002 for a protocol violation (a lone continuation frame, a bad opcode). Other
+/// errors (the connection dropped) end the socket without a close.
+pub(crate) fn read_error_close(e: &axum::Error) -> Option<(u16, &'static str)> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    match std::error::Error::source(e).and_then(|inner| inner.downcast_ref::<WsError>()) {
+        Some(WsError::Capacity(_)) => Some((1009, "frame too large")),
+        Some(WsError::Utf8(_)) => Some((1007, "invalid UTF-8 in a text frame")),
+        Some(WsError::Protocol(_)) => Some((1002, "protocol error")),
+        _ => {
+            tracing::debug!(error = %e, "socket read error");
+            None
+        }
     }
 }
 

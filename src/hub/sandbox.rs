@@ -5,13 +5,14 @@
 use std::sync::Arc;
 
 use axum::extract::ws::{Message, WebSocket};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 
-use super::{close_message, Keepalive};
+use super::{close_message, read_error_close, Keepalive, Writer};
 use crate::app::App;
 
 pub async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket) {
-    let (mut sink, mut stream) = socket.split();
+    let (sink, mut stream) = socket.split();
+    let mut sink = Writer::new(sink, &app.config.hub);
     app.sandbox_socket(&sandbox_id, true);
     let mut keepalive = Keepalive::new(&app.config.hub);
     let mut shutdown = app.shutdown_signal();
@@ -24,14 +25,15 @@ pub async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket
                         tracing::debug!(%sandbox_id, "sandbox frame that is not a SandboxEvent ignored");
                     }
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break None,
+                Some(Ok(Message::Close(_))) | None => break None,
+                Some(Err(e)) => break read_error_close(&e),
                 Some(Ok(_)) => keepalive.heard(),
             },
             alive = keepalive.due() => {
                 if !alive {
                     break Some((1001, "ping timeout"));
                 }
-                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                if !sink.send(Message::Ping(Default::default())).await {
                     break None;
                 }
             }
@@ -39,7 +41,7 @@ pub async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket
         }
     };
     if let Some((code, reason)) = close {
-        let _ = sink.send(close_message(code, reason)).await;
+        sink.send(close_message(code, reason)).await;
     }
     app.sandbox_socket(&sandbox_id, false);
 }

@@ -14,6 +14,7 @@ mod events;
 mod executor;
 mod executors;
 mod faults;
+mod hardening;
 mod limits;
 mod missions;
 mod operations;

@@ -1,0 +1,154 @@
+//! The adversarial findings of issue 11 that are about sockets and protocol edges, each replayed
+//! against the real server.
+
+use std::time::Duration;
+
+use futures_util::SinkExt;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::support::{dispatch_body, mission_id, ExecSocket, ScriptedExecutor, TestServer, WAIT};
+
+/// Finding 6: an executor that stops reading used to stay `connected: true` past its ping deadline,
+/// because the socket task blocked in a send and its keepalive never ran; controls said `delivered`.
+#[tokio::test]
+async fn an_executor_that_stops_reading_is_dropped_at_its_deadline() {
+    let server = TestServer::start_with(|c| {
+        c.hub.ping_interval_s = 1;
+        c.hub.pong_timeout_s = 1;
+    })
+    .await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let mut silent = ws.into_silent();
+    let connected =
+        || async { server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body["connected"] == true };
+    // Answers of 900 KiB each, which it never reads: a few fill every buffer between the two, and
+    // then serve's socket task is stuck in a send.
+    let answer = "y".repeat(900 * 1024);
+    let path = format!("/api/v1/missions/{id}");
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut n = 0;
+    while connected().await {
+        assert!(tokio::time::Instant::now() < deadline, "still connected after {n} unread answers");
+        let frame = json!({"event": "mission.hitl_required", "executor_id": e.id, "mission_id": id,
+                           "ts": "2026-11-30T10:00:00.000Z", "data": {"hitl_id": format!("h-{n}"), "prompt": "?"}});
+        // Once serve stops reading, this send may not complete either: give it a moment, no more.
+        let _ = tokio::time::timeout(Duration::from_millis(200), silent.send(Message::text(frame.to_string()))).await;
+        while server.client.get(&path).await.body["state"] != "hitl-required" && connected().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let answered = json!({"hitl_id": format!("h-{n}"), "response": answer});
+        let r = server.client.post(&format!("{path}/hitl_response"), &answered).await;
+        assert!(matches!(r.status, 202 | 409), "status {}", r.status);
+        n += 1;
+    }
+    let status = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
+    assert!(status["disconnected_at"].is_string(), "{status}");
+    drop(silent);
+}
+
+/// Finding 9: the operator's event socket took any message size and a 128 KiB read buffer.
+#[tokio::test]
+async fn the_operator_event_socket_has_the_hubs_limits() {
+    let server = TestServer::start().await;
+    let mut ws = ExecSocket::open(&server.ws_url("/ws/events"), "operator").await;
+    ws.send_only(Message::text("x".repeat(64 * 1024))).await.unwrap();
+    assert_eq!(ws.closed().await.code, 1009);
+}
+
+/// Finding 14: invalid UTF-8 in a text frame is 1007, a protocol violation 1002 (they used to drop the
+/// socket without a close code).
+#[tokio::test]
+async fn broken_frames_get_their_close_codes() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start().await;
+    let (e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    for (frame, code) in [
+        // FIN + text, masked, 2 bytes of invalid UTF-8.
+        (vec![0x81u8, 0x82, 0, 0, 0, 0, 0xff, 0xfe], 1007u16),
+        // A lone continuation frame.
+        (vec![0x80u8, 0x81, 0, 0, 0, 0, b'x'], 1002u16),
+    ] {
+        let mut raw = raw_socket(&server, &e).await;
+        raw.write_all(&frame).await.unwrap();
+        assert_eq!(read_close_code(&mut raw).await, code);
+    }
+}
+
+/// A WebSocket handshake by hand, so that broken frames can be written below tungstenite.
+async fn raw_socket(server: &TestServer, e: &ScriptedExecutor) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "GET /ws/executors/{}?token={} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        e.id, e.token
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        tcp.read_exact(&mut byte).await.unwrap();
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    tcp
+}
+
+/// Reads server frames until a close frame; returns its code.
+async fn read_close_code(tcp: &mut tokio::net::TcpStream) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut head = [0u8; 2];
+        tokio::time::timeout_at(deadline, tcp.read_exact(&mut head))
+            .await
+            .expect("a frame in time")
+            .expect("no close code: the socket was dropped");
+        let mut len = u64::from(head[1] & 0x7f);
+        if len == 126 {
+            let mut ext = [0u8; 2];
+            tcp.read_exact(&mut ext).await.unwrap();
+            len = u64::from(u16::from_be_bytes(ext));
+        } else if len == 127 {
+            let mut ext = [0u8; 8];
+            tcp.read_exact(&mut ext).await.unwrap();
+            len = u64::from_be_bytes(ext);
+        }
+        let mut payload = vec![0u8; len as usize];
+        tcp.read_exact(&mut payload).await.unwrap();
+        if head[0] & 0x0f == 0x8 {
+            return u16::from_be_bytes([payload[0], payload[1]]);
+        }
+    }
+}
+
+/// Finding 16: `Expect: 100-continue` with a Content-Length over the limit is answered 413 at once.
+#[tokio::test]
+async fn an_oversized_expect_continue_is_refused_before_the_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start().await;
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let request = format!(
+        "POST /api/v1/sessions/s/dispatch HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        64 * 1024 * 1024
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut answer))
+        .await
+        .expect("an answer without the body")
+        .unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("payload_too_large"), "{text}");
+}
