@@ -38,6 +38,8 @@ pub struct App {
     pub sandboxes: Sandboxes,
     pub sandbox_sessions: crate::sandbox_sessions::SandboxSessions,
     registrations: crate::limits::RateLimiter,
+    /// The socket tasks, which a graceful stop waits for before closing the store.
+    pub sockets: Arc<crate::tasks::Tasks>,
     operator_tokens: Vec<tokens::TokenHash>,
     shutdown: watch::Receiver<bool>,
     next_link: AtomicU64,
@@ -76,6 +78,7 @@ impl App {
             sandboxes,
             sandbox_sessions: Default::default(),
             registrations,
+            sockets: Default::default(),
             operator_tokens,
             shutdown,
             next_link: AtomicU64::new(1),

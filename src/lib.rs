@@ -31,5 +31,6 @@ pub mod sandboxes;
 pub mod serve;
 pub mod store;
 pub mod stream;
+pub mod tasks;
 pub mod tokens;
 pub mod views;

@@ -28,6 +28,9 @@ pub enum StartError {
     Bind { addr: SocketAddr, source: std::io::Error },
 }
 
+/// How long a graceful stop waits for socket tasks to finish their queued frames and close.
+const SOCKETS_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A running server.
 pub struct Handle {
     addr: SocketAddr,
@@ -81,6 +84,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
     });
+    let sockets = app.sockets.clone();
     let router = crate::http::router(app);
     let mut until = stopped;
     let task = tokio::spawn(async move {
@@ -92,6 +96,12 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
             .await;
         if let Err(e) = served {
             tracing::error!(error = %e, "server stopped with an error");
+        }
+        // Upgraded sockets outlive hyper's graceful stop: let them commit, acknowledge and close (1001)
+        // while the store still writes.
+        let left = sockets.idle(SOCKETS_DRAIN).await;
+        if left > 0 {
+            tracing::warn!(sockets = left, "stopping with sockets still closing");
         }
         store.close().await;
         writer.finished().await;

@@ -170,6 +170,7 @@ pub async fn reject(mut socket: WebSocket) {
 }
 
 pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
+    let _running = app.sockets.enter();
     let (tx, mut outbound) = mpsc::channel(OUTBOUND_QUEUE);
     let link = Link { id: app.next_link_id(), tx, superseded: Default::default() };
     let link_id = link.id;

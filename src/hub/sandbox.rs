@@ -11,6 +11,7 @@ use super::{close_message, read_error_close, Keepalive, Writer};
 use crate::app::App;
 
 pub async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket) {
+    let _running = app.sockets.enter();
     let (sink, mut stream) = socket.split();
     let mut sink = Writer::new(sink, &app.config.hub);
     app.sandbox_socket(&sandbox_id, true);

@@ -152,3 +152,97 @@ async fn an_oversized_expect_continue_is_refused_before_the_body() {
     assert!(text.starts_with("HTTP/1.1 413"), "{text}");
     assert!(text.contains("payload_too_large"), "{text}");
 }
+
+/// Finding 15: SIGTERM under ingestion load ended the process under its socket tasks: sockets got no
+/// 1001, and committed events were never acknowledged (so executors sent them again, stored twice).
+/// The real binary, four executors streaming, SIGTERM in the middle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_acknowledges_everything_it_committed_and_closes_with_1001() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--data-dir", dir.path().to_str().unwrap()])
+        .env("AIWG_SERVE_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let mut config = aiwg_serve::config::Config::default();
+    config.server.data_dir = dir.path().to_owned();
+    let server = TestServer::external(&format!("http://127.0.0.1:{port}"), config.clone());
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while server.client.try_get("/healthz").await.is_none() {
+        assert!(tokio::time::Instant::now() < deadline, "serve did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut streams = Vec::new();
+    for _ in 0..4 {
+        let (mut e, ws) = ScriptedExecutor::online(&server, &[]).await;
+        let id = mission_id();
+        let mut body = dispatch_body(&id);
+        body["executor_filter"]["executor_id"] = json!(e.id);
+        assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+        e.next_dispatch().await;
+        streams.push((id, ws));
+    }
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|(id, mut ws)| {
+            tokio::spawn(async move {
+                let frame = ws.envelope("mission.progress", Some(&id), json!({"summary": "step"}));
+                let mut acked = 0;
+                let mut sent = 0;
+                loop {
+                    tokio::select! {
+                        read = futures_util::StreamExt::next(ws.raw()) => match read {
+                            Some(Ok(Message::Text(t))) => acked += usize::from(t.as_str().contains(r#""ack":true"#)),
+                            Some(Ok(Message::Close(frame))) => return (id, acked, frame.map(|f| u16::from(f.code))),
+                            Some(Ok(_)) => {}
+                            _ => return (id, acked, None),
+                        },
+                        _ = std::future::ready(()), if sent < 5000 => {
+                            if ws.send_only(Message::text(frame.to_string())).await.is_err() {
+                                sent = usize::MAX;
+                            } else {
+                                sent += 1;
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    // Once acknowledgements flow, stop it in the middle of the stream.
+    server
+        .eventually("/api/v1/events?follow=false&since=0&limit=1000", "ingestion under way", |p| {
+            p["events"].as_array().is_some_and(|e| e.len() > 200)
+        })
+        .await;
+    // SAFETY: signalling the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let mut outcomes = Vec::new();
+    for reader in readers {
+        outcomes.push(tokio::time::timeout(WAIT, reader).await.expect("every socket closes in time").unwrap());
+    }
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    assert!(status.success(), "{status}");
+
+    let restarted = TestServer::boot_on(config).await;
+    for (id, acked, close) in outcomes {
+        assert_eq!(close, Some(1001), "mission {id}: closed with 1001");
+        let mut stored = 0;
+        let mut since = 0;
+        loop {
+            let page = restarted
+                .client
+                .get(&format!("/api/v1/events?follow=false&mission_id={id}&limit=1000&since={since}"))
+                .await
+                .body;
+            let events = page["events"].as_array().unwrap();
+            if events.is_empty() {
+                break;
+            }
+            stored += events.iter().filter(|ev| ev["envelope"]["event"] == "mission.progress").count();
+            since = page["next_since"].as_i64().unwrap();
+        }
+        assert_eq!(acked, stored, "mission {id}: every committed event was acknowledged, and only those");
+    }
+}

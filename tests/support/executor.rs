@@ -324,6 +324,11 @@ impl ExecSocket {
         }
     }
 
+    /// The underlying stream, to read frames exactly as they come.
+    pub fn raw(&mut self) -> &mut WebSocketStream<MaybeTlsStream<TcpStream>> {
+        &mut self.ws
+    }
+
     /// Stops reading from the socket (so pings go unanswered) but keeps it open.
     pub fn into_silent(self) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
         self.ws

@@ -51,6 +51,17 @@ impl Client {
         Client { base: base.to_owned(), inner: HyperClient::builder(TokioExecutor::new()).build(connector) }
     }
 
+    /// A GET that may find nobody listening (a server still starting).
+    pub async fn try_get(&self, path: &str) -> Option<Resp> {
+        let req =
+            Request::builder().method(Method::GET).uri(format!("{}{path}", self.base)).body(Full::default()).ok()?;
+        let response = self.inner.request(req).await.ok()?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.into_body().collect().await.ok()?.to_bytes();
+        Some(Resp { status, headers, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null) })
+    }
+
     pub async fn get(&self, path: &str) -> Resp {
         self.request(Method::GET, path, None, &[]).await
     }

@@ -41,10 +41,21 @@ impl TestServer {
         TestServer::boot(config, Some(dir)).await
     }
 
+    /// A server on a data directory the test owns (after the real binary used it, say).
+    pub async fn boot_on(mut config: Config) -> TestServer {
+        config.server.bind = "127.0.0.1:0".parse().unwrap();
+        TestServer::boot(config, None).await
+    }
+
     async fn boot(config: Config, dir: Option<tempfile::TempDir>) -> TestServer {
         let handle = serve::start(config.clone()).await.expect("server starts");
         let base = format!("http://{}", handle.addr());
         TestServer { handle: Some(handle), client: Client::new(&base), base, config, dir }
+    }
+
+    /// A server this process did not start (the real binary, run by the test), reached at `base`.
+    pub fn external(base: &str, config: Config) -> TestServer {
+        TestServer { handle: None, base: base.to_owned(), client: Client::new(base), config, dir: None }
     }
 
     pub fn data_dir(&self) -> PathBuf {
