@@ -276,6 +276,8 @@ pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSock
     }
     if close == Some(SUPERSEDED) {
         drain_superseded(&app, &executor_id, &mut stream, opened).await;
+    } else if close.is_some() {
+        await_peer_close(&mut stream).await;
     }
     if let Some((row, epoch)) = app.registry.detach(&executor_id, link_id) {
         tracing::info!(%executor_id, "executor disconnected (last socket closed)");
@@ -307,6 +309,24 @@ async fn drain_superseded(
         }
     }
 }
+
+/// The closing handshake: after our close frame, what the peer still sends is read (and dropped) until
+/// its own close, for a moment. Closing the TCP connection with unread data in it would reset it, and
+/// the peer could lose our close frame (and the acknowledgements before it) with the reset.
+pub(crate) async fn await_peer_close<S>(stream: &mut S)
+where
+    S: futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
+{
+    let deadline = tokio::time::Instant::now() + PEER_CLOSE_WAIT;
+    while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, stream.next()).await {
+        if matches!(frame, Message::Close(_)) {
+            break;
+        }
+    }
+}
+
+/// How long a closing socket waits for the peer's close frame.
+const PEER_CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// Whether a refused frame counts toward the flood limit. An executor restating its own missions after a
 /// restart (the agentic-sandbox executor re-announces every mission it ever held, ended ones included)
