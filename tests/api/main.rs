@@ -14,6 +14,7 @@ mod events;
 mod executor;
 mod executors;
 mod faults;
+mod mission_show;
 mod missions;
 mod operations;
 mod operator;
