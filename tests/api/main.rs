@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod backup;
 mod browser;
 mod cli;
 mod cli_tools;
@@ -14,6 +15,7 @@ mod events;
 mod executor;
 mod executors;
 mod faults;
+mod health_ops;
 mod mission_show;
 mod missions;
 mod operations;
