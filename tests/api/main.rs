@@ -16,6 +16,7 @@ mod executor;
 mod executors;
 mod faults;
 mod health_ops;
+mod logs;
 mod mission_show;
 mod missions;
 mod operations;
