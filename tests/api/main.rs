@@ -19,6 +19,7 @@ mod health_ops;
 mod logs;
 mod mission_show;
 mod missions;
+mod openapi;
 mod operations;
 mod operator;
 mod queue;
