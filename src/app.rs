@@ -284,6 +284,14 @@ impl App {
         Ok(MissionStatus::from_row(row, events))
     }
 
+    /// `GET /api/v1/missions/{id}`: the mission's status with its pending HITL request, if any (as
+    /// committed: the request an answer must name).
+    pub async fn mission_detail(&self, mission_id: &str) -> Result<MissionStatus> {
+        let status = self.mission_status(mission_id).await?;
+        let pending = self.store.pending_hitl(mission_id).await?;
+        Ok(status.with_hitl(pending))
+    }
+
     pub async fn missions(&self, query: MissionQuery) -> Result<MissionPage> {
         let limit = query.limit;
         let mut rows = self.store.missions(&MissionQuery { limit: limit + 1, ..query }).await?;

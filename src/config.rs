@@ -140,13 +140,14 @@ pub struct Overrides {
 }
 
 /// `AIWG_SERVE_*` variables that are not settings of serve: the operator commands' own (`URL`, `TOKEN`,
-/// `CA_CERT`), the log filter and the config file path, and the agentic-sandbox executor's (`ENDPOINT`,
-/// `NAME`), which may share the environment.
-const NOT_SETTINGS: [&str; 7] = [
+/// `CA_CERT`), the log filter and format (every command logs, not only serve) and the config file path,
+/// and the agentic-sandbox executor's (`ENDPOINT`, `NAME`), which may share the environment.
+const NOT_SETTINGS: [&str; 8] = [
     "AIWG_SERVE_URL",
     "AIWG_SERVE_TOKEN",
     "AIWG_SERVE_CA_CERT",
     "AIWG_SERVE_LOG",
+    "AIWG_SERVE_LOG_FORMAT",
     "AIWG_SERVE_CONFIG",
     "AIWG_SERVE_ENDPOINT",
     "AIWG_SERVE_NAME",

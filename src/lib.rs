@@ -5,6 +5,7 @@
 //! runs the whole server in-process, which is how the binary and the tests use it.
 
 pub mod app;
+pub mod backup;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod ingest;
 pub mod limits;
 pub mod metrics;
 pub mod missions;
+pub mod openapi;
 pub mod operator;
 pub mod queue;
 pub mod readiness;

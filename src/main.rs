@@ -19,8 +19,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 struct Cli {
     #[command(flatten)]
     global: cli::Global,
+    /// Log lines on stderr: text for people, json (one object per line) for log shippers
+    #[arg(long, global = true, env = "AIWG_SERVE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -53,6 +62,17 @@ enum Command {
     Events(cli::EventsArgs),
     /// Run the reference executor: register with a serve and run its missions through an adapter.
     Executor(aiwg_serve::executor::ExecutorArgs),
+    /// Copy the store to FILE, consistently, also while serve runs (restore: see the README)
+    Backup {
+        /// Where to write the copy; an existing file is never overwritten
+        file: PathBuf,
+        /// The data directory serve uses [env: AIWG_SERVE_DATA_DIR]
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// serve's configuration file, to find its data directory
+        #[arg(long, env = "AIWG_SERVE_CONFIG")]
+        config: Option<PathBuf>,
+    },
     /// Print a shell completion script, e.g. `aiwg-serve completions bash > ~/.local/share/bash-completion/completions/aiwg-serve`.
     Completions {
         #[arg(value_enum)]
@@ -61,14 +81,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AIWG_SERVE_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    init_logs(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -84,8 +98,49 @@ fn main() -> ExitCode {
         Command::Events(args) => cli::Operator::Events(args),
         Command::Executor(args) => return runtime.block_on(aiwg_serve::executor::run(args)),
         Command::Completions { shell } => return cli::completions(shell, Cli::command()),
+        Command::Backup { file, data_dir, config } => return runtime.block_on(backup(file, data_dir, config)),
     };
     runtime.block_on(cli::run(cli.global, operator))
+}
+
+/// Logs on stderr, filtered by `AIWG_SERVE_LOG` (`info` by default). Text is coloured on a terminal only;
+/// JSON is one object per line (`timestamp`, `level`, `target`, `fields`, and the request's span, if any).
+///
+/// Requests are logged once each, at DEBUG, when answered (status and latency; `AIWG_SERVE_LOG=debug`
+/// or `info,tower_http=debug` shows them). The HTTP trace layer's other two lines are left out: its
+/// "started processing" line doubles every request, and its "response failed" line is an ERROR for every
+/// 5xx, a normal 503 (no executor available) included. Faults are logged where they happen instead
+/// (a storage failure behind a 500 at ERROR, a forward failure at WARN).
+fn init_logs(format: LogFormat) {
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("AIWG_SERVE_LOG").unwrap_or_else(|_| "info".into());
+    for quiet in ["tower_http::trace::on_request=off", "tower_http::trace::on_failure=off"] {
+        filter = filter.add_directive(quiet.parse().expect("a valid directive"));
+    }
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),
+    }
+}
+
+async fn backup(file: PathBuf, data_dir: Option<PathBuf>, config: Option<PathBuf>) -> ExitCode {
+    let config = match Config::load(config.as_deref(), std::env::vars(), Overrides { bind: None, data_dir }) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("aiwg-serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match aiwg_serve::backup::backup(&config.server.data_dir, &file).await {
+        Ok(done) => {
+            println!("{done}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("aiwg-serve: backup failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn serve(bind: Option<SocketAddr>, data_dir: Option<PathBuf>, file: Option<PathBuf>) -> ExitCode {

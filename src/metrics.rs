@@ -204,13 +204,142 @@ impl Metrics {
             "Executor sockets opened by an executor that had one before.",
             self.executor_reconnects.get(),
         );
+        render_build_info(&mut out);
+        if let Some(process) = ProcessStats::read() {
+            process.render(&mut out);
+        }
         out
     }
+}
+
+/// The commit this binary was built from, when the build could tell (see `build.rs`).
+pub const GIT_COMMIT: Option<&str> = option_env!("AIWG_BUILD_COMMIT");
+
+/// `aiwg_build_info{version, commit} 1`: which build is running, for joins in queries and dashboards.
+fn render_build_info(out: &mut String) {
+    let commit = GIT_COMMIT.map(|c| format!(",commit=\"{c}\"")).unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "# HELP aiwg_build_info The running build: version and commit as labels, value 1.\n# TYPE aiwg_build_info gauge\n\
+         aiwg_build_info{{version=\"{}\"{commit}}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+}
+
+/// The standard Prometheus process metrics, read from `/proc/self` at scrape time (Linux only: elsewhere
+/// they are left out).
+#[derive(Debug, PartialEq)]
+pub struct ProcessStats {
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    pub virtual_bytes: u64,
+    pub open_fds: u64,
+    pub max_fds: Option<u64>,
+    pub start_time_seconds: f64,
+}
+
+impl ProcessStats {
+    pub fn read() -> Option<ProcessStats> {
+        let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        let boot_time = std::fs::read_to_string("/proc/stat")
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix("btime ").and_then(|v| v.trim().parse::<u64>().ok()))?;
+        // SAFETY: sysconf only reads system configuration.
+        let (ticks, page) = unsafe { (libc::sysconf(libc::_SC_CLK_TCK), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+        let max_fds = std::fs::read_to_string("/proc/self/limits").ok().and_then(|l| max_open_files(&l));
+        let mut stats = ProcessStats::from_stat(&stat, ticks.max(1) as u64, page.max(1) as u64, boot_time)?;
+        // One of the counted descriptors is the directory being read.
+        stats.open_fds = open_fds.saturating_sub(1);
+        stats.max_fds = max_fds;
+        Some(stats)
+    }
+
+    /// Parses `/proc/<pid>/stat`. The command name (field 2) is in parentheses and may hold spaces and
+    /// parentheses itself, so fields are counted from the last `)`.
+    fn from_stat(stat: &str, ticks_per_second: u64, page_size: u64, boot_time: u64) -> Option<ProcessStats> {
+        let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+        // fields[0] is field 3 (state): field N is fields[N - 3].
+        let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+        let (utime, stime, start, vsize, rss) = (field(14)?, field(15)?, field(22)?, field(23)?, field(24)?);
+        let ticks = ticks_per_second as f64;
+        Some(ProcessStats {
+            cpu_seconds: (utime + stime) as f64 / ticks,
+            resident_bytes: rss * page_size,
+            virtual_bytes: vsize,
+            open_fds: 0,
+            max_fds: None,
+            start_time_seconds: boot_time as f64 + start as f64 / ticks,
+        })
+    }
+
+    fn render(&self, out: &mut String) {
+        let mut metric = |name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        };
+        metric(
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time spent, in seconds.",
+            self.cpu_seconds.to_string(),
+        );
+        metric(
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size, in bytes.",
+            self.resident_bytes.to_string(),
+        );
+        metric(
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size, in bytes.",
+            self.virtual_bytes.to_string(),
+        );
+        metric("process_open_fds", "gauge", "Open file descriptors.", self.open_fds.to_string());
+        if let Some(max) = self.max_fds {
+            metric("process_max_fds", "gauge", "The limit of open file descriptors.", max.to_string());
+        }
+        metric(
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since the Unix epoch, in seconds.",
+            self.start_time_seconds.to_string(),
+        );
+    }
+}
+
+/// The soft limit in `/proc/self/limits`' "Max open files" line ("unlimited" is left out).
+fn max_open_files(limits: &str) -> Option<u64> {
+    limits.lines().find_map(|l| l.strip_prefix("Max open files")?.split_whitespace().next()?.parse().ok())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_stat_is_read_from_the_last_parenthesis() {
+        // A command name with a space and a parenthesis; utime 250, stime 150 ticks, start 1000 ticks after
+        // boot, 8 MiB virtual, 300 resident pages.
+        let stat = "4242 (aiwg (x) serve) S 1 4242 4242 0 -1 4194560 500 0 0 0 250 150 0 0 20 0 9 0 1000 \
+                    8388608 300 18446744073709551615 1 1 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0";
+        let stats = ProcessStats::from_stat(stat, 100, 4096, 1_700_000_000).unwrap();
+        assert_eq!(
+            stats,
+            ProcessStats {
+                cpu_seconds: 4.0,
+                resident_bytes: 300 * 4096,
+                virtual_bytes: 8_388_608,
+                open_fds: 0,
+                max_fds: None,
+                start_time_seconds: 1_700_000_010.0,
+            }
+        );
+        let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
+                      Max open files            1024                 524288               files\n";
+        assert_eq!(max_open_files(limits), Some(1024));
+    }
 
     #[test]
     fn histograms_are_cumulative() {

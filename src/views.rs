@@ -7,25 +7,70 @@ use serde_json::Value;
 
 use crate::contract::Envelope;
 use crate::missions::MissionState;
-use crate::store::{MissionRow, StoredEvent};
+use crate::store::{HitlRow, MissionRow, StoredEvent};
 
-/// `GET /api/v1/missions/{id}`: the contract's `mission_status_response`, plus the routing decision.
+/// `GET /api/v1/missions/{id}`: the contract's `mission_status_response`, plus our extensions: the
+/// routing decision, what the mission asked for (`objective`, `completion`, from its dispatch) and the
+/// HITL request waiting for an operator.
 #[derive(Debug, Serialize)]
 pub struct MissionStatus {
     #[serde(flatten)]
     pub summary: MissionSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objective: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion: Option<String>,
     pub recent_events: Vec<Envelope>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<Value>,
+    /// The pending HITL request, while there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hitl: Option<PendingHitl>,
 }
 
 impl MissionStatus {
     pub fn from_row(mut row: MissionRow, events: Vec<StoredEvent>) -> MissionStatus {
         let routing = row.routing.take();
+        let text = |key: &str| row.payload.get(key).and_then(Value::as_str).map(str::to_owned);
+        let (objective, completion) = (text("objective"), text("completion"));
         MissionStatus {
             summary: MissionSummary::from(row),
+            objective,
+            completion,
             recent_events: events.into_iter().map(|e| e.envelope).collect(),
             routing,
+            hitl: None,
+        }
+    }
+
+    /// With the mission's pending HITL request (a request that is no longer pending is not shown).
+    pub fn with_hitl(mut self, request: Option<HitlRow>) -> MissionStatus {
+        self.hitl = request.filter(|r| r.mission_id == self.summary.mission_id).map(PendingHitl::from);
+        self
+    }
+}
+
+/// A HITL request waiting for an operator's answer (`POST /api/v1/missions/{id}/hitl_response` with its
+/// `hitl_id`).
+#[derive(Debug, Serialize)]
+pub struct PendingHitl {
+    pub hitl_id: String,
+    pub prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub requested_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl From<HitlRow> for PendingHitl {
+    fn from(r: HitlRow) -> PendingHitl {
+        PendingHitl {
+            hitl_id: r.hitl_id,
+            prompt: r.prompt,
+            context: r.context,
+            requested_at: r.requested_at,
+            expires_at: r.expires_at,
         }
     }
 }

@@ -19,10 +19,13 @@ use serde_json::{json, Value};
 use client::{CallError, Client};
 use output::Output;
 
+/// Where a serve listens unless told otherwise.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7337";
+
 #[derive(Args, Clone, Debug)]
 pub struct Global {
     /// URL of the serve to talk to (https:// through a TLS proxy)
-    #[arg(long, global = true, env = "AIWG_SERVE_URL", default_value = "http://127.0.0.1:7337")]
+    #[arg(long, global = true, env = "AIWG_SERVE_URL", default_value = DEFAULT_SERVER)]
     pub server: String,
     /// Operator bearer token, when the serve requires one
     #[arg(long, global = true, env = "AIWG_SERVE_TOKEN", hide_env_values = true)]
@@ -202,7 +205,10 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Ok(c) => c,
         Err(e) => return finish(Err(usage(e))),
     };
-    let out = Output::new(global.json);
+    let mut out = Output::new(global.json);
+    if global.server != DEFAULT_SERVER {
+        out.server = Some(global.server.clone());
+    }
     let result = match command {
         Operator::Executors(cmd) => executors(&client, &out, cmd).await,
         Operator::Missions(cmd) => missions(&client, &out, cmd).await,
@@ -314,8 +320,7 @@ async fn missions(client: &Client, out: &Output, cmd: MissionsCommand) -> Result
         MissionsCommand::Resume { mission_id } => control(client, out, &mission_id, "resume", None).await,
         MissionsCommand::Abort { mission_id } => abort(client, out, &mission_id).await,
         MissionsCommand::Respond { mission_id, hitl_id, text } => {
-            let body = json!({"hitl_id": hitl_id, "response": text});
-            control(client, out, &mission_id, "hitl_response", Some(body)).await
+            respond(client, out, &mission_id, &hitl_id, text).await
         }
     }
 }
@@ -355,23 +360,42 @@ async fn list_missions(
 }
 
 fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
-    for key in [
-        "mission_id",
-        "state",
-        "executor_id",
-        "session_id",
-        "queued_reason",
-        "created_at",
-        "updated_at",
-        "completed_at",
-        "exit_code",
-        "error",
-    ] {
+    let field = |key: &str, value: String| out.line(format!("{:<13} {value}", format!("{key}:")));
+    for key in ["mission_id", "state", "executor_id", "session_id", "objective", "completion", "queued_reason"] {
         if !m[key].is_null() {
             let value = text(m, key);
-            let value = if key == "state" { out.state(&value) } else { value };
-            out.line(format!("{:<13} {value}", format!("{key}:")))?;
+            field(key, if key == "state" { out.state(&value) } else { value })?;
         }
+    }
+    for key in ["created_at", "updated_at", "completed_at", "exit_code", "error"] {
+        if !m[key].is_null() {
+            field(key, text(m, key))?;
+        }
+    }
+    if let Some(routing) = m.get("routing").filter(|r| r.is_object()) {
+        let reason = routing["reason"].as_str().filter(|r| !r.is_empty());
+        let decision = match (routing["chosen"].as_str(), reason) {
+            (Some(chosen), Some(reason)) => format!("chose {chosen} ({reason})"),
+            (Some(chosen), None) => format!("chose {chosen}"),
+            (None, Some(reason)) => format!("no executor chosen ({reason})"),
+            (None, None) => "no executor chosen".into(),
+        };
+        field("routing", decision)?;
+        for r in routing["rejected"].as_array().into_iter().flatten() {
+            out.line(format!("  passed over {}: {}", text(r, "executor_id"), text(r, "reason")))?;
+        }
+        if let Some(n) = routing["rejected_omitted"].as_u64() {
+            out.line(format!("  and {n} more passed over"))?;
+        }
+    }
+    if let Some(hitl) = m.get("hitl").filter(|h| h.is_object()) {
+        field("hitl", format!("{} asks: {}", text(hitl, "hitl_id"), text(hitl, "prompt")))?;
+        for key in ["context", "requested_at", "expires_at"] {
+            if let Some(v) = hitl[key].as_str() {
+                out.line(format!("  {:<13} {v}", format!("{key}:")))?;
+            }
+        }
+        out.line(format!("  answer with:  {}", respond_command(out, &text(m, "mission_id"), &text(hitl, "hitl_id"))))?;
     }
     let events = m["recent_events"].as_array().cloned().unwrap_or_default();
     if !events.is_empty() {
@@ -381,6 +405,30 @@ fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// The command that answers a mission's pending HITL request, ready to paste: the server named as this
+/// command was given it (unless it is the default), never the token.
+fn respond_command(out: &Output, mission_id: &str, hitl_id: &str) -> String {
+    let server = match out.server.as_deref() {
+        Some(url) => format!("--server {} ", shell_quote(url)),
+        None => String::new(),
+    };
+    format!(
+        "aiwg-serve {server}missions respond {} --hitl-id {} '<answer>'",
+        shell_quote(mission_id),
+        shell_quote(hitl_id)
+    )
+}
+
+/// `s` as one word for a POSIX shell: as is when that is safe, else single-quoted.
+fn shell_quote(s: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c);
+    if !s.is_empty() && s.chars().all(safe) {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// A short, human description of an event's data.
@@ -402,6 +450,39 @@ async fn control(
 ) -> Result<(), Failure> {
     let answer = client.post(&control_path(mission_id, action), &body.unwrap_or(Value::Null)).await?;
     print_control(out, mission_id, &answer)
+}
+
+/// Answers a HITL request. An answer that names no pending request is refused by serve (409 conflict);
+/// then the mission is read, to name the request that is pending (with the command that answers it), or
+/// to say that none is.
+async fn respond(
+    client: &Client,
+    out: &Output,
+    mission_id: &str,
+    hitl_id: &str,
+    answer: String,
+) -> Result<(), Failure> {
+    let body = json!({"hitl_id": hitl_id, "response": answer});
+    let refusal = match client.post(&control_path(mission_id, "hitl_response"), &body).await {
+        Ok(answer) => return print_control(out, mission_id, &answer),
+        Err(CallError::Refused { status: 409, code, message }) if code == "conflict" => {
+            CallError::Refused { status: 409, code, message }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Ok(mission) = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await else {
+        return Err(refusal.into());
+    };
+    let hint = match mission.get("hitl").filter(|h| h.is_object()) {
+        Some(pending) => format!(
+            "the pending HITL request of mission {mission_id} is {} ({}); answer it with:\n  {}",
+            text(pending, "hitl_id"),
+            text(pending, "prompt"),
+            respond_command(out, mission_id, &text(pending, "hitl_id"))
+        ),
+        None => format!("mission {mission_id} has no pending HITL request (it is {})", text(&mission, "state")),
+    };
+    Err(Failure::Exit(1, format!("{refusal}\n{hint}")))
 }
 
 fn control_path(mission_id: &str, action: &str) -> String {

@@ -18,6 +18,8 @@ const RESET: &str = "\x1b[0m";
 
 pub struct Output {
     pub json: bool,
+    /// The server as the operator named it, when not the default: printed commands name it too.
+    pub server: Option<String>,
     colour: bool,
 }
 
@@ -25,7 +27,7 @@ impl Output {
     pub fn new(json: bool) -> Output {
         // https://no-color.org: set and not empty means no colour.
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        Output { json, colour: !json && !no_color && std::io::stdout().is_terminal() }
+        Output { json, server: None, colour: !json && !no_color && std::io::stdout().is_terminal() }
     }
 
     pub fn bytes(&self, bytes: &[u8]) -> Result<(), Failure> {

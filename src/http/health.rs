@@ -1,21 +1,36 @@
-//! Liveness: `GET /healthz` (ours) and `GET /api/health` (upstream's compatibility route); and
-//! `GET /metrics`.
+//! Liveness: `GET /healthz` (ours) and `GET /api/health` (upstream's compatibility route); readiness:
+//! `GET /readyz`; and `GET /metrics`.
+//!
+//! Liveness says the process answers HTTP, nothing more: a supervisor restarts a server that fails it.
+//! Readiness says it can do its work now: the store writer commits, the schema is migrated, and it is
+//! not shutting down. A load balancer stops sending traffic to a server that fails it, which is what a
+//! server draining its in-flight requests on shutdown wants.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::extract::Operator;
 use crate::app::App;
 use crate::error::Result;
 
+/// How long each readiness check may take before it counts as failed.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
 pub fn router() -> Router<Arc<App>> {
-    Router::new().route("/healthz", get(health)).route("/api/health", get(health)).route("/metrics", get(metrics))
+    Router::new()
+        .route("/healthz", get(health))
+        .route("/api/health", get(health))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/openapi.json", get(openapi))
 }
 
 /// Prometheus text format; an operator route like the others.
@@ -26,4 +41,46 @@ async fn metrics(_: Operator, State(app): State<Arc<App>>) -> Result<Response> {
 
 async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
+}
+
+/// The REST API as an OpenAPI 3.1 document. Public, like the contract it describes.
+async fn openapi() -> Response {
+    ([(CONTENT_TYPE, "application/json")], crate::openapi::document()).into_response()
+}
+
+/// 200 `{"status": "ready", "checks": {...}}` when every check passes; otherwise 503 `not_ready`, the
+/// message naming each failed check. Open to anyone, like `/healthz`: probes carry no token.
+async fn ready(State(app): State<Arc<App>>) -> Response {
+    let writer = match tokio::time::timeout(CHECK_TIMEOUT, app.store.commit(Vec::new())).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("the store writer does not commit: {e}")),
+        Err(_) => Err(format!("the store writer did not answer within {}s", CHECK_TIMEOUT.as_secs())),
+    };
+    let migrations = match tokio::time::timeout(CHECK_TIMEOUT, app.store.missing_migrations()).await {
+        Ok(Ok(missing)) if missing.is_empty() => Ok(()),
+        Ok(Ok(missing)) => Err(format!("migrations {missing:?} are not applied")),
+        Ok(Err(e)) => Err(format!("cannot read the applied migrations: {e}")),
+        Err(_) => Err(format!("reading the applied migrations took more than {}s", CHECK_TIMEOUT.as_secs())),
+    };
+    let serving = match *app.shutdown_signal().borrow() {
+        false => Ok(()),
+        true => Err("the server is shutting down: it finishes the requests in flight and takes no new work".into()),
+    };
+    let mut checks = Map::new();
+    let mut failed = Vec::new();
+    for (name, outcome) in [("store_writer", writer), ("migrations", migrations), ("serving", serving)] {
+        match outcome {
+            Ok(()) => checks.insert(name.into(), json!("ok")),
+            Err(why) => {
+                failed.push(why.clone());
+                checks.insert(name.into(), json!(why))
+            }
+        };
+    }
+    if failed.is_empty() {
+        return ([(CACHE_CONTROL, "no-store")], Json(json!({"status": "ready", "checks": checks}))).into_response();
+    }
+    tracing::debug!(failed = ?failed, "not ready");
+    let body = json!({"error": "not_ready", "message": failed.join("; ")});
+    (StatusCode::SERVICE_UNAVAILABLE, [(CACHE_CONTROL, "no-store"), (RETRY_AFTER, "5")], Json(body)).into_response()
 }

@@ -67,7 +67,7 @@ async fn show(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response> {
-    Ok(etag::respond(&headers, &app.mission_status(&id).await?))
+    Ok(etag::respond(&headers, &app.mission_detail(&id).await?))
 }
 
 #[derive(Deserialize)]

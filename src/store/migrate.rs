@@ -5,7 +5,7 @@ use sqlx::Connection;
 
 use super::Result;
 
-const MIGRATIONS: &[(i64, &str, &str)] = &[
+pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/0001_init.sql")),
     (2, "hitl", include_str!("../../migrations/0002_hitl.sql")),
     (3, "sandboxes", include_str!("../../migrations/0003_sandboxes.sql")),

@@ -504,6 +504,13 @@ impl Store {
         rows.iter().map(hitl_from_row).collect()
     }
 
+    /// The migrations this binary embeds that the database does not record as applied (readiness).
+    pub async fn missing_migrations(&self) -> Result<Vec<i64>> {
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM schema_migrations").fetch_all(&self.pool).await?;
+        Ok(migrate::MIGRATIONS.iter().map(|(version, _, _)| *version).filter(|v| !applied.contains(v)).collect())
+    }
+
     /// Stops the writer once what is queued is committed, and closes the read pool.
     pub async fn close(&self) {
         self.writer.stop();

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod backup;
 mod browser;
 mod cli;
 mod cli_tools;
@@ -15,8 +16,12 @@ mod executor;
 mod executors;
 mod faults;
 mod hardening;
+mod health_ops;
 mod limits;
+mod logs;
+mod mission_show;
 mod missions;
+mod openapi;
 mod operations;
 mod operator;
 mod queue;

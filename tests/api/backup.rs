@@ -1,0 +1,93 @@
+//! `aiwg-serve backup FILE`: a consistent copy of a live store, and the README's restore.
+
+use std::os::unix::fs::PermissionsExt;
+
+use serde_json::json;
+
+use crate::cli::{command, finish, stderr, stdout};
+use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
+
+async fn backup(data_dir: &std::path::Path, file: &std::path::Path) -> std::process::Output {
+    let mut c = command(&["backup"]);
+    c.arg(file).arg("--data-dir").arg(data_dir).env_remove("AIWG_SERVE_DATA_DIR").env_remove("AIWG_SERVE_CONFIG");
+    finish(c).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_of_a_running_server_restores_with_its_missions() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let done = mission_id();
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&done)).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &done, json!({"state": "running"})).await;
+    ws.ack("mission.completed", &done, json!({"state": "done", "exit_code": 0, "summary": "shipped"})).await;
+    let before = server.mission(&done).await;
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("aiwg.backup.db");
+    let out = backup(&server.data_dir(), &file).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bytes = std::fs::metadata(&file).unwrap().len();
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "backed up {} to {} ({bytes} bytes: 1 missions, 3 events, 1 executors)\n",
+            server.data_dir().join("aiwg-serve.db").display(),
+            file.display()
+        )
+    );
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600, "private, like the store");
+    let leftovers: Vec<_> = std::fs::read_dir(out_dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(leftovers, [std::ffi::OsString::from("aiwg.backup.db")], "no temporary file is left behind");
+
+    // The running server is untouched (its lock was not taken) and goes on writing.
+    let later = mission_id();
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&later)).await.status, 202);
+    e.next_dispatch().await;
+    assert_eq!(server.client.get("/readyz").await.status, 200);
+
+    // An existing file is never overwritten.
+    let out = backup(&server.data_dir(), &file).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "aiwg-serve: backup failed: {} exists; a backup never overwrites a file: choose another name, or \
+             remove it first\n",
+            file.display()
+        )
+    );
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), bytes);
+
+    // The README's restore: the copy becomes aiwg-serve.db of a data directory (no -wal, no -shm).
+    let restored_dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&file, restored_dir.path().join("aiwg-serve.db")).unwrap();
+    let dir = restored_dir.path().to_path_buf();
+    let restored = TestServer::start_with(move |c| c.server.data_dir = dir).await;
+    let after = restored.mission(&done).await;
+    assert_eq!(after, before, "the mission as it was when backed up");
+    assert_eq!(after["state"], "done");
+    assert_eq!(after["objective"], "Add JWT validation to /auth/login");
+    assert_eq!(restored.executors().await["executors"][0]["executor_id"], e.id.as_str());
+    restored.client.get(&format!("/api/v1/missions/{later}")).await.assert_error(404, "not_found");
+    server.stop().await;
+    restored.stop().await;
+}
+
+#[tokio::test]
+async fn a_backup_of_no_store_says_where_it_looked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("b.db");
+    let out = backup(&dir.path().join("nothing-here"), &file).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "aiwg-serve: backup failed: no store at {}: ",
+            dir.path().join("nothing-here/aiwg-serve.db").display()
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!file.exists() && !dir.path().join("nothing-here").exists(), "nothing created");
+}

@@ -1,0 +1,115 @@
+//! Logs, as the real binary writes them: `--log-format json` for log shippers, one DEBUG line per
+//! request, and ERROR only for faults (issue 10 finding 13).
+
+use std::process::Stdio;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr};
+
+use crate::cli::command;
+use crate::support::{dispatch_body, mission_id, Client, ExecSocket, ScriptedExecutor, WAIT};
+
+/// `aiwg-serve serve --log-format json` on a port of its own; its address, read from its log.
+struct Serve {
+    child: Child,
+    lines: Lines<BufReader<ChildStderr>>,
+    seen: Vec<Value>,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Serve {
+    async fn start(log: &str) -> Serve {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = command(&["serve", "--bind", "127.0.0.1:0", "--log-format", "json", "--data-dir"]);
+        c.arg(dir.path()).env("AIWG_SERVE_LOG", log).stderr(Stdio::piped()).stdout(Stdio::null());
+        let mut child = c.spawn().unwrap();
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut serve = Serve { child, lines, seen: Vec::new(), base: String::new(), _dir: dir };
+        loop {
+            let line = serve.next().await.expect("serve logs that it listens");
+            if line["fields"]["message"] == "aiwg-serve listening" {
+                serve.base = format!("http://{}", line["fields"]["addr"].as_str().unwrap());
+                return serve;
+            }
+        }
+    }
+
+    /// The next log line, which must be one JSON object; `None` once serve has closed stderr.
+    async fn next(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(WAIT, self.lines.next_line()).await.expect("a log line in time").unwrap()?;
+        let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(value["timestamp"].is_string() && value["level"].is_string(), "{line}");
+        self.seen.push(value.clone());
+        Some(value)
+    }
+
+    /// SIGTERM (a graceful stop), then every line up to its exit.
+    async fn stop(mut self) -> Vec<Value> {
+        let pid = self.child.id().expect("running") as libc::pid_t;
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        while self.next().await.is_some() {}
+        let status = tokio::time::timeout(WAIT, self.child.wait()).await.expect("serve exits").unwrap();
+        assert!(status.success(), "{status}");
+        self.seen
+    }
+}
+
+fn errors(lines: &[Value]) -> Vec<&Value> {
+    lines.iter().filter(|l| l["level"] == "ERROR").collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_503_is_one_debug_line_in_json_and_not_an_error() {
+    let serve = Serve::start("debug,sqlx=warn").await;
+    let client = Client::new(&serve.base);
+    client
+        .post("/api/v1/sessions/s/dispatch", &dispatch_body(&mission_id()))
+        .await
+        .assert_error(503, "no_executor_available");
+    assert_eq!(client.get("/readyz").await.status, 200);
+    let lines = serve.stop().await;
+    assert_eq!(errors(&lines), Vec::<&Value>::new());
+    let requests: Vec<(&str, i64)> = lines
+        .iter()
+        .filter(|l| l["target"].as_str().is_some_and(|t| t.starts_with("tower_http")))
+        .map(|l| {
+            assert_eq!(l["level"], "DEBUG", "{l}");
+            (l["span"]["uri"].as_str().unwrap(), l["fields"]["status"].as_i64().unwrap())
+        })
+        .collect();
+    assert_eq!(requests, [("/api/v1/sessions/s/dispatch", 503), ("/readyz", 200)], "one line per request");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_info_requests_are_not_logged() {
+    let serve = Serve::start("info").await;
+    let client = Client::new(&serve.base);
+    client
+        .post("/api/v1/sessions/s/dispatch", &dispatch_body(&mission_id()))
+        .await
+        .assert_error(503, "no_executor_available");
+    let lines = serve.stop().await;
+    let messages: Vec<&str> = lines.iter().filter_map(|l| l["fields"]["message"].as_str()).collect();
+    assert!(messages.contains(&"signal received; shutting down") && messages.contains(&"stopped"), "{messages:?}");
+    assert!(lines.iter().all(|l| l["level"] == "INFO"), "{lines:?}");
+}
+
+/// Finding 13's second half: a graceful stop with an executor connected logged `ERROR recording the
+/// disconnect failed: the store writer has stopped`, because serve closes the store before the executor
+/// sockets have recorded their disconnects. The fix belongs to the hub and serve (not this branch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs serve to wait for executor sockets before closing the store (src/serve.rs, src/hub)"]
+async fn a_graceful_stop_with_an_executor_connected_logs_no_error() {
+    let mut serve = Serve::start("info").await;
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let r = Client::new(&serve.base).post("/api/v1/executors/register", &e.register_payload()).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    e.token = r.body["token"].as_str().unwrap().to_owned();
+    let url = format!("{}/ws/executors/{}?token={}", serve.base.replacen("http://", "ws://", 1), e.id, e.token);
+    let _ws = ExecSocket::open(&url, &e.id).await;
+    while serve.next().await.expect("serve logs the socket")["fields"]["message"] != "executor socket open" {}
+    let lines = serve.stop().await;
+    assert_eq!(errors(&lines), Vec::<&Value>::new());
+}
