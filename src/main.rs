@@ -107,15 +107,11 @@ fn main() -> ExitCode {
 /// JSON is one object per line (`timestamp`, `level`, `target`, `fields`, and the request's span, if any).
 ///
 /// Requests are logged once each, at DEBUG, when answered (status and latency; `AIWG_SERVE_LOG=debug`
-/// or `info,tower_http=debug` shows them). The HTTP trace layer's other two lines are left out: its
-/// "started processing" line doubles every request, and its "response failed" line is an ERROR for every
-/// 5xx, a normal 503 (no executor available) included. Faults are logged where they happen instead
-/// (a storage failure behind a 500 at ERROR, a forward failure at WARN).
+/// or `info,tower_http=debug` shows them; see `http::router`). Faults are logged where they happen (a
+/// storage failure behind a 500 at ERROR, a forward failure at WARN), not for every 5xx: a 503 for no
+/// executor available is a normal answer.
 fn init_logs(format: LogFormat) {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_env("AIWG_SERVE_LOG").unwrap_or_else(|_| "info".into());
-    for quiet in ["tower_http::trace::on_request=off", "tower_http::trace::on_failure=off"] {
-        filter = filter.add_directive(quiet.parse().expect("a valid directive"));
-    }
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AIWG_SERVE_LOG").unwrap_or_else(|_| "info".into());
     let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),

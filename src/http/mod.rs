@@ -17,7 +17,8 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
 use axum::Router;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use tracing::Level;
 
 use crate::app::App;
 use crate::error::Error;
@@ -37,6 +38,14 @@ pub fn router(app: Arc<App>) -> Router {
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(Arc::new(guard::Guard::new(&app.config.server)), guard::guard))
-        .layer(TraceLayer::new_for_http())
+        // One DEBUG line per answered request; no "started" line (it doubles every request) and no
+        // ERROR per 5xx (a 503 for no executor available is a normal answer; real faults log themselves).
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(DefaultMakeSpan::new().level(Level::DEBUG))
+                .on_request(())
+                .on_response(DefaultOnResponse::new().level(Level::DEBUG))
+                .on_failure(()),
+        )
         .with_state(app)
 }

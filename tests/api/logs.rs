@@ -100,7 +100,6 @@ async fn at_info_requests_are_not_logged() {
 /// disconnect failed: the store writer has stopped`, because serve closes the store before the executor
 /// sockets have recorded their disconnects. The fix belongs to the hub and serve (not this branch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs serve to wait for executor sockets before closing the store (src/serve.rs, src/hub)"]
 async fn a_graceful_stop_with_an_executor_connected_logs_no_error() {
     let mut serve = Serve::start("info").await;
     let mut e = ScriptedExecutor::listen(&[]).await;
