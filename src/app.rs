@@ -159,11 +159,34 @@ impl App {
     /// Nothing changes unless all of it is committed.
     pub async fn deregister(&self, executor_id: &str, bearer: Option<&str>) -> Result<()> {
         self.registry.authenticate(executor_id, bearer)?;
+        self.end_identity(executor_id, "graceful_shutdown", false).await
+    }
+
+    /// `POST /api/v1/executors/{id}/remove` (operator): what a deregistration does, for an executor that
+    /// will not do it itself (stale, lost its token), and the identity is released: anyone may register
+    /// that id again, from anywhere, without a token. A connected executor is not removed under its feet.
+    pub async fn remove_executor(&self, executor_id: &str) -> Result<()> {
+        if !self.registry.is_live(executor_id) {
+            return Err(Error::NotFound(format!("executor {executor_id} is not registered")));
+        }
+        if self.registry.is_connected(executor_id) {
+            return Err(Error::Conflict(format!(
+                "executor {executor_id} is connected: stop it (or let it deregister itself) before removing it"
+            )));
+        }
+        self.end_identity(executor_id, "operator_deleted", true).await?;
+        tracing::info!(executor_id, "executor removed by an operator; its identity is released");
+        Ok(())
+    }
+
+    /// Ends an executor's registration (`reason` for `executor.deregistered`), suspending or failing its
+    /// live missions, and with `release` frees the identity for anyone. One commit, then memory.
+    async fn end_identity(&self, executor_id: &str, reason: &str, release: bool) -> Result<()> {
         let _serial = self.registry.serialized().await;
         let resumable = self.registry.has_capability(executor_id, "resumable");
         let mut changes = self
             .registry
-            .deregister_changes(executor_id, "graceful_shutdown")
+            .deregister_changes(executor_id, reason, release)
             .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
         let now = clock::now();
         let mut settled = Vec::new();
@@ -193,7 +216,7 @@ impl App {
             }
             return Err(e.into());
         }
-        self.registry.apply_deregister(executor_id);
+        self.registry.apply_deregister(executor_id, release);
         for (mission_id, state) in settled {
             self.settle(&mission_id, executor_id, Some(state));
         }

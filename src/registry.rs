@@ -328,15 +328,18 @@ impl Registry {
     /// The store changes that deregister an executor (row revoked and hidden, `executor.deregistered`),
     /// to be committed with the consequences for its missions before [`Registry::apply_deregister`].
     /// `None` for an unknown or already deregistered executor.
-    pub fn deregister_changes(&self, executor_id: &str, reason: &str) -> Option<Vec<Change>> {
+    /// With `release`, the identity is freed: no address is remembered, so anyone may claim it.
+    pub fn deregister_changes(&self, executor_id: &str, reason: &str, release: bool) -> Option<Vec<Change>> {
         let now = clock::now();
         let inner = self.inner.read().expect("registry lock");
         let entry = inner.executors.get(executor_id).filter(|e| e.live())?;
+        let current = entry.current_row();
         let row = ExecutorRow {
             deregistered_at: Some(now.clone()),
             disconnected_at: Some(now.clone()),
             token_hash: tokens::revoked(),
-            ..entry.current_row()
+            registered_from: if release { None } else { current.registered_from.clone() },
+            ..current
         };
         let event = EventRow {
             event: EventType::ExecutorDeregistered.as_str().into(),
@@ -350,7 +353,7 @@ impl Registry {
     }
 
     /// After the deregistration is committed: token revoked, sockets closed, hidden from listings.
-    pub fn apply_deregister(&self, executor_id: &str) {
+    pub fn apply_deregister(&self, executor_id: &str, release: bool) {
         let now = clock::now();
         let mut inner = self.inner.write().expect("registry lock");
         let Some(entry) = inner.executors.get_mut(executor_id).filter(|e| e.live()) else { return };
@@ -358,6 +361,9 @@ impl Registry {
         entry.row.deregistered_at = Some(now.clone());
         entry.row.disconnected_at = Some(now);
         entry.row.token_hash = tokens::revoked();
+        if release {
+            entry.row.registered_from = None;
+        }
         entry.token = None;
         for link in entry.links.drain(..) {
             link.send(Outbound::Close(1000, "deregistered"));

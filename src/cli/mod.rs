@@ -46,6 +46,9 @@ pub enum ExecutorsCommand {
     Drain { executor_id: String },
     /// Assign new missions to a drained executor again
     Undrain { executor_id: String },
+    /// Remove a stale, disconnected executor: its token is revoked, its live missions are suspended or
+    /// failed (missions and events are kept), and its id may be registered again by anyone
+    Remove { executor_id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -254,6 +257,15 @@ async fn executors(client: &Client, out: &Output, cmd: ExecutorsCommand) -> Resu
         ExecutorsCommand::List => return list_executors(client, out).await,
         ExecutorsCommand::Drain { executor_id } => (executor_id, true),
         ExecutorsCommand::Undrain { executor_id } => (executor_id, false),
+        ExecutorsCommand::Remove { executor_id } => {
+            let answer = client.post(&format!("/api/v1/executors/{}/remove", enc(&executor_id)), &Value::Null).await?;
+            if out.json {
+                return out.json(&answer);
+            }
+            return out.line(format!(
+                "executor {executor_id}: removed (token revoked, missions kept; the id may register again)"
+            ));
+        }
     };
     let path = format!("/api/v1/executors/{}/drain", enc(&id));
     let answer = if draining { client.post(&path, &Value::Null).await? } else { client.delete(&path).await? };
@@ -267,7 +279,19 @@ async fn executors(client: &Client, out: &Output, cmd: ExecutorsCommand) -> Resu
 }
 
 async fn list_executors(client: &Client, out: &Output) -> Result<(), Failure> {
-    let list = client.get("/api/v1/executors").await?;
+    // Every page: the listing is paged (500 a page by default).
+    let mut list = client.get("/api/v1/executors").await?;
+    while let Some(cursor) = list.get("next_cursor").and_then(Value::as_str).map(enc) {
+        let next = client.get(&format!("/api/v1/executors?cursor={cursor}")).await?;
+        let more = next["executors"].as_array().cloned().unwrap_or_default();
+        if let Some(all) = list["executors"].as_array_mut() {
+            all.extend(more);
+        }
+        list["next_cursor"] = next.get("next_cursor").cloned().unwrap_or(Value::Null);
+        if list["next_cursor"].is_null() {
+            list.as_object_mut().map(|o| o.remove("next_cursor"));
+        }
+    }
     if out.json {
         return out.json(&list);
     }

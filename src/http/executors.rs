@@ -25,6 +25,7 @@ pub fn router() -> Router<Arc<App>> {
         .route("/api/v1/executors", get(list))
         .route("/api/v1/executors/{id}", get(show).delete(deregister))
         .route("/api/v1/executors/{id}/drain", post(drain).delete(undrain))
+        .route("/api/v1/executors/{id}/remove", post(remove))
         .route("/ws/executors/{id}", get(socket))
 }
 
@@ -96,6 +97,11 @@ async fn drain(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>)
 async fn undrain(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
     app.set_draining(&id, false).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
+}
+
+async fn remove(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+    app.remove_executor(&id).await?;
+    Ok((StatusCode::OK, Json(json!({"executor_id": id, "removed": true}))).into_response())
 }
 
 async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>, Bearer(bearer): Bearer) -> Result<StatusCode> {

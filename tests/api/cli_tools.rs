@@ -167,3 +167,29 @@ async fn terminal_output(server: &str, env: &[(&str, &str)]) -> String {
     let printed = tokio::task::spawn_blocking(move || reader.join().unwrap()).await.unwrap();
     String::from_utf8_lossy(&printed).replace("\r\n", "\n")
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_a_stale_executor_and_list_every_page() {
+    let server = TestServer::start_with(|c| c.server.max_executors = 700).await;
+    let (e, ws) = ScriptedExecutor::online(&server, &[]).await;
+    let out = cli(&server.base, &["executors", "remove", &e.id], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "a connected executor is not removed");
+    assert!(stderr(&out).contains("409 conflict"), "{}", stderr(&out));
+    ws.close().await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
+    let out = cli(&server.base, &["executors", "remove", &e.id], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!("executor {}: removed (token revoked, missions kept; the id may register again)\n", e.id)
+    );
+
+    // More than one page of executors: the listing shows them all.
+    for _ in 0..600 {
+        ScriptedExecutor::register(&server, &[]).await;
+    }
+    let out = cli(&server.base, &["--json", "executors", "list"], &[]).await;
+    let listed: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(listed["executors"].as_array().unwrap().len(), 600);
+    assert!(listed.get("next_cursor").is_none());
+}

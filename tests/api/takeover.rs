@@ -57,3 +57,31 @@ async fn the_same_loopback_address_may_re_register_without_its_token() {
     elsewhere.post("/api/v1/executors/register", &e.register_payload()).await.assert_error(409, "conflict");
     assert_eq!(server.client.post("/api/v1/executors/register", &e.register_payload()).await.status, 201);
 }
+
+/// Issue 10's `executors remove`: a stale identity that lost its token is released by an operator (and
+/// only once it is disconnected), so that the executor (or anyone) can register that id again.
+#[tokio::test]
+async fn an_operator_releases_a_stale_identity() {
+    let server = TestServer::start().await;
+    let (mut e, ws) = ScriptedExecutor::online(&server, &["resumable"]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    e.next_dispatch().await;
+    let remove = format!("/api/v1/executors/{}/remove", e.id);
+    server.client.post(&remove, &json!(null)).await.assert_error(409, "conflict");
+    ws.close().await;
+    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
+
+    // It restarts elsewhere without its token: refused until an operator releases the identity.
+    let elsewhere = Client::from_address(&server.base, "127.0.0.2".parse().unwrap());
+    elsewhere.post("/api/v1/executors/register", &e.register_payload()).await.assert_error(409, "conflict");
+    let r = server.client.post(&remove, &json!(null)).await;
+    assert_eq!((r.status, &r.body), (200, &json!({"executor_id": e.id, "removed": true})));
+    server.client.get(&format!("/api/v1/executors/{}", e.id)).await.assert_error(404, "not_found");
+    assert_eq!(server.mission(&id).await["state"], "suspended", "its missions are kept, suspended");
+    server.client.post(&remove, &json!(null)).await.assert_error(404, "not_found");
+    let r = elsewhere.post("/api/v1/executors/register", &e.register_payload()).await;
+    assert_eq!(r.status, 201, "released: {}", r.body);
+}
