@@ -147,11 +147,36 @@ impl App {
             }
             SpecSupport::UnsupportedMajor => return Err(Error::UnsupportedSpecVersion(payload.spec_version.clone())),
         };
+        self.check_rest_endpoint(&payload.transport_endpoints.rest)?;
         let registered = self.registry.register(payload, peer, bearer, self.config.server.max_executors).await?;
         if registered.rotated_for_non_loopback {
             tracing::warn!(executor_id = %registered.executor_id, %peer, "token rotated: first non-loopback registration");
         }
         Ok((registered, warning))
+    }
+
+    /// serve calls an executor's REST endpoint with the executor's token: only http(s), and only the
+    /// configured hosts when `dispatch.executor_hosts` lists any (a registrant must not point serve at
+    /// `file:///etc/passwd` or at another service on the network).
+    fn check_rest_endpoint(&self, rest: &str) -> Result<()> {
+        let refuse = |why: String| Error::SchemaViolation {
+            what: "the register payload",
+            details: vec![crate::contract::SchemaDetail {
+                instance_path: "/transport_endpoints/rest".into(),
+                keyword: "format".into(),
+                message: why,
+            }],
+        };
+        let url = reqwest::Url::parse(rest).map_err(|e| refuse(format!("{rest:?} is not a URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(refuse(format!("{rest:?}: only http:// and https:// endpoints are called")));
+        }
+        let host = url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| refuse(format!("{rest:?} names no host")))?;
+        let allowed = &self.config.dispatch.executor_hosts;
+        if !allowed.is_empty() && !allowed.iter().any(|a| a.eq_ignore_ascii_case(host.trim_matches(['[', ']']))) {
+            return Err(refuse(format!("host {host} is not in dispatch.executor_hosts")));
+        }
+        Ok(())
     }
 
     /// `DELETE /api/v1/executors/{id}` with the executor's own token: its sockets close, its token is

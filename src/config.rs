@@ -71,6 +71,9 @@ pub struct DispatchConfig {
     pub forward_timeout_ms: u64,
     pub max_attempts: usize,
     pub queue_when_unavailable: bool,
+    /// Hosts an executor's `transport_endpoints.rest` may name (empty: any); serve sends dispatches,
+    /// with the executor's token, and readiness questions there.
+    pub executor_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -111,7 +114,12 @@ impl Default for HubConfig {
 
 impl Default for DispatchConfig {
     fn default() -> DispatchConfig {
-        DispatchConfig { forward_timeout_ms: 5000, max_attempts: 3, queue_when_unavailable: false }
+        DispatchConfig {
+            forward_timeout_ms: 5000,
+            max_attempts: 3,
+            queue_when_unavailable: false,
+            executor_hosts: Vec::new(),
+        }
     }
 }
 

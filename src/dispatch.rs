@@ -233,6 +233,14 @@ impl App {
                 self.store.commit(vec![Change::PatchMission { mission_id: mission_id.clone(), patch }]).await?;
             }
             match self.forward_to(executor_id, session_id, bytes.clone()).await {
+                Ok(_) if !self.registry.is_live(executor_id) => {
+                    // Deregistered while the dispatch was in flight: the deregistration has already
+                    // settled the mission (suspended or failed); saying "assigned" would be untrue.
+                    let state = self.store.mission(&mission_id).await?.map(|m| m.state.to_string()).unwrap_or_default();
+                    return Err(Error::ExecutorUnreachable(format!(
+                        "executor {executor_id} deregistered while the dispatch was forwarded; mission {mission_id} is {state}"
+                    )));
+                }
                 Ok(accepted) => {
                     self.ledger.mark_handed_over(&mission_id);
                     if let Some(start) = &accepted.estimated_start {

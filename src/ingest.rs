@@ -19,6 +19,9 @@ use crate::error::Error;
 use crate::missions::{on_executor_event, Live, MissionState, Outcome};
 use crate::store::{self, Change, EventRow, HitlOutcome, HitlRow, MissionPatch};
 
+/// Missions one `executor.resync` may list: far more than any executor runs at once.
+const MAX_RESYNC_IDS: usize = 10_000;
+
 /// Which frame an ack or an error answers.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct FrameRef {
@@ -132,10 +135,13 @@ impl App {
 
         let Some(mission_id) = envelope.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
             // executor.resync: recorded, then reconciled once committed.
-            let listed = row.data["owned_mission_ids"]
+            let listed: Vec<String> = row.data["owned_mission_ids"]
                 .as_array()
                 .map(|ids| ids.iter().filter_map(Value::as_str).map(str::to_owned).collect())
                 .unwrap_or_default();
+            if listed.len() > MAX_RESYNC_IDS {
+                return Err(refuse(Error::InvalidFrame("executor.resync lists more than 10000 missions")));
+            }
             let commit = self.store.submit(vec![Change::AppendEvent(row), seen]);
             let mut p = pending(commit, None, None);
             p.resync = Some((listed, link_opened));

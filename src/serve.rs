@@ -22,10 +22,18 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("{0}")]
     Schema(String),
-    #[error("cannot load state: {0}")]
+    #[error("cannot load state: {}", load_detail(.0))]
     Load(#[from] crate::error::Error),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+/// What went wrong loading the store, with its cause (the domain error alone says "storage failure").
+fn load_detail(e: &crate::error::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => cause.to_string(),
+        None => e.to_string(),
+    }
 }
 
 /// How long a graceful stop waits for socket tasks to finish their queued frames and close.

@@ -24,10 +24,12 @@ pub enum SpecSupport {
 /// The schema has already checked the SemVer shape; only the numbers matter here.
 pub fn spec_support(spec_version: &str) -> SpecSupport {
     let core = spec_version.split(['-', '+']).next().unwrap_or_default();
-    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
-    match (parts.next().flatten(), parts.next().flatten(), parts.next().flatten()) {
-        (Some(1), Some(0), Some(0)) if core == spec_version => SpecSupport::Exact,
-        (Some(1), Some(_), Some(_)) => SpecSupport::NewerMinor,
+    // Compared as digit strings, not parsed: a minor too large for any integer type is still a 1.x minor.
+    let number = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let parts: Vec<&str> = core.split('.').collect();
+    match parts.as_slice() {
+        ["1", "0", "0"] if core == spec_version => SpecSupport::Exact,
+        ["1", minor, patch] if number(minor) && number(patch) => SpecSupport::NewerMinor,
         _ => SpecSupport::UnsupportedMajor,
     }
 }
@@ -217,6 +219,11 @@ mod tests {
         assert_eq!(spec_support("2.0.0"), SpecSupport::UnsupportedMajor);
         assert_eq!(spec_support("0.9.0"), SpecSupport::UnsupportedMajor);
         assert_eq!(spec_support("99999999999999999999.0.0"), SpecSupport::UnsupportedMajor);
+        // Issue 11, finding 13: a huge minor overflowed the parser and read as another major.
+        assert_eq!(spec_support("1.99999999999999999999999.0"), SpecSupport::NewerMinor);
+        assert_eq!(spec_support("1.0.99999999999999999999999"), SpecSupport::NewerMinor);
+        assert_eq!(spec_support("1.x.0"), SpecSupport::UnsupportedMajor);
+        assert_eq!(spec_support("1.0"), SpecSupport::UnsupportedMajor);
     }
 
     #[test]

@@ -335,7 +335,7 @@ impl Store {
     pub async fn executors(&self) -> Result<Vec<ExecutorRow>> {
         let rows =
             sqlx::query("SELECT * FROM executors ORDER BY registered_at, executor_id").fetch_all(&self.pool).await?;
-        rows.iter().map(executor_from_row).collect()
+        rows.iter().map(located("executors", "executor_id", executor_from_row)).collect()
     }
 
     /// `(mission_id, executor_id, state)` of every mission that is not terminal: the working set.
@@ -345,37 +345,35 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("mission_id")?, r.try_get("executor_id")?, parse_state(r.try_get("state")?)?)))
-            .collect()
+        let live = |r: &SqliteRow| {
+            Ok((r.try_get("mission_id")?, r.try_get("executor_id")?, parse_state(r.try_get("state")?)?))
+        };
+        rows.iter().map(located("missions", "mission_id", live)).collect()
     }
 
     pub async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
         let rows =
             sqlx::query("SELECT * FROM sandboxes ORDER BY registered_at, sandbox_id").fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                let hash: Vec<u8> = r.try_get("token_hash")?;
-                Ok(SandboxRow {
-                    sandbox_id: r.try_get("sandbox_id")?,
-                    name: r.try_get("name")?,
-                    registration: parse_json(r.try_get("registration")?, "registration")?,
-                    token_hash: hash
-                        .try_into()
-                        .map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))?,
-                    registered_at: r.try_get("registered_at")?,
-                    registered_from: r.try_get("registered_from")?,
-                    deregistered_at: r.try_get("deregistered_at")?,
-                })
+        let sandbox = |r: &SqliteRow| {
+            let hash: Vec<u8> = r.try_get("token_hash")?;
+            Ok(SandboxRow {
+                sandbox_id: r.try_get("sandbox_id")?,
+                name: r.try_get("name")?,
+                registration: parse_json(r.try_get("registration")?, "registration")?,
+                token_hash: hash.try_into().map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))?,
+                registered_at: r.try_get("registered_at")?,
+                registered_from: r.try_get("registered_from")?,
+                deregistered_at: r.try_get("deregistered_at")?,
             })
-            .collect()
+        };
+        rows.iter().map(located("sandboxes", "sandbox_id", sandbox)).collect()
     }
 
     /// Missions waiting for an executor, oldest first.
     pub async fn queued_missions(&self) -> Result<Vec<MissionRow>> {
         let rows =
             sqlx::query("SELECT * FROM missions WHERE state = 'queued' ORDER BY id").fetch_all(&self.pool).await?;
-        rows.iter().map(mission_from_row).collect()
+        rows.iter().map(located("missions", "mission_id", mission_from_row)).collect()
     }
 
     pub async fn mission(&self, mission_id: &str) -> Result<Option<MissionRow>> {
@@ -383,7 +381,7 @@ impl Store {
             .bind(mission_id)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(mission_from_row).transpose()
+        row.as_ref().map(located("missions", "mission_id", mission_from_row)).transpose()
     }
 
     /// The newest `limit` events of a mission, oldest first.
@@ -480,7 +478,7 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(hitl_from_row).collect()
+        rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
     }
 
     /// The pending HITL request of a mission, if any.
@@ -489,7 +487,7 @@ impl Store {
             .bind(mission_id)
             .fetch_optional(&self.pool)
             .await?;
-        row.as_ref().map(hitl_from_row).transpose()
+        row.as_ref().map(located("hitl_requests", "hitl_id", hitl_from_row)).transpose()
     }
 
     /// Answers not yet delivered for the missions of an executor, oldest first.
@@ -501,7 +499,7 @@ impl Store {
         .bind(executor_id)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(hitl_from_row).collect()
+        rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
     }
 
     /// The migrations this binary embeds that the database does not record as applied (readiness).
@@ -562,6 +560,21 @@ const WRITER_STATEMENTS: usize = 24;
 /// Background checkpoint passes per second at most, and what counts as a short one.
 const CHECKPOINT_PASSES: usize = 5;
 const SHORT_CHECKPOINT: Duration = Duration::from_millis(5);
+
+/// A row mapper that names the table and the row's key in its error: a corrupt row at start-up must say
+/// where it is (sqlx's own decode errors name the column), not just "storage failure".
+fn located<T>(
+    table: &'static str,
+    key: &'static str,
+    map: fn(&SqliteRow) -> Result<T>,
+) -> impl Fn(&SqliteRow) -> Result<T> {
+    move |r| {
+        map(r).map_err(|e| {
+            let id = r.try_get::<String, _>(key).unwrap_or_else(|_| "(unreadable)".into());
+            StoreError::Corrupt(format!("table {table}, row {key} = {id:?}: {e}"))
+        })
+    }
+}
 
 fn parse_state(s: String) -> Result<MissionState> {
     MissionState::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("unknown mission state {s:?}")))

@@ -246,3 +246,77 @@ async fn sigterm_acknowledges_everything_it_committed_and_closes_with_1001() {
         assert_eq!(acked, stored, "mission {id}: every committed event was acknowledged, and only those");
     }
 }
+
+/// Finding 18: a dispatch racing a DELETE of its executor answered `202 assigned` for a mission the
+/// deregistration had already failed.
+#[tokio::test]
+async fn a_dispatch_racing_its_executors_deregistration_does_not_claim_success() {
+    let server = TestServer::start().await;
+    let (mut e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    e.answer_with(crate::support::executor::Answer::AcceptWhenOpened(gate.clone()));
+    let id = mission_id();
+    let client = server.client.clone();
+    let body = dispatch_body(&id);
+    let dispatch = tokio::spawn(async move { client.post("/api/v1/sessions/s/dispatch", &body).await });
+    e.next_dispatch().await;
+    assert_eq!(server.client.delete(&format!("/api/v1/executors/{}", e.id), Some(&e.token)).await.status, 204);
+    gate.notify_one();
+    let r = dispatch.await.unwrap();
+    let message = r.assert_error(502, "executor_unreachable");
+    assert!(
+        message.contains("deregistered while the dispatch was forwarded") && message.contains("failed"),
+        "{message}"
+    );
+    assert_eq!(server.mission(&id).await["state"], "failed");
+}
+
+/// Findings 13 and 19: a huge 1.x minor is a minor, and serve only calls http(s) endpoints.
+#[tokio::test]
+async fn spec_versions_and_rest_endpoints_are_judged_by_what_they_are() {
+    let server = TestServer::start().await;
+    let e = ScriptedExecutor::listen(&[]).await;
+    let mut payload = e.register_payload();
+    payload["spec_version"] = json!("1.99999999999999999999999.0");
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.header("warning").is_some_and(|w| w.contains("1.99999999999999999999999.0")));
+    for rest in ["file:///etc/passwd", "gopher://127.0.0.1:70/", "http://", "not a url"] {
+        let mut payload = ScriptedExecutor::listen(&[]).await.register_payload();
+        payload["transport_endpoints"]["rest"] = json!(rest);
+        let r = server.client.post("/api/v1/executors/register", &payload).await;
+        r.assert_error(400, "schema_violation");
+        assert_eq!(r.body["details"][0]["instance_path"], "/transport_endpoints/rest", "{rest}: {}", r.body);
+    }
+    let server = TestServer::start_with(|c| c.dispatch.executor_hosts = vec!["127.0.0.1".into()]).await;
+    let mut payload = ScriptedExecutor::listen(&[]).await.register_payload();
+    payload["transport_endpoints"]["rest"] = json!("http://10.1.2.3:8122");
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
+    assert!(r.assert_error(400, "schema_violation").contains("schema"), "{}", r.body);
+    assert!(r.body["details"][0]["message"].as_str().unwrap().contains("dispatch.executor_hosts"));
+    assert_eq!(ScriptedExecutor::register(&server, &[]).await.token.len(), 43, "127.0.0.1 is allowed");
+}
+
+/// Finding 10: one resync listing 60,000 unknown ids stored 60,001 events and queued 60,000 aborts,
+/// 11.5 s of serial commits, on every reconnect.
+#[tokio::test]
+async fn a_resync_of_made_up_ids_costs_a_bounded_amount() {
+    let server = TestServer::start().await;
+    let (_e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let ids: Vec<String> = (0..5000).map(|i| format!("m-made-up-{i}")).collect();
+    let frame = ws.envelope("executor.resync", None, json!({"owned_mission_ids": ids}));
+    let started = std::time::Instant::now();
+    assert_eq!(ws.send_json(&frame).await["ack"], true);
+    // The answer to the next frame comes after the resync's consequences are applied.
+    let marker = ws.envelope("executor.resync", None, json!({"owned_mission_ids": []}));
+    assert_eq!(ws.send_json(&marker).await["ack"], true);
+    let page = server.client.get("/api/v1/events?follow=false&since=0&limit=1000").await.body;
+    let aborts =
+        page["events"].as_array().unwrap().iter().filter(|e| e["envelope"]["event"] == "mission.aborted").count();
+    assert_eq!(aborts, 256, "only the first 256 made-up ids are answered");
+    assert!(started.elapsed() < WAIT, "bounded work");
+
+    let too_many: Vec<String> = (0..10_001).map(|i| format!("m-{i}")).collect();
+    let frame = ws.envelope("executor.resync", None, json!({"owned_mission_ids": too_many}));
+    assert_eq!(ws.send_json(&frame).await["error"], "invalid_frame");
+}

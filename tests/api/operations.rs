@@ -37,3 +37,29 @@ async fn a_second_serve_on_the_same_data_directory_refuses_to_start() {
     let server = server.restart().await;
     assert_eq!(server.client.get("/healthz").await.status, 200);
 }
+
+/// Issue 11, finding 17: a corrupt row at start-up said only `cannot load state: storage failure`.
+#[tokio::test]
+async fn a_corrupt_row_at_start_up_is_named() {
+    use sqlx::Connection;
+    let server = TestServer::start().await;
+    let e = crate::support::ScriptedExecutor::register(&server, &[]).await;
+    let config = server.config.clone();
+    let dir = server.data_dir();
+    let _kept = server.restart().await.stop_keeping_dir().await;
+    let mut conn =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", dir.join("aiwg-serve.db").display())).await.unwrap();
+    sqlx::query("UPDATE executors SET capabilities = 'not json' WHERE executor_id = ?")
+        .bind(&e.id)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let mut config = config;
+    config.server.bind = "127.0.0.1:0".parse().unwrap();
+    let refused = aiwg_serve::serve::start(config).await.err().expect("refuses to start").to_string();
+    assert!(
+        refused.contains("table executors") && refused.contains(&e.id) && refused.contains("capabilities"),
+        "{refused}"
+    );
+}

@@ -37,6 +37,8 @@ pub enum Answer {
     Status(u16),
     /// Never answers (to exercise the forward timeout).
     Hang,
+    /// Accepts once the gate is opened (to race something against a dispatch in flight).
+    AcceptWhenOpened(Arc<tokio::sync::Notify>),
 }
 
 #[derive(Clone)]
@@ -154,6 +156,10 @@ async fn record(state: &Listener, path: String, headers: &HeaderMap, body: Value
         }
         Answer::Status(s) => (StatusCode::from_u16(s).unwrap(), Json(json!({"error": "scripted refusal"}))),
         Answer::Hang => std::future::pending().await,
+        Answer::AcceptWhenOpened(gate) => {
+            gate.notified().await;
+            (StatusCode::ACCEPTED, Json(json!({"mission_id": mission_id, "status": "assigned"})))
+        }
     }
 }
 

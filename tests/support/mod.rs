@@ -74,6 +74,14 @@ impl TestServer {
         TestServer::boot(config, self.dir.take()).await
     }
 
+    /// Stops the server and hands its data directory over (kept until the returned value drops).
+    pub async fn stop_keeping_dir(mut self) -> Option<tempfile::TempDir> {
+        if let Some(h) = self.handle.take() {
+            h.shutdown().await;
+        }
+        self.dir.take()
+    }
+
     pub async fn stop(mut self) {
         if let Some(h) = self.handle.take() {
             h.shutdown().await;
