@@ -36,3 +36,6 @@ pub mod stream;
 pub mod tasks;
 pub mod tokens;
 pub mod views;
+
+#[cfg(test)]
+mod properties;
