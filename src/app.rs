@@ -58,7 +58,7 @@ impl App {
     ) -> Result<App> {
         let registry = Registry::load(store.clone()).await?;
         let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending).collect();
-        let ledger = Ledger::load(store.live_missions().await?, pending);
+        let ledger = Ledger::load(store.live_missions().await?, pending, store.recent_progress_of_live().await?);
         for (executor_id, n) in ledger.counts() {
             registry.adjust_active(&executor_id, n as isize);
         }

@@ -16,7 +16,7 @@ use crate::app::App;
 use crate::clock;
 use crate::contract::{data_str, Envelope, EventType};
 use crate::error::Error;
-use crate::missions::{on_executor_event, Live, MissionState, Outcome};
+use crate::missions::{on_executor_event, progress_key, Live, MissionState, Outcome};
 use crate::store::{self, Change, EventRow, HitlOutcome, HitlRow, MissionPatch};
 
 /// Missions one `executor.resync` may list: far more than any executor runs at once.
@@ -220,6 +220,10 @@ impl App {
             }
             Outcome::Move(to) => Some(to).filter(|to| *to != live.state),
         };
+        let progress = (event == EventType::MissionProgress).then(|| progress_key(&row.ts, &row.data));
+        if progress.is_some_and(|key| live.recent_progress.contains(&key)) {
+            return Ok(Decision::Duplicate);
+        }
         let patch = patch_for(event, &row.data, moved, now);
         let terminal_data = moved.filter(|s| s.is_terminal()).map(|_| row.data.clone());
         let (hitl, hitl_changes) = hitl_effect(live, event, moved, &row.data, &mission_id, now);
@@ -236,6 +240,9 @@ impl App {
             live.terminal_data = terminal_data;
         }
         live.hitl = hitl;
+        if let Some(key) = progress {
+            live.remember_progress(key);
+        }
         Ok(Decision::Queued(commit, moved, deadline))
     }
 

@@ -6,7 +6,7 @@
 //! against the same old state. Terminal missions leave the ledger once their terminal event is committed;
 //! from then on the store answers for them (terminal states never change).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -29,6 +29,22 @@ pub struct Live {
     /// When the executor was handed the mission (resync uses it to tell a missed dispatch from one the
     /// resync merely predates).
     pub handover: Handover,
+    /// Keys ([`progress_key`]) of its latest `mission.progress` events: one sent again is a duplicate.
+    pub recent_progress: VecDeque<u64>,
+}
+
+/// Progress events remembered per live mission for recognising a resend.
+const RECENT_PROGRESS: usize = 16;
+
+/// What makes two `mission.progress` events the same report: the executor's own timestamp and the
+/// canonical data. An executor resends a frame whose acknowledgement it never got (serve crashed after
+/// the commit): the resend is acknowledged as a duplicate, not stored twice.
+pub fn progress_key(ts: &str, data: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ts.hash(&mut h);
+    data.to_string().hash(&mut h);
+    h.finish()
 }
 
 /// When an executor got a mission.
@@ -54,6 +70,14 @@ impl Handover {
 }
 
 impl Live {
+    /// Remembers a progress event's key (see [`progress_key`]).
+    pub fn remember_progress(&mut self, key: u64) {
+        if self.recent_progress.len() == RECENT_PROGRESS {
+            self.recent_progress.pop_front();
+        }
+        self.recent_progress.push_back(key);
+    }
+
     /// Where a resume takes this mission now (see [`super::resume_target`]).
     pub fn resume_target(&self) -> MissionState {
         let interrupted = matches!(self.state, MissionState::Paused | MissionState::Suspended);
@@ -77,6 +101,7 @@ impl Live {
             hitl: None,
             paused_from: None,
             handover: Handover::Earlier,
+            recent_progress: VecDeque::new(),
         }
     }
 }
@@ -88,12 +113,22 @@ pub struct Ledger {
 
 impl Ledger {
     /// Rebuilds the working set at start: live missions and their pending HITL requests.
-    pub fn load(rows: impl IntoIterator<Item = (String, String, MissionState)>, pending: Vec<HitlRow>) -> Ledger {
+    /// `progress` is the latest progress events of live missions, oldest first: `(mission, ts, data)`.
+    pub fn load(
+        rows: impl IntoIterator<Item = (String, String, MissionState)>,
+        pending: Vec<HitlRow>,
+        progress: Vec<(String, String, Value)>,
+    ) -> Ledger {
         let mut live: HashMap<String, Live> =
             rows.into_iter().map(|(id, executor_id, state)| (id, Live::new(&executor_id, state))).collect();
         for h in pending {
             if let Some(l) = live.get_mut(&h.mission_id) {
                 l.hitl = Some(h);
+            }
+        }
+        for (mission_id, ts, data) in progress {
+            if let Some(l) = live.get_mut(&mission_id) {
+                l.remember_progress(progress_key(&ts, &data));
             }
         }
         Ledger { live: Mutex::new(live) }

@@ -351,6 +351,24 @@ impl Store {
         rows.iter().map(located("missions", "mission_id", live)).collect()
     }
 
+    /// The latest 16 `mission.progress` events of every live mission, oldest first, as
+    /// `(mission_id, ts, data)`: after a restart they recognise a resend the crash left unacknowledged.
+    pub async fn recent_progress_of_live(&self) -> Result<Vec<(String, String, Value)>> {
+        let rows = sqlx::query(
+            "SELECT mission_id, ts, data FROM (SELECT e.mission_id, e.ts, e.data, e.seq, \
+             ROW_NUMBER() OVER (PARTITION BY e.mission_id ORDER BY e.seq DESC) AS newest \
+             FROM events e JOIN missions m ON m.mission_id = e.mission_id \
+             WHERE e.event = 'mission.progress' AND m.state NOT IN ('queued', 'done', 'failed', 'aborted')) \
+             WHERE newest <= 16 ORDER BY seq",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let recent = |r: &SqliteRow| {
+            Ok((r.try_get("mission_id")?, r.try_get("ts")?, parse_json(r.try_get("data")?, "event data")?))
+        };
+        rows.iter().map(located("events", "mission_id", recent)).collect()
+    }
+
     pub async fn sandboxes(&self) -> Result<Vec<SandboxRow>> {
         let rows =
             sqlx::query("SELECT * FROM sandboxes ORDER BY registered_at, sandbox_id").fetch_all(&self.pool).await?;

@@ -160,11 +160,14 @@ async fn an_oversized_expect_continue_is_refused_before_the_body() {
 async fn sigterm_acknowledges_everything_it_committed_and_closes_with_1001() {
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
         .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--data-dir", dir.path().to_str().unwrap()])
         .env("AIWG_SERVE_LOG", "warn")
+        .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Killed if the test fails half-way: an orphan would hold the test run's pipes open.
+    let mut child = KillOnDrop(Some(child));
     let mut config = aiwg_serve::config::Config::default();
     config.server.data_dir = dir.path().to_owned();
     let server = TestServer::external(&format!("http://127.0.0.1:{port}"), config.clone());
@@ -187,7 +190,6 @@ async fn sigterm_acknowledges_everything_it_committed_and_closes_with_1001() {
         .into_iter()
         .map(|(id, mut ws)| {
             tokio::spawn(async move {
-                let frame = ws.envelope("mission.progress", Some(&id), json!({"summary": "step"}));
                 let mut acked = 0;
                 let mut sent = 0;
                 loop {
@@ -199,6 +201,7 @@ async fn sigterm_acknowledges_everything_it_committed_and_closes_with_1001() {
                             _ => return (id, acked, None),
                         },
                         _ = std::future::ready(()), if sent < 5000 => {
+                            let frame = ws.envelope("mission.progress", Some(&id), json!({"summary": format!("step {sent}")}));
                             if ws.send_only(Message::text(frame.to_string())).await.is_err() {
                                 sent = usize::MAX;
                             } else {
@@ -218,6 +221,7 @@ async fn sigterm_acknowledges_everything_it_committed_and_closes_with_1001() {
         .await;
     // SAFETY: signalling the child this test started.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let mut child = child.0.take().unwrap();
     let mut outcomes = Vec::new();
     for reader in readers {
         outcomes.push(tokio::time::timeout(WAIT, reader).await.expect("every socket closes in time").unwrap());
@@ -319,4 +323,53 @@ async fn a_resync_of_made_up_ids_costs_a_bounded_amount() {
     let too_many: Vec<String> = (0..10_001).map(|i| format!("m-{i}")).collect();
     let frame = ws.envelope("executor.resync", None, json!({"owned_mission_ids": too_many}));
     assert_eq!(ws.send_json(&frame).await["error"], "invalid_frame");
+}
+
+/// A child process that is killed when the test lets go of it.
+struct KillOnDrop(Option<std::process::Child>);
+
+impl KillOnDrop {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Finding 15, second half: a `mission.progress` whose acknowledgement was lost (serve died after the
+/// commit) is sent again by the executor; it is acknowledged as a duplicate, not stored twice, also
+/// after serve restarted.
+#[tokio::test]
+async fn a_resent_progress_event_is_stored_once() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["resumable"]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    e.next_dispatch().await;
+    let frame = ws.envelope("mission.progress", Some(&id), json!({"summary": "step 7", "iteration": 7}));
+    assert!(ws.send_json(&frame).await["seq"].is_i64());
+    let again = ws.send_json(&frame).await;
+    assert_eq!((&again["ack"], &again["duplicate"]), (&json!(true), &json!(true)), "{again}");
+    // A different report with the same text at another time is a new event.
+    let mut later = frame.clone();
+    later["ts"] = json!("2026-05-08T19:30:06.000Z");
+    assert!(ws.send_json(&later).await["seq"].is_i64());
+
+    let server = server.restart().await;
+    let mut ws = e.connect(&server).await;
+    let again = ws.send_json(&frame).await;
+    assert_eq!(again["duplicate"], true, "remembered across a restart: {again}");
+    let page = server.client.get(&format!("/api/v1/events?follow=false&mission_id={id}")).await.body;
+    let stored =
+        page["events"].as_array().unwrap().iter().filter(|ev| ev["envelope"]["event"] == "mission.progress").count();
+    assert_eq!(stored, 2);
 }
