@@ -21,6 +21,7 @@ pub mod ingest;
 pub mod limits;
 pub mod metrics;
 pub mod missions;
+pub mod net;
 pub mod openapi;
 pub mod operator;
 pub mod queue;

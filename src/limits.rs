@@ -29,7 +29,7 @@ impl RateLimiter {
 
     /// Takes one token for `ip` at `now`; false when its bucket is empty.
     pub fn admit(&self, ip: IpAddr, now: Instant) -> bool {
-        if crate::registry::is_loopback(ip) {
+        if crate::net::is_loopback(ip) {
             return true;
         }
         let mut buckets = self.buckets.lock().expect("rate limiter lock");

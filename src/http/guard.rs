@@ -80,7 +80,7 @@ impl Guard {
             return true;
         }
         let literal = name.trim_start_matches('[').trim_end_matches(']');
-        literal.parse::<IpAddr>().is_ok_and(|ip| crate::registry::is_loopback(ip) || ip == self.bound)
+        literal.parse::<IpAddr>().is_ok_and(|ip| crate::net::is_loopback(ip) || ip == self.bound)
     }
 
     /// The page that sent the request was served by serve itself: same scheme-less authority as the

@@ -4,14 +4,10 @@
 
 use serde_json::json;
 
-use crate::support::{dispatch_body, mission_id, ExecSocket, InjectedFault, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_to, ExecSocket, InjectedFault, ScriptedExecutor, TestServer};
 
 async fn dispatched_running(server: &TestServer, e: &mut ScriptedExecutor, ws: &mut ExecSocket) -> String {
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
+    let id = dispatch_to(server, e).await;
     ws.ack("mission.started", &id, json!({"state": "running"})).await;
     id
 }

@@ -7,7 +7,7 @@ use futures_util::SinkExt;
 use serde_json::json;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::{dispatch_body, mission_id, ExecSocket, ScriptedExecutor, TestServer, WAIT};
+use crate::support::{dispatch_body, dispatch_to, mission_id, ExecSocket, ScriptedExecutor, TestServer, WAIT};
 
 /// Finding 6: an executor that stops reading used to stay `connected: true` past its ping deadline,
 /// because the socket task blocked in a send and its keepalive never ran; controls said `delivered`.
@@ -19,11 +19,7 @@ async fn an_executor_that_stops_reading_is_dropped_at_its_deadline() {
     })
     .await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
+    let id = dispatch_to(&server, &mut e).await;
     ws.ack("mission.started", &id, json!({"state": "running"})).await;
     let mut silent = ws.into_silent();
     let connected =
@@ -179,11 +175,7 @@ async fn sigterm_acknowledges_everything_it_committed_and_closes_with_1001() {
     let mut streams = Vec::new();
     for _ in 0..4 {
         let (mut e, ws) = ScriptedExecutor::online(&server, &[]).await;
-        let id = mission_id();
-        let mut body = dispatch_body(&id);
-        body["executor_filter"]["executor_id"] = json!(e.id);
-        assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-        e.next_dispatch().await;
+        let id = dispatch_to(&server, &mut e).await;
         streams.push((id, ws));
     }
     let readers: Vec<_> = streams
@@ -350,11 +342,7 @@ impl Drop for KillOnDrop {
 async fn a_resent_progress_event_is_stored_once() {
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["resumable"]).await;
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
+    let id = dispatch_to(&server, &mut e).await;
     let frame = ws.envelope("mission.progress", Some(&id), json!({"summary": "step 7", "iteration": 7}));
     assert!(ws.send_json(&frame).await["seq"].is_i64());
     let again = ws.send_json(&frame).await;

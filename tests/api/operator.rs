@@ -2,16 +2,12 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{dispatch_body, mission_id, ExecSocket, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_to, ExecSocket, ScriptedExecutor, TestServer};
 
 /// An online executor with one mission it has started.
 async fn running(server: &TestServer) -> (ScriptedExecutor, ExecSocket, String) {
     let (mut e, mut ws) = ScriptedExecutor::online(server, &["hitl", "x-pause-resume", "x-abort"]).await;
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
+    let id = dispatch_to(server, &mut e).await;
     ws.ack("mission.started", &id, json!({"state": "running"})).await;
     (e, ws, id)
 }
@@ -201,11 +197,7 @@ async fn controls_an_executor_cannot_carry_out_are_not_reported_done() {
     let server = TestServer::start().await;
     // Like the agentic-sandbox executor: no pause, no abort.
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
+    let id = dispatch_to(&server, &mut e).await;
     ws.ack("mission.started", &id, json!({"state": "running"})).await;
 
     for action in ["pause", "resume"] {
@@ -234,11 +226,7 @@ async fn controls_an_executor_cannot_carry_out_are_not_reported_done() {
 async fn a_resume_returns_a_mission_to_the_state_it_was_paused_from() {
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl", "x-pause-resume"]).await;
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
+    let id = dispatch_to(&server, &mut e).await;
     let r = post(&server, &format!("/api/v1/missions/{id}/pause"), json!(null)).await;
     assert_eq!(r.body["state"], "paused", "{}", r.body);
     let r = post(&server, &format!("/api/v1/missions/{id}/resume"), json!(null)).await;

@@ -3,17 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{dispatch_body, mission_id, ExecSocket, ScriptedExecutor, TestServer};
-
-async fn dispatch_to(server: &TestServer, e: &mut ScriptedExecutor) -> String {
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
-    assert_eq!(r.status, 202, "{}", r.body);
-    e.next_dispatch().await;
-    id
-}
+use crate::support::{dispatch_to, ExecSocket, ScriptedExecutor, TestServer};
 
 async fn resync(ws: &mut ExecSocket, owned: &[&str]) -> Value {
     let frame = ws.envelope("executor.resync", None, json!({"owned_mission_ids": owned, "protocol_version": "1.0.0"}));

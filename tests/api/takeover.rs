@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::support::{dispatch_body, mission_id, Client, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_body, dispatch_to, mission_id, Client, ScriptedExecutor, TestServer};
 
 #[tokio::test]
 async fn a_tokenless_re_register_from_another_address_is_refused_and_changes_nothing() {
@@ -64,11 +64,7 @@ async fn the_same_loopback_address_may_re_register_without_its_token() {
 async fn an_operator_releases_a_stale_identity() {
     let server = TestServer::start().await;
     let (mut e, ws) = ScriptedExecutor::online(&server, &["resumable"]).await;
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
+    let id = dispatch_to(&server, &mut e).await;
     let remove = format!("/api/v1/executors/{}/remove", e.id);
     server.client.post(&remove, &json!(null)).await.assert_error(409, "conflict");
     ws.close().await;

@@ -126,6 +126,17 @@ pub fn dispatch_body(mission_id: &str) -> Value {
     })
 }
 
+/// Dispatches a fresh mission pinned to `e` and waits until `e` has received it; returns its id.
+pub async fn dispatch_to(server: &TestServer, e: &mut ScriptedExecutor) -> String {
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = serde_json::json!(e.id);
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    e.next_dispatch().await;
+    id
+}
+
 /// A fresh mission id, ASCII and unique in its first 8 bytes (the agentic-sandbox executor keys sessions
 /// by them).
 pub fn mission_id() -> String {
