@@ -117,14 +117,7 @@ impl App {
     /// Live missions of the executor whose ids share this one's first 8 bytes: executors that name a
     /// session after them (the agentic-sandbox executor) would bind both missions to one session.
     fn session_collisions(&self, mission_id: &str, executor_id: &str) -> Option<String> {
-        let prefix = crate::sandbox_sessions::session_prefix(mission_id);
-        let mut others: Vec<String> = self
-            .ledger
-            .owned_by(executor_id)
-            .into_iter()
-            .map(|(id, _)| id)
-            .filter(|id| id != mission_id && crate::sandbox_sessions::session_prefix(id) == prefix)
-            .collect();
+        let mut others = self.ledger.sharing_session_prefix(mission_id, executor_id);
         others.sort();
         (!others.is_empty()).then(|| {
             format!(

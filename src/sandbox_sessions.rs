@@ -28,14 +28,12 @@ use serde_json::{json, Value};
 
 use crate::app::App;
 use crate::contract::EventType;
-use crate::missions::{on_executor_event, MissionState, Outcome};
+use crate::missions::{on_executor_event, session_prefix, MissionState, Outcome};
 
 /// The words that open the text of every event serve infers from a sandbox session.
 pub const INFERRED: &str = "inferred by serve from sandbox session";
 /// Sessions remembered per sandbox; the oldest are forgotten first.
 const MAX_SESSIONS: usize = 512;
-/// The sandbox names a mission's session `mission-` + the first 8 bytes of its id.
-const PREFIX_BYTES: usize = 8;
 
 /// What a sandbox's frames say about one agent session.
 #[derive(Debug, Default)]
@@ -128,11 +126,6 @@ impl Tracker {
         }
         out
     }
-}
-
-/// Whether a mission id would get a session named `mission-<prefix>`.
-pub fn session_prefix(mission_id: &str) -> &[u8] {
-    &mission_id.as_bytes()[..mission_id.len().min(PREFIX_BYTES)]
 }
 
 /// Whether a terminal event's data is one serve inferred from a sandbox session.

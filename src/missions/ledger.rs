@@ -108,7 +108,42 @@ impl Live {
 
 #[derive(Default)]
 pub struct Ledger {
-    live: Mutex<HashMap<String, Live>>,
+    live: Mutex<Missions>,
+}
+
+/// The live missions, and their ids by [`session_prefix`] (dispatch warns about ids that share one).
+#[derive(Default)]
+struct Missions {
+    by_id: HashMap<String, Live>,
+    by_prefix: HashMap<Vec<u8>, Vec<String>>,
+}
+
+impl Missions {
+    fn insert(&mut self, mission_id: String, live: Live) {
+        if self.by_id.insert(mission_id.clone(), live).is_none() {
+            self.by_prefix.entry(session_prefix(&mission_id).to_vec()).or_default().push(mission_id);
+        }
+    }
+
+    fn remove(&mut self, mission_id: &str) -> Option<Live> {
+        let live = self.by_id.remove(mission_id)?;
+        let prefix = session_prefix(mission_id);
+        if let Some(ids) = self.by_prefix.get_mut(prefix) {
+            ids.retain(|id| id != mission_id);
+            if ids.is_empty() {
+                self.by_prefix.remove(prefix);
+            }
+        }
+        Some(live)
+    }
+}
+
+/// The agentic-sandbox executor names a mission's session `mission-` + the first 8 bytes of its id.
+const SESSION_PREFIX_BYTES: usize = 8;
+
+/// The part of a mission id an executor may name a session after (see [`SESSION_PREFIX_BYTES`]).
+pub fn session_prefix(mission_id: &str) -> &[u8] {
+    &mission_id.as_bytes()[..mission_id.len().min(SESSION_PREFIX_BYTES)]
 }
 
 impl Ledger {
@@ -119,19 +154,31 @@ impl Ledger {
         pending: Vec<HitlRow>,
         progress: Vec<(String, String, Value)>,
     ) -> Ledger {
-        let mut live: HashMap<String, Live> =
-            rows.into_iter().map(|(id, executor_id, state)| (id, Live::new(&executor_id, state))).collect();
+        let mut live = Missions::default();
+        for (id, executor_id, state) in rows {
+            live.insert(id, Live::new(&executor_id, state));
+        }
         for h in pending {
-            if let Some(l) = live.get_mut(&h.mission_id) {
+            if let Some(l) = live.by_id.get_mut(&h.mission_id) {
                 l.hitl = Some(h);
             }
         }
         for (mission_id, ts, data) in progress {
-            if let Some(l) = live.get_mut(&mission_id) {
+            if let Some(l) = live.by_id.get_mut(&mission_id) {
                 l.remember_progress(progress_key(&ts, &data));
             }
         }
         Ledger { live: Mutex::new(live) }
+    }
+
+    /// Other live missions of `executor_id` whose ids share `mission_id`'s session prefix.
+    pub fn sharing_session_prefix(&self, mission_id: &str, executor_id: &str) -> Vec<String> {
+        let live = self.live.lock().expect("ledger lock");
+        let Some(ids) = live.by_prefix.get(session_prefix(mission_id)) else { return Vec::new() };
+        ids.iter()
+            .filter(|id| *id != mission_id && live.by_id.get(*id).is_some_and(|l| l.executor_id == executor_id))
+            .cloned()
+            .collect()
     }
 
     pub fn insert(&self, mission_id: &str, live: Live) {
@@ -139,13 +186,13 @@ impl Ledger {
     }
 
     pub fn contains(&self, mission_id: &str) -> bool {
-        self.live.lock().expect("ledger lock").contains_key(mission_id)
+        self.live.lock().expect("ledger lock").by_id.contains_key(mission_id)
     }
 
     /// Runs `f` on the live mission under the ledger's lock; `None` when the mission is not live.
     /// `f` must not block: it decides and queues, nothing more.
     pub fn with<R>(&self, mission_id: &str, f: impl FnOnce(&mut Live) -> R) -> Option<R> {
-        self.live.lock().expect("ledger lock").get_mut(mission_id).map(f)
+        self.live.lock().expect("ledger lock").by_id.get_mut(mission_id).map(f)
     }
 
     /// Drops a mission whose terminal state is committed, or whose projection must be rebuilt.
@@ -156,13 +203,14 @@ impl Ledger {
     /// Live missions owned by an executor.
     pub fn owned_by(&self, executor_id: &str) -> Vec<(String, MissionState)> {
         let live = self.live.lock().expect("ledger lock");
-        live.iter().filter(|(_, l)| l.executor_id == executor_id).map(|(id, l)| (id.clone(), l.state)).collect()
+        live.by_id.iter().filter(|(_, l)| l.executor_id == executor_id).map(|(id, l)| (id.clone(), l.state)).collect()
     }
 
     /// Live missions owned by an executor, with when it was handed each.
     pub fn owned_with_handover(&self, executor_id: &str) -> Vec<(String, MissionState, Handover)> {
         let live = self.live.lock().expect("ledger lock");
-        live.iter()
+        live.by_id
+            .iter()
             .filter(|(_, l)| l.executor_id == executor_id)
             .map(|(id, l)| (id.clone(), l.state, l.handover))
             .collect()
@@ -170,21 +218,21 @@ impl Ledger {
 
     /// Records that the mission's executor accepted it, now.
     pub fn mark_handed_over(&self, mission_id: &str) {
-        if let Some(l) = self.live.lock().expect("ledger lock").get_mut(mission_id) {
+        if let Some(l) = self.live.lock().expect("ledger lock").by_id.get_mut(mission_id) {
             l.handover = Handover::Done(Instant::now());
         }
     }
 
     /// Pending HITL requests (to re-arm their deadlines at start).
     pub fn pending_hitl(&self) -> Vec<HitlRow> {
-        self.live.lock().expect("ledger lock").values().filter_map(|l| l.hitl.clone()).collect()
+        self.live.lock().expect("ledger lock").by_id.values().filter_map(|l| l.hitl.clone()).collect()
     }
 
     /// Live missions per executor, to seed the registry's counts at start.
     pub fn counts(&self) -> HashMap<String, usize> {
         let live = self.live.lock().expect("ledger lock");
         let mut counts = HashMap::new();
-        for l in live.values().filter(|l| !l.state.is_terminal()) {
+        for l in live.by_id.values().filter(|l| !l.state.is_terminal()) {
             *counts.entry(l.executor_id.clone()).or_default() += 1;
         }
         counts

@@ -3,5 +3,5 @@
 mod ledger;
 mod state;
 
-pub use ledger::{progress_key, Handover, Ledger, Live};
+pub use ledger::{progress_key, session_prefix, Handover, Ledger, Live};
 pub use state::{on_control, on_executor_event, resume_target, Control, MissionState, Outcome};

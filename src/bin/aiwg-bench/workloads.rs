@@ -273,13 +273,14 @@ pub async fn dispatch(dir: &Path, scale: &Scale) -> Vec<Row> {
         let peer = Peer::register(&serve, rest.addr, &[]).await;
         sockets.push(peer.connect(&serve).await);
     }
+    // From the metrics gauge: the executor listing is paged, a fleet does not fit one page.
     let connected = || async {
-        client.get("/api/v1/executors").await.unwrap()["executors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|e| e["connected"] == true)
-            .count()
+        let metrics = client.get("/metrics").await.unwrap();
+        metrics
+            .as_str()
+            .and_then(|text| text.lines().find_map(|l| l.strip_prefix("aiwg_executors_connected ")))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0)
     };
     while connected().await < scale.dispatch_executors {
         tokio::time::sleep(Duration::from_millis(20)).await;
