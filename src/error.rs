@@ -36,6 +36,8 @@ pub enum Error {
     InvalidFrame(&'static str),
     #[error("{0}")]
     InvalidQuery(String),
+    #[error("{0}")]
+    InvalidPath(String),
     #[error("no connected executor satisfies the dispatch: {reason}")]
     NoExecutorAvailable { resumable_required: bool, reason: String },
     #[error("no executor could be reached: {0}")]
@@ -75,6 +77,7 @@ impl Error {
             Error::UnknownEventType(_) => "unknown_event_type",
             Error::InvalidFrame(_) => "invalid_frame",
             Error::InvalidQuery(_) => "invalid_query",
+            Error::InvalidPath(_) => "invalid_path",
             Error::NoExecutorAvailable { resumable_required: true, .. } => "no_resumable_executor_available",
             Error::NoExecutorAvailable { .. } => "no_executor_available",
             Error::ExecutorUnreachable(_) => "executor_unreachable",

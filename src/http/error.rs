@@ -17,7 +17,8 @@ pub fn status_of(e: &Error) -> StatusCode {
         | Error::UnsupportedSpecVersion(_)
         | Error::UnknownEventType(_)
         | Error::InvalidFrame(_)
-        | Error::InvalidQuery(_) => StatusCode::BAD_REQUEST,
+        | Error::InvalidQuery(_)
+        | Error::InvalidPath(_) => StatusCode::BAD_REQUEST,
         Error::Unauthorized(_) | Error::TokenInvalid(_) => StatusCode::UNAUTHORIZED,
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::NotFound(_) => StatusCode::NOT_FOUND,

@@ -25,6 +25,7 @@ mod missions;
 mod openapi;
 mod operations;
 mod operator;
+mod path_ids;
 mod queue;
 mod register;
 mod resumable;
