@@ -22,6 +22,7 @@ mod limits;
 mod logs;
 mod mission_show;
 mod missions;
+mod net;
 mod openapi;
 mod operations;
 mod operator;
