@@ -38,6 +38,10 @@ pub enum Error {
     InvalidQuery(String),
     #[error("{0}")]
     InvalidPath(String),
+    #[error("the request target is longer than the {0}-byte limit")]
+    UriTooLong(usize),
+    #[error("{0}")]
+    HeadersTooLarge(String),
     #[error("no connected executor satisfies the dispatch: {reason}")]
     NoExecutorAvailable { resumable_required: bool, reason: String },
     #[error("no executor could be reached: {0}")]
@@ -78,6 +82,8 @@ impl Error {
             Error::InvalidFrame(_) => "invalid_frame",
             Error::InvalidQuery(_) => "invalid_query",
             Error::InvalidPath(_) => "invalid_path",
+            Error::UriTooLong(_) => "uri_too_long",
+            Error::HeadersTooLarge(_) => "headers_too_large",
             Error::NoExecutorAvailable { resumable_required: true, .. } => "no_resumable_executor_available",
             Error::NoExecutorAvailable { .. } => "no_executor_available",
             Error::ExecutorUnreachable(_) => "executor_unreachable",

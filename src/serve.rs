@@ -12,6 +12,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
+use axum::response::IntoResponse;
 use axum::Router;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
@@ -26,6 +27,7 @@ use tower::Service;
 use crate::app::App;
 use crate::config::Config;
 use crate::contract::Schema;
+use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 
@@ -132,10 +134,22 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
 // (a slot is taken before `accept`, so above the limit new connections wait in the kernel's listen
 // backlog instead of costing a descriptor each), a backoff on accept errors such as EMFILE instead of
 // a tight retry, a deadline for every connection that is not busy with a request (the request head
-// within `header_read_timeout_ms`, the next request within `idle_timeout_s`). What it keeps from `axum::serve`: HTTP/1.1 with upgrades (serve never
+// within `header_read_timeout_ms`, the next request within `idle_timeout_s`), and our own limits on the
+// request head, answered as JSON. What it keeps from `axum::serve`: HTTP/1.1 with upgrades (serve never
 // spoke HTTP/2), TCP_NODELAY, `ConnectInfo<SocketAddr>`, and a graceful stop that lets requests in
 // progress finish and waits for every connection before the sockets are drained.
 
+/// Largest request target we serve; longer ones are answered 414 `uri_too_long`.
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// Largest request head (request line and header fields) we serve; larger: 431 `headers_too_large`.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Most header fields in one request; more: 431 `headers_too_large`.
+pub const MAX_HEADERS: usize = 100;
+/// hyper's own limits sit above ours, so that a head between the two gets our JSON answer; only one
+/// past hyper's (which hyper answers itself, with an empty body) does not. hyper's read buffer bounds
+/// the head it can parse: a head over it is hyper's 431.
+const HYPER_MAX_BUF_BYTES: usize = 2 * MAX_HEAD_BYTES;
+const HYPER_MAX_HEADERS: usize = 2 * MAX_HEADERS;
 /// First pause after an accept error that is not about one connection (EMFILE, ENFILE, ENOBUFS,
 /// ENOMEM); doubled on each repeat up to [`ACCEPT_BACKOFF_MAX`]. Retrying at once would spin: the
 /// pending connection stays in the backlog and the listener stays readable.
@@ -212,6 +226,7 @@ pub fn connection_limit(configured: usize, descriptors: Option<u64>) -> usize {
 /// progress are answered, idle connections closed) and returns.
 async fn serve_http(listener: TcpListener, router: Router, limits: Limits, mut stop: watch::Receiver<bool>) {
     let mut http = http1::Builder::new();
+    http.max_buf_size(HYPER_MAX_BUF_BYTES).max_headers(HYPER_MAX_HEADERS);
     // Our own watchdog bounds heads and idle time (below): hyper's timer would also cut idle keep-alive
     // connections at the head timeout.
     http.header_read_timeout(None);
@@ -414,8 +429,8 @@ impl Drop for InFlight {
     }
 }
 
-/// The router as hyper's service for one connection: the peer's address for `ConnectInfo`, and the
-/// connection marked busy until the answer is written.
+/// The router as hyper's service for one connection: the peer's address for `ConnectInfo`, our limits on
+/// the head, and the connection marked busy until the answer is written.
 fn edge_service(
     router: Router,
     peer: SocketAddr,
@@ -428,14 +443,52 @@ fn edge_service(
 > + Clone {
     hyper::service::service_fn(move |request: Request<Incoming>| {
         let in_flight = activity.request_started();
-        let mut request = request.map(Body::new);
-        request.extensions_mut().insert(ConnectInfo(peer));
-        let routed = router.clone().call(request);
+        let routed = match check_head(&request) {
+            Ok(()) => {
+                let mut request = request.map(Body::new);
+                request.extensions_mut().insert(ConnectInfo(peer));
+                Ok(router.clone().call(request))
+            }
+            Err(refusal) => {
+                tracing::debug!(method = %request.method(), reason = %refusal, "request head refused");
+                Err(refusal)
+            }
+        };
         async move {
-            let response = routed.await.unwrap_or_else(|never| match never {});
+            let response = match routed {
+                Ok(routed) => routed.await.unwrap_or_else(|never| match never {}),
+                Err(refusal) => refusal.into_response(),
+            };
             Ok(response.map(|body| Answer { body, _in_flight: in_flight }))
         }
     })
+}
+
+/// Our limits on the request head, below hyper's, so that they are answered as JSON errors.
+fn check_head<B>(request: &Request<B>) -> Result<(), Error> {
+    let target = request.uri().path_and_query().map_or(0, |p| p.as_str().len())
+        + request.uri().authority().map_or(0, |a| a.as_str().len());
+    if target > MAX_URI_BYTES {
+        return Err(Error::UriTooLong(MAX_URI_BYTES));
+    }
+    let headers = request.headers();
+    if headers.len() > MAX_HEADERS {
+        return Err(Error::HeadersTooLarge(format!(
+            "the request has {} header fields; at most {MAX_HEADERS} are accepted",
+            headers.len()
+        )));
+    }
+    // As on the wire: "name: value\r\n" per field, after the request line.
+    let size = request.method().as_str().len()
+        + target
+        + 12
+        + headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>();
+    if size > MAX_HEAD_BYTES {
+        return Err(Error::HeadersTooLarge(format!(
+            "the request head is about {size} bytes; at most {MAX_HEAD_BYTES} are accepted"
+        )));
+    }
+    Ok(())
 }
 
 /// An answer's body, holding its connection busy until hyper has written it (and dropped it).

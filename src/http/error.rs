@@ -28,6 +28,8 @@ pub fn status_of(e: &Error) -> StatusCode {
         | Error::ExecutorNotConnected(_)
         | Error::ControlUnsupported(_) => StatusCode::CONFLICT,
         Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        Error::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+        Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         Error::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
         Error::LeaseDeniesAllTools => StatusCode::UNPROCESSABLE_ENTITY,

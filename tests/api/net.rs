@@ -1,6 +1,6 @@
-//! The connection edge (issue 11, finding 5): a client that does not send a request head in time is
-//! dropped, an idle keep-alive connection is closed, and connections above `server.max_connections`
-//! wait for a free slot instead of exhausting descriptors.
+//! The connection edge (issue 11, findings 5 and 12): a client that does not send a request head in
+//! time is dropped, an idle keep-alive connection is closed, connections above `server.max_connections`
+//! wait for a free slot instead of exhausting descriptors, and what the edge refuses is our JSON error.
 //! Every test talks to the real server over real TCP, most of them below any HTTP client.
 
 use std::time::{Duration, Instant};
@@ -294,4 +294,39 @@ fn cpu_seconds(pid: u32) -> f64 {
     let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
     // SAFETY: sysconf reads a constant.
     ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Finding 12: hyper's own 414 and 431 carried no body. Up to twice our limits, ours answer them as
+/// JSON; past hyper's, and for a request hyper cannot parse at all, hyper's bodiless answer remains.
+#[tokio::test]
+async fn oversized_heads_are_json_errors_up_to_hypers_own_limits() {
+    let server = TestServer::start().await;
+    let long = format!("/healthz?pad={}", "a".repeat(aiwg_serve::serve::MAX_URI_BYTES));
+    let message = server.client.get(&long).await.assert_error(414, "uri_too_long");
+    assert!(message.contains("8192"), "{message}");
+    // Just under the limit is served.
+    let fits = format!("/healthz?pad={}", "a".repeat(aiwg_serve::serve::MAX_URI_BYTES - 20));
+    assert_eq!(server.client.get(&fits).await.status, 200);
+
+    let names: Vec<String> = (0..=aiwg_serve::serve::MAX_HEADERS).map(|i| format!("x-h-{i}")).collect();
+    let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+    let message = server.client.get_with("/healthz", &many).await.assert_error(431, "headers_too_large");
+    assert!(message.contains("header fields"), "{message}");
+    let big = "b".repeat(aiwg_serve::serve::MAX_HEAD_BYTES);
+    let message = server.client.get_with("/healthz", &[("x-big", &big)]).await.assert_error(431, "headers_too_large");
+    assert!(message.contains("request head"), "{message}");
+    assert_eq!(server.client.get_with("/healthz", &many[..50]).await.status, 200);
+
+    // What stays hyper's: a head past its buffer, and one it cannot parse. Still refused, and the
+    // connection closed; the body is empty.
+    for (raw, expected) in [
+        (format!("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Huge: {}\r\n\r\n", "c".repeat(200 * 1024)), 431),
+        ("NOT A REQUEST\r\n\r\n".to_owned(), 400),
+    ] {
+        let mut tcp = connect(&server).await;
+        let _ = tcp.write_all(raw.as_bytes()).await;
+        let (status, _, body) = read_response(&mut tcp).await;
+        assert_eq!((status, body.len()), (expected, 0));
+        assert_eq!(closed_by_server(&mut tcp).await.as_secs(), 0, "closed at once");
+    }
 }
