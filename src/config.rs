@@ -44,6 +44,15 @@ pub struct ServerConfig {
     pub max_sandboxes: usize,
     /// Registrations (executor and sandbox) per minute from one non-loopback address.
     pub registrations_per_minute: u32,
+    /// Time a connection has to send a complete request head, from its opening or from the first byte
+    /// of the head (slowloris).
+    pub header_read_timeout_ms: u64,
+    /// Time an HTTP keep-alive connection may wait for its next request. Upgraded WebSockets are not
+    /// HTTP connections any more: the hub's ping deadline governs them.
+    pub idle_timeout_s: u64,
+    /// Open client connections (HTTP and WebSocket) at most; 0 derives it from the file-descriptor limit
+    /// (see `serve::connection_limit`). Above it, new connections wait in the listen backlog.
+    pub max_connections: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -87,6 +96,9 @@ impl Default for ServerConfig {
             max_executors: 100_000,
             max_sandboxes: 1_000,
             registrations_per_minute: 120,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_s: 60,
+            max_connections: 0,
         }
     }
 }
@@ -219,6 +231,9 @@ impl Config {
         if self.server.max_body_bytes < 1024 || self.hub.max_frame_bytes < 1024 {
             return bad("server.max_body_bytes and hub.max_frame_bytes must be at least 1024".into());
         }
+        if self.server.header_read_timeout_ms == 0 || self.server.idle_timeout_s == 0 {
+            return bad("server.header_read_timeout_ms and server.idle_timeout_s must be positive".into());
+        }
         if self.hub.read_buffer_bytes < 256 {
             return bad("hub.read_buffer_bytes must be at least 256".into());
         }
@@ -304,7 +319,14 @@ fn apply_env(
     for (name, value) in env {
         let Some((section, key, is_list)) = known.get(&name) else {
             if name.starts_with("AIWG_SERVE_") && !NOT_SETTINGS.contains(&name.as_str()) {
-                let hint = did_you_mean(&name, known.keys().map(|k| (k.clone(), k.clone())));
+                // A key of another section named without its section is the likeliest slip; otherwise
+                // the closest name.
+                let key = &name["AIWG_SERVE_".len()..];
+                let sectioned = known.keys().find(|k| k.ends_with(key) && k[..k.len() - key.len()].ends_with('_'));
+                let hint = match sectioned.filter(|k| k.len() > name.len()) {
+                    Some(k) => format!("; did you mean {k}?"),
+                    None => did_you_mean(&name, known.keys().map(|k| (k.clone(), k.clone()))),
+                };
                 return Err(ConfigError::Invalid(format!(
                     "unknown environment variable {name}{hint} (config.example.toml lists every setting and its \
                      variable)"
@@ -452,6 +474,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("config: unknown environment variable AIWG_SERVE_HUB_PING_INTERVAL; did you mean AIWG_SERVE_HUB_PING_INTERVAL_S?"), "{err}");
+        // A key of another section without its section's name.
+        let err = Config::load(None, env(&[("AIWG_SERVE_FORWARD_TIMEOUT_MS", "5")]), Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean AIWG_SERVE_DISPATCH_FORWARD_TIMEOUT_MS?"), "{err}");
         let clients: Vec<(&str, &str)> = NOT_SETTINGS.iter().map(|n| (*n, "x")).collect();
         assert!(Config::load(None, env(&clients), Overrides::default()).is_ok());
     }

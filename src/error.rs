@@ -36,6 +36,12 @@ pub enum Error {
     InvalidFrame(&'static str),
     #[error("{0}")]
     InvalidQuery(String),
+    #[error("{0}")]
+    InvalidPath(String),
+    #[error("the request target is longer than the {0}-byte limit")]
+    UriTooLong(usize),
+    #[error("{0}")]
+    HeadersTooLarge(String),
     #[error("no connected executor satisfies the dispatch: {reason}")]
     NoExecutorAvailable { resumable_required: bool, reason: String },
     #[error("no executor could be reached: {0}")]
@@ -75,6 +81,9 @@ impl Error {
             Error::UnknownEventType(_) => "unknown_event_type",
             Error::InvalidFrame(_) => "invalid_frame",
             Error::InvalidQuery(_) => "invalid_query",
+            Error::InvalidPath(_) => "invalid_path",
+            Error::UriTooLong(_) => "uri_too_long",
+            Error::HeadersTooLarge(_) => "headers_too_large",
             Error::NoExecutorAvailable { resumable_required: true, .. } => "no_resumable_executor_available",
             Error::NoExecutorAvailable { .. } => "no_executor_available",
             Error::ExecutorUnreachable(_) => "executor_unreachable",

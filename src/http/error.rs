@@ -17,7 +17,8 @@ pub fn status_of(e: &Error) -> StatusCode {
         | Error::UnsupportedSpecVersion(_)
         | Error::UnknownEventType(_)
         | Error::InvalidFrame(_)
-        | Error::InvalidQuery(_) => StatusCode::BAD_REQUEST,
+        | Error::InvalidQuery(_)
+        | Error::InvalidPath(_) => StatusCode::BAD_REQUEST,
         Error::Unauthorized(_) | Error::TokenInvalid(_) => StatusCode::UNAUTHORIZED,
         Error::Forbidden(_) => StatusCode::FORBIDDEN,
         Error::NotFound(_) => StatusCode::NOT_FOUND,
@@ -27,6 +28,8 @@ pub fn status_of(e: &Error) -> StatusCode {
         | Error::ExecutorNotConnected(_)
         | Error::ControlUnsupported(_) => StatusCode::CONFLICT,
         Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+        Error::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+        Error::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         Error::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         Error::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
         Error::LeaseDeniesAllTools => StatusCode::UNPROCESSABLE_ENTITY,

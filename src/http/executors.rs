@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::etag;
-use super::extract::{Bearer, Contract, Operator, Page, SocketUpgrade};
+use super::extract::{Bearer, Contract, Operator, Page, PathId, SocketUpgrade};
 use crate::app::App;
 use crate::contract::RegisterPayload;
 use crate::error::{Error, Result};
@@ -79,39 +79,34 @@ async fn list(_: Operator, State(app): State<Arc<App>>, headers: HeaderMap, uri:
     Ok(etag::respond(&headers, &ExecutorList { executors, next_cursor: Page::cursor('e', next) }))
 }
 
-async fn show(
-    _: Operator,
-    State(app): State<Arc<App>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response> {
+async fn show(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId, headers: HeaderMap) -> Result<Response> {
     let status = app.registry.status(&id).ok_or_else(|| Error::NotFound(format!("executor {id} is not registered")))?;
     Ok(etag::respond(&headers, &status))
 }
 
-async fn drain(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+async fn drain(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
     app.set_draining(&id, true).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": true}))).into_response())
 }
 
-async fn undrain(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+async fn undrain(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
     app.set_draining(&id, false).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
 }
 
-async fn remove(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Response> {
+async fn remove(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
     app.remove_executor(&id).await?;
     Ok((StatusCode::OK, Json(json!({"executor_id": id, "removed": true}))).into_response())
 }
 
-async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>, Bearer(bearer): Bearer) -> Result<StatusCode> {
+async fn deregister(State(app): State<Arc<App>>, PathId(id): PathId, Bearer(bearer): Bearer) -> Result<StatusCode> {
     app.deregister(&id, bearer.as_deref()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn socket(
     State(app): State<Arc<App>>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
     Ok(match app.registry.authenticate(&id, token.as_deref()) {

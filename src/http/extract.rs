@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -113,6 +113,24 @@ impl FromRequestParts<Arc<App>> for SocketUpgrade {
             .max_frame_size(hub.max_frame_bytes);
         let token = Query::<TokenQuery>::from_request_parts(parts, app).await.ok().and_then(|Query(q)| q.token);
         Ok(SocketUpgrade { upgrade, token: token.filter(|t| !t.is_empty()) })
+    }
+}
+
+/// The `{id}` segment of a route, percent-decoded. axum's own `Path` answers a segment that is not
+/// UTF-8 once decoded (`/api/v1/missions/%FF`) in plain text; this one answers `invalid_path`.
+pub struct PathId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathId {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) => Ok(PathId(id)),
+            Err(rejection) => Err(Error::InvalidPath(format!(
+                "the id in the path is not valid: {} (ids are UTF-8, percent-encoded)",
+                rejection.body_text()
+            ))),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::etag;
-use super::extract::{Contract, Operator};
+use super::extract::{Contract, Operator, PathId};
 use crate::app::App;
 use crate::clock;
 use crate::contract::HitlResponsePayload;
@@ -40,33 +40,28 @@ async fn act(app: &Arc<App>, id: &str, action: Action<'_>) -> Result<Accepted> {
     Ok((StatusCode::ACCEPTED, Json(app.operate(id, action).await?)))
 }
 
-async fn pause(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Accepted> {
+async fn pause(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Accepted> {
     act(&app, &id, Action::Pause).await
 }
 
-async fn resume(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Accepted> {
+async fn resume(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Accepted> {
     act(&app, &id, Action::Resume).await
 }
 
-async fn abort(_: Operator, State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Accepted> {
+async fn abort(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Accepted> {
     act(&app, &id, Action::Abort).await
 }
 
 async fn hitl_response(
     _: Operator,
     State(app): State<Arc<App>>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     Contract { body, .. }: Contract<HitlResponsePayload>,
 ) -> Result<Accepted> {
     act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }).await
 }
 
-async fn show(
-    _: Operator,
-    State(app): State<Arc<App>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response> {
+async fn show(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId, headers: HeaderMap) -> Result<Response> {
     Ok(etag::respond(&headers, &app.mission_detail(&id).await?))
 }
 

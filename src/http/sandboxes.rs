@@ -4,14 +4,14 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::extract::{JsonBody, Operator, Page, SocketUpgrade};
+use super::extract::{JsonBody, Operator, Page, PathId, SocketUpgrade};
 use crate::app::App;
 use crate::error::Result;
 use crate::hub;
@@ -36,14 +36,14 @@ async fn register(
     Ok((StatusCode::CREATED, Json(registered)).into_response())
 }
 
-async fn deregister(State(app): State<Arc<App>>, Path(id): Path<String>) -> Result<Json<Value>> {
+async fn deregister(State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Json<Value>> {
     let deregistered = app.deregister_sandbox(&id).await?;
     Ok(Json(json!({"sandbox_id": id, "deregistered": deregistered})))
 }
 
 async fn socket(
     State(app): State<Arc<App>>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
     SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
     Ok(match app.authenticate_sandbox(&id, token.as_deref()) {

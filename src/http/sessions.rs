@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header::LOCATION;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::extract::{Contract, Operator};
+use super::extract::{Contract, Operator, PathId};
 use crate::app::App;
 use crate::contract::DispatchPayload;
 use crate::error::Result;
@@ -24,7 +24,7 @@ pub fn router() -> Router<Arc<App>> {
 async fn dispatch(
     _: Operator,
     State(app): State<Arc<App>>,
-    Path(session_id): Path<String>,
+    PathId(session_id): PathId,
     Contract { body, raw }: Contract<DispatchPayload>,
 ) -> Result<Response> {
     let dispatched = app.dispatch(&session_id, raw, body).await?;
@@ -32,7 +32,7 @@ async fn dispatch(
 }
 
 /// Upstream answers its pre-v1 path with a 301 to the v1 path; kept for old clients.
-async fn legacy_dispatch(Path(session_id): Path<String>) -> Response {
+async fn legacy_dispatch(PathId(session_id): PathId) -> Response {
     let target = format!("/api/v1/sessions/{}/dispatch", encode_segment(&session_id));
     (StatusCode::MOVED_PERMANENTLY, [(LOCATION, target)]).into_response()
 }
