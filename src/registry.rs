@@ -539,11 +539,6 @@ impl Registry {
         }
         (out, None)
     }
-
-    /// Registered (not deregistered) executors.
-    pub fn registered(&self) -> usize {
-        self.counts().0
-    }
 }
 
 fn status_of(e: &Entry) -> ExecutorStatus {

@@ -129,31 +129,26 @@ impl Writer {
 
     /// Sends and flushes; false when the socket is gone or the peer did not take it in time.
     pub(crate) async fn send(&mut self, message: Message) -> bool {
-        self.within(|sink| Box::pin(sink.send(message))).await
+        in_time(self.deadline, self.sink.send(message)).await
     }
 
     /// Queues without flushing (several answers leave in one write); false as for `send`.
     pub(crate) async fn feed(&mut self, message: Message) -> bool {
-        self.within(|sink| Box::pin(sink.feed(message))).await
+        in_time(self.deadline, self.sink.feed(message)).await
     }
 
     pub(crate) async fn flush(&mut self) -> bool {
-        self.within(|sink| Box::pin(sink.flush())).await
+        in_time(self.deadline, self.sink.flush()).await
     }
+}
 
-    async fn within<'a>(
-        &'a mut self,
-        write: impl FnOnce(
-            &'a mut futures_util::stream::SplitSink<WebSocket, Message>,
-        )
-            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), axum::Error>> + Send + 'a>>,
-    ) -> bool {
-        match tokio::time::timeout(self.deadline, write(&mut self.sink)).await {
-            Ok(result) => result.is_ok(),
-            Err(_) => {
-                tracing::warn!(deadline_s = self.deadline.as_secs(), "peer stopped reading its socket; dropping it");
-                false
-            }
+/// Whether a write finished, and in time.
+async fn in_time(deadline: Duration, write: impl std::future::Future<Output = Result<(), axum::Error>>) -> bool {
+    match tokio::time::timeout(deadline, write).await {
+        Ok(result) => result.is_ok(),
+        Err(_) => {
+            tracing::warn!(deadline_s = deadline.as_secs(), "peer stopped reading its socket; dropping it");
+            false
         }
     }
 }
