@@ -1,9 +1,10 @@
-//! The domain's error type. Every refusal the server can make is one variant with one stable snake_case
-//! code; `http::error` maps them to HTTP statuses in one place, and the WebSocket hub sends the same
+//! Every refusal the server can make: one variant each, with its stable snake_case code and its HTTP
+//! status in one table ([`Error::meta`]). `http::error` renders them; the WebSocket hub sends the same
 //! codes in error frames.
 
+use axum::http::StatusCode;
+
 use crate::contract::SchemaDetail;
-use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -60,42 +61,56 @@ pub enum Error {
     MethodNotAllowed,
     #[error("this route is a WebSocket: send an upgrade request")]
     UpgradeRequired,
+    /// A storage failure (its detail goes to the log, not to the caller).
     #[error("storage failure")]
-    Store(#[source] StoreError),
+    Store(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl Error {
-    pub fn code(&self) -> &'static str {
+    /// The one table of every refusal: its stable code (HTTP bodies, WebSocket error frames, metrics)
+    /// and its HTTP status, side by side.
+    pub fn meta(&self) -> (&'static str, StatusCode) {
+        use StatusCode as S;
         match self {
-            Error::InvalidJson(_) => "invalid_json",
-            Error::SchemaViolation { .. } => "schema_violation",
-            Error::UnsupportedSpecVersion(_) => "unsupported_spec_version",
-            Error::Unauthorized(_) => "unauthorized",
-            Error::TokenInvalid(_) => "token_invalid",
-            Error::Forbidden(_) => "forbidden",
-            Error::NotFound(_) => "not_found",
-            Error::Conflict(_) => "conflict",
-            Error::IllegalTransition(_) => "illegal_transition",
-            Error::PayloadTooLarge(_) => "payload_too_large",
-            Error::UnsupportedMediaType(_) => "unsupported_media_type",
-            Error::UnknownEventType(_) => "unknown_event_type",
-            Error::InvalidFrame(_) => "invalid_frame",
-            Error::InvalidQuery(_) => "invalid_query",
-            Error::InvalidPath(_) => "invalid_path",
-            Error::UriTooLong(_) => "uri_too_long",
-            Error::HeadersTooLarge(_) => "headers_too_large",
-            Error::NoExecutorAvailable { resumable_required: true, .. } => "no_resumable_executor_available",
-            Error::NoExecutorAvailable { .. } => "no_executor_available",
-            Error::ExecutorUnreachable(_) => "executor_unreachable",
-            Error::ExecutorForwardFailed(_) => "executor_forward_failed",
-            Error::ExecutorNotConnected(_) => "executor_not_connected",
-            Error::ControlUnsupported(_) => "control_unsupported",
-            Error::TooManyRequests(_) => "too_many_requests",
-            Error::LeaseDeniesAllTools => "lease_denies_all_tools",
-            Error::MethodNotAllowed => "method_not_allowed",
-            Error::UpgradeRequired => "upgrade_required",
-            Error::Store(_) => "internal",
+            Error::InvalidJson(_) => ("invalid_json", S::BAD_REQUEST),
+            Error::SchemaViolation { .. } => ("schema_violation", S::BAD_REQUEST),
+            Error::UnsupportedSpecVersion(_) => ("unsupported_spec_version", S::BAD_REQUEST),
+            Error::UnknownEventType(_) => ("unknown_event_type", S::BAD_REQUEST),
+            Error::InvalidFrame(_) => ("invalid_frame", S::BAD_REQUEST),
+            Error::InvalidQuery(_) => ("invalid_query", S::BAD_REQUEST),
+            Error::InvalidPath(_) => ("invalid_path", S::BAD_REQUEST),
+            Error::Unauthorized(_) => ("unauthorized", S::UNAUTHORIZED),
+            Error::TokenInvalid(_) => ("token_invalid", S::UNAUTHORIZED),
+            Error::Forbidden(_) => ("forbidden", S::FORBIDDEN),
+            Error::NotFound(_) => ("not_found", S::NOT_FOUND),
+            Error::MethodNotAllowed => ("method_not_allowed", S::METHOD_NOT_ALLOWED),
+            Error::Conflict(_) => ("conflict", S::CONFLICT),
+            Error::IllegalTransition(_) => ("illegal_transition", S::CONFLICT),
+            Error::ExecutorNotConnected(_) => ("executor_not_connected", S::CONFLICT),
+            Error::ControlUnsupported(_) => ("control_unsupported", S::CONFLICT),
+            Error::PayloadTooLarge(_) => ("payload_too_large", S::PAYLOAD_TOO_LARGE),
+            Error::UriTooLong(_) => ("uri_too_long", S::URI_TOO_LONG),
+            Error::HeadersTooLarge(_) => ("headers_too_large", S::REQUEST_HEADER_FIELDS_TOO_LARGE),
+            Error::UnsupportedMediaType(_) => ("unsupported_media_type", S::UNSUPPORTED_MEDIA_TYPE),
+            Error::TooManyRequests(_) => ("too_many_requests", S::TOO_MANY_REQUESTS),
+            Error::LeaseDeniesAllTools => ("lease_denies_all_tools", S::UNPROCESSABLE_ENTITY),
+            Error::UpgradeRequired => ("upgrade_required", S::UPGRADE_REQUIRED),
+            Error::NoExecutorAvailable { resumable_required: true, .. } => {
+                ("no_resumable_executor_available", S::SERVICE_UNAVAILABLE)
+            }
+            Error::NoExecutorAvailable { .. } => ("no_executor_available", S::SERVICE_UNAVAILABLE),
+            Error::ExecutorUnreachable(_) => ("executor_unreachable", S::BAD_GATEWAY),
+            Error::ExecutorForwardFailed(_) => ("executor_forward_failed", S::BAD_GATEWAY),
+            Error::Store(_) => ("internal", S::INTERNAL_SERVER_ERROR),
         }
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.meta().0
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.meta().1
     }
 
     /// The schema failures behind a `schema_violation`, for the `details` field.
@@ -103,15 +118,6 @@ impl Error {
         match self {
             Error::SchemaViolation { details, .. } => Some(details),
             _ => None,
-        }
-    }
-}
-
-impl From<StoreError> for Error {
-    fn from(e: StoreError) -> Error {
-        match e {
-            StoreError::DuplicateMission(id) => Error::Conflict(format!("mission {id} already exists")),
-            other => Error::Store(other),
         }
     }
 }

@@ -9,8 +9,8 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 use crate::contract::{spec_support, EventType, Schema};
-use crate::missions::{on_control, on_executor_event, resume_target, Control, Handover, MissionState, Outcome};
-use crate::reconcile::{on_resync, Decision, Owned, Stranger};
+use crate::domain::resync::{on_resync, Decision, Owned, Stranger};
+use crate::domain::{on_control, on_executor_event, resume_target, Control, Handover, MissionState, Outcome};
 
 /// Any JSON value, a few levels deep, with the keys our parsers look for among random ones.
 fn json_value() -> impl Strategy<Value = Value> {
@@ -121,7 +121,7 @@ proptest! {
     /// The sandbox socket's frames.
     #[test]
     fn sandbox_frames_never_panic_the_session_tracker(frames in prop::collection::vec(json_value(), 0..20)) {
-        let mut tracker = crate::sandbox_sessions::Tracker::default();
+        let mut tracker = crate::domain::sandbox_sessions::Tracker::default();
         for frame in &frames {
             let _ = tracker.observe(frame);
         }
@@ -198,7 +198,7 @@ proptest! {
     #[test]
     fn readiness_policy(report in prop::option::of(json_value()), unattended in any::<bool>()) {
         let now: chrono::DateTime<chrono::Utc> = "2026-06-01T00:00:00Z".parse().unwrap();
-        let verdict = crate::readiness::judge(report.as_ref(), unattended, now);
+        let verdict = crate::domain::readiness::judge(report.as_ref(), unattended, now);
         if verdict.is_ok() {
             let r = report.as_ref().unwrap();
             prop_assert_eq!(r.get("ready"), Some(&Value::Bool(true)));

@@ -97,10 +97,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let bind = config.server.bind;
     let limits = Limits::from_config(&config);
     let app = Arc::new(App::new(config, schema, store.clone(), metrics, stopped.clone()).await?);
-    app.rearm_hitl_deadlines();
-    app.arm_restart_grace();
-    app.load_queue().await?;
-    app.run_queue();
+    app.resume().await?;
     let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
     let sockets = app.sockets.clone();

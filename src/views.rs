@@ -6,8 +6,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::contract::Envelope;
-use crate::missions::MissionState;
-use crate::store::{HitlRow, MissionRow, StoredEvent};
+use crate::domain::MissionState;
+use crate::domain::{HitlRow, MissionRow, StoredEvent};
 
 /// `GET /api/v1/missions/{id}`: the contract's `mission_status_response`, plus our extensions: the
 /// routing decision, what the mission asked for (`objective`, `completion`, from its dispatch) and the

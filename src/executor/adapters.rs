@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 
 use crate::contract::ToolPolicy;
-use crate::readiness::{BudgetState, ExecutorClass, Expiry, Gap, GapKind, Report};
+use crate::domain::readiness::{BudgetState, ExecutorClass, Expiry, Gap, GapKind, Report};
 
 /// What the executor's environment looks like to an adapter judging its readiness.
 pub trait Host {

@@ -153,8 +153,8 @@ impl Executor {
             self.adapter.class.capability().to_owned(),
             "x-readiness".to_owned(),
             // SIGSTOP/SIGCONT and SIGTERM on the mission's process group (see README).
-            crate::operator::PAUSE_RESUME.to_owned(),
-            crate::operator::ABORT.to_owned(),
+            crate::domain::capabilities::PAUSE_RESUME.to_owned(),
+            crate::domain::capabilities::ABORT.to_owned(),
         ];
         if self.state.is_some() {
             caps.push("resumable".into());

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use super::extract::Bearer;
 use crate::app::App;
 use crate::error::{Error, Result};
-use crate::stream::{self as log, Filter, Next};
+use crate::services::feed::{self as log, Filter, Next};
 
 pub fn router() -> Router<Arc<App>> {
     Router::new().route("/api/v1/events", get(sse)).route("/ws/events", get(socket))
@@ -51,7 +51,7 @@ const PAGE_MAX: u32 = 1000;
 
 /// Authorizes the follower and reads where it starts and what it wants.
 fn open(app: &App, p: Params, bearer: Option<String>, last_event_id: Option<&str>) -> Result<(Option<i64>, Filter)> {
-    app.authorize_operator(bearer.or(p.token).as_deref())?;
+    app.fleet.authorize_operator(bearer.or(p.token).as_deref())?;
     let since =
         // A reconnecting EventSource repeats its original URL: the Last-Event-ID it adds is the newer truth.
         match last_event_id.or(p.since.as_deref()) {
@@ -79,13 +79,12 @@ async fn sse(
             return Err(Error::InvalidQuery(format!("limit must be between 1 and {PAGE_MAX}")));
         }
         let since = since.unwrap_or(0);
-        let events =
-            app.store.events_after(since, filter.mission_id.as_deref(), filter.executor_id.as_deref(), limit).await?;
+        let events = app.feed.page(since, &filter, limit).await?;
         let next_since = events.last().map_or(since, |e| e.seq);
-        let page = Page { events: events.iter().map(log::Item::from).collect(), next_since };
+        let page = Page { events, next_since };
         return Ok(axum::Json(page).into_response());
     }
-    let items = log::follow(app.store.clone(), since, filter, app.shutdown_signal());
+    let items = app.feed.follow(since, filter);
     let events = stream::unfold(items, |mut items| async move {
         let next = items.recv().await?;
         Some((Ok::<_, Infallible>(sse_event(next)), items))
@@ -112,7 +111,7 @@ async fn socket(
     let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
     let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
     let (since, filter) = open(&app, p, bearer, None)?;
-    let items = log::follow(app.store.clone(), since, filter, app.shutdown_signal());
+    let items = app.feed.follow(since, filter);
     let hub = app.config.hub.clone();
     // Operators send nothing but control frames: the hub's small read buffer, and a small message cap.
     let upgrade = upgrade
@@ -142,7 +141,7 @@ async fn follow_socket(socket: WebSocket, mut items: tokio::sync::mpsc::Receiver
                 Some(Next::End(end)) => {
                     let text = serde_json::json!({"end": end}).to_string();
                     sink.send(Message::Text(Utf8Bytes::from(text))).await;
-                    break if end.reason == "lagged" { (4008, "lagged: resume with since") } else { (1001, "server shutdown") };
+                    break if end.reason == log::EndReason::Lagged { (4008, "lagged: resume with since") } else { (1001, "server shutdown") };
                 }
                 None => return,
             },

@@ -17,7 +17,7 @@ use crate::app::App;
 use crate::contract::RegisterPayload;
 use crate::error::{Error, Result};
 use crate::hub;
-use crate::registry::ExecutorStatus;
+use crate::services::registry::ExecutorStatus;
 
 pub fn router() -> Router<Arc<App>> {
     Router::new()
@@ -35,8 +35,8 @@ async fn register(
     Bearer(bearer): Bearer,
     Contract { body, .. }: Contract<RegisterPayload>,
 ) -> Result<Response> {
-    app.admit_registration(peer.ip())?;
-    let (registered, warning) = app.register(&body, peer.ip(), bearer.as_deref()).await?;
+    app.fleet.admit_registration(peer.ip())?;
+    let (registered, warning) = app.fleet.register(&body, peer.ip(), bearer.as_deref()).await?;
     let mut response = (
         StatusCode::CREATED,
         Json(json!({
@@ -85,22 +85,22 @@ async fn show(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId, head
 }
 
 async fn drain(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
-    app.set_draining(&id, true).await?;
+    app.fleet.set_draining(&id, true).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": true}))).into_response())
 }
 
 async fn undrain(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
-    app.set_draining(&id, false).await?;
+    app.fleet.set_draining(&id, false).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
 }
 
 async fn remove(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
-    app.remove_executor(&id).await?;
+    app.fleet.remove_executor(&id).await?;
     Ok((StatusCode::OK, Json(json!({"executor_id": id, "removed": true}))).into_response())
 }
 
 async fn deregister(State(app): State<Arc<App>>, PathId(id): PathId, Bearer(bearer): Bearer) -> Result<StatusCode> {
-    app.deregister(&id, bearer.as_deref()).await?;
+    app.fleet.deregister(&id, bearer.as_deref()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -154,7 +154,7 @@ impl FromRequestParts<Arc<App>> for Operator {
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
         let Bearer(token) = Bearer::from_request_parts(parts, app).await?;
-        app.authorize_operator(token.as_deref()).map(|_| Operator)
+        app.fleet.authorize_operator(token.as_deref()).map(|_| Operator)
     }
 }
 

@@ -35,7 +35,7 @@ pub fn router() -> Router<Arc<App>> {
 
 /// Prometheus text format; an operator route like the others.
 async fn metrics(_: Operator, State(app): State<Arc<App>>) -> Result<Response> {
-    let text = app.metrics_text().await?;
+    let text = app.status.metrics_text().await?;
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
@@ -51,12 +51,12 @@ async fn openapi() -> Response {
 /// 200 `{"status": "ready", "checks": {...}}` when every check passes; otherwise 503 `not_ready`, the
 /// message naming each failed check. Open to anyone, like `/healthz`: probes carry no token.
 async fn ready(State(app): State<Arc<App>>) -> Response {
-    let writer = match tokio::time::timeout(CHECK_TIMEOUT, app.store.commit(Vec::new())).await {
+    let writer = match tokio::time::timeout(CHECK_TIMEOUT, app.status.writer_commits()).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(format!("the store writer does not commit: {e}")),
         Err(_) => Err(format!("the store writer did not answer within {}s", CHECK_TIMEOUT.as_secs())),
     };
-    let migrations = match tokio::time::timeout(CHECK_TIMEOUT, app.store.missing_migrations()).await {
+    let migrations = match tokio::time::timeout(CHECK_TIMEOUT, app.status.missing_migrations()).await {
         Ok(Ok(missing)) if missing.is_empty() => Ok(()),
         Ok(Ok(missing)) => Err(format!("migrations {missing:?} are not applied")),
         Ok(Err(e)) => Err(format!("cannot read the applied migrations: {e}")),

@@ -15,9 +15,9 @@ use super::extract::{Contract, Operator, PathId};
 use crate::app::App;
 use crate::clock;
 use crate::contract::HitlResponsePayload;
+use crate::domain::MissionState;
 use crate::error::{Error, Result};
-use crate::missions::MissionState;
-use crate::operator::{Action, ControlOutcome};
+use crate::services::controls::{Action, ControlOutcome};
 use crate::store::MissionQuery;
 use crate::views::decode_cursor;
 
@@ -37,7 +37,7 @@ pub fn router() -> Router<Arc<App>> {
 type Accepted = (StatusCode, Json<ControlOutcome>);
 
 async fn act(app: &Arc<App>, id: &str, action: Action<'_>) -> Result<Accepted> {
-    Ok((StatusCode::ACCEPTED, Json(app.operate(id, action).await?)))
+    Ok((StatusCode::ACCEPTED, Json(app.controls.operate(id, action).await?)))
 }
 
 async fn pause(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Accepted> {
@@ -62,7 +62,7 @@ async fn hitl_response(
 }
 
 async fn show(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId, headers: HeaderMap) -> Result<Response> {
-    Ok(etag::respond(&headers, &app.mission_detail(&id).await?))
+    Ok(etag::respond(&headers, &app.status.mission_detail(&id).await?))
 }
 
 #[derive(Deserialize)]
@@ -104,5 +104,5 @@ async fn list(
     }
     let query =
         MissionQuery { state, executor_id: p.executor_id, session_id: p.session_id, updated_since, before_id, limit };
-    Ok(etag::respond(&headers, &app.missions(query).await?))
+    Ok(etag::respond(&headers, &app.status.missions(query).await?))
 }

@@ -23,8 +23,6 @@ use tracing::Level;
 use crate::app::App;
 use crate::error::Error;
 
-pub use error::status_of;
-
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.server.max_body_bytes;
     Router::new()

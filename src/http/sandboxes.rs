@@ -31,13 +31,13 @@ async fn register(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     JsonBody(body): JsonBody,
 ) -> Result<Response> {
-    app.admit_registration(peer.ip())?;
-    let registered = app.register_sandbox(body, peer.ip()).await?;
+    app.fleet.admit_registration(peer.ip())?;
+    let registered = app.sandboxes.register(body, peer.ip()).await?;
     Ok((StatusCode::CREATED, Json(registered)).into_response())
 }
 
 async fn deregister(State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Json<Value>> {
-    let deregistered = app.deregister_sandbox(&id).await?;
+    let deregistered = app.sandboxes.deregister(&id).await?;
     Ok(Json(json!({"sandbox_id": id, "deregistered": deregistered})))
 }
 
@@ -46,7 +46,7 @@ async fn socket(
     PathId(id): PathId,
     SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
-    Ok(match app.authenticate_sandbox(&id, token.as_deref()) {
+    Ok(match app.sandboxes.authenticate(&id, token.as_deref()) {
         Ok(()) => upgrade.on_upgrade(move |socket| hub::sandbox::sandbox_socket(app, id, socket)),
         Err(_) => upgrade.on_upgrade(hub::reject),
     })
@@ -54,7 +54,7 @@ async fn socket(
 
 async fn list(_: Operator, State(app): State<Arc<App>>, uri: Uri) -> Result<Json<Value>> {
     let page = Page::parse(uri.query(), 's')?;
-    let (sandboxes, next) = app.sandbox_page(page.from, page.limit);
+    let (sandboxes, next) = app.sandboxes.page(page.from, page.limit);
     let mut body = json!({"sandboxes": sandboxes});
     if let Some(cursor) = Page::cursor('s', next) {
         body["next_cursor"] = json!(cursor);

@@ -27,7 +27,7 @@ async fn dispatch(
     PathId(session_id): PathId,
     Contract { body, raw }: Contract<DispatchPayload>,
 ) -> Result<Response> {
-    let dispatched = app.dispatch(&session_id, raw, body).await?;
+    let dispatched = app.dispatcher.dispatch(&session_id, raw, body).await?;
     Ok((StatusCode::ACCEPTED, Json(dispatched)).into_response())
 }
 

@@ -14,7 +14,7 @@ pub async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket
     let _running = app.sockets.enter();
     let (sink, mut stream) = socket.split();
     let mut sink = Writer::new(sink, &app.config.hub);
-    app.sandbox_socket(&sandbox_id, true);
+    app.sandboxes.socket(&sandbox_id, true);
     let mut keepalive = Keepalive::new(&app.config.hub);
     let mut shutdown = app.shutdown_signal();
     let close = loop {
@@ -22,7 +22,7 @@ pub async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket
             frame = stream.next() => match frame {
                 Some(Ok(Message::Text(text))) => {
                     keepalive.heard();
-                    if !app.sandbox_frame(&sandbox_id, text.as_str()).await {
+                    if !app.sandboxes.frame(&sandbox_id, text.as_str()).await {
                         tracing::debug!(%sandbox_id, "sandbox frame that is not a SandboxEvent ignored");
                     }
                 }
@@ -44,5 +44,5 @@ pub async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket
     if let Some((code, reason)) = close {
         sink.send(close_message(code, reason)).await;
     }
-    app.sandbox_socket(&sandbox_id, false);
+    app.sandboxes.socket(&sandbox_id, false);
 }

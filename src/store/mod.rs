@@ -22,7 +22,11 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::contract::{Envelope, RegisterPayload};
 use crate::metrics::Metrics;
-use crate::missions::MissionState;
+
+// The records the store keeps are the domain's; re-exported for the adapter's modules.
+pub use crate::domain::{
+    EventRow, ExecutorRow, HitlOutcome, HitlRow, MissionPatch, MissionRow, MissionState, SandboxRow, StoredEvent,
+};
 
 pub use writer::WriterHandle;
 
@@ -40,181 +44,21 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+impl From<StoreError> for crate::error::Error {
+    fn from(e: StoreError) -> crate::error::Error {
+        match e {
+            StoreError::DuplicateMission(id) => crate::error::Error::Conflict(format!("mission {id} already exists")),
+            other => crate::error::Error::Store(Box::new(other)),
+        }
+    }
+}
+
 /// SQLite durability: NORMAL survives a process crash; FULL also survives power loss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Synchronous {
     Normal,
     Full,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct ExecutorRow {
-    pub identity: RegisterPayload,
-    pub token_hash: [u8; 32],
-    pub registered_at: String,
-    pub registered_from: Option<String>,
-    pub seen_non_loopback: bool,
-    pub draining: bool,
-    pub last_event_ts: Option<String>,
-    pub disconnected_at: Option<String>,
-    pub deregistered_at: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct MissionRow {
-    pub mission_id: String,
-    pub session_id: String,
-    /// `None` while the mission is queued.
-    pub executor_id: Option<String>,
-    pub state: MissionState,
-    pub payload: Value,
-    pub created_at: String,
-    pub updated_at: String,
-    pub completed_at: Option<String>,
-    pub pty_session_ref: Option<String>,
-    pub exit_code: Option<i64>,
-    pub error: Option<String>,
-    pub estimated_start: Option<String>,
-    pub routing: Option<Value>,
-    pub terminal_data: Option<Value>,
-    pub queued_reason: Option<String>,
-    pub checkpoint_id: Option<String>,
-}
-
-impl MissionRow {
-    /// A mission as a dispatch first stores it: nothing happened to it yet.
-    pub fn new(mission_id: &str, session_id: &str, state: MissionState, payload: Value) -> MissionRow {
-        let now = crate::clock::now();
-        MissionRow {
-            mission_id: mission_id.to_owned(),
-            session_id: session_id.to_owned(),
-            executor_id: None,
-            state,
-            payload,
-            created_at: now.clone(),
-            updated_at: now,
-            completed_at: None,
-            pty_session_ref: None,
-            exit_code: None,
-            error: None,
-            estimated_start: None,
-            routing: None,
-            terminal_data: None,
-            queued_reason: None,
-            checkpoint_id: None,
-        }
-    }
-}
-
-/// A partial update of a mission; later patches of the same mission in a batch override earlier ones
-/// field by field.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct MissionPatch {
-    pub state: Option<MissionState>,
-    pub executor_id: Option<String>,
-    pub updated_at: Option<String>,
-    pub completed_at: Option<String>,
-    pub pty_session_ref: Option<String>,
-    pub exit_code: Option<i64>,
-    pub error: Option<String>,
-    pub estimated_start: Option<String>,
-    pub routing: Option<Value>,
-    pub terminal_data: Option<Value>,
-    pub queued_reason: Option<String>,
-    pub checkpoint_id: Option<String>,
-}
-
-impl MissionPatch {
-    /// Nothing but "the mission changed now" (what progress events record).
-    fn is_touch(&self) -> bool {
-        self == &MissionPatch { updated_at: self.updated_at.clone(), ..MissionPatch::default() }
-    }
-
-    fn merge(&mut self, later: MissionPatch) {
-        macro_rules! take {
-            ($($f:ident),*) => { $( if later.$f.is_some() { self.$f = later.$f; } )* };
-        }
-        take!(
-            state,
-            executor_id,
-            updated_at,
-            completed_at,
-            pty_session_ref,
-            exit_code,
-            error,
-            estimated_start,
-            routing,
-            terminal_data,
-            queued_reason,
-            checkpoint_id
-        );
-    }
-}
-
-/// An event to append; the writer gives it its sequence number and commit time.
-#[derive(Clone, Debug, PartialEq)]
-pub struct EventRow {
-    pub event: std::borrow::Cow<'static, str>,
-    pub executor_id: String,
-    pub mission_id: Option<String>,
-    pub ts: String,
-    pub data: Value,
-    pub raw: Option<Value>,
-}
-
-/// Where a HITL request stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HitlOutcome {
-    Pending,
-    Answered,
-    Expired,
-    /// The executor moved on without an answer (a newer request, or the mission left `hitl-required`).
-    Withdrawn,
-}
-
-impl HitlOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HitlOutcome::Pending => "pending",
-            HitlOutcome::Answered => "answered",
-            HitlOutcome::Expired => "expired",
-            HitlOutcome::Withdrawn => "withdrawn",
-        }
-    }
-
-    fn parse(s: &str) -> Result<HitlOutcome> {
-        [HitlOutcome::Pending, HitlOutcome::Answered, HitlOutcome::Expired, HitlOutcome::Withdrawn]
-            .into_iter()
-            .find(|o| o.as_str() == s)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown HITL outcome {s:?}")))
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct HitlRow {
-    pub mission_id: String,
-    pub hitl_id: String,
-    pub prompt: String,
-    pub context: Option<String>,
-    pub expires_at: Option<String>,
-    pub requested_at: String,
-    pub outcome: HitlOutcome,
-    pub response: Option<String>,
-    pub responded_at: Option<String>,
-    pub delivered_at: Option<String>,
-}
-
-/// A sandbox of the legacy registry.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SandboxRow {
-    pub sandbox_id: String,
-    pub name: String,
-    pub registration: Value,
-    pub token_hash: [u8; 32],
-    pub registered_at: String,
-    pub registered_from: Option<String>,
-    pub deregistered_at: Option<String>,
 }
 
 /// One change; a unit of changes commits atomically.
@@ -237,24 +81,30 @@ pub enum Change {
     PutSandbox(Box<SandboxRow>),
 }
 
-impl EventRow {
-    /// The event as it travels on the wire.
-    pub fn envelope(&self) -> Envelope {
-        Envelope {
-            event: self.event.to_string(),
-            executor_id: self.executor_id.clone(),
-            mission_id: self.mission_id.clone(),
-            ts: self.ts.clone(),
-            data: Some(self.data.clone()),
-        }
+/// What a queued unit yields once committed: the sequence numbers of its events.
+pub type Pending = oneshot::Receiver<Result<Vec<i64>>>;
+
+/// A place in the writer's queue (see [`Store::reserve`]); dropped unused, it frees the place.
+pub struct CommitSlot {
+    writer: WriterHandle,
+}
+
+impl CommitSlot {
+    /// Queues a unit of changes without waiting.
+    pub fn submit(self, changes: Vec<Change>) -> Pending {
+        self.writer.submit(changes)
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct StoredEvent {
-    pub seq: i64,
-    pub envelope: Envelope,
-    pub received_at: String,
+impl Change {
+    /// The changes that record a serve event: the event, then its mission's update.
+    pub fn recorded(r: crate::domain::Recorded) -> Vec<Change> {
+        let mut changes = vec![Change::AppendEvent(r.event)];
+        if let Some((mission_id, patch)) = r.patch {
+            changes.push(Change::PatchMission { mission_id, patch });
+        }
+        changes
+    }
 }
 
 /// Filters of `GET /api/v1/missions`; all optional, combined with AND.
@@ -322,14 +172,16 @@ impl Store {
         Ok((Store { pool, writer: WriterHandle::new(tx), feed }, task))
     }
 
-    /// Queues a unit of changes; the receiver yields the sequence numbers of its events once committed.
-    pub fn submit(&self, changes: Vec<Change>) -> oneshot::Receiver<Result<Vec<i64>>> {
-        self.writer.submit(changes)
+    /// Takes a place in the writer's queue. A decision made under a lock (the ledger's) queues its
+    /// changes in the same critical section, so the place is taken first, outside the lock: waiting for
+    /// room never happens while holding it.
+    pub async fn reserve(&self) -> Result<CommitSlot> {
+        Ok(CommitSlot { writer: self.writer.clone() })
     }
 
     /// Queues a unit and waits for its commit.
     pub async fn commit(&self, changes: Vec<Change>) -> Result<Vec<i64>> {
-        self.submit(changes).await.map_err(|_| StoreError::WriterGone)?
+        self.reserve().await?.submit(changes).await.map_err(|_| StoreError::WriterGone)?
     }
 
     pub async fn executors(&self) -> Result<Vec<ExecutorRow>> {
@@ -657,7 +509,11 @@ fn hitl_from_row(r: &SqliteRow) -> Result<HitlRow> {
         context: r.try_get("context")?,
         expires_at: r.try_get("expires_at")?,
         requested_at: r.try_get("requested_at")?,
-        outcome: HitlOutcome::parse(r.try_get("outcome")?)?,
+        outcome: {
+            let outcome: &str = r.try_get("outcome")?;
+            HitlOutcome::parse(outcome)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown HITL outcome {outcome:?}")))?
+        },
         response: r.try_get("response")?,
         responded_at: r.try_get("responded_at")?,
         delivered_at: r.try_get("delivered_at")?,

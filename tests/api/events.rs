@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use aiwg_serve::services::feed::{EndReason, Feed, Filter, Next};
 use aiwg_serve::store::{Change, EventRow, Store, Synchronous};
-use aiwg_serve::stream::{follow, Filter, Next};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -139,7 +139,8 @@ async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
     // A follower from "now" is live at once: the first event committed after it starts reaches it.
     store.commit(vec![register(1)]).await.unwrap();
-    let mut rx = follow(store.clone(), None, Filter::default(), shutdown.clone());
+    let feed = Feed::new(store.clone(), shutdown);
+    let mut rx = feed.follow(None, Filter::default());
     store.commit(vec![register(2)]).await.unwrap();
     let first = match tokio::time::timeout(WAIT, rx.recv()).await.expect("in time").unwrap() {
         Next::Event(item) => item.seq,
@@ -158,7 +159,7 @@ async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
             Next::End(end) => break end,
         }
     };
-    assert_eq!(end.reason, "lagged");
+    assert_eq!(end.reason, EndReason::Lagged);
     assert!(got.len() < total as usize, "it was cut off");
     assert_eq!(
         got,
@@ -166,7 +167,7 @@ async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
         "what it got is exactly what precedes the resume point"
     );
 
-    let mut rx = follow(store.clone(), Some(end.resume_since), Filter::default(), shutdown);
+    let mut rx = feed.follow(Some(end.resume_since), Filter::default());
     while (got.len() as i64) < total - 1 {
         match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("in time").unwrap() {
             Next::Event(item) => got.push(item.seq),

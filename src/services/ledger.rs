@@ -6,109 +6,32 @@
 //! against the same old state. Terminal missions leave the ledger once their terminal event is committed;
 //! from then on the store answers for them (terminal states never change).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use serde_json::Value;
 
-use super::MissionState;
-use crate::store::HitlRow;
+use std::sync::Arc;
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct Live {
-    pub executor_id: String,
-    pub state: MissionState,
-    /// Data of the terminal event, once projected terminal (to recognise an identical repeat).
-    pub terminal_data: Option<Value>,
-    /// The HITL request waiting for an operator, if any.
-    pub hitl: Option<HitlRow>,
-    /// The state a pause or suspension interrupted, where a resume returns it (memory only: after a
-    /// restart a resume returns to running, or to hitl-required with a pending request).
-    pub paused_from: Option<MissionState>,
-    /// When the executor was handed the mission (resync uses it to tell a missed dispatch from one the
-    /// resync merely predates).
-    pub handover: Handover,
-    /// Keys ([`progress_key`]) of its latest `mission.progress` events: one sent again is a duplicate.
-    pub recent_progress: VecDeque<u64>,
-}
+use tokio::sync::Notify;
 
-/// Progress events remembered per live mission for recognising a resend.
-const RECENT_PROGRESS: usize = 16;
+use super::registry::Registry;
+use crate::clock;
+use crate::domain::{
+    progress_key, session_prefix, EventRow, Handover, HitlOutcome, HitlRow, Live, MissionState, ServeEvent,
+};
+use crate::error::Result;
+use crate::store::{Change, Pending, Store, StoreError};
 
-/// What makes two `mission.progress` events the same report: the executor's own timestamp and the
-/// canonical data. An executor resends a frame whose acknowledgement it never got (serve crashed after
-/// the commit): the resend is acknowledged as a duplicate, not stored twice.
-pub fn progress_key(ts: &str, data: &Value) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    ts.hash(&mut h);
-    data.to_string().hash(&mut h);
-    h.finish()
-}
-
-/// When an executor got a mission.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Handover {
-    /// Before this process started (loaded from the store).
-    Earlier,
-    /// The dispatch is being forwarded right now.
-    InFlight,
-    /// The executor accepted it at this instant.
-    Done(Instant),
-}
-
-impl Handover {
-    /// Whether the executor had the mission before `t`.
-    pub fn before(self, t: Instant) -> bool {
-        match self {
-            Handover::Earlier => true,
-            Handover::InFlight => false,
-            Handover::Done(at) => at < t,
-        }
-    }
-}
-
-impl Live {
-    /// Remembers a progress event's key (see [`progress_key`]).
-    pub fn remember_progress(&mut self, key: u64) {
-        if self.recent_progress.len() == RECENT_PROGRESS {
-            self.recent_progress.pop_front();
-        }
-        self.recent_progress.push_back(key);
-    }
-
-    /// Where a resume takes this mission now (see [`super::resume_target`]).
-    pub fn resume_target(&self) -> MissionState {
-        let interrupted = matches!(self.state, MissionState::Paused | MissionState::Suspended);
-        super::resume_target(self.paused_from.filter(|_| interrupted), self.hitl.is_some())
-    }
-
-    /// Moves the projection, remembering what a pause or suspension interrupted.
-    pub fn move_to(&mut self, to: MissionState) {
-        let interrupting = matches!(to, MissionState::Paused | MissionState::Suspended);
-        if interrupting && !matches!(self.state, MissionState::Paused | MissionState::Suspended) {
-            self.paused_from = Some(self.state);
-        }
-        self.state = to;
-    }
-
-    pub fn new(executor_id: &str, state: MissionState) -> Live {
-        Live {
-            executor_id: executor_id.to_owned(),
-            state,
-            terminal_data: None,
-            hitl: None,
-            paused_from: None,
-            handover: Handover::Earlier,
-            recent_progress: VecDeque::new(),
-        }
-    }
-}
-
-#[derive(Default)]
+/// The live missions, and what every service does to one: settle it once a change is committed,
+/// rebuild it from the store when a commit failed, record a transition serve decides itself.
 pub struct Ledger {
     live: Mutex<Missions>,
+    store: Store,
+    registry: Arc<Registry>,
+    /// The dispatcher's queue wakes when a mission ends (a slot is free).
+    wake_queue: Arc<Notify>,
 }
 
 /// The live missions, and their ids by [`session_prefix`] (dispatch warns about ids that share one).
@@ -138,22 +61,25 @@ impl Missions {
     }
 }
 
-/// The agentic-sandbox executor names a mission's session `mission-` + the first 8 bytes of its id.
-const SESSION_PREFIX_BYTES: usize = 8;
-
-/// The part of a mission id an executor may name a session after (see [`SESSION_PREFIX_BYTES`]).
-pub fn session_prefix(mission_id: &str) -> &[u8] {
-    &mission_id.as_bytes()[..mission_id.len().min(SESSION_PREFIX_BYTES)]
-}
-
 impl Ledger {
     /// Rebuilds the working set at start: live missions and their pending HITL requests.
     /// `progress` is the latest progress events of live missions, oldest first: `(mission, ts, data)`.
-    pub fn load(
+    /// Seeds the registry's per-executor counts with what it loaded.
+    pub async fn load(store: Store, registry: Arc<Registry>, wake_queue: Arc<Notify>) -> Result<Ledger> {
+        let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending).collect();
+        let live = Ledger::project(store.live_missions().await?, pending, store.recent_progress_of_live().await?);
+        let ledger = Ledger { live: Mutex::new(live), store, registry, wake_queue };
+        for (executor_id, n) in ledger.counts() {
+            ledger.registry.adjust_active(&executor_id, n as isize);
+        }
+        Ok(ledger)
+    }
+
+    fn project(
         rows: impl IntoIterator<Item = (String, String, MissionState)>,
         pending: Vec<HitlRow>,
         progress: Vec<(String, String, Value)>,
-    ) -> Ledger {
+    ) -> Missions {
         let mut live = Missions::default();
         for (id, executor_id, state) in rows {
             live.insert(id, Live::new(&executor_id, state));
@@ -168,7 +94,7 @@ impl Ledger {
                 l.remember_progress(progress_key(&ts, &data));
             }
         }
-        Ledger { live: Mutex::new(live) }
+        live
     }
 
     /// Other live missions of `executor_id` whose ids share `mission_id`'s session prefix.
@@ -229,12 +155,95 @@ impl Ledger {
     }
 
     /// Live missions per executor, to seed the registry's counts at start.
-    pub fn counts(&self) -> HashMap<String, usize> {
+    pub(crate) fn counts(&self) -> HashMap<String, usize> {
         let live = self.live.lock().expect("ledger lock");
         let mut counts = HashMap::new();
         for l in live.by_id.values().filter(|l| !l.state.is_terminal()) {
             *counts.entry(l.executor_id.clone()).or_default() += 1;
         }
         counts
+    }
+}
+
+impl Ledger {
+    /// After a mission's change is committed: a terminal mission leaves the ledger and its executor's count.
+    pub fn settle(&self, mission_id: &str, executor_id: &str, new_state: Option<MissionState>) {
+        if new_state.is_some_and(MissionState::is_terminal) && self.remove(mission_id).is_some() {
+            self.registry.adjust_active(executor_id, -1);
+            // A slot is free: a queued mission may fit now.
+            self.wake_queue.notify_one();
+        }
+    }
+
+    /// Rebuilds a mission's projection (state and pending HITL request) from the store after a failed
+    /// commit left it ahead of the truth.
+    pub async fn reload(&self, mission_id: &str) {
+        self.remove(mission_id);
+        let stored = async {
+            Ok::<_, StoreError>((self.store.mission(mission_id).await?, self.store.pending_hitl(mission_id).await?))
+        };
+        match stored.await {
+            Ok((Some(m), hitl)) if !m.state.is_terminal() && m.state != MissionState::Queued => {
+                let live = Live { hitl, ..Live::new(m.executor_id.as_deref().unwrap_or_default(), m.state) };
+                self.insert(mission_id, live)
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, mission_id, "cannot reload mission after a failed commit")
+            }
+        }
+    }
+
+    /// Commits what a decision queued: settles the mission once committed, or rebuilds its projection
+    /// from the store when the commit failed.
+    pub async fn conclude(
+        &self,
+        commit: Pending,
+        mission_id: &str,
+        executor_id: &str,
+        to: Option<MissionState>,
+    ) -> std::result::Result<(), StoreError> {
+        if let Err(e) = commit.await.unwrap_or(Err(StoreError::WriterGone)) {
+            tracing::error!(error = %e, mission_id, "a mission change was not committed");
+            self.reload(mission_id).await;
+            return Err(e);
+        }
+        self.settle(mission_id, executor_id, to);
+        Ok(())
+    }
+
+    /// A mission transition serve records on the executor's behalf (a decision of its own, or what it
+    /// inferred). `judge` sees the projection under the ledger lock and names what serve says, or
+    /// `None` to leave the mission alone; the transition is queued in the same critical section (an open
+    /// HITL request is withdrawn when the mission ends), then settled once committed, or the projection
+    /// is rebuilt from the store if the commit failed. Returns the new state and the event once committed.
+    pub async fn transition_as_serve(
+        &self,
+        executor_id: &str,
+        mission_id: &str,
+        judge: impl FnOnce(&Live) -> Option<(ServeEvent, MissionState)>,
+    ) -> Option<(MissionState, EventRow)> {
+        let now = clock::now();
+        let slot = self.store.reserve().await.ok()?;
+        let queued = self.with(mission_id, |live| {
+            if live.executor_id != executor_id {
+                return None;
+            }
+            let (said, to) = judge(live)?;
+            let recorded = said.record(executor_id, mission_id, to, &now);
+            let event = recorded.event.clone();
+            let mut changes = Change::recorded(recorded);
+            if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
+                changes.push(Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
+            }
+            live.move_to(to);
+            if to.is_terminal() {
+                live.terminal_data = Some(event.data.clone());
+                live.hitl = None;
+            }
+            Some((slot.submit(changes), to, event))
+        });
+        let (commit, to, event) = queued.flatten()?;
+        self.conclude(commit, mission_id, executor_id, Some(to)).await.ok().map(|()| (to, event))
     }
 }

@@ -50,8 +50,42 @@ impl From<&StoredEvent> for Item {
 /// Why a stream ended, and where to resume.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct End {
-    pub reason: &'static str,
+    pub reason: EndReason,
     pub resume_since: i64,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// The follower fell more than `hub.stream_lag_limit` events behind.
+    Lagged,
+    StorageError,
+    ServerShutdown,
+}
+
+/// The operator event stream over a store: pages of the log, and followers of it.
+#[derive(Clone)]
+pub struct Feed {
+    store: Store,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Feed {
+    pub fn new(store: Store, shutdown: watch::Receiver<bool>) -> Feed {
+        Feed { store, shutdown }
+    }
+
+    /// Up to `limit` events after `since`, oldest first.
+    pub async fn page(&self, since: i64, filter: &Filter, limit: u32) -> crate::error::Result<Vec<Item>> {
+        let events =
+            self.store.events_after(since, filter.mission_id.as_deref(), filter.executor_id.as_deref(), limit).await?;
+        Ok(events.iter().map(Item::from).collect())
+    }
+
+    /// See [`follow`].
+    pub fn follow(&self, since: Option<i64>, filter: Filter) -> mpsc::Receiver<Next> {
+        follow(self.store.clone(), since, filter, self.shutdown.clone())
+    }
 }
 
 pub enum Next {
@@ -63,12 +97,7 @@ pub enum Next {
 /// Items arrive on the returned channel until the follower ends (with a last [`Next::End`]) or the
 /// receiver is dropped.
 /// The follower also ends when `shutdown` turns true, so that open streams never hold up a graceful stop.
-pub fn follow(
-    store: Store,
-    since: Option<i64>,
-    filter: Filter,
-    shutdown: watch::Receiver<bool>,
-) -> mpsc::Receiver<Next> {
+fn follow(store: Store, since: Option<i64>, filter: Filter, shutdown: watch::Receiver<bool>) -> mpsc::Receiver<Next> {
     let (tx, rx) = mpsc::channel(HANDOFF);
     let live = store.subscribe();
     // "From now" means after the newest event committed when the subscription was taken: read here, not
@@ -102,7 +131,7 @@ async fn run(
                 Ok(page) => page,
                 Err(e) => {
                     tracing::error!(error = %e, "event stream backlog read failed");
-                    return Some(End { reason: "storage_error", resume_since: last });
+                    return Some(End { reason: EndReason::StorageError, resume_since: last });
                 }
             };
             let Some(tail) = page.last() else { break };
@@ -137,9 +166,11 @@ async fn follow_live(
                     tx.send(Next::Event(Item::from(e.as_ref()))).await.ok()?;
                 }
             }
-            Err(broadcast::error::RecvError::Lagged(_)) => return Some(End { reason: "lagged", resume_since: last }),
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                return Some(End { reason: EndReason::Lagged, resume_since: last })
+            }
             Err(broadcast::error::RecvError::Closed) => {
-                return Some(End { reason: "server_shutdown", resume_since: last })
+                return Some(End { reason: EndReason::ServerShutdown, resume_since: last })
             }
         }
     }

@@ -7,15 +7,19 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::app::App;
+use super::ledger::Ledger;
+use super::registry::Registry;
 use crate::clock;
+use crate::contract::EventType;
+use crate::domain::sandbox_sessions::{Inferred, Tracker, INFERRED};
+use crate::domain::{on_executor_event, session_prefix, EventRow, MissionState, Outcome, SandboxRow, ServeEvent};
 use crate::error::{Error, Result};
-use crate::store::{Change, EventRow, SandboxRow, Store};
+use crate::store::{Change, Store};
 use crate::tokens;
 
 /// The longest `type` of a sandbox frame that is stored; anything else is not a SandboxEvent.
@@ -24,11 +28,17 @@ const MAX_TYPE_LEN: usize = 64;
 /// A registration stores at most this much of what the sandbox sent (the real client sends ~300 bytes).
 pub const MAX_REGISTRATION_BYTES: usize = 16 * 1024;
 
-#[derive(Default)]
 pub struct Sandboxes {
     inner: Mutex<Inner>,
     /// Held across a registration's or deregistration's commit, so memory applies them in commit order.
     writes: tokio::sync::Mutex<()>,
+    store: Store,
+    max_sandboxes: usize,
+    /// The agent sessions each sandbox's frames told of.
+    sessions: Mutex<HashMap<String, Tracker>>,
+    /// Mission lifecycle inferred from a session is recorded on the linked executor's missions.
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
 }
 
 #[derive(Default)]
@@ -66,31 +76,34 @@ pub struct SandboxRegistered {
 }
 
 impl Sandboxes {
-    pub async fn load(store: &Store) -> Result<Sandboxes> {
+    pub async fn load(
+        store: Store,
+        max_sandboxes: usize,
+        registry: Arc<Registry>,
+        ledger: Arc<Ledger>,
+    ) -> Result<Sandboxes> {
         let mut inner = Inner::default();
         for row in store.sandboxes().await? {
             inner.order.push(row.sandbox_id.clone());
             inner.entries.insert(row.sandbox_id.clone(), Entry { row, sockets: 0, last_event: None });
         }
-        Ok(Sandboxes { inner: Mutex::new(inner), writes: Default::default() })
+        Ok(Sandboxes {
+            inner: Mutex::new(inner),
+            writes: Default::default(),
+            store,
+            max_sandboxes,
+            sessions: Default::default(),
+            registry,
+            ledger,
+        })
     }
-}
 
-/// The `type` of a SandboxEvent frame, if the frame is one.
-pub fn frame_type(frame: &Value) -> Option<&str> {
-    frame
-        .get("type")
-        .and_then(Value::as_str)
-        .filter(|t| !t.is_empty() && t.len() <= MAX_TYPE_LEN && t.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
-}
-
-impl App {
     /// Registers (or re-registers) a sandbox; every registration issues a new token. Lenient in what
     /// it takes, bounded in what it keeps: at most [`MAX_REGISTRATION_BYTES`] stored, at most
     /// `server.max_sandboxes` live sandboxes, and a known sandbox id only from the address it was
     /// registered from (this registration is unauthenticated: the real client sends no token). Memory
     /// changes once the store has the row.
-    pub async fn register_sandbox(&self, body: Value, peer: IpAddr) -> Result<SandboxRegistered> {
+    pub async fn register(&self, body: Value, peer: IpAddr) -> Result<SandboxRegistered> {
         let Value::Object(fields) = &body else {
             return Err(Error::InvalidJson("a sandbox registration is a JSON object".into()));
         };
@@ -102,9 +115,9 @@ impl App {
         let name = text("name").unwrap_or("sandbox").to_owned();
         let token = tokens::issue();
         let from = peer.to_string();
-        let _serial = self.sandboxes.writes.lock().await;
+        let _serial = self.writes.lock().await;
         let row = {
-            let inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+            let inner = self.inner.lock().expect("sandboxes lock");
             let known = inner.entries.get(&sandbox_id);
             match known {
                 Some(e) if e.row.registered_from.as_deref().is_some_and(|f| f != from) => {
@@ -113,11 +126,11 @@ impl App {
                     )))
                 }
                 None if inner.entries.values().filter(|e| e.row.deregistered_at.is_none()).count()
-                    >= self.config.server.max_sandboxes =>
+                    >= self.max_sandboxes =>
                 {
                     return Err(Error::TooManyRequests(format!(
                         "{} sandboxes are registered, the limit (server.max_sandboxes)",
-                        self.config.server.max_sandboxes
+                        self.max_sandboxes
                     )))
                 }
                 _ => {}
@@ -133,7 +146,7 @@ impl App {
             }
         };
         self.store.commit(vec![Change::PutSandbox(Box::new(row.clone()))]).await?;
-        let mut inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+        let mut inner = self.inner.lock().expect("sandboxes lock");
         match inner.entries.get_mut(&sandbox_id) {
             Some(e) => e.row = row,
             None => {
@@ -146,25 +159,25 @@ impl App {
 
     /// Marks a sandbox deregistered. Unknown ids are fine: the client sends this before every
     /// re-registration and ignores the answer.
-    pub async fn deregister_sandbox(&self, sandbox_id: &str) -> Result<bool> {
-        let _serial = self.sandboxes.writes.lock().await;
+    pub async fn deregister(&self, sandbox_id: &str) -> Result<bool> {
+        let _serial = self.writes.lock().await;
         let row = {
-            let inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+            let inner = self.inner.lock().expect("sandboxes lock");
             match inner.entries.get(sandbox_id).filter(|e| e.row.deregistered_at.is_none()) {
                 Some(e) => SandboxRow { deregistered_at: Some(clock::now()), ..e.row.clone() },
                 None => return Ok(false),
             }
         };
         self.store.commit(vec![Change::PutSandbox(Box::new(row.clone()))]).await?;
-        if let Some(e) = self.sandboxes.inner.lock().expect("sandboxes lock").entries.get_mut(sandbox_id) {
+        if let Some(e) = self.inner.lock().expect("sandboxes lock").entries.get_mut(sandbox_id) {
             e.row = row;
         }
         Ok(true)
     }
 
-    pub fn authenticate_sandbox(&self, sandbox_id: &str, token: Option<&str>) -> Result<()> {
+    pub fn authenticate(&self, sandbox_id: &str, token: Option<&str>) -> Result<()> {
         let token = token.ok_or(Error::Unauthorized("a sandbox token is required"))?;
-        let inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+        let inner = self.inner.lock().expect("sandboxes lock");
         match inner.entries.get(sandbox_id) {
             Some(e)
                 if e.row.deregistered_at.is_none() && tokens::hashes_equal(&tokens::hash(token), &e.row.token_hash) =>
@@ -175,15 +188,15 @@ impl App {
         }
     }
 
-    pub fn sandbox_socket(&self, sandbox_id: &str, open: bool) {
-        let mut inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+    pub fn socket(&self, sandbox_id: &str, open: bool) {
+        let mut inner = self.inner.lock().expect("sandboxes lock");
         if let Some(e) = inner.entries.get_mut(sandbox_id) {
             e.sockets = if open { e.sockets + 1 } else { e.sockets.saturating_sub(1) };
         }
     }
 
     /// Stores one frame of a sandbox socket, if it is a SandboxEvent; returns whether it was.
-    pub async fn sandbox_frame(&self, sandbox_id: &str, text: &str) -> bool {
+    pub async fn frame(&self, sandbox_id: &str, text: &str) -> bool {
         let Ok(frame) = serde_json::from_str::<Value>(text) else { return false };
         let Some(kind) = frame_type(&frame) else { return false };
         let now = clock::now();
@@ -200,20 +213,20 @@ impl App {
             return false;
         }
         let registered_from = {
-            let mut inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+            let mut inner = self.inner.lock().expect("sandboxes lock");
             inner.entries.get_mut(sandbox_id).and_then(|e| {
                 e.last_event = Some((kind.to_owned(), now));
                 e.row.registered_from.clone()
             })
         };
-        self.infer_from_sandbox(sandbox_id, registered_from.as_deref(), &frame).await;
+        self.infer(sandbox_id, registered_from.as_deref(), &frame).await;
         true
     }
 
     /// One page of live sandboxes in first-registration order from position `from`, and where the next
     /// page starts.
-    pub fn sandbox_page(&self, from: usize, limit: usize) -> (Vec<SandboxStatus>, Option<usize>) {
-        let inner = self.sandboxes.inner.lock().expect("sandboxes lock");
+    pub fn page(&self, from: usize, limit: usize) -> (Vec<SandboxStatus>, Option<usize>) {
+        let inner = self.inner.lock().expect("sandboxes lock");
         let mut out = Vec::new();
         for (pos, id) in inner.order.iter().enumerate().skip(from) {
             let Some(e) = inner.entries.get(id).filter(|e| e.row.deregistered_at.is_none()) else { continue };
@@ -232,4 +245,68 @@ impl App {
         }
         (out, None)
     }
+
+    /// Records what a sandbox frame made known about the missions of the executor it is linked to.
+    async fn infer(&self, sandbox_id: &str, sandbox_from: Option<&str>, frame: &Value) {
+        let inferred = {
+            let mut sessions = self.sessions.lock().expect("sandbox sessions lock");
+            sessions.entry(sandbox_id.to_owned()).or_default().observe(frame)
+        };
+        if inferred.is_empty() {
+            return;
+        }
+        let linked = self.registry.reach(sandbox_id).is_some_and(|r| r.registered_from.as_deref() == sandbox_from);
+        if !linked {
+            tracing::debug!(sandbox_id, "sandbox session events for no executor of the same machine");
+            return;
+        }
+        let executor_id = sandbox_id;
+        for fact in inferred {
+            let (prefix, session_id) = match &fact {
+                Inferred::Started { prefix, session_id } | Inferred::Ended { prefix, session_id, .. } => {
+                    (prefix, session_id)
+                }
+            };
+            let owned = self.ledger.owned_by(executor_id);
+            let mut matching = owned.iter().filter(|(id, _)| session_prefix(id) == prefix.as_bytes());
+            let (Some((mission_id, _)), None) = (matching.next(), matching.next()) else {
+                tracing::debug!(sandbox_id, %session_id, %prefix, "sandbox session matches no single live mission");
+                continue;
+            };
+            let said = match fact {
+                Inferred::Started { ref session_id, .. } => ServeEvent::Started { pty_session_id: session_id.clone() },
+                Inferred::Ended { ref session_id, exit_code: 0, .. } => ServeEvent::Completed {
+                    exit_code: 0,
+                    summary: format!("{INFERRED} {session_id}: it ended with exit code 0"),
+                },
+                Inferred::Ended { ref session_id, exit_code, .. } => ServeEvent::Failed {
+                    reason: "agent_exit",
+                    error: Some(format!("{INFERRED} {session_id}: it ended with exit code {exit_code}")),
+                    exit_code: Some(exit_code),
+                },
+            };
+            let event = said.event_type();
+            let recorded = self
+                .ledger
+                .transition_as_serve(executor_id, mission_id, |live| {
+                    let Outcome::Move(to) = on_executor_event(live.state, event) else { return None };
+                    // A start only moves a mission still waiting for one.
+                    let applies = event != EventType::MissionStarted || live.state == MissionState::Assigned;
+                    applies.then_some((said, to))
+                })
+                .await
+                .map(|(state, _)| state);
+            if let Some(state) = recorded {
+                tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
+            }
+        }
+    }
+}
+
+/// The `type` of a SandboxEvent frame, if the frame is one.
+pub fn frame_type(frame: &Value) -> Option<&str> {
+    frame
+        .get("type")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty() && t.len() <= MAX_TYPE_LEN && t.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
 }

@@ -9,13 +9,15 @@ use std::net::IpAddr;
 use std::sync::{Mutex, RwLock};
 
 use serde::Serialize;
-use serde_json::json;
 
-use crate::contract::{EventType, RegisterPayload};
+use super::links::{Link, Outbound};
+use crate::contract::RegisterPayload;
+use crate::domain::reclaim::{decide_token, Held, TokenDecision};
+use crate::domain::routing::RoutingView;
+use crate::domain::{ExecutorRow, ServeEvent};
 use crate::error::{Error, Result};
-use crate::hub::{Link, Outbound};
 use crate::net::is_loopback;
-use crate::store::{Change, EventRow, ExecutorRow, Store};
+use crate::store::{Change, Store};
 use crate::{clock, tokens};
 
 pub struct Registry {
@@ -101,95 +103,11 @@ pub struct ExecutorStatus {
     pub draining: bool,
 }
 
-/// What routing needs to know about one executor.
-pub struct RoutingView<'a> {
-    pub executor_id: &'a str,
-    pub capabilities: &'a [String],
-    pub connected: bool,
-    pub draining: bool,
-    pub active_missions: usize,
-}
-
 /// How to reach an executor's REST surface.
 pub struct Reach {
     pub rest: String,
     pub registered_from: Option<String>,
     pub token: Option<String>,
-}
-
-/// What is known of an identity when its id is registered again.
-pub struct Held<'a> {
-    /// Not deregistered.
-    pub live: bool,
-    pub token_hash: &'a tokens::TokenHash,
-    /// The address of its last registration (`None`: released by an operator, anyone may claim it).
-    pub registered_from: Option<&'a str>,
-    pub seen_non_loopback: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum TokenDecision {
-    /// The caller presented the current token: it stays.
-    Keep,
-    /// A new token replaces the old one; `rotated_for_non_loopback` on the identity's first registration
-    /// from off the host (upstream's one-time rotation, announced in `X-AIWG-Warning`).
-    Issue { rotated_for_non_loopback: bool },
-}
-
-/// Why a registration may not take over a known identity.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Refusal {
-    /// A live identity registered from elsewhere, or from off the host: only its token reclaims it.
-    Live,
-    /// A deregistered identity, claimed from another address than its own.
-    ElsewhereDeregistered,
-}
-
-impl Refusal {
-    fn message(&self, executor_id: &str) -> String {
-        let what = match self {
-            Refusal::Live => "is registered and was not registered from this loopback address",
-            Refusal::ElsewhereDeregistered => "was registered from another address",
-        };
-        format!(
-            "executor {executor_id} {what}: re-register with its current token (Authorization: Bearer), or have an \
-             operator release the identity (aiwg-serve executors remove {executor_id})"
-        )
-    }
-}
-
-/// The reclaim rule: who may register an id that is already known.
-///
-/// With the identity's current token, anyone (it is the proof). Without it, a registration takes over
-/// a *live* identity only from the loopback address it was registered from: the executor's own host,
-/// which the contract trusts, and where the real agentic-sandbox executor re-registers without its
-/// token on every socket cycle. A deregistered identity (an executor that said goodbye and restarts)
-/// may be claimed from the address it was registered from. Anything else is a takeover attempt: a
-/// caller on the network would get the identity's missions, objectives and token.
-pub fn decide_token(
-    held: Option<Held<'_>>,
-    bearer: Option<&str>,
-    peer: IpAddr,
-) -> std::result::Result<TokenDecision, Refusal> {
-    let Some(held) = held else { return Ok(TokenDecision::Issue { rotated_for_non_loopback: false }) };
-    let first_non_loopback = !is_loopback(peer) && !held.seen_non_loopback;
-    let presented_current =
-        held.live && bearer.is_some_and(|b| tokens::hashes_equal(&tokens::hash(b), held.token_hash));
-    if presented_current {
-        return Ok(if first_non_loopback {
-            TokenDecision::Issue { rotated_for_non_loopback: true }
-        } else {
-            TokenDecision::Keep
-        });
-    }
-    let same_address = held.registered_from.is_none_or(|from| from.parse::<IpAddr>().is_ok_and(|ip| ip == peer));
-    match (held.live, same_address) {
-        (true, true) if is_loopback(peer) || held.registered_from.is_none() => {}
-        (true, _) => return Err(Refusal::Live),
-        (false, false) => return Err(Refusal::ElsewhereDeregistered),
-        (false, true) => {}
-    }
-    Ok(TokenDecision::Issue { rotated_for_non_loopback: first_non_loopback })
 }
 
 impl Registry {
@@ -251,16 +169,7 @@ impl Registry {
             };
             (row, token, rotated_for_non_loopback)
         };
-        let event = EventRow {
-            event: EventType::ExecutorRegistered.as_str().into(),
-            executor_id: row.identity.executor_id.clone(),
-            mission_id: None,
-            ts: now,
-            data: json!({
-                "name": row.identity.name, "capabilities": row.identity.capabilities, "transport_endpoints": row.identity.transport_endpoints,
-            }),
-            raw: None,
-        };
+        let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(&row.identity.executor_id, None, &now);
         self.store.commit(vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)]).await?;
         let registered = Registered {
             executor_id: row.identity.executor_id.clone(),
@@ -323,7 +232,7 @@ impl Registry {
     /// to be committed with the consequences for its missions before [`Registry::apply_deregister`].
     /// `None` for an unknown or already deregistered executor.
     /// With `release`, the identity is freed: no address is remembered, so anyone may claim it.
-    pub fn deregister_changes(&self, executor_id: &str, reason: &str, release: bool) -> Option<Vec<Change>> {
+    pub fn deregister_changes(&self, executor_id: &str, reason: &'static str, release: bool) -> Option<Vec<Change>> {
         let now = clock::now();
         let inner = self.inner.read().expect("registry lock");
         let entry = inner.executors.get(executor_id).filter(|e| e.live())?;
@@ -335,14 +244,7 @@ impl Registry {
             registered_from: if release { None } else { current.registered_from.clone() },
             ..current
         };
-        let event = EventRow {
-            event: EventType::ExecutorDeregistered.as_str().into(),
-            executor_id: executor_id.to_owned(),
-            mission_id: None,
-            ts: now,
-            data: json!({ "reason": reason }),
-            raw: None,
-        };
+        let event = ServeEvent::Deregistered { reason }.row(executor_id, None, &now);
         Some(vec![Change::PutExecutor(Box::new(row)), Change::AppendEvent(event)])
     }
 
@@ -461,9 +363,10 @@ impl Registry {
         inner.executors.get(executor_id).filter(|e| e.live()).map(|e| e.epoch)
     }
 
-    /// Sends a frame to every live socket of an executor; returns how many took it.
-    pub fn send(&self, executor_id: &str, frame: &Outbound) -> usize {
+    /// Sends a text frame to every live socket of an executor; returns how many took it.
+    pub fn send(&self, executor_id: &str, frame: String) -> usize {
         let inner = self.inner.read().expect("registry lock");
+        let frame = Outbound::Text(frame);
         inner.executors.get(executor_id).map_or(0, |e| e.links.iter().filter(|l| l.send(frame.clone())).count())
     }
 
@@ -611,55 +514,5 @@ mod tests {
         // A brand-new executor from the LAN has nothing to rotate.
         let fresh = registry.register(&payload("550e8400-e29b-41d4-a716-446655440000"), lan, None, 10).await.unwrap();
         assert!(!fresh.rotated_for_non_loopback);
-    }
-
-    /// The reclaim rule, written out: (identity, token presented, where from) -> decision.
-    #[test]
-    fn reclaim_matrix() {
-        use Refusal::*;
-        use TokenDecision::*;
-        let current = tokens::hash("current");
-        let revoked = tokens::revoked();
-        let held = |live: bool, from: Option<&'static str>, seen_lan: bool| {
-            Some(Held {
-                live,
-                token_hash: if live { &current } else { &revoked },
-                registered_from: from,
-                seen_non_loopback: seen_lan,
-            })
-        };
-        let lo = "127.0.0.1";
-        let lo2 = "127.0.0.2";
-        let lan = "192.168.1.42";
-        let lan2 = "192.168.1.43";
-        let issue = Ok(Issue { rotated_for_non_loopback: false });
-        let rotate = Ok(Issue { rotated_for_non_loopback: true });
-        #[rustfmt::skip]
-        let cases = [
-            // new identity: anyone, anywhere
-            (None, None, lan, issue),
-            // live, current token: kept (rotated once on the first registration from off the host)
-            (held(true, Some(lo), false), Some("current"), lo, Ok(Keep)),
-            (held(true, Some(lo), false), Some("current"), lo2, Ok(Keep)),
-            (held(true, Some(lo), false), Some("current"), lan, rotate),
-            (held(true, Some(lan), true), Some("current"), lan2, Ok(Keep)),
-            // live, no or a wrong token: only from its own loopback address
-            (held(true, Some(lo), false), None, lo, issue),
-            (held(true, Some(lo), false), Some("wrong"), lo, issue),
-            (held(true, Some(lo), false), None, lo2, Err(Live)),
-            (held(true, Some(lo), false), None, lan, Err(Live)),
-            (held(true, Some(lan), true), None, lan, Err(Live)),
-            (held(true, Some(lan), true), Some("wrong"), lan2, Err(Live)),
-            // deregistered: from the address it was registered from
-            (held(false, Some(lo), false), Some("current"), lo, issue),
-            (held(false, Some(lan), true), None, lan, issue),
-            (held(false, Some(lan), true), None, lan2, Err(ElsewhereDeregistered)),
-            (held(false, Some(lo), false), None, lan, Err(ElsewhereDeregistered)),
-            // released by an operator: anyone
-            (held(false, None, true), None, lan2, issue),
-        ];
-        for (i, (held, bearer, peer, expected)) in cases.into_iter().enumerate() {
-            assert_eq!(decide_token(held, bearer, peer.parse().unwrap()), expected, "case {i}");
-        }
     }
 }

@@ -7,8 +7,16 @@
 
 use serde::Serialize;
 
-use crate::readiness::ExecutorClass;
-use crate::registry::RoutingView;
+use super::readiness::ExecutorClass;
+
+/// What routing needs to know about one executor.
+pub struct RoutingView<'a> {
+    pub executor_id: &'a str,
+    pub capabilities: &'a [String],
+    pub connected: bool,
+    pub draining: bool,
+    pub active_missions: usize,
+}
 
 /// Rejections kept on a mission; more are counted, not listed, so one dispatch over a large fleet stays small.
 pub const MAX_LISTED_REJECTIONS: usize = 32;
@@ -87,7 +95,7 @@ fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
     if req.unattended && ExecutorClass::of(v.capabilities) != ExecutorClass::UnattendedMachine {
         return Some("interactive executor: an unattended mission would wait on a prompt nobody answers".into());
     }
-    if req.long_running && !v.capabilities.iter().any(|c| c == "resumable") {
+    if req.long_running && !v.capabilities.iter().any(|c| c == super::capabilities::RESUMABLE) {
         return Some("not resumable (the mission is long_running)".into());
     }
     let missing: Vec<&str> =

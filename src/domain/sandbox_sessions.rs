@@ -22,13 +22,8 @@
 //! `mission.assigned` of its mission), so each session's facts are gathered until its name is known.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
 
-use serde_json::{json, Value};
-
-use crate::app::App;
-use crate::contract::EventType;
-use crate::missions::{on_executor_event, session_prefix, MissionState, Outcome};
+use serde_json::Value;
 
 /// The words that open the text of every event serve infers from a sandbox session.
 pub const INFERRED: &str = "inferred by serve from sandbox session";
@@ -133,76 +128,11 @@ pub fn is_inferred(data: &Value) -> bool {
     ["summary", "error"].iter().any(|k| data.get(*k).and_then(Value::as_str).is_some_and(|t| t.starts_with(INFERRED)))
 }
 
-/// The sandboxes' trackers, by sandbox id.
-#[derive(Default)]
-pub struct SandboxSessions {
-    trackers: Mutex<HashMap<String, Tracker>>,
-}
-
-impl SandboxSessions {
-    pub fn observe(&self, sandbox_id: &str, frame: &Value) -> Vec<Inferred> {
-        let mut trackers = self.trackers.lock().expect("sandbox sessions lock");
-        trackers.entry(sandbox_id.to_owned()).or_default().observe(frame)
-    }
-}
-
-impl App {
-    /// Records what a sandbox frame made known about the missions of the executor it is linked to.
-    pub(crate) async fn infer_from_sandbox(&self, sandbox_id: &str, sandbox_from: Option<&str>, frame: &Value) {
-        let inferred = self.sandbox_sessions.observe(sandbox_id, frame);
-        if inferred.is_empty() {
-            return;
-        }
-        let linked = self.registry.reach(sandbox_id).is_some_and(|r| r.registered_from.as_deref() == sandbox_from);
-        if !linked {
-            tracing::debug!(sandbox_id, "sandbox session events for no executor of the same machine");
-            return;
-        }
-        let executor_id = sandbox_id;
-        for fact in inferred {
-            let (prefix, session_id) = match &fact {
-                Inferred::Started { prefix, session_id } | Inferred::Ended { prefix, session_id, .. } => {
-                    (prefix, session_id)
-                }
-            };
-            let owned = self.ledger.owned_by(executor_id);
-            let mut matching = owned.iter().filter(|(id, _)| session_prefix(id) == prefix.as_bytes());
-            let (Some((mission_id, _)), None) = (matching.next(), matching.next()) else {
-                tracing::debug!(sandbox_id, %session_id, %prefix, "sandbox session matches no single live mission");
-                continue;
-            };
-            let (event, data) = match fact {
-                Inferred::Started { ref session_id, .. } => {
-                    (EventType::MissionStarted, json!({"state": "running", "pty_session_id": session_id}))
-                }
-                Inferred::Ended { ref session_id, exit_code: 0, .. } => (
-                    EventType::MissionCompleted,
-                    json!({"state": "done", "exit_code": 0, "summary": format!("{INFERRED} {session_id}: it ended with exit code 0")}),
-                ),
-                Inferred::Ended { ref session_id, exit_code, .. } => (
-                    EventType::MissionFailed,
-                    json!({"state": "failed", "reason": "agent_exit", "exit_code": exit_code,
-                           "error": format!("{INFERRED} {session_id}: it ended with exit code {exit_code}")}),
-                ),
-            };
-            let recorded = self
-                .transition_as_serve(executor_id, mission_id, |live| {
-                    let Outcome::Move(to) = on_executor_event(live.state, event) else { return None };
-                    // A start only moves a mission still waiting for one.
-                    let applies = event != EventType::MissionStarted || live.state == MissionState::Assigned;
-                    applies.then_some((event, data, to))
-                })
-                .await;
-            if let Some(state) = recorded {
-                tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::session_prefix;
+    use serde_json::json;
 
     fn sessions(id: &str, name: &str) -> Value {
         json!({"type": "agent_sessions", "agent_id": "a", "sessions": [{"session_id": id, "session_name": name}]})

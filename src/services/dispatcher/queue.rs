@@ -13,13 +13,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::app::App;
+use super::{DispatchStatus, Dispatched, Dispatcher};
 use crate::clock;
 use crate::contract::DispatchPayload;
-use crate::dispatch::Dispatched;
+use crate::domain::{MissionPatch, MissionRow, MissionState};
 use crate::error::Result;
-use crate::missions::MissionState;
-use crate::store::{Change, MissionPatch, MissionRow};
+use crate::store::Change;
 
 struct Waiting {
     mission_id: String,
@@ -29,26 +28,53 @@ struct Waiting {
     since: Instant,
 }
 
-#[derive(Default)]
-pub struct Queue {
+/// The waiting missions in arrival order, and the bell that wakes the task that drains them.
+pub(super) struct Queue {
     waiting: Mutex<VecDeque<Waiting>>,
-    wake: Notify,
+    wake: Arc<Notify>,
 }
 
 impl Queue {
+    pub(super) fn new(wake: Arc<Notify>) -> Queue {
+        Queue { waiting: Mutex::default(), wake }
+    }
+
+    fn push(&self, w: Waiting) {
+        self.waiting.lock().expect("queue lock").push_back(w);
+    }
+
+    /// The id and payload of the `index`-th waiting mission.
+    fn get(&self, index: usize) -> Option<(String, DispatchPayload)> {
+        let waiting = self.waiting.lock().expect("queue lock");
+        waiting.get(index).map(|w| (w.mission_id.clone(), w.payload.clone()))
+    }
+
+    fn take(&self, mission_id: &str) -> Option<Waiting> {
+        let mut waiting = self.waiting.lock().expect("queue lock");
+        let at = waiting.iter().position(|w| w.mission_id == mission_id)?;
+        waiting.remove(at)
+    }
+
+    /// Puts a mission taken out of the queue back where its arrival puts it.
+    fn requeue(&self, w: Waiting) {
+        let mut waiting = self.waiting.lock().expect("queue lock");
+        let at = waiting.iter().position(|other| other.since > w.since).unwrap_or(waiting.len());
+        waiting.insert(at, w);
+    }
+
     /// `(depth, age of the oldest)`.
-    pub fn depth(&self) -> (usize, Duration) {
+    pub(super) fn depth(&self) -> (usize, Duration) {
         let waiting = self.waiting.lock().expect("queue lock");
         (waiting.len(), waiting.front().map_or(Duration::ZERO, |w| w.since.elapsed()))
     }
 
     /// Something changed that may let a queued mission through.
-    pub fn kick(&self) {
+    pub(super) fn kick(&self) {
         self.wake.notify_one();
     }
 }
 
-impl App {
+impl Dispatcher {
     /// Stores a mission `queued` and answers 202 with the reason it waits.
     pub(crate) async fn enqueue(
         &self,
@@ -59,12 +85,12 @@ impl App {
     ) -> Result<Dispatched> {
         let row = MissionRow {
             queued_reason: Some(reason.clone()),
-            ..MissionRow::new(&payload.mission_id, session_id, MissionState::Queued, body.clone())
+            ..MissionRow::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), &clock::now())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mission_id = payload.mission_id.clone();
         tracing::info!(%mission_id, %reason, "mission queued");
-        self.queue.waiting.lock().expect("queue lock").push_back(Waiting {
+        self.queue.push(Waiting {
             mission_id: mission_id.clone(),
             session_id: session_id.to_owned(),
             body,
@@ -75,7 +101,7 @@ impl App {
         Ok(Dispatched {
             mission_id,
             executor_id: None,
-            status: "queued",
+            status: DispatchStatus::Queued,
             estimated_start: None,
             queued_reason: Some(reason),
             warnings: Vec::new(),
@@ -85,10 +111,9 @@ impl App {
     /// Loads the missions that were queued when serve stopped, oldest first.
     pub async fn load_queue(&self) -> Result<()> {
         let rows = self.store.queued_missions().await?;
-        let mut waiting = self.queue.waiting.lock().expect("queue lock");
         for row in rows {
             match serde_json::from_value::<DispatchPayload>(row.payload.clone()) {
-                Ok(payload) => waiting.push_back(Waiting {
+                Ok(payload) => self.queue.push(Waiting {
                     mission_id: row.mission_id,
                     session_id: row.session_id,
                     body: row.payload,
@@ -105,15 +130,15 @@ impl App {
 
     /// The queue's task: wait for a kick, then try every waiting mission in order.
     pub fn run_queue(self: &Arc<Self>) {
-        let app = Arc::clone(self);
-        let mut shutdown = self.shutdown_signal();
+        let dispatcher = Arc::clone(self);
+        let mut shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
-                    _ = app.queue.wake.notified() => {}
+                    _ = dispatcher.queue.wake.notified() => {}
                     _ = shutdown.changed() => return,
                 }
-                app.drain_queue().await;
+                dispatcher.drain_queue().await;
             }
         });
         self.queue.kick();
@@ -122,20 +147,14 @@ impl App {
     async fn drain_queue(&self) {
         let mut index = 0;
         loop {
-            let next = {
-                let waiting = self.queue.waiting.lock().expect("queue lock");
-                match waiting.get(index) {
-                    Some(w) => (w.mission_id.clone(), w.payload.clone()),
-                    None => return,
-                }
-            };
+            let Some(next) = self.queue.get(index) else { return };
             let plan = self.screen_readiness(self.place(&next.1), next.1.unattended).await;
             if plan.ordered.is_empty() {
                 index += 1;
                 continue;
             }
-            let Some(w) = self.take_waiting(&next.0) else { continue };
-            let (attempts, record) = self.handout_plan(plan);
+            let Some(w) = self.queue.take(&next.0) else { continue };
+            let (attempts, record) = super::handout_plan(plan, self.config.max_attempts);
             let patch = MissionPatch {
                 state: Some(MissionState::Assigned),
                 executor_id: attempts.first().cloned(),
@@ -147,7 +166,7 @@ impl App {
                 self.store.commit(vec![Change::PatchMission { mission_id: w.mission_id.clone(), patch }]).await
             {
                 tracing::error!(error = %e, mission_id = %w.mission_id, "assigning a queued mission failed");
-                self.requeue(w);
+                self.queue.requeue(w);
                 return;
             }
             let waited = w.since.elapsed();
@@ -162,16 +181,10 @@ impl App {
         }
     }
 
-    fn take_waiting(&self, mission_id: &str) -> Option<Waiting> {
-        let mut waiting = self.queue.waiting.lock().expect("queue lock");
-        let at = waiting.iter().position(|w| w.mission_id == mission_id)?;
-        waiting.remove(at)
-    }
-
     /// Aborts a queued mission: it leaves the queue once the abort is committed (and goes back to its
     /// place if the commit fails). `false` when it is not waiting here.
     pub(crate) async fn abort_queued(&self, mission_id: &str) -> Result<bool> {
-        let Some(w) = self.take_waiting(mission_id) else { return Ok(false) };
+        let Some(w) = self.queue.take(mission_id) else { return Ok(false) };
         let now = clock::now();
         let patch = MissionPatch {
             state: Some(MissionState::Aborted),
@@ -182,16 +195,50 @@ impl App {
         };
         if let Err(e) = self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await
         {
-            self.requeue(w);
+            self.queue.requeue(w);
             return Err(e.into());
         }
         Ok(true)
     }
+}
 
-    /// Puts a mission taken out of the queue back where its arrival puts it.
-    fn requeue(&self, w: Waiting) {
-        let mut waiting = self.queue.waiting.lock().expect("queue lock");
-        let at = waiting.iter().position(|other| other.since > w.since).unwrap_or(waiting.len());
-        waiting.insert(at, w);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(id: &str, since: Instant) -> Waiting {
+        let payload: DispatchPayload = serde_json::from_value(json!({"mission_id": id})).unwrap();
+        Waiting { mission_id: id.into(), session_id: "s".into(), body: json!({"mission_id": id}), payload, since }
+    }
+
+    fn ids(q: &Queue) -> Vec<String> {
+        (0..).map_while(|i| q.get(i).map(|(id, _)| id)).collect()
+    }
+
+    /// First come first served; a mission taken out (to be assigned, or aborted) and put back after a
+    /// failed commit returns to its place by arrival, not to the end.
+    #[test]
+    fn arrival_order_survives_a_requeue() {
+        let q = Queue::new(Arc::new(Notify::new()));
+        let t0 = Instant::now();
+        for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+            q.push(waiting(id, t0 + Duration::from_millis(i as u64)));
+        }
+        assert_eq!(ids(&q), ["a", "b", "c", "d"]);
+        let b = q.take("b").unwrap();
+        let d = q.take("d").unwrap();
+        assert!(q.take("b").is_none(), "taken once");
+        assert_eq!(ids(&q), ["a", "c"]);
+        q.requeue(d);
+        q.requeue(b);
+        assert_eq!(ids(&q), ["a", "b", "c", "d"]);
+        assert_eq!(q.depth().0, 4);
+    }
+
+    #[test]
+    fn an_empty_queue_has_no_age() {
+        let q = Queue::new(Arc::new(Notify::new()));
+        assert_eq!(q.depth(), (0, Duration::ZERO));
+        assert!(q.get(0).is_none());
     }
 }

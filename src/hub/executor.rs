@@ -1,0 +1,246 @@
+//! One executor socket: read frames and have them ingested, write their answers in order once
+//! committed, write what the services send, keep the peer alive, and close as the contract says.
+
+use std::collections::VecDeque;
+use std::future::{ready, Future, Ready};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket};
+use futures_util::future::Either;
+use futures_util::stream::{FuturesOrdered, SplitStream, StreamExt};
+use futures_util::FutureExt;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::{await_peer_close, close_message, read_error_close, reject, Keepalive, Writer};
+use crate::app::App;
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::services::connections::Attached;
+use crate::services::ingest::{Answer, FrameRef, Ingested, Refusal};
+use crate::services::links::{Outbound, SUPERSEDED};
+
+/// Frames whose commit is awaited per socket before the socket stops reading (backpressure).
+const MAX_IN_FLIGHT: usize = 1024;
+/// A peer refused this many frames within the window is flooding and is disconnected (1008).
+const MAX_REFUSALS: usize = 100;
+const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
+/// How long a superseded socket is still read after its close, for frames the executor had in flight.
+const SUPERSEDED_DRAIN: Duration = Duration::from_secs(5);
+
+type Pending = Either<Pin<Box<dyn Future<Output = Answer> + Send>>, Ready<Answer>>;
+/// Why the loop ended: with a close frame of ours, or without (the peer went away).
+type Close = Option<(u16, &'static str)>;
+
+pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
+    let _running = app.sockets.enter();
+    let Some(attached) = app.connections.attach(&executor_id).await else { return reject(socket).await };
+    let (sink, stream) = socket.split();
+    let mut session = Session {
+        sink: Writer::new(sink, &app.config.hub),
+        stream,
+        keepalive: Keepalive::new(&app.config.hub),
+        shutdown: app.shutdown_signal(),
+        answers: FuturesOrdered::new(),
+        refusals: VecDeque::new(),
+        app,
+        executor_id,
+        attached,
+    };
+    let close = session.run().await;
+    session.close(close).await;
+}
+
+struct Session {
+    app: Arc<App>,
+    executor_id: String,
+    attached: Attached,
+    sink: Writer,
+    stream: SplitStream<WebSocket>,
+    keepalive: Keepalive,
+    shutdown: watch::Receiver<bool>,
+    /// Answers in the order their frames came, each ready once its commit is durable.
+    answers: FuturesOrdered<Pending>,
+    /// When recent refused frames came (the flood limit).
+    refusals: VecDeque<Instant>,
+}
+
+impl Session {
+    async fn run(&mut self) -> Close {
+        loop {
+            tokio::select! {
+                frame = self.stream.next(), if self.answers.len() < MAX_IN_FLIGHT => {
+                    let frame = match frame {
+                        Some(Ok(frame)) => frame,
+                        Some(Err(e)) => return read_error_close(&e),
+                        None => return None,
+                    };
+                    self.keepalive.heard();
+                    if let Some(close) = self.on_frame(frame).await {
+                        return close;
+                    }
+                }
+                Some(answer) = self.answers.next(), if !self.answers.is_empty() => {
+                    if !self.write_answers(answer).await {
+                        return None;
+                    }
+                }
+                Some(frame) = self.attached.outbound.recv() => match frame {
+                    Outbound::Text(text) => if !self.sink.send(Message::Text(text.into())).await { return None },
+                    Outbound::Close(code, reason) => return Some((code, reason)),
+                },
+                alive = self.keepalive.due() => {
+                    if !alive {
+                        tracing::warn!(executor_id = %self.executor_id, "executor silent past its ping deadline; dropping the socket");
+                        return Some((1001, "ping timeout"));
+                    }
+                    if !self.sink.send(Message::Ping(Default::default())).await {
+                        return None;
+                    }
+                }
+                _ = self.shutdown.changed() => return Some((1001, "server shutdown")),
+            }
+        }
+    }
+
+    /// Has one frame judged and queues its answer; `Some` when the socket must end.
+    async fn on_frame(&mut self, frame: Message) -> Option<Close> {
+        let judged = match frame {
+            Message::Text(text) => self.app.ingest.ingest(&self.executor_id, text.as_str(), self.attached.opened).await,
+            Message::Binary(_) => Err(Refusal {
+                error: Error::InvalidFrame("binary frames are not accepted: send events as JSON text"),
+                reference: FrameRef::default(),
+            }),
+            Message::Close(_) => return Some(None),
+            Message::Ping(_) | Message::Pong(_) => return None,
+        };
+        match judged {
+            Ok(Ingested::Pending(p)) => {
+                let app = self.app.clone();
+                self.answers.push_back(Either::Left(Box::pin(async move { app.ingest.finish(*p).await })));
+            }
+            Ok(Ingested::Duplicate(reference)) => {
+                self.answers.push_back(Either::Right(ready(Answer::Ack { seq: None, reference })))
+            }
+            Err(refusal) => {
+                let floods = counts_as_flood(&refusal.error);
+                self.answers.push_back(Either::Right(ready(Answer::Refused(refusal))));
+                if floods && self.flooding() {
+                    return Some(Some((1008, "too many refused frames")));
+                }
+            }
+        }
+        None
+    }
+
+    /// Counts a refusal; true past [`MAX_REFUSALS`] within [`REFUSAL_WINDOW`].
+    fn flooding(&mut self) -> bool {
+        let now = Instant::now();
+        self.refusals.push_back(now);
+        while self.refusals.front().is_some_and(|t| now.duration_since(*t) > REFUSAL_WINDOW) {
+            self.refusals.pop_front();
+        }
+        let flooding = self.refusals.len() > MAX_REFUSALS;
+        if flooding {
+            tracing::warn!(executor_id = %self.executor_id, refusals = self.refusals.len(), window_s = REFUSAL_WINDOW.as_secs(),
+                "closing an executor socket that floods refused frames (1008)");
+        }
+        flooding
+    }
+
+    /// Every answer already settled goes out in one write: one syscall per batch, not per ack. False
+    /// when the socket is gone.
+    async fn write_answers(&mut self, first: Answer) -> bool {
+        let metrics = &self.app.metrics;
+        let mut sent = self.sink.feed(Message::Text(answer_frame(metrics, first))).await;
+        while sent {
+            match self.answers.next().now_or_never() {
+                Some(Some(more)) => sent = self.sink.feed(Message::Text(answer_frame(metrics, more))).await,
+                _ => break,
+            }
+        }
+        sent && self.sink.flush().await
+    }
+
+    /// Frames already queued still commit; settle them (and answer, if the peer still listens) so that
+    /// counts and projections stay true. Then the closing handshake, and the services let go.
+    async fn close(mut self, close: Close) {
+        while let Some(answer) = self.answers.next().await {
+            self.sink.send(Message::Text(answer_frame(&self.app.metrics, answer))).await;
+        }
+        if let Some((code, reason)) = close {
+            self.sink.send(close_message(code, reason)).await;
+        }
+        if close == Some(SUPERSEDED) {
+            drain_superseded(&self.app, &self.executor_id, &mut self.stream, self.attached.opened).await;
+        } else if close.is_some() {
+            await_peer_close(&mut self.stream).await;
+        }
+        self.app.connections.detach(&self.executor_id, self.attached.link_id).await;
+    }
+}
+
+/// A superseded socket's peer may have sent frames before it saw our close: they are committed like any
+/// other (no answer can follow a close frame), until the peer closes too or [`SUPERSEDED_DRAIN`] ends.
+async fn drain_superseded(app: &App, executor_id: &str, stream: &mut SplitStream<WebSocket>, opened: Instant) {
+    let deadline = tokio::time::Instant::now() + SUPERSEDED_DRAIN;
+    while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, stream.next()).await {
+        match frame {
+            Message::Text(text) => {
+                if let Ok(Ingested::Pending(p)) = app.ingest.ingest(executor_id, text.as_str(), opened).await {
+                    let _ = app.ingest.finish(*p).await;
+                }
+            }
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+}
+
+/// Whether a refused frame counts toward the flood limit. An executor restating its own missions after a
+/// restart (the agentic-sandbox executor re-announces every mission it ever held, ended ones included)
+/// earns `illegal_transition` refusals, and those only ever concern missions it owns: they are the
+/// contract's reconciliation at work, not a flood, and cutting the executor off for them would be an
+/// outage serve inflicts on itself.
+fn counts_as_flood(error: &Error) -> bool {
+    !matches!(error, Error::IllegalTransition(_))
+}
+
+/// The frame answering one executor frame; counts it on the way.
+fn answer_frame(metrics: &Metrics, answer: Answer) -> Utf8Bytes {
+    match &answer {
+        Answer::Ack { seq: Some(_), .. } => metrics.events_ingested.add(1),
+        Answer::Ack { .. } => {}
+        Answer::Refused(r) => metrics.frames_rejected.add(r.error.code()),
+    }
+    // Typed frames, serialized straight to text: this runs once per event, and a `json!` tree costs an
+    // allocation per key.
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Frame<'a> {
+        Ack {
+            ack: bool,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            seq: Option<i64>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            duplicate: bool,
+            #[serde(rename = "ref")]
+            reference: &'a FrameRef,
+        },
+        Refused {
+            error: &'static str,
+            message: String,
+            #[serde(rename = "ref")]
+            reference: &'a FrameRef,
+        },
+    }
+    let frame = match &answer {
+        Answer::Ack { seq, reference } => Frame::Ack { ack: true, seq: *seq, duplicate: seq.is_none(), reference },
+        Answer::Refused(Refusal { error, reference }) => {
+            Frame::Refused { error: error.code(), message: error.to_string(), reference }
+        }
+    };
+    Utf8Bytes::from(serde_json::to_string(&frame).expect("answer frames serialize"))
+}

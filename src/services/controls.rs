@@ -1,0 +1,433 @@
+//! What operators do to missions: pause, resume, abort, and answer HITL requests.
+//!
+//! Each action is judged against the mission's projected state by the pure table
+//! [`on_control`], committed as an event in the log (so the operator stream and the mission history show
+//! it), and only then sent to every live socket of the owning executor, as the envelope executors
+//! already handle (`mission.paused`, `mission.resumed`, `mission.aborted`, `mission.hitl_responded`).
+//! Abort is authoritative at once, connected or not; pause, resume and HITL answers need the executor
+//! online, since nothing else would make them true.
+//!
+//! Controls are honest: serve reports a control as done only when the executor can carry it out, which
+//! it learns from the capabilities the executor declares ([`PAUSE_RESUME`], [`ABORT`]). Pause and
+//! resume of a mission whose executor cannot pause are refused (409 `control_unsupported`) and change
+//! nothing; an abort is still final in serve's record (the contract makes it authoritative), but is
+//! answered `delivered: false` with a note when the executor does not act on aborts (its agent may
+//! still be running). A resume returns the mission to where it was (`missions::resume_target`).
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::dispatcher::Dispatcher;
+use super::ledger::Ledger;
+use super::registry::Registry;
+use crate::clock;
+use crate::domain::capabilities::{ABORT, PAUSE_RESUME};
+use crate::domain::{on_control, AbortedBy, Control, HitlOutcome, HitlRow, Live, MissionState, ServeEvent};
+use crate::error::{Error, Result};
+use crate::store::{Change, Pending, Store};
+
+/// The 202 body of a control or HITL response.
+#[derive(Debug, Serialize)]
+pub struct ControlOutcome {
+    pub mission_id: String,
+    pub state: MissionState,
+    /// Whether the executor took the frame and can act on it: at least one live socket took it, and
+    /// the executor declares the control. A HITL answer that was not delivered stays stored and is sent
+    /// when the executor reconnects.
+    pub delivered: bool,
+    /// Why it was not delivered, when that is not obvious.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What the operator asked for, with what it carries.
+#[derive(Clone, Copy, Debug)]
+pub enum Action<'a> {
+    Pause,
+    Resume,
+    Abort,
+    Answer { hitl_id: &'a str, response: &'a str },
+}
+
+impl Action<'_> {
+    fn control(self) -> Control {
+        match self {
+            Action::Pause => Control::Pause,
+            Action::Resume => Control::Resume,
+            Action::Abort => Control::Abort,
+            Action::Answer { .. } => Control::AnswerHitl,
+        }
+    }
+}
+
+/// Operators' controls of missions and their HITL answers, with the timers of HITL deadlines.
+pub struct Controls {
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
+    store: Store,
+    /// A queued mission is aborted in the dispatcher's queue.
+    dispatcher: Arc<Dispatcher>,
+}
+
+/// What an action records and sends, decided under the ledger lock.
+struct Verdict {
+    changes: Vec<Change>,
+    to: MissionState,
+    data: serde_json::Value,
+    frame: String,
+    answered: Option<HitlRow>,
+}
+
+/// An action queued for commit.
+struct Decided {
+    commit: Pending,
+    owner: String,
+    to: MissionState,
+    frame: String,
+    answered: Option<HitlRow>,
+}
+
+impl Controls {
+    pub fn new(registry: Arc<Registry>, ledger: Arc<Ledger>, store: Store, dispatcher: Arc<Dispatcher>) -> Controls {
+        Controls { registry, ledger, store, dispatcher }
+    }
+
+    pub async fn operate(self: &Arc<Self>, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
+        let now = clock::now();
+        let slot = self.store.reserve().await?;
+        let decided = self.ledger.with(mission_id, |live| {
+            let v = decide_action(live, self.facts(live), mission_id, action, &now)?;
+            let commit = slot.submit(v.changes);
+            live.move_to(v.to);
+            if v.to.is_terminal() {
+                live.terminal_data = Some(v.data);
+            }
+            if v.answered.is_some() || v.to.is_terminal() {
+                live.hitl = None;
+            }
+            Ok(Decided { commit, owner: live.executor_id.clone(), to: v.to, frame: v.frame, answered: v.answered })
+        });
+        let d = match decided {
+            Some(Ok(d)) => d,
+            Some(Err(Expired(request))) => {
+                self.expire_hitl(mission_id, &request.hitl_id).await;
+                return Err(Error::Conflict(format!(
+                    "HITL request {} expired at {}; the mission failed (hitl_expired)",
+                    request.hitl_id,
+                    request.expires_at.unwrap_or_default()
+                )));
+            }
+            Some(Err(Refused(e))) => return Err(e),
+            None => {
+                return match self.store.mission(mission_id).await? {
+                    Some(m) if m.state == MissionState::Queued => self.act_on_queued(mission_id, action).await,
+                    Some(m) => Err(refusal(action, m.state)),
+                    None => Err(Error::NotFound(format!("mission {mission_id} not found"))),
+                }
+            }
+        };
+        self.ledger.conclude(d.commit, mission_id, &d.owner, Some(d.to)).await?;
+        let took = self.registry.send(&d.owner, d.frame) > 0;
+        if let (Some(answer), true) = (d.answered, took) {
+            self.mark_delivered(answer).await;
+        }
+        let able = !matches!(action, Action::Abort) || self.registry.has_capability(&d.owner, ABORT);
+        let note = match (took, able) {
+            (false, _) => Some(format!("executor {} has no live socket; it is told at its next resync", d.owner)),
+            (true, false) => Some(format!(
+                "executor {} does not declare {ABORT}: the mission is aborted here, but its agent may still be running",
+                d.owner
+            )),
+            (true, true) => None,
+        };
+        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: d.to, delivered: took && able, note })
+    }
+
+    /// What the owner of a live mission can take, as the registry knows it now.
+    fn facts(&self, live: &Live) -> Owner {
+        Owner {
+            can_pause: self.registry.has_capability(&live.executor_id, PAUSE_RESUME),
+            connected: self.registry.is_connected(&live.executor_id),
+        }
+    }
+}
+
+/// What matters of a mission's executor for a control.
+#[derive(Clone, Copy)]
+struct Owner {
+    can_pause: bool,
+    connected: bool,
+}
+
+/// Under the ledger lock, without side effects: legality, capability, connectivity, and what the action
+/// records.
+fn decide_action(
+    live: &Live,
+    owner: Owner,
+    mission_id: &str,
+    action: Action<'_>,
+    now: &str,
+) -> std::result::Result<Verdict, Why> {
+    let to = match on_control(live.state, action.control()) {
+        Some(_) if matches!(action, Action::Resume) => live.resume_target(),
+        Some(to) => to,
+        None => return Err(Refused(refusal(action, live.state))),
+    };
+    if matches!(action, Action::Pause | Action::Resume) && !owner.can_pause {
+        return Err(Refused(Error::ControlUnsupported(format!(
+            "executor {} does not declare {PAUSE_RESUME}: it cannot {} missions, so nothing was sent and mission \
+                 {mission_id} stays {}",
+            live.executor_id,
+            verb(action),
+            live.state
+        ))));
+    }
+    let answered = match action {
+        Action::Answer { hitl_id, response } => Some(answer(live, mission_id, hitl_id, response, now)?),
+        _ => None,
+    };
+    if action.control() != Control::Abort && !owner.connected {
+        return Err(Refused(Error::ExecutorNotConnected(format!(
+            "executor {} of mission {mission_id} is not connected",
+            live.executor_id
+        ))));
+    }
+    let said = match action {
+        Action::Pause => ServeEvent::Paused,
+        Action::Resume => ServeEvent::Resumed { from: MissionState::Paused },
+        Action::Abort => ServeEvent::Aborted { by: AbortedBy::Operator, reason: "operator_request" },
+        Action::Answer { hitl_id, response } => ServeEvent::HitlResponded {
+            hitl_id: hitl_id.to_owned(),
+            response: response.to_owned(),
+            responded_at: Some(now.to_owned()),
+        },
+    };
+    let recorded = said.record(&live.executor_id, mission_id, to, now);
+    let frame = recorded.event.frame();
+    let data = recorded.event.data.clone();
+    let mut changes = Change::recorded(recorded);
+    if let Some(a) = &answered {
+        changes.push(Change::PutHitl(Box::new(a.clone())));
+    } else if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
+        changes.push(Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
+    }
+    Ok(Verdict { changes, to, data, frame, answered })
+}
+
+impl Controls {
+    /// A queued mission has no executor: only abort applies, and it just leaves the queue.
+    async fn act_on_queued(&self, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
+        if !matches!(action, Action::Abort) || !self.dispatcher.abort_queued(mission_id).await? {
+            return Err(refusal(action, MissionState::Queued));
+        }
+        Ok(ControlOutcome {
+            mission_id: mission_id.to_owned(),
+            state: MissionState::Aborted,
+            delivered: false,
+            note: Some("the mission was still queued: no executor had it".into()),
+        })
+    }
+
+    async fn mark_delivered(&self, answer: HitlRow) {
+        let delivered = HitlRow { delivered_at: Some(clock::now()), ..answer };
+        // Best effort, not waited for: if this write is lost the answer is sent once more on reconnect,
+        // which executors ignore for a request they have already resolved.
+        if let Ok(slot) = self.store.reserve().await {
+            drop(slot.submit(vec![Change::PutHitl(Box::new(delivered))]));
+        }
+    }
+
+    /// Starts the timer of a HITL request with an `expires_at`.
+    pub fn watch_hitl_deadline(self: &Arc<Self>, request: HitlRow) {
+        let Some(at) = request.expires_at.as_deref().and_then(|t| t.parse::<DateTime<Utc>>().ok()) else { return };
+        let wait = (at - Utc::now()).to_std().unwrap_or_default();
+        let controls = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            controls.expire_hitl(&request.mission_id, &request.hitl_id).await;
+        });
+    }
+
+    /// Fails a mission whose HITL request expired unanswered (reason `hitl_expired`) and tells its
+    /// executor to stop. Does nothing if the request was answered or withdrawn meanwhile.
+    pub async fn expire_hitl(&self, mission_id: &str, hitl_id: &str) {
+        let error = Some(format!("HITL request {hitl_id} expired unanswered"));
+        let said = ServeEvent::ending(MissionState::Failed, "hitl_expired", error);
+        let Ok(slot) = self.store.reserve().await else { return };
+        let now = clock::now();
+        let decided = self.ledger.with(mission_id, |live| {
+            let request =
+                live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id && live.state == MissionState::HitlRequired)?;
+            let recorded = said.record(&live.executor_id, mission_id, MissionState::Failed, &now);
+            live.terminal_data = Some(recorded.event.data.clone());
+            let mut changes = Change::recorded(recorded);
+            changes.push(Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Expired, ..request.clone() })));
+            live.state = MissionState::Failed;
+            live.hitl = None;
+            Some((slot.submit(changes), live.executor_id.clone()))
+        });
+        let Some(Some((commit, owner))) = decided else { return };
+        if self.ledger.conclude(commit, mission_id, &owner, Some(MissionState::Failed)).await.is_err() {
+            return;
+        }
+        tracing::info!(mission_id, hitl_id, "HITL request expired; mission failed");
+        let abort = ServeEvent::Aborted { by: AbortedBy::System, reason: "hitl_expired" };
+        self.registry.send(&owner, abort.frame(&owner, mission_id, &now));
+    }
+
+    /// Sends a newly connected executor the HITL answers it has not received yet.
+    pub async fn redeliver_answers(&self, executor_id: &str) {
+        let answers = match self.store.undelivered_answers(executor_id).await {
+            Ok(a) => a,
+            Err(e) => return tracing::error!(error = %e, executor_id, "cannot read undelivered HITL answers"),
+        };
+        for answer in answers {
+            let said = ServeEvent::HitlResponded {
+                hitl_id: answer.hitl_id.clone(),
+                response: answer.response.clone().unwrap_or_default(),
+                responded_at: answer.responded_at.clone(),
+            };
+            if self.registry.send(executor_id, said.frame(executor_id, &answer.mission_id, &clock::now())) > 0 {
+                self.mark_delivered(answer).await;
+            }
+        }
+    }
+
+    /// Timers of HITL requests that were pending when serve stopped.
+    pub fn rearm_hitl_deadlines(self: &Arc<Self>) {
+        for request in self.ledger.pending_hitl() {
+            self.watch_hitl_deadline(request);
+        }
+    }
+}
+
+enum Why {
+    Refused(Error),
+    Expired(Box<HitlRow>),
+}
+use Why::{Expired, Refused};
+
+/// The answered request, if `hitl_id` is the one pending and it has not expired.
+fn answer(
+    live: &Live,
+    mission_id: &str,
+    hitl_id: &str,
+    response: &str,
+    now: &str,
+) -> std::result::Result<HitlRow, Why> {
+    let request = live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id).ok_or_else(|| {
+        Refused(Error::Conflict(format!("mission {mission_id} has no pending HITL request {hitl_id}")))
+    })?;
+    if request.expires_at.as_deref().is_some_and(|t| t <= now) {
+        return Err(Expired(Box::new(request.clone())));
+    }
+    Ok(HitlRow {
+        outcome: HitlOutcome::Answered,
+        response: Some(response.to_owned()),
+        responded_at: Some(now.to_owned()),
+        ..request.clone()
+    })
+}
+
+/// Why an action is refused in a state: `illegal_transition`, or `conflict` for an answer to a mission
+/// that is not waiting for one.
+fn refusal(action: Action<'_>, state: MissionState) -> Error {
+    match action {
+        Action::Answer { hitl_id, .. } if !state.is_terminal() => {
+            Error::Conflict(format!("the mission is {state}, not waiting for HITL request {hitl_id}"))
+        }
+        _ => Error::IllegalTransition(format!("cannot {} a mission that is {state}", verb(action))),
+    }
+}
+
+fn verb(action: Action<'_>) -> &'static str {
+    match action {
+        Action::Pause => "pause",
+        Action::Resume => "resume",
+        Action::Abort => "abort",
+        Action::Answer { .. } => "answer a HITL request of",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: &str = "2026-11-30T12:00:00.000Z";
+    const ABLE: Owner = Owner { can_pause: true, connected: true };
+
+    fn verdict(live: &Live, owner: Owner, action: Action<'_>) -> std::result::Result<Verdict, Error> {
+        decide_action(live, owner, "m1", action, NOW).map_err(|why| match why {
+            Refused(e) => e,
+            Expired(h) => Error::Conflict(format!("expired {}", h.hitl_id)),
+        })
+    }
+
+    fn pending(hitl_id: &str, expires_at: Option<&str>) -> HitlRow {
+        HitlRow {
+            mission_id: "m1".into(),
+            hitl_id: hitl_id.into(),
+            prompt: "ok?".into(),
+            context: None,
+            expires_at: expires_at.map(str::to_owned),
+            requested_at: NOW.into(),
+            outcome: HitlOutcome::Pending,
+            response: None,
+            responded_at: None,
+            delivered_at: None,
+        }
+    }
+
+    #[test]
+    fn pause_and_resume_need_an_executor_that_can_pause() {
+        let running = Live::new("e1", MissionState::Running);
+        let unable = Owner { can_pause: false, connected: true };
+        assert!(matches!(verdict(&running, unable, Action::Pause), Err(Error::ControlUnsupported(_))));
+        let paused = verdict(&running, ABLE, Action::Pause).unwrap();
+        assert_eq!(paused.to, MissionState::Paused);
+        assert!(paused.frame.contains("\"mission.paused\""), "{}", paused.frame);
+    }
+
+    #[test]
+    fn abort_is_authoritative_even_when_the_executor_is_offline() {
+        let running = Live::new("e1", MissionState::Running);
+        let offline = Owner { can_pause: true, connected: false };
+        assert!(matches!(verdict(&running, offline, Action::Pause), Err(Error::ExecutorNotConnected(_))));
+        let aborted = verdict(&running, offline, Action::Abort).unwrap();
+        assert_eq!(aborted.to, MissionState::Aborted);
+        assert_eq!(aborted.data["aborted_by"], "operator");
+    }
+
+    #[test]
+    fn a_resume_returns_the_mission_where_the_pause_found_it() {
+        let mut live = Live::new("e1", MissionState::HitlRequired);
+        live.hitl = Some(pending("h1", None));
+        live.move_to(MissionState::Paused);
+        assert_eq!(verdict(&live, ABLE, Action::Resume).unwrap().to, MissionState::HitlRequired);
+    }
+
+    #[test]
+    fn an_answer_must_name_the_pending_request_before_it_expires() {
+        let mut live = Live::new("e1", MissionState::HitlRequired);
+        live.hitl = Some(pending("h1", Some("2026-11-30T13:00:00.000Z")));
+        let wrong = verdict(&live, ABLE, Action::Answer { hitl_id: "h2", response: "yes" });
+        assert!(matches!(wrong, Err(Error::Conflict(_))), "{:?}", wrong.err());
+        let v = verdict(&live, ABLE, Action::Answer { hitl_id: "h1", response: "yes" }).unwrap();
+        assert_eq!(v.to, MissionState::Running);
+        let answered = v.answered.unwrap();
+        assert_eq!((answered.outcome, answered.response.as_deref()), (HitlOutcome::Answered, Some("yes")));
+        live.hitl = Some(pending("h1", Some("2026-11-30T11:00:00.000Z")));
+        let late = decide_action(&live, ABLE, "m1", Action::Answer { hitl_id: "h1", response: "yes" }, NOW);
+        assert!(matches!(late, Err(Expired(_))));
+    }
+
+    #[test]
+    fn illegal_controls_are_refused_by_the_table() {
+        let done = Live::new("e1", MissionState::Done);
+        assert!(matches!(verdict(&done, ABLE, Action::Abort), Err(Error::IllegalTransition(_))));
+        let running = Live::new("e1", MissionState::Running);
+        assert!(matches!(verdict(&running, ABLE, Action::Resume), Err(Error::IllegalTransition(_))));
+    }
+}

@@ -1,0 +1,181 @@
+//! Handing a recorded mission to its candidates in turn (see the module above for the rules).
+
+use axum::body::Bytes;
+use serde_json::{json, Value};
+
+use super::{Dispatched, Dispatcher, RoutingRecord};
+use crate::clock;
+use crate::domain::{AbortedBy, Handover, Live, MissionPatch, MissionState, ServeEvent};
+use crate::error::{Error, Result};
+use crate::forward::ForwardError;
+use crate::store::Change;
+
+impl Dispatcher {
+    /// Hands a stored mission to its first candidate, then the next ones on refusal; the mission must
+    /// already be recorded as assigned to `attempts[0]`.
+    pub(crate) async fn hand_out(
+        &self,
+        mission_id: &str,
+        session_id: &str,
+        body: &Value,
+        attempts: Vec<String>,
+        mut record: RoutingRecord,
+    ) -> Result<Dispatched> {
+        let mission_id = mission_id.to_owned();
+        self.ledger.insert(
+            &mission_id,
+            Live { handover: Handover::InFlight, ..Live::new(&attempts[0], MissionState::Assigned) },
+        );
+        self.registry.adjust_active(&attempts[0], 1);
+        let bytes = Bytes::from(body.to_string());
+        let mut last_failure = ForwardError::Unreachable("no attempt made".into());
+        for (i, executor_id) in attempts.iter().enumerate() {
+            if i > 0 {
+                let previous = &attempts[i - 1];
+                if let Some(taken) =
+                    self.fail_over(&mission_id, previous, executor_id, &mut record, &last_failure).await?
+                {
+                    return Ok(taken);
+                }
+            }
+            match self.forward_to(executor_id, session_id, bytes.clone()).await {
+                Ok(accepted) => return self.taken(&mission_id, executor_id, accepted).await,
+                Err(failure) => {
+                    tracing::warn!(%mission_id, %executor_id, %failure, "executor did not take the mission");
+                    self.metrics.forward_failures.add(failure.code());
+                    if failure == ForwardError::Timeout {
+                        self.tell_to_abort(executor_id, &mission_id);
+                    }
+                    last_failure = failure;
+                }
+            }
+        }
+        let last = attempts.last().expect("at least one attempt");
+        record.passed_over(last, &last_failure, None);
+        self.fail_dispatch(&mission_id, last, &last_failure, record).await
+    }
+
+    /// Moves the mission from a candidate that did not take it to the next one, recorded. `Some` when
+    /// the previous one reported on the mission meanwhile: it has it after all.
+    async fn fail_over(
+        &self,
+        mission_id: &str,
+        previous: &str,
+        next: &str,
+        record: &mut RoutingRecord,
+        failure: &ForwardError,
+    ) -> Result<Option<Dispatched>> {
+        if let HandOver::TakenBy = self.hand_over(mission_id, previous, next) {
+            return Ok(Some(Dispatched::assigned(mission_id, previous, None)));
+        }
+        record.passed_over(previous, failure, Some(next));
+        let patch = MissionPatch {
+            executor_id: Some(next.to_owned()),
+            routing: Some(json!(record)),
+            ..MissionPatch::default()
+        };
+        self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
+        Ok(None)
+    }
+
+    /// The executor took the mission.
+    async fn taken(
+        &self,
+        mission_id: &str,
+        executor_id: &str,
+        accepted: crate::forward::Accepted,
+    ) -> Result<Dispatched> {
+        if !self.registry.is_live(executor_id) {
+            // Deregistered while the dispatch was in flight: the deregistration has already settled the
+            // mission (suspended or failed); saying "assigned" would be untrue.
+            let state = self.store.mission(mission_id).await?.map(|m| m.state.to_string()).unwrap_or_default();
+            return Err(Error::ExecutorUnreachable(format!(
+                "executor {executor_id} deregistered while the dispatch was forwarded; mission {mission_id} is {state}"
+            )));
+        }
+        self.ledger.mark_handed_over(mission_id);
+        if let Some(start) = &accepted.estimated_start {
+            let patch = MissionPatch { estimated_start: Some(start.clone()), ..MissionPatch::default() };
+            self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
+        }
+        Ok(Dispatched::assigned(mission_id, executor_id, accepted.estimated_start))
+    }
+
+    pub(crate) async fn forward_to(
+        &self,
+        executor_id: &str,
+        session_id: &str,
+        body: Bytes,
+    ) -> std::result::Result<crate::forward::Accepted, ForwardError> {
+        let reach = self.registry.reach(executor_id).ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
+        let token = reach
+            .token
+            .ok_or_else(|| ForwardError::Unreachable("serve does not know this executor's current token".into()))?;
+        let from = reach.registered_from.and_then(|f| f.parse().ok());
+        self.forwarder.forward(&reach.rest, from, &token, session_id, body).await
+    }
+
+    /// Moves a still-untouched mission to the next candidate. If the previous one has reported on it
+    /// meanwhile, it has the mission and keeps it.
+    fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> HandOver {
+        let moved = self.ledger.with(mission_id, |live| {
+            if live.executor_id == from && live.state == MissionState::Assigned {
+                live.executor_id = to.to_owned();
+                true
+            } else {
+                false
+            }
+        });
+        if moved == Some(true) {
+            self.registry.adjust_active(from, -1);
+            self.registry.adjust_active(to, 1);
+            HandOver::Done
+        } else {
+            HandOver::TakenBy
+        }
+    }
+
+    fn tell_to_abort(&self, executor_id: &str, mission_id: &str) {
+        let abort = ServeEvent::Aborted { by: AbortedBy::System, reason: "dispatch_timeout" };
+        self.registry.send(executor_id, abort.frame(executor_id, mission_id, &clock::now()));
+    }
+
+    async fn fail_dispatch(
+        &self,
+        mission_id: &str,
+        executor_id: &str,
+        failure: &ForwardError,
+        record: RoutingRecord,
+    ) -> Result<Dispatched> {
+        let error = match failure {
+            ForwardError::Refused { .. } => Error::ExecutorForwardFailed(failure.to_string()),
+            _ => Error::ExecutorUnreachable(failure.to_string()),
+        };
+        let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
+        let data = said.data();
+        let claimed = self.ledger.with(mission_id, |live| {
+            if live.state != MissionState::Assigned {
+                return false;
+            }
+            live.state = MissionState::Failed;
+            live.terminal_data = Some(data.clone());
+            true
+        });
+        if claimed != Some(true) {
+            // The executor reported on the mission while we waited: it took it after all.
+            return Ok(Dispatched::assigned(mission_id, executor_id, None));
+        }
+        let now = clock::now();
+        let mut changes = Change::recorded(said.record(executor_id, mission_id, MissionState::Failed, &now));
+        let patch = MissionPatch { routing: Some(json!(record)), ..MissionPatch::default() };
+        changes.push(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
+        self.store.commit(changes).await?;
+        self.ledger.settle(mission_id, executor_id, Some(MissionState::Failed));
+        Err(error)
+    }
+}
+
+enum HandOver {
+    Done,
+    TakenBy,
+}

@@ -1,0 +1,82 @@
+//! What operators read about missions and the server: a mission with its recent events and pending
+//! HITL request, pages of missions, the metrics, and whether the store still answers.
+
+use std::sync::Arc;
+
+use super::dispatcher::Dispatcher;
+use super::registry::Registry;
+use crate::error::{Error, Result};
+use crate::metrics::{Metrics, Snapshot};
+use crate::store::{MissionQuery, Store};
+use crate::views::{MissionPage, MissionStatus, MissionSummary};
+
+/// Events shown with a mission (the contract's "last N events").
+pub const RECENT_EVENTS: u32 = 50;
+
+pub struct Status {
+    store: Store,
+    registry: Arc<Registry>,
+    /// The queue's depth, for the metrics.
+    dispatcher: Arc<Dispatcher>,
+    metrics: Arc<Metrics>,
+}
+
+impl Status {
+    pub fn new(store: Store, registry: Arc<Registry>, dispatcher: Arc<Dispatcher>, metrics: Arc<Metrics>) -> Status {
+        Status { store, registry, dispatcher, metrics }
+    }
+
+    /// `GET /metrics`: counters plus what is read at scrape time.
+    pub async fn metrics_text(&self) -> Result<String> {
+        let (registered, connected) = self.registry.counts();
+        let (queue_depth, oldest) = self.dispatcher.queue_depth();
+        let snapshot = Snapshot {
+            executors_registered: registered,
+            executors_connected: connected,
+            missions_by_state: self.store.mission_counts().await?,
+            queue_depth,
+            queue_oldest_age_s: oldest.as_secs_f64(),
+        };
+        Ok(self.metrics.render(&snapshot))
+    }
+
+    pub async fn mission_status(&self, mission_id: &str) -> Result<MissionStatus> {
+        let row = self
+            .store
+            .mission(mission_id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("mission {mission_id} not found")))?;
+        let events = self.store.recent_events(mission_id, RECENT_EVENTS).await?;
+        Ok(MissionStatus::from_row(row, events))
+    }
+
+    /// `GET /api/v1/missions/{id}`: the mission's status with its pending HITL request, if any (as
+    /// committed: the request an answer must name).
+    pub async fn mission_detail(&self, mission_id: &str) -> Result<MissionStatus> {
+        let status = self.mission_status(mission_id).await?;
+        let pending = self.store.pending_hitl(mission_id).await?;
+        Ok(status.with_hitl(pending))
+    }
+
+    pub async fn missions(&self, query: MissionQuery) -> Result<MissionPage> {
+        let limit = query.limit;
+        let mut rows = self.store.missions(&MissionQuery { limit: limit + 1, ..query }).await?;
+        let next_cursor = if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
+            rows.last().map(|(id, _)| crate::views::encode_cursor(*id))
+        } else {
+            None
+        };
+        Ok(MissionPage { missions: rows.into_iter().map(|(_, r)| MissionSummary::from(r)).collect(), next_cursor })
+    }
+
+    /// Readiness: the store's writer still commits (an empty unit).
+    pub async fn writer_commits(&self) -> crate::store::Result<()> {
+        self.store.commit(Vec::new()).await.map(drop)
+    }
+
+    /// Readiness: the migrations this build knows that the store lacks.
+    pub async fn missing_migrations(&self) -> crate::store::Result<Vec<i64>> {
+        self.store.missing_migrations().await
+    }
+}
