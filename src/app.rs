@@ -57,44 +57,32 @@ impl App {
         let wake_queue = Arc::new(Notify::new());
         let registry = Arc::new(Registry::load(store.clone()).await?);
         let ledger = Arc::new(Ledger::load(store.clone(), registry.clone(), wake_queue.clone()).await?);
-        let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
-        let dispatcher = Arc::new(Dispatcher::new(
-            config.dispatch.clone(),
-            registry.clone(),
-            ledger.clone(),
+        let core = Core { config: &config, store: &store, registry, ledger, wake_queue, metrics: &metrics };
+        let dispatcher = Arc::new(core.dispatcher(shutdown.clone()));
+        let reconciler = Arc::new(Reconciler::new(
+            &config.hub,
+            core.registry.clone(),
+            core.ledger.clone(),
             store.clone(),
-            forwarder,
-            metrics.clone(),
-            wake_queue.clone(),
-            shutdown.clone(),
+            dispatcher.clone(),
         ));
-        let reconciler =
-            Arc::new(Reconciler::new(&config.hub, registry.clone(), ledger.clone(), store.clone(), dispatcher.clone()));
-        let controls = Arc::new(Controls::new(registry.clone(), ledger.clone(), store.clone(), dispatcher.clone()));
+        let controls =
+            Arc::new(Controls::new(core.registry.clone(), core.ledger.clone(), store.clone(), dispatcher.clone()));
         let schema = Arc::new(schema);
         let ingest = Arc::new(Ingest::new(
             schema.clone(),
-            registry.clone(),
-            ledger.clone(),
+            core.registry.clone(),
+            core.ledger.clone(),
             store.clone(),
             reconciler.clone(),
             controls.clone(),
         ));
-        let fleet = Arc::new(Fleet::new(&config, registry.clone(), ledger.clone(), store.clone(), wake_queue.clone()));
-        let sandboxes = Arc::new(
-            Sandboxes::load(store.clone(), config.server.max_sandboxes, registry.clone(), ledger.clone()).await?,
-        );
-        let connections = Arc::new(Connections::new(
-            registry.clone(),
-            store.clone(),
-            metrics.clone(),
-            controls.clone(),
-            reconciler.clone(),
-            wake_queue,
-            config.hub.max_sockets_per_executor,
-        ));
-        let status = Status::new(store.clone(), registry.clone(), dispatcher.clone(), metrics.clone());
-        let feed = Feed::new(store, shutdown.clone());
+        let fleet = Arc::new(core.fleet());
+        let sandboxes = Arc::new(core.sandboxes().await?);
+        let connections = Arc::new(core.connections(controls.clone(), reconciler.clone()));
+        let status = Status::new(store.clone(), core.registry.clone(), dispatcher.clone(), metrics.clone());
+        let feed = Feed::new(store.clone(), shutdown.clone());
+        let registry = core.registry;
         Ok(App {
             config,
             schema,
@@ -126,5 +114,53 @@ impl App {
 
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.clone()
+    }
+}
+
+/// What every service is built from.
+struct Core<'a> {
+    config: &'a Config,
+    store: &'a Store,
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
+    /// Rung when a queued mission may have become dispatchable.
+    wake_queue: Arc<Notify>,
+    metrics: &'a Arc<Metrics>,
+}
+
+impl Core<'_> {
+    fn dispatcher(&self, shutdown: watch::Receiver<bool>) -> Dispatcher {
+        let forwarder = Forwarder::new(Duration::from_millis(self.config.dispatch.forward_timeout_ms));
+        Dispatcher::new(
+            self.config.dispatch.clone(),
+            self.registry.clone(),
+            self.ledger.clone(),
+            self.store.clone(),
+            forwarder,
+            self.metrics.clone(),
+            self.wake_queue.clone(),
+            shutdown,
+        )
+    }
+
+    fn fleet(&self) -> Fleet {
+        Fleet::new(self.config, self.registry.clone(), self.ledger.clone(), self.store.clone(), self.wake_queue.clone())
+    }
+
+    async fn sandboxes(&self) -> Result<Sandboxes> {
+        let max = self.config.server.max_sandboxes;
+        Sandboxes::load(self.store.clone(), max, self.registry.clone(), self.ledger.clone()).await
+    }
+
+    fn connections(&self, controls: Arc<Controls>, reconciler: Arc<Reconciler>) -> Connections {
+        Connections::new(
+            self.registry.clone(),
+            self.store.clone(),
+            self.metrics.clone(),
+            controls,
+            reconciler,
+            self.wake_queue.clone(),
+            self.config.hub.max_sockets_per_executor,
+        )
     }
 }

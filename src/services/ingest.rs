@@ -115,6 +115,18 @@ impl Accepted {
             .map(Box::new)
     }
 
+    /// What to commit: the event, its mission's update, the executor's latest event time, the HITL
+    /// requests it opened or withdrew.
+    fn changes(self, row: EventRow, mission_id: &str, seen: Change) -> Vec<Change> {
+        let mut changes = vec![
+            Change::AppendEvent(row),
+            Change::PatchMission { mission_id: mission_id.to_owned(), patch: self.patch },
+            seen,
+        ];
+        changes.extend(self.hitl_puts.into_iter().map(|h| Change::PutHitl(Box::new(h))));
+        changes
+    }
+
     /// The projection once the event is queued.
     fn apply(&self, live: &mut Live, data: &Value) {
         if let Some(to) = self.moved {
@@ -157,17 +169,7 @@ impl Ingest {
     pub async fn ingest(&self, executor_id: &str, text: &str, link_opened: Instant) -> Result<Ingested, Refusal> {
         let (envelope, event, reference) = self.parse(text)?;
         let refuse = |error: Error| Refusal { error, reference: reference.clone() };
-        let data = self.schema.canonical_data(event, envelope.data.as_ref());
-        let raw = envelope.data.filter(|d| *d != data);
-        let row = EventRow {
-            event: event.as_str().into(),
-            // The socket's authenticated identity, whatever the frame claims (as upstream does).
-            executor_id: executor_id.to_owned(),
-            mission_id: envelope.mission_id.clone(),
-            ts: envelope.ts.clone(),
-            data,
-            raw,
-        };
+        let row = self.record(executor_id, event, &envelope);
         let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: envelope.ts.clone() };
         let slot = self.store.reserve().await.map_err(|e| refuse(e.into()))?;
         let pending = |commit, mission, deadline, resync| {
@@ -200,14 +202,8 @@ impl Ingest {
                 Decision::Duplicate => Ok(None),
                 Decision::Accept(a) => {
                     a.apply(live, &row.data);
-                    let deadline = a.deadline(event);
-                    let mut changes = vec![
-                        Change::AppendEvent(row),
-                        Change::PatchMission { mission_id: mission_id.clone(), patch: a.patch },
-                        seen,
-                    ];
-                    changes.extend(a.hitl_puts.into_iter().map(|h| Change::PutHitl(Box::new(h))));
-                    Ok(Some((slot.submit(changes), a.moved, deadline)))
+                    let (moved, deadline) = (a.moved, a.deadline(event));
+                    Ok(Some((slot.submit(a.changes(row, &mission_id, seen)), moved, deadline)))
                 }
             }
         });
@@ -220,6 +216,21 @@ impl Ingest {
                 .await
                 .map_err(refuse)
                 .map(|()| Ingested::Duplicate(reference.clone())),
+        }
+    }
+
+    /// The event as stored: its data in canonical form (what was received, if that differed, kept
+    /// beside it), under the socket's authenticated identity whatever the frame claims (as upstream does).
+    fn record(&self, executor_id: &str, event: EventType, envelope: &Envelope) -> EventRow {
+        let data = self.schema.canonical_data(event, envelope.data.as_ref());
+        let raw = envelope.data.clone().filter(|d| *d != data);
+        EventRow {
+            event: event.as_str().into(),
+            executor_id: executor_id.to_owned(),
+            mission_id: envelope.mission_id.clone(),
+            ts: envelope.ts.clone(),
+            data,
+            raw,
         }
     }
 
@@ -347,136 +358,5 @@ fn not_owned(mission_id: &str) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::HitlOutcome;
-    use serde_json::json;
-
-    const NOW: &str = "2026-11-30T12:00:00.000Z";
-
-    fn row(event: EventType, data: Value) -> EventRow {
-        EventRow {
-            event: event.as_str().into(),
-            executor_id: "e1".into(),
-            mission_id: Some("m1".into()),
-            ts: "2026-11-30T11:59:59.000Z".into(),
-            data,
-            raw: None,
-        }
-    }
-
-    fn judged(event: EventType, resumable: bool) -> Judged<'static> {
-        Judged { executor_id: "e1", event, resumable }
-    }
-
-    fn accepted(d: Result<Decision, Error>) -> Accepted {
-        match d {
-            Ok(Decision::Accept(a)) => *a,
-            other => panic!("expected an accepted event, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn another_executors_mission_is_not_owned() {
-        let live = Live::new("e2", MissionState::Running);
-        let d = decide(
-            &live,
-            judged(EventType::MissionProgress, true),
-            &row(EventType::MissionProgress, json!({})),
-            "m1",
-            NOW,
-        );
-        assert!(matches!(d, Err(Error::Forbidden(_))), "{d:?}");
-    }
-
-    #[test]
-    fn an_illegal_transition_is_refused() {
-        let live = Live::new("e1", MissionState::Running);
-        let d = decide(
-            &live,
-            judged(EventType::MissionAssigned, true),
-            &row(EventType::MissionAssigned, json!({})),
-            "m1",
-            NOW,
-        );
-        assert!(matches!(d, Err(Error::IllegalTransition(_))), "{d:?}");
-    }
-
-    #[test]
-    fn suspension_needs_a_resumable_executor() {
-        let live = Live::new("e1", MissionState::Running);
-        let e = EventType::MissionSuspended;
-        let data = json!({"state": "suspended"});
-        assert!(matches!(
-            decide(&live, judged(e, false), &row(e, data.clone()), "m1", NOW),
-            Err(Error::IllegalTransition(_))
-        ));
-        assert_eq!(
-            accepted(decide(&live, judged(e, true), &row(e, data), "m1", NOW)).moved,
-            Some(MissionState::Suspended)
-        );
-    }
-
-    #[test]
-    fn completion_moves_and_records_the_end() {
-        let live = Live::new("e1", MissionState::Running);
-        let e = EventType::MissionCompleted;
-        let a = accepted(decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 0})), "m1", NOW));
-        assert_eq!(a.moved, Some(MissionState::Done));
-        assert_eq!(a.patch.state, Some(MissionState::Done));
-        assert_eq!(a.patch.exit_code, Some(0));
-        assert_eq!(a.patch.completed_at.as_deref(), Some(NOW));
-    }
-
-    #[test]
-    fn the_same_terminal_event_again_is_a_duplicate_and_another_is_refused() {
-        let mut live = Live::new("e1", MissionState::Done);
-        live.terminal_data = Some(json!({"state": "done", "exit_code": 0}));
-        let e = EventType::MissionCompleted;
-        assert_eq!(
-            decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 0})), "m1", NOW).unwrap(),
-            Decision::Duplicate
-        );
-        let other = decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 1})), "m1", NOW);
-        assert!(matches!(other, Err(Error::IllegalTransition(_))), "{other:?}");
-    }
-
-    #[test]
-    fn a_progress_report_sent_again_is_a_duplicate() {
-        let mut live = Live::new("e1", MissionState::Running);
-        let e = EventType::MissionProgress;
-        let report = row(e, json!({"summary": "half way"}));
-        let a = accepted(decide(&live, judged(e, true), &report, "m1", NOW));
-        assert_eq!(a.moved, None);
-        a.apply(&mut live, &report.data);
-        assert_eq!(decide(&live, judged(e, true), &report, "m1", NOW).unwrap(), Decision::Duplicate);
-        let next = row(e, json!({"summary": "almost"}));
-        assert!(matches!(decide(&live, judged(e, true), &next, "m1", NOW), Ok(Decision::Accept(_))));
-    }
-
-    #[test]
-    fn a_hitl_request_opens_with_its_deadline_and_replaces_an_older_one() {
-        let mut live = Live::new("e1", MissionState::Running);
-        let e = EventType::MissionHitlRequired;
-        let first = row(e, json!({"state": "hitl-required", "hitl_id": "h1", "prompt": "ok?"}));
-        let a = accepted(decide(&live, judged(e, true), &first, "m1", NOW));
-        assert_eq!(a.moved, Some(MissionState::HitlRequired));
-        assert!(a.deadline(e).is_none(), "no expires_at, no deadline");
-        a.apply(&mut live, &first.data);
-        let second = row(
-            e,
-            json!({"state": "hitl-required", "hitl_id": "h2", "prompt": "sure?", "expires_at": "2026-12-01T00:00:00Z"}),
-        );
-        let b = accepted(decide(&live, judged(e, true), &second, "m1", NOW));
-        let outcomes: Vec<(&str, HitlOutcome)> = b.hitl_puts.iter().map(|h| (h.hitl_id.as_str(), h.outcome)).collect();
-        assert_eq!(outcomes, [("h1", HitlOutcome::Withdrawn), ("h2", HitlOutcome::Pending)]);
-        assert_eq!(b.deadline(e).unwrap().expires_at.as_deref(), Some("2026-12-01T00:00:00.000Z"));
-    }
-
-    #[test]
-    fn a_resync_listing_is_bounded() {
-        let ids: Vec<String> = (0..=MAX_RESYNC_IDS).map(|i| format!("m{i}")).collect();
-        assert!(matches!(resync_listing(&json!({"owned_mission_ids": ids})), Err(Error::InvalidFrame(_))));
-        assert_eq!(resync_listing(&json!({"owned_mission_ids": ["a", "b"]})).unwrap(), ["a", "b"]);
-    }
-}
+#[path = "ingest_tests.rs"]
+mod tests;

@@ -4,11 +4,13 @@
 //! plaintext token (learned when issued or presented, needed to call the executor) and the executor's
 //! open WebSockets. Changes are written through the store before the caller answers.
 
+mod listing;
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Mutex, RwLock};
 
-use serde::Serialize;
+pub use listing::ExecutorStatus;
 
 use super::links::{Link, Outbound};
 use crate::contract::RegisterPayload;
@@ -86,23 +88,6 @@ pub struct Registered {
     pub rotated_for_non_loopback: bool,
 }
 
-/// An executor as `GET /api/v1/executors` shows it (the contract's `executor_status`).
-#[derive(Clone, Debug, Serialize)]
-pub struct ExecutorStatus {
-    #[serde(flatten)]
-    pub identity: RegisterPayload,
-    pub connected: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_event_ts: Option<String>,
-    pub active_mission_count: usize,
-    pub registered_at: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub disconnected_at: Option<String>,
-    /// Shown only while draining (an extension; upstream's status has no such field).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub draining: bool,
-}
-
 /// How to reach an executor's REST surface.
 pub struct Reach {
     pub rest: String,
@@ -156,18 +141,7 @@ impl Registry {
                 (TokenDecision::Issue { rotated_for_non_loopback }, _) => (tokens::issue(), rotated_for_non_loopback),
                 (TokenDecision::Keep, None) => unreachable!("a kept token is a presented one"),
             };
-            let row = ExecutorRow {
-                identity: p.clone(),
-                token_hash: tokens::hash(&token),
-                registered_at: existing.map_or_else(|| now.clone(), |e| e.row.registered_at.clone()),
-                registered_from: Some(peer.to_string()),
-                seen_non_loopback: !is_loopback(peer) || existing.is_some_and(|e| e.row.seen_non_loopback),
-                draining: existing.is_some_and(|e| e.row.draining),
-                last_event_ts: existing.and_then(|e| e.last_event.lock().expect("entry lock").clone()),
-                disconnected_at: existing.and_then(|e| e.row.disconnected_at.clone()),
-                deregistered_at: None,
-            };
-            (row, token, rotated_for_non_loopback)
+            (registered_row(existing, p, &token, peer, &now), token, rotated_for_non_loopback)
         };
         let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(&row.identity.executor_id, None, &now);
         self.store.commit(vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)]).await?;
@@ -421,98 +395,23 @@ impl Registry {
             .collect();
         f(&views, offline)
     }
-
-    pub fn status(&self, executor_id: &str) -> Option<ExecutorStatus> {
-        let inner = self.inner.read().expect("registry lock");
-        inner.executors.get(executor_id).filter(|e| e.live()).map(status_of)
-    }
-
-    /// One page of registered executors in registration order, from position `from` of that order
-    /// (executors are never removed from it, so a position is a stable cursor); with the position the
-    /// next page starts at, if any.
-    pub fn page(&self, from: usize, limit: usize) -> (Vec<ExecutorStatus>, Option<usize>) {
-        let inner = self.inner.read().expect("registry lock");
-        let mut out = Vec::new();
-        for (pos, id) in inner.order.iter().enumerate().skip(from) {
-            let Some(e) = inner.executors.get(id).filter(|e| e.live()) else { continue };
-            if out.len() == limit {
-                return (out, Some(pos));
-            }
-            out.push(status_of(e));
-        }
-        (out, None)
-    }
 }
 
-fn status_of(e: &Entry) -> ExecutorStatus {
-    let r = &e.row;
-    ExecutorStatus {
-        identity: r.identity.clone(),
-        connected: !e.links.is_empty(),
-        last_event_ts: e.last_event.lock().expect("entry lock").clone(),
-        active_mission_count: e.active_missions,
-        registered_at: r.registered_at.clone(),
-        disconnected_at: r.disconnected_at.clone(),
-        draining: r.draining,
+/// The row of a registration: a new identity, or the known one re-registered (what sockets, drains and
+/// events made of it stays).
+fn registered_row(existing: Option<&Entry>, p: &RegisterPayload, token: &str, peer: IpAddr, now: &str) -> ExecutorRow {
+    ExecutorRow {
+        identity: p.clone(),
+        token_hash: tokens::hash(token),
+        registered_at: existing.map_or_else(|| now.to_owned(), |e| e.row.registered_at.clone()),
+        registered_from: Some(peer.to_string()),
+        seen_non_loopback: !is_loopback(peer) || existing.is_some_and(|e| e.row.seen_non_loopback),
+        draining: existing.is_some_and(|e| e.row.draining),
+        last_event_ts: existing.and_then(|e| e.last_event.lock().expect("entry lock").clone()),
+        disconnected_at: existing.and_then(|e| e.row.disconnected_at.clone()),
+        deregistered_at: None,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::contract::TransportEndpoints;
-    use crate::store::Synchronous;
-
-    fn payload(id: &str) -> RegisterPayload {
-        RegisterPayload {
-            executor_id: id.into(),
-            a2a_instance_id: None,
-            name: "e".into(),
-            version: "1".into(),
-            spec_version: "1.0.0".into(),
-            transport_endpoints: TransportEndpoints {
-                rest: "http://127.0.0.1:1".into(),
-                ws: "ws://x".into(),
-                grpc: None,
-            },
-            capabilities: vec![],
-        }
-    }
-
-    /// The peer address cannot be faked over real loopback sockets, so the one-time rotation on the first
-    /// non-loopback registration is tested here, against a real store.
-    #[tokio::test]
-    async fn first_non_loopback_registration_rotates_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _writer) = Store::open(dir.path(), Synchronous::Normal, 16, Default::default()).await.unwrap();
-        let registry = Registry::load(store.clone()).await.unwrap();
-        let id = "c3d4e5f6-a7b8-9012-cdef-345678901234";
-        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
-        let lan: IpAddr = "192.168.1.42".parse().unwrap();
-
-        let first = registry.register(&payload(id), loopback, None, 10).await.unwrap();
-        assert!(!first.rotated_for_non_loopback);
-        let again = registry.register(&payload(id), loopback, Some(&first.token), 10).await.unwrap();
-        assert_eq!(again.token, first.token, "loopback re-register with the token keeps it");
-
-        let lan1 = registry.register(&payload(id), lan, Some(&first.token), 10).await.unwrap();
-        assert!(lan1.rotated_for_non_loopback);
-        assert_ne!(lan1.token, first.token, "rotated even though the current token was presented");
-        assert!(matches!(registry.authenticate(id, Some(&first.token)), Err(Error::TokenInvalid(_))));
-        registry.authenticate(id, Some(&lan1.token)).unwrap();
-
-        let lan2 = registry.register(&payload(id), lan, Some(&lan1.token), 10).await.unwrap();
-        assert!(!lan2.rotated_for_non_loopback, "only the first non-loopback registration rotates");
-        assert_eq!(lan2.token, lan1.token);
-
-        // The rotation is remembered across a restart.
-        let reloaded = Registry::load(store).await.unwrap();
-        let lan3 = reloaded.register(&payload(id), lan, Some(&lan1.token), 10).await.unwrap();
-        assert!(!lan3.rotated_for_non_loopback);
-        assert_eq!(lan3.token, lan1.token);
-
-        // A brand-new executor from the LAN has nothing to rotate.
-        let fresh = registry.register(&payload("550e8400-e29b-41d4-a716-446655440000"), lan, None, 10).await.unwrap();
-        assert!(!fresh.rotated_for_non_loopback);
-    }
-}
+mod tests;
