@@ -3,12 +3,12 @@
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection;
 
-use super::Result;
+use crate::store::Result;
 
 pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "init", include_str!("../../migrations/0001_init.sql")),
-    (2, "hitl", include_str!("../../migrations/0002_hitl.sql")),
-    (3, "sandboxes", include_str!("../../migrations/0003_sandboxes.sql")),
+    (1, "init", include_str!("../../../migrations/0001_init.sql")),
+    (2, "hitl", include_str!("../../../migrations/0002_hitl.sql")),
+    (3, "sandboxes", include_str!("../../../migrations/0003_sandboxes.sql")),
 ];
 
 pub async fn apply(conn: &mut SqliteConnection) -> Result<()> {

@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 
 use crate::metrics::Metrics;
 
-use super::{
+use crate::store::{
     Change, EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, Result, SandboxRow, StoreError, StoredEvent,
 };
 
@@ -148,20 +148,11 @@ async fn run(
         commit_batch(&mut conn, &mut batch, &mut next_seq, &feed).await;
         metrics.commit_latency.observe_duration(started.elapsed());
         if backfilled.swap(false, Ordering::AcqRel) {
-            finish_checkpoint(&mut conn).await;
+            super::checkpoint::finish_from_writer(&mut conn).await;
         }
     }
     if let Err(e) = sqlx::Connection::close(conn).await {
         tracing::warn!(error = %e, "closing the writer connection");
-    }
-}
-
-/// Checkpoints from the writer's own connection, between two transactions, right after the background
-/// pass (see `store::checkpoints`) copied the bulk: what is left is the last moment's frames, and with no
-/// writer racing it this pass backfills the whole WAL, so the next transaction starts it over.
-async fn finish_checkpoint(conn: &mut SqliteConnection) {
-    if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut *conn).await {
-        tracing::warn!(error = %e, "WAL checkpoint from the writer failed");
     }
 }
 
@@ -357,7 +348,7 @@ async fn apply(
         script.push(") AS v WHERE executors.executor_id = v.column1;");
     }
     script.push("COMMIT");
-    // Cached (see `store::WRITER_STATEMENTS`): recurring small scripts skip SQLite's parser.
+    // Cached (see `sqlite::WRITER_STATEMENTS`): recurring small scripts skip SQLite's parser.
     script.build().execute(&mut *conn).await?;
     Ok((results, Committed { events: positions, received_at: now.to_owned() }))
 }
