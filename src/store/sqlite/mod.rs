@@ -9,6 +9,7 @@ mod checkpoint;
 mod migrate;
 mod reads;
 mod rows;
+mod script;
 mod writer;
 
 use std::path::Path;

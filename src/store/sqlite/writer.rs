@@ -18,13 +18,13 @@ use tokio::sync::broadcast;
 
 use crate::metrics::Metrics;
 
-use crate::store::{
-    Change, EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, Result, SandboxRow, StoreError, StoredEvent,
+use super::script::{
+    insert_mission, push_events, push_patch, push_put_executor, push_put_hitl, push_put_sandbox, push_seen,
+    push_touches,
 };
+use crate::store::{Change, EventRow, MissionPatch, Result, StoreError, StoredEvent};
 
 const MAX_BATCH: usize = 2048;
-/// Rows per multi-row statement: 8 parameters each stays far below SQLite's bound-parameter limit.
-const ROWS_PER_STATEMENT: usize = 500;
 
 type Reply = oneshot::Sender<Result<Vec<i64>>>;
 
@@ -43,7 +43,7 @@ pub(super) struct Unit {
 }
 
 /// An event's `data` and `raw`, as JSON text.
-type Encoded = (String, Option<String>);
+pub(super) type Encoded = (String, Option<String>);
 
 impl Unit {
     fn new(mut changes: Vec<Change>) -> Unit {
@@ -259,243 +259,118 @@ async fn apply(
     next_seq: &mut i64,
     now: &str,
 ) -> std::result::Result<Applied, sqlx::Error> {
-    let mut events: Vec<(i64, &EventRow, &Encoded)> = Vec::new();
-    let mut positions: Vec<(i64, usize, usize, usize)> = Vec::new();
-    let mut patch_order: Vec<&str> = Vec::new();
-    let mut patches: HashMap<&str, MissionPatch> = HashMap::new();
-    let mut seen: HashMap<&str, &str> = HashMap::new();
+    let mut gathered = Gathered::default();
     let mut results = Vec::with_capacity(units.len());
+    let mut script = begin(conn, units).await?;
+    for (unit_index, unit) in units.iter().enumerate() {
+        results.push(gathered.unit(conn, &mut script, unit_index, unit, next_seq).await?);
+    }
+    gathered.push_rows(&mut script, now);
+    script.push("COMMIT");
+    // Cached (see `sqlite::WRITER_STATEMENTS`): recurring small scripts skip SQLite's parser.
+    script.build().execute(&mut *conn).await?;
+    Ok((results, Committed { events: gathered.positions, received_at: now.to_owned() }))
+}
 
+/// Opens the transaction: first thing in the script, or on its own right away when a statement must run
+/// alone before the script.
+async fn begin<'a>(
+    conn: &mut SqliteConnection,
+    units: &[&Unit],
+) -> std::result::Result<QueryBuilder<'a, Sqlite>, sqlx::Error> {
     let mut script: QueryBuilder<Sqlite> = QueryBuilder::new("");
     if units.iter().any(|u| u.changes.iter().any(runs_alone)) {
         sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
     } else {
         script.push("BEGIN IMMEDIATE;");
     }
-    for (unit_index, unit) in units.iter().enumerate() {
+    Ok(script)
+}
+
+/// What the batch's units leave for the end of the script, gathered unit by unit: the upserts go into
+/// the script as they come, these are written together after them.
+#[derive(Default)]
+struct Gathered<'a> {
+    /// Each appended event with its sequence number and encoded JSON, in order.
+    events: Vec<(i64, &'a EventRow, &'a Encoded)>,
+    /// Where each event is among the units, for the feed (see [`Committed`]).
+    positions: Vec<(i64, usize, usize, usize)>,
+    /// The patched missions in the order of their first patch, and each one's patches merged.
+    patch_order: Vec<&'a str>,
+    patches: HashMap<&'a str, MissionPatch>,
+    /// Each executor's latest event timestamp.
+    seen: HashMap<&'a str, &'a str>,
+}
+
+impl<'a> Gathered<'a> {
+    /// Reads one unit's changes in order: a statement that must run alone runs now, upserts join the
+    /// script, the rest is gathered. A duplicate mission refuses the unit and ends its reading (the insert
+    /// comes first in its unit, so nothing else of it is written); the outer error is a database failure.
+    async fn unit<'s>(
+        &mut self,
+        conn: &mut SqliteConnection,
+        script: &mut QueryBuilder<'s, Sqlite>,
+        unit_index: usize,
+        unit: &'a Unit,
+        next_seq: &mut i64,
+    ) -> std::result::Result<Result<Vec<i64>>, sqlx::Error>
+    where
+        'a: 's,
+    {
         let mut seqs = Vec::new();
-        let mut refused = None;
         let mut encoded = unit.encoded.iter().enumerate();
         for (change_index, change) in unit.changes.iter().enumerate() {
             match change {
                 Change::InsertMission(m) => {
                     if !insert_mission(conn, m).await? {
-                        refused = Some(StoreError::DuplicateMission(m.mission_id.clone()));
-                        break;
+                        return Ok(Err(StoreError::DuplicateMission(m.mission_id.clone())));
                     }
                 }
-                Change::PutExecutor(e) => push_put_executor(&mut script, e),
-                Change::PutHitl(h) => push_put_hitl(&mut script, h),
-                Change::PutSandbox(s) => push_put_sandbox(&mut script, s),
+                Change::PutExecutor(e) => push_put_executor(script, e),
+                Change::PutHitl(h) => push_put_hitl(script, h),
+                Change::PutSandbox(s) => push_put_sandbox(script, s),
                 Change::ExecutorSeen { executor_id, ts } => {
-                    seen.insert(executor_id, ts);
+                    self.seen.insert(executor_id, ts);
                 }
-                Change::PatchMission { mission_id, patch } => match patches.get_mut(mission_id.as_str()) {
-                    Some(p) => p.merge(patch.clone()),
-                    None => {
-                        patch_order.push(mission_id);
-                        patches.insert(mission_id, patch.clone());
-                    }
-                },
+                Change::PatchMission { mission_id, patch } => self.patch(mission_id, patch),
                 Change::AppendEvent(ev) => {
                     let (encoding, text) = encoded.next().expect("one encoding per appended event");
-                    positions.push((*next_seq, unit_index, change_index, encoding));
-                    events.push((*next_seq, ev, text));
+                    self.positions.push((*next_seq, unit_index, change_index, encoding));
+                    self.events.push((*next_seq, ev, text));
                     seqs.push(*next_seq);
                     *next_seq += 1;
                 }
             }
         }
-        results.push(match refused {
-            Some(e) => Err(e),
-            None => Ok(seqs),
-        });
+        Ok(Ok(seqs))
     }
 
-    for chunk in events.chunks(ROWS_PER_STATEMENT) {
-        script.push("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
-        script.push_values(chunk, |mut b, (seq, ev, (data, raw))| {
-            b.push_bind(*seq)
-                .push_bind(ev.event.as_ref())
-                .push_bind(ev.executor_id.as_str())
-                .push_bind(ev.mission_id.as_deref())
-                .push_bind(ev.ts.as_str())
-                .push_bind(now)
-                .push_bind(data.as_str())
-                .push_bind(raw.as_deref());
-        });
-        script.push(";");
-    }
-    // Most patches only say "this mission changed" (progress): one statement for all of them.
-    let (touched, patched): (Vec<&str>, Vec<&str>) = patch_order.into_iter().partition(|id| patches[id].is_touch());
-    for chunk in touched.chunks(ROWS_PER_STATEMENT) {
-        script.push("UPDATE missions SET updated_at = ").push_bind(now).push(" WHERE mission_id IN (");
-        let mut ids = script.separated(", ");
-        for id in chunk {
-            ids.push_bind(*id);
+    /// Later patches of a mission in the batch override earlier ones field by field.
+    fn patch(&mut self, mission_id: &'a str, patch: &MissionPatch) {
+        match self.patches.get_mut(mission_id) {
+            Some(p) => p.merge(patch.clone()),
+            None => {
+                self.patch_order.push(mission_id);
+                self.patches.insert(mission_id, patch.clone());
+            }
         }
-        script.push(");");
     }
-    for id in patched {
-        push_patch(&mut script, id, &patches[id]);
-    }
-    let seen: Vec<(&str, &str)> = seen.into_iter().collect();
-    for chunk in seen.chunks(ROWS_PER_STATEMENT) {
-        script.push("UPDATE executors SET last_event_ts = v.column2 FROM (");
-        script.push_values(chunk, |mut b, (id, ts)| {
-            b.push_bind(*id).push_bind(*ts);
-        });
-        script.push(") AS v WHERE executors.executor_id = v.column1;");
-    }
-    script.push("COMMIT");
-    // Cached (see `sqlite::WRITER_STATEMENTS`): recurring small scripts skip SQLite's parser.
-    script.build().execute(&mut *conn).await?;
-    Ok((results, Committed { events: positions, received_at: now.to_owned() }))
-}
 
-async fn insert_mission(conn: &mut SqliteConnection, m: &MissionRow) -> std::result::Result<bool, sqlx::Error> {
-    let done = sqlx::query(
-        "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
-         completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data, queued_reason, \
-         checkpoint_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (mission_id) DO NOTHING",
-    )
-    .bind(&m.mission_id)
-    .bind(&m.session_id)
-    .bind(&m.executor_id)
-    .bind(m.state.as_str())
-    .bind(m.payload.to_string())
-    .bind(&m.created_at)
-    .bind(&m.updated_at)
-    .bind(&m.completed_at)
-    .bind(&m.pty_session_ref)
-    .bind(m.exit_code)
-    .bind(&m.error)
-    .bind(&m.estimated_start)
-    .bind(m.routing.as_ref().map(|v| v.to_string()))
-    .bind(m.terminal_data.as_ref().map(|v| v.to_string()))
-    .bind(&m.queued_reason)
-    .bind(&m.checkpoint_id)
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a ExecutorRow) {
-    q.push(
-        "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
-         a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
-         disconnected_at, deregistered_at, draining) ",
-    );
-    q.push_values([e], |mut b, e| {
-        b.push_bind(e.identity.executor_id.as_str())
-            .push_bind(e.identity.name.as_str())
-            .push_bind(e.identity.version.as_str())
-            .push_bind(e.identity.spec_version.as_str())
-            .push_bind(serde_json::to_string(&e.identity.transport_endpoints).expect("endpoints serialize"))
-            .push_bind(serde_json::to_string(&e.identity.capabilities).expect("capabilities serialize"))
-            .push_bind(e.identity.a2a_instance_id.as_deref())
-            .push_bind(&e.token_hash[..])
-            .push_bind(e.registered_at.as_str())
-            .push_bind(e.registered_from.as_deref())
-            .push_bind(e.seen_non_loopback)
-            .push_bind(e.last_event_ts.as_deref())
-            .push_bind(e.disconnected_at.as_deref())
-            .push_bind(e.deregistered_at.as_deref())
-            .push_bind(e.draining);
-    });
-    q.push(
-        " ON CONFLICT (executor_id) DO UPDATE SET name = excluded.name, version = excluded.version, \
-         spec_version = excluded.spec_version, transport_endpoints = excluded.transport_endpoints, \
-         capabilities = excluded.capabilities, a2a_instance_id = excluded.a2a_instance_id, \
-         token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
-         seen_non_loopback = excluded.seen_non_loopback, last_event_ts = excluded.last_event_ts, \
-         disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at, \
-         draining = excluded.draining;",
-    );
-}
-
-fn push_put_sandbox<'a>(q: &mut QueryBuilder<'a, Sqlite>, s: &'a SandboxRow) {
-    q.push(
-        "INSERT INTO sandboxes (sandbox_id, name, registration, token_hash, registered_at, registered_from, \
-         deregistered_at) ",
-    );
-    q.push_values([s], |mut b, s| {
-        b.push_bind(s.sandbox_id.as_str())
-            .push_bind(s.name.as_str())
-            .push_bind(s.registration.to_string())
-            .push_bind(&s.token_hash[..])
-            .push_bind(s.registered_at.as_str())
-            .push_bind(s.registered_from.as_deref())
-            .push_bind(s.deregistered_at.as_deref());
-    });
-    q.push(
-        " ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, registration = excluded.registration, \
-         token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
-         deregistered_at = excluded.deregistered_at;",
-    );
-}
-
-fn push_put_hitl<'a>(q: &mut QueryBuilder<'a, Sqlite>, h: &'a HitlRow) {
-    q.push(
-        "INSERT INTO hitl_requests (mission_id, hitl_id, prompt, context, expires_at, requested_at, outcome, \
-         response, responded_at, delivered_at) ",
-    );
-    q.push_values([h], |mut b, h| {
-        b.push_bind(h.mission_id.as_str())
-            .push_bind(h.hitl_id.as_str())
-            .push_bind(h.prompt.as_str())
-            .push_bind(h.context.as_deref())
-            .push_bind(h.expires_at.as_deref())
-            .push_bind(h.requested_at.as_str())
-            .push_bind(h.outcome.as_str())
-            .push_bind(h.response.as_deref())
-            .push_bind(h.responded_at.as_deref())
-            .push_bind(h.delivered_at.as_deref());
-    });
-    q.push(
-        " ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
-         expires_at = excluded.expires_at, outcome = excluded.outcome, response = excluded.response, \
-         responded_at = excluded.responded_at, delivered_at = excluded.delivered_at;",
-    );
-}
-
-fn push_patch<'a>(q: &mut QueryBuilder<'a, Sqlite>, id: &'a str, p: &'a MissionPatch) {
-    q.push("UPDATE missions SET mission_id = mission_id");
-    if let Some(v) = p.state {
-        q.push(", state = ").push_bind(v.as_str());
+    /// The end of the script, after the upserts: the event rows, then the coalesced mission and executor
+    /// updates.
+    fn push_rows<'s>(&'s self, script: &mut QueryBuilder<'s, Sqlite>, now: &'s str)
+    where
+        'a: 's,
+    {
+        push_events(script, &self.events, now);
+        // Most patches only say "this mission changed" (progress): one statement for all of them.
+        let (touched, patched): (Vec<&str>, Vec<&str>) =
+            self.patch_order.iter().copied().partition(|id| self.patches[id].is_touch());
+        push_touches(script, &touched, now);
+        for id in patched {
+            push_patch(script, id, &self.patches[id]);
+        }
+        let seen: Vec<(&str, &str)> = self.seen.iter().map(|(id, ts)| (*id, *ts)).collect();
+        push_seen(script, &seen);
     }
-    if let Some(v) = &p.executor_id {
-        q.push(", executor_id = ").push_bind(v);
-    }
-    if let Some(v) = &p.updated_at {
-        q.push(", updated_at = ").push_bind(v);
-    }
-    if let Some(v) = &p.completed_at {
-        q.push(", completed_at = ").push_bind(v);
-    }
-    if let Some(v) = &p.pty_session_ref {
-        q.push(", pty_session_ref = ").push_bind(v);
-    }
-    if let Some(v) = p.exit_code {
-        q.push(", exit_code = ").push_bind(v);
-    }
-    if let Some(v) = &p.error {
-        q.push(", error = ").push_bind(v);
-    }
-    if let Some(v) = &p.estimated_start {
-        q.push(", estimated_start = ").push_bind(v);
-    }
-    if let Some(v) = &p.routing {
-        q.push(", routing = ").push_bind(v.to_string());
-    }
-    if let Some(v) = &p.terminal_data {
-        q.push(", terminal_data = ").push_bind(v.to_string());
-    }
-    if let Some(v) = &p.queued_reason {
-        q.push(", queued_reason = ").push_bind(v);
-    }
-    if let Some(v) = &p.checkpoint_id {
-        q.push(", checkpoint_id = ").push_bind(v);
-    }
-    q.push(" WHERE mission_id = ").push_bind(id).push(";");
 }
