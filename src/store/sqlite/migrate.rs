@@ -5,6 +5,8 @@ use sqlx::Connection;
 
 use crate::store::Result;
 
+/// Applied migrations are history and stay as written: they name HITL outcomes as literals (the partial
+/// index `hitl_open`, whose condition `reads` repeats word for word from `HitlOutcome`).
 pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../../migrations/0001_init.sql")),
     (2, "hitl", include_str!("../../../migrations/0002_hitl.sql")),

@@ -1,4 +1,11 @@
 //! The reads, each one query on the pool.
+//!
+//! Mission states, HITL outcomes and event types are named in SQL by their enums (`as_str`), never
+//! spelled again. The queries that compare against a fixed set of them are formatted once rather than
+//! bound, so that the text SQLite plans (and the statement cache keys on) is the literal SQL it always
+//! was: the query planner matches a partial index (`hitl_open`) against a query's literal condition.
+
+use std::sync::LazyLock;
 
 use serde_json::Value;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
@@ -9,8 +16,62 @@ use super::rows::{
     event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, parse_json, parse_state,
     sandbox_from_row,
 };
+use crate::contract::EventType;
 use crate::missions::MissionState;
-use crate::store::{ExecutorRow, HitlRow, MissionQuery, MissionRow, Result, SandboxRow, StoredEvent};
+use crate::store::{ExecutorRow, HitlOutcome, HitlRow, MissionQuery, MissionRow, Result, SandboxRow, StoredEvent};
+
+/// `'queued', 'done', 'failed', 'aborted'`: the states of a mission that is not live (waiting for an
+/// executor, or over).
+static NOT_LIVE: LazyLock<String> = LazyLock::new(|| {
+    let names: Vec<String> = MissionState::ALL
+        .into_iter()
+        .filter(|s| *s == MissionState::Queued || s.is_terminal())
+        .map(|s| format!("'{s}'"))
+        .collect();
+    names.join(", ")
+});
+
+static LIVE_MISSIONS: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT mission_id, executor_id, state FROM missions WHERE state NOT IN ({})", *NOT_LIVE));
+
+static RECENT_PROGRESS_OF_LIVE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT mission_id, ts, data FROM (SELECT e.mission_id, e.ts, e.data, e.seq, \
+         ROW_NUMBER() OVER (PARTITION BY e.mission_id ORDER BY e.seq DESC) AS newest \
+         FROM events e JOIN missions m ON m.mission_id = e.mission_id \
+         WHERE e.event = '{progress}' AND m.state NOT IN ({not_live})) \
+         WHERE newest <= 16 ORDER BY seq",
+        progress = EventType::MissionProgress.as_str(),
+        not_live = *NOT_LIVE,
+    )
+});
+
+static QUEUED_MISSIONS: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT * FROM missions WHERE state = '{}' ORDER BY id", MissionState::Queued.as_str()));
+
+/// Word for word the condition of the partial index `hitl_open` (migration 2), so that it is used.
+static OPEN_HITL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT * FROM hitl_requests WHERE outcome = '{pending}' OR (outcome = '{answered}' AND delivered_at IS NULL)",
+        pending = HitlOutcome::Pending.as_str(),
+        answered = HitlOutcome::Answered.as_str(),
+    )
+});
+
+static PENDING_HITL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT * FROM hitl_requests WHERE mission_id = ? AND outcome = '{}' LIMIT 1",
+        HitlOutcome::Pending.as_str()
+    )
+});
+
+static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT h.* FROM hitl_requests h JOIN missions m ON m.mission_id = h.mission_id \
+         WHERE h.outcome = '{}' AND h.delivered_at IS NULL AND m.executor_id = ? ORDER BY h.responded_at",
+        HitlOutcome::Answered.as_str()
+    )
+});
 
 pub(super) async fn executors(pool: &SqlitePool) -> Result<Vec<ExecutorRow>> {
     let rows = sqlx::query("SELECT * FROM executors ORDER BY registered_at, executor_id").fetch_all(pool).await?;
@@ -18,24 +79,14 @@ pub(super) async fn executors(pool: &SqlitePool) -> Result<Vec<ExecutorRow>> {
 }
 
 pub(super) async fn live_missions(pool: &SqlitePool) -> Result<Vec<(String, String, MissionState)>> {
-    let rows = sqlx::query(
-        "SELECT mission_id, executor_id, state FROM missions WHERE state NOT IN ('queued', 'done', 'failed', 'aborted')",
-    ).fetch_all(pool).await?;
+    let rows = sqlx::query(&LIVE_MISSIONS).fetch_all(pool).await?;
     let live =
         |r: &SqliteRow| Ok((r.try_get("mission_id")?, r.try_get("executor_id")?, parse_state(r.try_get("state")?)?));
     rows.iter().map(located("missions", "mission_id", live)).collect()
 }
 
 pub(super) async fn recent_progress_of_live(pool: &SqlitePool) -> Result<Vec<(String, String, Value)>> {
-    let rows = sqlx::query(
-        "SELECT mission_id, ts, data FROM (SELECT e.mission_id, e.ts, e.data, e.seq, \
-         ROW_NUMBER() OVER (PARTITION BY e.mission_id ORDER BY e.seq DESC) AS newest \
-         FROM events e JOIN missions m ON m.mission_id = e.mission_id \
-         WHERE e.event = 'mission.progress' AND m.state NOT IN ('queued', 'done', 'failed', 'aborted')) \
-         WHERE newest <= 16 ORDER BY seq",
-    )
-    .fetch_all(pool)
-    .await?;
+    let rows = sqlx::query(&RECENT_PROGRESS_OF_LIVE).fetch_all(pool).await?;
     let recent =
         |r: &SqliteRow| Ok((r.try_get("mission_id")?, r.try_get("ts")?, parse_json(r.try_get("data")?, "event data")?));
     rows.iter().map(located("events", "mission_id", recent)).collect()
@@ -47,7 +98,7 @@ pub(super) async fn sandboxes(pool: &SqlitePool) -> Result<Vec<SandboxRow>> {
 }
 
 pub(super) async fn queued_missions(pool: &SqlitePool) -> Result<Vec<MissionRow>> {
-    let rows = sqlx::query("SELECT * FROM missions WHERE state = 'queued' ORDER BY id").fetch_all(pool).await?;
+    let rows = sqlx::query(&QUEUED_MISSIONS).fetch_all(pool).await?;
     rows.iter().map(located("missions", "mission_id", mission_from_row)).collect()
 }
 
@@ -126,30 +177,17 @@ pub(super) async fn events_after(
 }
 
 pub(super) async fn open_hitl(pool: &SqlitePool) -> Result<Vec<HitlRow>> {
-    let rows = sqlx::query(
-        "SELECT * FROM hitl_requests WHERE outcome = 'pending' OR (outcome = 'answered' AND delivered_at IS NULL)",
-    )
-    .fetch_all(pool)
-    .await?;
+    let rows = sqlx::query(&OPEN_HITL).fetch_all(pool).await?;
     rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
 }
 
 pub(super) async fn pending_hitl(pool: &SqlitePool, mission_id: &str) -> Result<Option<HitlRow>> {
-    let row = sqlx::query("SELECT * FROM hitl_requests WHERE mission_id = ? AND outcome = 'pending' LIMIT 1")
-        .bind(mission_id)
-        .fetch_optional(pool)
-        .await?;
+    let row = sqlx::query(&PENDING_HITL).bind(mission_id).fetch_optional(pool).await?;
     row.as_ref().map(located("hitl_requests", "hitl_id", hitl_from_row)).transpose()
 }
 
 pub(super) async fn undelivered_answers(pool: &SqlitePool, executor_id: &str) -> Result<Vec<HitlRow>> {
-    let rows = sqlx::query(
-        "SELECT h.* FROM hitl_requests h JOIN missions m ON m.mission_id = h.mission_id \
-         WHERE h.outcome = 'answered' AND h.delivered_at IS NULL AND m.executor_id = ? ORDER BY h.responded_at",
-    )
-    .bind(executor_id)
-    .fetch_all(pool)
-    .await?;
+    let rows = sqlx::query(&UNDELIVERED_ANSWERS).bind(executor_id).fetch_all(pool).await?;
     rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
 }
 
