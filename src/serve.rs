@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::contract::Schema;
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -92,7 +92,8 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let schema = Schema::load().map_err(StartError::Schema)?;
     let metrics = Arc::new(Metrics::default());
     let (store, writer) =
-        Store::open(&data_dir, config.store.synchronous, config.hub.stream_lag_limit, metrics.clone()).await?;
+        crate::store::sqlite::open(&data_dir, config.store.synchronous, config.hub.stream_lag_limit, metrics.clone())
+            .await?;
     let (stop, stopped) = watch::channel(false);
     let bind = config.server.bind;
     let limits = Limits::from_config(&config);

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use aiwg_serve::services::feed::{EndReason, Feed, Filter, Next};
-use aiwg_serve::store::{Change, EventRow, Store, Synchronous};
+use aiwg_serve::store::{Change, EventRow, Synchronous};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -124,7 +124,8 @@ async fn bad_stream_requests_are_refused() {
 #[tokio::test]
 async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _writer) = Store::open(dir.path(), Synchronous::Normal, 8, Default::default()).await.unwrap();
+    let (store, _writer) =
+        aiwg_serve::store::sqlite::open(dir.path(), Synchronous::Normal, 8, Default::default()).await.unwrap();
     let executor = uuid::Uuid::new_v4().to_string();
     let register = |n: i64| {
         Change::AppendEvent(EventRow {

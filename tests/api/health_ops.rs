@@ -8,7 +8,6 @@ use aiwg_serve::app::App;
 use aiwg_serve::config::Config;
 use aiwg_serve::contract::Schema;
 use aiwg_serve::metrics::Metrics;
-use aiwg_serve::store::Store;
 use serde_json::json;
 use sqlx::Connection;
 
@@ -35,7 +34,8 @@ async fn readiness_fails_while_draining_without_migrations_and_once_the_writer_i
     let mut config = Config::default();
     config.server.data_dir = dir.path().to_path_buf();
     let metrics = Arc::new(Metrics::default());
-    let (store, writer) = Store::open(dir.path(), config.store.synchronous, 64, metrics.clone()).await.unwrap();
+    let (store, writer) =
+        aiwg_serve::store::sqlite::open(dir.path(), config.store.synchronous, 64, metrics.clone()).await.unwrap();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let app = Arc::new(App::new(config, Schema::load().unwrap(), store.clone(), metrics, stopped).await.unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -34,5 +34,6 @@ mod routes;
 mod sandbox;
 mod schema;
 mod socket;
+mod storage_contract;
 mod takeover;
 mod vagaris;

@@ -10,7 +10,6 @@ use aiwg_serve::app::App;
 use aiwg_serve::config::Config;
 use aiwg_serve::contract::Schema;
 use aiwg_serve::metrics::Metrics;
-use aiwg_serve::store::Store;
 use axum::body::Bytes;
 use hyper::Method;
 use serde_json::{json, Value};
@@ -27,7 +26,8 @@ async fn router_routes() -> Routes {
     let mut config = Config::default();
     config.server.data_dir = dir.path().to_path_buf();
     let metrics = Arc::new(Metrics::default());
-    let (store, writer) = Store::open(dir.path(), config.store.synchronous, 16, metrics.clone()).await.unwrap();
+    let (store, writer) =
+        aiwg_serve::store::sqlite::open(dir.path(), config.store.synchronous, 16, metrics.clone()).await.unwrap();
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     let app = Arc::new(App::new(config, Schema::load().unwrap(), store.clone(), metrics, stopped).await.unwrap());
     let text = format!("{:?}", aiwg_serve::http::router(app));

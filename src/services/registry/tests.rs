@@ -21,7 +21,8 @@ fn payload(id: &str) -> RegisterPayload {
 #[tokio::test]
 async fn first_non_loopback_registration_rotates_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _writer) = Store::open(dir.path(), Synchronous::Normal, 16, Default::default()).await.unwrap();
+    let (store, _writer) =
+        crate::store::sqlite::open(dir.path(), Synchronous::Normal, 16, Default::default()).await.unwrap();
     let registry = Registry::load(store.clone()).await.unwrap();
     let id = "c3d4e5f6-a7b8-9012-cdef-345678901234";
     let loopback: IpAddr = "127.0.0.1".parse().unwrap();

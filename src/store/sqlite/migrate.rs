@@ -3,12 +3,14 @@
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection;
 
-use super::Result;
+use crate::store::Result;
 
+/// Applied migrations are history and stay as written: they name HITL outcomes as literals (the partial
+/// index `hitl_open`, whose condition `reads` repeats word for word from `HitlOutcome`).
 pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "init", include_str!("../../migrations/0001_init.sql")),
-    (2, "hitl", include_str!("../../migrations/0002_hitl.sql")),
-    (3, "sandboxes", include_str!("../../migrations/0003_sandboxes.sql")),
+    (1, "init", include_str!("../../../migrations/0001_init.sql")),
+    (2, "hitl", include_str!("../../../migrations/0002_hitl.sql")),
+    (3, "sandboxes", include_str!("../../../migrations/0003_sandboxes.sql")),
 ];
 
 pub async fn apply(conn: &mut SqliteConnection) -> Result<()> {

@@ -1,0 +1,73 @@
+//! What a unit of writes is made of ([`Change`]), the filters of a mission listing, and a place in the
+//! writer's queue. The records themselves are the domain's (`crate::domain`).
+
+use tokio::sync::oneshot;
+
+use super::Result;
+use crate::domain::{EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, MissionState, Recorded, SandboxRow};
+
+/// One change; a unit of changes commits atomically.
+#[derive(Clone, Debug)]
+pub enum Change {
+    PutExecutor(Box<ExecutorRow>),
+    /// The executor's latest event timestamp; coalesced per executor within a batch.
+    ExecutorSeen {
+        executor_id: String,
+        ts: String,
+    },
+    /// Fails the unit with [`StoreError::DuplicateMission`](super::StoreError::DuplicateMission) when the
+    /// id exists; must come first in its unit.
+    InsertMission(Box<MissionRow>),
+    /// Fields left `None` keep their value. A mission that a commit only touches (its patches set
+    /// nothing but `updated_at`) gets the commit time as `updated_at`, the `received_at` of the events
+    /// committed with it: the writer touches them all in one statement.
+    PatchMission {
+        mission_id: String,
+        patch: MissionPatch,
+    },
+    AppendEvent(EventRow),
+    PutHitl(Box<HitlRow>),
+    PutSandbox(Box<SandboxRow>),
+}
+
+impl Change {
+    /// The changes that record a serve event: the event, then its mission's update.
+    pub fn recorded(r: Recorded) -> Vec<Change> {
+        let mut changes = vec![Change::AppendEvent(r.event)];
+        if let Some((mission_id, patch)) = r.patch {
+            changes.push(Change::PatchMission { mission_id, patch });
+        }
+        changes
+    }
+}
+
+/// What a queued unit yields once committed: the sequence numbers of its events (the channel closes
+/// when the writer is gone).
+pub type Pending = oneshot::Receiver<Result<Vec<i64>>>;
+
+/// A place taken in the writer's queue ([`super::Storage::reserve`]): queueing into it never waits.
+/// Dropped unused, it frees the place.
+pub struct CommitSlot(Box<dyn FnOnce(Vec<Change>) -> Pending + Send>);
+
+impl CommitSlot {
+    pub fn new(queue: impl FnOnce(Vec<Change>) -> Pending + Send + 'static) -> CommitSlot {
+        CommitSlot(Box::new(queue))
+    }
+
+    /// Queues a unit of changes.
+    pub fn submit(self, changes: Vec<Change>) -> Pending {
+        (self.0)(changes)
+    }
+}
+
+/// Filters of `GET /api/v1/missions`; all optional, combined with AND.
+#[derive(Clone, Debug, Default)]
+pub struct MissionQuery {
+    pub state: Option<MissionState>,
+    pub executor_id: Option<String>,
+    pub session_id: Option<String>,
+    pub updated_since: Option<String>,
+    /// Only missions dispatched before this one (the cursor of the previous page).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}

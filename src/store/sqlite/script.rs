@@ -1,0 +1,208 @@
+//! The SQL of the writer's batch script: the statements one batch is made of, each pushed onto the one
+//! script (or, for the mission insert, run alone), their text and binds exactly as the writer sends them.
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{QueryBuilder, Sqlite};
+
+use super::writer::Encoded;
+use crate::store::{EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, SandboxRow};
+
+/// Rows per multi-row statement: 8 parameters each stays far below SQLite's bound-parameter limit.
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// Inserts a mission unless its id exists; says whether it did.
+pub(super) async fn insert_mission(
+    conn: &mut SqliteConnection,
+    m: &MissionRow,
+) -> std::result::Result<bool, sqlx::Error> {
+    let done = sqlx::query(
+        "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
+         completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data, queued_reason, \
+         checkpoint_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (mission_id) DO NOTHING",
+    )
+    .bind(&m.mission_id)
+    .bind(&m.session_id)
+    .bind(&m.executor_id)
+    .bind(m.state.as_str())
+    .bind(m.payload.to_string())
+    .bind(&m.created_at)
+    .bind(&m.updated_at)
+    .bind(&m.completed_at)
+    .bind(&m.pty_session_ref)
+    .bind(m.exit_code)
+    .bind(&m.error)
+    .bind(&m.estimated_start)
+    .bind(m.routing.as_ref().map(|v| v.to_string()))
+    .bind(m.terminal_data.as_ref().map(|v| v.to_string()))
+    .bind(&m.queued_reason)
+    .bind(&m.checkpoint_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+pub(super) fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a ExecutorRow) {
+    q.push(
+        "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
+         a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
+         disconnected_at, deregistered_at, draining) ",
+    );
+    q.push_values([e], |mut b, e| {
+        b.push_bind(e.identity.executor_id.as_str())
+            .push_bind(e.identity.name.as_str())
+            .push_bind(e.identity.version.as_str())
+            .push_bind(e.identity.spec_version.as_str())
+            .push_bind(serde_json::to_string(&e.identity.transport_endpoints).expect("endpoints serialize"))
+            .push_bind(serde_json::to_string(&e.identity.capabilities).expect("capabilities serialize"))
+            .push_bind(e.identity.a2a_instance_id.as_deref())
+            .push_bind(&e.token_hash[..])
+            .push_bind(e.registered_at.as_str())
+            .push_bind(e.registered_from.as_deref())
+            .push_bind(e.seen_non_loopback)
+            .push_bind(e.last_event_ts.as_deref())
+            .push_bind(e.disconnected_at.as_deref())
+            .push_bind(e.deregistered_at.as_deref())
+            .push_bind(e.draining);
+    });
+    q.push(
+        " ON CONFLICT (executor_id) DO UPDATE SET name = excluded.name, version = excluded.version, \
+         spec_version = excluded.spec_version, transport_endpoints = excluded.transport_endpoints, \
+         capabilities = excluded.capabilities, a2a_instance_id = excluded.a2a_instance_id, \
+         token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
+         seen_non_loopback = excluded.seen_non_loopback, last_event_ts = excluded.last_event_ts, \
+         disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at, \
+         draining = excluded.draining;",
+    );
+}
+
+pub(super) fn push_put_sandbox<'a>(q: &mut QueryBuilder<'a, Sqlite>, s: &'a SandboxRow) {
+    q.push(
+        "INSERT INTO sandboxes (sandbox_id, name, registration, token_hash, registered_at, registered_from, \
+         deregistered_at) ",
+    );
+    q.push_values([s], |mut b, s| {
+        b.push_bind(s.sandbox_id.as_str())
+            .push_bind(s.name.as_str())
+            .push_bind(s.registration.to_string())
+            .push_bind(&s.token_hash[..])
+            .push_bind(s.registered_at.as_str())
+            .push_bind(s.registered_from.as_deref())
+            .push_bind(s.deregistered_at.as_deref());
+    });
+    q.push(
+        " ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, registration = excluded.registration, \
+         token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
+         deregistered_at = excluded.deregistered_at;",
+    );
+}
+
+pub(super) fn push_put_hitl<'a>(q: &mut QueryBuilder<'a, Sqlite>, h: &'a HitlRow) {
+    q.push(
+        "INSERT INTO hitl_requests (mission_id, hitl_id, prompt, context, expires_at, requested_at, outcome, \
+         response, responded_at, delivered_at) ",
+    );
+    q.push_values([h], |mut b, h| {
+        b.push_bind(h.mission_id.as_str())
+            .push_bind(h.hitl_id.as_str())
+            .push_bind(h.prompt.as_str())
+            .push_bind(h.context.as_deref())
+            .push_bind(h.expires_at.as_deref())
+            .push_bind(h.requested_at.as_str())
+            .push_bind(h.outcome.as_str())
+            .push_bind(h.response.as_deref())
+            .push_bind(h.responded_at.as_deref())
+            .push_bind(h.delivered_at.as_deref());
+    });
+    q.push(
+        " ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
+         expires_at = excluded.expires_at, outcome = excluded.outcome, response = excluded.response, \
+         responded_at = excluded.responded_at, delivered_at = excluded.delivered_at;",
+    );
+}
+
+pub(super) fn push_patch<'a>(q: &mut QueryBuilder<'a, Sqlite>, id: &'a str, p: &'a MissionPatch) {
+    q.push("UPDATE missions SET mission_id = mission_id");
+    if let Some(v) = p.state {
+        q.push(", state = ").push_bind(v.as_str());
+    }
+    if let Some(v) = &p.executor_id {
+        q.push(", executor_id = ").push_bind(v);
+    }
+    if let Some(v) = &p.updated_at {
+        q.push(", updated_at = ").push_bind(v);
+    }
+    if let Some(v) = &p.completed_at {
+        q.push(", completed_at = ").push_bind(v);
+    }
+    if let Some(v) = &p.pty_session_ref {
+        q.push(", pty_session_ref = ").push_bind(v);
+    }
+    if let Some(v) = p.exit_code {
+        q.push(", exit_code = ").push_bind(v);
+    }
+    if let Some(v) = &p.error {
+        q.push(", error = ").push_bind(v);
+    }
+    if let Some(v) = &p.estimated_start {
+        q.push(", estimated_start = ").push_bind(v);
+    }
+    if let Some(v) = &p.routing {
+        q.push(", routing = ").push_bind(v.to_string());
+    }
+    if let Some(v) = &p.terminal_data {
+        q.push(", terminal_data = ").push_bind(v.to_string());
+    }
+    if let Some(v) = &p.queued_reason {
+        q.push(", queued_reason = ").push_bind(v);
+    }
+    if let Some(v) = &p.checkpoint_id {
+        q.push(", checkpoint_id = ").push_bind(v);
+    }
+    q.push(" WHERE mission_id = ").push_bind(id).push(";");
+}
+
+/// The event rows, in multi-row inserts, all received at the commit time `now`.
+pub(super) fn push_events<'a>(
+    q: &mut QueryBuilder<'a, Sqlite>,
+    events: &[(i64, &'a EventRow, &'a Encoded)],
+    now: &'a str,
+) {
+    for chunk in events.chunks(ROWS_PER_STATEMENT) {
+        q.push("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
+        q.push_values(chunk, |mut b, (seq, ev, (data, raw))| {
+            b.push_bind(*seq)
+                .push_bind(ev.event.as_ref())
+                .push_bind(ev.executor_id.as_str())
+                .push_bind(ev.mission_id.as_deref())
+                .push_bind(ev.ts.as_str())
+                .push_bind(now)
+                .push_bind(data.as_str())
+                .push_bind(raw.as_deref());
+        });
+        q.push(";");
+    }
+}
+
+/// Missions whose patches only said "changed": `updated_at` becomes the commit time, in one statement
+/// per chunk.
+pub(super) fn push_touches<'a>(q: &mut QueryBuilder<'a, Sqlite>, touched: &[&'a str], now: &'a str) {
+    for chunk in touched.chunks(ROWS_PER_STATEMENT) {
+        q.push("UPDATE missions SET updated_at = ").push_bind(now).push(" WHERE mission_id IN (");
+        let mut ids = q.separated(", ");
+        for id in chunk {
+            ids.push_bind(*id);
+        }
+        q.push(");");
+    }
+}
+
+/// Each executor's latest event timestamp, `(executor_id, ts)`, in one statement per chunk.
+pub(super) fn push_seen<'a>(q: &mut QueryBuilder<'a, Sqlite>, seen: &[(&'a str, &'a str)]) {
+    for chunk in seen.chunks(ROWS_PER_STATEMENT) {
+        q.push("UPDATE executors SET last_event_ts = v.column2 FROM (");
+        q.push_values(chunk, |mut b, (id, ts)| {
+            b.push_bind(*id).push_bind(*ts);
+        });
+        q.push(") AS v WHERE executors.executor_id = v.column1;");
+    }
+}

@@ -1,0 +1,760 @@
+//! The storage contract: what every adapter of the storage port must do, written against the port alone
+//! (`Store`), so that one suite runs against each adapter. An adapter joins with a [`Harness`] (how to
+//! open it fresh and open it again) and one `storage_contract!` line, which stamps out one test per case.
+
+use aiwg_serve::store::sqlite::{self, WriterTask};
+use aiwg_serve::store::{Store, Synchronous};
+
+/// How the suite reaches an adapter.
+trait Harness: Sized {
+    /// An empty store of its own.
+    async fn fresh() -> Self;
+    /// The store under test.
+    fn store(&self) -> Store;
+    /// Closes the store, waits until everything queued before is written, and opens the same storage
+    /// again.
+    async fn reopen(self) -> Self;
+}
+
+/// Stamps out the suite for one adapter: `storage_contract!(module_name: HarnessType);`.
+macro_rules! storage_contract {
+    ($adapter:ident: $harness:ty) => {
+        mod $adapter {
+            use super::*;
+
+            storage_contract!(@cases $harness;
+                units_answer_with_the_sequence_numbers_of_their_events,
+                subscribers_get_events_after_their_commit_in_sequence_order,
+                a_failing_unit_fails_alone_and_takes_no_sequence_number,
+                missions_read_back_as_inserted_and_patched,
+                missions_filter_and_page_newest_dispatch_first,
+                mission_counts_list_every_state,
+                recent_events_are_the_newest_of_a_mission_oldest_first,
+                events_after_reads_the_log_in_order_with_filters_and_limit,
+                hitl_requests_are_found_by_outcome,
+                executors_round_trip_and_keep_their_first_registration,
+                executor_seen_records_the_latest_event_time,
+                sandboxes_round_trip_and_keep_their_first_registration,
+                live_and_queued_missions_are_the_working_set,
+                recent_progress_of_live_missions_is_their_last_sixteen,
+                a_fresh_store_misses_no_migration,
+                a_closed_store_refuses_commits,
+            );
+
+            #[tokio::test]
+            async fn a_reopened_store_keeps_everything_and_continues_the_sequence() {
+                cases::a_reopened_store_keeps_everything_and_continues_the_sequence(<$harness>::fresh().await).await;
+            }
+        }
+    };
+    (@cases $harness:ty; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let harness = <$harness>::fresh().await;
+                cases::$case(harness.store()).await;
+            }
+        )*
+    };
+}
+
+storage_contract!(sqlite_adapter: SqliteHarness);
+
+/// A SQLite store in a temporary directory.
+struct SqliteHarness {
+    dir: tempfile::TempDir,
+    store: Store,
+    writer: WriterTask,
+}
+
+impl SqliteHarness {
+    async fn open(dir: tempfile::TempDir) -> SqliteHarness {
+        let (store, writer) = sqlite::open(dir.path(), Synchronous::Normal, 1024, Default::default()).await.unwrap();
+        SqliteHarness { dir, store, writer }
+    }
+}
+
+impl Harness for SqliteHarness {
+    async fn fresh() -> SqliteHarness {
+        SqliteHarness::open(tempfile::tempdir().unwrap()).await
+    }
+
+    fn store(&self) -> Store {
+        self.store.clone()
+    }
+
+    async fn reopen(self) -> SqliteHarness {
+        self.store.close().await;
+        self.writer.finished().await;
+        SqliteHarness::open(self.dir).await
+    }
+}
+
+/// The cases, each an adapter-agnostic function of a fresh store.
+mod cases {
+    use aiwg_serve::contract::{RegisterPayload, TransportEndpoints};
+    use aiwg_serve::domain::MissionState;
+    use aiwg_serve::store::{
+        Change, EventRow, ExecutorRow, HitlOutcome, HitlRow, MissionPatch, MissionQuery, MissionRow, Pending,
+        SandboxRow, Store, StoreError, StoredEvent,
+    };
+    use serde_json::{json, Value};
+    use tokio::sync::broadcast::error::TryRecvError;
+
+    use super::Harness;
+    use crate::support::WAIT;
+
+    fn ts(second: u32) -> String {
+        format!("2026-01-01T00:00:{second:02}.000Z")
+    }
+
+    fn executor(id: &str, registered_at: &str) -> ExecutorRow {
+        ExecutorRow {
+            identity: RegisterPayload {
+                executor_id: id.into(),
+                a2a_instance_id: Some(format!("a2a-{id}")),
+                name: format!("name of {id}"),
+                version: "1.2.3".into(),
+                spec_version: "1.0.0".into(),
+                transport_endpoints: TransportEndpoints {
+                    rest: "http://127.0.0.1:7001".into(),
+                    ws: "ws://127.0.0.1:7001/ws".into(),
+                    grpc: Some("grpc://127.0.0.1:7002".into()),
+                },
+                capabilities: vec!["shell".into(), "git".into()],
+            },
+            token_hash: [7; 32],
+            registered_at: registered_at.into(),
+            registered_from: Some("127.0.0.1".into()),
+            seen_non_loopback: false,
+            draining: false,
+            last_event_ts: None,
+            disconnected_at: None,
+            deregistered_at: None,
+        }
+    }
+
+    fn put_executor(row: &ExecutorRow) -> Change {
+        Change::PutExecutor(Box::new(row.clone()))
+    }
+
+    fn mission(id: &str, session: &str, executor: Option<&str>, state: MissionState) -> MissionRow {
+        MissionRow {
+            executor_id: executor.map(Into::into),
+            ..MissionRow::new(
+                id,
+                session,
+                state,
+                json!({"goal": format!("goal of {id}"), "steps": [1, 2]}),
+                "2026-11-30T00:00:00.000Z",
+            )
+        }
+    }
+
+    fn insert(row: &MissionRow) -> Change {
+        Change::InsertMission(Box::new(row.clone()))
+    }
+
+    fn patch(mission_id: &str, patch: MissionPatch) -> Change {
+        Change::PatchMission { mission_id: mission_id.into(), patch }
+    }
+
+    fn event(name: &'static str, executor: &str, mission: Option<&str>, n: i64) -> EventRow {
+        EventRow {
+            event: name.into(),
+            executor_id: executor.into(),
+            mission_id: mission.map(Into::into),
+            ts: ts(0),
+            data: json!({"n": n, "text": format!("event {n}")}),
+            raw: None,
+        }
+    }
+
+    fn append(ev: &EventRow) -> Change {
+        Change::AppendEvent(ev.clone())
+    }
+
+    fn hitl(mission_id: &str, hitl_id: &str, outcome: HitlOutcome, responded: Option<u32>) -> HitlRow {
+        HitlRow {
+            mission_id: mission_id.into(),
+            hitl_id: hitl_id.into(),
+            prompt: format!("may {hitl_id} proceed?"),
+            context: Some("context".into()),
+            expires_at: Some(ts(59)),
+            requested_at: ts(1),
+            outcome,
+            response: responded.map(|_| "yes".into()),
+            responded_at: responded.map(ts),
+            delivered_at: None,
+        }
+    }
+
+    fn put_hitl(row: &HitlRow) -> Change {
+        Change::PutHitl(Box::new(row.clone()))
+    }
+
+    fn sandbox(id: &str, registered_at: &str) -> SandboxRow {
+        SandboxRow {
+            sandbox_id: id.into(),
+            name: format!("sandbox {id}"),
+            registration: json!({"name": id, "capabilities": ["pty"]}),
+            token_hash: [9; 32],
+            registered_at: registered_at.into(),
+            registered_from: Some("10.0.0.7".into()),
+            deregistered_at: None,
+        }
+    }
+
+    /// Queues a unit without waiting for its commit (several units then share a batch).
+    async fn submit(store: &Store, changes: Vec<Change>) -> Pending {
+        store.reserve().await.expect("a place in the queue").submit(changes)
+    }
+
+    async fn all_events(store: &Store) -> Vec<StoredEvent> {
+        store.events_after(0, None, None, 10_000).await.unwrap()
+    }
+
+    fn seqs(events: &[StoredEvent]) -> Vec<i64> {
+        events.iter().map(|e| e.seq).collect()
+    }
+
+    pub(super) async fn units_answer_with_the_sequence_numbers_of_their_events(store: Store) {
+        assert_eq!(store.last_seq(), 0, "no event yet");
+        let e1 = executor("e1", &ts(0));
+        let (a, b) = (event("executor.registered", "e1", None, 1), event("executor.resync", "e1", None, 2));
+        assert_eq!(store.commit(vec![put_executor(&e1), append(&a), append(&b)]).await.unwrap(), vec![1, 2]);
+        assert_eq!(store.last_seq(), 2);
+        let seen = Change::ExecutorSeen { executor_id: "e1".into(), ts: ts(3) };
+        assert_eq!(store.commit(vec![seen]).await.unwrap(), Vec::<i64>::new(), "a unit without events");
+        assert_eq!(store.last_seq(), 2);
+
+        // Queued together, answered in the order they were queued.
+        let (c, d, e) = (event("x.c", "e1", None, 3), event("x.d", "e1", None, 4), event("x.e", "e1", None, 5));
+        let first = submit(&store, vec![append(&c)]).await;
+        let second = submit(&store, vec![put_executor(&e1)]).await;
+        let third = submit(&store, vec![append(&d), append(&e)]).await;
+        assert_eq!(first.await.unwrap().unwrap(), vec![3]);
+        assert_eq!(second.await.unwrap().unwrap(), Vec::<i64>::new());
+        assert_eq!(third.await.unwrap().unwrap(), vec![4, 5]);
+        assert_eq!(store.last_seq(), 5);
+
+        let log = all_events(&store).await;
+        assert_eq!(seqs(&log), vec![1, 2, 3, 4, 5]);
+        let envelopes: Vec<_> = log.iter().map(|e| e.envelope.clone()).collect();
+        assert_eq!(envelopes, [a, b, c, d, e].map(|ev| ev.envelope()).to_vec());
+    }
+
+    pub(super) async fn subscribers_get_events_after_their_commit_in_sequence_order(store: Store) {
+        store.commit(vec![append(&event("x.before", "e1", None, 1))]).await.unwrap();
+        let mut rx = store.subscribe();
+        assert_eq!(store.last_seq(), 1, "read after subscribing: every later event is in the subscription");
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "nothing committed before subscribing");
+
+        let sent = [event("x.a", "e1", Some("m1"), 2), event("x.b", "e1", None, 3), event("x.c", "e2", None, 4)];
+        assert_eq!(store.commit(vec![append(&sent[0]), append(&sent[1])]).await.unwrap(), vec![2, 3]);
+        // Units that fail publish nothing: one refused for a duplicate mission, one the database refuses
+        // (a HITL request of no mission) although its event was on its way into the log.
+        store.commit(vec![insert(&mission("m1", "s1", None, MissionState::Queued))]).await.unwrap();
+        let refused = vec![insert(&mission("m1", "s1", None, MissionState::Queued)), append(&sent[2])];
+        assert!(store.commit(refused).await.is_err());
+        let orphan = hitl("no-such-mission", "h1", HitlOutcome::Pending, None);
+        assert!(store.commit(vec![append(&sent[2]), put_hitl(&orphan)]).await.is_err());
+        assert_eq!(store.commit(vec![append(&sent[2])]).await.unwrap(), vec![4]);
+
+        for (expected_seq, sent) in (2..).zip(&sent) {
+            let got = tokio::time::timeout(WAIT, rx.recv()).await.expect("in time").unwrap();
+            assert_eq!((got.seq, &got.envelope), (expected_seq, &sent.envelope()));
+            assert!(!got.received_at.is_empty());
+            // Published only once committed: readable as it arrives, as it will be read from the log.
+            let stored = store.events_after(got.seq - 1, None, None, 1).await.unwrap();
+            assert_eq!(stored, vec![(*got).clone()]);
+        }
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "nothing more: {:?}", rx.try_recv());
+    }
+
+    pub(super) async fn a_failing_unit_fails_alone_and_takes_no_sequence_number(store: Store) {
+        let e1 = executor("e1", &ts(0));
+        let m0 = mission("m0", "s1", None, MissionState::Queued);
+        store.commit(vec![put_executor(&e1)]).await.unwrap();
+        store.commit(vec![insert(&m0)]).await.unwrap();
+
+        // Queued together, so that a writer that batches has them in one batch.
+        let m1 = mission("m1", "s1", None, MissionState::Queued);
+        let m2 = mission("m2", "s2", Some("e1"), MissionState::Assigned);
+        let (a, b, c) =
+            (event("x.a", "e1", Some("m1"), 1), event("x.b", "e1", Some("m0"), 2), event("x.c", "e1", None, 3));
+        let fresh = submit(&store, vec![insert(&m1), append(&a)]).await;
+        let duplicate = submit(&store, vec![insert(&m0), append(&b)]).await;
+        let plain = submit(&store, vec![append(&c)]).await;
+        let again = submit(&store, vec![insert(&m2)]).await;
+        let twice = submit(&store, vec![insert(&m2)]).await;
+        assert_eq!(fresh.await.unwrap().unwrap(), vec![1]);
+        assert!(matches!(duplicate.await.unwrap(), Err(StoreError::DuplicateMission(id)) if id == "m0"));
+        assert_eq!(plain.await.unwrap().unwrap(), vec![2]);
+        assert_eq!(again.await.unwrap().unwrap(), Vec::<i64>::new());
+        assert!(matches!(twice.await.unwrap(), Err(StoreError::DuplicateMission(id)) if id == "m2"));
+        assert_eq!(store.mission("m0").await.unwrap(), Some(m0), "the refused insert changed nothing");
+        assert_eq!(store.mission("m1").await.unwrap(), Some(m1));
+        assert_eq!(store.mission("m2").await.unwrap(), Some(m2));
+
+        // A unit the database refuses (a HITL request of no mission) fails with a database error; its
+        // event is not written, and the neighbour queued with it commits.
+        let (d, e) = (event("x.d", "e1", None, 4), event("x.e", "e1", None, 5));
+        let orphan = hitl("no-such-mission", "h1", HitlOutcome::Pending, None);
+        let broken = submit(&store, vec![append(&d), put_hitl(&orphan)]).await;
+        let neighbour = submit(&store, vec![append(&e)]).await;
+        assert!(matches!(broken.await.unwrap(), Err(StoreError::Db(_))));
+        assert_eq!(neighbour.await.unwrap().unwrap(), vec![3]);
+        assert_eq!(store.last_seq(), 3);
+        let envelopes: Vec<_> = all_events(&store).await.into_iter().map(|e| e.envelope).collect();
+        assert_eq!(envelopes, [a, c, e].map(|ev| ev.envelope()).to_vec());
+        assert_eq!(store.open_hitl().await.unwrap(), vec![]);
+    }
+
+    pub(super) async fn missions_read_back_as_inserted_and_patched(store: Store) {
+        assert_eq!(store.mission("m1").await.unwrap(), None);
+        let queued = MissionRow {
+            queued_reason: Some("no executor has gpu".into()),
+            ..mission("m1", "s1", None, MissionState::Queued)
+        };
+        store.commit(vec![put_executor(&executor("e1", &ts(0)))]).await.unwrap();
+        store.commit(vec![insert(&queued)]).await.unwrap();
+        assert_eq!(store.mission("m1").await.unwrap(), Some(queued.clone()));
+
+        let full = MissionPatch {
+            state: Some(MissionState::Done),
+            executor_id: Some("e1".into()),
+            updated_at: Some(ts(30)),
+            completed_at: Some(ts(31)),
+            pty_session_ref: Some("pty-7".into()),
+            exit_code: Some(3),
+            error: Some("it broke".into()),
+            estimated_start: Some(ts(5)),
+            routing: Some(json!({"chosen": "e1", "candidates": ["e1"]})),
+            terminal_data: Some(json!({"exit_code": 3})),
+            queued_reason: Some("none".into()),
+            checkpoint_id: Some("ck-1".into()),
+        };
+        store.commit(vec![patch("m1", full.clone())]).await.unwrap();
+        let expected = MissionRow {
+            executor_id: full.executor_id.clone(),
+            state: MissionState::Done,
+            updated_at: ts(30),
+            completed_at: full.completed_at.clone(),
+            pty_session_ref: full.pty_session_ref.clone(),
+            exit_code: Some(3),
+            error: full.error.clone(),
+            estimated_start: full.estimated_start.clone(),
+            routing: full.routing.clone(),
+            terminal_data: full.terminal_data.clone(),
+            queued_reason: full.queued_reason.clone(),
+            checkpoint_id: full.checkpoint_id.clone(),
+            ..queued
+        };
+        assert_eq!(store.mission("m1").await.unwrap(), Some(expected.clone()));
+
+        // Later patches override earlier ones field by field; a field left `None` keeps its value.
+        let first =
+            MissionPatch { state: Some(MissionState::Paused), error: Some("first".into()), ..Default::default() };
+        let second = MissionPatch { state: Some(MissionState::Running), exit_code: Some(0), ..Default::default() };
+        store.commit(vec![patch("m1", first), patch("m1", second)]).await.unwrap();
+        let merged =
+            MissionRow { state: MissionState::Running, error: Some("first".into()), exit_code: Some(0), ..expected };
+        assert_eq!(store.mission("m1").await.unwrap(), Some(merged.clone()));
+
+        // A commit that only touches a mission records its commit time.
+        let touch = MissionPatch { updated_at: Some("2000-01-01T00:00:00.000Z".into()), ..Default::default() };
+        let progress = event("mission.progress", "e1", Some("m1"), 1);
+        let seq = store.commit(vec![append(&progress), patch("m1", touch)]).await.unwrap();
+        let committed_at = store.events_after(seq[0] - 1, None, None, 1).await.unwrap().remove(0).received_at;
+        let touched = store.mission("m1").await.unwrap().unwrap();
+        assert_eq!(touched, MissionRow { updated_at: committed_at, ..merged });
+    }
+
+    pub(super) async fn missions_filter_and_page_newest_dispatch_first(store: Store) {
+        use MissionState::{Done, Failed, Queued, Running};
+        store.commit(vec![put_executor(&executor("e1", &ts(0))), put_executor(&executor("e2", &ts(0)))]).await.unwrap();
+        let specs = [
+            ("m1", "s1", Some("e1"), Running),
+            ("m2", "s1", Some("e2"), Done),
+            ("m3", "s2", Some("e1"), Running),
+            ("m4", "s2", None, Queued),
+            ("m5", "s1", Some("e1"), Failed),
+            ("m6", "s2", Some("e2"), Running),
+        ];
+        for (n, (id, session, executor, state)) in (1..).zip(specs) {
+            let row = MissionRow {
+                updated_at: ts(n),
+                routing: Some(json!({"chosen": executor})),
+                terminal_data: Some(json!({})),
+                ..mission(id, session, executor, state)
+            };
+            store.commit(vec![insert(&row)]).await.unwrap();
+        }
+        let list = |q: MissionQuery| {
+            let store = store.clone();
+            async move {
+                let page = store.missions(&q).await.unwrap();
+                let cursors: Vec<i64> = page.iter().map(|(id, _)| *id).collect();
+                assert!(cursors.windows(2).all(|w| w[0] > w[1]), "newest dispatch first: {cursors:?}");
+                page
+            }
+        };
+        let ids = |page: &[(i64, MissionRow)]| page.iter().map(|(_, m)| m.mission_id.clone()).collect::<Vec<_>>();
+        let limit = |limit| MissionQuery { limit, ..Default::default() };
+
+        let everything = list(limit(10)).await;
+        assert_eq!(ids(&everything), ["m6", "m5", "m4", "m3", "m2", "m1"]);
+        for (_, row) in &everything {
+            let stored = store.mission(&row.mission_id).await.unwrap().unwrap();
+            // A listing leaves out the payload, the routing and the terminal data.
+            let listed = MissionRow { payload: Value::Null, routing: None, terminal_data: None, ..stored };
+            assert_eq!(row, &listed);
+        }
+        let by_state = list(MissionQuery { state: Some(Running), ..limit(10) }).await;
+        assert_eq!(ids(&by_state), ["m6", "m3", "m1"]);
+        let by_executor = list(MissionQuery { executor_id: Some("e1".into()), ..limit(10) }).await;
+        assert_eq!(ids(&by_executor), ["m5", "m3", "m1"]);
+        let by_session = list(MissionQuery { session_id: Some("s1".into()), ..limit(10) }).await;
+        assert_eq!(ids(&by_session), ["m5", "m2", "m1"]);
+        let since = list(MissionQuery { updated_since: Some(ts(3)), ..limit(10) }).await;
+        assert_eq!(ids(&since), ["m6", "m5", "m4"], "strictly after");
+        let combined = list(MissionQuery { state: Some(Running), executor_id: Some("e1".into()), ..limit(10) }).await;
+        assert_eq!(ids(&combined), ["m3", "m1"]);
+        let none = list(MissionQuery { session_id: Some("s2".into()), state: Some(Done), ..limit(10) }).await;
+        assert_eq!(ids(&none), Vec::<String>::new());
+
+        // Paging by cursor.
+        let mut pages = Vec::new();
+        let mut before = None;
+        loop {
+            let page = list(MissionQuery { before_id: before, ..limit(4) }).await;
+            let Some((last, _)) = page.last() else { break };
+            before = Some(*last);
+            pages.push(ids(&page));
+        }
+        assert_eq!(pages, [vec!["m6", "m5", "m4", "m3"], vec!["m2", "m1"]]);
+        let page =
+            list(MissionQuery { before_id: Some(everything[1].0), session_id: Some("s2".into()), ..limit(1) }).await;
+        assert_eq!(ids(&page), ["m4"]);
+    }
+
+    pub(super) async fn mission_counts_list_every_state(store: Store) {
+        let zeros: Vec<(&str, i64)> = MissionState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        assert_eq!(store.mission_counts().await.unwrap(), zeros);
+        let mut changes = vec![put_executor(&executor("e1", &ts(0)))];
+        let states = [MissionState::Running, MissionState::Queued, MissionState::Running, MissionState::Done];
+        for (n, state) in states.into_iter().enumerate() {
+            let executor = (state != MissionState::Queued).then_some("e1");
+            changes.push(insert(&mission(&format!("m{n}"), "s1", executor, state)));
+        }
+        for change in changes {
+            store.commit(vec![change]).await.unwrap();
+        }
+        let expected: Vec<(&str, i64)> =
+            MissionState::ALL.iter().map(|s| (s.as_str(), states.iter().filter(|t| *t == s).count() as i64)).collect();
+        assert_eq!(store.mission_counts().await.unwrap(), expected);
+    }
+
+    pub(super) async fn recent_events_are_the_newest_of_a_mission_oldest_first(store: Store) {
+        let mut mine = Vec::new();
+        for n in 1..=6 {
+            let own = event("mission.progress", "e1", Some("m1"), n);
+            let other = event("mission.progress", "e1", Some("m2"), n);
+            let executor_only = event("executor.resync", "e1", None, n);
+            let seqs = store.commit(vec![append(&own), append(&other), append(&executor_only)]).await.unwrap();
+            mine.push((seqs[0], own.envelope()));
+        }
+        let recent = store.recent_events("m1", 3).await.unwrap();
+        let got: Vec<_> = recent.iter().map(|e| (e.seq, e.envelope.clone())).collect();
+        assert_eq!(got, mine[3..].to_vec());
+        let got: Vec<_> =
+            store.recent_events("m1", 100).await.unwrap().into_iter().map(|e| (e.seq, e.envelope)).collect();
+        assert_eq!(got, mine);
+        assert_eq!(store.recent_events("m3", 10).await.unwrap(), vec![]);
+    }
+
+    pub(super) async fn events_after_reads_the_log_in_order_with_filters_and_limit(store: Store) {
+        let sent = [
+            event("mission.started", "e1", Some("m1"), 1),
+            event("executor.resync", "e1", None, 2),
+            event("mission.started", "e2", Some("m2"), 3),
+            event("mission.progress", "e1", Some("m1"), 4),
+            event("executor.resync", "e2", None, 5),
+            event("mission.progress", "e2", Some("m1"), 6),
+        ];
+        store.commit(sent[..3].iter().map(append).collect()).await.unwrap();
+        store.commit(sent[3..].iter().map(append).collect()).await.unwrap();
+        let read = |after: i64, mission: Option<&'static str>, executor: Option<&'static str>, limit: u32| {
+            let store = store.clone();
+            async move {
+                let events = store.events_after(after, mission, executor, limit).await.unwrap();
+                events.into_iter().map(|e| (e.seq, e.envelope)).collect::<Vec<_>>()
+            }
+        };
+        let picked = |seqs: &[i64]| seqs.iter().map(|s| (*s, sent[*s as usize - 1].envelope())).collect::<Vec<_>>();
+
+        assert_eq!(read(0, None, None, 100).await, picked(&[1, 2, 3, 4, 5, 6]));
+        assert_eq!(read(2, None, None, 2).await, picked(&[3, 4]), "after, and at most the limit");
+        assert_eq!(read(6, None, None, 100).await, picked(&[]));
+        assert_eq!(read(0, Some("m1"), None, 100).await, picked(&[1, 4, 6]));
+        assert_eq!(read(1, Some("m1"), None, 1).await, picked(&[4]));
+        assert_eq!(read(0, None, Some("e2"), 100).await, picked(&[3, 5, 6]));
+        assert_eq!(read(0, Some("m1"), Some("e2"), 100).await, picked(&[6]));
+        assert_eq!(read(0, Some("m2"), Some("e1"), 100).await, picked(&[]));
+    }
+
+    pub(super) async fn hitl_requests_are_found_by_outcome(store: Store) {
+        let mut setup = vec![put_executor(&executor("e1", &ts(0))), put_executor(&executor("e2", &ts(0)))];
+        for (id, executor) in [("m1", "e1"), ("m2", "e1"), ("m3", "e2"), ("m4", "e1")] {
+            setup.push(insert(&mission(id, "s1", Some(executor), MissionState::HitlRequired)));
+        }
+        for change in setup {
+            store.commit(vec![change]).await.unwrap();
+        }
+        let pending = hitl("m1", "h1", HitlOutcome::Pending, None);
+        let later_answer = hitl("m2", "h2", HitlOutcome::Answered, Some(20));
+        let earlier_answer = hitl("m2", "h0", HitlOutcome::Answered, Some(10));
+        let other_executor = hitl("m3", "h3", HitlOutcome::Answered, Some(15));
+        let delivered = HitlRow { delivered_at: Some(ts(12)), ..hitl("m4", "h4", HitlOutcome::Answered, Some(11)) };
+        let expired = hitl("m4", "h5", HitlOutcome::Expired, None);
+        let withdrawn = hitl("m1", "h6", HitlOutcome::Withdrawn, None);
+        let all = [&pending, &later_answer, &earlier_answer, &other_executor, &delivered, &expired, &withdrawn];
+        store.commit(all.iter().map(|h| put_hitl(h)).collect()).await.unwrap();
+
+        let sorted = |mut rows: Vec<HitlRow>| {
+            rows.sort_by(|a, b| a.hitl_id.cmp(&b.hitl_id));
+            rows
+        };
+        let open = vec![earlier_answer.clone(), pending.clone(), later_answer.clone(), other_executor.clone()];
+        assert_eq!(sorted(store.open_hitl().await.unwrap()), open);
+        assert_eq!(store.pending_hitl("m1").await.unwrap(), Some(pending.clone()));
+        assert_eq!(store.pending_hitl("m2").await.unwrap(), None);
+        let answers = vec![earlier_answer.clone(), later_answer.clone()];
+        assert_eq!(store.undelivered_answers("e1").await.unwrap(), answers, "oldest answer first");
+        assert_eq!(store.undelivered_answers("e2").await.unwrap(), vec![other_executor.clone()]);
+
+        // Putting a request again updates it.
+        let now_delivered = HitlRow { delivered_at: Some(ts(30)), ..later_answer };
+        let now_answered = HitlRow {
+            outcome: HitlOutcome::Answered,
+            response: Some("no".into()),
+            responded_at: Some(ts(25)),
+            ..pending
+        };
+        store.commit(vec![put_hitl(&now_delivered), put_hitl(&now_answered)]).await.unwrap();
+        assert_eq!(store.pending_hitl("m1").await.unwrap(), None);
+        assert_eq!(store.undelivered_answers("e1").await.unwrap(), vec![earlier_answer.clone(), now_answered.clone()]);
+        assert_eq!(sorted(store.open_hitl().await.unwrap()), vec![earlier_answer, now_answered, other_executor]);
+    }
+
+    pub(super) async fn executors_round_trip_and_keep_their_first_registration(store: Store) {
+        let (e2, e1, e3) = (executor("e2", &ts(2)), executor("e1", &ts(1)), executor("e3", &ts(2)));
+        let bare = ExecutorRow {
+            identity: RegisterPayload {
+                a2a_instance_id: None,
+                transport_endpoints: TransportEndpoints { grpc: None, ..e3.identity.transport_endpoints.clone() },
+                capabilities: vec![],
+                ..e3.identity.clone()
+            },
+            registered_from: None,
+            ..e3
+        };
+        store.commit(vec![put_executor(&e2), put_executor(&e1), put_executor(&bare)]).await.unwrap();
+        assert_eq!(store.executors().await.unwrap(), vec![e1.clone(), e2.clone(), bare], "by registration, then id");
+
+        let changed = ExecutorRow {
+            identity: RegisterPayload { name: "renamed".into(), version: "2.0.0".into(), ..e1.identity.clone() },
+            token_hash: [8; 32],
+            registered_at: ts(40),
+            registered_from: Some("192.168.1.9".into()),
+            seen_non_loopback: true,
+            draining: true,
+            last_event_ts: Some(ts(41)),
+            disconnected_at: Some(ts(42)),
+            deregistered_at: Some(ts(43)),
+        };
+        store.commit(vec![put_executor(&changed)]).await.unwrap();
+        let stored = store.executors().await.unwrap();
+        assert_eq!(stored[0], ExecutorRow { registered_at: e1.registered_at, ..changed });
+        assert_eq!(stored[1], e2);
+    }
+
+    pub(super) async fn executor_seen_records_the_latest_event_time(store: Store) {
+        let (e1, e2) = (executor("e1", &ts(0)), executor("e2", &ts(0)));
+        store.commit(vec![put_executor(&e1), put_executor(&e2)]).await.unwrap();
+        let seen = |id: &str, second| Change::ExecutorSeen { executor_id: id.into(), ts: ts(second) };
+        store.commit(vec![seen("e1", 5), seen("e1", 6)]).await.unwrap();
+        let first = submit(&store, vec![seen("e2", 7)]).await;
+        let second = submit(&store, vec![seen("e2", 8), seen("nobody", 9)]).await;
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+        let expected =
+            vec![ExecutorRow { last_event_ts: Some(ts(6)), ..e1 }, ExecutorRow { last_event_ts: Some(ts(8)), ..e2 }];
+        assert_eq!(store.executors().await.unwrap(), expected, "and no executor made up for `nobody`");
+    }
+
+    pub(super) async fn sandboxes_round_trip_and_keep_their_first_registration(store: Store) {
+        let (b, a, c) = (sandbox("b", &ts(2)), sandbox("a", &ts(1)), sandbox("c", &ts(2)));
+        let bare = SandboxRow { registered_from: None, ..c };
+        let puts = [&b, &a, &bare].map(|s| Change::PutSandbox(Box::new(s.clone())));
+        store.commit(puts.to_vec()).await.unwrap();
+        assert_eq!(store.sandboxes().await.unwrap(), vec![a.clone(), b.clone(), bare.clone()]);
+
+        let changed = SandboxRow {
+            name: "renamed".into(),
+            registration: json!({"name": "renamed"}),
+            token_hash: [1; 32],
+            registered_at: ts(50),
+            registered_from: Some("10.0.0.8".into()),
+            deregistered_at: Some(ts(51)),
+            ..a.clone()
+        };
+        store.commit(vec![Change::PutSandbox(Box::new(changed.clone()))]).await.unwrap();
+        let expected = vec![SandboxRow { registered_at: a.registered_at, ..changed }, b, bare];
+        assert_eq!(store.sandboxes().await.unwrap(), expected);
+    }
+
+    pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {
+        store.commit(vec![put_executor(&executor("e1", &ts(0)))]).await.unwrap();
+        let q1 = mission("q1", "s1", None, MissionState::Queued);
+        let q2 = MissionRow { queued_reason: Some("busy".into()), ..mission("q2", "s1", None, MissionState::Queued) };
+        store.commit(vec![insert(&q1)]).await.unwrap();
+        for state in MissionState::ALL.into_iter().filter(|s| *s != MissionState::Queued) {
+            store.commit(vec![insert(&mission(state.as_str(), "s1", Some("e1"), state))]).await.unwrap();
+        }
+        store.commit(vec![insert(&q2)]).await.unwrap();
+
+        let live = |store: Store| async move {
+            let mut live = store.live_missions().await.unwrap();
+            live.sort_by(|a, b| a.0.cmp(&b.0));
+            live
+        };
+        let expected = |extra: &[(&str, MissionState)]| {
+            let states = [
+                MissionState::Assigned,
+                MissionState::Running,
+                MissionState::Paused,
+                MissionState::HitlRequired,
+                MissionState::Suspended,
+            ];
+            let mut all: Vec<(String, String, MissionState)> =
+                states.iter().map(|s| (s.as_str().to_owned(), "e1".to_owned(), *s)).collect();
+            all.extend(extra.iter().map(|(id, s)| (id.to_string(), "e1".to_owned(), *s)));
+            all.sort_by(|a, b| a.0.cmp(&b.0));
+            all
+        };
+        assert_eq!(live(store.clone()).await, expected(&[]));
+        assert_eq!(store.queued_missions().await.unwrap(), vec![q1.clone(), q2.clone()], "oldest first, in full");
+
+        let assigned =
+            MissionPatch { state: Some(MissionState::Assigned), executor_id: Some("e1".into()), ..Default::default() };
+        store.commit(vec![patch("q1", assigned)]).await.unwrap();
+        assert_eq!(live(store.clone()).await, expected(&[("q1", MissionState::Assigned)]));
+        assert_eq!(store.queued_missions().await.unwrap(), vec![q2]);
+    }
+
+    pub(super) async fn recent_progress_of_live_missions_is_their_last_sixteen(store: Store) {
+        store.commit(vec![put_executor(&executor("e1", &ts(0)))]).await.unwrap();
+        for (id, state) in
+            [("m1", MissionState::Running), ("m2", MissionState::Done), ("m4", MissionState::HitlRequired)]
+        {
+            store.commit(vec![insert(&mission(id, "s1", Some("e1"), state))]).await.unwrap();
+        }
+        store.commit(vec![insert(&mission("m3", "s1", None, MissionState::Queued))]).await.unwrap();
+        let mut expected = Vec::new();
+        for n in 1..=20 {
+            let progress = event("mission.progress", "e1", Some("m1"), n);
+            let started = event("mission.started", "e1", Some("m1"), n);
+            let mut unit = vec![append(&progress), append(&started)];
+            unit.extend(["m2", "m3"].map(|m| append(&event("mission.progress", "e1", Some(m), n))));
+            if n > 4 {
+                expected.push(("m1".to_owned(), progress.ts.clone(), progress.data.clone()));
+            }
+            if n % 10 == 0 {
+                let other = event("mission.progress", "e1", Some("m4"), n);
+                unit.push(append(&other));
+                expected.push(("m4".to_owned(), other.ts.clone(), other.data.clone()));
+            }
+            store.commit(unit).await.unwrap();
+        }
+        assert_eq!(store.recent_progress_of_live().await.unwrap(), expected, "in log order");
+    }
+
+    pub(super) async fn a_fresh_store_misses_no_migration(store: Store) {
+        assert_eq!(store.missing_migrations().await.unwrap(), Vec::<i64>::new());
+    }
+
+    pub(super) async fn a_closed_store_refuses_commits(store: Store) {
+        let queued = submit(&store, vec![append(&event("x.a", "e1", None, 1))]).await;
+        store.close().await;
+        assert_eq!(queued.await.unwrap().unwrap(), vec![1], "what was queued before closing is committed");
+        let refused = store.commit(vec![append(&event("x.b", "e1", None, 2))]).await;
+        assert!(matches!(refused, Err(StoreError::WriterGone)), "{refused:?}");
+    }
+
+    pub(super) async fn a_reopened_store_keeps_everything_and_continues_the_sequence(harness: impl Harness) {
+        let store = harness.store();
+        let e1 = executor("e1", &ts(0));
+        let m1 = mission("m1", "s1", Some("e1"), MissionState::Running);
+        let q1 = mission("q1", "s2", None, MissionState::Queued);
+        let answered = hitl("m1", "h1", HitlOutcome::Answered, Some(3));
+        store.commit(vec![put_executor(&e1)]).await.unwrap();
+        // The mission insert comes first in its unit.
+        let mut unit = vec![insert(&m1)];
+        let started = MissionPatch { pty_session_ref: Some("pty-1".into()), ..Default::default() };
+        unit.extend([patch("m1", started), put_hitl(&answered), Change::PutSandbox(Box::new(sandbox("b1", &ts(0))))]);
+        unit.push(append(&event("mission.progress", "e1", Some("m1"), 1)));
+        store.commit(unit).await.unwrap();
+        store.commit(vec![insert(&q1)]).await.unwrap();
+        let before = Snapshot::take(&store).await;
+        // Queued, not awaited: closing commits it first.
+        let progress = event("mission.progress", "e1", Some("m1"), 2);
+        let last =
+            submit(&store, vec![append(&progress), Change::ExecutorSeen { executor_id: "e1".into(), ts: ts(9) }]).await;
+
+        let harness = harness.reopen().await;
+        assert_eq!(last.await.unwrap().unwrap(), vec![2]);
+        let store = harness.store();
+        let after = Snapshot::take(&store).await;
+        assert_eq!(after.executors, vec![ExecutorRow { last_event_ts: Some(ts(9)), ..e1 }]);
+        assert_eq!(seqs(&after.events), vec![1, 2]);
+        assert_eq!((&after.events[..1], &after.events[1].envelope), (&before.events[..], &progress.envelope()));
+        let unchanged = Snapshot { executors: before.executors.clone(), events: before.events.clone(), ..after };
+        assert_eq!(unchanged, before, "everything else reads back the same");
+        assert_eq!(store.last_seq(), 2);
+
+        let mut rx = store.subscribe();
+        assert_eq!(store.commit(vec![append(&event("x.after", "e1", None, 3))]).await.unwrap(), vec![3]);
+        assert_eq!(tokio::time::timeout(WAIT, rx.recv()).await.expect("in time").unwrap().seq, 3);
+        assert_eq!(store.missing_migrations().await.unwrap(), Vec::<i64>::new());
+    }
+
+    /// Everything a store reads back.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Snapshot {
+        executors: Vec<ExecutorRow>,
+        missions: Vec<Option<MissionRow>>,
+        events: Vec<StoredEvent>,
+        hitl: Vec<HitlRow>,
+        sandboxes: Vec<SandboxRow>,
+        queued: Vec<MissionRow>,
+        live: Vec<(String, String, MissionState)>,
+        counts: Vec<(&'static str, i64)>,
+    }
+
+    impl Snapshot {
+        async fn take(store: &Store) -> Snapshot {
+            Snapshot {
+                executors: store.executors().await.unwrap(),
+                missions: vec![store.mission("m1").await.unwrap(), store.mission("q1").await.unwrap()],
+                events: all_events(store).await,
+                hitl: store.undelivered_answers("e1").await.unwrap(),
+                sandboxes: store.sandboxes().await.unwrap(),
+                queued: store.queued_missions().await.unwrap(),
+                live: store.live_missions().await.unwrap(),
+                counts: store.mission_counts().await.unwrap(),
+            }
+        }
+    }
+}
