@@ -4,6 +4,9 @@
 //! WebSocket. With `--state-dir` it keeps its identity and mission records across restarts, declares
 //! `resumable`, suspends running missions on SIGTERM and, after a restart, reports them and settles
 //! them honestly (a process that died with the executor is not pretended alive).
+//!
+//! This is a program of its own that serve's tests and operators run; serve's registry of the executors
+//! that registered with it is [`crate::registry`].
 
 pub mod adapters;
 mod runtime;
