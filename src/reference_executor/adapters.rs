@@ -249,13 +249,16 @@ pub struct Registry {
     entries: Mutex<HashMap<String, Arc<Adapter>>>,
 }
 
-/// Undoes a registration when dropped: the previous entry (or none) comes back.
-pub struct Registration<'a> {
+/// Undoes a registration when dropped: the previous entry (or none) comes back. Only tests register
+/// adapters today; the executor runs the built-in ones.
+#[cfg(test)]
+pub(crate) struct Registration<'a> {
     registry: &'a Registry,
     name: String,
     previous: Option<Arc<Adapter>>,
 }
 
+#[cfg(test)]
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
         let mut entries = self.registry.entries.lock().expect("adapters lock");
@@ -274,7 +277,8 @@ impl Default for Registry {
 }
 
 impl Registry {
-    pub fn register(&self, name: &str, adapter: Adapter) -> Registration<'_> {
+    #[cfg(test)]
+    pub(crate) fn register(&self, name: &str, adapter: Adapter) -> Registration<'_> {
         let name = normalize(name);
         let previous = self.entries.lock().expect("adapters lock").insert(name.clone(), Arc::new(adapter));
         Registration { registry: self, name, previous }
