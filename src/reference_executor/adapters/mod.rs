@@ -1,51 +1,46 @@
 //! The executor's adapters: which binary runs a mission, for which class of situation, how a lease's
 //! tool policy becomes that binary's allowlist flags, what its exit codes mean, and the readiness report
 //! it makes about itself. Pure data and functions; the registry can take temporary entries (tests,
-//! plugins) that are undone when their guard drops.
+//! plugins) that are undone when their guard drops. The readiness reports are in `readiness`.
+
+mod readiness;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
-
 use crate::contract::ToolPolicy;
-use crate::readiness::{BudgetState, ExecutorClass, Expiry, Gap, GapKind, Report};
-
-/// What the executor's environment looks like to an adapter judging its readiness.
-pub trait Host {
-    fn var(&self, name: &str) -> Option<String>;
-    fn on_path(&self, binary: &str) -> bool;
-    fn now(&self) -> DateTime<Utc>;
-}
+use crate::readiness::{ExecutorClass, Report};
+pub(crate) use readiness::Host;
+use readiness::{claude_readiness, codex_readiness, shell_readiness, spine_readiness};
 
 /// A refusal to run: the lease does not let this adapter run, with why.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Refused(pub String);
+pub(crate) struct Refused(pub(crate) String);
 
-pub struct Adapter {
-    pub name: &'static str,
-    pub binary: &'static str,
-    pub class: ExecutorClass,
+pub(crate) struct Adapter {
+    pub(crate) name: &'static str,
+    pub(crate) binary: &'static str,
+    pub(crate) class: ExecutorClass,
     /// The `runtime:` capability the executor declares.
-    pub runtime: &'static str,
+    pub(crate) runtime: &'static str,
     /// The lease's tool policy (absent = no policy) to the binary's allowlist arguments, or a refusal.
-    pub allowlist: fn(Option<&ToolPolicy>) -> Result<Vec<String>, Refused>,
+    pub(crate) allowlist: fn(Option<&ToolPolicy>) -> Result<Vec<String>, Refused>,
     /// The full argv (without the binary) for an objective and its allowlist arguments.
-    pub argv: fn(&[String], &str) -> Vec<String>,
+    pub(crate) argv: fn(&[String], &str) -> Vec<String>,
     /// The failure reason an exit code stands for, when it stands for one.
-    pub exit_reason: fn(i32) -> Option<&'static str>,
-    pub readiness: fn(&dyn Host) -> Report,
+    pub(crate) exit_reason: fn(i32) -> Option<&'static str>,
+    pub(crate) readiness: fn(&dyn Host) -> Report,
     /// Provider API keys reach the process (not for executors that must never see them).
-    pub keeps_provider_keys: bool,
+    pub(crate) keeps_provider_keys: bool,
     /// Variables the process gets when the executor's environment does not set them.
-    pub env_defaults: &'static [(&'static str, &'static str)],
+    pub(crate) env_defaults: &'static [(&'static str, &'static str)],
 }
 
 /// Where `vagaris-exec` finds the provider gateway unless told otherwise.
-pub const DEFAULT_GATEWAY: &str = "http://127.0.0.1:3014";
+const DEFAULT_GATEWAY: &str = "http://127.0.0.1:3014";
 
 /// `claude-local`, `Claude_Local` and `CLAUDE-LOCAL` name the same adapter.
-pub fn normalize(name: &str) -> String {
+pub(crate) fn normalize(name: &str) -> String {
     name.trim().to_ascii_lowercase().replace('_', "-")
 }
 
@@ -65,99 +60,6 @@ fn no_exit_reason(_: i32) -> Option<&'static str> {
     None
 }
 
-fn interactive_readiness(binary: &'static str) -> impl Fn(&dyn Host) -> Report {
-    move |host| {
-        let mut gaps = Vec::new();
-        if !host.on_path(binary) {
-            gaps.push(Gap { kind: GapKind::Packaging, detail: format!("{binary} not on PATH") });
-        }
-        // A person's own login: nobody stamped an expiry or a budget, so neither is claimed.
-        Report {
-            ready: gaps.is_empty(),
-            class: ExecutorClass::InteractiveLocal,
-            expiry: Expiry::Unknown,
-            budget: BudgetState::Unknown,
-            gaps,
-        }
-    }
-}
-
-fn claude_readiness(host: &dyn Host) -> Report {
-    interactive_readiness("claude")(host)
-}
-
-fn codex_readiness(host: &dyn Host) -> Report {
-    interactive_readiness("codex")(host)
-}
-
-fn shell_readiness(host: &dyn Host) -> Report {
-    let mut report = interactive_readiness("sh")(host);
-    // A shell holds no credential at all.
-    report.expiry = Expiry::Never;
-    report
-}
-
-/// The scope the unattended executor's binding must carry, and nothing governance-level.
-pub const CLAIM_SCOPE: &str = "capability.execution.claim";
-
-fn spine_readiness(host: &dyn Host) -> Report {
-    let mut gaps = Vec::new();
-    let session = host.var("VAGARIS_WORKLOAD_SESSION").filter(|s| !s.is_empty());
-    if session.is_none() {
-        gaps.push(Gap {
-            kind: GapKind::Identity,
-            detail: "identity not bound: VAGARIS_WORKLOAD_SESSION is not set".into(),
-        });
-    }
-    let scopes = host.var("VAGARIS_WORKLOAD_SESSION_SCOPES").unwrap_or_default();
-    if session.is_some() && !scopes.split_whitespace().any(|s| s == CLAIM_SCOPE) {
-        gaps.push(Gap { kind: GapKind::Identity, detail: format!("the workload session lacks {CLAIM_SCOPE}") });
-    }
-    let expiry = match host.var("VAGARIS_WORKLOAD_SESSION_EXPIRES_AT").filter(|s| !s.is_empty()) {
-        None => Expiry::Unknown,
-        Some(raw) => match parse_expiry(&raw) {
-            Some(at) if at <= host.now() => {
-                gaps.push(Gap {
-                    kind: GapKind::Credential,
-                    detail: format!("the workload session expired at {}", crate::clock::format(at)),
-                });
-                Expiry::At(crate::clock::format(at))
-            }
-            Some(at) => Expiry::At(crate::clock::format(at)),
-            None => {
-                gaps.push(Gap {
-                    kind: GapKind::Credential,
-                    detail: format!(
-                        "VAGARIS_WORKLOAD_SESSION_EXPIRES_AT {raw:?} is neither epoch seconds nor ISO 8601"
-                    ),
-                });
-                Expiry::Unknown
-            }
-        },
-    };
-    if !host.on_path("vagaris-exec") {
-        gaps.push(Gap { kind: GapKind::Packaging, detail: "vagaris-exec not on PATH".into() });
-    }
-    let budget = match host.var("VAGARIS_WORKLOAD_BUDGET").as_deref() {
-        Some("ok") => BudgetState::Ok,
-        Some("low") => BudgetState::Low,
-        Some("exhausted") => {
-            gaps.push(Gap { kind: GapKind::Budget, detail: "the workload budget is exhausted".into() });
-            BudgetState::Exhausted
-        }
-        _ => BudgetState::Unknown,
-    };
-    Report { ready: gaps.is_empty(), class: ExecutorClass::UnattendedMachine, expiry, budget, gaps }
-}
-
-/// Epoch seconds or an ISO 8601 / RFC 3339 timestamp.
-fn parse_expiry(raw: &str) -> Option<DateTime<Utc>> {
-    if let Ok(secs) = raw.trim().parse::<i64>() {
-        return DateTime::from_timestamp(secs, 0);
-    }
-    DateTime::parse_from_rfc3339(raw.trim()).ok().map(|t| t.with_timezone(&Utc))
-}
-
 fn spine_exit_reason(code: i32) -> Option<&'static str> {
     match code {
         2 => Some("bad_arguments"),
@@ -168,84 +70,101 @@ fn spine_exit_reason(code: i32) -> Option<&'static str> {
     }
 }
 
+/// The adapters the executor knows, in the order of `super::ADAPTERS` (tests take them by index).
 fn built_ins() -> Vec<Adapter> {
-    vec![
-        Adapter {
-            name: "claude-local",
-            binary: "claude",
-            class: ExecutorClass::InteractiveLocal,
-            runtime: "runtime:claude-code",
-            allowlist: |p| tools(p, "claude").map(|t| std::iter::once("--allowedTools".to_owned()).chain(t).collect()),
-            argv: |allow, objective| {
-                let mut v = vec!["-p".to_owned(), objective.to_owned()];
-                v.extend_from_slice(allow);
-                v
-            },
-            exit_reason: no_exit_reason,
-            readiness: claude_readiness,
-            keeps_provider_keys: true,
-            env_defaults: &[],
+    vec![claude_local(), codex_local(), spine_unattended(), shell()]
+}
+
+/// Claude Code on a person's own login: `claude -p OBJECTIVE --allowedTools ...`.
+fn claude_local() -> Adapter {
+    Adapter {
+        name: "claude-local",
+        binary: "claude",
+        class: ExecutorClass::InteractiveLocal,
+        runtime: "runtime:claude-code",
+        allowlist: |p| tools(p, "claude").map(|t| std::iter::once("--allowedTools".to_owned()).chain(t).collect()),
+        argv: |allow, objective| {
+            let mut v = vec!["-p".to_owned(), objective.to_owned()];
+            v.extend_from_slice(allow);
+            v
         },
-        Adapter {
-            name: "codex-local",
-            binary: "codex",
-            class: ExecutorClass::InteractiveLocal,
-            runtime: "runtime:codex",
-            allowlist: |p| match p {
-                Some(ToolPolicy::List(list)) if !list.is_empty() => Ok(vec!["--tool".into(), list.join(",")]),
-                Some(p) if p.denies_all() => Err(Refused("lease A3 axis denies all tools".into())),
-                _ => Err(Refused("lease carries no token allowlist for codex".into())),
-            },
-            argv: |allow, objective| {
-                let mut v = allow.to_vec();
-                v.push(objective.to_owned());
-                v
-            },
-            exit_reason: no_exit_reason,
-            readiness: codex_readiness,
-            keeps_provider_keys: true,
-            env_defaults: &[],
+        exit_reason: no_exit_reason,
+        readiness: claude_readiness,
+        keeps_provider_keys: true,
+        env_defaults: &[],
+    }
+}
+
+/// Codex on a person's own login: `codex --tool A,B OBJECTIVE`.
+fn codex_local() -> Adapter {
+    Adapter {
+        name: "codex-local",
+        binary: "codex",
+        class: ExecutorClass::InteractiveLocal,
+        runtime: "runtime:codex",
+        allowlist: |p| match p {
+            Some(ToolPolicy::List(list)) if !list.is_empty() => Ok(vec!["--tool".into(), list.join(",")]),
+            Some(p) if p.denies_all() => Err(Refused("lease A3 axis denies all tools".into())),
+            _ => Err(Refused("lease carries no token allowlist for codex".into())),
         },
-        Adapter {
-            name: "spine-unattended",
-            binary: "vagaris-exec",
-            class: ExecutorClass::UnattendedMachine,
-            runtime: "runtime:custom:vagaris",
-            allowlist: |p| tools(p, "vagaris-exec").map(|t| vec!["--allow-tools".into(), t.join(",")]),
-            argv: |allow, objective| {
-                let mut v = allow.to_vec();
-                v.push(objective.to_owned());
-                v
-            },
-            exit_reason: spine_exit_reason,
-            readiness: spine_readiness,
-            keeps_provider_keys: false,
-            env_defaults: &[("VAGARY_GATEWAY_BASE", DEFAULT_GATEWAY)],
+        argv: |allow, objective| {
+            let mut v = allow.to_vec();
+            v.push(objective.to_owned());
+            v
         },
-        Adapter {
-            name: "shell",
-            binary: "sh",
-            class: ExecutorClass::InteractiveLocal,
-            runtime: "runtime:custom:shell",
-            allowlist: |p| {
-                let list = tools(p, "the shell")?;
-                if list.iter().any(|t| t == "Bash") {
-                    Ok(Vec::new())
-                } else {
-                    Err(Refused("the shell adapter runs only when the lease lists Bash".into()))
-                }
-            },
-            argv: |_, objective| vec!["-c".into(), objective.to_owned()],
-            exit_reason: no_exit_reason,
-            readiness: shell_readiness,
-            keeps_provider_keys: true,
-            env_defaults: &[],
+        exit_reason: no_exit_reason,
+        readiness: codex_readiness,
+        keeps_provider_keys: true,
+        env_defaults: &[],
+    }
+}
+
+/// The unattended executor: `vagaris-exec --allow-tools A,B OBJECTIVE`, with a workload identity and
+/// only the gateway, never provider keys.
+fn spine_unattended() -> Adapter {
+    Adapter {
+        name: "spine-unattended",
+        binary: "vagaris-exec",
+        class: ExecutorClass::UnattendedMachine,
+        runtime: "runtime:custom:vagaris",
+        allowlist: |p| tools(p, "vagaris-exec").map(|t| vec!["--allow-tools".into(), t.join(",")]),
+        argv: |allow, objective| {
+            let mut v = allow.to_vec();
+            v.push(objective.to_owned());
+            v
         },
-    ]
+        exit_reason: spine_exit_reason,
+        readiness: spine_readiness,
+        keeps_provider_keys: false,
+        env_defaults: &[("VAGARY_GATEWAY_BASE", DEFAULT_GATEWAY)],
+    }
+}
+
+/// `sh -c OBJECTIVE`, only for leases that list Bash.
+fn shell() -> Adapter {
+    Adapter {
+        name: "shell",
+        binary: "sh",
+        class: ExecutorClass::InteractiveLocal,
+        runtime: "runtime:custom:shell",
+        allowlist: |p| {
+            let list = tools(p, "the shell")?;
+            if list.iter().any(|t| t == "Bash") {
+                Ok(Vec::new())
+            } else {
+                Err(Refused("the shell adapter runs only when the lease lists Bash".into()))
+            }
+        },
+        argv: |_, objective| vec!["-c".into(), objective.to_owned()],
+        exit_reason: no_exit_reason,
+        readiness: shell_readiness,
+        keeps_provider_keys: true,
+        env_defaults: &[],
+    }
 }
 
 /// The adapters by normalised name.
-pub struct Registry {
+pub(crate) struct Registry {
     entries: Mutex<HashMap<String, Arc<Adapter>>>,
 }
 
@@ -285,7 +204,7 @@ impl Registry {
     }
 
     /// The adapter for a name, or the refusal the Vagaris CLI gives for anything else.
-    pub fn get(&self, name: &str) -> Result<Arc<Adapter>, String> {
+    pub(crate) fn get(&self, name: &str) -> Result<Arc<Adapter>, String> {
         self.entries
             .lock()
             .expect("adapters lock")
@@ -298,23 +217,6 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct FakeHost {
-        vars: HashMap<&'static str, &'static str>,
-        path: Vec<&'static str>,
-    }
-
-    impl Host for FakeHost {
-        fn var(&self, name: &str) -> Option<String> {
-            self.vars.get(name).map(|v| v.to_string())
-        }
-        fn on_path(&self, binary: &str) -> bool {
-            self.path.contains(&binary)
-        }
-        fn now(&self) -> DateTime<Utc> {
-            "2026-06-01T00:00:00Z".parse().unwrap()
-        }
-    }
 
     fn list(tools: &[&str]) -> ToolPolicy {
         ToolPolicy::List(tools.iter().map(|t| t.to_string()).collect())
@@ -403,60 +305,5 @@ mod tests {
                 None
             ]
         );
-    }
-
-    fn spine(vars: &[(&'static str, &'static str)], path: &[&'static str]) -> Report {
-        spine_readiness(&FakeHost { vars: vars.iter().copied().collect(), path: path.to_vec() })
-    }
-
-    #[test]
-    fn the_unattended_executor_reports_each_gap_separately() {
-        let r = spine(&[], &[]);
-        assert!(!r.ready);
-        let kinds: Vec<GapKind> = r.gaps.iter().map(|g| g.kind).collect();
-        assert_eq!(kinds, [GapKind::Identity, GapKind::Packaging], "{r:?}");
-        assert_eq!(r.gaps[1].detail, "vagaris-exec not on PATH");
-        assert_eq!(r.expiry, Expiry::Unknown);
-        assert_eq!(r.budget, BudgetState::Unknown);
-
-        let bound =
-            [("VAGARIS_WORKLOAD_SESSION", "sess-1"), ("VAGARIS_WORKLOAD_SESSION_SCOPES", "capability.execution.claim")];
-        let r = spine(&bound, &["vagaris-exec"]);
-        assert!(r.ready, "{r:?}");
-        assert_eq!(r.class, ExecutorClass::UnattendedMachine);
-
-        let mut wrong_scope = bound.to_vec();
-        wrong_scope[1] = ("VAGARIS_WORKLOAD_SESSION_SCOPES", "capability.governance.decide");
-        assert_eq!(
-            spine(&wrong_scope, &["vagaris-exec"]).gaps[0].detail,
-            "the workload session lacks capability.execution.claim"
-        );
-
-        let mut epoch = bound.to_vec();
-        epoch.push(("VAGARIS_WORKLOAD_SESSION_EXPIRES_AT", "1780272000"));
-        let r = spine(&epoch, &["vagaris-exec"]);
-        assert_eq!(r.expiry, Expiry::At("2026-06-01T00:00:00.000Z".into()));
-        assert!(!r.ready, "an expiry that is now has passed");
-        let mut iso = bound.to_vec();
-        iso.push(("VAGARIS_WORKLOAD_SESSION_EXPIRES_AT", "2026-07-01T00:00:00Z"));
-        iso.push(("VAGARIS_WORKLOAD_BUDGET", "low"));
-        let r = spine(&iso, &["vagaris-exec"]);
-        assert!(r.ready);
-        assert_eq!((r.expiry, r.budget), (Expiry::At("2026-07-01T00:00:00.000Z".into()), BudgetState::Low));
-        let mut garbage = bound.to_vec();
-        garbage.push(("VAGARIS_WORKLOAD_SESSION_EXPIRES_AT", "tomorrow"));
-        assert_eq!(spine(&garbage, &["vagaris-exec"]).gaps[0].kind, GapKind::Credential);
-    }
-
-    #[test]
-    fn interactive_adapters_claim_no_expiry_or_budget() {
-        let host = FakeHost { vars: HashMap::new(), path: vec!["sh"] };
-        let claude = claude_readiness(&host);
-        assert!(!claude.ready);
-        assert_eq!(claude.gaps[0].detail, "claude not on PATH");
-        assert_eq!((claude.expiry, claude.budget), (Expiry::Unknown, BudgetState::Unknown));
-        let shell = shell_readiness(&host);
-        assert!(shell.ready);
-        assert_eq!(shell.expiry, Expiry::Never);
     }
 }
