@@ -1,0 +1,343 @@
+//! Loading the configuration: defaults < TOML file < `AIWG_SERVE_*` environment < command-line flags,
+//! each file key and variable checked against the settings (with a "did you mean"), each value checked
+//! on its own so that an error names its key and source, and the whole validated once.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::Config;
+
+/// Shortest operator token accepted: anything shorter is guessable.
+const MIN_OPERATOR_TOKEN_LEN: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+/// Values given on the command line; they win over everything else.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    pub bind: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+}
+
+/// `AIWG_SERVE_*` variables that are not settings of serve: the operator commands' own (`URL`, `TOKEN`,
+/// `CA_CERT`), the log filter and format (every command logs, not only serve) and the config file path,
+/// and the agentic-sandbox executor's (`ENDPOINT`, `NAME`), which may share the environment.
+const NOT_SETTINGS: [&str; 8] = [
+    "AIWG_SERVE_URL",
+    "AIWG_SERVE_TOKEN",
+    "AIWG_SERVE_CA_CERT",
+    "AIWG_SERVE_LOG",
+    "AIWG_SERVE_LOG_FORMAT",
+    "AIWG_SERVE_CONFIG",
+    "AIWG_SERVE_ENDPOINT",
+    "AIWG_SERVE_NAME",
+];
+
+/// Where each `section.key` of the merged table came from: a file path or a variable name.
+type Sources = HashMap<(String, String), String>;
+
+impl Config {
+    /// Loads `file` (if any), applies `env` (name, value pairs) and `overrides`, and validates.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+        overrides: Overrides,
+    ) -> Result<Config, ConfigError> {
+        let defaults = toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let mut sources = Sources::new();
+        let mut table = match file {
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+                let table = text
+                    .parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
+                for (section, key) in known_keys(&table, &defaults, path)? {
+                    sources.insert((section, key), path.display().to_string());
+                }
+                table
+            }
+            None => toml::Table::new(),
+        };
+        apply_env(&mut table, &defaults, env, &mut sources)?;
+        check_each_key(&table, &sources)?;
+        let mut config: Config =
+            table.try_into().map_err(|e: toml::de::Error| ConfigError::Invalid(e.message().to_owned()))?;
+        if let Some(bind) = overrides.bind {
+            config.server.bind = bind;
+        }
+        if let Some(dir) = overrides.data_dir {
+            config.server.data_dir = dir;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if !self.server.bind.ip().is_loopback() && self.server.operator_tokens.is_empty() {
+            return bad(format!(
+                "refusing to bind {}: a non-loopback address exposes the operator API, so it needs \
+                 server.operator_tokens (or AIWG_SERVE_OPERATOR_TOKENS) to be set",
+                self.server.bind
+            ));
+        }
+        if let Some(short) = self.server.operator_tokens.iter().find(|t| t.len() < MIN_OPERATOR_TOKEN_LEN) {
+            return bad(format!(
+                "an operator token of {} characters is too short to be secret (at least {MIN_OPERATOR_TOKEN_LEN})",
+                short.len()
+            ));
+        }
+        if self.server.max_body_bytes < 1024 || self.hub.max_frame_bytes < 1024 {
+            return bad("server.max_body_bytes and hub.max_frame_bytes must be at least 1024".into());
+        }
+        if self.server.header_read_timeout_ms == 0 || self.server.idle_timeout_s == 0 {
+            return bad("server.header_read_timeout_ms and server.idle_timeout_s must be positive".into());
+        }
+        if self.hub.read_buffer_bytes < 256 {
+            return bad("hub.read_buffer_bytes must be at least 256".into());
+        }
+        if self.hub.stream_lag_limit == 0 {
+            return bad("hub.stream_lag_limit must be positive".into());
+        }
+        if self.hub.ping_interval_s == 0 || self.hub.pong_timeout_s == 0 {
+            return bad("hub.ping_interval_s and hub.pong_timeout_s must be positive".into());
+        }
+        if self.dispatch.forward_timeout_ms == 0 || self.dispatch.max_attempts == 0 {
+            return bad("dispatch.forward_timeout_ms and dispatch.max_attempts must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// The environment variable for a key: `[server]` keys drop their section name.
+fn env_name(section: &str, key: &str) -> String {
+    let name = if section == "server" { key.to_owned() } else { format!("{section}_{key}") };
+    format!("AIWG_SERVE_{}", name.to_ascii_uppercase())
+}
+
+/// The `(section, key)` pairs of a file, or the first that names no setting.
+fn known_keys(table: &toml::Table, defaults: &toml::Table, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut keys = Vec::new();
+    for (section, value) in table {
+        let Some(known) = defaults.get(section).and_then(toml::Value::as_table) else {
+            let hint = did_you_mean(section, defaults.keys().map(|k| (k.clone(), format!("[{k}]"))));
+            return Err(ConfigError::Invalid(format!("unknown section [{section}] in {}{hint}", path.display())));
+        };
+        let Some(given) = value.as_table() else {
+            return Err(ConfigError::Invalid(format!("{section} in {} must be a table ([{section}])", path.display())));
+        };
+        for key in given.keys() {
+            if !known.contains_key(key) {
+                let hint = did_you_mean(key, known.keys().map(|k| (k.clone(), format!("{section}.{k}"))));
+                return Err(ConfigError::Invalid(format!("unknown key {section}.{key} in {}{hint}", path.display())));
+            }
+            keys.push((section.clone(), key.clone()));
+        }
+    }
+    Ok(keys)
+}
+
+/// Each value on its own, so that a wrong one is named with its key and source (serde's own error only
+/// says "invalid type: string \"fast\", expected u64").
+fn check_each_key(table: &toml::Table, sources: &Sources) -> Result<(), ConfigError> {
+    for (section, keys) in table {
+        for (key, value) in keys.as_table().into_iter().flatten() {
+            let mut single = toml::Table::new();
+            single.insert(section.clone(), toml::Value::Table(toml::Table::from_iter([(key.clone(), value.clone())])));
+            if let Err(e) = single.try_into::<Config>() {
+                let from = sources.get(&(section.clone(), key.clone())).map(String::as_str).unwrap_or("?");
+                return Err(ConfigError::Invalid(format!("{section}.{key} = {value} (from {from}): {}", e.message())));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `; did you mean X?` when one of `candidates` (name, as shown) is close to `name`.
+fn did_you_mean(name: &str, candidates: impl Iterator<Item = (String, String)>) -> String {
+    candidates
+        .map(|(candidate, shown)| (strsim::jaro_winkler(name, &candidate), shown))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, shown)| format!("; did you mean {shown}?"))
+        .unwrap_or_default()
+}
+
+fn apply_env(
+    table: &mut toml::Table,
+    defaults: &toml::Table,
+    env: impl IntoIterator<Item = (String, String)>,
+    sources: &mut Sources,
+) -> Result<(), ConfigError> {
+    let mut known = HashMap::new();
+    for (section, keys) in defaults {
+        for (key, default) in keys.as_table().into_iter().flatten() {
+            known.insert(env_name(section, key), (section.clone(), key.clone(), default.is_array()));
+        }
+    }
+    for (name, value) in env {
+        let Some((section, key, is_list)) = known.get(&name) else {
+            if name.starts_with("AIWG_SERVE_") && !NOT_SETTINGS.contains(&name.as_str()) {
+                // A key of another section named without its section is the likeliest slip; otherwise
+                // the closest name.
+                let key = &name["AIWG_SERVE_".len()..];
+                let sectioned = known.keys().find(|k| k.ends_with(key) && k[..k.len() - key.len()].ends_with('_'));
+                let hint = match sectioned.filter(|k| k.len() > name.len()) {
+                    Some(k) => format!("; did you mean {k}?"),
+                    None => did_you_mean(&name, known.keys().map(|k| (k.clone(), k.clone()))),
+                };
+                return Err(ConfigError::Invalid(format!(
+                    "unknown environment variable {name}{hint} (config.example.toml lists every setting and its \
+                     variable)"
+                )));
+            }
+            continue;
+        };
+        let parsed = format!("v = {value}").parse::<toml::Table>().ok().and_then(|mut t| t.remove("v"));
+        let value = match parsed {
+            Some(v) if !*is_list || v.is_array() => v,
+            _ if *is_list => toml::Value::Array(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| toml::Value::String(s.into()))
+                    .collect(),
+            ),
+            _ => toml::Value::String(value),
+        };
+        table
+            .entry(section.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .ok_or_else(|| ConfigError::Invalid(format!("[{section}] must be a table")))?
+            .insert(key.clone(), value);
+        sources.insert((section.clone(), key.clone()), name);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Synchronous;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = std::env::temp_dir().join(format!("aiwg-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "[hub]\nping_interval_s = 7\npong_timeout_s = 9\n[server]\nbind = \"127.0.0.1:1\"\n")
+            .unwrap();
+        let c = Config::load(
+            Some(&file),
+            env(&[("AIWG_SERVE_HUB_PONG_TIMEOUT_S", "11"), ("AIWG_SERVE_BIND", "127.0.0.1:2"), ("UNRELATED", "x")]),
+            Overrides { bind: Some("127.0.0.1:3".parse().unwrap()), data_dir: None },
+        )
+        .unwrap();
+        assert_eq!(c.hub.ping_interval_s, 7);
+        assert_eq!(c.hub.pong_timeout_s, 11);
+        assert_eq!(c.server.bind, "127.0.0.1:3".parse().unwrap());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn lists_and_strings_from_the_environment() {
+        let c = Config::load(
+            None,
+            env(&[
+                ("AIWG_SERVE_OPERATOR_TOKENS", "aaaaaaaaaaaaaaaa, bbbbbbbbbbbbbbbb"),
+                ("AIWG_SERVE_DATA_DIR", "/tmp/x y"),
+                ("AIWG_SERVE_STORE_SYNCHRONOUS", "full"),
+            ]),
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(c.server.operator_tokens, ["aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb"]);
+        assert_eq!(c.server.data_dir, PathBuf::from("/tmp/x y"));
+        assert_eq!(c.store.synchronous, Synchronous::Full);
+    }
+
+    #[test]
+    fn refuses_what_would_be_unsafe_or_meaningless() {
+        let load =
+            |pairs: &[(&str, &str)]| Config::load(None, env(pairs), Overrides::default()).unwrap_err().to_string();
+        assert!(load(&[("AIWG_SERVE_BIND", "0.0.0.0:7337")]).contains("needs server.operator_tokens"));
+        assert!(load(&[("AIWG_SERVE_OPERATOR_TOKENS", "short")]).contains("too short"));
+        assert!(load(&[("AIWG_SERVE_HUB_PING_INTERVAL_S", "0")]).contains("must be positive"));
+        assert!(load(&[("AIWG_SERVE_STORE_SYNCHRONOUS", "sometimes")]).contains("unknown variant"));
+        let ok = Config::load(
+            None,
+            env(&[("AIWG_SERVE_BIND", "0.0.0.0:7337"), ("AIWG_SERVE_OPERATOR_TOKENS", "0123456789abcdef")]),
+            Overrides::default(),
+        );
+        assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_in_a_file_are_refused() {
+        let dir = std::env::temp_dir().join(format!("aiwg-config-unknown-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "[hub]\nping_intervals = 7\n").unwrap();
+        let err = Config::load(Some(&file), Vec::new(), Overrides::default()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("config: unknown key hub.ping_intervals in {}; did you mean hub.ping_interval_s?", file.display())
+        );
+        std::fs::write(&file, "[hubb]\nping_interval_s = 7\n").unwrap();
+        let err = Config::load(Some(&file), Vec::new(), Overrides::default()).unwrap_err().to_string();
+        assert_eq!(err, format!("config: unknown section [hubb] in {}; did you mean [hub]?", file.display()));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_wrong_value_is_named_with_its_key_and_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "[hub]\nping_interval_s = \"fast\"\n").unwrap();
+        let err = Config::load(Some(&file), Vec::new(), Overrides::default()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "config: hub.ping_interval_s = \"fast\" (from {}): invalid type: string \"fast\", expected u64",
+                file.display()
+            )
+        );
+        let err = Config::load(None, env(&[("AIWG_SERVE_DISPATCH_MAX_ATTEMPTS", "many")]), Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config: dispatch.max_attempts = \"many\" (from AIWG_SERVE_DISPATCH_MAX_ATTEMPTS): invalid type: \
+             string \"many\", expected usize"
+        );
+    }
+
+    #[test]
+    fn unknown_variables_are_refused_and_the_clients_are_not() {
+        let err = Config::load(None, env(&[("AIWG_SERVE_HUB_PING_INTERVAL", "5")]), Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("config: unknown environment variable AIWG_SERVE_HUB_PING_INTERVAL; did you mean AIWG_SERVE_HUB_PING_INTERVAL_S?"), "{err}");
+        // A key of another section without its section's name.
+        let err = Config::load(None, env(&[("AIWG_SERVE_FORWARD_TIMEOUT_MS", "5")]), Overrides::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did you mean AIWG_SERVE_DISPATCH_FORWARD_TIMEOUT_MS?"), "{err}");
+        let clients: Vec<(&str, &str)> = NOT_SETTINGS.iter().map(|n| (*n, "x")).collect();
+        assert!(Config::load(None, env(&clients), Overrides::default()).is_ok());
+    }
+}
