@@ -53,7 +53,7 @@ pub struct ServerConfig {
     /// HTTP connections any more: the hub's ping deadline governs them.
     pub idle_timeout_s: u64,
     /// Open client connections (HTTP and WebSocket) at most; 0 derives it from the file-descriptor limit
-    /// (see `serve::connection_limit`). Above it, new connections wait in the listen backlog.
+    /// (see `serve::accept::connection_limit`). Above it, new connections wait in the listen backlog.
     pub max_connections: usize,
 }
 
