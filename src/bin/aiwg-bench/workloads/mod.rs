@@ -176,7 +176,7 @@ async fn count_progress(db: &Path) -> i64 {
 async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize, streams: usize) -> f64 {
     let _ = std::fs::remove_file(db);
     let mut conn = open(db).await;
-    sqlx::raw_sql(include_str!("../../../migrations/0001_init.sql")).execute(&mut conn).await.unwrap();
+    sqlx::raw_sql(include_str!("../../../../migrations/0001_init.sql")).execute(&mut conn).await.unwrap();
     let ids: Vec<(String, String)> =
         (0..streams.max(1)).map(|i| (uuid::Uuid::new_v4().to_string(), mission_id(i))).collect();
     // Built before the clock starts: the baseline is SQLite's time, not JSON's.
