@@ -58,8 +58,8 @@ impl StateDir {
 /// The mission and socket tasks change them on the async runtime's threads, so the file is written on
 /// the blocking pool, and the lock over the records is never held while it is written. Each change
 /// takes a generation number; a write of an older snapshot that comes after a newer one is skipped, so
-/// the file always ends as the newest records. A change returns once its snapshot (or a newer one) is on
-/// disk, as when the file was written in place.
+/// the file always ends as the newest records. A change returns once its snapshot (or a newer one, which
+/// holds it too) is on disk, so that what the executor says next (a 202, a state) survives its being killed.
 pub(crate) struct Records {
     live: Mutex<Live>,
     file: Option<Arc<RecordsFile>>,

@@ -63,7 +63,7 @@ pub(crate) struct Executor {
     /// lifecycle events live, so a full queue would have to either drop them (serve would never learn
     /// how a mission ended) or stall the agents' stdout readers (freezing the agents until serve is
     /// back). What bounds it instead: progress is at most one event per `PROGRESS_EVERY` per mission, the
-    /// other events are a handful per mission, and `--max-missions` bounds the missions.
+    /// other events are a handful per mission, and `--max-missions`, when given, bounds the missions.
     outbound: mpsc::UnboundedSender<Value>,
     outbound_rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Value>>,
     unacked: AtomicUsize,
