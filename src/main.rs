@@ -61,7 +61,7 @@ enum Command {
     /// The event log, or with --follow the live stream.
     Events(cli::EventsArgs),
     /// Run the reference executor: register with a serve and run its missions through an adapter.
-    Executor(aiwg_serve::executor::ExecutorArgs),
+    Executor(aiwg_serve::reference_executor::ExecutorArgs),
     /// Copy the store to FILE, consistently, also while serve runs (restore: see the README)
     Backup {
         /// Where to write the copy; an existing file is never overwritten
@@ -96,7 +96,7 @@ fn main() -> ExitCode {
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),
-        Command::Executor(args) => return runtime.block_on(aiwg_serve::executor::run(args)),
+        Command::Executor(args) => return runtime.block_on(aiwg_serve::reference_executor::run(args)),
         Command::Completions { shell } => return cli::completions(shell, Cli::command()),
         Command::Backup { file, data_dir, config } => return runtime.block_on(backup(file, data_dir, config)),
     };

@@ -8,53 +8,53 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Upper bounds, in seconds, for latency histograms: 100 µs to 5 s.
-pub const LATENCY_BOUNDS: &[f64] =
+const LATENCY_BOUNDS: &[f64] =
     &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 /// Upper bounds for batch sizes (units per commit).
-pub const SIZE_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0];
+const SIZE_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0];
 
 #[derive(Default)]
-pub struct Counter(AtomicU64);
+pub(crate) struct Counter(AtomicU64);
 
 impl Counter {
-    pub fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
 
 #[derive(Default)]
-pub struct Gauge(AtomicI64);
+pub(crate) struct Gauge(AtomicI64);
 
 impl Gauge {
-    pub fn add(&self, n: i64) {
+    pub(crate) fn add(&self, n: i64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn get(&self) -> i64 {
+    pub(crate) fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
     }
 }
 
 /// Counters keyed by a label value (an error code).
 #[derive(Default)]
-pub struct Labelled(Mutex<BTreeMap<&'static str, u64>>);
+pub(crate) struct Labelled(Mutex<BTreeMap<&'static str, u64>>);
 
 impl Labelled {
-    pub fn add(&self, label: &'static str) {
+    pub(crate) fn add(&self, label: &'static str) {
         *self.0.lock().expect("metrics lock").entry(label).or_default() += 1;
     }
 
-    pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
+    pub(crate) fn snapshot(&self) -> BTreeMap<&'static str, u64> {
         self.0.lock().expect("metrics lock").clone()
     }
 }
 
 /// A cumulative histogram with fixed bounds; the sum is kept in millionths to stay an integer.
-pub struct Histogram {
+pub(crate) struct Histogram {
     bounds: &'static [f64],
     buckets: Vec<AtomicU64>,
     count: AtomicU64,
@@ -62,7 +62,7 @@ pub struct Histogram {
 }
 
 impl Histogram {
-    pub fn new(bounds: &'static [f64]) -> Histogram {
+    pub(crate) fn new(bounds: &'static [f64]) -> Histogram {
         Histogram {
             bounds,
             buckets: bounds.iter().map(|_| AtomicU64::new(0)).collect(),
@@ -71,7 +71,7 @@ impl Histogram {
         }
     }
 
-    pub fn observe(&self, value: f64) {
+    pub(crate) fn observe(&self, value: f64) {
         if let Some(i) = self.bounds.iter().position(|b| value <= *b) {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
@@ -79,11 +79,11 @@ impl Histogram {
         self.sum_micro.fetch_add((value * 1e6) as u64, Ordering::Relaxed);
     }
 
-    pub fn observe_duration(&self, d: Duration) {
+    pub(crate) fn observe_duration(&self, d: Duration) {
         self.observe(d.as_secs_f64());
     }
 
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }
 
@@ -103,14 +103,14 @@ impl Histogram {
 
 /// Everything the server counts, apart from what it reads at scrape time.
 pub struct Metrics {
-    pub events_ingested: Counter,
-    pub frames_rejected: Labelled,
-    pub forward_failures: Labelled,
-    pub dispatch_latency: Histogram,
-    pub commit_batch_units: Histogram,
-    pub commit_latency: Histogram,
-    pub executor_sockets: Gauge,
-    pub executor_reconnects: Counter,
+    pub(crate) events_ingested: Counter,
+    pub(crate) frames_rejected: Labelled,
+    pub(crate) forward_failures: Labelled,
+    pub(crate) dispatch_latency: Histogram,
+    pub(crate) commit_batch_units: Histogram,
+    pub(crate) commit_latency: Histogram,
+    pub(crate) executor_sockets: Gauge,
+    pub(crate) executor_reconnects: Counter,
 }
 
 impl Default for Metrics {
@@ -129,86 +129,92 @@ impl Default for Metrics {
 }
 
 /// Values read at scrape time.
-pub struct Snapshot {
-    pub executors_registered: usize,
-    pub executors_connected: usize,
-    pub missions_by_state: Vec<(&'static str, i64)>,
-    pub queue_depth: usize,
-    pub queue_oldest_age_s: f64,
+pub(crate) struct Snapshot {
+    pub(crate) executors_registered: usize,
+    pub(crate) executors_connected: usize,
+    pub(crate) missions_by_state: Vec<(&'static str, i64)>,
+    pub(crate) queue_depth: usize,
+    pub(crate) queue_oldest_age_s: f64,
 }
 
 impl Metrics {
-    pub fn render(&self, s: &Snapshot) -> String {
+    /// The Prometheus text of everything: what was read at scrape time, what was counted, the build and
+    /// the process.
+    pub(crate) fn render(&self, s: &Snapshot) -> String {
         let mut out = String::new();
-        let gauge = |out: &mut String, name: &str, help: &str, value: String| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
-        };
-        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
-        };
-        let labelled = |out: &mut String, name: &str, help: &str, label: &str, values: BTreeMap<&'static str, u64>| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (k, v) in values {
-                let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {v}");
-            }
-        };
-        gauge(
-            &mut out,
-            "aiwg_executors_registered",
-            "Executors registered and not deregistered.",
-            s.executors_registered.to_string(),
-        );
-        gauge(
-            &mut out,
-            "aiwg_executors_connected",
-            "Executors with at least one live WebSocket.",
-            s.executors_connected.to_string(),
-        );
-        let _ = writeln!(out, "# HELP aiwg_missions Missions by state.\n# TYPE aiwg_missions gauge");
-        for (state, n) in &s.missions_by_state {
-            let _ = writeln!(out, "aiwg_missions{{state=\"{state}\"}} {n}");
-        }
-        gauge(&mut out, "aiwg_queue_depth", "Missions waiting for an executor.", s.queue_depth.to_string());
-        gauge(
-            &mut out,
-            "aiwg_queue_oldest_age_seconds",
-            "Age of the oldest queued mission.",
-            s.queue_oldest_age_s.to_string(),
-        );
-        counter(&mut out, "aiwg_events_ingested_total", "Executor events committed.", self.events_ingested.get());
-        labelled(
-            &mut out,
-            "aiwg_frames_rejected_total",
-            "Executor frames refused, by error code.",
-            "code",
-            self.frames_rejected.snapshot(),
-        );
-        self.commit_batch_units.render(&mut out, "aiwg_commit_batch_units", "Units of changes per committed batch.");
-        self.commit_latency.render(&mut out, "aiwg_commit_latency_seconds", "Time to commit one batch.");
-        self.dispatch_latency.render(
-            &mut out,
-            "aiwg_dispatch_latency_seconds",
-            "Dispatch request to executor acceptance.",
-        );
-        labelled(
-            &mut out,
-            "aiwg_forward_failures_total",
-            "Dispatch forwards an executor did not take, by code.",
-            "code",
-            self.forward_failures.snapshot(),
-        );
-        gauge(&mut out, "aiwg_executor_sockets", "Open executor WebSockets.", self.executor_sockets.get().to_string());
-        counter(
-            &mut out,
-            "aiwg_executor_reconnects_total",
-            "Executor sockets opened by an executor that had one before.",
-            self.executor_reconnects.get(),
-        );
+        render_snapshot(&mut out, s);
+        self.render_counted(&mut out);
         render_build_info(&mut out);
         if let Some(process) = ProcessStats::read() {
             process.render(&mut out);
         }
         out
+    }
+
+    fn render_counted(&self, out: &mut String) {
+        counter(out, "aiwg_events_ingested_total", "Executor events committed.", self.events_ingested.get());
+        labelled(
+            out,
+            "aiwg_frames_rejected_total",
+            "Executor frames refused, by error code.",
+            "code",
+            self.frames_rejected.snapshot(),
+        );
+        self.commit_batch_units.render(out, "aiwg_commit_batch_units", "Units of changes per committed batch.");
+        self.commit_latency.render(out, "aiwg_commit_latency_seconds", "Time to commit one batch.");
+        self.dispatch_latency.render(out, "aiwg_dispatch_latency_seconds", "Dispatch request to executor acceptance.");
+        labelled(
+            out,
+            "aiwg_forward_failures_total",
+            "Dispatch forwards an executor did not take, by code.",
+            "code",
+            self.forward_failures.snapshot(),
+        );
+        gauge(out, "aiwg_executor_sockets", "Open executor WebSockets.", self.executor_sockets.get().to_string());
+        counter(
+            out,
+            "aiwg_executor_reconnects_total",
+            "Executor sockets opened by an executor that had one before.",
+            self.executor_reconnects.get(),
+        );
+    }
+}
+
+/// The values read at scrape time: executors, missions by state, the queue.
+fn render_snapshot(out: &mut String, s: &Snapshot) {
+    gauge(
+        out,
+        "aiwg_executors_registered",
+        "Executors registered and not deregistered.",
+        s.executors_registered.to_string(),
+    );
+    gauge(
+        out,
+        "aiwg_executors_connected",
+        "Executors with at least one live WebSocket.",
+        s.executors_connected.to_string(),
+    );
+    let _ = writeln!(out, "# HELP aiwg_missions Missions by state.\n# TYPE aiwg_missions gauge");
+    for (state, n) in &s.missions_by_state {
+        let _ = writeln!(out, "aiwg_missions{{state=\"{state}\"}} {n}");
+    }
+    gauge(out, "aiwg_queue_depth", "Missions waiting for an executor.", s.queue_depth.to_string());
+    gauge(out, "aiwg_queue_oldest_age_seconds", "Age of the oldest queued mission.", s.queue_oldest_age_s.to_string());
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: String) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+}
+
+fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
+}
+
+/// A counter per label value.
+fn labelled(out: &mut String, name: &str, help: &str, label: &str, values: BTreeMap<&'static str, u64>) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for (k, v) in values {
+        let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {v}");
     }
 }
 
@@ -218,28 +224,25 @@ pub const GIT_COMMIT: Option<&str> = option_env!("AIWG_BUILD_COMMIT");
 /// `aiwg_build_info{version, commit} 1`: which build is running, for joins in queries and dashboards.
 fn render_build_info(out: &mut String) {
     let commit = GIT_COMMIT.map(|c| format!(",commit=\"{c}\"")).unwrap_or_default();
-    let _ = writeln!(
-        out,
-        "# HELP aiwg_build_info The running build: version and commit as labels, value 1.\n# TYPE aiwg_build_info gauge\n\
-         aiwg_build_info{{version=\"{}\"{commit}}} 1",
-        env!("CARGO_PKG_VERSION")
-    );
+    let help = "The running build: version and commit as labels, value 1.";
+    let _ = writeln!(out, "# HELP aiwg_build_info {help}\n# TYPE aiwg_build_info gauge");
+    let _ = writeln!(out, "aiwg_build_info{{version=\"{}\"{commit}}} 1", env!("CARGO_PKG_VERSION"));
 }
 
 /// The standard Prometheus process metrics, read from `/proc/self` at scrape time (Linux only: elsewhere
 /// they are left out).
 #[derive(Debug, PartialEq)]
-pub struct ProcessStats {
-    pub cpu_seconds: f64,
-    pub resident_bytes: u64,
-    pub virtual_bytes: u64,
-    pub open_fds: u64,
-    pub max_fds: Option<u64>,
-    pub start_time_seconds: f64,
+struct ProcessStats {
+    cpu_seconds: f64,
+    resident_bytes: u64,
+    virtual_bytes: u64,
+    open_fds: u64,
+    max_fds: Option<u64>,
+    start_time_seconds: f64,
 }
 
 impl ProcessStats {
-    pub fn read() -> Option<ProcessStats> {
+    fn read() -> Option<ProcessStats> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         let boot_time = std::fs::read_to_string("/proc/stat")
             .ok()?

@@ -48,7 +48,7 @@ impl Client {
     }
 
     /// A client that also trusts the PEM certificate(s) in `ca_cert`, for a TLS proxy with a private CA.
-    pub fn with_ca_cert(base: &str, token: Option<String>, ca_cert: Option<&Path>) -> Result<Client, String> {
+    pub(crate) fn with_ca_cert(base: &str, token: Option<String>, ca_cert: Option<&Path>) -> Result<Client, String> {
         let mut builder = reqwest::Client::builder()
             .tcp_nodelay(true)
             // The serve to talk to is named explicitly; a proxy from the environment would reroute the
@@ -67,15 +67,11 @@ impl Client {
         Ok(Client { base: base.trim_end_matches('/').to_owned(), token, http })
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     pub async fn get(&self, path: &str) -> Result<Value, CallError> {
         self.call(Method::GET, path, None).await
     }
 
-    pub async fn delete(&self, path: &str) -> Result<Value, CallError> {
+    pub(crate) async fn delete(&self, path: &str) -> Result<Value, CallError> {
         self.call(Method::DELETE, path, None).await
     }
 
@@ -117,7 +113,7 @@ impl Client {
 
     /// Follows `GET path` as Server-Sent Events, reconnecting with `Last-Event-ID` when the stream drops.
     /// `since` is where to start (after that sequence number); `None` is from now.
-    pub fn events(&self, path: &str, since: Option<i64>) -> Events {
+    pub(crate) fn events(&self, path: &str, since: Option<i64>) -> Events {
         Events {
             client: self.clone(),
             path: path.to_owned(),
@@ -175,7 +171,7 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqw
 
 /// A followed event stream. It survives a dropped connection (a proxy's idle timeout, a restart of
 /// serve) by reconnecting with `Last-Event-ID`, so nothing is missed or repeated.
-pub struct Events {
+pub(crate) struct Events {
     client: Client,
     path: String,
     last_event_id: Option<String>,
@@ -187,7 +183,7 @@ pub struct Events {
 impl Events {
     /// The next event: `(event name, data as JSON)`. A stream cut off for lagging resumes where serve
     /// says; `end` comes back only when serve ends the stream for good (it shuts down).
-    pub async fn next(&mut self) -> Result<(String, Value), CallError> {
+    pub(crate) async fn next(&mut self) -> Result<(String, Value), CallError> {
         loop {
             if self.stream.is_none() {
                 match self.open().await {

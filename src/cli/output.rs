@@ -16,21 +16,21 @@ const CYAN: &str = "\x1b[36m";
 const MAGENTA: &str = "\x1b[35m";
 const RESET: &str = "\x1b[0m";
 
-pub struct Output {
-    pub json: bool,
+pub(crate) struct Output {
+    pub(crate) json: bool,
     /// The server as the operator named it, when not the default: printed commands name it too.
-    pub server: Option<String>,
+    pub(crate) server: Option<String>,
     colour: bool,
 }
 
 impl Output {
-    pub fn new(json: bool) -> Output {
+    pub(crate) fn new(json: bool) -> Output {
         // https://no-color.org: set and not empty means no colour.
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
         Output { json, server: None, colour: !json && !no_color && std::io::stdout().is_terminal() }
     }
 
-    pub fn bytes(&self, bytes: &[u8]) -> Result<(), Failure> {
+    pub(crate) fn bytes(&self, bytes: &[u8]) -> Result<(), Failure> {
         let mut stdout = std::io::stdout().lock();
         stdout.write_all(bytes).and_then(|()| stdout.flush()).map_err(|e| match e.kind() {
             ErrorKind::BrokenPipe => Failure::StdoutClosed,
@@ -38,11 +38,11 @@ impl Output {
         })
     }
 
-    pub fn line(&self, text: impl Display) -> Result<(), Failure> {
+    pub(crate) fn line(&self, text: impl Display) -> Result<(), Failure> {
         self.bytes(format!("{text}\n").as_bytes())
     }
 
-    pub fn json(&self, v: &Value) -> Result<(), Failure> {
+    pub(crate) fn json(&self, v: &Value) -> Result<(), Failure> {
         self.line(v)
     }
 
@@ -54,7 +54,7 @@ impl Output {
     }
 
     /// A mission state (or an executor's CONNECTED value), coloured by what it means to an operator.
-    pub fn state(&self, state: &str) -> String {
+    pub(crate) fn state(&self, state: &str) -> String {
         let colour = match state {
             "done" | "yes" => Some(GREEN),
             "failed" | "no" => Some(RED),
@@ -67,7 +67,7 @@ impl Output {
     }
 
     /// Aligned columns; the STATE and CONNECTED columns coloured by value, the header bold.
-    pub fn table(&self, headers: &[&str], rows: Vec<Vec<String>>) -> Result<(), Failure> {
+    pub(crate) fn table(&self, headers: &[&str], rows: Vec<Vec<String>>) -> Result<(), Failure> {
         let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {

@@ -1,10 +1,18 @@
-//! Starting and stopping the server.
+//! The HTTP edge: accepting, bounding and serving client connections.
+//!
+//! A hand-written accept loop instead of `axum::serve`, for what that one cannot do: a connection limit
+//! (a slot is taken before `accept`, so above the limit new connections wait in the kernel's listen
+//! backlog instead of costing a descriptor each), a backoff on accept errors such as EMFILE instead of
+//! a tight retry, a deadline for every connection that is not busy with a request (the request head
+//! within `header_read_timeout_ms`, the next request within `idle_timeout_s`), and our own limits on the
+//! request head, answered as JSON. What it keeps from `axum::serve`: HTTP/1.1 with upgrades (serve never
+//! spoke HTTP/2), TCP_NODELAY, `ConnectInfo<SocketAddr>`, and a graceful stop that lets requests in
+//! progress finish and waits for every connection before the sockets are drained.
 
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -20,122 +28,12 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tower::Service;
 
-use crate::app::App;
+use super::activity::{Activity, InFlight};
 use crate::config::Config;
-use crate::contract::Schema;
 use crate::error::Error;
-use crate::metrics::Metrics;
-use crate::store::StoreError;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error(transparent)]
-    DataDir(#[from] crate::datadir::DataDirError),
-    #[error("cannot open the store: {0}")]
-    Store(#[from] StoreError),
-    #[error("{0}")]
-    Schema(String),
-    #[error("cannot load state: {}", load_detail(.0))]
-    Load(#[from] crate::error::Error),
-    #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
-}
-
-/// What went wrong loading the store, with its cause (the domain error alone says "storage failure").
-fn load_detail(e: &crate::error::Error) -> String {
-    match std::error::Error::source(e) {
-        Some(cause) => cause.to_string(),
-        None => e.to_string(),
-    }
-}
-
-/// How long a graceful stop waits for socket tasks to finish their queued frames and close.
-const SOCKETS_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// A running server.
-pub struct Handle {
-    addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl Handle {
-    /// Where it listens (the real port when the config asked for port 0).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Graceful stop: sockets are closed with 1001, in-flight requests finish, queued writes commit.
-    pub async fn shutdown(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
-
-    /// Resolves when the server has stopped (after [`Handle::shutdown`] from elsewhere, or on failure).
-    pub async fn stopped(self) {
-        let _ = self.task.await;
-    }
-
-    /// A sender that stops the server when sent `true` (for signal handlers).
-    pub fn stopper(&self) -> watch::Sender<bool> {
-        self.stop.clone()
-    }
-}
-
-pub async fn start(config: Config) -> Result<Handle, StartError> {
-    let claim = crate::datadir::DataDir::claim(&config.server.data_dir)?;
-    let data_dir = claim.path().to_owned();
-    let schema = Schema::load().map_err(StartError::Schema)?;
-    let metrics = Arc::new(Metrics::default());
-    let (store, writer) =
-        crate::store::sqlite::open(&data_dir, config.store.synchronous, config.hub.stream_lag_limit, metrics.clone())
-            .await?;
-    let (stop, stopped) = watch::channel(false);
-    let bind = config.server.bind;
-    let limits = Limits::from_config(&config);
-    let app = Arc::new(App::new(config, schema, store.clone(), metrics, stopped.clone()).await?);
-    app.resume().await?;
-    let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
-    let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
-    let sockets = app.sockets.clone();
-    let router = crate::http::router(app);
-    let task = tokio::spawn(async move {
-        serve_http(listener, router, limits, stopped).await;
-        // Upgraded sockets outlive the HTTP side's graceful stop: let them commit, acknowledge and close
-        // (1001) while the store still writes.
-        let left = sockets.idle(SOCKETS_DRAIN).await;
-        if left > 0 {
-            tracing::warn!(sockets = left, "stopping with sockets still closing");
-        }
-        store.close().await;
-        writer.finished().await;
-        // Only now may another serve open this store.
-        drop(claim);
-        tracing::info!("stopped");
-    });
-    tracing::info!(
-        %addr,
-        data_dir = %data_dir.display(),
-        max_connections = limits.max_connections,
-        "aiwg-serve listening"
-    );
-    Ok(Handle { addr, stop, task })
-}
-
-// ---- The HTTP edge: accepting, bounding and serving client connections ----
-//
-// A hand-written accept loop instead of `axum::serve`, for what that one cannot do: a connection limit
-// (a slot is taken before `accept`, so above the limit new connections wait in the kernel's listen
-// backlog instead of costing a descriptor each), a backoff on accept errors such as EMFILE instead of
-// a tight retry, a deadline for every connection that is not busy with a request (the request head
-// within `header_read_timeout_ms`, the next request within `idle_timeout_s`), and our own limits on the
-// request head, answered as JSON. What it keeps from `axum::serve`: HTTP/1.1 with upgrades (serve never
-// spoke HTTP/2), TCP_NODELAY, `ConnectInfo<SocketAddr>`, and a graceful stop that lets requests in
-// progress finish and waits for every connection before the sockets are drained.
 
 /// Largest request target we serve; longer ones are answered 414 `uri_too_long`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -160,14 +58,14 @@ const RESERVE_MAX: u64 = 4096;
 
 /// The bounds of the HTTP edge, prepared from the configuration.
 #[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    pub header_read: Duration,
-    pub idle: Duration,
-    pub max_connections: usize,
+pub(super) struct Limits {
+    header_read: Duration,
+    idle: Duration,
+    pub(super) max_connections: usize,
 }
 
 impl Limits {
-    fn from_config(config: &Config) -> Limits {
+    pub(super) fn from_config(config: &Config) -> Limits {
         let descriptors = descriptor_limit();
         let max_connections = connection_limit(config.server.max_connections, descriptors);
         if let Some(n) = descriptors {
@@ -211,7 +109,7 @@ fn descriptor_limit() -> Option<u64> {
 
 /// `server.max_connections`, or when it is 0 the descriptor limit minus a reserve of a quarter of it
 /// (64 to 4096 descriptors), and at least 16.
-pub fn connection_limit(configured: usize, descriptors: Option<u64>) -> usize {
+fn connection_limit(configured: usize, descriptors: Option<u64>) -> usize {
     if configured > 0 {
         return configured;
     }
@@ -222,17 +120,12 @@ pub fn connection_limit(configured: usize, descriptors: Option<u64>) -> usize {
 
 /// Accepts and serves client connections until `stop`, then lets every connection finish (requests in
 /// progress are answered, idle connections closed) and returns.
-async fn serve_http(listener: TcpListener, router: Router, limits: Limits, mut stop: watch::Receiver<bool>) {
-    let mut http = http1::Builder::new();
-    http.max_buf_size(HYPER_MAX_BUF_BYTES).max_headers(HYPER_MAX_HEADERS);
-    // Our own watchdog bounds heads and idle time (below): hyper's timer would also cut idle keep-alive
-    // connections at the head timeout.
-    http.header_read_timeout(None);
+pub(super) async fn serve_http(listener: TcpListener, router: Router, limits: Limits, mut stop: watch::Receiver<bool>) {
+    let http = http1_builder();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Each connection task holds a sender: `recv` answers `None` once all of them have ended.
     let (open, mut all_closed) = mpsc::channel::<Infallible>(1);
-    let mut backoff = ACCEPT_BACKOFF;
-    let mut failed_accepts = 0u64;
+    let mut errors = AcceptErrors::new();
     loop {
         // A free slot first: above the limit, connections wait in the backlog, costing no descriptor.
         let slot = tokio::select! {
@@ -249,28 +142,17 @@ async fn serve_http(listener: TcpListener, router: Router, limits: Limits, mut s
             Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
-                failed_accepts += 1;
-                if failed_accepts == 1 {
-                    tracing::warn!(error = %e, open = limits.max_connections - slots.available_permits() - 1,
-                        "cannot accept connections; retrying with a backoff");
-                } else {
-                    tracing::debug!(error = %e, "cannot accept a connection");
-                }
+                errors.failed(&e, limits.max_connections - slots.available_permits() - 1);
                 drop(slot);
                 tokio::select! {
                     biased;
                     _ = stop.wait_for(|s| *s) => break,
-                    () = tokio::time::sleep(backoff) => {}
+                    () = errors.pause() => {}
                 }
-                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                 continue;
             }
         };
-        if failed_accepts > 0 {
-            tracing::info!(failed = failed_accepts, "accepting connections again");
-            failed_accepts = 0;
-            backoff = ACCEPT_BACKOFF;
-        }
+        errors.recovered();
         // Acks, pushes and answers are small writes that must leave at once: Nagle's algorithm would
         // hold them for the peer's delayed ACK (~40 ms).
         if let Err(e) = tcp.set_nodelay(true) {
@@ -286,6 +168,54 @@ async fn serve_http(listener: TcpListener, router: Router, limits: Limits, mut s
     drop(listener);
     drop(open);
     let _ = all_closed.recv().await;
+}
+
+/// HTTP/1.1 with hyper's limits above ours, and no header timer of hyper's.
+fn http1_builder() -> http1::Builder {
+    let mut http = http1::Builder::new();
+    http.max_buf_size(HYPER_MAX_BUF_BYTES).max_headers(HYPER_MAX_HEADERS);
+    // Our own watchdog bounds heads and idle time (`serve_connection`): hyper's timer would also cut
+    // idle keep-alive connections at the head timeout.
+    http.header_read_timeout(None);
+    http
+}
+
+/// Accept errors that are not about one connection (EMFILE, ENFILE, ENOBUFS, ENOMEM): the first of a run
+/// is a warning and the others debug lines, and each is followed by a pause that doubles up to
+/// [`ACCEPT_BACKOFF_MAX`].
+struct AcceptErrors {
+    backoff: Duration,
+    failed: u64,
+}
+
+impl AcceptErrors {
+    fn new() -> AcceptErrors {
+        AcceptErrors { backoff: ACCEPT_BACKOFF, failed: 0 }
+    }
+
+    /// `open`: the connections open besides the one that failed.
+    fn failed(&mut self, e: &io::Error, open: usize) {
+        self.failed += 1;
+        if self.failed == 1 {
+            tracing::warn!(error = %e, open, "cannot accept connections; retrying with a backoff");
+        } else {
+            tracing::debug!(error = %e, "cannot accept a connection");
+        }
+    }
+
+    async fn pause(&mut self) {
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(ACCEPT_BACKOFF_MAX);
+    }
+
+    /// A connection was accepted: the run of errors, if any, is over.
+    fn recovered(&mut self) {
+        if self.failed > 0 {
+            tracing::info!(failed = self.failed, "accepting connections again");
+            self.failed = 0;
+            self.backoff = ACCEPT_BACKOFF;
+        }
+    }
 }
 
 /// An accept error about one connection (it went away before we took it), not about the listener.
@@ -325,7 +255,7 @@ async fn serve_connection<C>(
             }
             () = watchdog.as_mut() => {
                 let now = Instant::now();
-                match activity.deadline(limits) {
+                match activity.deadline(limits.header_read, limits.idle) {
                     Some(deadline) if deadline <= now => {
                         tracing::debug!(busy_reading_head = activity.reading_head(), "closing a connection past its deadline");
                         return;
@@ -355,75 +285,6 @@ where
 {
     fn stop_gracefully(self: Pin<&mut Self>) {
         self.graceful_shutdown();
-    }
-}
-
-/// What a connection is doing, for its deadline: busy with requests (no deadline: an SSE stream or a
-/// slow handler is not idle), reading a request head (due `header_read` after its first byte, or after
-/// the connection opened), or idle between requests (due `idle` after the last answer). Only the
-/// connection's own task touches it (hyper reads, calls the service and drops answers there).
-struct Activity {
-    opened: Instant,
-    /// Requests whose answer has not been written in full.
-    in_flight: AtomicUsize,
-    /// When the head under way began, in milliseconds since `opened`, plus one; 0: no head under way.
-    head_since: AtomicU64,
-    /// When the last answer was written, in milliseconds since `opened`.
-    idle_since: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Activity {
-        // A new connection owes us a head at once.
-        Activity {
-            opened: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            head_since: AtomicU64::new(1),
-            idle_since: AtomicU64::new(0),
-        }
-    }
-
-    fn elapsed_ms(&self) -> u64 {
-        self.opened.elapsed().as_millis() as u64
-    }
-
-    /// Bytes came in: on an idle connection, the next head has begun.
-    fn bytes_arrived(&self) {
-        if self.in_flight.load(Ordering::Relaxed) == 0 && self.head_since.load(Ordering::Relaxed) == 0 {
-            self.head_since.store(self.elapsed_ms() + 1, Ordering::Relaxed);
-        }
-    }
-
-    fn reading_head(&self) -> bool {
-        self.head_since.load(Ordering::Relaxed) != 0
-    }
-
-    /// A complete head arrived; the connection is busy until the returned guard is dropped (when the
-    /// answer's body has been written, or the request was abandoned).
-    fn request_started(self: &Arc<Self>) -> InFlight {
-        self.head_since.store(0, Ordering::Relaxed);
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(self.clone())
-    }
-
-    /// When the connection is to be closed, unless something happens first; `None` while busy.
-    fn deadline(&self, limits: Limits) -> Option<Instant> {
-        if self.in_flight.load(Ordering::Relaxed) > 0 {
-            return None;
-        }
-        Some(match self.head_since.load(Ordering::Relaxed) {
-            0 => self.opened + Duration::from_millis(self.idle_since.load(Ordering::Relaxed)) + limits.idle,
-            since => self.opened + Duration::from_millis(since - 1) + limits.header_read,
-        })
-    }
-}
-
-struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.idle_since.store(self.0.elapsed_ms(), Ordering::Relaxed);
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -570,25 +431,5 @@ mod tests {
         assert_eq!(connection_limit(0, Some(128)), 64);
         assert_eq!(connection_limit(0, Some(40)), 16);
         assert_eq!(connection_limit(0, None), 1024);
-    }
-
-    #[test]
-    fn deadlines_follow_what_the_connection_does() {
-        let limits = Limits { header_read: Duration::from_secs(10), idle: Duration::from_secs(60), max_connections: 1 };
-        let activity = Arc::new(Activity::new());
-        // New: a head is due.
-        assert_eq!(activity.deadline(limits), Some(activity.opened + limits.header_read));
-        // Busy: none, whatever arrives.
-        let busy = activity.request_started();
-        activity.bytes_arrived();
-        assert_eq!(activity.deadline(limits), None);
-        // Answered: idle.
-        drop(busy);
-        let idle = activity.deadline(limits).unwrap();
-        assert!(idle >= activity.opened + limits.idle, "{idle:?}");
-        // The next head begins: due one head timeout after its first byte.
-        activity.bytes_arrived();
-        let head = activity.deadline(limits).unwrap();
-        assert!(head < activity.opened + limits.idle && head >= activity.opened + limits.header_read);
     }
 }

@@ -4,10 +4,13 @@
 //! WebSocket. With `--state-dir` it keeps its identity and mission records across restarts, declares
 //! `resumable`, suspends running missions on SIGTERM and, after a restart, reports them and settles
 //! them honestly (a process that died with the executor is not pretended alive).
+//!
+//! This is a program of its own that serve's tests and operators run; serve's registry of the executors
+//! that registered with it is [`crate::registry`].
 
-pub mod adapters;
+mod adapters;
 mod runtime;
-pub mod spawn;
+mod spawn;
 mod state;
 
 use std::net::SocketAddr;
@@ -17,7 +20,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CompletionCheck {
+pub(crate) enum CompletionCheck {
     /// Trust the agent's exit code.
     None,
     /// Run the mission's `completion` with `sh -c` after the agent exits; non-zero fails the mission.
@@ -37,31 +40,31 @@ pub struct ExecutorArgs {
         default_value = "http://127.0.0.1:7337",
         env = "AIWG_EXECUTOR_SERVE"
     )]
-    pub serve_url: String,
+    pub(crate) serve_url: String,
     /// Adapter: claude-local, codex-local, spine-unattended or shell (case and -/_ ignored)
     #[arg(long, default_value = "claude-local", value_parser = adapter_name)]
-    pub adapter: String,
+    pub(crate) adapter: String,
     /// Address of this executor's own REST listener (serve calls it to dispatch)
     #[arg(long, default_value = "127.0.0.1:0")]
-    pub bind: SocketAddr,
+    pub(crate) bind: SocketAddr,
     /// Directory for the persistent executor id, token and mission records (enables `resumable`)
     #[arg(long)]
-    pub state_dir: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
     /// Name shown to operators
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Most missions at once (declared as x-max-missions:N)
     #[arg(long)]
-    pub max_missions: Option<usize>,
+    pub(crate) max_missions: Option<usize>,
     /// Working directory of the missions; a git repository gets one worktree per mission
     #[arg(long)]
-    pub workdir: Option<PathBuf>,
+    pub(crate) workdir: Option<PathBuf>,
     /// How to check a mission's completion criterion after the agent exits
     #[arg(long, value_enum, default_value = "none")]
-    pub completion_check: CompletionCheck,
+    pub(crate) completion_check: CompletionCheck,
     /// Seconds between SIGTERM and SIGKILL when a mission is aborted
     #[arg(long, default_value_t = 5)]
-    pub kill_grace_s: u64,
+    pub(crate) kill_grace_s: u64,
 }
 
 /// The adapters `adapters::Registry::default()` holds, for the refusal of any other name.

@@ -36,7 +36,7 @@ const PROVIDER_KEY_PREFIXES: &[&str] =
 /// The environment a mission's process gets: ours (`AIWG_*`, the product's configuration) and
 /// interpreter hooks removed; provider keys kept only when `keep_provider_keys`; the mission's own
 /// variables added.
-pub fn sanitised_env(
+pub(crate) fn sanitised_env(
     inherited: impl IntoIterator<Item = (String, String)>,
     keep_provider_keys: bool,
     mission: &[(&str, &str)],
@@ -53,7 +53,7 @@ pub fn sanitised_env(
 }
 
 /// Spawns `binary argv...` in a new process group with piped stdio.
-pub fn start(binary: &str, argv: &[String], env: &[(String, String)], dir: &Path) -> std::io::Result<Child> {
+pub(crate) fn start(binary: &str, argv: &[String], env: &[(String, String)], dir: &Path) -> std::io::Result<Child> {
     Command::new(binary)
         .args(argv)
         .env_clear()
@@ -68,18 +68,18 @@ pub fn start(binary: &str, argv: &[String], env: &[(String, String)], dir: &Path
 }
 
 /// Sends a signal to a whole process group.
-pub fn signal_group(pgid: u32, signal: i32) -> bool {
+pub(crate) fn signal_group(pgid: u32, signal: i32) -> bool {
     // SAFETY: killpg only reads its two integer arguments.
     unsafe { libc::killpg(pgid as libc::pid_t, signal) == 0 }
 }
 
 /// Whether any process of the group is still alive.
-pub fn group_alive(pgid: u32) -> bool {
+pub(crate) fn group_alive(pgid: u32) -> bool {
     signal_group(pgid, 0)
 }
 
 /// A detached worktree for the mission when `dir` is in a git repository; otherwise `dir` itself.
-pub async fn workdir_for(dir: &Path, worktrees: &Path, mission_id: &str) -> PathBuf {
+pub(crate) async fn workdir_for(dir: &Path, worktrees: &Path, mission_id: &str) -> PathBuf {
     let inside = Command::new("git")
         .args(["rev-parse", "--is-inside-work-tree"])
         .current_dir(dir)

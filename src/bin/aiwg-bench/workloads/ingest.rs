@@ -1,0 +1,209 @@
+//! Durable ingestion, beside raw SQLite inserts of the same rows, and `kill -9` during ingestion.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aiwg_serve::cli::client::Client;
+use futures_util::StreamExt;
+use serde_json::json;
+use sqlx::{Connection, QueryBuilder, Sqlite};
+
+use super::{micros, mission_id, open, with_mission};
+use crate::histogram::Histogram;
+use crate::peers::{self, RestPeer, Serve};
+use crate::{Row, Scale};
+
+/// Durable ingestion: executors stream `mission.progress`; an event counts once acknowledged, which
+/// serve does only after commit; the rows in the store are counted at the end.
+pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec<Row> {
+    let serve = Serve::start(&dir.join("ingest"), &[]);
+    let rest = RestPeer::start().await;
+    let client = serve.client();
+    let (rate, mut seqs) = peak_rate(&serve, &rest, &client, scale).await;
+    let (latency, paced) = paced_latency(&serve, &rest, &client, scale, rate).await;
+    seqs.extend(paced);
+    let acked = seqs.len();
+    let db = serve.data_dir.join("aiwg-serve.db");
+    serve.stop();
+    let stored = count_progress(&db).await;
+    if stored != acked as i64 {
+        failures.push(format!("ingestion: {acked} events acknowledged but {stored} stored"));
+    }
+    let unique: HashSet<i64> = seqs.iter().copied().collect();
+    if unique.len() != seqs.len() {
+        failures.push("ingestion: a sequence number was acknowledged twice".into());
+    }
+
+    let rows_for_baseline = acked.min(scale.baseline_rows);
+    let streams = scale.ingest_executors;
+    let batched = raw_insert_rate(&dir.join("raw-batched.db"), rows_for_baseline, 1000, streams).await;
+    let single =
+        raw_insert_rate(&dir.join("raw-single.db"), rows_for_baseline.min(scale.single_row_rows), 1, streams).await;
+    vec![
+        Row::new("ingestion, durable events/s", rate, "ev/s")
+            .baseline("raw SQLite 1000 rows/txn", batched)
+            .target_ratio(0.5),
+        Row::new("ingestion vs single-row commits", rate, "ev/s")
+            .baseline("raw SQLite 1 row/txn", single)
+            .target_ratio(5.0),
+        Row::new("commit latency p99 at half peak", latency.quantile(0.99) as f64 / 1e3, "ms").target_below(20.0),
+        Row::new("commit latency p50 at half peak", latency.quantile(0.5) as f64 / 1e3, "ms"),
+    ]
+}
+
+/// The peak: every executor streams its events with up to 256 unacknowledged; events acknowledged per
+/// second, and their sequence numbers.
+async fn peak_rate(serve: &Serve, rest: &RestPeer, client: &Client, scale: &Scale) -> (f64, Vec<i64>) {
+    let mut streams = Vec::new();
+    for i in 0..scale.ingest_executors {
+        streams.push(with_mission(serve, rest, client, i).await);
+    }
+    let per = scale.ingest_events_per_executor;
+    let began = Instant::now();
+    let tasks: Vec<_> = streams
+        .into_iter()
+        .map(|(peer, socket, id)| {
+            tokio::spawn(async move { peers::stream_progress(&peer, socket, &id, per, 256, None).await })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for t in tasks {
+        let (s, _) = t.await.unwrap();
+        seqs.extend(s);
+    }
+    let elapsed = began.elapsed();
+    (seqs.len() as f64 / elapsed.as_secs_f64(), seqs)
+}
+
+/// Half the peak, paced (open loop), for the commit latency; the sequence numbers acknowledged.
+async fn paced_latency(
+    serve: &Serve,
+    rest: &RestPeer,
+    client: &Client,
+    scale: &Scale,
+    rate: f64,
+) -> (Histogram, Vec<i64>) {
+    let mut latency = Histogram::default();
+    let half_per_executor = rate / 2.0 / scale.ingest_executors as f64;
+    let interval = Duration::from_secs_f64(1.0 / half_per_executor.max(1.0));
+    let paced_count = ((half_per_executor * scale.paced_seconds) as usize).max(10);
+    let mut paced = Vec::new();
+    for i in 0..scale.ingest_executors {
+        let (peer, socket, id) = with_mission(serve, rest, client, 10_000 + i).await;
+        paced.push(tokio::spawn(async move {
+            peers::stream_progress(&peer, socket, &id, paced_count, 1024, Some(interval)).await
+        }));
+    }
+    let mut seqs = Vec::new();
+    for t in paced {
+        let (s, lat) = t.await.unwrap();
+        seqs.extend(s);
+        for l in lat {
+            latency.record(micros(l));
+        }
+    }
+    (latency, seqs)
+}
+
+async fn count_progress(db: &Path) -> i64 {
+    let mut conn = open(db).await;
+    sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event = 'mission.progress'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or(-1)
+}
+
+/// The limit: the same rows into the same table (schema and indexes) with raw sqlx, `per_txn` rows
+/// per transaction, same synchronous mode. The rows interleave `streams` executors and missions as the
+/// workload does: each mission is its own insertion point in the per-mission index, and a baseline with
+/// a single mission would append to one index page only.
+async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize, streams: usize) -> f64 {
+    let _ = std::fs::remove_file(db);
+    let mut conn = open(db).await;
+    sqlx::raw_sql(include_str!("../../../../migrations/0001_init.sql")).execute(&mut conn).await.unwrap();
+    let ids: Vec<(String, String)> =
+        (0..streams.max(1)).map(|i| (uuid::Uuid::new_v4().to_string(), mission_id(i))).collect();
+    // Built before the clock starts: the baseline is SQLite's time, not JSON's.
+    let data: Vec<String> = (0..=rows)
+        .map(|seq| json!({"iteration": seq / ids.len(), "summary": "benchmark progress line of a typical length"}))
+        .map(|d| d.to_string())
+        .collect();
+    let began = Instant::now();
+    let mut seq = 1i64;
+    while (seq as usize) <= rows {
+        let n = per_txn.min(rows + 1 - seq as usize);
+        let mut tx = conn.begin().await.unwrap();
+        let mut q: QueryBuilder<Sqlite> =
+            QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
+        q.push_values(seq..seq + n as i64, |mut b, s| {
+            let (executor, mission) = &ids[s as usize % ids.len()];
+            b.push_bind(s)
+                .push_bind("mission.progress")
+                .push_bind(executor.as_str())
+                .push_bind(mission.as_str())
+                .push_bind("2026-01-01T00:00:00.000Z")
+                .push_bind("2026-01-01T00:00:00.000Z")
+                .push_bind(data[s as usize].as_str())
+                .push_bind(None::<String>);
+        });
+        q.build().execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+        seq += n as i64;
+    }
+    rows as f64 / began.elapsed().as_secs_f64()
+}
+
+/// `kill -9` during ingestion: after a restart every acknowledged event is in the store.
+pub async fn kill9(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec<Row> {
+    let data = dir.join("kill9");
+    let serve = Serve::start(&data, &[]);
+    let rest = RestPeer::start().await;
+    let client = serve.client();
+    let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..scale.kill_executors {
+        let (peer, socket, id) = with_mission(&serve, &rest, &client, i).await;
+        let acked = acked.clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut sink, mut stream) = socket.split();
+            use futures_util::SinkExt;
+            let mut n = 0;
+            loop {
+                let frame = peer.envelope("mission.progress", Some(&id), json!({"iteration": n}));
+                if sink.send(frame).await.is_err() {
+                    return;
+                }
+                n += 1;
+                match peers::next_answer(&mut stream).await {
+                    Some(a) => {
+                        if let Some(seq) = a.seq {
+                            acked.lock().unwrap().push(seq);
+                        }
+                    }
+                    None => return,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(scale.kill_after).await;
+    serve.kill9();
+    for t in tasks {
+        let _ = t.await;
+    }
+    let acked = acked.lock().unwrap().clone();
+    let restarted = Serve::start(&data, &[]);
+    let db = restarted.data_dir.join("aiwg-serve.db");
+    restarted.stop();
+    let mut conn = open(&db).await;
+    let stored: Vec<i64> = sqlx::query_scalar("SELECT seq FROM events").fetch_all(&mut conn).await.unwrap();
+    let stored: HashSet<i64> = stored.into_iter().collect();
+    let missing = acked.iter().filter(|s| !stored.contains(s)).count();
+    if missing > 0 || acked.is_empty() {
+        failures.push(format!("kill -9: {missing} of {} acknowledged events missing after restart", acked.len()));
+    }
+    vec![Row::new("kill -9: acknowledged events missing", missing as f64, "events")
+        .target_below(0.5)
+        .note(format!("of {} acked", acked.len()))]
+}

@@ -1,0 +1,111 @@
+//! `aiwg-serve dispatch`: send a mission (with its lease) and, with `--wait`, follow it to its end.
+
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::client::Client;
+use super::missions::follow_to_end;
+use super::output::Output;
+use super::{enc, text, usage, Failure};
+
+#[derive(Args, Debug)]
+pub struct DispatchArgs {
+    /// What the agent should do
+    #[arg(long)]
+    pub(crate) objective: String,
+    /// How to tell it is done
+    #[arg(long)]
+    pub(crate) completion: String,
+    /// A capability the executor must have (repeatable)
+    #[arg(long = "capability")]
+    pub(crate) capabilities: Vec<String>,
+    /// Route only to resumable executors
+    #[arg(long)]
+    pub(crate) long_running: bool,
+    /// Tools the mission may use, comma-separated or repeated (Bash for the shell adapter; Read,Edit,...
+    /// for claude-local). Required, or --no-lease
+    #[arg(long = "lease-tools", value_delimiter = ',', conflicts_with = "no_lease")]
+    pub(crate) lease_tools: Vec<String>,
+    /// Send no lease: only for executors that do not enforce one (the reference executor refuses it)
+    #[arg(long)]
+    pub(crate) no_lease: bool,
+    /// Nobody will answer prompts: route only to unattended executors that report ready
+    #[arg(long)]
+    pub(crate) unattended: bool,
+    /// Wait in serve's queue instead of failing when no executor fits now
+    #[arg(long)]
+    pub(crate) queue: bool,
+    /// Pin to one executor
+    #[arg(long)]
+    pub(crate) executor: Option<String>,
+    /// Mission id (default: m-<random>)
+    #[arg(long)]
+    pub(crate) mission_id: Option<String>,
+    /// Session id in the dispatch path
+    #[arg(long, default_value = "cli")]
+    pub(crate) session: String,
+    /// Follow the mission until it ends; exit 0 only if it is done
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// Give up waiting after this many seconds
+    #[arg(long)]
+    pub(crate) timeout: Option<u64>,
+}
+
+/// The lease flags, checked before anything is sent: without a lease every reference executor refuses
+/// the mission, and serve then records a failed mission behind a 502.
+fn lease(args: &DispatchArgs) -> Result<Option<Value>, Failure> {
+    if args.no_lease {
+        return Ok(None);
+    }
+    match args.lease_tools.as_slice() {
+        [] => Err(usage(
+            "dispatch needs a lease: add --lease-tools with the tools the mission may use (--lease-tools Bash for \
+             the shell adapter, e.g. --lease-tools Read,Edit,Bash for claude-local), or --no-lease for an \
+             executor that does not enforce leases"
+                .into(),
+        )),
+        tools if tools.iter().any(|t| t == "none") => Err(usage(
+            "--lease-tools none denies every tool, and serve refuses such a mission: name the tools it may use".into(),
+        )),
+        tools => Ok(Some(json!({"tools": tools}))),
+    }
+}
+
+pub(super) async fn run(client: &Client, out: &Output, args: DispatchArgs) -> Result<(), Failure> {
+    let lease = lease(&args)?;
+    let mission_id = args.mission_id.unwrap_or_else(|| format!("m-{}", uuid::Uuid::new_v4().simple()));
+    let mut payload = json!({
+        "mission_id": mission_id,
+        "objective": args.objective,
+        "completion": args.completion,
+        "long_running": args.long_running,
+        "executor_filter": {"executor_id": args.executor, "capabilities": args.capabilities},
+    });
+    if let Some(lease) = lease {
+        payload["lease"] = lease;
+    }
+    if args.unattended {
+        payload["unattended"] = json!(true);
+    }
+    if args.queue {
+        payload["queue"] = json!(true);
+    }
+    let answer = client.post(&format!("/api/v1/sessions/{}/dispatch", enc(&args.session)), &payload).await?;
+    if args.wait {
+        return follow_to_end(client, out, &mission_id, args.timeout.map(Duration::from_secs)).await;
+    }
+    if out.json {
+        return out.json(&answer);
+    }
+    match answer["status"].as_str() {
+        Some("queued") => out.line(format!(
+            "mission {mission_id} {}: {}",
+            out.state("queued"),
+            answer["queued_reason"].as_str().unwrap_or("no executor fits it yet")
+        )),
+        _ => out.line(format!("mission {mission_id} assigned to executor {}", text(&answer, "executor_id"))),
+    }
+}

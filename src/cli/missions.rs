@@ -1,0 +1,323 @@
+//! `aiwg-serve missions`: list and show missions, follow one to its end (also for `dispatch --wait`),
+//! and the controls (pause, resume, abort, answer a HITL request).
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+use super::client::{CallError, Client};
+use super::output::Output;
+use super::{enc, summary, text, Failure};
+
+#[derive(Subcommand, Debug)]
+pub enum MissionsCommand {
+    /// List missions, newest first, a page at a time
+    List {
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long)]
+        executor: Option<String>,
+        #[arg(long)]
+        session: Option<String>,
+        /// Missions per page (1-500)
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Start at this page (the `next_cursor` of the previous one)
+        #[arg(long, conflicts_with = "all")]
+        cursor: Option<String>,
+        /// Every page, not only the first
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show one mission with its recent events
+    Show { mission_id: String },
+    /// Follow a mission's events until it ends, then show it; exit 0 only if it is done
+    Watch {
+        mission_id: String,
+        /// Give up after this many seconds
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
+    /// Pause a mission
+    Pause { mission_id: String },
+    /// Resume a paused mission
+    Resume { mission_id: String },
+    /// Abort a mission (final; aborting an aborted mission succeeds, so scripts may retry)
+    Abort { mission_id: String },
+    /// Answer a mission's pending HITL request
+    Respond {
+        mission_id: String,
+        #[arg(long)]
+        hitl_id: String,
+        /// The answer
+        text: String,
+    },
+}
+
+pub(super) async fn run(client: &Client, out: &Output, cmd: MissionsCommand) -> Result<(), Failure> {
+    match cmd {
+        MissionsCommand::List { state, executor, session, limit, cursor, all } => {
+            let mut query = vec![format!("limit={limit}")];
+            for (k, v) in [("state", state), ("executor_id", executor), ("session_id", session)] {
+                if let Some(v) = v {
+                    query.push(format!("{k}={}", enc(&v)));
+                }
+            }
+            list_missions(client, out, &query.join("&"), cursor, all).await
+        }
+        MissionsCommand::Show { mission_id } => {
+            let m = client.get(&format!("/api/v1/missions/{}", enc(&mission_id))).await?;
+            match out.json {
+                true => out.json(&m),
+                false => show_mission(out, &m),
+            }
+        }
+        MissionsCommand::Watch { mission_id, timeout } => {
+            follow_to_end(client, out, &mission_id, timeout.map(Duration::from_secs)).await
+        }
+        MissionsCommand::Pause { mission_id } => control(client, out, &mission_id, "pause", None).await,
+        MissionsCommand::Resume { mission_id } => control(client, out, &mission_id, "resume", None).await,
+        MissionsCommand::Abort { mission_id } => abort(client, out, &mission_id).await,
+        MissionsCommand::Respond { mission_id, hitl_id, text } => {
+            respond(client, out, &mission_id, &hitl_id, text).await
+        }
+    }
+}
+
+/// One page, or with `all` every page (following `next_cursor`). Without `all`, where the next page
+/// starts is said on stderr, so that stdout stays the table.
+async fn list_missions(
+    client: &Client,
+    out: &Output,
+    query: &str,
+    mut cursor: Option<String>,
+    all: bool,
+) -> Result<(), Failure> {
+    let mut rows = Vec::new();
+    loop {
+        let at = cursor.as_deref().map(|c| format!("&cursor={}", enc(c))).unwrap_or_default();
+        let page = client.get(&format!("/api/v1/missions?{query}{at}")).await?;
+        cursor = page["next_cursor"].as_str().map(str::to_owned);
+        if out.json {
+            out.json(&page)?;
+        } else {
+            rows.extend(page["missions"].as_array().into_iter().flatten().map(|m| {
+                ["mission_id", "state", "executor_id", "session_id", "updated_at"].iter().map(|k| text(m, k)).collect()
+            }));
+        }
+        match (&cursor, all) {
+            (Some(_), true) => continue,
+            (Some(next), false) if !out.json => eprintln!("more: --cursor {next} (or --all)"),
+            _ => {}
+        }
+        break;
+    }
+    match out.json {
+        true => Ok(()),
+        false => out.table(&["MISSION", "STATE", "EXECUTOR", "SESSION", "UPDATED"], rows),
+    }
+}
+
+fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
+    let field = |key: &str, value: String| out.line(format!("{:<13} {value}", format!("{key}:")));
+    for key in ["mission_id", "state", "executor_id", "session_id", "objective", "completion", "queued_reason"] {
+        if !m[key].is_null() {
+            let value = text(m, key);
+            field(key, if key == "state" { out.state(&value) } else { value })?;
+        }
+    }
+    for key in ["created_at", "updated_at", "completed_at", "exit_code", "error"] {
+        if !m[key].is_null() {
+            field(key, text(m, key))?;
+        }
+    }
+    if let Some(routing) = m.get("routing").filter(|r| r.is_object()) {
+        let reason = routing["reason"].as_str().filter(|r| !r.is_empty());
+        let decision = match (routing["chosen"].as_str(), reason) {
+            (Some(chosen), Some(reason)) => format!("chose {chosen} ({reason})"),
+            (Some(chosen), None) => format!("chose {chosen}"),
+            (None, Some(reason)) => format!("no executor chosen ({reason})"),
+            (None, None) => "no executor chosen".into(),
+        };
+        field("routing", decision)?;
+        for r in routing["rejected"].as_array().into_iter().flatten() {
+            out.line(format!("  passed over {}: {}", text(r, "executor_id"), text(r, "reason")))?;
+        }
+        if let Some(n) = routing["rejected_omitted"].as_u64() {
+            out.line(format!("  and {n} more passed over"))?;
+        }
+    }
+    if let Some(hitl) = m.get("hitl").filter(|h| h.is_object()) {
+        field("hitl", format!("{} asks: {}", text(hitl, "hitl_id"), text(hitl, "prompt")))?;
+        for key in ["context", "requested_at", "expires_at"] {
+            if let Some(v) = hitl[key].as_str() {
+                out.line(format!("  {:<13} {v}", format!("{key}:")))?;
+            }
+        }
+        out.line(format!("  answer with:  {}", respond_command(out, &text(m, "mission_id"), &text(hitl, "hitl_id"))))?;
+    }
+    let events = m["recent_events"].as_array().cloned().unwrap_or_default();
+    if !events.is_empty() {
+        out.line("events:")?;
+        for e in events {
+            out.line(format!("  {}  {:<24} {}", text(&e, "ts"), text(&e, "event"), summary(&e["data"])))?;
+        }
+    }
+    Ok(())
+}
+
+/// The command that answers a mission's pending HITL request, ready to paste: the server named as this
+/// command was given it (unless it is the default), never the token.
+fn respond_command(out: &Output, mission_id: &str, hitl_id: &str) -> String {
+    let server = match out.server.as_deref() {
+        Some(url) => format!("--server {} ", shell_quote(url)),
+        None => String::new(),
+    };
+    format!(
+        "aiwg-serve {server}missions respond {} --hitl-id {} '<answer>'",
+        shell_quote(mission_id),
+        shell_quote(hitl_id)
+    )
+}
+
+/// `s` as one word for a POSIX shell: as is when that is safe, else single-quoted.
+fn shell_quote(s: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c);
+    if !s.is_empty() && s.chars().all(safe) {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+async fn control(
+    client: &Client,
+    out: &Output,
+    mission_id: &str,
+    action: &str,
+    body: Option<Value>,
+) -> Result<(), Failure> {
+    let answer = client.post(&control_path(mission_id, action), &body.unwrap_or(Value::Null)).await?;
+    print_control(out, mission_id, &answer)
+}
+
+/// Answers a HITL request. An answer that names no pending request is refused by serve (409 conflict);
+/// then the mission is read, to name the request that is pending (with the command that answers it), or
+/// to say that none is.
+async fn respond(
+    client: &Client,
+    out: &Output,
+    mission_id: &str,
+    hitl_id: &str,
+    answer: String,
+) -> Result<(), Failure> {
+    let body = json!({"hitl_id": hitl_id, "response": answer});
+    let refusal = match client.post(&control_path(mission_id, "hitl_response"), &body).await {
+        Ok(answer) => return print_control(out, mission_id, &answer),
+        Err(CallError::Refused { status: 409, code, message }) if code == "conflict" => {
+            CallError::Refused { status: 409, code, message }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Ok(mission) = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await else {
+        return Err(refusal.into());
+    };
+    let hint = match mission.get("hitl").filter(|h| h.is_object()) {
+        Some(pending) => format!(
+            "the pending HITL request of mission {mission_id} is {} ({}); answer it with:\n  {}",
+            text(pending, "hitl_id"),
+            text(pending, "prompt"),
+            respond_command(out, mission_id, &text(pending, "hitl_id"))
+        ),
+        None => format!("mission {mission_id} has no pending HITL request (it is {})", text(&mission, "state")),
+    };
+    Err(Failure::Exit(1, format!("{refusal}\n{hint}")))
+}
+
+fn control_path(mission_id: &str, action: &str) -> String {
+    format!("/api/v1/missions/{}/{action}", enc(mission_id))
+}
+
+fn print_control(out: &Output, mission_id: &str, answer: &Value) -> Result<(), Failure> {
+    if out.json {
+        return out.json(answer);
+    }
+    let delivered =
+        if answer["delivered"] == true { "delivered to the executor" } else { "not delivered (executor offline)" };
+    out.line(format!("mission {mission_id}: {} ({delivered})", out.state(&text(answer, "state"))))
+}
+
+/// Abort, idempotently: a mission that is aborted already is what the caller wanted, so a retried
+/// script succeeds. A mission that ended otherwise (done, failed) is still a refusal.
+async fn abort(client: &Client, out: &Output, mission_id: &str) -> Result<(), Failure> {
+    let refusal = match client.post(&control_path(mission_id, "abort"), &Value::Null).await {
+        Ok(answer) => return print_control(out, mission_id, &answer),
+        Err(CallError::Refused { status: 409, code, message }) if code == "illegal_transition" => {
+            CallError::Refused { status: 409, code, message }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mission = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await?;
+    if mission["state"] != "aborted" {
+        return Err(refusal.into());
+    }
+    match out.json {
+        true => out.json(&json!({"mission_id": mission_id, "state": "aborted", "already": true})),
+        false => out.line(format!("mission {mission_id}: already {}", out.state("aborted"))),
+    }
+}
+
+/// Follows a mission to its end (a progress line on stderr), shows it, and exits by how it ended: 0 if
+/// done, 1 if failed or aborted.
+pub(super) async fn follow_to_end(
+    client: &Client,
+    out: &Output,
+    mission_id: &str,
+    timeout: Option<Duration>,
+) -> Result<(), Failure> {
+    let final_event = wait_for(client, mission_id, timeout).await?;
+    let mission = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await?;
+    match out.json {
+        true => out.json(&mission)?,
+        false => show_mission(out, &mission)?,
+    }
+    match final_event.as_str() {
+        "mission.completed" => Ok(()),
+        other => Err(Failure::Exit(1, format!("mission {mission_id} ended with {other}: {}", text(&mission, "error")))),
+    }
+}
+
+/// Follows a mission's events until a terminal one; returns its name. Shows a progress line on stderr.
+async fn wait_for(client: &Client, mission_id: &str, timeout: Option<Duration>) -> Result<String, Failure> {
+    let follow = async {
+        let mut events = client.events(&format!("/api/v1/events?mission_id={}", enc(mission_id)), Some(0));
+        let tty = std::io::stderr().is_terminal();
+        loop {
+            let (name, item) = events.next().await?;
+            if name == "end" {
+                return Err(Failure::Exit(1, format!("the event stream ended: {}", text(&item, "reason"))));
+            }
+            let line = format!("{mission_id}: {name} {}", summary(&item["envelope"]["data"]));
+            if tty {
+                eprint!("\r\x1b[2K{line}");
+            } else {
+                eprintln!("{line}");
+            }
+            let _ = std::io::stderr().flush();
+            if matches!(name.as_str(), "mission.completed" | "mission.failed" | "mission.aborted") {
+                if tty {
+                    eprintln!();
+                }
+                return Ok(name);
+            }
+        }
+    };
+    match timeout {
+        Some(t) => tokio::time::timeout(t, follow).await.unwrap_or_else(|_| {
+            Err(Failure::Exit(1, format!("mission {mission_id} did not end within {}s", t.as_secs())))
+        }),
+        None => follow.await,
+    }
+}

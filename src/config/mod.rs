@@ -1,0 +1,164 @@
+//! One configuration: defaults < TOML file < `AIWG_SERVE_*` environment < command-line flags, validated
+//! once. Every key is documented in `config.example.toml`.
+//!
+//! Environment names: keys of `[server]` are `AIWG_SERVE_<KEY>` (`AIWG_SERVE_BIND`), keys of other
+//! sections `AIWG_SERVE_<SECTION>_<KEY>` (`AIWG_SERVE_HUB_PING_INTERVAL_S`). Values are TOML literals;
+//! a list may also be given comma-separated.
+//!
+//! A key or an `AIWG_SERVE_*` variable that names no setting is refused, not ignored: a misspelt setting
+//! silently left at its default is the harder fault to find. Errors name the key and where it came from.
+//!
+//! Here: the settings and their defaults. Loading them (the layers, the checks, the errors) is in `load`.
+
+mod load;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use load::{ConfigError, Overrides};
+
+use crate::store::Synchronous;
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub hub: HubConfig,
+    pub dispatch: DispatchConfig,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    pub data_dir: PathBuf,
+    pub operator_tokens: Vec<String>,
+    pub max_body_bytes: usize,
+    /// Host names, besides loopback addresses and `localhost`, that requests may address while operator
+    /// routes are open (the DNS-rebinding defence; see `http::guard`).
+    pub allowed_hosts: Vec<String>,
+    /// Registered executors at most (registration is open: this bounds what a caller can make serve hold).
+    pub max_executors: usize,
+    /// Live legacy sandbox registrations at most.
+    pub max_sandboxes: usize,
+    /// Registrations (executor and sandbox) per minute from one non-loopback address.
+    pub registrations_per_minute: u32,
+    /// Time a connection has to send a complete request head, from its opening or from the first byte
+    /// of the head (slowloris).
+    pub header_read_timeout_ms: u64,
+    /// Time an HTTP keep-alive connection may wait for its next request. Upgraded WebSockets are not
+    /// HTTP connections any more: the hub's ping deadline governs them.
+    pub idle_timeout_s: u64,
+    /// Open client connections (HTTP and WebSocket) at most; 0 derives it from the file-descriptor limit
+    /// (see `serve::accept::connection_limit`). Above it, new connections wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    pub synchronous: Synchronous,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HubConfig {
+    pub max_frame_bytes: usize,
+    pub read_buffer_bytes: usize,
+    pub ping_interval_s: u64,
+    pub pong_timeout_s: u64,
+    pub stream_lag_limit: usize,
+    pub disconnect_grace_s: u64,
+    pub restart_grace_s: u64,
+    pub max_sockets_per_executor: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchConfig {
+    pub forward_timeout_ms: u64,
+    pub max_attempts: usize,
+    pub queue_when_unavailable: bool,
+    /// Hosts an executor's `transport_endpoints.rest` may name (empty: any); serve sends dispatches,
+    /// with the executor's token, and readiness questions there.
+    pub executor_hosts: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 7337)),
+            data_dir: default_data_dir(),
+            operator_tokens: Vec::new(),
+            max_body_bytes: 1024 * 1024,
+            allowed_hosts: Vec::new(),
+            max_executors: 100_000,
+            max_sandboxes: 1_000,
+            registrations_per_minute: 120,
+            header_read_timeout_ms: 10_000,
+            idle_timeout_s: 60,
+            max_connections: 0,
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> StoreConfig {
+        StoreConfig { synchronous: Synchronous::Normal }
+    }
+}
+
+impl Default for HubConfig {
+    fn default() -> HubConfig {
+        HubConfig {
+            max_frame_bytes: 1024 * 1024,
+            read_buffer_bytes: 4096,
+            ping_interval_s: 15,
+            pong_timeout_s: 20,
+            stream_lag_limit: 4096,
+            disconnect_grace_s: 60,
+            restart_grace_s: 120,
+            max_sockets_per_executor: 4,
+        }
+    }
+}
+
+impl Default for DispatchConfig {
+    fn default() -> DispatchConfig {
+        DispatchConfig {
+            forward_timeout_ms: 5000,
+            max_attempts: 3,
+            queue_when_unavailable: false,
+            executor_hosts: Vec::new(),
+        }
+    }
+}
+
+/// `$XDG_DATA_HOME/aiwg-serve`, else `~/.local/share/aiwg-serve`, else `./aiwg-serve-data`.
+fn default_data_dir() -> PathBuf {
+    let from =
+        |var: &str, tail: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(|v| PathBuf::from(v).join(tail));
+    from("XDG_DATA_HOME", "aiwg-serve")
+        .or_else(|| from("HOME", ".local/share/aiwg-serve"))
+        .unwrap_or_else(|| PathBuf::from("aiwg-serve-data"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn the_example_file_documents_every_key_with_its_default() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+        let example: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        let mut defaults = toml::Table::try_from(Config::default()).unwrap();
+        // data_dir depends on the environment, so the example shows it commented out.
+        defaults["server"].as_table_mut().unwrap().remove("data_dir");
+        assert_eq!(example, defaults);
+    }
+}
