@@ -4,8 +4,10 @@
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{QueryBuilder, Sqlite};
 
-use super::writer::Encoded;
 use crate::store::{EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, SandboxRow};
+
+/// An event's `data` and `raw`, as JSON text (encoded by the submitting task, not the writer).
+pub(super) type Encoded = (String, Option<String>);
 
 /// Rows per multi-row statement: 8 parameters each stays far below SQLite's bound-parameter limit.
 const ROWS_PER_STATEMENT: usize = 500;

@@ -20,7 +20,7 @@ use crate::metrics::Metrics;
 
 use super::script::{
     insert_mission, push_events, push_patch, push_put_executor, push_put_hitl, push_put_sandbox, push_seen,
-    push_touches,
+    push_touches, Encoded,
 };
 use crate::store::{Change, CommitSlot, EventRow, MissionPatch, Result, StoreError, StoredEvent};
 
@@ -41,9 +41,6 @@ pub(super) struct Unit {
     /// (dropping JSON trees was a quarter of the writer's time).
     encoded: Vec<Encoded>,
 }
-
-/// An event's `data` and `raw`, as JSON text.
-pub(super) type Encoded = (String, Option<String>);
 
 impl Unit {
     fn new(mut changes: Vec<Change>) -> Unit {
