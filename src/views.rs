@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::contract::Envelope;
 use crate::domain::MissionState;
-use crate::domain::{HitlRow, MissionRow, StoredEvent};
+use crate::domain::{HitlRequest, Mission, StoredEvent};
 
 /// `GET /api/v1/missions/{id}`: the contract's `mission_status_response`, plus our extensions: the
 /// routing decision, what the mission asked for (`objective`, `completion`, from its dispatch) and the
@@ -29,7 +29,7 @@ pub struct MissionStatus {
 }
 
 impl MissionStatus {
-    pub fn from_row(mut row: MissionRow, events: Vec<StoredEvent>) -> MissionStatus {
+    pub fn from_row(mut row: Mission, events: Vec<StoredEvent>) -> MissionStatus {
         let routing = row.routing.take();
         let text = |key: &str| row.payload.get(key).and_then(Value::as_str).map(str::to_owned);
         let (objective, completion) = (text("objective"), text("completion"));
@@ -44,7 +44,7 @@ impl MissionStatus {
     }
 
     /// With the mission's pending HITL request (a request that is no longer pending is not shown).
-    pub fn with_hitl(mut self, request: Option<HitlRow>) -> MissionStatus {
+    pub fn with_hitl(mut self, request: Option<HitlRequest>) -> MissionStatus {
         self.hitl = request.filter(|r| r.mission_id == self.summary.mission_id).map(PendingHitl::from);
         self
     }
@@ -63,8 +63,8 @@ pub struct PendingHitl {
     pub expires_at: Option<String>,
 }
 
-impl From<HitlRow> for PendingHitl {
-    fn from(r: HitlRow) -> PendingHitl {
+impl From<HitlRequest> for PendingHitl {
+    fn from(r: HitlRequest) -> PendingHitl {
         PendingHitl {
             hitl_id: r.hitl_id,
             prompt: r.prompt,
@@ -102,8 +102,8 @@ pub struct MissionSummary {
     pub error: Option<String>,
 }
 
-impl From<MissionRow> for MissionSummary {
-    fn from(r: MissionRow) -> MissionSummary {
+impl From<Mission> for MissionSummary {
+    fn from(r: Mission) -> MissionSummary {
         MissionSummary {
             mission_id: r.mission_id,
             executor_id: r.executor_id,

@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{HitlOutcome, HitlRow, Live, MissionPatch, MissionState};
+use super::{HitlOutcome, HitlRequest, Live, MissionPatch, MissionState};
 use crate::clock;
 use crate::contract::{data_str, EventType};
 
@@ -30,12 +30,12 @@ pub fn hitl_effect(
     data: &Value,
     mission_id: &str,
     now: &str,
-) -> (Option<HitlRow>, Vec<HitlRow>) {
-    let withdraw = |h: &HitlRow| HitlRow { outcome: HitlOutcome::Withdrawn, ..h.clone() };
+) -> (Option<HitlRequest>, Vec<HitlRequest>) {
+    let withdraw = |h: &HitlRequest| HitlRequest { outcome: HitlOutcome::Withdrawn, ..h.clone() };
     if event == EventType::MissionHitlRequired {
         let empty = Map::new();
         let d = data.as_object().unwrap_or(&empty);
-        let request = HitlRow {
+        let request = HitlRequest {
             mission_id: mission_id.to_owned(),
             hitl_id: data_str(d, "hitl_id").unwrap_or_default().to_owned(),
             prompt: data_str(d, "prompt").unwrap_or_default().to_owned(),
@@ -47,7 +47,8 @@ pub fn hitl_effect(
             responded_at: None,
             delivered_at: None,
         };
-        let mut put: Vec<HitlRow> = live.hitl.iter().filter(|h| h.hitl_id != request.hitl_id).map(withdraw).collect();
+        let mut put: Vec<HitlRequest> =
+            live.hitl.iter().filter(|h| h.hitl_id != request.hitl_id).map(withdraw).collect();
         put.push(request.clone());
         return (Some(request), put);
     }

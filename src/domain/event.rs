@@ -6,7 +6,7 @@ use crate::contract::Envelope;
 
 /// An event to append; the writer gives it its sequence number and commit time.
 #[derive(Clone, Debug, PartialEq)]
-pub struct EventRow {
+pub struct NewEvent {
     pub event: std::borrow::Cow<'static, str>,
     pub executor_id: String,
     pub mission_id: Option<String>,
@@ -15,7 +15,7 @@ pub struct EventRow {
     pub raw: Option<Value>,
 }
 
-impl EventRow {
+impl NewEvent {
     /// The event as a frame on an executor's socket: its envelope as JSON text.
     pub fn frame(&self) -> String {
         serde_json::to_string(&self.envelope()).expect("envelopes serialize")

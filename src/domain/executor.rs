@@ -5,7 +5,7 @@ use serde_json::Value;
 use crate::contract::RegisterPayload;
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct ExecutorRow {
+pub struct ExecutorRecord {
     pub identity: RegisterPayload,
     pub token_hash: [u8; 32],
     pub registered_at: String,
@@ -19,7 +19,7 @@ pub struct ExecutorRow {
 
 /// A sandbox of the legacy registry.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SandboxRow {
+pub struct SandboxRecord {
     pub sandbox_id: String,
     pub name: String,
     pub registration: Value,

@@ -28,7 +28,7 @@ impl HitlOutcome {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct HitlRow {
+pub struct HitlRequest {
     pub mission_id: String,
     pub hitl_id: String,
     pub prompt: String,

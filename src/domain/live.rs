@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::{HitlRow, MissionState};
+use super::{HitlRequest, MissionState};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
@@ -15,7 +15,7 @@ pub struct Live {
     /// Data of the terminal event, once projected terminal (to recognise an identical repeat).
     pub terminal_data: Option<Value>,
     /// The HITL request waiting for an operator, if any.
-    pub hitl: Option<HitlRow>,
+    pub hitl: Option<HitlRequest>,
     /// The state a pause or suspension interrupted, where a resume returns it (memory only: after a
     /// restart a resume returns to running, or to hitl-required with a pending request).
     pub paused_from: Option<MissionState>,

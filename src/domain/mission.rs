@@ -5,7 +5,7 @@ use serde_json::Value;
 use super::MissionState;
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct MissionRow {
+pub struct Mission {
     pub mission_id: String,
     pub session_id: String,
     /// `None` while the mission is queued.
@@ -25,10 +25,10 @@ pub struct MissionRow {
     pub checkpoint_id: Option<String>,
 }
 
-impl MissionRow {
+impl Mission {
     /// A mission as a dispatch first stores it: nothing happened to it yet.
-    pub fn new(mission_id: &str, session_id: &str, state: MissionState, payload: Value, now: &str) -> MissionRow {
-        MissionRow {
+    pub fn new(mission_id: &str, session_id: &str, state: MissionState, payload: Value, now: &str) -> Mission {
+        Mission {
             mission_id: mission_id.to_owned(),
             session_id: session_id.to_owned(),
             executor_id: None,

@@ -19,10 +19,10 @@ mod serve_events;
 mod state;
 
 pub use effects::{hitl_effect, is_repeat, patch_for};
-pub use event::{EventRow, StoredEvent};
-pub use executor::{ExecutorRow, SandboxRow};
-pub use hitl::{HitlOutcome, HitlRow};
+pub use event::{NewEvent, StoredEvent};
+pub use executor::{ExecutorRecord, SandboxRecord};
+pub use hitl::{HitlOutcome, HitlRequest};
 pub use live::{progress_key, session_prefix, Handover, Live};
-pub use mission::{MissionPatch, MissionRow};
+pub use mission::{Mission, MissionPatch};
 pub use serve_events::{AbortedBy, Recorded, ServeEvent};
 pub use state::{on_control, on_executor_event, resume_target, Control, MissionState, Outcome};

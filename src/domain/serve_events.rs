@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{patch_for, EventRow, MissionPatch, MissionState};
+use super::{patch_for, MissionPatch, MissionState, NewEvent};
 use crate::contract::{EventType, RegisterPayload};
 
 /// Who aborted a mission.
@@ -60,7 +60,7 @@ pub enum ServeEvent {
 /// What one serve event records: the event, and the mission update it implies (mission events only).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recorded {
-    pub event: EventRow,
+    pub event: NewEvent,
     pub patch: Option<(String, MissionPatch)>,
 }
 
@@ -180,8 +180,8 @@ impl ServeEvent {
     }
 
     /// The event as recorded for `executor_id` (and `mission_id`, for a mission event) at `now`.
-    pub fn row(&self, executor_id: &str, mission_id: Option<&str>, now: &str) -> EventRow {
-        EventRow {
+    pub fn row(&self, executor_id: &str, mission_id: Option<&str>, now: &str) -> NewEvent {
+        NewEvent {
             event: self.event_type().as_str().into(),
             executor_id: executor_id.to_owned(),
             mission_id: mission_id.map(str::to_owned),

@@ -24,7 +24,7 @@ use super::ledger::Ledger;
 use super::registry::Registry;
 use crate::clock;
 use crate::domain::capabilities::{ABORT, PAUSE_RESUME};
-use crate::domain::{on_control, AbortedBy, Control, HitlOutcome, HitlRow, Live, MissionState, ServeEvent};
+use crate::domain::{on_control, AbortedBy, Control, HitlOutcome, HitlRequest, Live, MissionState, ServeEvent};
 use crate::error::{Error, Result};
 use crate::store::{Change, Pending, Store};
 
@@ -77,7 +77,7 @@ struct Verdict {
     to: MissionState,
     data: serde_json::Value,
     frame: String,
-    answered: Option<HitlRow>,
+    answered: Option<HitlRequest>,
 }
 
 /// An action queued for commit.
@@ -86,7 +86,7 @@ struct Decided {
     owner: String,
     to: MissionState,
     frame: String,
-    answered: Option<HitlRow>,
+    answered: Option<HitlRequest>,
 }
 
 impl Controls {
@@ -211,7 +211,7 @@ fn decide_action(
     if let Some(a) = &answered {
         changes.push(Change::PutHitl(Box::new(a.clone())));
     } else if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
-        changes.push(Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
+        changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
     }
     Ok(Verdict { changes, to, data, frame, answered })
 }
@@ -230,8 +230,8 @@ impl Controls {
         })
     }
 
-    async fn mark_delivered(&self, answer: HitlRow) {
-        let delivered = HitlRow { delivered_at: Some(clock::now()), ..answer };
+    async fn mark_delivered(&self, answer: HitlRequest) {
+        let delivered = HitlRequest { delivered_at: Some(clock::now()), ..answer };
         // Best effort, not waited for: if this write is lost the answer is sent once more on reconnect,
         // which executors ignore for a request they have already resolved.
         if let Ok(slot) = self.store.reserve().await {
@@ -240,7 +240,7 @@ impl Controls {
     }
 
     /// Starts the timer of a HITL request with an `expires_at`.
-    pub fn watch_hitl_deadline(self: &Arc<Self>, request: HitlRow) {
+    pub fn watch_hitl_deadline(self: &Arc<Self>, request: HitlRequest) {
         let Some(at) = request.expires_at.as_deref().and_then(|t| t.parse::<DateTime<Utc>>().ok()) else { return };
         let wait = (at - Utc::now()).to_std().unwrap_or_default();
         let controls = Arc::clone(self);
@@ -263,7 +263,7 @@ impl Controls {
             let recorded = said.record(&live.executor_id, mission_id, MissionState::Failed, &now);
             live.terminal_data = Some(recorded.event.data.clone());
             let mut changes = Change::recorded(recorded);
-            changes.push(Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Expired, ..request.clone() })));
+            changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Expired, ..request.clone() })));
             live.state = MissionState::Failed;
             live.hitl = None;
             Some((slot.submit(changes), live.executor_id.clone()))
@@ -305,7 +305,7 @@ impl Controls {
 
 enum Why {
     Refused(Error),
-    Expired(Box<HitlRow>),
+    Expired(Box<HitlRequest>),
 }
 use Why::{Expired, Refused};
 
@@ -316,14 +316,14 @@ fn answer(
     hitl_id: &str,
     response: &str,
     now: &str,
-) -> std::result::Result<HitlRow, Why> {
+) -> std::result::Result<HitlRequest, Why> {
     let request = live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id).ok_or_else(|| {
         Refused(Error::Conflict(format!("mission {mission_id} has no pending HITL request {hitl_id}")))
     })?;
     if request.expires_at.as_deref().is_some_and(|t| t <= now) {
         return Err(Expired(Box::new(request.clone())));
     }
-    Ok(HitlRow {
+    Ok(HitlRequest {
         outcome: HitlOutcome::Answered,
         response: Some(response.to_owned()),
         responded_at: Some(now.to_owned()),
@@ -365,8 +365,8 @@ mod tests {
         })
     }
 
-    fn pending(hitl_id: &str, expires_at: Option<&str>) -> HitlRow {
-        HitlRow {
+    fn pending(hitl_id: &str, expires_at: Option<&str>) -> HitlRequest {
+        HitlRequest {
             mission_id: "m1".into(),
             hitl_id: hitl_id.into(),
             prompt: "ok?".into(),

@@ -18,8 +18,8 @@ use super::registry::Registry;
 use crate::clock;
 use crate::contract::{Envelope, EventType, Schema};
 use crate::domain::{
-    capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, EventRow, HitlRow, Live,
-    MissionPatch, MissionState, Outcome,
+    capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch,
+    MissionState, NewEvent, Outcome,
 };
 use crate::error::Error;
 use crate::store::{Change, Pending, Store, StoreError};
@@ -66,7 +66,7 @@ pub struct PendingCommit {
     ts: String,
     mission: Option<(String, Option<MissionState>)>,
     /// A HITL request with a deadline, to be watched once committed.
-    deadline: Option<Box<HitlRow>>,
+    deadline: Option<Box<HitlRequest>>,
     /// An `executor.resync`: the listed missions and when the socket that carried it opened.
     resync: Option<(Vec<String>, Instant)>,
     reference: FrameRef,
@@ -100,14 +100,14 @@ struct Accepted {
     moved: Option<MissionState>,
     patch: MissionPatch,
     /// The HITL request open afterwards, and the requests to record (opened or withdrawn).
-    hitl: Option<HitlRow>,
-    hitl_puts: Vec<HitlRow>,
+    hitl: Option<HitlRequest>,
+    hitl_puts: Vec<HitlRequest>,
     progress: Option<u64>,
 }
 
 impl Accepted {
     /// A HITL request with a deadline this event opened.
-    fn deadline(&self, event: EventType) -> Option<Box<HitlRow>> {
+    fn deadline(&self, event: EventType) -> Option<Box<HitlRequest>> {
         self.hitl
             .as_ref()
             .filter(|h| h.expires_at.is_some() && event == EventType::MissionHitlRequired)
@@ -117,7 +117,7 @@ impl Accepted {
 
     /// What to commit: the event, its mission's update, the executor's latest event time, the HITL
     /// requests it opened or withdrew.
-    fn changes(self, row: EventRow, mission_id: &str, seen: Change) -> Vec<Change> {
+    fn changes(self, row: NewEvent, mission_id: &str, seen: Change) -> Vec<Change> {
         let mut changes = vec![
             Change::AppendEvent(row),
             Change::PatchMission { mission_id: mission_id.to_owned(), patch: self.patch },
@@ -221,10 +221,10 @@ impl Ingest {
 
     /// The event as stored: its data in canonical form (what was received, if that differed, kept
     /// beside it), under the socket's authenticated identity whatever the frame claims (as upstream does).
-    fn record(&self, executor_id: &str, event: EventType, envelope: &Envelope) -> EventRow {
+    fn record(&self, executor_id: &str, event: EventType, envelope: &Envelope) -> NewEvent {
         let data = self.schema.canonical_data(event, envelope.data.as_ref());
         let raw = envelope.data.clone().filter(|d| *d != data);
-        EventRow {
+        NewEvent {
             event: event.as_str().into(),
             executor_id: executor_id.to_owned(),
             mission_id: envelope.mission_id.clone(),
@@ -317,7 +317,7 @@ fn resync_listing(data: &Value) -> Result<Vec<String>, Error> {
 }
 
 /// Under the ledger lock, without side effects: ownership, the transition, and what the event records.
-fn decide(live: &Live, frame: Judged<'_>, row: &EventRow, mission_id: &str, now: &str) -> Result<Decision, Error> {
+fn decide(live: &Live, frame: Judged<'_>, row: &NewEvent, mission_id: &str, now: &str) -> Result<Decision, Error> {
     let Judged { executor_id, event, resumable } = frame;
     if live.executor_id != executor_id {
         return Err(not_owned(mission_id));

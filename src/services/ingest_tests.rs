@@ -6,8 +6,8 @@ use serde_json::json;
 
 const NOW: &str = "2026-11-30T12:00:00.000Z";
 
-fn row(event: EventType, data: Value) -> EventRow {
-    EventRow {
+fn row(event: EventType, data: Value) -> NewEvent {
+    NewEvent {
         event: event.as_str().into(),
         executor_id: "e1".into(),
         mission_id: Some("m1".into()),

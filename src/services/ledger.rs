@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use super::registry::Registry;
 use crate::clock;
 use crate::domain::{
-    progress_key, session_prefix, EventRow, Handover, HitlOutcome, HitlRow, Live, MissionState, ServeEvent,
+    progress_key, session_prefix, Handover, HitlOutcome, HitlRequest, Live, MissionState, NewEvent, ServeEvent,
 };
 use crate::error::Result;
 use crate::store::{Change, Pending, Store, StoreError};
@@ -77,7 +77,7 @@ impl Ledger {
 
     fn project(
         rows: impl IntoIterator<Item = (String, String, MissionState)>,
-        pending: Vec<HitlRow>,
+        pending: Vec<HitlRequest>,
         progress: Vec<(String, String, Value)>,
     ) -> Missions {
         let mut live = Missions::default();
@@ -150,7 +150,7 @@ impl Ledger {
     }
 
     /// Pending HITL requests (to re-arm their deadlines at start).
-    pub fn pending_hitl(&self) -> Vec<HitlRow> {
+    pub fn pending_hitl(&self) -> Vec<HitlRequest> {
         self.live.lock().expect("ledger lock").by_id.values().filter_map(|l| l.hitl.clone()).collect()
     }
 
@@ -222,7 +222,7 @@ impl Ledger {
         executor_id: &str,
         mission_id: &str,
         judge: impl FnOnce(&Live) -> Option<(ServeEvent, MissionState)>,
-    ) -> Option<(MissionState, EventRow)> {
+    ) -> Option<(MissionState, NewEvent)> {
         let now = clock::now();
         let slot = self.store.reserve().await.ok()?;
         let queued = self.with(mission_id, |live| {
@@ -234,7 +234,8 @@ impl Ledger {
             let event = recorded.event.clone();
             let mut changes = Change::recorded(recorded);
             if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
-                changes.push(Change::PutHitl(Box::new(HitlRow { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
+                changes
+                    .push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
             }
             live.move_to(to);
             if to.is_terminal() {

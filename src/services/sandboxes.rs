@@ -17,7 +17,7 @@ use super::registry::Registry;
 use crate::clock;
 use crate::contract::EventType;
 use crate::domain::sandbox_sessions::{Inferred, Tracker, INFERRED};
-use crate::domain::{on_executor_event, session_prefix, EventRow, MissionState, Outcome, SandboxRow, ServeEvent};
+use crate::domain::{on_executor_event, session_prefix, MissionState, NewEvent, Outcome, SandboxRecord, ServeEvent};
 use crate::error::{Error, Result};
 use crate::store::{Change, Store};
 use crate::tokens;
@@ -49,7 +49,7 @@ struct Inner {
 }
 
 struct Entry {
-    row: SandboxRow,
+    row: SandboxRecord,
     sockets: usize,
     last_event: Option<(String, String)>,
 }
@@ -135,7 +135,7 @@ impl Sandboxes {
                 }
                 _ => {}
             }
-            SandboxRow {
+            SandboxRecord {
                 sandbox_id: sandbox_id.clone(),
                 name,
                 registration: body.clone(),
@@ -164,7 +164,7 @@ impl Sandboxes {
         let row = {
             let inner = self.inner.lock().expect("sandboxes lock");
             match inner.entries.get(sandbox_id).filter(|e| e.row.deregistered_at.is_none()) {
-                Some(e) => SandboxRow { deregistered_at: Some(clock::now()), ..e.row.clone() },
+                Some(e) => SandboxRecord { deregistered_at: Some(clock::now()), ..e.row.clone() },
                 None => return Ok(false),
             }
         };
@@ -200,7 +200,7 @@ impl Sandboxes {
         let Ok(frame) = serde_json::from_str::<Value>(text) else { return false };
         let Some(kind) = frame_type(&frame) else { return false };
         let now = clock::now();
-        let row = EventRow {
+        let row = NewEvent {
             event: format!("sandbox.{kind}").into(),
             executor_id: sandbox_id.to_owned(),
             mission_id: None,

@@ -17,7 +17,7 @@ use tokio::sync::broadcast;
 
 // The records the store keeps are the domain's; re-exported for the adapters.
 pub use crate::domain::{
-    EventRow, ExecutorRow, HitlOutcome, HitlRow, MissionPatch, MissionRow, MissionState, SandboxRow, StoredEvent,
+    ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
 pub use records::{Change, CommitSlot, MissionQuery, Pending};
 
@@ -72,7 +72,7 @@ pub trait Storage: Send + Sync {
     }
 
     /// Every executor ever registered, oldest registration first.
-    fn executors(&self) -> BoxFuture<'_, Result<Vec<ExecutorRow>>>;
+    fn executors(&self) -> BoxFuture<'_, Result<Vec<ExecutorRecord>>>;
 
     /// `(mission_id, executor_id, state)` of every mission that is not terminal: the working set.
     fn live_missions(&self) -> BoxFuture<'_, Result<Vec<(String, String, MissionState)>>>;
@@ -82,19 +82,19 @@ pub trait Storage: Send + Sync {
     fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<(String, String, Value)>>>;
 
     /// Every sandbox ever registered, oldest registration first.
-    fn sandboxes(&self) -> BoxFuture<'_, Result<Vec<SandboxRow>>>;
+    fn sandboxes(&self) -> BoxFuture<'_, Result<Vec<SandboxRecord>>>;
 
     /// Missions waiting for an executor, oldest first.
-    fn queued_missions(&self) -> BoxFuture<'_, Result<Vec<MissionRow>>>;
+    fn queued_missions(&self) -> BoxFuture<'_, Result<Vec<Mission>>>;
 
-    fn mission<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<MissionRow>>>;
+    fn mission<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<Mission>>>;
 
     /// The newest `limit` events of a mission, oldest first.
     fn recent_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<StoredEvent>>>;
 
     /// A page of missions, newest dispatch first, with the cursor (`id`) of each row. The rows carry
     /// neither payload (`null`) nor routing and terminal data (`None`): a listing does not show them.
-    fn missions<'a>(&'a self, q: &'a MissionQuery) -> BoxFuture<'a, Result<Vec<(i64, MissionRow)>>>;
+    fn missions<'a>(&'a self, q: &'a MissionQuery) -> BoxFuture<'a, Result<Vec<(i64, Mission)>>>;
 
     /// How many missions are in each state, every state listed (in [`MissionState::ALL`] order).
     fn mission_counts(&self) -> BoxFuture<'_, Result<Vec<(&'static str, i64)>>>;
@@ -117,13 +117,13 @@ pub trait Storage: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>>>;
 
     /// HITL requests still open: pending ones, and answered ones not yet delivered.
-    fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRow>>>;
+    fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>>;
 
     /// The pending HITL request of a mission, if any.
-    fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRow>>>;
+    fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>>;
 
     /// Answers not yet delivered for the missions of an executor, oldest first.
-    fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRow>>>;
+    fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRequest>>>;
 
     /// The migrations this binary embeds that the database does not record as applied (readiness).
     fn missing_migrations(&self) -> BoxFuture<'_, Result<Vec<i64>>>;

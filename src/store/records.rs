@@ -4,12 +4,14 @@
 use tokio::sync::oneshot;
 
 use super::Result;
-use crate::domain::{EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, MissionState, Recorded, SandboxRow};
+use crate::domain::{
+    ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord,
+};
 
 /// One change; a unit of changes commits atomically.
 #[derive(Clone, Debug)]
 pub enum Change {
-    PutExecutor(Box<ExecutorRow>),
+    PutExecutor(Box<ExecutorRecord>),
     /// The executor's latest event timestamp; coalesced per executor within a batch.
     ExecutorSeen {
         executor_id: String,
@@ -17,7 +19,7 @@ pub enum Change {
     },
     /// Fails the unit with [`StoreError::DuplicateMission`](super::StoreError::DuplicateMission) when the
     /// id exists; must come first in its unit.
-    InsertMission(Box<MissionRow>),
+    InsertMission(Box<Mission>),
     /// Fields left `None` keep their value. A mission that a commit only touches (its patches set
     /// nothing but `updated_at`) gets the commit time as `updated_at`, the `received_at` of the events
     /// committed with it: the writer touches them all in one statement.
@@ -25,9 +27,9 @@ pub enum Change {
         mission_id: String,
         patch: MissionPatch,
     },
-    AppendEvent(EventRow),
-    PutHitl(Box<HitlRow>),
-    PutSandbox(Box<SandboxRow>),
+    AppendEvent(NewEvent),
+    PutHitl(Box<HitlRequest>),
+    PutSandbox(Box<SandboxRecord>),
 }
 
 impl Change {

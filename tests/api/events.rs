@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use aiwg_serve::services::feed::{EndReason, Feed, Filter, Next};
-use aiwg_serve::store::{Change, EventRow, Synchronous};
+use aiwg_serve::store::{Change, NewEvent, Synchronous};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -128,7 +128,7 @@ async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
         aiwg_serve::store::sqlite::open(dir.path(), Synchronous::Normal, 8, Default::default()).await.unwrap();
     let executor = uuid::Uuid::new_v4().to_string();
     let register = |n: i64| {
-        Change::AppendEvent(EventRow {
+        Change::AppendEvent(NewEvent {
             event: "executor.resync".into(),
             executor_id: executor.clone(),
             mission_id: None,

@@ -95,8 +95,8 @@ mod cases {
     use aiwg_serve::contract::{RegisterPayload, TransportEndpoints};
     use aiwg_serve::domain::MissionState;
     use aiwg_serve::store::{
-        Change, EventRow, ExecutorRow, HitlOutcome, HitlRow, MissionPatch, MissionQuery, MissionRow, Pending,
-        SandboxRow, Store, StoreError, StoredEvent,
+        Change, ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionQuery, NewEvent, Pending,
+        SandboxRecord, Store, StoreError, StoredEvent,
     };
     use serde_json::{json, Value};
     use tokio::sync::broadcast::error::TryRecvError;
@@ -108,8 +108,8 @@ mod cases {
         format!("2026-01-01T00:00:{second:02}.000Z")
     }
 
-    fn executor(id: &str, registered_at: &str) -> ExecutorRow {
-        ExecutorRow {
+    fn executor(id: &str, registered_at: &str) -> ExecutorRecord {
+        ExecutorRecord {
             identity: RegisterPayload {
                 executor_id: id.into(),
                 a2a_instance_id: Some(format!("a2a-{id}")),
@@ -134,14 +134,14 @@ mod cases {
         }
     }
 
-    fn put_executor(row: &ExecutorRow) -> Change {
+    fn put_executor(row: &ExecutorRecord) -> Change {
         Change::PutExecutor(Box::new(row.clone()))
     }
 
-    fn mission(id: &str, session: &str, executor: Option<&str>, state: MissionState) -> MissionRow {
-        MissionRow {
+    fn mission(id: &str, session: &str, executor: Option<&str>, state: MissionState) -> Mission {
+        Mission {
             executor_id: executor.map(Into::into),
-            ..MissionRow::new(
+            ..Mission::new(
                 id,
                 session,
                 state,
@@ -151,7 +151,7 @@ mod cases {
         }
     }
 
-    fn insert(row: &MissionRow) -> Change {
+    fn insert(row: &Mission) -> Change {
         Change::InsertMission(Box::new(row.clone()))
     }
 
@@ -159,8 +159,8 @@ mod cases {
         Change::PatchMission { mission_id: mission_id.into(), patch }
     }
 
-    fn event(name: &'static str, executor: &str, mission: Option<&str>, n: i64) -> EventRow {
-        EventRow {
+    fn event(name: &'static str, executor: &str, mission: Option<&str>, n: i64) -> NewEvent {
+        NewEvent {
             event: name.into(),
             executor_id: executor.into(),
             mission_id: mission.map(Into::into),
@@ -170,12 +170,12 @@ mod cases {
         }
     }
 
-    fn append(ev: &EventRow) -> Change {
+    fn append(ev: &NewEvent) -> Change {
         Change::AppendEvent(ev.clone())
     }
 
-    fn hitl(mission_id: &str, hitl_id: &str, outcome: HitlOutcome, responded: Option<u32>) -> HitlRow {
-        HitlRow {
+    fn hitl(mission_id: &str, hitl_id: &str, outcome: HitlOutcome, responded: Option<u32>) -> HitlRequest {
+        HitlRequest {
             mission_id: mission_id.into(),
             hitl_id: hitl_id.into(),
             prompt: format!("may {hitl_id} proceed?"),
@@ -189,12 +189,12 @@ mod cases {
         }
     }
 
-    fn put_hitl(row: &HitlRow) -> Change {
+    fn put_hitl(row: &HitlRequest) -> Change {
         Change::PutHitl(Box::new(row.clone()))
     }
 
-    fn sandbox(id: &str, registered_at: &str) -> SandboxRow {
-        SandboxRow {
+    fn sandbox(id: &str, registered_at: &str) -> SandboxRecord {
+        SandboxRecord {
             sandbox_id: id.into(),
             name: format!("sandbox {id}"),
             registration: json!({"name": id, "capabilities": ["pty"]}),
@@ -313,7 +313,7 @@ mod cases {
 
     pub(super) async fn missions_read_back_as_inserted_and_patched(store: Store) {
         assert_eq!(store.mission("m1").await.unwrap(), None);
-        let queued = MissionRow {
+        let queued = Mission {
             queued_reason: Some("no executor has gpu".into()),
             ..mission("m1", "s1", None, MissionState::Queued)
         };
@@ -336,7 +336,7 @@ mod cases {
             checkpoint_id: Some("ck-1".into()),
         };
         store.commit(vec![patch("m1", full.clone())]).await.unwrap();
-        let expected = MissionRow {
+        let expected = Mission {
             executor_id: full.executor_id.clone(),
             state: MissionState::Done,
             updated_at: ts(30),
@@ -359,7 +359,7 @@ mod cases {
         let second = MissionPatch { state: Some(MissionState::Running), exit_code: Some(0), ..Default::default() };
         store.commit(vec![patch("m1", first), patch("m1", second)]).await.unwrap();
         let merged =
-            MissionRow { state: MissionState::Running, error: Some("first".into()), exit_code: Some(0), ..expected };
+            Mission { state: MissionState::Running, error: Some("first".into()), exit_code: Some(0), ..expected };
         assert_eq!(store.mission("m1").await.unwrap(), Some(merged.clone()));
 
         // A commit that only touches a mission records its commit time.
@@ -368,7 +368,7 @@ mod cases {
         let seq = store.commit(vec![append(&progress), patch("m1", touch)]).await.unwrap();
         let committed_at = store.events_after(seq[0] - 1, None, None, 1).await.unwrap().remove(0).received_at;
         let touched = store.mission("m1").await.unwrap().unwrap();
-        assert_eq!(touched, MissionRow { updated_at: committed_at, ..merged });
+        assert_eq!(touched, Mission { updated_at: committed_at, ..merged });
     }
 
     pub(super) async fn missions_filter_and_page_newest_dispatch_first(store: Store) {
@@ -383,7 +383,7 @@ mod cases {
             ("m6", "s2", Some("e2"), Running),
         ];
         for (n, (id, session, executor, state)) in (1..).zip(specs) {
-            let row = MissionRow {
+            let row = Mission {
                 updated_at: ts(n),
                 routing: Some(json!({"chosen": executor})),
                 terminal_data: Some(json!({})),
@@ -400,7 +400,7 @@ mod cases {
                 page
             }
         };
-        let ids = |page: &[(i64, MissionRow)]| page.iter().map(|(_, m)| m.mission_id.clone()).collect::<Vec<_>>();
+        let ids = |page: &[(i64, Mission)]| page.iter().map(|(_, m)| m.mission_id.clone()).collect::<Vec<_>>();
         let limit = |limit| MissionQuery { limit, ..Default::default() };
 
         let everything = list(limit(10)).await;
@@ -408,7 +408,7 @@ mod cases {
         for (_, row) in &everything {
             let stored = store.mission(&row.mission_id).await.unwrap().unwrap();
             // A listing leaves out the payload, the routing and the terminal data.
-            let listed = MissionRow { payload: Value::Null, routing: None, terminal_data: None, ..stored };
+            let listed = Mission { payload: Value::Null, routing: None, terminal_data: None, ..stored };
             assert_eq!(row, &listed);
         }
         let by_state = list(MissionQuery { state: Some(Running), ..limit(10) }).await;
@@ -516,13 +516,13 @@ mod cases {
         let later_answer = hitl("m2", "h2", HitlOutcome::Answered, Some(20));
         let earlier_answer = hitl("m2", "h0", HitlOutcome::Answered, Some(10));
         let other_executor = hitl("m3", "h3", HitlOutcome::Answered, Some(15));
-        let delivered = HitlRow { delivered_at: Some(ts(12)), ..hitl("m4", "h4", HitlOutcome::Answered, Some(11)) };
+        let delivered = HitlRequest { delivered_at: Some(ts(12)), ..hitl("m4", "h4", HitlOutcome::Answered, Some(11)) };
         let expired = hitl("m4", "h5", HitlOutcome::Expired, None);
         let withdrawn = hitl("m1", "h6", HitlOutcome::Withdrawn, None);
         let all = [&pending, &later_answer, &earlier_answer, &other_executor, &delivered, &expired, &withdrawn];
         store.commit(all.iter().map(|h| put_hitl(h)).collect()).await.unwrap();
 
-        let sorted = |mut rows: Vec<HitlRow>| {
+        let sorted = |mut rows: Vec<HitlRequest>| {
             rows.sort_by(|a, b| a.hitl_id.cmp(&b.hitl_id));
             rows
         };
@@ -535,8 +535,8 @@ mod cases {
         assert_eq!(store.undelivered_answers("e2").await.unwrap(), vec![other_executor.clone()]);
 
         // Putting a request again updates it.
-        let now_delivered = HitlRow { delivered_at: Some(ts(30)), ..later_answer };
-        let now_answered = HitlRow {
+        let now_delivered = HitlRequest { delivered_at: Some(ts(30)), ..later_answer };
+        let now_answered = HitlRequest {
             outcome: HitlOutcome::Answered,
             response: Some("no".into()),
             responded_at: Some(ts(25)),
@@ -550,7 +550,7 @@ mod cases {
 
     pub(super) async fn executors_round_trip_and_keep_their_first_registration(store: Store) {
         let (e2, e1, e3) = (executor("e2", &ts(2)), executor("e1", &ts(1)), executor("e3", &ts(2)));
-        let bare = ExecutorRow {
+        let bare = ExecutorRecord {
             identity: RegisterPayload {
                 a2a_instance_id: None,
                 transport_endpoints: TransportEndpoints { grpc: None, ..e3.identity.transport_endpoints.clone() },
@@ -563,7 +563,7 @@ mod cases {
         store.commit(vec![put_executor(&e2), put_executor(&e1), put_executor(&bare)]).await.unwrap();
         assert_eq!(store.executors().await.unwrap(), vec![e1.clone(), e2.clone(), bare], "by registration, then id");
 
-        let changed = ExecutorRow {
+        let changed = ExecutorRecord {
             identity: RegisterPayload { name: "renamed".into(), version: "2.0.0".into(), ..e1.identity.clone() },
             token_hash: [8; 32],
             registered_at: ts(40),
@@ -576,7 +576,7 @@ mod cases {
         };
         store.commit(vec![put_executor(&changed)]).await.unwrap();
         let stored = store.executors().await.unwrap();
-        assert_eq!(stored[0], ExecutorRow { registered_at: e1.registered_at, ..changed });
+        assert_eq!(stored[0], ExecutorRecord { registered_at: e1.registered_at, ..changed });
         assert_eq!(stored[1], e2);
     }
 
@@ -589,19 +589,21 @@ mod cases {
         let second = submit(&store, vec![seen("e2", 8), seen("nobody", 9)]).await;
         first.await.unwrap().unwrap();
         second.await.unwrap().unwrap();
-        let expected =
-            vec![ExecutorRow { last_event_ts: Some(ts(6)), ..e1 }, ExecutorRow { last_event_ts: Some(ts(8)), ..e2 }];
+        let expected = vec![
+            ExecutorRecord { last_event_ts: Some(ts(6)), ..e1 },
+            ExecutorRecord { last_event_ts: Some(ts(8)), ..e2 },
+        ];
         assert_eq!(store.executors().await.unwrap(), expected, "and no executor made up for `nobody`");
     }
 
     pub(super) async fn sandboxes_round_trip_and_keep_their_first_registration(store: Store) {
         let (b, a, c) = (sandbox("b", &ts(2)), sandbox("a", &ts(1)), sandbox("c", &ts(2)));
-        let bare = SandboxRow { registered_from: None, ..c };
+        let bare = SandboxRecord { registered_from: None, ..c };
         let puts = [&b, &a, &bare].map(|s| Change::PutSandbox(Box::new(s.clone())));
         store.commit(puts.to_vec()).await.unwrap();
         assert_eq!(store.sandboxes().await.unwrap(), vec![a.clone(), b.clone(), bare.clone()]);
 
-        let changed = SandboxRow {
+        let changed = SandboxRecord {
             name: "renamed".into(),
             registration: json!({"name": "renamed"}),
             token_hash: [1; 32],
@@ -611,14 +613,14 @@ mod cases {
             ..a.clone()
         };
         store.commit(vec![Change::PutSandbox(Box::new(changed.clone()))]).await.unwrap();
-        let expected = vec![SandboxRow { registered_at: a.registered_at, ..changed }, b, bare];
+        let expected = vec![SandboxRecord { registered_at: a.registered_at, ..changed }, b, bare];
         assert_eq!(store.sandboxes().await.unwrap(), expected);
     }
 
     pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {
         store.commit(vec![put_executor(&executor("e1", &ts(0)))]).await.unwrap();
         let q1 = mission("q1", "s1", None, MissionState::Queued);
-        let q2 = MissionRow { queued_reason: Some("busy".into()), ..mission("q2", "s1", None, MissionState::Queued) };
+        let q2 = Mission { queued_reason: Some("busy".into()), ..mission("q2", "s1", None, MissionState::Queued) };
         store.commit(vec![insert(&q1)]).await.unwrap();
         for state in MissionState::ALL.into_iter().filter(|s| *s != MissionState::Queued) {
             store.commit(vec![insert(&mission(state.as_str(), "s1", Some("e1"), state))]).await.unwrap();
@@ -717,7 +719,7 @@ mod cases {
         assert_eq!(last.await.unwrap().unwrap(), vec![2]);
         let store = harness.store();
         let after = Snapshot::take(&store).await;
-        assert_eq!(after.executors, vec![ExecutorRow { last_event_ts: Some(ts(9)), ..e1 }]);
+        assert_eq!(after.executors, vec![ExecutorRecord { last_event_ts: Some(ts(9)), ..e1 }]);
         assert_eq!(seqs(&after.events), vec![1, 2]);
         assert_eq!((&after.events[..1], &after.events[1].envelope), (&before.events[..], &progress.envelope()));
         let unchanged = Snapshot { executors: before.executors.clone(), events: before.events.clone(), ..after };
@@ -733,12 +735,12 @@ mod cases {
     /// Everything a store reads back.
     #[derive(Clone, Debug, PartialEq)]
     struct Snapshot {
-        executors: Vec<ExecutorRow>,
-        missions: Vec<Option<MissionRow>>,
+        executors: Vec<ExecutorRecord>,
+        missions: Vec<Option<Mission>>,
         events: Vec<StoredEvent>,
-        hitl: Vec<HitlRow>,
-        sandboxes: Vec<SandboxRow>,
-        queued: Vec<MissionRow>,
+        hitl: Vec<HitlRequest>,
+        sandboxes: Vec<SandboxRecord>,
+        queued: Vec<Mission>,
         live: Vec<(String, String, MissionState)>,
         counts: Vec<(&'static str, i64)>,
     }

@@ -23,7 +23,7 @@ use crate::config::DispatchConfig;
 use crate::contract::DispatchPayload;
 use crate::domain::readiness;
 use crate::domain::routing::{self, Rejection};
-use crate::domain::{capabilities, MissionRow, MissionState};
+use crate::domain::{capabilities, Mission, MissionState};
 use crate::error::{Error, Result};
 use crate::forward::Forwarder;
 use crate::metrics::Metrics;
@@ -181,10 +181,10 @@ impl Dispatcher {
             return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason });
         }
         let (attempts, record) = handout_plan(plan, self.config.max_attempts);
-        let row = MissionRow {
+        let row = Mission {
             executor_id: Some(attempts[0].clone()),
             routing: Some(json!(record)),
-            ..MissionRow::new(&mission_id, session_id, MissionState::Assigned, body.clone(), &crate::clock::now())
+            ..Mission::new(&mission_id, session_id, MissionState::Assigned, body.clone(), &crate::clock::now())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mut dispatched = self.hand_out(&mission_id, session_id, &body, attempts, record).await?;

@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use super::{DispatchStatus, Dispatched, Dispatcher};
 use crate::clock;
 use crate::contract::DispatchPayload;
-use crate::domain::{MissionPatch, MissionRow, MissionState};
+use crate::domain::{Mission, MissionPatch, MissionState};
 use crate::error::Result;
 use crate::store::Change;
 
@@ -83,9 +83,9 @@ impl Dispatcher {
         payload: DispatchPayload,
         reason: String,
     ) -> Result<Dispatched> {
-        let row = MissionRow {
+        let row = Mission {
             queued_reason: Some(reason.clone()),
-            ..MissionRow::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), &clock::now())
+            ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), &clock::now())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mission_id = payload.mission_id.clone();

@@ -16,7 +16,7 @@ use super::links::{Link, Outbound};
 use crate::contract::RegisterPayload;
 use crate::domain::reclaim::{decide_token, Held, TokenDecision};
 use crate::domain::routing::RoutingView;
-use crate::domain::{ExecutorRow, ServeEvent};
+use crate::domain::{ExecutorRecord, ServeEvent};
 use crate::error::{Error, Result};
 use crate::net::is_loopback;
 use crate::store::{Change, Store};
@@ -39,7 +39,7 @@ struct Inner {
 }
 
 struct Entry {
-    row: ExecutorRow,
+    row: ExecutorRecord,
     /// Plaintext token, memory only: serve presents it when it calls the executor.
     token: Option<String>,
     links: Vec<Link>,
@@ -55,7 +55,7 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(row: ExecutorRow, token: Option<String>) -> Entry {
+    fn new(row: ExecutorRecord, token: Option<String>) -> Entry {
         let last_event = Mutex::new(row.last_event_ts.clone());
         Entry { row, token, links: Vec::new(), active_missions: 0, ever_connected: false, epoch: 0, last_event }
     }
@@ -74,8 +74,8 @@ impl Entry {
     }
 
     /// The row with the latest event timestamp.
-    fn current_row(&self) -> ExecutorRow {
-        ExecutorRow { last_event_ts: self.last_event.lock().expect("entry lock").clone(), ..self.row.clone() }
+    fn current_row(&self) -> ExecutorRecord {
+        ExecutorRecord { last_event_ts: self.last_event.lock().expect("entry lock").clone(), ..self.row.clone() }
     }
 }
 
@@ -161,7 +161,7 @@ impl Registry {
             Some(e) => {
                 // What sockets changed while the row was being committed stays as they left it.
                 let disconnected_at = e.row.disconnected_at.take();
-                e.row = ExecutorRow { disconnected_at, ..row };
+                e.row = ExecutorRecord { disconnected_at, ..row };
                 e.token = Some(token);
             }
             None => {
@@ -211,7 +211,7 @@ impl Registry {
         let inner = self.inner.read().expect("registry lock");
         let entry = inner.executors.get(executor_id).filter(|e| e.live())?;
         let current = entry.current_row();
-        let row = ExecutorRow {
+        let row = ExecutorRecord {
             deregistered_at: Some(now.clone()),
             disconnected_at: Some(now.clone()),
             token_hash: tokens::revoked(),
@@ -254,7 +254,7 @@ impl Registry {
         let row = {
             let inner = self.inner.read().expect("registry lock");
             let e = inner.executors.get(executor_id).filter(|e| e.live())?;
-            ExecutorRow { draining, ..e.current_row() }
+            ExecutorRecord { draining, ..e.current_row() }
         };
         if let Err(e) = self.store.commit(vec![Change::PutExecutor(Box::new(row))]).await {
             return Some(Err(e.into()));
@@ -312,7 +312,7 @@ impl Registry {
     /// Removes a socket. Only when it was the last one is the executor disconnected: an older socket's
     /// close never disconnects an executor that has a newer one. Returns the row to persist then, and
     /// the epoch of this disconnection.
-    pub fn detach(&self, executor_id: &str, link_id: u64) -> Option<(ExecutorRow, u64)> {
+    pub fn detach(&self, executor_id: &str, link_id: u64) -> Option<(ExecutorRecord, u64)> {
         let mut inner = self.inner.write().expect("registry lock");
         let e = inner.executors.get_mut(executor_id)?;
         let before = e.links.len();
@@ -399,8 +399,14 @@ impl Registry {
 
 /// The row of a registration: a new identity, or the known one re-registered (what sockets, drains and
 /// events made of it stays).
-fn registered_row(existing: Option<&Entry>, p: &RegisterPayload, token: &str, peer: IpAddr, now: &str) -> ExecutorRow {
-    ExecutorRow {
+fn registered_row(
+    existing: Option<&Entry>,
+    p: &RegisterPayload,
+    token: &str,
+    peer: IpAddr,
+    now: &str,
+) -> ExecutorRecord {
+    ExecutorRecord {
         identity: p.clone(),
         token_hash: tokens::hash(token),
         registered_at: existing.map_or_else(|| now.to_owned(), |e| e.row.registered_at.clone()),

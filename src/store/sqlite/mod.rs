@@ -24,8 +24,8 @@ use sqlx::ConnectOptions;
 use tokio::sync::{broadcast, mpsc};
 
 use super::{
-    CommitSlot, ExecutorRow, HitlRow, MissionQuery, MissionRow, MissionState, Result, SandboxRow, Storage, Store,
-    StoredEvent, Synchronous,
+    CommitSlot, ExecutorRecord, HitlRequest, Mission, MissionQuery, MissionState, Result, SandboxRecord, Storage,
+    Store, StoredEvent, Synchronous,
 };
 use crate::metrics::Metrics;
 
@@ -89,7 +89,7 @@ impl Storage for SqliteStore {
         Box::pin(self.writer.reserve())
     }
 
-    fn executors(&self) -> BoxFuture<'_, Result<Vec<ExecutorRow>>> {
+    fn executors(&self) -> BoxFuture<'_, Result<Vec<ExecutorRecord>>> {
         Box::pin(reads::executors(&self.pool))
     }
 
@@ -101,15 +101,15 @@ impl Storage for SqliteStore {
         Box::pin(reads::recent_progress_of_live(&self.pool))
     }
 
-    fn sandboxes(&self) -> BoxFuture<'_, Result<Vec<SandboxRow>>> {
+    fn sandboxes(&self) -> BoxFuture<'_, Result<Vec<SandboxRecord>>> {
         Box::pin(reads::sandboxes(&self.pool))
     }
 
-    fn queued_missions(&self) -> BoxFuture<'_, Result<Vec<MissionRow>>> {
+    fn queued_missions(&self) -> BoxFuture<'_, Result<Vec<Mission>>> {
         Box::pin(reads::queued_missions(&self.pool))
     }
 
-    fn mission<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<MissionRow>>> {
+    fn mission<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<Mission>>> {
         Box::pin(reads::mission(&self.pool, mission_id))
     }
 
@@ -117,7 +117,7 @@ impl Storage for SqliteStore {
         Box::pin(reads::recent_events(&self.pool, mission_id, limit))
     }
 
-    fn missions<'a>(&'a self, q: &'a MissionQuery) -> BoxFuture<'a, Result<Vec<(i64, MissionRow)>>> {
+    fn missions<'a>(&'a self, q: &'a MissionQuery) -> BoxFuture<'a, Result<Vec<(i64, Mission)>>> {
         Box::pin(reads::missions(&self.pool, q))
     }
 
@@ -143,15 +143,15 @@ impl Storage for SqliteStore {
         Box::pin(reads::events_after(&self.pool, after_seq, mission_id, executor_id, limit))
     }
 
-    fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRow>>> {
+    fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>> {
         Box::pin(reads::open_hitl(&self.pool))
     }
 
-    fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRow>>> {
+    fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>> {
         Box::pin(reads::pending_hitl(&self.pool, mission_id))
     }
 
-    fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRow>>> {
+    fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRequest>>> {
         Box::pin(reads::undelivered_answers(&self.pool, executor_id))
     }
 

@@ -18,7 +18,9 @@ use super::rows::{
 };
 use crate::contract::EventType;
 use crate::domain::MissionState;
-use crate::store::{ExecutorRow, HitlOutcome, HitlRow, MissionQuery, MissionRow, Result, SandboxRow, StoredEvent};
+use crate::store::{
+    ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionQuery, Result, SandboxRecord, StoredEvent,
+};
 
 /// `'queued', 'done', 'failed', 'aborted'`: the states of a mission that is not live (waiting for an
 /// executor, or over).
@@ -73,7 +75,7 @@ static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-pub(super) async fn executors(pool: &SqlitePool) -> Result<Vec<ExecutorRow>> {
+pub(super) async fn executors(pool: &SqlitePool) -> Result<Vec<ExecutorRecord>> {
     let rows = sqlx::query("SELECT * FROM executors ORDER BY registered_at, executor_id").fetch_all(pool).await?;
     rows.iter().map(located("executors", "executor_id", executor_from_row)).collect()
 }
@@ -92,17 +94,17 @@ pub(super) async fn recent_progress_of_live(pool: &SqlitePool) -> Result<Vec<(St
     rows.iter().map(located("events", "mission_id", recent)).collect()
 }
 
-pub(super) async fn sandboxes(pool: &SqlitePool) -> Result<Vec<SandboxRow>> {
+pub(super) async fn sandboxes(pool: &SqlitePool) -> Result<Vec<SandboxRecord>> {
     let rows = sqlx::query("SELECT * FROM sandboxes ORDER BY registered_at, sandbox_id").fetch_all(pool).await?;
     rows.iter().map(located("sandboxes", "sandbox_id", sandbox_from_row)).collect()
 }
 
-pub(super) async fn queued_missions(pool: &SqlitePool) -> Result<Vec<MissionRow>> {
+pub(super) async fn queued_missions(pool: &SqlitePool) -> Result<Vec<Mission>> {
     let rows = sqlx::query(&QUEUED_MISSIONS).fetch_all(pool).await?;
     rows.iter().map(located("missions", "mission_id", mission_from_row)).collect()
 }
 
-pub(super) async fn mission(pool: &SqlitePool, mission_id: &str) -> Result<Option<MissionRow>> {
+pub(super) async fn mission(pool: &SqlitePool, mission_id: &str) -> Result<Option<Mission>> {
     let row = sqlx::query("SELECT * FROM missions WHERE mission_id = ?").bind(mission_id).fetch_optional(pool).await?;
     row.as_ref().map(located("missions", "mission_id", mission_from_row)).transpose()
 }
@@ -117,7 +119,7 @@ pub(super) async fn recent_events(pool: &SqlitePool, mission_id: &str, limit: u3
     rows.iter().map(event_from_row).collect()
 }
 
-pub(super) async fn missions(pool: &SqlitePool, q: &MissionQuery) -> Result<Vec<(i64, MissionRow)>> {
+pub(super) async fn missions(pool: &SqlitePool, q: &MissionQuery) -> Result<Vec<(i64, Mission)>> {
     let mut sql: QueryBuilder<Sqlite> = QueryBuilder::new(
         "SELECT id, mission_id, session_id, executor_id, state, 'null' AS payload, created_at, updated_at, \
          completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, NULL AS terminal_data, \
@@ -176,17 +178,17 @@ pub(super) async fn events_after(
     rows.iter().map(event_from_row).collect()
 }
 
-pub(super) async fn open_hitl(pool: &SqlitePool) -> Result<Vec<HitlRow>> {
+pub(super) async fn open_hitl(pool: &SqlitePool) -> Result<Vec<HitlRequest>> {
     let rows = sqlx::query(&OPEN_HITL).fetch_all(pool).await?;
     rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
 }
 
-pub(super) async fn pending_hitl(pool: &SqlitePool, mission_id: &str) -> Result<Option<HitlRow>> {
+pub(super) async fn pending_hitl(pool: &SqlitePool, mission_id: &str) -> Result<Option<HitlRequest>> {
     let row = sqlx::query(&PENDING_HITL).bind(mission_id).fetch_optional(pool).await?;
     row.as_ref().map(located("hitl_requests", "hitl_id", hitl_from_row)).transpose()
 }
 
-pub(super) async fn undelivered_answers(pool: &SqlitePool, executor_id: &str) -> Result<Vec<HitlRow>> {
+pub(super) async fn undelivered_answers(pool: &SqlitePool, executor_id: &str) -> Result<Vec<HitlRequest>> {
     let rows = sqlx::query(&UNDELIVERED_ANSWERS).bind(executor_id).fetch_all(pool).await?;
     rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
 }

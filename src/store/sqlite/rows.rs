@@ -6,7 +6,7 @@ use sqlx::Row;
 
 use crate::contract::{Envelope, RegisterPayload};
 use crate::domain::MissionState;
-use crate::store::{ExecutorRow, HitlOutcome, HitlRow, MissionRow, Result, SandboxRow, StoreError, StoredEvent};
+use crate::store::{ExecutorRecord, HitlOutcome, HitlRequest, Mission, Result, SandboxRecord, StoreError, StoredEvent};
 
 /// A row mapper that names the table and the row's key in its error: a corrupt row at start-up must say
 /// where it is (sqlx's own decode errors name the column), not just "storage failure".
@@ -39,9 +39,9 @@ fn token_hash(hash: Vec<u8>) -> Result<[u8; 32]> {
     hash.try_into().map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))
 }
 
-pub(super) fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRow> {
+pub(super) fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRecord> {
     let hash: Vec<u8> = r.try_get("token_hash")?;
-    Ok(ExecutorRow {
+    Ok(ExecutorRecord {
         identity: RegisterPayload {
             executor_id: r.try_get("executor_id")?,
             a2a_instance_id: r.try_get("a2a_instance_id")?,
@@ -62,9 +62,9 @@ pub(super) fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRow> {
     })
 }
 
-pub(super) fn sandbox_from_row(r: &SqliteRow) -> Result<SandboxRow> {
+pub(super) fn sandbox_from_row(r: &SqliteRow) -> Result<SandboxRecord> {
     let hash: Vec<u8> = r.try_get("token_hash")?;
-    Ok(SandboxRow {
+    Ok(SandboxRecord {
         sandbox_id: r.try_get("sandbox_id")?,
         name: r.try_get("name")?,
         registration: parse_json(r.try_get("registration")?, "registration")?,
@@ -75,11 +75,11 @@ pub(super) fn sandbox_from_row(r: &SqliteRow) -> Result<SandboxRow> {
     })
 }
 
-pub(super) fn mission_from_row(r: &SqliteRow) -> Result<MissionRow> {
+pub(super) fn mission_from_row(r: &SqliteRow) -> Result<Mission> {
     let opt_json = |col: &str| -> Result<Option<Value>> {
         r.try_get::<Option<String>, _>(col)?.map(|s| parse_json(&s, col)).transpose()
     };
-    Ok(MissionRow {
+    Ok(Mission {
         mission_id: r.try_get("mission_id")?,
         session_id: r.try_get("session_id")?,
         executor_id: r.try_get("executor_id")?,
@@ -99,8 +99,8 @@ pub(super) fn mission_from_row(r: &SqliteRow) -> Result<MissionRow> {
     })
 }
 
-pub(super) fn hitl_from_row(r: &SqliteRow) -> Result<HitlRow> {
-    Ok(HitlRow {
+pub(super) fn hitl_from_row(r: &SqliteRow) -> Result<HitlRequest> {
+    Ok(HitlRequest {
         mission_id: r.try_get("mission_id")?,
         hitl_id: r.try_get("hitl_id")?,
         prompt: r.try_get("prompt")?,

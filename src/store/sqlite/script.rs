@@ -4,7 +4,7 @@
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{QueryBuilder, Sqlite};
 
-use crate::store::{EventRow, ExecutorRow, HitlRow, MissionPatch, MissionRow, SandboxRow};
+use crate::store::{ExecutorRecord, HitlRequest, Mission, MissionPatch, NewEvent, SandboxRecord};
 
 /// An event's `data` and `raw`, as JSON text (encoded by the submitting task, not the writer).
 pub(super) type Encoded = (String, Option<String>);
@@ -13,10 +13,7 @@ pub(super) type Encoded = (String, Option<String>);
 const ROWS_PER_STATEMENT: usize = 500;
 
 /// Inserts a mission unless its id exists; says whether it did.
-pub(super) async fn insert_mission(
-    conn: &mut SqliteConnection,
-    m: &MissionRow,
-) -> std::result::Result<bool, sqlx::Error> {
+pub(super) async fn insert_mission(conn: &mut SqliteConnection, m: &Mission) -> std::result::Result<bool, sqlx::Error> {
     let done = sqlx::query(
         "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
          completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data, queued_reason, \
@@ -43,7 +40,7 @@ pub(super) async fn insert_mission(
     Ok(done.rows_affected() == 1)
 }
 
-pub(super) fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a ExecutorRow) {
+pub(super) fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a ExecutorRecord) {
     q.push(
         "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
          a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
@@ -77,7 +74,7 @@ pub(super) fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a Exe
     );
 }
 
-pub(super) fn push_put_sandbox<'a>(q: &mut QueryBuilder<'a, Sqlite>, s: &'a SandboxRow) {
+pub(super) fn push_put_sandbox<'a>(q: &mut QueryBuilder<'a, Sqlite>, s: &'a SandboxRecord) {
     q.push(
         "INSERT INTO sandboxes (sandbox_id, name, registration, token_hash, registered_at, registered_from, \
          deregistered_at) ",
@@ -98,7 +95,7 @@ pub(super) fn push_put_sandbox<'a>(q: &mut QueryBuilder<'a, Sqlite>, s: &'a Sand
     );
 }
 
-pub(super) fn push_put_hitl<'a>(q: &mut QueryBuilder<'a, Sqlite>, h: &'a HitlRow) {
+pub(super) fn push_put_hitl<'a>(q: &mut QueryBuilder<'a, Sqlite>, h: &'a HitlRequest) {
     q.push(
         "INSERT INTO hitl_requests (mission_id, hitl_id, prompt, context, expires_at, requested_at, outcome, \
          response, responded_at, delivered_at) ",
@@ -166,7 +163,7 @@ pub(super) fn push_patch<'a>(q: &mut QueryBuilder<'a, Sqlite>, id: &'a str, p: &
 /// The event rows, in multi-row inserts, all received at the commit time `now`.
 pub(super) fn push_events<'a>(
     q: &mut QueryBuilder<'a, Sqlite>,
-    events: &[(i64, &'a EventRow, &'a Encoded)],
+    events: &[(i64, &'a NewEvent, &'a Encoded)],
     now: &'a str,
 ) {
     for chunk in events.chunks(ROWS_PER_STATEMENT) {

@@ -22,7 +22,7 @@ use super::script::{
     insert_mission, push_events, push_patch, push_put_executor, push_put_hitl, push_put_sandbox, push_seen,
     push_touches, Encoded,
 };
-use crate::store::{Change, CommitSlot, EventRow, MissionPatch, Result, StoreError, StoredEvent};
+use crate::store::{Change, CommitSlot, MissionPatch, NewEvent, Result, StoreError, StoredEvent};
 
 const MAX_BATCH: usize = 2048;
 
@@ -296,7 +296,7 @@ async fn begin<'a>(
 #[derive(Default)]
 struct Gathered<'a> {
     /// Each appended event with its sequence number and encoded JSON, in order.
-    events: Vec<(i64, &'a EventRow, &'a Encoded)>,
+    events: Vec<(i64, &'a NewEvent, &'a Encoded)>,
     /// Where each event is among the units, for the feed (see [`Committed`]).
     positions: Vec<(i64, usize, usize, usize)>,
     /// The patched missions in the order of their first patch, and each one's patches merged.
