@@ -3,18 +3,18 @@
 //! routing; readiness; the resync decisions; the reclaim rule for executor identities; what a sandbox
 //! session says about a mission. Nothing here imports the services, the store or the edge.
 
-pub mod capabilities;
+pub(crate) mod capabilities;
 mod effects;
 mod event;
 mod executor;
 mod hitl;
 mod live;
 mod mission;
-pub mod readiness;
-pub mod reclaim;
-pub mod resync;
-pub mod routing;
-pub mod sandbox_sessions;
+pub(crate) mod readiness;
+pub(crate) mod reclaim;
+pub(crate) mod resync;
+pub(crate) mod routing;
+pub(crate) mod sandbox_sessions;
 mod serve_events;
 mod state;
 

@@ -3,15 +3,15 @@
 //! an earlier one, never the reverse): links, registry, ledger, dispatcher, reconciler, controls,
 //! ingest, fleet, sandboxes, connections, status, feed.
 
-pub mod connections;
-pub mod controls;
-pub mod dispatcher;
+pub(crate) mod connections;
+pub(crate) mod controls;
+pub(crate) mod dispatcher;
 pub mod feed;
-pub mod fleet;
-pub mod ingest;
-pub mod ledger;
-pub mod links;
-pub mod reconciler;
-pub mod registry;
-pub mod sandboxes;
-pub mod status;
+pub(crate) mod fleet;
+pub(crate) mod ingest;
+pub(crate) mod ledger;
+pub(crate) mod links;
+pub(crate) mod reconciler;
+pub(crate) mod registry;
+pub(crate) mod sandboxes;
+pub(crate) mod status;
