@@ -170,7 +170,8 @@ async fn read_answer(response: reqwest::Response) -> Result<Accepted, ForwardErr
     let estimated_start = ["estimated_start", "estimatedStart"]
         .iter()
         .find_map(|k| json.get(*k).and_then(Value::as_str))
-        .and_then(crate::clock::normalize);
+        .and_then(crate::clock::normalize)
+        .map(crate::clock::format);
     Ok(Accepted { estimated_start })
 }
 

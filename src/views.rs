@@ -1,5 +1,6 @@
 //! Read models: missions as the API shows them.
 
+use crate::clock;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Serialize;
@@ -69,8 +70,8 @@ impl From<HitlRequest> for PendingHitl {
             hitl_id: r.hitl_id,
             prompt: r.prompt,
             context: r.context,
-            requested_at: r.requested_at,
-            expires_at: r.expires_at,
+            requested_at: clock::format(r.requested_at),
+            expires_at: r.expires_at.map(clock::format),
         }
     }
 }
@@ -111,9 +112,9 @@ impl From<Mission> for MissionSummary {
             queued_reason: r.queued_reason.filter(|_| r.state == MissionState::Queued),
             checkpoint_id: r.checkpoint_id,
             state: r.state,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-            completed_at: r.completed_at,
+            created_at: clock::format(r.created_at),
+            updated_at: clock::format(r.updated_at),
+            completed_at: r.completed_at.map(clock::format),
             pty_session_ref: r.pty_session_ref,
             exit_code: r.exit_code,
             error: r.error,

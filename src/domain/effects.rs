@@ -2,6 +2,7 @@
 //! HITL request it opens or withdraws, and whether a terminal event repeats the one that ended the
 //! mission (acknowledged, not stored again).
 
+use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::{HitlOutcome, HitlRequest, Live, MissionPatch, MissionState};
@@ -29,7 +30,7 @@ pub fn hitl_effect(
     moved: Option<MissionState>,
     data: &Value,
     mission_id: &str,
-    now: &str,
+    now: DateTime<Utc>,
 ) -> (Option<HitlRequest>, Vec<HitlRequest>) {
     let withdraw = |h: &HitlRequest| HitlRequest { outcome: HitlOutcome::Withdrawn, ..h.clone() };
     if event == EventType::MissionHitlRequired {
@@ -59,7 +60,7 @@ pub fn hitl_effect(
 }
 
 /// What an event records on its mission, beyond the state.
-pub fn patch_for(event: EventType, data: &Value, moved: Option<MissionState>, now: &str) -> MissionPatch {
+pub fn patch_for(event: EventType, data: &Value, moved: Option<MissionState>, now: DateTime<Utc>) -> MissionPatch {
     let empty = Map::new();
     let d = data.as_object().unwrap_or(&empty);
     let int = |k: &str| d.get(k).and_then(Value::as_i64);

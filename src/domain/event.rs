@@ -1,5 +1,6 @@
 //! Events: one to append, and one as recorded (with its sequence number).
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::contract::Envelope;
@@ -37,5 +38,5 @@ impl NewEvent {
 pub struct StoredEvent {
     pub seq: i64,
     pub envelope: Envelope,
-    pub received_at: String,
+    pub received_at: DateTime<Utc>,
 }

@@ -1,5 +1,6 @@
 //! Executors and legacy sandboxes as serve records them.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::contract::RegisterPayload;
@@ -8,13 +9,13 @@ use crate::contract::RegisterPayload;
 pub struct ExecutorRecord {
     pub identity: RegisterPayload,
     pub token_hash: [u8; 32],
-    pub registered_at: String,
+    pub registered_at: DateTime<Utc>,
     pub registered_from: Option<String>,
     pub seen_non_loopback: bool,
     pub draining: bool,
     pub last_event_ts: Option<String>,
-    pub disconnected_at: Option<String>,
-    pub deregistered_at: Option<String>,
+    pub disconnected_at: Option<DateTime<Utc>>,
+    pub deregistered_at: Option<DateTime<Utc>>,
 }
 
 /// A sandbox of the legacy registry.
@@ -24,7 +25,7 @@ pub struct SandboxRecord {
     pub name: String,
     pub registration: Value,
     pub token_hash: [u8; 32],
-    pub registered_at: String,
+    pub registered_at: DateTime<Utc>,
     pub registered_from: Option<String>,
-    pub deregistered_at: Option<String>,
+    pub deregistered_at: Option<DateTime<Utc>>,
 }

@@ -1,5 +1,7 @@
 //! Human-in-the-loop requests and where each stands.
 
+use chrono::{DateTime, Utc};
+
 /// Where a HITL request stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HitlOutcome {
@@ -33,10 +35,10 @@ pub struct HitlRequest {
     pub hitl_id: String,
     pub prompt: String,
     pub context: Option<String>,
-    pub expires_at: Option<String>,
-    pub requested_at: String,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub requested_at: DateTime<Utc>,
     pub outcome: HitlOutcome,
     pub response: Option<String>,
-    pub responded_at: Option<String>,
-    pub delivered_at: Option<String>,
+    pub responded_at: Option<DateTime<Utc>>,
+    pub delivered_at: Option<DateTime<Utc>>,
 }

@@ -1,5 +1,6 @@
 //! A mission as serve records it, and the partial updates events make to it.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::MissionState;
@@ -12,9 +13,9 @@ pub struct Mission {
     pub executor_id: Option<String>,
     pub state: MissionState,
     pub payload: Value,
-    pub created_at: String,
-    pub updated_at: String,
-    pub completed_at: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
     pub pty_session_ref: Option<String>,
     pub exit_code: Option<i64>,
     pub error: Option<String>,
@@ -27,7 +28,7 @@ pub struct Mission {
 
 impl Mission {
     /// A mission as a dispatch first stores it: nothing happened to it yet.
-    pub fn new(mission_id: &str, session_id: &str, state: MissionState, payload: Value, now: &str) -> Mission {
+    pub fn new(mission_id: &str, session_id: &str, state: MissionState, payload: Value, now: DateTime<Utc>) -> Mission {
         Mission {
             mission_id: mission_id.to_owned(),
             session_id: session_id.to_owned(),
@@ -55,8 +56,8 @@ impl Mission {
 pub struct MissionPatch {
     pub state: Option<MissionState>,
     pub executor_id: Option<String>,
-    pub updated_at: Option<String>,
-    pub completed_at: Option<String>,
+    pub updated_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
     pub pty_session_ref: Option<String>,
     pub exit_code: Option<i64>,
     pub error: Option<String>,
@@ -70,7 +71,7 @@ pub struct MissionPatch {
 impl MissionPatch {
     /// Nothing but "the mission changed now" (what progress events record).
     pub fn is_touch(&self) -> bool {
-        self == &MissionPatch { updated_at: self.updated_at.clone(), ..MissionPatch::default() }
+        self == &MissionPatch { updated_at: self.updated_at, ..MissionPatch::default() }
     }
 
     pub fn merge(&mut self, later: MissionPatch) {

@@ -3,10 +3,12 @@
 //! mission update and a wire envelope by one builder, so an event serve emits cannot drift from the
 //! contract's shape of its `data`.
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::{patch_for, MissionPatch, MissionState, NewEvent};
+use crate::clock;
 use crate::contract::{EventType, RegisterPayload};
 
 /// Who aborted a mission.
@@ -40,7 +42,7 @@ pub enum ServeEvent {
     HitlResponded {
         hitl_id: String,
         response: String,
-        responded_at: Option<String>,
+        responded_at: Option<DateTime<Utc>>,
     },
     /// A dispatch handed again to the executor that never received it.
     Assigned,
@@ -91,7 +93,7 @@ struct Data<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    responded_at: Option<&'a str>,
+    responded_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -155,7 +157,7 @@ impl ServeEvent {
                 hitl_id: Some(hitl_id),
                 response: Some(response),
                 text: Some(response),
-                responded_at: responded_at.as_deref(),
+                responded_at: responded_at.map(clock::format),
                 ..Data::default()
             },
             ServeEvent::Assigned => Data { state: Some(MissionState::Assigned), ..Data::default() },
@@ -180,26 +182,26 @@ impl ServeEvent {
     }
 
     /// The event as recorded for `executor_id` (and `mission_id`, for a mission event) at `now`.
-    pub fn row(&self, executor_id: &str, mission_id: Option<&str>, now: &str) -> NewEvent {
+    pub fn row(&self, executor_id: &str, mission_id: Option<&str>, now: DateTime<Utc>) -> NewEvent {
         NewEvent {
             event: self.event_type().as_str().into(),
             executor_id: executor_id.to_owned(),
             mission_id: mission_id.map(str::to_owned),
-            ts: now.to_owned(),
+            ts: clock::format(now),
             data: self.data(),
             raw: None,
         }
     }
 
     /// The event and the update of its mission, which moves to `to`.
-    pub fn record(&self, executor_id: &str, mission_id: &str, to: MissionState, now: &str) -> Recorded {
+    pub fn record(&self, executor_id: &str, mission_id: &str, to: MissionState, now: DateTime<Utc>) -> Recorded {
         let event = self.row(executor_id, Some(mission_id), now);
         let patch = MissionPatch { state: Some(to), ..patch_for(self.event_type(), &event.data, Some(to), now) };
         Recorded { event, patch: Some((mission_id.to_owned(), patch)) }
     }
 
     /// The frame that tells the executor, as JSON text.
-    pub fn frame(&self, executor_id: &str, mission_id: &str, now: &str) -> String {
+    pub fn frame(&self, executor_id: &str, mission_id: &str, now: DateTime<Utc>) -> String {
         self.row(executor_id, Some(mission_id), now).frame()
     }
 }
@@ -234,9 +236,9 @@ mod tests {
                 ServeEvent::HitlResponded {
                     hitl_id: "h".into(),
                     response: "yes".into(),
-                    responded_at: Some("t".into()),
+                    responded_at: clock::parse("2026-11-30T12:00:00Z"),
                 },
-                json!({"hitl_id": "h", "response": "yes", "text": "yes", "responded_at": "t"}),
+                json!({"hitl_id": "h", "response": "yes", "text": "yes", "responded_at": "2026-11-30T12:00:00.000Z"}),
             ),
             (ServeEvent::Assigned, json!({"state": "assigned"})),
             (ServeEvent::Started { pty_session_id: "s".into() }, json!({"state": "running", "pty_session_id": "s"})),
@@ -254,11 +256,12 @@ mod tests {
     #[test]
     fn a_terminal_record_completes_the_mission() {
         let failed = ServeEvent::Failed { reason: "hitl_expired", error: Some("late".into()), exit_code: None };
-        let r = failed.record("e", "m", MissionState::Failed, "2026-11-30T00:00:00.000Z");
+        let at = clock::parse("2026-11-30T00:00:00.000Z").unwrap();
+        let r = failed.record("e", "m", MissionState::Failed, at);
         let (id, patch) = r.patch.unwrap();
         assert_eq!(id, "m");
         assert_eq!(patch.state, Some(MissionState::Failed));
-        assert_eq!(patch.completed_at.as_deref(), Some("2026-11-30T00:00:00.000Z"));
+        assert_eq!(patch.completed_at, Some(at));
         assert_eq!(patch.error.as_deref(), Some("late"));
         assert_eq!(r.event.event, "mission.failed");
     }

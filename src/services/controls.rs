@@ -98,7 +98,7 @@ impl Controls {
         let now = clock::now();
         let slot = self.store.reserve().await?;
         let decided = self.ledger.with(mission_id, |live| {
-            let v = decide_action(live, self.facts(live), mission_id, action, &now)?;
+            let v = decide_action(live, self.facts(live), mission_id, action, now)?;
             let commit = slot.submit(v.changes);
             live.move_to(v.to);
             if v.to.is_terminal() {
@@ -168,7 +168,7 @@ fn decide_action(
     owner: Owner,
     mission_id: &str,
     action: Action<'_>,
-    now: &str,
+    now: DateTime<Utc>,
 ) -> std::result::Result<Verdict, Why> {
     let to = match on_control(live.state, action.control()) {
         Some(_) if matches!(action, Action::Resume) => live.resume_target(),
@@ -241,7 +241,7 @@ impl Controls {
 
     /// Starts the timer of a HITL request with an `expires_at`.
     pub fn watch_hitl_deadline(self: &Arc<Self>, request: HitlRequest) {
-        let Some(at) = request.expires_at.as_deref().and_then(|t| t.parse::<DateTime<Utc>>().ok()) else { return };
+        let Some(at) = request.expires_at else { return };
         let wait = (at - Utc::now()).to_std().unwrap_or_default();
         let controls = Arc::clone(self);
         tokio::spawn(async move {
@@ -260,7 +260,7 @@ impl Controls {
         let decided = self.ledger.with(mission_id, |live| {
             let request =
                 live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id && live.state == MissionState::HitlRequired)?;
-            let recorded = said.record(&live.executor_id, mission_id, MissionState::Failed, &now);
+            let recorded = said.record(&live.executor_id, mission_id, MissionState::Failed, now);
             live.terminal_data = Some(recorded.event.data.clone());
             let mut changes = Change::recorded(recorded);
             changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Expired, ..request.clone() })));
@@ -274,7 +274,7 @@ impl Controls {
         }
         tracing::info!(mission_id, hitl_id, "HITL request expired; mission failed");
         let abort = ServeEvent::Aborted { by: AbortedBy::System, reason: "hitl_expired" };
-        self.registry.send(&owner, abort.frame(&owner, mission_id, &now));
+        self.registry.send(&owner, abort.frame(&owner, mission_id, now));
     }
 
     /// Sends a newly connected executor the HITL answers it has not received yet.
@@ -287,9 +287,9 @@ impl Controls {
             let said = ServeEvent::HitlResponded {
                 hitl_id: answer.hitl_id.clone(),
                 response: answer.response.clone().unwrap_or_default(),
-                responded_at: answer.responded_at.clone(),
+                responded_at: answer.responded_at,
             };
-            if self.registry.send(executor_id, said.frame(executor_id, &answer.mission_id, &clock::now())) > 0 {
+            if self.registry.send(executor_id, said.frame(executor_id, &answer.mission_id, clock::now())) > 0 {
                 self.mark_delivered(answer).await;
             }
         }
@@ -315,12 +315,12 @@ fn answer(
     mission_id: &str,
     hitl_id: &str,
     response: &str,
-    now: &str,
+    now: DateTime<Utc>,
 ) -> std::result::Result<HitlRequest, Why> {
     let request = live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id).ok_or_else(|| {
         Refused(Error::Conflict(format!("mission {mission_id} has no pending HITL request {hitl_id}")))
     })?;
-    if request.expires_at.as_deref().is_some_and(|t| t <= now) {
+    if request.expires_at.is_some_and(|t| t <= now) {
         return Err(Expired(Box::new(request.clone())));
     }
     Ok(HitlRequest {
@@ -355,11 +355,13 @@ fn verb(action: Action<'_>) -> &'static str {
 mod tests {
     use super::*;
 
-    const NOW: &str = "2026-11-30T12:00:00.000Z";
+    fn now() -> DateTime<Utc> {
+        crate::clock::parse("2026-11-30T12:00:00.000Z").unwrap()
+    }
     const ABLE: Owner = Owner { can_pause: true, connected: true };
 
     fn verdict(live: &Live, owner: Owner, action: Action<'_>) -> std::result::Result<Verdict, Error> {
-        decide_action(live, owner, "m1", action, NOW).map_err(|why| match why {
+        decide_action(live, owner, "m1", action, now()).map_err(|why| match why {
             Refused(e) => e,
             Expired(h) => Error::Conflict(format!("expired {}", h.hitl_id)),
         })
@@ -371,8 +373,8 @@ mod tests {
             hitl_id: hitl_id.into(),
             prompt: "ok?".into(),
             context: None,
-            expires_at: expires_at.map(str::to_owned),
-            requested_at: NOW.into(),
+            expires_at: expires_at.and_then(crate::clock::parse),
+            requested_at: now(),
             outcome: HitlOutcome::Pending,
             response: None,
             responded_at: None,
@@ -419,7 +421,7 @@ mod tests {
         let answered = v.answered.unwrap();
         assert_eq!((answered.outcome, answered.response.as_deref()), (HitlOutcome::Answered, Some("yes")));
         live.hitl = Some(pending("h1", Some("2026-11-30T11:00:00.000Z")));
-        let late = decide_action(&live, ABLE, "m1", Action::Answer { hitl_id: "h1", response: "yes" }, NOW);
+        let late = decide_action(&live, ABLE, "m1", Action::Answer { hitl_id: "h1", response: "yes" }, now());
         assert!(matches!(late, Err(Expired(_))));
     }
 

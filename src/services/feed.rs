@@ -43,7 +43,7 @@ pub struct Item {
 
 impl From<&StoredEvent> for Item {
     fn from(e: &StoredEvent) -> Item {
-        Item { seq: e.seq, received_at: e.received_at.clone(), envelope: e.envelope.clone() }
+        Item { seq: e.seq, received_at: crate::clock::format(e.received_at), envelope: e.envelope.clone() }
     }
 }
 

@@ -187,7 +187,7 @@ impl Fleet {
                 true
             });
             if moved == Some(true) {
-                changes.extend(Change::recorded(said.record(executor_id, &mission_id, to, &now)));
+                changes.extend(Change::recorded(said.record(executor_id, &mission_id, to, now)));
                 settled.push(mission_id);
             }
         }

@@ -5,6 +5,7 @@
 //! and queued to the store in the same critical section. Only once the commit is durable is the outcome
 //! applied (counts, ledger) and the frame acknowledged. A refused frame changes nothing.
 
+use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -198,7 +199,7 @@ impl Ingest {
         let mut row = Some(row);
         let decided = self.ledger.with(&mission_id, |live| {
             let row = row.take().expect("taken once");
-            match decide(live, judged, &row, &mission_id, &now)? {
+            match decide(live, judged, &row, &mission_id, now)? {
                 Decision::Duplicate => Ok(None),
                 Decision::Accept(a) => {
                     a.apply(live, &row.data);
@@ -317,7 +318,13 @@ fn resync_listing(data: &Value) -> Result<Vec<String>, Error> {
 }
 
 /// Under the ledger lock, without side effects: ownership, the transition, and what the event records.
-fn decide(live: &Live, frame: Judged<'_>, row: &NewEvent, mission_id: &str, now: &str) -> Result<Decision, Error> {
+fn decide(
+    live: &Live,
+    frame: Judged<'_>,
+    row: &NewEvent,
+    mission_id: &str,
+    now: DateTime<Utc>,
+) -> Result<Decision, Error> {
     let Judged { executor_id, event, resumable } = frame;
     if live.executor_id != executor_id {
         return Err(not_owned(mission_id));

@@ -4,7 +4,9 @@ use super::*;
 use crate::domain::HitlOutcome;
 use serde_json::json;
 
-const NOW: &str = "2026-11-30T12:00:00.000Z";
+fn now() -> DateTime<Utc> {
+    crate::clock::parse("2026-11-30T12:00:00.000Z").unwrap()
+}
 
 fn row(event: EventType, data: Value) -> NewEvent {
     NewEvent {
@@ -31,16 +33,26 @@ fn accepted(d: Result<Decision, Error>) -> Accepted {
 #[test]
 fn another_executors_mission_is_not_owned() {
     let live = Live::new("e2", MissionState::Running);
-    let d =
-        decide(&live, judged(EventType::MissionProgress, true), &row(EventType::MissionProgress, json!({})), "m1", NOW);
+    let d = decide(
+        &live,
+        judged(EventType::MissionProgress, true),
+        &row(EventType::MissionProgress, json!({})),
+        "m1",
+        now(),
+    );
     assert!(matches!(d, Err(Error::Forbidden(_))), "{d:?}");
 }
 
 #[test]
 fn an_illegal_transition_is_refused() {
     let live = Live::new("e1", MissionState::Running);
-    let d =
-        decide(&live, judged(EventType::MissionAssigned, true), &row(EventType::MissionAssigned, json!({})), "m1", NOW);
+    let d = decide(
+        &live,
+        judged(EventType::MissionAssigned, true),
+        &row(EventType::MissionAssigned, json!({})),
+        "m1",
+        now(),
+    );
     assert!(matches!(d, Err(Error::IllegalTransition(_))), "{d:?}");
 }
 
@@ -50,21 +62,24 @@ fn suspension_needs_a_resumable_executor() {
     let e = EventType::MissionSuspended;
     let data = json!({"state": "suspended"});
     assert!(matches!(
-        decide(&live, judged(e, false), &row(e, data.clone()), "m1", NOW),
+        decide(&live, judged(e, false), &row(e, data.clone()), "m1", now()),
         Err(Error::IllegalTransition(_))
     ));
-    assert_eq!(accepted(decide(&live, judged(e, true), &row(e, data), "m1", NOW)).moved, Some(MissionState::Suspended));
+    assert_eq!(
+        accepted(decide(&live, judged(e, true), &row(e, data), "m1", now())).moved,
+        Some(MissionState::Suspended)
+    );
 }
 
 #[test]
 fn completion_moves_and_records_the_end() {
     let live = Live::new("e1", MissionState::Running);
     let e = EventType::MissionCompleted;
-    let a = accepted(decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 0})), "m1", NOW));
+    let a = accepted(decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 0})), "m1", now()));
     assert_eq!(a.moved, Some(MissionState::Done));
     assert_eq!(a.patch.state, Some(MissionState::Done));
     assert_eq!(a.patch.exit_code, Some(0));
-    assert_eq!(a.patch.completed_at.as_deref(), Some(NOW));
+    assert_eq!(a.patch.completed_at, Some(now()));
 }
 
 #[test]
@@ -73,10 +88,10 @@ fn the_same_terminal_event_again_is_a_duplicate_and_another_is_refused() {
     live.terminal_data = Some(json!({"state": "done", "exit_code": 0}));
     let e = EventType::MissionCompleted;
     assert_eq!(
-        decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 0})), "m1", NOW).unwrap(),
+        decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 0})), "m1", now()).unwrap(),
         Decision::Duplicate
     );
-    let other = decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 1})), "m1", NOW);
+    let other = decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 1})), "m1", now());
     assert!(matches!(other, Err(Error::IllegalTransition(_))), "{other:?}");
 }
 
@@ -85,12 +100,12 @@ fn a_progress_report_sent_again_is_a_duplicate() {
     let mut live = Live::new("e1", MissionState::Running);
     let e = EventType::MissionProgress;
     let report = row(e, json!({"summary": "half way"}));
-    let a = accepted(decide(&live, judged(e, true), &report, "m1", NOW));
+    let a = accepted(decide(&live, judged(e, true), &report, "m1", now()));
     assert_eq!(a.moved, None);
     a.apply(&mut live, &report.data);
-    assert_eq!(decide(&live, judged(e, true), &report, "m1", NOW).unwrap(), Decision::Duplicate);
+    assert_eq!(decide(&live, judged(e, true), &report, "m1", now()).unwrap(), Decision::Duplicate);
     let next = row(e, json!({"summary": "almost"}));
-    assert!(matches!(decide(&live, judged(e, true), &next, "m1", NOW), Ok(Decision::Accept(_))));
+    assert!(matches!(decide(&live, judged(e, true), &next, "m1", now()), Ok(Decision::Accept(_))));
 }
 
 #[test]
@@ -98,7 +113,7 @@ fn a_hitl_request_opens_with_its_deadline_and_replaces_an_older_one() {
     let mut live = Live::new("e1", MissionState::Running);
     let e = EventType::MissionHitlRequired;
     let first = row(e, json!({"state": "hitl-required", "hitl_id": "h1", "prompt": "ok?"}));
-    let a = accepted(decide(&live, judged(e, true), &first, "m1", NOW));
+    let a = accepted(decide(&live, judged(e, true), &first, "m1", now()));
     assert_eq!(a.moved, Some(MissionState::HitlRequired));
     assert!(a.deadline(e).is_none(), "no expires_at, no deadline");
     a.apply(&mut live, &first.data);
@@ -106,10 +121,13 @@ fn a_hitl_request_opens_with_its_deadline_and_replaces_an_older_one() {
         e,
         json!({"state": "hitl-required", "hitl_id": "h2", "prompt": "sure?", "expires_at": "2026-12-01T00:00:00Z"}),
     );
-    let b = accepted(decide(&live, judged(e, true), &second, "m1", NOW));
+    let b = accepted(decide(&live, judged(e, true), &second, "m1", now()));
     let outcomes: Vec<(&str, HitlOutcome)> = b.hitl_puts.iter().map(|h| (h.hitl_id.as_str(), h.outcome)).collect();
     assert_eq!(outcomes, [("h1", HitlOutcome::Withdrawn), ("h2", HitlOutcome::Pending)]);
-    assert_eq!(b.deadline(e).unwrap().expires_at.as_deref(), Some("2026-12-01T00:00:00.000Z"));
+    assert_eq!(
+        b.deadline(e).unwrap().expires_at.map(crate::clock::format).as_deref(),
+        Some("2026-12-01T00:00:00.000Z")
+    );
 }
 
 #[test]

@@ -230,7 +230,7 @@ impl Ledger {
                 return None;
             }
             let (said, to) = judge(live)?;
-            let recorded = said.record(executor_id, mission_id, to, &now);
+            let recorded = said.record(executor_id, mission_id, to, now);
             let event = recorded.event.clone();
             let mut changes = Change::recorded(recorded);
             if let (Some(open), true) = (&live.hitl, to.is_terminal()) {

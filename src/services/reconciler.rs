@@ -131,7 +131,7 @@ impl Reconciler {
             Ok(Some(m)) => m,
             _ => return,
         };
-        let note = Change::AppendEvent(ServeEvent::Assigned.row(executor_id, Some(mission_id), &clock::now()));
+        let note = Change::AppendEvent(ServeEvent::Assigned.row(executor_id, Some(mission_id), clock::now()));
         if self.store.commit(vec![note]).await.is_err() {
             return;
         }
@@ -168,12 +168,12 @@ impl Reconciler {
         // Only an unknown id gets its own record: an ended or foreign mission's history is not the
         // place for another executor's confusion (the resync event itself is in the log).
         if why == Stranger::Unknown {
-            let row = said.row(executor_id, Some(mission_id), &now);
+            let row = said.row(executor_id, Some(mission_id), now);
             if self.store.commit(vec![Change::AppendEvent(row)]).await.is_err() {
                 return;
             }
         }
-        self.registry.send(executor_id, said.frame(executor_id, mission_id, &now));
+        self.registry.send(executor_id, said.frame(executor_id, mission_id, now));
     }
 
     /// Arms the disconnect grace of an executor whose last socket closed (`epoch` identifies this
@@ -203,7 +203,7 @@ impl Reconciler {
         for (mission_id, _) in self.ledger.owned_by(executor_id) {
             self.end_for_executor(executor_id, &mission_id, to, said.clone()).await;
         }
-        let event = ServeEvent::Deregistered { reason: "timeout" }.row(executor_id, None, &clock::now());
+        let event = ServeEvent::Deregistered { reason: "timeout" }.row(executor_id, None, clock::now());
         if let Err(e) = self.store.commit(vec![Change::AppendEvent(event)]).await {
             tracing::error!(error = %e, executor_id, "recording a disconnect timeout failed");
         }

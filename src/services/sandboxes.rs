@@ -140,7 +140,7 @@ impl Sandboxes {
                 name,
                 registration: body.clone(),
                 token_hash: tokens::hash(&token),
-                registered_at: known.map_or_else(clock::now, |e| e.row.registered_at.clone()),
+                registered_at: known.map_or_else(clock::now, |e| e.row.registered_at),
                 registered_from: Some(from),
                 deregistered_at: None,
             }
@@ -204,7 +204,7 @@ impl Sandboxes {
             event: format!("sandbox.{kind}").into(),
             executor_id: sandbox_id.to_owned(),
             mission_id: None,
-            ts: now.clone(),
+            ts: clock::format(now),
             data: frame.clone(),
             raw: None,
         };
@@ -215,7 +215,7 @@ impl Sandboxes {
         let registered_from = {
             let mut inner = self.inner.lock().expect("sandboxes lock");
             inner.entries.get_mut(sandbox_id).and_then(|e| {
-                e.last_event = Some((kind.to_owned(), now));
+                e.last_event = Some((kind.to_owned(), clock::format(now)));
                 e.row.registered_from.clone()
             })
         };
@@ -236,7 +236,7 @@ impl Sandboxes {
             out.push(SandboxStatus {
                 sandbox_id: e.row.sandbox_id.clone(),
                 name: e.row.name.clone(),
-                registered_at: e.row.registered_at.clone(),
+                registered_at: clock::format(e.row.registered_at),
                 connected: e.sockets > 0,
                 last_event_type: e.last_event.as_ref().map(|(t, _)| t.clone()),
                 last_event_at: e.last_event.as_ref().map(|(_, at)| at.clone()),

@@ -68,7 +68,7 @@ pub struct MissionQuery {
     pub state: Option<MissionState>,
     pub executor_id: Option<String>,
     pub session_id: Option<String>,
-    pub updated_since: Option<String>,
+    pub updated_since: Option<chrono::DateTime<chrono::Utc>>,
     /// Only missions dispatched before this one (the cursor of the previous page).
     pub before_id: Option<i64>,
     pub limit: u32,

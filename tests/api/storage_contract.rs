@@ -98,17 +98,24 @@ mod cases {
         Change, ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionQuery, NewEvent, Pending,
         SandboxRecord, Store, StoreError, StoredEvent,
     };
+    use chrono::{DateTime, Utc};
     use serde_json::{json, Value};
     use tokio::sync::broadcast::error::TryRecvError;
 
     use super::Harness;
     use crate::support::WAIT;
 
-    fn ts(second: u32) -> String {
+    /// A time, as the records hold it.
+    fn ts(second: u32) -> DateTime<Utc> {
+        aiwg_serve::clock::parse(&text(second)).unwrap()
+    }
+
+    /// A time as executors write it (an event's own `ts`, its latest event time, an estimated start).
+    fn text(second: u32) -> String {
         format!("2026-01-01T00:00:{second:02}.000Z")
     }
 
-    fn executor(id: &str, registered_at: &str) -> ExecutorRecord {
+    fn executor(id: &str, registered_at: DateTime<Utc>) -> ExecutorRecord {
         ExecutorRecord {
             identity: RegisterPayload {
                 executor_id: id.into(),
@@ -124,7 +131,7 @@ mod cases {
                 capabilities: vec!["shell".into(), "git".into()],
             },
             token_hash: [7; 32],
-            registered_at: registered_at.into(),
+            registered_at,
             registered_from: Some("127.0.0.1".into()),
             seen_non_loopback: false,
             draining: false,
@@ -141,13 +148,7 @@ mod cases {
     fn mission(id: &str, session: &str, executor: Option<&str>, state: MissionState) -> Mission {
         Mission {
             executor_id: executor.map(Into::into),
-            ..Mission::new(
-                id,
-                session,
-                state,
-                json!({"goal": format!("goal of {id}"), "steps": [1, 2]}),
-                "2026-11-30T00:00:00.000Z",
-            )
+            ..Mission::new(id, session, state, json!({"goal": format!("goal of {id}"), "steps": [1, 2]}), ts(0))
         }
     }
 
@@ -164,7 +165,7 @@ mod cases {
             event: name.into(),
             executor_id: executor.into(),
             mission_id: mission.map(Into::into),
-            ts: ts(0),
+            ts: text(0),
             data: json!({"n": n, "text": format!("event {n}")}),
             raw: None,
         }
@@ -193,13 +194,13 @@ mod cases {
         Change::PutHitl(Box::new(row.clone()))
     }
 
-    fn sandbox(id: &str, registered_at: &str) -> SandboxRecord {
+    fn sandbox(id: &str, registered_at: DateTime<Utc>) -> SandboxRecord {
         SandboxRecord {
             sandbox_id: id.into(),
             name: format!("sandbox {id}"),
             registration: json!({"name": id, "capabilities": ["pty"]}),
             token_hash: [9; 32],
-            registered_at: registered_at.into(),
+            registered_at,
             registered_from: Some("10.0.0.7".into()),
             deregistered_at: None,
         }
@@ -220,11 +221,11 @@ mod cases {
 
     pub(super) async fn units_answer_with_the_sequence_numbers_of_their_events(store: Store) {
         assert_eq!(store.last_seq(), 0, "no event yet");
-        let e1 = executor("e1", &ts(0));
+        let e1 = executor("e1", ts(0));
         let (a, b) = (event("executor.registered", "e1", None, 1), event("executor.resync", "e1", None, 2));
         assert_eq!(store.commit(vec![put_executor(&e1), append(&a), append(&b)]).await.unwrap(), vec![1, 2]);
         assert_eq!(store.last_seq(), 2);
-        let seen = Change::ExecutorSeen { executor_id: "e1".into(), ts: ts(3) };
+        let seen = Change::ExecutorSeen { executor_id: "e1".into(), ts: text(3) };
         assert_eq!(store.commit(vec![seen]).await.unwrap(), Vec::<i64>::new(), "a unit without events");
         assert_eq!(store.last_seq(), 2);
 
@@ -264,7 +265,7 @@ mod cases {
         for (expected_seq, sent) in (2..).zip(&sent) {
             let got = tokio::time::timeout(WAIT, rx.recv()).await.expect("in time").unwrap();
             assert_eq!((got.seq, &got.envelope), (expected_seq, &sent.envelope()));
-            assert!(!got.received_at.is_empty());
+            assert!(got.received_at.timestamp() > 0, "stamped with its commit time");
             // Published only once committed: readable as it arrives, as it will be read from the log.
             let stored = store.events_after(got.seq - 1, None, None, 1).await.unwrap();
             assert_eq!(stored, vec![(*got).clone()]);
@@ -273,7 +274,7 @@ mod cases {
     }
 
     pub(super) async fn a_failing_unit_fails_alone_and_takes_no_sequence_number(store: Store) {
-        let e1 = executor("e1", &ts(0));
+        let e1 = executor("e1", ts(0));
         let m0 = mission("m0", "s1", None, MissionState::Queued);
         store.commit(vec![put_executor(&e1)]).await.unwrap();
         store.commit(vec![insert(&m0)]).await.unwrap();
@@ -317,7 +318,7 @@ mod cases {
             queued_reason: Some("no executor has gpu".into()),
             ..mission("m1", "s1", None, MissionState::Queued)
         };
-        store.commit(vec![put_executor(&executor("e1", &ts(0)))]).await.unwrap();
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
         store.commit(vec![insert(&queued)]).await.unwrap();
         assert_eq!(store.mission("m1").await.unwrap(), Some(queued.clone()));
 
@@ -329,7 +330,7 @@ mod cases {
             pty_session_ref: Some("pty-7".into()),
             exit_code: Some(3),
             error: Some("it broke".into()),
-            estimated_start: Some(ts(5)),
+            estimated_start: Some(text(5)),
             routing: Some(json!({"chosen": "e1", "candidates": ["e1"]})),
             terminal_data: Some(json!({"exit_code": 3})),
             queued_reason: Some("none".into()),
@@ -340,7 +341,7 @@ mod cases {
             executor_id: full.executor_id.clone(),
             state: MissionState::Done,
             updated_at: ts(30),
-            completed_at: full.completed_at.clone(),
+            completed_at: full.completed_at,
             pty_session_ref: full.pty_session_ref.clone(),
             exit_code: Some(3),
             error: full.error.clone(),
@@ -363,7 +364,8 @@ mod cases {
         assert_eq!(store.mission("m1").await.unwrap(), Some(merged.clone()));
 
         // A commit that only touches a mission records its commit time.
-        let touch = MissionPatch { updated_at: Some("2000-01-01T00:00:00.000Z".into()), ..Default::default() };
+        let touch =
+            MissionPatch { updated_at: aiwg_serve::clock::parse("2000-01-01T00:00:00.000Z"), ..Default::default() };
         let progress = event("mission.progress", "e1", Some("m1"), 1);
         let seq = store.commit(vec![append(&progress), patch("m1", touch)]).await.unwrap();
         let committed_at = store.events_after(seq[0] - 1, None, None, 1).await.unwrap().remove(0).received_at;
@@ -373,7 +375,7 @@ mod cases {
 
     pub(super) async fn missions_filter_and_page_newest_dispatch_first(store: Store) {
         use MissionState::{Done, Failed, Queued, Running};
-        store.commit(vec![put_executor(&executor("e1", &ts(0))), put_executor(&executor("e2", &ts(0)))]).await.unwrap();
+        store.commit(vec![put_executor(&executor("e1", ts(0))), put_executor(&executor("e2", ts(0)))]).await.unwrap();
         let specs = [
             ("m1", "s1", Some("e1"), Running),
             ("m2", "s1", Some("e2"), Done),
@@ -442,7 +444,7 @@ mod cases {
     pub(super) async fn mission_counts_list_every_state(store: Store) {
         let zeros: Vec<(&str, i64)> = MissionState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
         assert_eq!(store.mission_counts().await.unwrap(), zeros);
-        let mut changes = vec![put_executor(&executor("e1", &ts(0)))];
+        let mut changes = vec![put_executor(&executor("e1", ts(0)))];
         let states = [MissionState::Running, MissionState::Queued, MissionState::Running, MissionState::Done];
         for (n, state) in states.into_iter().enumerate() {
             let executor = (state != MissionState::Queued).then_some("e1");
@@ -505,7 +507,7 @@ mod cases {
     }
 
     pub(super) async fn hitl_requests_are_found_by_outcome(store: Store) {
-        let mut setup = vec![put_executor(&executor("e1", &ts(0))), put_executor(&executor("e2", &ts(0)))];
+        let mut setup = vec![put_executor(&executor("e1", ts(0))), put_executor(&executor("e2", ts(0)))];
         for (id, executor) in [("m1", "e1"), ("m2", "e1"), ("m3", "e2"), ("m4", "e1")] {
             setup.push(insert(&mission(id, "s1", Some(executor), MissionState::HitlRequired)));
         }
@@ -549,7 +551,7 @@ mod cases {
     }
 
     pub(super) async fn executors_round_trip_and_keep_their_first_registration(store: Store) {
-        let (e2, e1, e3) = (executor("e2", &ts(2)), executor("e1", &ts(1)), executor("e3", &ts(2)));
+        let (e2, e1, e3) = (executor("e2", ts(2)), executor("e1", ts(1)), executor("e3", ts(2)));
         let bare = ExecutorRecord {
             identity: RegisterPayload {
                 a2a_instance_id: None,
@@ -570,7 +572,7 @@ mod cases {
             registered_from: Some("192.168.1.9".into()),
             seen_non_loopback: true,
             draining: true,
-            last_event_ts: Some(ts(41)),
+            last_event_ts: Some(text(41)),
             disconnected_at: Some(ts(42)),
             deregistered_at: Some(ts(43)),
         };
@@ -581,23 +583,23 @@ mod cases {
     }
 
     pub(super) async fn executor_seen_records_the_latest_event_time(store: Store) {
-        let (e1, e2) = (executor("e1", &ts(0)), executor("e2", &ts(0)));
+        let (e1, e2) = (executor("e1", ts(0)), executor("e2", ts(0)));
         store.commit(vec![put_executor(&e1), put_executor(&e2)]).await.unwrap();
-        let seen = |id: &str, second| Change::ExecutorSeen { executor_id: id.into(), ts: ts(second) };
+        let seen = |id: &str, second| Change::ExecutorSeen { executor_id: id.into(), ts: text(second) };
         store.commit(vec![seen("e1", 5), seen("e1", 6)]).await.unwrap();
         let first = submit(&store, vec![seen("e2", 7)]).await;
         let second = submit(&store, vec![seen("e2", 8), seen("nobody", 9)]).await;
         first.await.unwrap().unwrap();
         second.await.unwrap().unwrap();
         let expected = vec![
-            ExecutorRecord { last_event_ts: Some(ts(6)), ..e1 },
-            ExecutorRecord { last_event_ts: Some(ts(8)), ..e2 },
+            ExecutorRecord { last_event_ts: Some(text(6)), ..e1 },
+            ExecutorRecord { last_event_ts: Some(text(8)), ..e2 },
         ];
         assert_eq!(store.executors().await.unwrap(), expected, "and no executor made up for `nobody`");
     }
 
     pub(super) async fn sandboxes_round_trip_and_keep_their_first_registration(store: Store) {
-        let (b, a, c) = (sandbox("b", &ts(2)), sandbox("a", &ts(1)), sandbox("c", &ts(2)));
+        let (b, a, c) = (sandbox("b", ts(2)), sandbox("a", ts(1)), sandbox("c", ts(2)));
         let bare = SandboxRecord { registered_from: None, ..c };
         let puts = [&b, &a, &bare].map(|s| Change::PutSandbox(Box::new(s.clone())));
         store.commit(puts.to_vec()).await.unwrap();
@@ -618,7 +620,7 @@ mod cases {
     }
 
     pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {
-        store.commit(vec![put_executor(&executor("e1", &ts(0)))]).await.unwrap();
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
         let q1 = mission("q1", "s1", None, MissionState::Queued);
         let q2 = Mission { queued_reason: Some("busy".into()), ..mission("q2", "s1", None, MissionState::Queued) };
         store.commit(vec![insert(&q1)]).await.unwrap();
@@ -657,7 +659,7 @@ mod cases {
     }
 
     pub(super) async fn recent_progress_of_live_missions_is_their_last_sixteen(store: Store) {
-        store.commit(vec![put_executor(&executor("e1", &ts(0)))]).await.unwrap();
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
         for (id, state) in
             [("m1", MissionState::Running), ("m2", MissionState::Done), ("m4", MissionState::HitlRequired)]
         {
@@ -697,7 +699,7 @@ mod cases {
 
     pub(super) async fn a_reopened_store_keeps_everything_and_continues_the_sequence(harness: impl Harness) {
         let store = harness.store();
-        let e1 = executor("e1", &ts(0));
+        let e1 = executor("e1", ts(0));
         let m1 = mission("m1", "s1", Some("e1"), MissionState::Running);
         let q1 = mission("q1", "s2", None, MissionState::Queued);
         let answered = hitl("m1", "h1", HitlOutcome::Answered, Some(3));
@@ -705,7 +707,7 @@ mod cases {
         // The mission insert comes first in its unit.
         let mut unit = vec![insert(&m1)];
         let started = MissionPatch { pty_session_ref: Some("pty-1".into()), ..Default::default() };
-        unit.extend([patch("m1", started), put_hitl(&answered), Change::PutSandbox(Box::new(sandbox("b1", &ts(0))))]);
+        unit.extend([patch("m1", started), put_hitl(&answered), Change::PutSandbox(Box::new(sandbox("b1", ts(0))))]);
         unit.push(append(&event("mission.progress", "e1", Some("m1"), 1)));
         store.commit(unit).await.unwrap();
         store.commit(vec![insert(&q1)]).await.unwrap();
@@ -713,13 +715,14 @@ mod cases {
         // Queued, not awaited: closing commits it first.
         let progress = event("mission.progress", "e1", Some("m1"), 2);
         let last =
-            submit(&store, vec![append(&progress), Change::ExecutorSeen { executor_id: "e1".into(), ts: ts(9) }]).await;
+            submit(&store, vec![append(&progress), Change::ExecutorSeen { executor_id: "e1".into(), ts: text(9) }])
+                .await;
 
         let harness = harness.reopen().await;
         assert_eq!(last.await.unwrap().unwrap(), vec![2]);
         let store = harness.store();
         let after = Snapshot::take(&store).await;
-        assert_eq!(after.executors, vec![ExecutorRecord { last_event_ts: Some(ts(9)), ..e1 }]);
+        assert_eq!(after.executors, vec![ExecutorRecord { last_event_ts: Some(text(9)), ..e1 }]);
         assert_eq!(seqs(&after.events), vec![1, 2]);
         assert_eq!((&after.events[..1], &after.events[1].envelope), (&before.events[..], &progress.envelope()));
         let unchanged = Snapshot { executors: before.executors.clone(), events: before.events.clone(), ..after };

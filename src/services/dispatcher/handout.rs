@@ -137,7 +137,7 @@ impl Dispatcher {
 
     fn tell_to_abort(&self, executor_id: &str, mission_id: &str) {
         let abort = ServeEvent::Aborted { by: AbortedBy::System, reason: "dispatch_timeout" };
-        self.registry.send(executor_id, abort.frame(executor_id, mission_id, &clock::now()));
+        self.registry.send(executor_id, abort.frame(executor_id, mission_id, clock::now()));
     }
 
     async fn fail_dispatch(
@@ -166,7 +166,7 @@ impl Dispatcher {
             return Ok(Dispatched::assigned(mission_id, executor_id, None));
         }
         let now = clock::now();
-        let mut changes = Change::recorded(said.record(executor_id, mission_id, MissionState::Failed, &now));
+        let mut changes = Change::recorded(said.record(executor_id, mission_id, MissionState::Failed, now));
         let patch = MissionPatch { routing: Some(json!(record)), ..MissionPatch::default() };
         changes.push(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
         self.store.commit(changes).await?;

@@ -184,7 +184,7 @@ impl Dispatcher {
         let row = Mission {
             executor_id: Some(attempts[0].clone()),
             routing: Some(json!(record)),
-            ..Mission::new(&mission_id, session_id, MissionState::Assigned, body.clone(), &crate::clock::now())
+            ..Mission::new(&mission_id, session_id, MissionState::Assigned, body.clone(), crate::clock::now())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mut dispatched = self.hand_out(&mission_id, session_id, &body, attempts, record).await?;

@@ -85,7 +85,7 @@ impl Dispatcher {
     ) -> Result<Dispatched> {
         let row = Mission {
             queued_reason: Some(reason.clone()),
-            ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), &clock::now())
+            ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), clock::now())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mission_id = payload.mission_id.clone();
@@ -188,7 +188,7 @@ impl Dispatcher {
         let now = clock::now();
         let patch = MissionPatch {
             state: Some(MissionState::Aborted),
-            updated_at: Some(now.clone()),
+            updated_at: Some(now),
             completed_at: Some(now),
             error: Some("aborted by the operator while queued".into()),
             ..MissionPatch::default()

@@ -1,5 +1,6 @@
 //! Executors as operators list them: one, or a page in registration order.
 
+use crate::clock;
 use serde::Serialize;
 
 use super::{Entry, Registry};
@@ -52,8 +53,8 @@ fn status_of(e: &Entry) -> ExecutorStatus {
         connected: !e.links.is_empty(),
         last_event_ts: e.last_event.lock().expect("entry lock").clone(),
         active_mission_count: e.active_missions,
-        registered_at: r.registered_at.clone(),
-        disconnected_at: r.disconnected_at.clone(),
+        registered_at: clock::format(r.registered_at),
+        disconnected_at: r.disconnected_at.map(clock::format),
         draining: r.draining,
     }
 }

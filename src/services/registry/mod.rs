@@ -6,6 +6,7 @@
 
 mod listing;
 
+use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Mutex, RwLock};
@@ -141,14 +142,14 @@ impl Registry {
                 (TokenDecision::Issue { rotated_for_non_loopback }, _) => (tokens::issue(), rotated_for_non_loopback),
                 (TokenDecision::Keep, None) => unreachable!("a kept token is a presented one"),
             };
-            (registered_row(existing, p, &token, peer, &now), token, rotated_for_non_loopback)
+            (registered_row(existing, p, &token, peer, now), token, rotated_for_non_loopback)
         };
-        let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(&row.identity.executor_id, None, &now);
+        let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(&row.identity.executor_id, None, now);
         self.store.commit(vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)]).await?;
         let registered = Registered {
             executor_id: row.identity.executor_id.clone(),
             token: token.clone(),
-            registered_at: row.registered_at.clone(),
+            registered_at: clock::format(row.registered_at),
             rotated_for_non_loopback,
         };
         let mut inner = self.inner.write().expect("registry lock");
@@ -212,13 +213,13 @@ impl Registry {
         let entry = inner.executors.get(executor_id).filter(|e| e.live())?;
         let current = entry.current_row();
         let row = ExecutorRecord {
-            deregistered_at: Some(now.clone()),
-            disconnected_at: Some(now.clone()),
+            deregistered_at: Some(now),
+            disconnected_at: Some(now),
             token_hash: tokens::revoked(),
             registered_from: if release { None } else { current.registered_from.clone() },
             ..current
         };
-        let event = ServeEvent::Deregistered { reason }.row(executor_id, None, &now);
+        let event = ServeEvent::Deregistered { reason }.row(executor_id, None, now);
         Some(vec![Change::PutExecutor(Box::new(row)), Change::AppendEvent(event)])
     }
 
@@ -228,7 +229,7 @@ impl Registry {
         let mut inner = self.inner.write().expect("registry lock");
         let Some(entry) = inner.executors.get_mut(executor_id).filter(|e| e.live()) else { return };
         let old_hash = entry.row.token_hash;
-        entry.row.deregistered_at = Some(now.clone());
+        entry.row.deregistered_at = Some(now);
         entry.row.disconnected_at = Some(now);
         entry.row.token_hash = tokens::revoked();
         if release {
@@ -404,17 +405,17 @@ fn registered_row(
     p: &RegisterPayload,
     token: &str,
     peer: IpAddr,
-    now: &str,
+    now: DateTime<Utc>,
 ) -> ExecutorRecord {
     ExecutorRecord {
         identity: p.clone(),
         token_hash: tokens::hash(token),
-        registered_at: existing.map_or_else(|| now.to_owned(), |e| e.row.registered_at.clone()),
+        registered_at: existing.map_or_else(|| now.to_owned(), |e| e.row.registered_at),
         registered_from: Some(peer.to_string()),
         seen_non_loopback: !is_loopback(peer) || existing.is_some_and(|e| e.row.seen_non_loopback),
         draining: existing.is_some_and(|e| e.row.draining),
         last_event_ts: existing.and_then(|e| e.last_event.lock().expect("entry lock").clone()),
-        disconnected_at: existing.and_then(|e| e.row.disconnected_at.clone()),
+        disconnected_at: existing.and_then(|e| e.row.disconnected_at),
         deregistered_at: None,
     }
 }

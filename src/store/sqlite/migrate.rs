@@ -29,7 +29,7 @@ pub async fn apply(conn: &mut SqliteConnection) -> Result<()> {
         sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)")
             .bind(version)
             .bind(name)
-            .bind(crate::clock::now())
+            .bind(crate::clock::stamp())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -136,7 +136,7 @@ pub(super) async fn missions(pool: &SqlitePool, q: &MissionQuery) -> Result<Vec<
         sql.push(" AND session_id = ").push_bind(session_id);
     }
     if let Some(since) = &q.updated_since {
-        sql.push(" AND updated_at > ").push_bind(since);
+        sql.push(" AND updated_at > ").push_bind(crate::clock::format(*since));
     }
     if let Some(before) = q.before_id {
         sql.push(" AND id < ").push_bind(before);

@@ -1,9 +1,11 @@
 //! Row mapping: SQLite rows back into the store's records, every failure naming where it is.
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
+use crate::clock;
 use crate::contract::{Envelope, RegisterPayload};
 use crate::domain::MissionState;
 use crate::store::{ExecutorRecord, HitlOutcome, HitlRequest, Mission, Result, SandboxRecord, StoreError, StoredEvent};
@@ -35,6 +37,17 @@ pub(super) fn parse_json<T: serde::de::DeserializeOwned>(s: &str, what: &str) ->
     serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
 
+/// A time column (text in the stored format).
+fn time(r: &SqliteRow, col: &str) -> Result<DateTime<Utc>> {
+    let text: String = r.try_get(col)?;
+    clock::parse(&text).ok_or_else(|| StoreError::Corrupt(format!("{col} {text:?} is not a time")))
+}
+
+fn time_opt(r: &SqliteRow, col: &str) -> Result<Option<DateTime<Utc>>> {
+    let text: Option<String> = r.try_get(col)?;
+    text.map(|t| clock::parse(&t).ok_or_else(|| StoreError::Corrupt(format!("{col} {t:?} is not a time")))).transpose()
+}
+
 fn token_hash(hash: Vec<u8>) -> Result<[u8; 32]> {
     hash.try_into().map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))
 }
@@ -52,13 +65,13 @@ pub(super) fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRecord> {
             capabilities: parse_json(r.try_get("capabilities")?, "capabilities")?,
         },
         token_hash: token_hash(hash)?,
-        registered_at: r.try_get("registered_at")?,
+        registered_at: time(r, "registered_at")?,
         registered_from: r.try_get("registered_from")?,
         seen_non_loopback: r.try_get::<i64, _>("seen_non_loopback")? != 0,
         draining: r.try_get::<i64, _>("draining")? != 0,
         last_event_ts: r.try_get("last_event_ts")?,
-        disconnected_at: r.try_get("disconnected_at")?,
-        deregistered_at: r.try_get("deregistered_at")?,
+        disconnected_at: time_opt(r, "disconnected_at")?,
+        deregistered_at: time_opt(r, "deregistered_at")?,
     })
 }
 
@@ -69,9 +82,9 @@ pub(super) fn sandbox_from_row(r: &SqliteRow) -> Result<SandboxRecord> {
         name: r.try_get("name")?,
         registration: parse_json(r.try_get("registration")?, "registration")?,
         token_hash: token_hash(hash)?,
-        registered_at: r.try_get("registered_at")?,
+        registered_at: time(r, "registered_at")?,
         registered_from: r.try_get("registered_from")?,
-        deregistered_at: r.try_get("deregistered_at")?,
+        deregistered_at: time_opt(r, "deregistered_at")?,
     })
 }
 
@@ -85,9 +98,9 @@ pub(super) fn mission_from_row(r: &SqliteRow) -> Result<Mission> {
         executor_id: r.try_get("executor_id")?,
         state: parse_state(r.try_get("state")?)?,
         payload: parse_json(r.try_get("payload")?, "payload")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-        completed_at: r.try_get("completed_at")?,
+        created_at: time(r, "created_at")?,
+        updated_at: time(r, "updated_at")?,
+        completed_at: time_opt(r, "completed_at")?,
         pty_session_ref: r.try_get("pty_session_ref")?,
         exit_code: r.try_get("exit_code")?,
         error: r.try_get("error")?,
@@ -105,19 +118,19 @@ pub(super) fn hitl_from_row(r: &SqliteRow) -> Result<HitlRequest> {
         hitl_id: r.try_get("hitl_id")?,
         prompt: r.try_get("prompt")?,
         context: r.try_get("context")?,
-        expires_at: r.try_get("expires_at")?,
-        requested_at: r.try_get("requested_at")?,
+        expires_at: time_opt(r, "expires_at")?,
+        requested_at: time(r, "requested_at")?,
         outcome: parse_outcome(r.try_get("outcome")?)?,
         response: r.try_get("response")?,
-        responded_at: r.try_get("responded_at")?,
-        delivered_at: r.try_get("delivered_at")?,
+        responded_at: time_opt(r, "responded_at")?,
+        delivered_at: time_opt(r, "delivered_at")?,
     })
 }
 
 pub(super) fn event_from_row(r: &SqliteRow) -> Result<StoredEvent> {
     Ok(StoredEvent {
         seq: r.try_get("seq")?,
-        received_at: r.try_get("received_at")?,
+        received_at: time(r, "received_at")?,
         envelope: Envelope {
             event: r.try_get("event")?,
             executor_id: r.try_get("executor_id")?,

@@ -4,6 +4,7 @@
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{QueryBuilder, Sqlite};
 
+use crate::clock;
 use crate::store::{ExecutorRecord, HitlRequest, Mission, MissionPatch, NewEvent, SandboxRecord};
 
 /// An event's `data` and `raw`, as JSON text (encoded by the submitting task, not the writer).
@@ -24,9 +25,9 @@ pub(super) async fn insert_mission(conn: &mut SqliteConnection, m: &Mission) -> 
     .bind(&m.executor_id)
     .bind(m.state.as_str())
     .bind(m.payload.to_string())
-    .bind(&m.created_at)
-    .bind(&m.updated_at)
-    .bind(&m.completed_at)
+    .bind(clock::format(m.created_at))
+    .bind(clock::format(m.updated_at))
+    .bind(m.completed_at.map(clock::format))
     .bind(&m.pty_session_ref)
     .bind(m.exit_code)
     .bind(&m.error)
@@ -55,12 +56,12 @@ pub(super) fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a Exe
             .push_bind(serde_json::to_string(&e.identity.capabilities).expect("capabilities serialize"))
             .push_bind(e.identity.a2a_instance_id.as_deref())
             .push_bind(&e.token_hash[..])
-            .push_bind(e.registered_at.as_str())
+            .push_bind(clock::format(e.registered_at))
             .push_bind(e.registered_from.as_deref())
             .push_bind(e.seen_non_loopback)
             .push_bind(e.last_event_ts.as_deref())
-            .push_bind(e.disconnected_at.as_deref())
-            .push_bind(e.deregistered_at.as_deref())
+            .push_bind(e.disconnected_at.map(clock::format))
+            .push_bind(e.deregistered_at.map(clock::format))
             .push_bind(e.draining);
     });
     q.push(
@@ -84,9 +85,9 @@ pub(super) fn push_put_sandbox<'a>(q: &mut QueryBuilder<'a, Sqlite>, s: &'a Sand
             .push_bind(s.name.as_str())
             .push_bind(s.registration.to_string())
             .push_bind(&s.token_hash[..])
-            .push_bind(s.registered_at.as_str())
+            .push_bind(clock::format(s.registered_at))
             .push_bind(s.registered_from.as_deref())
-            .push_bind(s.deregistered_at.as_deref());
+            .push_bind(s.deregistered_at.map(clock::format));
     });
     q.push(
         " ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, registration = excluded.registration, \
@@ -105,12 +106,12 @@ pub(super) fn push_put_hitl<'a>(q: &mut QueryBuilder<'a, Sqlite>, h: &'a HitlReq
             .push_bind(h.hitl_id.as_str())
             .push_bind(h.prompt.as_str())
             .push_bind(h.context.as_deref())
-            .push_bind(h.expires_at.as_deref())
-            .push_bind(h.requested_at.as_str())
+            .push_bind(h.expires_at.map(clock::format))
+            .push_bind(clock::format(h.requested_at))
             .push_bind(h.outcome.as_str())
             .push_bind(h.response.as_deref())
-            .push_bind(h.responded_at.as_deref())
-            .push_bind(h.delivered_at.as_deref());
+            .push_bind(h.responded_at.map(clock::format))
+            .push_bind(h.delivered_at.map(clock::format));
     });
     q.push(
         " ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
@@ -127,11 +128,11 @@ pub(super) fn push_patch<'a>(q: &mut QueryBuilder<'a, Sqlite>, id: &'a str, p: &
     if let Some(v) = &p.executor_id {
         q.push(", executor_id = ").push_bind(v);
     }
-    if let Some(v) = &p.updated_at {
-        q.push(", updated_at = ").push_bind(v);
+    if let Some(v) = p.updated_at {
+        q.push(", updated_at = ").push_bind(clock::format(v));
     }
-    if let Some(v) = &p.completed_at {
-        q.push(", completed_at = ").push_bind(v);
+    if let Some(v) = p.completed_at {
+        q.push(", completed_at = ").push_bind(clock::format(v));
     }
     if let Some(v) = &p.pty_session_ref {
         q.push(", pty_session_ref = ").push_bind(v);

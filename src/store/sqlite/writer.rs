@@ -200,7 +200,7 @@ pub(super) struct Feed {
 /// units (unit, change, encoding), and the commit time.
 struct Committed {
     events: Vec<(i64, usize, usize, usize)>,
-    received_at: String,
+    received_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// Publishes committed events. The newest sequence is stored *before* looking for followers, and
@@ -217,7 +217,7 @@ fn publish(feed: &Feed, units: &[&Unit], committed: &Committed) {
             // The tree was dropped in `Unit::new` (off the writer); only followers need it back.
             let mut envelope = ev.envelope();
             envelope.data = serde_json::from_str(&units[*unit].encoded[*encoding].0).ok();
-            let event = StoredEvent { seq: *seq, envelope, received_at: committed.received_at.clone() };
+            let event = StoredEvent { seq: *seq, envelope, received_at: committed.received_at };
             // A follower that left meanwhile is not an error: the log is in the database.
             let _ = feed.tx.send(Arc::new(event));
         }
@@ -236,7 +236,7 @@ async fn in_transaction(
 ) -> std::result::Result<Applied, sqlx::Error> {
     let first_seq = *next_seq;
     let now = crate::clock::now();
-    let outcome = apply(conn, units, next_seq, &now).await;
+    let outcome = apply(conn, units, next_seq, now).await;
     if outcome.is_err() {
         *next_seq = first_seq;
         // Where the failure struck decides whether a transaction is open; rolling back when none is only
@@ -261,7 +261,7 @@ async fn apply(
     conn: &mut SqliteConnection,
     units: &[&Unit],
     next_seq: &mut i64,
-    now: &str,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> std::result::Result<Applied, sqlx::Error> {
     let mut gathered = Gathered::default();
     let mut results = Vec::with_capacity(units.len());
@@ -269,11 +269,13 @@ async fn apply(
     for (unit_index, unit) in units.iter().enumerate() {
         results.push(gathered.unit(conn, &mut script, unit_index, unit, next_seq).await?);
     }
-    gathered.push_rows(&mut script, now);
+    // The commit time, bound as text once for every row it stamps.
+    let stamp = crate::clock::format(now);
+    gathered.push_rows(&mut script, &stamp);
     script.push("COMMIT");
     // Cached (see `sqlite::WRITER_STATEMENTS`): recurring small scripts skip SQLite's parser.
     script.build().execute(&mut *conn).await?;
-    Ok((results, Committed { events: gathered.positions, received_at: now.to_owned() }))
+    Ok((results, Committed { events: gathered.positions, received_at: now }))
 }
 
 /// Opens the transaction: first thing in the script, or on its own right away when a statement must run
