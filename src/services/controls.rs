@@ -12,7 +12,7 @@
 //! resume of a mission whose executor cannot pause are refused (409 `control_unsupported`) and change
 //! nothing; an abort is still final in serve's record (the contract makes it authoritative), but is
 //! answered `delivered: false` with a note when the executor does not act on aborts (its agent may
-//! still be running). A resume returns the mission to where it was (`missions::resume_target`).
+//! still be running). A resume returns the mission to where it was (`domain::resume_target`).
 
 use std::sync::Arc;
 

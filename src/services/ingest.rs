@@ -55,7 +55,7 @@ pub struct Refusal {
 
 /// A frame that was accepted.
 pub enum Ingested {
-    /// Queued; resolve with [`App::finish`] to learn its sequence number once committed.
+    /// Queued; resolve with [`Ingest::finish`] to learn its sequence number once committed.
     Pending(Box<PendingCommit>),
     /// An identical repeat of the terminal event: acknowledged, not stored again.
     Duplicate(FrameRef),
