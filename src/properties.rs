@@ -70,6 +70,18 @@ fn schema() -> &'static Schema {
 }
 
 proptest! {
+    /// Time as text: the hand-written format and parse of the stored form agree with chrono's, and a
+    /// time survives its text.
+    #[test]
+    fn stored_times_format_and_parse_as_chrono_does(millis in -62_167_219_200_000i64..253_402_300_800_000i64) {
+        let t = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(millis).unwrap();
+        let text = crate::clock::format(t);
+        prop_assert_eq!(&text, &t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        prop_assert_eq!(crate::clock::parse(&text), Some(t));
+        let by_chrono = chrono::DateTime::parse_from_rfc3339(&text).unwrap().with_timezone(&chrono::Utc);
+        prop_assert_eq!(by_chrono, t);
+    }
+
     /// Frames and request bodies: schema validation, then the typed view, never panic; what validates
     /// as a register or dispatch payload always deserializes.
     #[test]
