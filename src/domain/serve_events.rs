@@ -128,6 +128,13 @@ impl ServeEvent {
         }
     }
 
+    /// What happens to the live missions of an executor that is gone (`reason`): suspended when it
+    /// declares `resumable` (it can pick them up again), failed otherwise.
+    pub fn executor_gone(resumable: bool, reason: &'static str) -> (MissionState, ServeEvent) {
+        let to = if resumable { MissionState::Suspended } else { MissionState::Failed };
+        (to, ServeEvent::ending(to, reason, None))
+    }
+
     /// The event's `data`, as the contract shapes it.
     pub fn data(&self) -> Value {
         let d = match self {

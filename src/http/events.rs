@@ -7,9 +7,8 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -19,7 +18,7 @@ use futures_util::stream;
 use futures_util::StreamExt;
 use serde::Deserialize;
 
-use super::extract::Bearer;
+use super::extract::{Bearer, Params};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::feed::{self as log, Filter, Next};
@@ -30,7 +29,7 @@ pub fn router() -> Router<Arc<App>> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Params {
+struct StreamParams {
     since: Option<String>,
     mission_id: Option<String>,
     executor_id: Option<String>,
@@ -50,7 +49,12 @@ const PAGE_DEFAULT: u32 = 100;
 const PAGE_MAX: u32 = 1000;
 
 /// Authorizes the follower and reads where it starts and what it wants.
-fn open(app: &App, p: Params, bearer: Option<String>, last_event_id: Option<&str>) -> Result<(Option<i64>, Filter)> {
+fn open(
+    app: &App,
+    p: StreamParams,
+    bearer: Option<String>,
+    last_event_id: Option<&str>,
+) -> Result<(Option<i64>, Filter)> {
     app.fleet.authorize_operator(bearer.or(p.token).as_deref())?;
     let since =
         // A reconnecting EventSource repeats its original URL: the Last-Event-ID it adds is the newer truth.
@@ -67,10 +71,9 @@ async fn sse(
     State(app): State<Arc<App>>,
     Bearer(bearer): Bearer,
     headers: HeaderMap,
-    params: std::result::Result<Query<Params>, QueryRejection>,
+    Params(p): Params<StreamParams>,
 ) -> Result<Response> {
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
     let (follow, limit) = (p.follow.unwrap_or(true), p.limit);
     let (since, filter) = open(&app, p, bearer, last_event_id)?;
     if !follow {
@@ -105,11 +108,10 @@ fn sse_event(next: Next) -> Event {
 async fn socket(
     State(app): State<Arc<App>>,
     Bearer(bearer): Bearer,
-    params: std::result::Result<Query<Params>, QueryRejection>,
+    Params(p): Params<StreamParams>,
     upgrade: std::result::Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response> {
     let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
-    let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
     let (since, filter) = open(&app, p, bearer, None)?;
     let items = app.feed.follow(since, filter);
     let hub = app.config.hub.clone();

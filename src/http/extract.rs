@@ -134,6 +134,18 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
     }
 }
 
+/// A route's query parameters. Anything that does not parse is one JSON error, `invalid_query` (400),
+/// where axum's own `Query` would answer in plain text.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        Query::<T>::try_from_uri(&parts.uri).map(|Query(t)| Params(t)).map_err(|e| Error::InvalidQuery(e.body_text()))
+    }
+}
+
 /// The bearer token of the request, if any (`Authorization: Bearer <token>`, exactly).
 pub struct Bearer(pub Option<String>);
 

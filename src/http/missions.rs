@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -11,7 +10,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::etag;
-use super::extract::{Contract, Operator, PathId};
+use super::extract::{Contract, Operator, Params, PathId};
 use crate::app::App;
 use crate::clock;
 use crate::contract::HitlResponsePayload;
@@ -80,9 +79,8 @@ async fn list(
     _: Operator,
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    params: std::result::Result<Query<ListParams>, QueryRejection>,
+    Params(p): Params<ListParams>,
 ) -> Result<Response> {
-    let Query(p) = params.map_err(|e| Error::InvalidQuery(e.body_text()))?;
     let state = p
         .state
         .map(|s| MissionState::parse(&s).ok_or_else(|| Error::InvalidQuery(format!("unknown state {s:?}"))))

@@ -11,7 +11,7 @@ use super::ledger::Ledger;
 use super::registry::{Registered, Registry};
 use crate::config::Config;
 use crate::contract::{spec_support, RegisterPayload, SpecSupport, SPEC_VERSION};
-use crate::domain::{capabilities, MissionState, ServeEvent};
+use crate::domain::{capabilities, ServeEvent};
 use crate::error::{Error, Result};
 use crate::limits::RateLimiter;
 use crate::store::{Change, Store};
@@ -171,11 +171,7 @@ impl Fleet {
             .deregister_changes(executor_id, reason, release)
             .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
         let now = clock::now();
-        let (to, said) = if resumable {
-            (MissionState::Suspended, ServeEvent::Suspended { reason: "executor_deregistered" })
-        } else {
-            (MissionState::Failed, ServeEvent::Failed { reason: "executor_deregistered", error: None, exit_code: None })
-        };
+        let (to, said) = ServeEvent::executor_gone(resumable, "executor_deregistered");
         let mut settled = Vec::new();
         for (mission_id, _) in self.ledger.owned_by(executor_id) {
             let moved = self.ledger.with(&mission_id, |live| {

@@ -90,8 +90,10 @@ struct Judged<'a> {
 
 /// What an accepted mission event does, decided under the ledger lock before anything is queued.
 #[derive(Debug, PartialEq)]
+// Returned by value once per frame: a box would cost an allocation on the ingestion path.
+#[allow(clippy::large_enum_variant)]
 enum Decision {
-    Accept(Box<Accepted>),
+    Accept(Accepted),
     /// A repeat of what the mission already has (its terminal event, a progress report resent).
     Duplicate,
 }
@@ -168,11 +170,15 @@ impl Ingest {
     /// Judges one text frame from an executor and, when accepted, queues its commit.
     /// `link_opened` is when the socket carrying the frame opened (resync reconciliation needs it).
     pub async fn ingest(&self, executor_id: &str, text: &str, link_opened: Instant) -> Result<Ingested, Refusal> {
-        let (envelope, event, reference) = self.parse(text)?;
+        let (mut envelope, event, reference) = self.parse(text)?;
         let refuse = |error: Error| Refusal { error, reference: reference.clone() };
-        let row = self.record(executor_id, event, &envelope);
+        let row = self.record(executor_id, event, &mut envelope);
         let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: envelope.ts.clone() };
-        let slot = self.store.reserve().await.map_err(|e| refuse(e.into()))?;
+        // A place in the writer's queue, without a future when there is room (the usual case).
+        let slot = match self.store.try_reserve() {
+            Some(slot) => slot,
+            None => self.store.reserve().await.map_err(|e| refuse(e.into()))?,
+        };
         let pending = |commit, mission, deadline, resync| {
             Ingested::Pending(Box::new(PendingCommit {
                 commit,
@@ -222,9 +228,11 @@ impl Ingest {
 
     /// The event as stored: its data in canonical form (what was received, if that differed, kept
     /// beside it), under the socket's authenticated identity whatever the frame claims (as upstream does).
-    fn record(&self, executor_id: &str, event: EventType, envelope: &Envelope) -> NewEvent {
-        let data = self.schema.canonical_data(event, envelope.data.as_ref());
-        let raw = envelope.data.clone().filter(|d| *d != data);
+    /// Takes the envelope's `data` (the frame's tree is not copied).
+    fn record(&self, executor_id: &str, event: EventType, envelope: &mut Envelope) -> NewEvent {
+        let received = envelope.data.take();
+        let data = self.schema.canonical_data(event, received.as_ref());
+        let raw = received.filter(|d| *d != data);
         NewEvent {
             event: event.as_str().into(),
             executor_id: executor_id.to_owned(),
@@ -352,7 +360,7 @@ fn decide(
     }
     let patch = patch_for(event, &row.data, moved, now);
     let (hitl, hitl_puts) = hitl_effect(live, event, moved, &row.data, mission_id, now);
-    Ok(Decision::Accept(Box::new(Accepted { moved, patch, hitl, hitl_puts, progress })))
+    Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress }))
 }
 
 fn illegal(event: EventType, mission_id: &str, state: MissionState) -> Error {

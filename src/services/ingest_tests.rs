@@ -25,7 +25,7 @@ fn judged(event: EventType, resumable: bool) -> Judged<'static> {
 
 fn accepted(d: Result<Decision, Error>) -> Accepted {
     match d {
-        Ok(Decision::Accept(a)) => *a,
+        Ok(Decision::Accept(a)) => a,
         other => panic!("expected an accepted event, got {other:?}"),
     }
 }

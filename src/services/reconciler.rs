@@ -198,8 +198,7 @@ impl Reconciler {
             return;
         }
         let resumable = self.registry.has_capability(executor_id, capabilities::RESUMABLE);
-        let to = if resumable { MissionState::Suspended } else { MissionState::Failed };
-        let said = ServeEvent::ending(to, "executor_disconnected", None);
+        let (to, said) = ServeEvent::executor_gone(resumable, "executor_disconnected");
         for (mission_id, _) in self.ledger.owned_by(executor_id) {
             self.end_for_executor(executor_id, &mission_id, to, said.clone()).await;
         }

@@ -64,7 +64,11 @@ pub trait Storage: Send + Sync {
     /// waits for room while holding the lock. Units commit in the order they were queued, and sequence
     /// numbers follow that order with no gap (a unit that fails takes none); the [`Pending`] of a unit
     /// yields its events' sequence numbers once committed.
-    fn reserve(&self) -> BoxFuture<'_, Result<CommitSlot>>;
+    fn reserve(&self) -> BoxFuture<'_, Result<CommitSlot<'_>>>;
+
+    /// A place in the writer's queue if there is room now (`None`: full, or the writer is gone; then
+    /// [`Storage::reserve`] waits, or says which). The ingestion path asks this first: no future to box.
+    fn try_reserve(&self) -> Option<CommitSlot<'_>>;
 
     /// Queues a unit and waits for its commit.
     fn commit(&self, changes: Vec<Change>) -> BoxFuture<'_, Result<Vec<i64>>> {

@@ -49,10 +49,10 @@ pub type Pending = oneshot::Receiver<Result<Vec<i64>>>;
 
 /// A place taken in the writer's queue ([`super::Storage::reserve`]): queueing into it never waits.
 /// Dropped unused, it frees the place.
-pub struct CommitSlot(Box<dyn FnOnce(Vec<Change>) -> Pending + Send>);
+pub struct CommitSlot<'a>(Box<dyn FnOnce(Vec<Change>) -> Pending + Send + 'a>);
 
-impl CommitSlot {
-    pub fn new(queue: impl FnOnce(Vec<Change>) -> Pending + Send + 'static) -> CommitSlot {
+impl<'a> CommitSlot<'a> {
+    pub fn new(queue: impl FnOnce(Vec<Change>) -> Pending + Send + 'a) -> CommitSlot<'a> {
         CommitSlot(Box::new(queue))
     }
 

@@ -1,5 +1,7 @@
 //! Handing a recorded mission to its candidates in turn (see the module above for the rules).
 
+use std::net::IpAddr;
+
 use axum::body::Bytes;
 use serde_json::{json, Value};
 
@@ -107,12 +109,21 @@ impl Dispatcher {
         session_id: &str,
         body: Bytes,
     ) -> std::result::Result<crate::forward::Accepted, ForwardError> {
+        let (rest, from, token) = self.target(executor_id)?;
+        self.forwarder.forward(&rest, from, &token, session_id, body).await
+    }
+
+    /// How serve calls an executor: its REST endpoint, the address it registered from (where a wildcard
+    /// endpoint host is reached), and its current token.
+    pub(super) fn target(
+        &self,
+        executor_id: &str,
+    ) -> std::result::Result<(String, Option<IpAddr>, String), ForwardError> {
         let reach = self.registry.reach(executor_id).ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
         let token = reach
             .token
             .ok_or_else(|| ForwardError::Unreachable("serve does not know this executor's current token".into()))?;
-        let from = reach.registered_from.and_then(|f| f.parse().ok());
-        self.forwarder.forward(&reach.rest, from, &token, session_id, body).await
+        Ok((reach.rest, reach.registered_from.and_then(|f| f.parse().ok()), token))
     }
 
     /// Moves a still-untouched mission to the next candidate. If the previous one has reported on it

@@ -222,13 +222,9 @@ impl Dispatcher {
                 kept.push(executor_id);
                 continue;
             }
-            let report = match self.registry.reach(&executor_id) {
-                Some(reach) => {
-                    let from = reach.registered_from.and_then(|f| f.parse().ok());
-                    let token = reach.token.unwrap_or_default();
-                    self.forwarder.readiness(&reach.rest, from, &token).await.ok()
-                }
-                None => None,
+            let report = match self.target(&executor_id) {
+                Ok((rest, from, token)) => self.forwarder.readiness(&rest, from, &token).await.ok(),
+                Err(_) => None,
             };
             match readiness::judge(report.as_ref(), unattended, chrono::Utc::now()) {
                 Ok(()) => kept.push(executor_id),

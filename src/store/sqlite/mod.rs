@@ -85,8 +85,12 @@ pub async fn open(
 }
 
 impl Storage for SqliteStore {
-    fn reserve(&self) -> BoxFuture<'_, Result<CommitSlot>> {
+    fn reserve(&self) -> BoxFuture<'_, Result<CommitSlot<'_>>> {
         Box::pin(self.writer.reserve())
+    }
+
+    fn try_reserve(&self) -> Option<CommitSlot<'_>> {
+        self.writer.try_reserve()
     }
 
     fn executors(&self) -> BoxFuture<'_, Result<Vec<ExecutorRecord>>> {

@@ -60,6 +60,15 @@ impl Unit {
     }
 }
 
+/// The slot a permit of the queue gives: queueing into it never waits.
+fn slot(permit: mpsc::Permit<'_, Msg>) -> CommitSlot<'_> {
+    CommitSlot::new(move |changes| {
+        let (reply, rx) = oneshot::channel();
+        permit.send(Msg::Unit(Unit::new(changes), reply));
+        rx
+    })
+}
+
 /// Units the writer's queue holds: a few whole batches, so that the writer always finds its next batch
 /// ready, while a writer that falls behind (a slow disk) makes producers wait instead of growing memory.
 pub(super) const QUEUE: usize = 4 * MAX_BATCH;
@@ -76,13 +85,14 @@ impl WriterHandle {
 
     /// A place in the queue, once there is room. When the writer is gone meanwhile, the unit's
     /// receiver reports a closed channel, which callers map to [`StoreError::WriterGone`].
-    pub(super) async fn reserve(&self) -> Result<CommitSlot> {
-        let permit = self.tx.clone().reserve_owned().await.map_err(|_| StoreError::WriterGone)?;
-        Ok(CommitSlot::new(move |changes| {
-            let (reply, rx) = oneshot::channel();
-            permit.send(Msg::Unit(Unit::new(changes), reply));
-            rx
-        }))
+    pub(super) async fn reserve(&self) -> Result<CommitSlot<'_>> {
+        let permit = self.tx.reserve().await.map_err(|_| StoreError::WriterGone)?;
+        Ok(slot(permit))
+    }
+
+    /// A place in the queue if there is room now.
+    pub(super) fn try_reserve(&self) -> Option<CommitSlot<'_>> {
+        self.tx.try_reserve().ok().map(slot)
     }
 
     /// Asks the writer to finish what is queued and stop.
