@@ -5,6 +5,10 @@
 //! store ([`store`]) behind its port. [`serve::start`] runs the whole server in-process, which is how
 //! the binary and the tests use it. `ARCHITECTURE.md` is the guide.
 
+// What only the crate uses is `pub(crate)`: `pub` is the library's API (the binaries, the bench, the
+// integration tests), and CI's `-D warnings` keeps it that way.
+#![warn(unreachable_pub)]
+
 pub mod app;
 pub mod backup;
 pub mod cli;

@@ -11,7 +11,7 @@ use std::time::Instant;
 /// Addresses tracked at most; past this, buckets that have refilled are forgotten.
 const MAX_TRACKED: usize = 10_000;
 
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     per_minute: f64,
     buckets: Mutex<HashMap<IpAddr, Bucket>>,
 }
@@ -23,12 +23,12 @@ struct Bucket {
 }
 
 impl RateLimiter {
-    pub fn per_minute(n: u32) -> RateLimiter {
+    pub(crate) fn per_minute(n: u32) -> RateLimiter {
         RateLimiter { per_minute: f64::from(n), buckets: Mutex::new(HashMap::new()) }
     }
 
     /// Takes one token for `ip` at `now`; false when its bucket is empty.
-    pub fn admit(&self, ip: IpAddr, now: Instant) -> bool {
+    pub(crate) fn admit(&self, ip: IpAddr, now: Instant) -> bool {
         if crate::net::is_loopback(ip) {
             return true;
         }

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 /// A loopback address, IPv4-mapped IPv6 included (`::ffff:127.0.0.1` is how a dual-stack listener sees
 /// an IPv4 loopback peer).
-pub fn is_loopback(ip: IpAddr) -> bool {
+pub(crate) fn is_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),

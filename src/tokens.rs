@@ -6,31 +6,31 @@ use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-pub type TokenHash = [u8; 32];
+pub(crate) type TokenHash = [u8; 32];
 
-pub fn issue() -> String {
+pub(crate) fn issue() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-pub fn hash(token: &str) -> TokenHash {
+pub(crate) fn hash(token: &str) -> TokenHash {
     Sha256::digest(token.as_bytes()).into()
 }
 
 /// Constant-time equality of two hashes: every byte is compared whatever the first difference.
-pub fn hashes_equal(a: &TokenHash, b: &TokenHash) -> bool {
+pub(crate) fn hashes_equal(a: &TokenHash, b: &TokenHash) -> bool {
     a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A hash no token produces in practice: what a revoked identity keeps.
-pub fn revoked() -> TokenHash {
+pub(crate) fn revoked() -> TokenHash {
     hash(&issue())
 }
 
 /// The token of an `Authorization: Bearer <token>` header: exactly "Bearer", one space, as upstream
 /// executors send it.
-pub fn bearer(header: Option<&str>) -> Option<&str> {
+pub(crate) fn bearer(header: Option<&str>) -> Option<&str> {
     header.and_then(|h| h.strip_prefix("Bearer ")).filter(|t| !t.is_empty())
 }
 

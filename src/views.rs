@@ -131,20 +131,20 @@ pub struct MissionPage {
 
 /// Cursors are opaque to clients: base64url of the row position they continue after.
 /// A mission listing's cursor.
-pub fn encode_cursor(id: i64) -> String {
+pub(crate) fn encode_cursor(id: i64) -> String {
     tagged_cursor('m', id)
 }
 
-pub fn decode_cursor(cursor: &str) -> Option<i64> {
+pub(crate) fn decode_cursor(cursor: &str) -> Option<i64> {
     untag_cursor('m', cursor).filter(|id| *id > 0)
 }
 
 /// An opaque token for a position in one listing, tagged so that one listing refuses another's cursor.
-pub fn tagged_cursor(tag: char, n: i64) -> String {
+pub(crate) fn tagged_cursor(tag: char, n: i64) -> String {
     URL_SAFE_NO_PAD.encode(format!("{tag}{n}"))
 }
 
-pub fn untag_cursor(tag: char, cursor: &str) -> Option<i64> {
+pub(crate) fn untag_cursor(tag: char, cursor: &str) -> Option<i64> {
     let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
     std::str::from_utf8(&bytes).ok()?.strip_prefix(tag)?.parse().ok().filter(|n| *n >= 0)
 }

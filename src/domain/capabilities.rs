@@ -1,12 +1,12 @@
 //! The capabilities serve acts on, by name: what an executor declares decides what serve asks of it.
 
 /// The contract's Resumable level: the executor suspends missions and resumes them after a reconnect.
-pub const RESUMABLE: &str = "resumable";
+pub(crate) const RESUMABLE: &str = "resumable";
 /// An extension (Vagaris): the executor reports its readiness at `GET /api/v1/readiness`; serve asks
 /// before it routes an unattended mission, or any mission, to it.
-pub const READINESS: &str = "x-readiness";
+pub(crate) const READINESS: &str = "x-readiness";
 /// An extension: the executor pauses and resumes missions on `mission.paused` / `mission.resumed` (the
 /// agentic-sandbox executor, for one, has no pause at all).
-pub const PAUSE_RESUME: &str = "x-pause-resume";
+pub(crate) const PAUSE_RESUME: &str = "x-pause-resume";
 /// An extension: the executor stops a mission's agent on `mission.aborted`.
-pub const ABORT: &str = "x-abort";
+pub(crate) const ABORT: &str = "x-abort";

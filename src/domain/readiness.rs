@@ -17,13 +17,13 @@ use serde_json::Value;
 /// Executor classes, declared with the capability `x-class:<class>`; none declared means interactive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ExecutorClass {
+pub(crate) enum ExecutorClass {
     InteractiveLocal,
     UnattendedMachine,
 }
 
 impl ExecutorClass {
-    pub fn of(capabilities: &[String]) -> ExecutorClass {
+    pub(crate) fn of(capabilities: &[String]) -> ExecutorClass {
         if capabilities.iter().any(|c| c == "x-class:unattended_machine") {
             ExecutorClass::UnattendedMachine
         } else {
@@ -31,7 +31,7 @@ impl ExecutorClass {
         }
     }
 
-    pub fn capability(self) -> &'static str {
+    pub(crate) fn capability(self) -> &'static str {
         match self {
             ExecutorClass::InteractiveLocal => "x-class:interactive_local",
             ExecutorClass::UnattendedMachine => "x-class:unattended_machine",
@@ -41,7 +41,7 @@ impl ExecutorClass {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum GapKind {
+pub(crate) enum GapKind {
     Identity,
     Packaging,
     Credential,
@@ -49,14 +49,14 @@ pub enum GapKind {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Gap {
+pub(crate) struct Gap {
     pub kind: GapKind,
     pub detail: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum BudgetState {
+pub(crate) enum BudgetState {
     Ok,
     Low,
     Exhausted,
@@ -64,13 +64,13 @@ pub enum BudgetState {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Budget {
+pub(crate) struct Budget {
     pub state: BudgetState,
 }
 
 /// What the expiry of the executor's credential is known to be.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Expiry {
+pub(crate) enum Expiry {
     /// No expiring credential: serialised as `null`.
     Never,
     /// Expires then.
@@ -81,7 +81,7 @@ pub enum Expiry {
 
 /// The report an executor serves.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Report {
+pub(crate) struct Report {
     pub ready: bool,
     pub class: ExecutorClass,
     pub expiry: Expiry,
@@ -90,7 +90,7 @@ pub struct Report {
 }
 
 impl Report {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut v = serde_json::json!({
             "ready": self.ready,
             "executor_class": self.class,
@@ -109,7 +109,7 @@ impl Report {
 /// serve's judgement of a report before it routes a mission: `Err` names what stands in the way.
 /// For an unattended mission an absent or unreadable report, `ready: false`, an unknown or exhausted
 /// budget, and an unknown or past expiry each refuse; for an attended one only `ready: false` does.
-pub fn judge(report: Option<&Value>, unattended: bool, now: DateTime<Utc>) -> Result<(), String> {
+pub(crate) fn judge(report: Option<&Value>, unattended: bool, now: DateTime<Utc>) -> Result<(), String> {
     let Some(report) = report.filter(|r| r.is_object()) else {
         return Err("no readable readiness report".into());
     };

@@ -7,7 +7,7 @@ use crate::net::is_loopback;
 use crate::tokens;
 
 /// What is known of an identity when its id is registered again.
-pub struct Held<'a> {
+pub(crate) struct Held<'a> {
     /// Not deregistered.
     pub live: bool,
     pub token_hash: &'a tokens::TokenHash,
@@ -17,7 +17,7 @@ pub struct Held<'a> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum TokenDecision {
+pub(crate) enum TokenDecision {
     /// The caller presented the current token: it stays.
     Keep,
     /// A new token replaces the old one; `rotated_for_non_loopback` on the identity's first registration
@@ -27,7 +27,7 @@ pub enum TokenDecision {
 
 /// Why a registration may not take over a known identity.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// A live identity registered from elsewhere, or from off the host: only its token reclaims it.
     Live,
     /// A deregistered identity, claimed from another address than its own.
@@ -35,7 +35,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn message(&self, executor_id: &str) -> String {
+    pub(crate) fn message(&self, executor_id: &str) -> String {
         let what = match self {
             Refusal::Live => "is registered and was not registered from this loopback address",
             Refusal::ElsewhereDeregistered => "was registered from another address",
@@ -55,7 +55,7 @@ impl Refusal {
 /// token on every socket cycle. A deregistered identity (an executor that said goodbye and restarts)
 /// may be claimed from the address it was registered from. Anything else is a takeover attempt: a
 /// caller on the network would get the identity's missions, objectives and token.
-pub fn decide_token(
+pub(crate) fn decide_token(
     held: Option<Held<'_>>,
     bearer: Option<&str>,
     peer: IpAddr,

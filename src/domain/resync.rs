@@ -9,14 +9,14 @@ use super::{Handover, MissionState};
 
 /// How a listed mission that is not the executor's live mission stands here.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Stranger {
+pub(crate) enum Stranger {
     Unknown,
     Ended,
     Foreign,
 }
 
 impl Stranger {
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Stranger::Unknown => "unknown_mission",
             Stranger::Ended => "mission_ended",
@@ -26,7 +26,7 @@ impl Stranger {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Resume(String),
     Replay(String),
     Lost(String),
@@ -34,7 +34,7 @@ pub enum Decision {
 }
 
 /// One live mission serve believes the executor owns.
-pub struct Owned<'a> {
+pub(crate) struct Owned<'a> {
     pub mission_id: &'a str,
     pub state: MissionState,
     pub handover: Handover,
@@ -42,7 +42,7 @@ pub struct Owned<'a> {
 
 /// The resync decisions. `link_opened` is when the socket that carried the resync opened; `stranger`
 /// classifies a listed id that is not among `owned`.
-pub fn on_resync(
+pub(crate) fn on_resync(
     owned: &[Owned<'_>],
     listed: &[String],
     link_opened: Instant,

@@ -19,9 +19,9 @@ pub struct RoutingView<'a> {
 }
 
 /// Rejections kept on a mission; more are counted, not listed, so one dispatch over a large fleet stays small.
-pub const MAX_LISTED_REJECTIONS: usize = 32;
+pub(crate) const MAX_LISTED_REJECTIONS: usize = 32;
 
-pub struct Request<'a> {
+pub(crate) struct Request<'a> {
     pub pin: Option<&'a str>,
     pub capabilities: &'a [String],
     pub long_running: bool,
@@ -29,13 +29,13 @@ pub struct Request<'a> {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Rejection {
+pub(crate) struct Rejection {
     pub executor_id: String,
     pub reason: String,
 }
 
 #[derive(Debug, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Eligible executors, most preferred first.
     pub ordered: Vec<String>,
     /// Why the first of `ordered` won.
@@ -48,7 +48,7 @@ pub struct Plan {
 
 impl Plan {
     /// One sentence for a 503: what stood in the way.
-    pub fn why_none(&self) -> String {
+    pub(crate) fn why_none(&self) -> String {
         let offline = match self.offline {
             0 => None,
             1 => Some("1 registered executor is not connected".to_owned()),
@@ -67,7 +67,7 @@ impl Plan {
 }
 
 /// 3 for VM-class isolation, 2 for containers, 1 for host/none or undeclared, by the strongest declared.
-pub fn isolation_rank(capabilities: &[String]) -> u8 {
+pub(crate) fn isolation_rank(capabilities: &[String]) -> u8 {
     capabilities
         .iter()
         .filter_map(|c| c.strip_prefix("isolation:"))
@@ -81,7 +81,7 @@ pub fn isolation_rank(capabilities: &[String]) -> u8 {
 }
 
 /// The concurrency cap an executor declares with `x-max-missions:N`, if any.
-pub fn max_missions(capabilities: &[String]) -> Option<usize> {
+pub(crate) fn max_missions(capabilities: &[String]) -> Option<usize> {
     capabilities.iter().find_map(|c| c.strip_prefix("x-max-missions:")).and_then(|n| n.parse().ok())
 }
 
@@ -112,7 +112,7 @@ fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
 /// `views` are in a stable order (registration order); `rotation` advances per dispatch so that ties are
 /// served round-robin. Only the best `keep` candidates are ordered and returned (a dispatch tries a few,
 /// never a whole fleet), which keeps a dispatch over a large fleet linear.
-pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize, keep: usize) -> Plan {
+pub(crate) fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize, keep: usize) -> Plan {
     let mut rejected = Vec::new();
     let mut rejected_total = 0;
     let mut eligible: Vec<(usize, &RoutingView<'_>)> = Vec::new();

@@ -26,7 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use serde_json::Value;
 
 /// The words that open the text of every event serve infers from a sandbox session.
-pub const INFERRED: &str = "inferred by serve from sandbox session";
+pub(crate) const INFERRED: &str = "inferred by serve from sandbox session";
 /// Sessions remembered per sandbox; the oldest are forgotten first.
 const MAX_SESSIONS: usize = 512;
 
@@ -42,21 +42,21 @@ struct Session {
 
 /// A fact about a mission's session, ready to be matched and recorded.
 #[derive(Debug, PartialEq)]
-pub enum Inferred {
+pub(crate) enum Inferred {
     Started { prefix: String, session_id: String },
     Ended { prefix: String, session_id: String, exit_code: i64 },
 }
 
 /// One sandbox's agent sessions as its frames told them. Pure: frames in, inferences out.
 #[derive(Debug, Default)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     sessions: HashMap<String, Session>,
     order: VecDeque<String>,
 }
 
 impl Tracker {
     /// Takes one SandboxEvent frame; returns what it makes known, each fact once.
-    pub fn observe(&mut self, frame: &Value) -> Vec<Inferred> {
+    pub(crate) fn observe(&mut self, frame: &Value) -> Vec<Inferred> {
         let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
         let mut touched = Vec::new();
         match frame.get("type").and_then(Value::as_str) {
@@ -124,7 +124,7 @@ impl Tracker {
 }
 
 /// Whether a terminal event's data is one serve inferred from a sandbox session.
-pub fn is_inferred(data: &Value) -> bool {
+pub(crate) fn is_inferred(data: &Value) -> bool {
     ["summary", "error"].iter().any(|k| data.get(*k).and_then(Value::as_str).is_some_and(|t| t.starts_with(INFERRED)))
 }
 

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub fn respond<T: Serialize>(request: &HeaderMap, value: &T) -> Response {
+pub(super) fn respond<T: Serialize>(request: &HeaderMap, value: &T) -> Response {
     let body = serde_json::to_vec(value).expect("responses serialize");
     let digest = Sha256::digest(&body);
     let tag = format!("W/\"{}\"", digest[..12].iter().map(|b| format!("{b:02x}")).collect::<String>());

@@ -23,7 +23,7 @@ use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::feed::{self as log, Filter, Next};
 
-pub fn router() -> Router<Arc<App>> {
+pub(super) fn router() -> Router<Arc<App>> {
     Router::new().route("/api/v1/events", get(sse)).route("/ws/events", get(socket))
 }
 

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::hub;
 use crate::services::registry::ExecutorStatus;
 
-pub fn router() -> Router<Arc<App>> {
+pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/api/v1/executors/register", post(register))
         .route("/api/v1/executors", get(list))

@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::tokens;
 
 /// A request body type and the `$defs` entry of our schema that it must satisfy.
-pub trait ContractBody: DeserializeOwned {
+pub(super) trait ContractBody: DeserializeOwned {
     const DEF: &'static str;
     const WHAT: &'static str;
 }
@@ -39,7 +39,7 @@ impl ContractBody for HitlResponsePayload {
 }
 
 /// A JSON body validated against the schema: the typed view and the value as received.
-pub struct Contract<T> {
+pub(super) struct Contract<T> {
     pub body: T,
     pub raw: Value,
 }
@@ -57,7 +57,7 @@ impl<T: ContractBody> FromRequest<Arc<App>> for Contract<T> {
 
 /// A JSON body, not yet checked against any schema: `Content-Type: application/json` (a browser can
 /// send a form or `text/plain` cross-site without asking; see `guard`), within the size limit, parsed.
-pub struct JsonBody(pub Value);
+pub(super) struct JsonBody(pub Value);
 
 impl FromRequest<Arc<App>> for JsonBody {
     type Rejection = Error;
@@ -90,7 +90,7 @@ fn is_json(content_type: &str) -> bool {
 
 /// The upgrade of an executor or sandbox WebSocket, configured with the hub's limits (small read
 /// buffer, frame cap), and the `?token=` it carries (those clients cannot set headers).
-pub struct SocketUpgrade {
+pub(super) struct SocketUpgrade {
     pub upgrade: WebSocketUpgrade,
     pub token: Option<String>,
 }
@@ -118,7 +118,7 @@ impl FromRequestParts<Arc<App>> for SocketUpgrade {
 
 /// The `{id}` segment of a route, percent-decoded. axum's own `Path` answers a segment that is not
 /// UTF-8 once decoded (`/api/v1/missions/%FF`) in plain text; this one answers `invalid_path`.
-pub struct PathId(pub String);
+pub(super) struct PathId(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for PathId {
     type Rejection = Error;
@@ -136,7 +136,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
 
 /// A route's query parameters. Anything that does not parse is one JSON error, `invalid_query` (400),
 /// where axum's own `Query` would answer in plain text.
-pub struct Params<T>(pub T);
+pub(super) struct Params<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
     type Rejection = Error;
@@ -147,7 +147,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
 }
 
 /// The bearer token of the request, if any (`Authorization: Bearer <token>`, exactly).
-pub struct Bearer(pub Option<String>);
+pub(super) struct Bearer(pub Option<String>);
 
 impl<S: Send + Sync> FromRequestParts<S> for Bearer {
     type Rejection = Error;
@@ -159,7 +159,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Bearer {
 }
 
 /// Present on every operator route: passes when operator auth is off or a valid operator token is sent.
-pub struct Operator;
+pub(super) struct Operator;
 
 impl FromRequestParts<Arc<App>> for Operator {
     type Rejection = Error;
@@ -172,7 +172,7 @@ impl FromRequestParts<Arc<App>> for Operator {
 
 /// `?limit=&cursor=` of a listing whose cursor is a position (executors, sandboxes): the page's start
 /// and size. Unknown parameters, a foreign cursor or a limit out of range are `invalid_query`.
-pub struct Page {
+pub(super) struct Page {
     pub from: usize,
     pub limit: usize,
 }
@@ -185,11 +185,11 @@ struct PageParams {
 }
 
 /// Listings of executors and sandboxes: this many by default, at most [`MAX_LISTED`].
-pub const DEFAULT_LISTED: usize = 500;
-pub const MAX_LISTED: usize = 1000;
+pub(super) const DEFAULT_LISTED: usize = 500;
+pub(super) const MAX_LISTED: usize = 1000;
 
 impl Page {
-    pub fn parse(query: Option<&str>, tag: char) -> Result<Page, Error> {
+    pub(super) fn parse(query: Option<&str>, tag: char) -> Result<Page, Error> {
         let params: PageParams = serde_urlencoded_from(query.unwrap_or(""))?;
         let from = match params.cursor {
             Some(c) => crate::views::untag_cursor(tag, &c)
@@ -205,7 +205,7 @@ impl Page {
     }
 
     /// The cursor of the page that starts at `next`.
-    pub fn cursor(tag: char, next: Option<usize>) -> Option<String> {
+    pub(super) fn cursor(tag: char, next: Option<usize>) -> Option<String> {
         next.map(|n| crate::views::tagged_cursor(tag, n as i64))
     }
 }

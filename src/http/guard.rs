@@ -26,7 +26,7 @@ use crate::config::ServerConfig;
 use crate::error::Error;
 
 /// What the guard needs from the configuration, prepared once.
-pub struct Guard {
+pub(super) struct Guard {
     /// Operator routes need no token: the `Host` check is on.
     open: bool,
     /// Host names (lower case, no port) accepted besides loopback addresses and `localhost`.
@@ -36,7 +36,7 @@ pub struct Guard {
 }
 
 impl Guard {
-    pub fn new(server: &ServerConfig) -> Guard {
+    pub(super) fn new(server: &ServerConfig) -> Guard {
         Guard {
             open: server.operator_tokens.is_empty(),
             allowed_hosts: server.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
@@ -46,7 +46,7 @@ impl Guard {
     }
 
     /// `Ok` when a request with these headers may proceed.
-    pub fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), Error> {
+    pub(super) fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), Error> {
         let host = headers.get(HOST).and_then(|h| h.to_str().ok());
         if self.open {
             if let Some(host) = host {
@@ -102,7 +102,7 @@ fn host_name(authority: &str) -> String {
     name.to_ascii_lowercase()
 }
 
-pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+pub(super) async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     // A declared body over the limit is refused before it is read: hyper would otherwise answer
     // `Expect: 100-continue` with `100 Continue` and have the client send it all first.
     let declared =

@@ -24,7 +24,7 @@ use crate::error::Result;
 /// How long each readiness check may take before it counts as failed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
-pub fn router() -> Router<Arc<App>> {
+pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/healthz", get(health))
         .route("/api/health", get(health))

@@ -23,7 +23,7 @@ use crate::views::decode_cursor;
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 500;
 
-pub fn router() -> Router<Arc<App>> {
+pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/api/v1/missions", get(list))
         .route("/api/v1/missions/{id}", get(show))

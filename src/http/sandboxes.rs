@@ -16,7 +16,7 @@ use crate::app::App;
 use crate::error::Result;
 use crate::hub;
 
-pub fn router() -> Router<Arc<App>> {
+pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/api/sandboxes/register", post(register))
         .route("/api/sandboxes/{id}", delete(deregister))

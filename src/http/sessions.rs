@@ -15,7 +15,7 @@ use crate::contract::DispatchPayload;
 use crate::error::Result;
 use crate::forward::encode_segment;
 
-pub fn router() -> Router<Arc<App>> {
+pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/api/v1/sessions/{id}/dispatch", post(dispatch))
         .route("/api/sessions/{id}/dispatch", post(legacy_dispatch))

@@ -34,7 +34,7 @@ type Pending = Either<Pin<Box<dyn Future<Output = Answer> + Send>>, Ready<Answer
 /// Why the loop ended: with a close frame of ours, or without (the peer went away).
 type Close = Option<(u16, &'static str)>;
 
-pub async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
+pub(crate) async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
     let _running = app.sockets.enter();
     let Some(attached) = app.connections.attach(&executor_id).await else { return reject(socket).await };
     let (sink, stream) = socket.split();

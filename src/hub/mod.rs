@@ -8,14 +8,14 @@
 
 mod executor;
 mod io;
-pub mod sandbox;
+pub(crate) mod sandbox;
 
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::StreamExt;
 
-pub use executor::executor_socket;
+pub(crate) use executor::executor_socket;
 pub(crate) use io::{Keepalive, Writer};
 
 /// A Close message with one of our fixed reasons.
@@ -25,7 +25,7 @@ pub(crate) fn close_message(code: u16, reason: &'static str) -> Message {
 
 /// Closes a socket whose upgrade carried no valid token: the upgrade completes, then 4001 (what upstream
 /// executors expect).
-pub async fn reject(mut socket: WebSocket) {
+pub(crate) async fn reject(mut socket: WebSocket) {
     let _ = socket.send(close_message(4001, "Unauthorized")).await;
 }
 

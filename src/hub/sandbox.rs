@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use super::{close_message, read_error_close, Keepalive, Writer};
 use crate::app::App;
 
-pub async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket) {
+pub(crate) async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket) {
     let _running = app.sockets.enter();
     let (sink, mut stream) = socket.split();
     let mut sink = Writer::new(sink, &app.config.hub);

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 const OUTBOUND_QUEUE: usize = 256;
 
 /// The close code and reason of a socket closed because the executor opened too many newer ones.
-pub const SUPERSEDED: (u16, &str) = (4000, "superseded by a newer socket");
+pub(crate) const SUPERSEDED: (u16, &str) = (4000, "superseded by a newer socket");
 
 /// A frame for an executor's sockets.
 #[derive(Clone, Debug)]

@@ -26,7 +26,7 @@ use crate::tokens;
 const MAX_TYPE_LEN: usize = 64;
 
 /// A registration stores at most this much of what the sandbox sent (the real client sends ~300 bytes).
-pub const MAX_REGISTRATION_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_REGISTRATION_BYTES: usize = 16 * 1024;
 
 pub struct Sandboxes {
     inner: Mutex<Inner>,
@@ -304,7 +304,7 @@ impl Sandboxes {
 }
 
 /// The `type` of a SandboxEvent frame, if the frame is one.
-pub fn frame_type(frame: &Value) -> Option<&str> {
+pub(crate) fn frame_type(frame: &Value) -> Option<&str> {
     frame
         .get("type")
         .and_then(Value::as_str)

@@ -11,7 +11,7 @@ use crate::store::{MissionQuery, Store};
 use crate::views::{MissionPage, MissionStatus, MissionSummary};
 
 /// Events shown with a mission (the contract's "last N events").
-pub const RECENT_EVENTS: u32 = 50;
+pub(crate) const RECENT_EVENTS: u32 = 50;
 
 pub struct Status {
     store: Store,

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Mutex, RwLock};
 
-pub use listing::ExecutorStatus;
+pub(crate) use listing::ExecutorStatus;
 
 use super::links::{Link, Outbound};
 use crate::contract::RegisterPayload;

@@ -13,7 +13,7 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "sandboxes", include_str!("../../../migrations/0003_sandboxes.sql")),
 ];
 
-pub async fn apply(conn: &mut SqliteConnection) -> Result<()> {
+pub(super) async fn apply(conn: &mut SqliteConnection) -> Result<()> {
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
     )

@@ -74,7 +74,7 @@ fn slot(permit: mpsc::Permit<'_, Msg>) -> CommitSlot<'_> {
 pub(super) const QUEUE: usize = 4 * MAX_BATCH;
 
 #[derive(Clone)]
-pub struct WriterHandle {
+pub(super) struct WriterHandle {
     tx: mpsc::Sender<Msg>,
 }
 
@@ -96,7 +96,7 @@ impl WriterHandle {
     }
 
     /// Asks the writer to finish what is queued and stop.
-    pub async fn stop(&self) {
+    pub(super) async fn stop(&self) {
         let _ = self.tx.send(Msg::Stop).await;
     }
 }
