@@ -69,6 +69,10 @@ impl Stubs {
 struct ExecutorProcess {
     child: Child,
     name: String,
+    /// Its working directory: a scratch directory, not this checkout. Without `--workdir` the executor
+    /// runs missions where it was started, in a git worktree of that repository per mission, which
+    /// would leave worktrees of the project behind.
+    _cwd: tempfile::TempDir,
 }
 
 impl ExecutorProcess {
@@ -80,8 +84,10 @@ impl ExecutorProcess {
         path: Option<String>,
     ) -> ExecutorProcess {
         let name = format!("exec-{}", uuid::Uuid::new_v4().simple());
+        let cwd = tempfile::tempdir().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"));
         command
+            .current_dir(cwd.path())
             .args(["executor", "--serve", &server.base, "--adapter", adapter, "--name", &name, "--kill-grace-s", "1"])
             .args(args)
             .env("AIWG_SERVE_LOG", "warn")
@@ -94,7 +100,7 @@ impl ExecutorProcess {
             command.env(k, v);
         }
         let child = command.spawn().expect("spawn the executor");
-        let process = ExecutorProcess { child, name };
+        let process = ExecutorProcess { child, name, _cwd: cwd };
         process.wait_connected(server).await;
         process
     }
@@ -377,7 +383,9 @@ async fn missions_survive_an_executor_restart_honestly() {
     assert_eq!(m["state"], "suspended", "suspended on SIGTERM: {m}");
     proc_state(pid, "gone", |s| s.is_none() || s == Some('Z')).await;
 
-    let restarted = ExecutorProcess { child: e.child_restart(&server, &state_dir), name: e.name.clone() };
+    let cwd = tempfile::tempdir().unwrap();
+    let restarted =
+        ExecutorProcess { child: e.child_restart(&server, &state_dir, cwd.path()), name: e.name.clone(), _cwd: cwd };
     assert_eq!(restarted.wait_connected(&server).await, first_id, "the same identity comes back");
     let m = server.eventually(&format!("/api/v1/missions/{id}"), "settled", |m| m["state"] == "failed").await;
     assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["reason"], "executor_restarted");
@@ -386,8 +394,9 @@ async fn missions_survive_an_executor_restart_honestly() {
 }
 
 impl ExecutorProcess {
-    fn child_restart(&mut self, server: &TestServer, state_dir: &str) -> Child {
+    fn child_restart(&mut self, server: &TestServer, state_dir: &str, cwd: &std::path::Path) -> Child {
         Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+            .current_dir(cwd)
             .args([
                 "executor",
                 "--serve",
