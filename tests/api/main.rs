@@ -33,6 +33,7 @@ mod resumable;
 mod routes;
 mod sandbox;
 mod schema;
+mod scripted_runtime;
 mod socket;
 mod storage_contract;
 mod takeover;

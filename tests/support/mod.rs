@@ -4,6 +4,7 @@
 
 pub mod executor;
 pub mod http;
+pub mod runtime;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use serde_json::Value;
 
 pub use executor::{ExecSocket, ScriptedExecutor};
 pub use http::{Client, Resp};
+pub use runtime::{Behavior, ScriptedRuntime};
 
 /// Every wait in the tests is bounded by this; nothing sleeps to synchronise.
 pub const WAIT: Duration = Duration::from_secs(10);
