@@ -111,6 +111,7 @@ impl PolicyId {
     /// The policy hash, bare lowercase hex (a `sha256:` prefix is refused by the kernel).
     pub fn hash(self) -> String {
         static HASHES: OnceLock<[String; 3]> = OnceLock::new();
+        // Indexed by discriminant, which is the position in `ALL`.
         let hashes = HASHES.get_or_init(|| PolicyId::ALL.map(|p| sha256_hex(&p.spec_bytes())));
         hashes[self as usize].clone()
     }
