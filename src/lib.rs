@@ -32,6 +32,8 @@ pub mod store;
 pub(crate) mod tasks;
 pub(crate) mod tokens;
 pub(crate) mod views;
+// The WattSwarm executor-runtime protocol, `pub` for the reference executor and serve alike.
+pub mod wattswarm;
 
 #[cfg(test)]
 mod properties;
