@@ -21,6 +21,7 @@ use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
 use crate::services::reconciler::Reconciler;
 use crate::services::registry::Registry;
+use crate::services::runtimes::Runtimes;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
 use crate::store::Store;
@@ -34,6 +35,8 @@ pub struct App {
     pub registry: Arc<Registry>,
     pub fleet: Arc<Fleet>,
     pub dispatcher: Arc<Dispatcher>,
+    /// HTTP agent runtimes: added by operators, probed, and driven by serve.
+    pub runtimes: Arc<Runtimes>,
     pub ingest: Arc<Ingest>,
     pub controls: Arc<Controls>,
     pub reconciler: Arc<Reconciler>,
@@ -58,7 +61,8 @@ impl App {
         let registry = Arc::new(Registry::load(store.clone()).await?);
         let ledger = Arc::new(Ledger::load(store.clone(), registry.clone(), wake_queue.clone()).await?);
         let core = Core { config: &config, store: &store, registry, ledger, wake_queue, metrics: &metrics };
-        let dispatcher = Arc::new(core.dispatcher(shutdown.clone()));
+        let runtimes = Arc::new(core.runtimes(shutdown.clone()));
+        let dispatcher = Arc::new(core.dispatcher(runtimes.clone(), shutdown.clone()));
         let reconciler = Arc::new(Reconciler::new(
             &config.hub,
             core.registry.clone(),
@@ -90,6 +94,7 @@ impl App {
             registry,
             fleet,
             dispatcher,
+            runtimes,
             ingest,
             controls,
             reconciler,
@@ -107,6 +112,7 @@ impl App {
     pub async fn resume(&self) -> Result<()> {
         self.controls.rearm_hitl_deadlines();
         self.reconciler.arm_restart_grace();
+        self.runtimes.start().await?;
         self.dispatcher.load_queue().await?;
         self.dispatcher.run_queue();
         Ok(())
@@ -129,7 +135,20 @@ struct Core<'a> {
 }
 
 impl Core<'_> {
-    fn dispatcher(&self, shutdown: watch::Receiver<bool>) -> Dispatcher {
+    fn runtimes(&self, shutdown: watch::Receiver<bool>) -> Runtimes {
+        Runtimes::new(
+            self.config.runtimes.clone(),
+            self.config.server.max_executors,
+            self.registry.clone(),
+            self.ledger.clone(),
+            self.store.clone(),
+            self.metrics.clone(),
+            self.wake_queue.clone(),
+            shutdown,
+        )
+    }
+
+    fn dispatcher(&self, runtimes: Arc<Runtimes>, shutdown: watch::Receiver<bool>) -> Dispatcher {
         let forwarder = Forwarder::new(Duration::from_millis(self.config.dispatch.forward_timeout_ms));
         Dispatcher::new(
             self.config.dispatch.clone(),
@@ -137,6 +156,7 @@ impl Core<'_> {
             self.ledger.clone(),
             self.store.clone(),
             forwarder,
+            runtimes,
             self.metrics.clone(),
             self.wake_queue.clone(),
             shutdown,

@@ -57,6 +57,13 @@ pub enum Error {
     TooManyRequests(String),
     #[error("the lease's tool policy is \"none\": no executor may run this mission")]
     LeaseDeniesAllTools,
+    /// A dispatch's `task` that no runtime could be given (a policy binding a kernel refuses, a quorum
+    /// above its executions).
+    #[error("{0}")]
+    InvalidTask(String),
+    /// An HTTP runtime's name or URL that cannot be used.
+    #[error("{0}")]
+    InvalidRuntime(String),
     #[error("this route does not accept that method")]
     MethodNotAllowed,
     #[error("this route is a WebSocket: send an upgrade request")]
@@ -94,6 +101,8 @@ impl Error {
             Error::UnsupportedMediaType(_) => ("unsupported_media_type", S::UNSUPPORTED_MEDIA_TYPE),
             Error::TooManyRequests(_) => ("too_many_requests", S::TOO_MANY_REQUESTS),
             Error::LeaseDeniesAllTools => ("lease_denies_all_tools", S::UNPROCESSABLE_ENTITY),
+            Error::InvalidTask(_) => ("invalid_task", S::UNPROCESSABLE_ENTITY),
+            Error::InvalidRuntime(_) => ("invalid_runtime", S::UNPROCESSABLE_ENTITY),
             Error::UpgradeRequired => ("upgrade_required", S::UPGRADE_REQUIRED),
             Error::NoExecutorAvailable { resumable_required: true, .. } => {
                 ("no_resumable_executor_available", S::SERVICE_UNAVAILABLE)

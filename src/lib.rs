@@ -26,6 +26,7 @@ pub mod metrics;
 pub(crate) mod net;
 pub mod openapi;
 pub mod reference_executor;
+pub(crate) mod runtime_client;
 pub mod serve;
 pub mod services;
 pub mod store;

@@ -51,6 +51,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::ExecutorsCommand,
     },
+    /// HTTP agent runtimes (the WattSwarm protocol): add, list, check.
+    Runtimes {
+        #[command(subcommand)]
+        command: cli::RuntimesCommand,
+    },
     /// Dispatch a mission (and with --wait, follow it to its end).
     Dispatch(cli::DispatchArgs),
     /// Missions: list, show, pause, resume, abort, answer HITL.
@@ -93,6 +98,7 @@ fn main() -> ExitCode {
     let operator = match cli.command {
         Command::Serve { bind, data_dir, config } => return runtime.block_on(serve(bind, data_dir, config)),
         Command::Executors { command } => cli::Operator::Executors(command),
+        Command::Runtimes { command } => cli::Operator::Runtimes(command),
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),

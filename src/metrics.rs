@@ -111,6 +111,8 @@ pub struct Metrics {
     pub(crate) commit_latency: Histogram,
     pub(crate) executor_sockets: Gauge,
     pub(crate) executor_reconnects: Counter,
+    /// Calls to HTTP agent runtimes, by `<endpoint>:<outcome>`.
+    pub(crate) runtime_calls: Labelled,
 }
 
 impl Default for Metrics {
@@ -124,6 +126,7 @@ impl Default for Metrics {
             commit_latency: Histogram::new(LATENCY_BOUNDS),
             executor_sockets: Gauge::default(),
             executor_reconnects: Counter::default(),
+            runtime_calls: Labelled::default(),
         }
     }
 }
@@ -177,6 +180,13 @@ impl Metrics {
             "Executor sockets opened by an executor that had one before.",
             self.executor_reconnects.get(),
         );
+        labelled(
+            out,
+            "aiwg_runtime_calls_total",
+            "Calls to HTTP agent runtimes, by endpoint and outcome (ok, timeout, unreachable, status, invalid).",
+            "outcome",
+            self.runtime_calls.snapshot(),
+        );
     }
 }
 
@@ -191,7 +201,7 @@ fn render_snapshot(out: &mut String, s: &Snapshot) {
     gauge(
         out,
         "aiwg_executors_connected",
-        "Executors with at least one live WebSocket.",
+        "Executors with at least one live WebSocket, and HTTP runtimes whose latest probe passed.",
         s.executors_connected.to_string(),
     );
     let _ = writeln!(out, "# HELP aiwg_missions Missions by state.\n# TYPE aiwg_missions gauge");

@@ -6,9 +6,9 @@
 //! server could not be reached.
 
 //!
-//! One file per command family: `executors`, `missions`, `dispatch` (which, with `--wait`, follows the
-//! mission as `missions watch` does) and `events`; what they share (the failure, the exit, how values
-//! print) is here.
+//! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
+//! follows the mission as `missions watch` does) and `events`; what they share (the failure, the exit,
+//! how values print) is here.
 
 pub mod client;
 mod dispatch;
@@ -16,6 +16,7 @@ mod events;
 mod executors;
 mod missions;
 mod output;
+mod runtimes;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,6 +30,7 @@ pub use events::EventsArgs;
 pub use executors::ExecutorsCommand;
 pub use missions::MissionsCommand;
 use output::Output;
+pub use runtimes::RuntimesCommand;
 
 /// Where a serve listens unless told otherwise.
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7337";
@@ -51,6 +53,7 @@ pub struct Global {
 
 pub enum Operator {
     Executors(ExecutorsCommand),
+    Runtimes(RuntimesCommand),
     Missions(MissionsCommand),
     Dispatch(DispatchArgs),
     Events(EventsArgs),
@@ -106,6 +109,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
     }
     let result = match command {
         Operator::Executors(cmd) => executors::run(&client, &out, cmd).await,
+        Operator::Runtimes(cmd) => runtimes::run(&client, &out, cmd).await,
         Operator::Missions(cmd) => missions::run(&client, &out, cmd).await,
         Operator::Dispatch(args) => dispatch::run(&client, &out, args).await,
         Operator::Events(args) => events::run(&client, &out, args).await,

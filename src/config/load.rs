@@ -113,6 +113,12 @@ impl Config {
         if self.dispatch.forward_timeout_ms == 0 || self.dispatch.max_attempts == 0 {
             return bad("dispatch.forward_timeout_ms and dispatch.max_attempts must be positive".into());
         }
+        let r = &self.runtimes;
+        if r.call_timeout_ms == 0 || r.probe_interval_ms == 0 || r.probe_max_interval_ms < r.probe_interval_ms {
+            return bad("runtimes.call_timeout_ms and runtimes.probe_interval_ms must be positive, and \
+                        runtimes.probe_max_interval_ms at least runtimes.probe_interval_ms"
+                .into());
+        }
         Ok(())
     }
 }

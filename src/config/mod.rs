@@ -28,6 +28,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub hub: HubConfig,
     pub dispatch: DispatchConfig,
+    pub runtimes: RuntimesConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -85,6 +86,26 @@ pub struct DispatchConfig {
     /// Hosts an executor's `transport_endpoints.rest` may name (empty: any); serve sends dispatches,
     /// with the executor's token, and readiness questions there.
     pub executor_hosts: Vec<String>,
+}
+
+/// HTTP agent runtimes (the WattSwarm executor protocol), which serve calls itself.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimesConfig {
+    /// Each HTTP attempt to a runtime, from connecting to the whole answer read (a kernel's default is
+    /// reqwest's 30 s). Transport failures, a timeout before the answer's headers included, are retried
+    /// as kernels do: 5 attempts, 50/100/150/200 ms apart, with the same `execution_id`.
+    pub call_timeout_ms: u64,
+    /// How often a healthy runtime's `/health` is probed in the background.
+    pub probe_interval_ms: u64,
+    /// An unhealthy runtime is probed again after a back-off that doubles up to this.
+    pub probe_max_interval_ms: u64,
+}
+
+impl Default for RuntimesConfig {
+    fn default() -> RuntimesConfig {
+        RuntimesConfig { call_timeout_ms: 30_000, probe_interval_ms: 10_000, probe_max_interval_ms: 300_000 }
+    }
 }
 
 impl Default for ServerConfig {

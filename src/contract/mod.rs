@@ -162,6 +162,58 @@ pub struct DispatchPayload {
     /// Our extension (Vagaris): the lease's tool policy, forwarded untouched to the executor.
     #[serde(default)]
     pub lease: Option<Lease>,
+    /// Our extension (WattSwarm): the task an HTTP agent runtime is given. A mission that carries one
+    /// goes only to runtimes; one without it may go to a runtime too, which then gets a task built from
+    /// `objective` and `completion`.
+    #[serde(default)]
+    pub task: Option<TaskSpec>,
+}
+
+impl DispatchPayload {
+    /// How many runtimes run the task independently (1 unless the task asks for a cross-check).
+    pub fn executions(&self) -> usize {
+        self.task.as_ref().and_then(|t| t.crosscheck.as_ref()).map_or(1, |c| c.executions)
+    }
+}
+
+/// What a dispatch asks of an HTTP agent runtime; every field has a default (see `domain::runtime_task`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct TaskSpec {
+    pub task_type: Option<String>,
+    pub profile: Option<String>,
+    /// Sent as the runtime's `inputs` verbatim.
+    pub inputs: Option<serde_json::Value>,
+    pub output_schema: Option<serde_json::Value>,
+    pub verification: Option<VerificationSpec>,
+    pub budget: Option<BudgetSpec>,
+    /// Per HTTP attempt, instead of `runtimes.call_timeout_ms`.
+    pub timeout_ms: Option<u64>,
+    pub crosscheck: Option<CrosscheckSpec>,
+}
+
+/// The verification policy binding: its id, and optionally the version and hash the caller expects
+/// (checked at dispatch), with its parameters.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct VerificationSpec {
+    pub policy_id: String,
+    pub policy_version: Option<String>,
+    pub policy_hash: Option<String>,
+    pub policy_params: Option<serde_json::Value>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct BudgetSpec {
+    pub time_ms: Option<u64>,
+    pub max_steps: Option<u32>,
+    pub cost_units: Option<u64>,
+}
+
+/// Run the task on `executions` different runtimes and complete only when `quorum` of them produced
+/// the same output and had it verified.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct CrosscheckSpec {
+    pub executions: usize,
+    pub quorum: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

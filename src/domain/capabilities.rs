@@ -10,3 +10,6 @@ pub(crate) const READINESS: &str = "x-readiness";
 pub(crate) const PAUSE_RESUME: &str = "x-pause-resume";
 /// An extension: the executor stops a mission's agent on `mission.aborted`.
 pub(crate) const ABORT: &str = "x-abort";
+/// Serve's own mark of an HTTP agent runtime (the WattSwarm protocol), which it drives itself. A
+/// mission carrying a `task` asks for it; filters may ask for it too.
+pub(crate) const HTTP_RUNTIME: &str = "x-kind:http-runtime";

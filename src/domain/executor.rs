@@ -1,9 +1,11 @@
 //! Executors and legacy sandboxes as serve records them.
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::contract::RegisterPayload;
+use crate::wattswarm::wire::RuntimeCapabilities;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutorRecord {
@@ -16,6 +18,38 @@ pub struct ExecutorRecord {
     pub last_event_ts: Option<String>,
     pub disconnected_at: Option<DateTime<Utc>>,
     pub deregistered_at: Option<DateTime<Utc>>,
+    /// Set for an HTTP agent runtime, which serve drives itself; `None` for a WebSocket executor.
+    pub runtime: Option<RuntimeRecord>,
+}
+
+/// An HTTP agent runtime (the WattSwarm executor protocol) as an operator added it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeRecord {
+    /// Paths are appended to it (`trim_end('/') + "/execute"`), so a path prefix works.
+    pub base_url: String,
+    pub kind: RuntimeKind,
+    /// What `/capabilities` said at the latest successful probe; `None` until one succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<RuntimeCapabilities>,
+}
+
+/// WattSwarm registries' `local | remote`. Serve calls both over HTTP; the kind is the operator's label,
+/// kept so a registry exported from a WattSwarm node round-trips, and shown as a capability.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    #[default]
+    Local,
+    Remote,
+}
+
+impl RuntimeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::Local => "local",
+            RuntimeKind::Remote => "remote",
+        }
+    }
 }
 
 /// A sandbox of the legacy registry.

@@ -1,7 +1,8 @@
 //! The domain: what serve knows and decides, without I/O. Records of executors, missions, events and
 //! HITL requests; the mission state machine and what each event does; the events serve records itself;
-//! routing; readiness; the resync decisions; the reclaim rule for executor identities; what a sandbox
-//! session says about a mission. Nothing here imports the services, the store or the edge.
+//! routing; readiness; what an HTTP agent runtime is asked and how its answers settle a mission; the
+//! resync decisions; the reclaim rule for executor identities; what a sandbox session says about a
+//! mission. Nothing here imports the services, the store or the edge.
 
 pub(crate) mod capabilities;
 mod effects;
@@ -14,13 +15,14 @@ pub(crate) mod readiness;
 pub(crate) mod reclaim;
 pub(crate) mod resync;
 pub(crate) mod routing;
+pub(crate) mod runtime_task;
 pub(crate) mod sandbox_sessions;
 mod serve_events;
 mod state;
 
 pub use effects::{hitl_effect, is_repeat, patch_for};
 pub use event::{NewEvent, StoredEvent};
-pub use executor::{ExecutorRecord, SandboxRecord};
+pub use executor::{ExecutorRecord, RuntimeKind, RuntimeRecord, SandboxRecord};
 pub use hitl::{HitlOutcome, HitlRequest};
 pub use live::{progress_key, session_prefix, Handover, Live};
 pub use mission::{Mission, MissionPatch};

@@ -57,6 +57,12 @@ pub enum ServeEvent {
     Deregistered {
         reason: &'static str,
     },
+    /// What serve records on behalf of an HTTP agent runtime it drives, which has no socket to say it:
+    /// a mission event with the data `services::runtimes` built (the call's outcome, the verdict).
+    Runtime {
+        event: EventType,
+        data: Value,
+    },
 }
 
 /// What one serve event records: the event, and the mission update it implies (mission events only).
@@ -116,6 +122,7 @@ impl ServeEvent {
             ServeEvent::Completed { .. } => EventType::MissionCompleted,
             ServeEvent::Registered(_) => EventType::ExecutorRegistered,
             ServeEvent::Deregistered { .. } => EventType::ExecutorDeregistered,
+            ServeEvent::Runtime { event, .. } => *event,
         }
     }
 
@@ -184,6 +191,7 @@ impl ServeEvent {
                 ..Data::default()
             },
             ServeEvent::Deregistered { reason } => Data { reason: Some(reason), ..Data::default() },
+            ServeEvent::Runtime { data, .. } => return data.clone(),
         };
         serde_json::to_value(d).expect("event data serializes")
     }

@@ -9,6 +9,7 @@ mod extract;
 mod guard;
 mod health;
 mod missions;
+mod runtimes;
 mod sandboxes;
 mod sessions;
 
@@ -32,6 +33,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(missions::router())
         .merge(events::router())
         .merge(sandboxes::router())
+        .merge(runtimes::router())
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))

@@ -151,7 +151,8 @@ impl Fleet {
         if !self.registry.is_live(executor_id) {
             return Err(Error::NotFound(format!("executor {executor_id} is not registered")));
         }
-        if self.registry.is_connected(executor_id) {
+        // A runtime's health is serve's probe, not a peer that would carry on under a removed identity.
+        if self.registry.is_connected(executor_id) && !self.registry.is_runtime(executor_id) {
             return Err(Error::Conflict(format!(
                 "executor {executor_id} is connected: stop it (or let it deregister itself) before removing it"
             )));

@@ -1,6 +1,6 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
-//! an earlier one, never the reverse): links, registry, ledger, dispatcher, reconciler, controls,
+//! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, reconciler, controls,
 //! ingest, fleet, sandboxes, connections, status, feed.
 
 pub(crate) mod connections;
@@ -13,5 +13,6 @@ pub(crate) mod ledger;
 pub(crate) mod links;
 pub(crate) mod reconciler;
 pub(crate) mod registry;
+pub(crate) mod runtimes;
 pub(crate) mod sandboxes;
 pub(crate) mod status;

@@ -31,6 +31,7 @@ mod queue;
 mod register;
 mod resumable;
 mod routes;
+mod runtimes;
 mod sandbox;
 mod schema;
 mod scripted_runtime;

@@ -93,11 +93,12 @@ impl Harness for SqliteHarness {
 /// The cases, each an adapter-agnostic function of a fresh store.
 mod cases {
     use aiwg_serve::contract::{RegisterPayload, TransportEndpoints};
-    use aiwg_serve::domain::MissionState;
+    use aiwg_serve::domain::{MissionState, RuntimeKind, RuntimeRecord};
     use aiwg_serve::store::{
         Change, ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionQuery, NewEvent, Pending,
         SandboxRecord, Store, StoreError, StoredEvent,
     };
+    use aiwg_serve::wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
     use serde_json::{json, Value};
     use tokio::sync::broadcast::error::TryRecvError;
@@ -138,6 +139,7 @@ mod cases {
             last_event_ts: None,
             disconnected_at: None,
             deregistered_at: None,
+            runtime: None,
         }
     }
 
@@ -575,6 +577,17 @@ mod cases {
             last_event_ts: Some(text(41)),
             disconnected_at: Some(ts(42)),
             deregistered_at: Some(ts(43)),
+            // An HTTP runtime's own fields round-trip too.
+            runtime: Some(RuntimeRecord {
+                base_url: "http://127.0.0.1:8787/rt".into(),
+                kind: RuntimeKind::Remote,
+                capabilities: Some(RuntimeCapabilities {
+                    task_types: vec!["swarm".into()],
+                    profiles: vec!["default".into(), "careful".into()],
+                    provider_family: "swarm-runtime".into(),
+                    model_id: "swarm-model-v1".into(),
+                }),
+            }),
         };
         store.commit(vec![put_executor(&changed)]).await.unwrap();
         let stored = store.executors().await.unwrap();

@@ -226,6 +226,11 @@ impl ScriptedRuntime {
         self.shared.lock().scripts.entry(endpoint.to_owned()).or_default().extend(behaviors);
     }
 
+    /// Forgets what is still scripted for `endpoint`: it answers the default again.
+    pub fn clear_script(&self, endpoint: &str) {
+        self.shared.lock().scripts.remove(endpoint);
+    }
+
     /// What `GET /capabilities` answers (and where `/verify`'s default takes its provider and model).
     pub fn set_capabilities(&self, capabilities: Value) {
         self.shared.lock().capabilities = capabilities;

@@ -29,6 +29,14 @@ impl Dispatcher {
             Live { handover: Handover::InFlight, ..Live::new(&attempts[0], MissionState::Assigned) },
         );
         self.registry.adjust_active(&attempts[0], 1);
+        if self.registry.is_runtime(&attempts[0]) {
+            // Serve drives a runtime itself: nothing to forward, so nothing to fail over from here (a
+            // runtime that fails is the mission's failure, with its reason).
+            let first = attempts[0].clone();
+            let runtimes = attempts.into_iter().filter(|a| self.registry.is_runtime(a)).collect();
+            self.runtimes.take(&mission_id, body, runtimes);
+            return self.taken(&mission_id, &first, crate::forward::Accepted::default()).await;
+        }
         let bytes = Bytes::from(body.to_string());
         let mut last_failure = ForwardError::Unreachable("no attempt made".into());
         for (i, executor_id) in attempts.iter().enumerate() {

@@ -19,10 +19,12 @@ use tokio::sync::{watch, Notify};
 
 use super::ledger::Ledger;
 use super::registry::Registry;
+use super::runtimes::Runtimes;
 use crate::config::DispatchConfig;
 use crate::contract::DispatchPayload;
 use crate::domain::readiness;
 use crate::domain::routing::{self, Rejection};
+use crate::domain::runtime_task::Task;
 use crate::domain::{capabilities, Mission, MissionState};
 use crate::error::{Error, Result};
 use crate::forward::Forwarder;
@@ -37,6 +39,8 @@ pub struct Dispatcher {
     ledger: Arc<Ledger>,
     store: Store,
     forwarder: Forwarder,
+    /// Missions routed to HTTP agent runtimes are handed to it.
+    runtimes: Arc<Runtimes>,
     metrics: Arc<Metrics>,
     queue: Queue,
     /// Where round-robin among equally good candidates starts next.
@@ -128,6 +132,7 @@ impl Dispatcher {
         ledger: Arc<Ledger>,
         store: Store,
         forwarder: Forwarder,
+        runtimes: Arc<Runtimes>,
         metrics: Arc<Metrics>,
         wake: Arc<Notify>,
         shutdown: watch::Receiver<bool>,
@@ -139,6 +144,7 @@ impl Dispatcher {
             ledger,
             store,
             forwarder,
+            runtimes,
             metrics,
             queue,
             rotation: AtomicUsize::new(0),
@@ -171,16 +177,16 @@ impl Dispatcher {
         if payload.lease.as_ref().is_some_and(|l| l.tools.denies_all()) {
             return Err(Error::LeaseDeniesAllTools);
         }
-        let plan = self.place(&payload);
-        let plan = self.screen_readiness(plan, payload.unattended).await;
-        if plan.ordered.is_empty() {
-            let reason = plan.why_none();
-            if payload.queue.unwrap_or(self.config.queue_when_unavailable) {
+        if payload.task.is_some() {
+            Task::of(&payload, &body).map_err(Error::InvalidTask)?;
+        }
+        let (attempts, record) = match self.candidates(&payload).await {
+            Ok(found) => found,
+            Err(reason) if payload.queue.unwrap_or(self.config.queue_when_unavailable) => {
                 return self.enqueue(session_id, body, payload, reason).await;
             }
-            return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason });
-        }
-        let (attempts, record) = handout_plan(plan, self.config.max_attempts);
+            Err(reason) => return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason }),
+        };
         let row = Mission {
             executor_id: Some(attempts[0].clone()),
             routing: Some(json!(record)),
@@ -209,13 +215,35 @@ impl Dispatcher {
         })
     }
 
+    /// The candidates a dispatch is handed to, ready and in preference order, with the record of the
+    /// choice; `Err` says why there are none. A cross-check needs as many runtimes as it has executions.
+    pub(crate) async fn candidates(
+        &self,
+        payload: &DispatchPayload,
+    ) -> std::result::Result<(Vec<String>, RoutingRecord), String> {
+        let needed = payload.executions();
+        let tries = self.config.max_attempts.max(needed);
+        let plan = self.screen_readiness(self.place(payload), payload.unattended, tries).await;
+        if plan.ordered.is_empty() {
+            return Err(plan.why_none());
+        }
+        if plan.ordered.len() < needed {
+            return Err(format!(
+                "the cross-check needs {needed} runtimes that fit, and {} do ({})",
+                plan.ordered.len(),
+                plan.ordered.join(", ")
+            ));
+        }
+        Ok(handout_plan(plan, tries))
+    }
+
     /// Asks each candidate that must be asked (all, for an unattended mission; those declaring
     /// `x-readiness` otherwise) for its readiness report, and passes over those it does not clear, with
     /// the gap named. Readiness is reported, never inferred: no report is a refusal.
-    pub(crate) async fn screen_readiness(&self, mut plan: routing::Plan, unattended: bool) -> routing::Plan {
+    async fn screen_readiness(&self, mut plan: routing::Plan, unattended: bool, keep: usize) -> routing::Plan {
         let mut kept = Vec::with_capacity(plan.ordered.len());
         for executor_id in std::mem::take(&mut plan.ordered) {
-            if kept.len() == self.config.max_attempts {
+            if kept.len() == keep {
                 break;
             }
             if !unattended && !self.registry.has_capability(&executor_id, capabilities::READINESS) {
@@ -241,7 +269,10 @@ impl Dispatcher {
 
     /// The routing plan for a dispatch payload against the executors as they are now.
     pub(crate) fn place(&self, payload: &DispatchPayload) -> routing::Plan {
-        let filter = payload.executor_filter.clone().unwrap_or_default();
+        let mut filter = payload.executor_filter.clone().unwrap_or_default();
+        if payload.task.is_some() && !filter.capabilities.iter().any(|c| c == capabilities::HTTP_RUNTIME) {
+            filter.capabilities.push(capabilities::HTTP_RUNTIME.to_owned());
+        }
         let request = routing::Request {
             pin: filter.executor_id.as_deref(),
             capabilities: &filter.capabilities,

@@ -148,13 +148,11 @@ impl Dispatcher {
         let mut index = 0;
         loop {
             let Some(next) = self.queue.get(index) else { return };
-            let plan = self.screen_readiness(self.place(&next.1), next.1.unattended).await;
-            if plan.ordered.is_empty() {
+            let Ok((attempts, record)) = self.candidates(&next.1).await else {
                 index += 1;
                 continue;
-            }
+            };
             let Some(w) = self.queue.take(&next.0) else { continue };
-            let (attempts, record) = super::handout_plan(plan, self.config.max_attempts);
             let patch = MissionPatch {
                 state: Some(MissionState::Assigned),
                 executor_id: attempts.first().cloned(),

@@ -50,7 +50,7 @@ fn status_of(e: &Entry) -> ExecutorStatus {
     let r = &e.row;
     ExecutorStatus {
         identity: r.identity.clone(),
-        connected: !e.links.is_empty(),
+        connected: e.connected(),
         last_event_ts: e.last_event.lock().expect("entry lock").clone(),
         active_mission_count: e.active_missions,
         registered_at: clock::format(r.registered_at),

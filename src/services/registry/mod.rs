@@ -12,6 +12,7 @@ use std::net::IpAddr;
 use std::sync::{Mutex, RwLock};
 
 pub(crate) use listing::ExecutorStatus;
+pub(crate) use runtimes::RuntimeView;
 
 use super::links::{Link, Outbound};
 use crate::contract::RegisterPayload;
@@ -53,12 +54,21 @@ struct Entry {
     /// The latest event's timestamp, updated on every committed event under the registry's *read* lock
     /// (the row's copy is refreshed from it whenever the row is read).
     last_event: Mutex<Option<String>>,
+    /// An HTTP runtime's health as the latest probe found it (`None` for a WebSocket executor). A
+    /// runtime's one link is serve's own driver of its missions, so it says nothing about the runtime.
+    health: Option<bool>,
 }
 
 impl Entry {
     fn new(row: ExecutorRecord, token: Option<String>) -> Entry {
         let last_event = Mutex::new(row.last_event_ts.clone());
-        Entry { row, token, links: Vec::new(), active_missions: 0, ever_connected: false, epoch: 0, last_event }
+        let health = row.runtime.as_ref().map(|_| false);
+        Entry { row, token, links: Vec::new(), active_missions: 0, ever_connected: false, epoch: 0, last_event, health }
+    }
+
+    /// Can take missions now: a WebSocket executor with a socket, a runtime whose latest probe passed.
+    fn connected(&self) -> bool {
+        self.health.unwrap_or(!self.links.is_empty())
     }
 
     fn live(&self) -> bool {
@@ -100,7 +110,7 @@ impl Registry {
     pub async fn load(store: Store) -> Result<Registry> {
         let mut inner = Inner::default();
         for row in store.executors().await? {
-            if row.deregistered_at.is_none() {
+            if row.deregistered_at.is_none() && row.runtime.is_none() {
                 inner.by_token.insert(row.token_hash, row.identity.executor_id.clone());
             }
             let entry = Entry::new(row, None);
@@ -129,6 +139,12 @@ impl Registry {
         let (row, token, rotated_for_non_loopback) = {
             let inner = self.inner.read().expect("registry lock");
             let existing = inner.executors.get(&p.executor_id);
+            if existing.is_some_and(|e| e.live() && e.row.runtime.is_some()) {
+                return Err(Error::Conflict(format!(
+                    "{} is an HTTP agent runtime an operator added; a WebSocket executor cannot take its id",
+                    p.executor_id
+                )));
+            }
             if existing.is_none() && inner.executors.len() >= max_executors {
                 return Err(Error::TooManyRequests(format!(
                     "{max_executors} executor identities are known, the limit (server.max_executors); remove stale ones \
@@ -274,7 +290,7 @@ impl Registry {
     /// Registered and with at least one live socket.
     pub fn is_connected(&self, executor_id: &str) -> bool {
         let inner = self.inner.read().expect("registry lock");
-        inner.executors.get(executor_id).is_some_and(|e| e.live() && !e.links.is_empty())
+        inner.executors.get(executor_id).is_some_and(|e| e.live() && e.connected())
     }
 
     pub fn is_live(&self, executor_id: &str) -> bool {
@@ -307,7 +323,7 @@ impl Registry {
     pub fn counts(&self) -> (usize, usize) {
         let inner = self.inner.read().expect("registry lock");
         let live = inner.executors.values().filter(|e| e.live());
-        live.fold((0, 0), |(r, c), e| (r + 1, c + usize::from(!e.links.is_empty())))
+        live.fold((0, 0), |(r, c), e| (r + 1, c + usize::from(e.connected())))
     }
 
     /// Removes a socket. Only when it was the last one is the executor disconnected: an older socket's
@@ -382,14 +398,14 @@ impl Registry {
             .filter_map(|id| inner.executors.get(id))
             .filter(|e| e.live())
             .filter(|e| {
-                let considered = !e.links.is_empty() || pin == Some(e.row.identity.executor_id.as_str());
+                let considered = e.connected() || pin == Some(e.row.identity.executor_id.as_str());
                 offline += usize::from(!considered);
                 considered
             })
             .map(|e| RoutingView {
                 executor_id: &e.row.identity.executor_id,
                 capabilities: &e.row.identity.capabilities,
-                connected: !e.links.is_empty(),
+                connected: e.connected(),
                 draining: e.row.draining,
                 active_missions: e.active_missions,
             })
@@ -417,8 +433,10 @@ fn registered_row(
         last_event_ts: existing.and_then(|e| e.last_event.lock().expect("entry lock").clone()),
         disconnected_at: existing.and_then(|e| e.row.disconnected_at),
         deregistered_at: None,
+        runtime: None,
     }
 }
 
+mod runtimes;
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,7 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../../migrations/0001_init.sql")),
     (2, "hitl", include_str!("../../../migrations/0002_hitl.sql")),
     (3, "sandboxes", include_str!("../../../migrations/0003_sandboxes.sql")),
+    (4, "runtimes", include_str!("../../../migrations/0004_runtimes.sql")),
 ];
 
 pub(super) async fn apply(conn: &mut SqliteConnection) -> Result<()> {

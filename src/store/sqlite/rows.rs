@@ -72,6 +72,10 @@ pub(super) fn executor_from_row(r: &SqliteRow) -> Result<ExecutorRecord> {
         last_event_ts: r.try_get("last_event_ts")?,
         disconnected_at: time_opt(r, "disconnected_at")?,
         deregistered_at: time_opt(r, "deregistered_at")?,
+        runtime: match r.try_get::<Option<&str>, _>("runtime")? {
+            Some(text) => Some(parse_json(text, "runtime")?),
+            None => None,
+        },
     })
 }
 

@@ -45,7 +45,7 @@ pub(super) fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a Exe
     q.push(
         "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
          a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
-         disconnected_at, deregistered_at, draining) ",
+         disconnected_at, deregistered_at, draining, runtime) ",
     );
     q.push_values([e], |mut b, e| {
         b.push_bind(e.identity.executor_id.as_str())
@@ -62,7 +62,8 @@ pub(super) fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a Exe
             .push_bind(e.last_event_ts.as_deref())
             .push_bind(e.disconnected_at.map(clock::format))
             .push_bind(e.deregistered_at.map(clock::format))
-            .push_bind(e.draining);
+            .push_bind(e.draining)
+            .push_bind(e.runtime.as_ref().map(|r| serde_json::to_string(r).expect("runtime serializes")));
     });
     q.push(
         " ON CONFLICT (executor_id) DO UPDATE SET name = excluded.name, version = excluded.version, \
@@ -71,7 +72,7 @@ pub(super) fn push_put_executor<'a>(q: &mut QueryBuilder<'a, Sqlite>, e: &'a Exe
          token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
          seen_non_loopback = excluded.seen_non_loopback, last_event_ts = excluded.last_event_ts, \
          disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at, \
-         draining = excluded.draining;",
+         draining = excluded.draining, runtime = excluded.runtime;",
     );
 }
 

@@ -1,0 +1,108 @@
+//! `aiwg-serve runtimes`: HTTP agent runtimes (the WattSwarm executor protocol): add one by name and
+//! URL, list them, check one now. Removing one is `aiwg-serve executors remove NAME`, as for any executor.
+
+use clap::{Subcommand, ValueEnum};
+use serde_json::{json, Value};
+
+use super::client::Client;
+use super::output::Output;
+use super::{enc, text, Failure};
+
+#[derive(Subcommand, Debug)]
+pub enum RuntimesCommand {
+    /// Add a runtime, or update the one of that name; serve probes it at once and says what it found
+    Add {
+        name: String,
+        /// Its base URL; paths are appended to it, so a path prefix works (http://host:8787/rt)
+        url: String,
+        #[arg(long, value_enum, default_value_t = Kind::Local)]
+        kind: Kind,
+    },
+    /// List the runtimes: URL, health, profiles, provider and model
+    List,
+    /// Probe a runtime now (/health, then /capabilities); exit 1 when it is not healthy
+    Check { name: String },
+}
+
+/// WattSwarm registries' label for a runtime; serve calls both kinds over HTTP.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Kind {
+    Local,
+    Remote,
+}
+
+pub(super) async fn run(client: &Client, out: &Output, cmd: RuntimesCommand) -> Result<(), Failure> {
+    match cmd {
+        RuntimesCommand::Add { name, url, kind } => {
+            let kind = match kind {
+                Kind::Local => "local",
+                Kind::Remote => "remote",
+            };
+            let body = json!({"name": name, "base_url": url, "kind": kind});
+            let answer = client.post("/api/v1/runtimes", &body).await?;
+            report(out, &answer, "added")
+        }
+        RuntimesCommand::List => {
+            let list = client.get("/api/v1/runtimes").await?;
+            if out.json {
+                return out.json(&list);
+            }
+            let rows = list["runtimes"].as_array().into_iter().flatten().map(row).collect();
+            out.table(&["RUNTIME", "URL", "KIND", "HEALTHY", "ACTIVE", "PROFILES", "MODEL"], rows)
+        }
+        RuntimesCommand::Check { name } => {
+            let answer = client.post(&format!("/api/v1/runtimes/{}/check", enc(&name)), &Value::Null).await?;
+            report(out, &answer, "checked")?;
+            match answer["healthy"] == true {
+                true => Ok(()),
+                false => Err(Failure::Exit(1, format!("runtime {name} is not healthy"))),
+            }
+        }
+    }
+}
+
+/// One line about a runtime an operator just added or checked, with what its probe found.
+fn report(out: &Output, r: &Value, done: &str) -> Result<(), Failure> {
+    if out.json {
+        return out.json(r);
+    }
+    let name = text(r, "name");
+    let url = text(r, "base_url");
+    match (r["healthy"] == true, r["error"].as_str()) {
+        (true, _) => out.line(format!(
+            "runtime {name} {done}: {url} healthy, profiles {}, {}",
+            list(&r["capabilities"]["profiles"]),
+            model(r)
+        )),
+        (false, Some(e)) => out.line(format!("runtime {name} {done}: {url} NOT healthy: {e}")),
+        (false, None) => out.line(format!("runtime {name} {done}: {url} not healthy")),
+    }
+}
+
+fn row(r: &Value) -> Vec<String> {
+    vec![
+        text(r, "name"),
+        text(r, "base_url"),
+        text(r, "kind"),
+        if r["healthy"] == true { "yes".into() } else { "no".into() },
+        text(r, "active_mission_count"),
+        list(&r["capabilities"]["profiles"]),
+        model(r),
+    ]
+}
+
+fn list(v: &Value) -> String {
+    let items: Vec<&str> = v.as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    if items.is_empty() {
+        "-".into()
+    } else {
+        items.join(",")
+    }
+}
+
+fn model(r: &Value) -> String {
+    match (r["capabilities"]["provider_family"].as_str(), r["capabilities"]["model_id"].as_str()) {
+        (Some(p), Some(m)) => format!("{p}/{m}"),
+        _ => "-".into(),
+    }
+}

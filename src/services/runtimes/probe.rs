@@ -1,0 +1,93 @@
+//! Runtimes' health, found by probing: `/health` (any 2xx, as kernels judge it), then `/capabilities`
+//! (which routing needs: a runtime whose capabilities cannot be read cannot be matched). A healthy
+//! runtime is probed every `probe_interval_ms`; a failing one after a back-off that doubles up to
+//! `probe_max_interval_ms`. A probe is one call, not retried: the back-off is the retry.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Endpoint, Runtimes};
+
+/// A probe waits at most this long for an answer (or the call timeout, if shorter): a runtime that
+/// cannot say it is healthy within it is not.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// When a runtime is probed next, and the back-off it is on.
+struct Due {
+    at: Instant,
+    backoff: Duration,
+}
+
+impl Runtimes {
+    /// Probes a runtime once and records what it found; `Err` says what failed.
+    pub(super) async fn probe_now(&self, name: &str) -> Result<(), String> {
+        let Some(view) = self.registry.runtime(name) else { return Err(format!("runtime {name} is gone")) };
+        let base = &view.runtime.base_url;
+        let timeout = PROBE_TIMEOUT.min(self.timeout(None));
+        let health = self.client.health(base, timeout).await;
+        self.count(Endpoint::Health, &health);
+        let probed = match health {
+            Ok(()) => {
+                let caps = self.client.capabilities(base, timeout).await;
+                self.count(Endpoint::Capabilities, &caps);
+                caps.map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        let (healthy, caps, outcome) = match probed {
+            Ok(caps) => (true, Some(caps), Ok(())),
+            Err(e) => (false, None, Err(e)),
+        };
+        match self.registry.runtime_probed(name, healthy, caps).await {
+            Ok(true) if healthy => {
+                tracing::info!(runtime = name, "runtime healthy");
+                self.wake_queue.notify_one();
+            }
+            Ok(true) => tracing::warn!(runtime = name, error = ?outcome.as_ref().err(), "runtime unhealthy"),
+            Ok(false) => {}
+            Err(e) => tracing::error!(runtime = name, error = %e, "a runtime's capabilities were not stored"),
+        }
+        outcome
+    }
+
+    /// The background prober: each runtime when it is due, until serve stops.
+    pub(super) fn spawn_prober(self: &Arc<Self>) {
+        let this = self.clone();
+        let mut shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            let mut due: HashMap<String, Due> = HashMap::new();
+            loop {
+                let next = this.probe_due(&mut due).await;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next) => {}
+                    _ = this.wake_prober.notified() => {}
+                    _ = shutdown.wait_for(|stop| *stop) => return,
+                }
+            }
+        });
+    }
+
+    /// Probes every runtime that is due (a new one at once) and returns when the next one is.
+    async fn probe_due(&self, due: &mut HashMap<String, Due>) -> Instant {
+        let interval = Duration::from_millis(self.config.probe_interval_ms);
+        let max = Duration::from_millis(self.config.probe_max_interval_ms);
+        let names: Vec<String> = self.registry.runtimes().into_iter().map(|v| v.name).collect();
+        due.retain(|name, _| names.contains(name));
+        for name in names {
+            let now = Instant::now();
+            let entry = due.entry(name.clone()).or_insert(Due { at: now, backoff: interval });
+            if entry.at > now {
+                continue;
+            }
+            entry.backoff = match self.probe_now(&name).await {
+                Ok(()) => interval,
+                Err(_) => (entry.backoff * 2).min(max),
+            };
+            entry.at = Instant::now() + entry.backoff;
+        }
+        due.values().map(|d| d.at).min().unwrap_or_else(|| Instant::now() + interval)
+    }
+}

@@ -1,0 +1,463 @@
+//! HTTP agent runtimes (the WattSwarm executor protocol), end to end: the real server drives scripted
+//! runtimes that are real HTTP servers (`support::runtime`), through the same dispatch route, missions,
+//! event log and listings as WebSocket executors; every fault a kernel meets, with the mission left in a
+//! clear state and the exact number of requests the runtime saw.
+
+use aiwg_serve::wattswarm::hash::{json_bytes, sha256_hex};
+use aiwg_serve::wattswarm::policy::PolicyId;
+use serde_json::{json, Value};
+
+use crate::support::runtime::{Behavior, ScriptedRuntime};
+use crate::support::{mission_id, ScriptedExecutor, TestServer};
+
+/// A server whose runtime calls time out fast and whose prober looks often.
+async fn server() -> TestServer {
+    TestServer::start_with(|c| {
+        c.runtimes.call_timeout_ms = 400;
+        c.runtimes.probe_interval_ms = 50;
+        c.runtimes.probe_max_interval_ms = 100;
+    })
+    .await
+}
+
+/// Adds `runtime` as `name` and asserts the answer.
+async fn add(server: &TestServer, name: &str, runtime: &ScriptedRuntime) -> Value {
+    let r = server.client.post("/api/v1/runtimes", &json!({"name": name, "base_url": runtime.url()})).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(r.body["healthy"], true, "{}", r.body);
+    r.body
+}
+
+/// Dispatches a mission (with `task`, if any) and asserts it went to `to`; returns its id.
+async fn dispatch(server: &TestServer, task: Option<Value>, to: &str) -> String {
+    let id = mission_id();
+    let mut body = json!({"mission_id": id, "objective": "say hello", "completion": "an answer"});
+    if let Some(task) = task {
+        body["task"] = task;
+    }
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!((r.body["executor_id"].as_str(), r.body["status"].as_str()), (Some(to), Some("assigned")));
+    id
+}
+
+/// Waits until the mission has ended; returns it.
+async fn ended(server: &TestServer, id: &str) -> Value {
+    let path = format!("/api/v1/missions/{id}");
+    server
+        .eventually(&path, "the mission to end", |m| {
+            ["done", "failed", "aborted"].contains(&m["state"].as_str().unwrap_or(""))
+        })
+        .await
+}
+
+async fn events(server: &TestServer, id: &str) -> Vec<Value> {
+    let r = server.client.get(&format!("/api/v1/events?mission_id={id}&follow=false")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["events"].as_array().into_iter().flatten().map(|item| item["envelope"].clone()).collect()
+}
+
+/// The data of the event that ended the mission.
+async fn last_data(server: &TestServer, id: &str) -> Value {
+    events(server, id).await.last().expect("events")["data"].clone()
+}
+
+/// Ends with `state` and `reason`; returns the last event's data.
+async fn ends_with(server: &TestServer, id: &str, state: &str, reason: &str) -> Value {
+    let m = ended(server, id).await;
+    let data = last_data(server, id).await;
+    assert_eq!(m["state"], state, "{m}\n{data}");
+    assert_eq!(data["reason"], reason, "{data}");
+    data
+}
+
+#[tokio::test]
+async fn a_mission_runs_on_a_runtime_as_a_kernel_would_run_it() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start_at("/rt").await;
+    let added = add(&server, "rt-1", &runtime).await;
+    assert_eq!(added["capabilities"]["profiles"], json!(["default"]));
+    let id = dispatch(&server, None, "rt-1").await;
+    let m = ended(&server, &id).await;
+    assert_eq!(m["state"], "done", "{m}");
+
+    // The runtime saw what a kernel sends, under its path prefix.
+    let execute = runtime.requests_to("/execute");
+    assert_eq!(execute.len(), 1);
+    let sent = execute[0].json.clone().unwrap();
+    assert_eq!(execute[0].target, "/rt/execute");
+    assert_eq!(execute[0].header("content-type"), Some("application/json"));
+    let exec_id = sent["execution_id"].as_str().unwrap();
+    assert!(exec_id.starts_with("exec-p-"), "{sent}");
+    assert_eq!(sent["attempt_id"], exec_id);
+    assert_eq!((sent["stage"].as_str(), sent["task_id"].as_str()), (Some("EXPLORE"), Some(id.as_str())));
+    assert_eq!(sent["inputs"], json!({"prompt": "say hello", "completion": "an answer"}));
+    assert_eq!(sent["seed_bundle"], Value::Null);
+    let contract = &sent["task_contract"];
+    assert_eq!(contract["task_type"], "swarm");
+    assert_eq!(contract["acceptance"]["verifier_policy"]["policy_hash"], PolicyId::SchemaOnly.hash());
+    assert_eq!(contract["output_schema"]["required"], json!(["answer"]));
+
+    // The candidate, with the output_ref the kernel computes, went to /verify.
+    let verify = runtime.requests_to("/verify");
+    assert_eq!(verify.len(), 1);
+    let candidate = &verify[0].json.as_ref().unwrap()["candidate"];
+    let output = json!({"answer": "default::say hello", "confidence": 0.93,
+                        "check_summary": format!("stage=EXPLORE attempt={exec_id}")});
+    assert_eq!(candidate["output"], output);
+    let digest = format!("sha256:{}", sha256_hex(&json_bytes(&output)));
+    assert_eq!(candidate["output_ref"]["digest"], digest);
+    assert_eq!(candidate["output_ref"]["uri"], format!("artifact://reference/{digest}"));
+    assert_eq!(candidate["candidate_id"], format!("cand-{exec_id}"));
+
+    // Every step is an event, recorded as the runtime's.
+    let evs = events(&server, &id).await;
+    let kinds: Vec<(&str, &str)> =
+        evs.iter().map(|e| (e["event"].as_str().unwrap(), e["data"]["phase"].as_str().unwrap_or(""))).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("mission.started", ""),
+            ("mission.progress", "executed"),
+            ("mission.progress", "verified"),
+            ("mission.completed", "")
+        ]
+    );
+    assert!(evs.iter().all(|e| e["executor_id"] == "rt-1"));
+    let done = &evs[3]["data"];
+    assert_eq!(done["output"], output);
+    assert_eq!(done["summary"], "default::say hello");
+    assert_eq!(done["verifier_result"]["passed"], true);
+    assert_eq!(done["verifier_result"]["policy_id"], "vp.schema_only.v1");
+    assert_eq!(m["exit_code"], 0);
+
+    // Listed beside WebSocket executors, with its kind as a capability.
+    let listed = server.executors().await;
+    let me = listed["executors"].as_array().unwrap().iter().find(|e| e["executor_id"] == "rt-1").unwrap().clone();
+    assert_eq!(me["connected"], true);
+    for cap in ["x-kind:http-runtime", "x-profile:default", "x-provider:scripted-runtime", "x-model:scripted-v1"] {
+        assert!(me["capabilities"].as_array().unwrap().contains(&json!(cap)), "{cap}: {me}");
+    }
+}
+
+#[tokio::test]
+async fn adding_is_an_upsert_by_name_with_names_urls_and_ids_checked() {
+    let server = server().await;
+    let a = ScriptedRuntime::start().await;
+    let b = ScriptedRuntime::start().await;
+    add(&server, "rt", &a).await;
+    let again =
+        server.client.post("/api/v1/runtimes", &json!({"name": "rt", "base_url": b.url(), "remote": true})).await;
+    assert_eq!((again.status, again.body["kind"].as_str()), (200, Some("remote")), "{}", again.body);
+    let list = server.client.get("/api/v1/runtimes").await;
+    assert_eq!(list.body["runtimes"].as_array().unwrap().len(), 1);
+    assert_eq!(list.body["runtimes"][0]["base_url"], b.url());
+
+    for (body, code) in [
+        (json!({"name": "bad name", "base_url": a.url()}), "invalid_runtime"),
+        (json!({"name": "x", "base_url": "ftp://h/"}), "invalid_runtime"),
+        (json!({"name": "x", "base_url": "not a url"}), "invalid_runtime"),
+        (json!({"name": "x"}), "invalid_runtime"),
+        (json!({"name": "x", "base_url": a.url(), "extra": 1}), "invalid_runtime"),
+    ] {
+        server.client.post("/api/v1/runtimes", &body).await.assert_error(422, code);
+    }
+    let ws = ScriptedExecutor::register(&server, &[]).await;
+    let taken = server.client.post("/api/v1/runtimes", &json!({"name": ws.id, "base_url": a.url()})).await;
+    taken.assert_error(409, "conflict");
+    server.client.get("/api/v1/runtimes/nope").await.assert_error(404, "not_found");
+    server.client.post("/api/v1/runtimes/nope/check", &Value::Null).await.assert_error(404, "not_found");
+
+    // A runtime that does not answer is added, not healthy, with the reason.
+    let dead = ScriptedRuntime::refused_url().await;
+    let r = server.client.post("/api/v1/runtimes", &json!({"name": "dead", "base_url": dead})).await;
+    assert_eq!((r.status, r.body["healthy"].as_bool()), (201, Some(false)), "{}", r.body);
+    assert!(r.body["error"].as_str().unwrap().starts_with("runtime /health request:"), "{}", r.body);
+}
+
+#[tokio::test]
+async fn an_unhealthy_runtime_is_not_routed_to_until_its_probe_passes_again() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.script("/health", std::iter::repeat_n(Behavior::status(503, "down"), 1000));
+    server.eventually("/api/v1/runtimes/rt", "the probe to find it unhealthy", |r| r["healthy"] == false).await;
+    let id = mission_id();
+    let body = json!({"mission_id": id, "objective": "o", "completion": "c"});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    r.assert_error(503, "no_executor_available");
+
+    runtime.clear_script("/health");
+    server.eventually("/api/v1/runtimes/rt", "the probe to find it healthy", |r| r["healthy"] == true).await;
+    let checked = server.client.post("/api/v1/runtimes/rt/check", &Value::Null).await;
+    assert_eq!((checked.status, checked.body["healthy"].as_bool()), (200, Some(true)));
+    dispatch(&server, None, "rt").await;
+}
+
+#[tokio::test]
+async fn transport_failures_are_retried_with_the_same_execution_id_and_statuses_never() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+
+    // Three dropped connections, then an answer: 4 identical requests, and the mission completes.
+    runtime.script("/execute", [Behavior::Drop, Behavior::Drop, Behavior::Drop]);
+    let id = dispatch(&server, None, "rt").await;
+    assert_eq!(ended(&server, &id).await["state"], "done");
+    let sent = runtime.requests_to("/execute");
+    assert_eq!(sent.len(), 4);
+    assert!(sent.iter().all(|r| r.raw == sent[0].raw), "every attempt is the same request");
+
+    // Always dropped: exactly 5, then a clear error.
+    runtime.script("/execute", std::iter::repeat_n(Behavior::Drop, 5));
+    let id = dispatch(&server, None, "rt").await;
+    let data = ends_with(&server, &id, "failed", "runtime_unreachable").await;
+    assert!(data["error"].as_str().unwrap().starts_with("runtime /execute request:"), "{data}");
+    assert_eq!(runtime.count("/execute"), 4 + 5);
+
+    // A status is an answer: one request each, the status and the body's start named.
+    for status in [500, 503] {
+        runtime.script("/execute", [Behavior::status(status, "  model overloaded  ")]);
+        let before = runtime.count("/execute");
+        let id = dispatch(&server, None, "rt").await;
+        let data = ends_with(&server, &id, "failed", "runtime_refused").await;
+        let error = data["error"].as_str().unwrap();
+        assert!(error.starts_with(&format!("runtime /execute status: {status} ")), "{error}");
+        assert!(error.ends_with("; body: model overloaded"), "{error}");
+        assert_eq!(runtime.count("/execute"), before + 1);
+        assert_eq!(runtime.count("/verify"), 1, "no verify after a refusal");
+    }
+}
+
+#[tokio::test]
+async fn a_runtime_that_stalls_past_the_timeout_is_sent_the_same_execution_again() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.script("/execute", [Behavior::Stall]);
+    let id = dispatch(&server, None, "rt").await;
+    assert_eq!(ended(&server, &id).await["state"], "done");
+    let sent = runtime.requests_to("/execute");
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0].raw, sent[1].raw, "the re-send carries the same execution_id");
+    assert!(sent[0].hung_up, "serve gave up on the stalled attempt");
+}
+
+#[tokio::test]
+async fn answers_a_kernel_would_not_decode_fail_the_mission_without_a_retry() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    let cases = [
+        (Behavior::raw(200, "text/plain", "not json"), "runtime_invalid_answer", "runtime /execute decode:"),
+        (
+            Behavior::Json(json!({"candidate_output": {"answer": "x"}, "evidence_refs": []})),
+            "runtime_invalid_answer",
+            "missing field `evidence_inline`",
+        ),
+        (
+            Behavior::Json(json!({"candidate_output": {"answer": "x"}, "evidence_inline": [], "evidence_refs": [
+                {"uri": "u", "digest": "", "size_bytes": 1, "mime": "text/plain", "created_at": 1, "producer": "p"}]})),
+            "invalid_output",
+            "digest",
+        ),
+        (
+            Behavior::Json(json!({"candidate_output": {"answer": "x"}, "evidence_refs": [],
+                                  "evidence_inline": [{"mime": "image/png", "content": "x"}]})),
+            "invalid_output",
+            "image/png",
+        ),
+    ];
+    for (answer, reason, says) in cases {
+        runtime.script("/execute", [answer]);
+        let before = runtime.count("/execute");
+        let id = dispatch(&server, None, "rt").await;
+        let data = ends_with(&server, &id, "failed", reason).await;
+        assert!(data["error"].as_str().unwrap().contains(says), "{says}: {data}");
+        assert_eq!(runtime.count("/execute"), before + 1);
+    }
+    assert_eq!(runtime.count("/verify"), 0);
+}
+
+/// A verdict, as the scripted runtime will answer `/verify`.
+fn verdict(status: Value, passed: bool, score: Value, codes: Value, provider: &str) -> Behavior {
+    Behavior::Json(json!({"verification_status": status, "passed": passed, "score": score, "reason_codes": codes,
+                          "verifier_result_hash": "00", "provider_family": provider, "model_id": "m"}))
+}
+
+#[tokio::test]
+async fn every_rule_a_kernel_applies_to_a_verdict_is_applied() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    let cases = [
+        // Undecodable or failed calls become an inconclusive verdict, never a pass.
+        (verdict(json!("maybe"), true, json!(1.0), json!([100]), "p"), "verification_inconclusive", json!([200])),
+        (verdict(json!("passed"), true, json!(1.0), json!([70000]), "p"), "verification_inconclusive", json!([200])),
+        (Behavior::status(500, "boom"), "verification_inconclusive", json!([200])),
+        (Behavior::Drop, "verification_inconclusive", json!([200])),
+        // Decoded, but a kernel refuses it.
+        (verdict(json!("passed"), true, json!(1.0), json!([]), "p"), "verifier_rejected", json!([301])),
+        (verdict(json!("failed"), true, json!(1.0), json!([100]), "p"), "verifier_rejected", json!([301])),
+        (verdict(json!("passed"), true, json!(1.2), json!([100]), "p"), "verifier_rejected", json!([301])),
+        (verdict(json!("passed"), true, json!(1.0), json!([100]), " "), "verifier_rejected", json!([301])),
+        (verdict(json!("failed"), false, json!(0.2), json!([102]), "p"), "verifier_rejected", json!([301])),
+        // An honest failure.
+        (verdict(json!("failed"), false, json!(0), json!([101]), "p"), "verification_failed", json!([101])),
+    ];
+    for (answer, reason, codes) in cases {
+        let drops = matches!(answer, Behavior::Drop);
+        runtime.script("/verify", if drops { vec![Behavior::Drop; 5] } else { vec![answer] });
+        let id = dispatch(&server, None, "rt").await;
+        let data = ends_with(&server, &id, "failed", reason).await;
+        assert_eq!(data["reason_codes"], codes, "{data}");
+    }
+
+    // A "passed" the local evaluation fails: the output lacks the schema's required answer.
+    runtime.set_output(json!({"confidence": 0.5}));
+    runtime.script("/verify", [verdict(json!("passed"), true, json!(1.0), json!([100]), "p")]);
+    let id = dispatch(&server, None, "rt").await;
+    let data = ends_with(&server, &id, "failed", "verifier_rejected").await;
+    assert!(data["error"].as_str().unwrap().contains("verifier passed flag mismatch"), "{data}");
+    assert_eq!(data["executions"][0]["local_evaluation"]["reason_codes"], json!([101]));
+}
+
+#[tokio::test]
+async fn a_profile_the_runtime_lacks_fails_the_mission_before_any_execute() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    let id = dispatch(&server, Some(json!({"profile": "careful"})), "rt").await;
+    let data = ends_with(&server, &id, "failed", "profile_not_supported").await;
+    assert_eq!(data["error"], "profile 'careful' not supported by executor 'rt'");
+    assert_eq!(runtime.count("/execute"), 0);
+}
+
+#[tokio::test]
+async fn an_abort_cancels_the_call_in_flight() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.script("/execute", [Behavior::Stall]);
+    let id = dispatch(&server, Some(json!({"timeout_ms": 60000})), "rt").await;
+    runtime.wait_for("/execute", 1).await;
+    let r = server.client.post(&format!("/api/v1/missions/{id}/abort"), &json!({})).await;
+    assert_eq!((r.status, r.body["delivered"].as_bool()), (202, Some(true)), "{}", r.body);
+    runtime.wait_for_hangup("/execute").await;
+    assert_eq!(ended(&server, &id).await["state"], "aborted");
+    assert_eq!(runtime.count("/verify"), 0);
+    assert_eq!(runtime.count("/execute"), 1, "a cancelled call is not re-sent");
+}
+
+#[tokio::test]
+async fn a_task_with_a_policy_binding_a_kernel_refuses_is_refused_at_dispatch() {
+    let server = server().await;
+    let body = |task: Value| json!({"mission_id": mission_id(), "objective": "o", "completion": "c", "task": task});
+    let cases = [
+        (json!({"verification": {"policy_id": "vp.schema_only.v1", "policy_hash": "ab"}}), 422, "invalid_task"),
+        (json!({"verification": {"policy_id": "vp.schema_only.v1", "policy_version": "2"}}), 422, "invalid_task"),
+        (json!({"crosscheck": {"executions": 2, "quorum": 3}}), 422, "invalid_task"),
+        (json!({"verification": {"policy_id": "vp.nope"}}), 400, "schema_violation"),
+        (json!({"timeout_ms": 0}), 400, "schema_violation"),
+        (json!({"surprise": 1}), 400, "schema_violation"),
+        // Valid, but no runtime is there: a task goes to runtimes only.
+        (json!({}), 503, "no_executor_available"),
+    ];
+    let _ws = ScriptedExecutor::online(&server, &[]).await;
+    for (task, status, code) in cases {
+        server.client.post("/api/v1/sessions/s/dispatch", &body(task)).await.assert_error(status, code);
+    }
+}
+
+#[tokio::test]
+async fn a_thresholds_policy_failure_fails_the_mission_with_its_reason_codes() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    let task =
+        json!({"verification": {"policy_id": "vp.schema_thresholds.v1", "policy_params": {"min_confidence": 0.95}}});
+    runtime.script("/verify", [verdict(json!("failed"), false, json!(0.2), json!([100, 102]), "p")]);
+    let id = dispatch(&server, Some(task), "rt").await;
+    let data = ends_with(&server, &id, "failed", "verification_failed").await;
+    assert_eq!(data["reason_codes"], json!([100, 102]));
+    let sent = runtime.requests_to("/verify")[0].json.clone().unwrap();
+    assert_eq!(sent["policy"]["policy_id"], "vp.schema_thresholds.v1");
+    assert_eq!(sent["policy"]["policy_hash"], PolicyId::SchemaThresholds.hash());
+    assert_eq!(sent["policy"]["policy_params"], json!({"min_confidence": 0.95}));
+    assert_eq!(data["executions"][0]["local_evaluation"]["reason_codes"], json!([100, 102]));
+}
+
+#[tokio::test]
+async fn a_crosscheck_completes_only_when_the_quorum_agrees() {
+    let server = server().await;
+    let runtimes = [ScriptedRuntime::start().await, ScriptedRuntime::start().await, ScriptedRuntime::start().await];
+    for (i, r) in runtimes.iter().enumerate() {
+        add(&server, &format!("rt-{i}"), r).await;
+        let answer = if i == 2 { "a different answer" } else { "the answer" };
+        r.set_output(json!({"answer": answer}));
+    }
+    let id = mission_id();
+    let crosscheck = |quorum: u64| {
+        json!({"mission_id": mission_id(), "objective": "o", "completion": "c",
+               "task": {"crosscheck": {"executions": 3, "quorum": quorum}}})
+    };
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &crosscheck(2)).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let agreed = r.body["mission_id"].as_str().unwrap().to_owned();
+    assert_eq!(ended(&server, &agreed).await["state"], "done");
+    let data = last_data(&server, &agreed).await;
+    let mut agreeing: Vec<&str> = data["agreeing"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    agreeing.sort();
+    assert_eq!(agreeing, ["rt-0", "rt-1"]);
+    assert_eq!(data["output"], json!({"answer": "the answer"}));
+    assert_eq!(data["executions"].as_array().unwrap().len(), 3);
+    assert!(runtimes.iter().all(|r| r.count("/execute") == 1), "one execution on each runtime");
+
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &crosscheck(3)).await;
+    let disagreed = r.body["mission_id"].as_str().unwrap().to_owned();
+    let data = ends_with(&server, &disagreed, "failed", "crosscheck_no_quorum").await;
+    let kept = data["executions"].as_array().unwrap();
+    assert_eq!(kept.len(), 3, "every candidate kept: {data}");
+    assert!(kept.iter().all(|e| e["candidate_output"]["answer"].is_string()), "{data}");
+
+    // More executions than runtimes that fit: refused at dispatch, with the reason.
+    let mut body = crosscheck(2);
+    body["task"]["crosscheck"]["executions"] = json!(4);
+    body["mission_id"] = json!(id);
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    let message = r.assert_error(503, "no_executor_available");
+    assert!(message.contains("needs 4 runtimes"), "{message}");
+}
+
+#[tokio::test]
+async fn a_removed_runtime_ends_its_missions_and_leaves_the_listings() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.script("/execute", [Behavior::Stall]);
+    let id = dispatch(&server, Some(json!({"timeout_ms": 60000})), "rt").await;
+    runtime.wait_for("/execute", 1).await;
+    assert_eq!(server.client.delete("/api/v1/runtimes/rt", None).await.status, 204);
+    runtime.wait_for_hangup("/execute").await;
+    assert_eq!(ended(&server, &id).await["state"], "failed");
+    assert_eq!(server.client.get("/api/v1/runtimes").await.body["runtimes"], json!([]));
+    server.client.get("/api/v1/runtimes/rt").await.assert_error(404, "not_found");
+}
+
+#[tokio::test]
+async fn runtimes_and_their_missions_survive_a_restart() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.script("/execute", [Behavior::Stall]);
+    let id = dispatch(&server, Some(json!({"timeout_ms": 60000})), "rt").await;
+    runtime.wait_for("/execute", 1).await;
+    let server = server.restart().await;
+    // Driven again from the start after the restart: a new execution, which the runtime answers.
+    runtime.wait_for("/execute", 2).await;
+    assert_eq!(ended(&server, &id).await["state"], "done");
+    let sent = runtime.requests_to("/execute");
+    assert_ne!(sent[0].json.as_ref().unwrap()["execution_id"], sent[1].json.as_ref().unwrap()["execution_id"]);
+    let listed = server.client.get("/api/v1/runtimes/rt").await;
+    assert_eq!((listed.status, listed.body["healthy"].as_bool()), (200, Some(true)), "{}", listed.body);
+}
