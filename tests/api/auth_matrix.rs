@@ -62,6 +62,12 @@ async fn every_route_against_every_credential() {
         (Method::GET, "/api/v1/events?follow=false".to_owned(), None),
         (Method::GET, "/metrics".to_owned(), None),
         (Method::GET, "/api/v1/sandboxes".to_owned(), None),
+        // Adding a runtime points serve at a URL it will call: operators only.
+        (Method::GET, "/api/v1/runtimes".to_owned(), None),
+        (Method::POST, "/api/v1/runtimes".to_owned(), Some(json!({"name": "rt", "base_url": "http://127.0.0.1:9/"}))),
+        (Method::GET, "/api/v1/runtimes/rt".to_owned(), None),
+        (Method::POST, "/api/v1/runtimes/rt/check".to_owned(), None),
+        (Method::DELETE, "/api/v1/runtimes/rt".to_owned(), None),
     ];
     for (method, path, body) in &operator_routes {
         for who in [Who::Nobody, Who::Garbage, Who::ThisExecutor, Who::OtherExecutor] {
@@ -86,6 +92,7 @@ async fn every_route_against_every_credential() {
     let status = server.client.get_with(&executor, &as_operator).await.body;
     assert!(status.get("draining").is_none(), "{status}");
     assert_eq!(server.client.get_with(&mission, &as_operator).await.body["state"], "running");
+    assert_eq!(server.client.get_with("/api/v1/runtimes", &as_operator).await.body["runtimes"], json!([]));
 
     // The executor's own route: only its own token deregisters it.
     for who in [Who::Nobody, Who::Garbage, Who::Operator, Who::OtherExecutor] {

@@ -461,3 +461,62 @@ async fn runtimes_and_their_missions_survive_a_restart() {
     let listed = server.client.get("/api/v1/runtimes/rt").await;
     assert_eq!((listed.status, listed.body["healthy"].as_bool()), (200, Some(true)), "{}", listed.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_adds_lists_and_checks_runtimes() {
+    use crate::cli::{cli, stderr, stdout};
+    let server = server().await;
+    let runtime = ScriptedRuntime::start_at("/rt").await;
+    let out = cli(&server.base, &["runtimes", "add", "rt", &runtime.url(), "--kind", "remote"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!("runtime rt added: {} healthy, profiles default, scripted-runtime/scripted-v1\n", runtime.url())
+    );
+    let out = cli(&server.base, &["runtimes", "list"], &[]).await;
+    let row = stdout(&out).lines().nth(1).unwrap_or_default().to_owned();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells, ["rt", runtime.url().as_str(), "remote", "yes", "0", "default", "scripted-runtime/scripted-v1"]);
+    let out = cli(&server.base, &["--json", "runtimes", "check", "rt"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(serde_json::from_slice::<Value>(&out.stdout).unwrap()["healthy"], true);
+
+    // Unhealthy: exit 1, and the reason.
+    runtime.script("/health", [Behavior::status(500, "")]);
+    let out = cli(&server.base, &["runtimes", "check", "rt"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("NOT healthy: runtime /health status: 500 Internal Server Error"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("runtime rt is not healthy"), "{}", stderr(&out));
+    let out = cli(&server.base, &["runtimes", "check", "nope"], &[]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("404 not_found"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn a_runtime_gone_between_probes_fails_its_mission_with_the_probe_error() {
+    // Probes far apart, so the background prober does not notice first.
+    let server = TestServer::start_with(|c| {
+        c.runtimes.call_timeout_ms = 400;
+        c.runtimes.probe_interval_ms = 600_000;
+        c.runtimes.probe_max_interval_ms = 600_000;
+    })
+    .await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.refuse_connections().await;
+    let id = dispatch(&server, None, "rt").await;
+    let data = ends_with(&server, &id, "failed", "runtime_unreachable").await;
+    assert!(data["error"].as_str().unwrap().starts_with("runtime /health request:"), "{data}");
+    assert_eq!(data["reason_codes"], json!([0]));
+
+    // Every call is counted by endpoint and outcome.
+    let metrics = server.client.get("/metrics").await;
+    let text = metrics.body.as_str().unwrap_or_default().to_owned();
+    for counted in ["health:ok\"} 1", "capabilities:ok\"} 1", "health:unreachable\"} 1"] {
+        assert!(text.contains(&format!("aiwg_runtime_calls_total{{outcome=\"{counted}")), "{counted}: {text}");
+    }
+}

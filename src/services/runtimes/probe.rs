@@ -57,8 +57,12 @@ impl Runtimes {
     pub(super) fn spawn_prober(self: &Arc<Self>) {
         let this = self.clone();
         let mut shutdown = self.shutdown.clone();
+        // The runtimes serve starts with are probed at once; one added later was probed by `add`.
+        let interval = Duration::from_millis(self.config.probe_interval_ms);
+        let now = Instant::now();
+        let mut due: HashMap<String, Due> =
+            self.registry.runtimes().into_iter().map(|v| (v.name, Due { at: now, backoff: interval })).collect();
         tokio::spawn(async move {
-            let mut due: HashMap<String, Due> = HashMap::new();
             loop {
                 let next = this.probe_due(&mut due).await;
                 tokio::select! {
@@ -70,7 +74,8 @@ impl Runtimes {
         });
     }
 
-    /// Probes every runtime that is due (a new one at once) and returns when the next one is.
+    /// Probes every runtime that is due and returns when the next one is. A runtime it has not seen yet
+    /// was just added, and probed then: it is due an interval later.
     async fn probe_due(&self, due: &mut HashMap<String, Due>) -> Instant {
         let interval = Duration::from_millis(self.config.probe_interval_ms);
         let max = Duration::from_millis(self.config.probe_max_interval_ms);
@@ -78,7 +83,7 @@ impl Runtimes {
         due.retain(|name, _| names.contains(name));
         for name in names {
             let now = Instant::now();
-            let entry = due.entry(name.clone()).or_insert(Due { at: now, backoff: interval });
+            let entry = due.entry(name.clone()).or_insert(Due { at: now + interval, backoff: interval });
             if entry.at > now {
                 continue;
             }
