@@ -58,6 +58,7 @@ pub struct Scale {
     pub idle_seconds: f64,
     pub hitl_load_executors: usize,
     pub hitl_rounds: usize,
+    pub runtime_missions: usize,
 }
 
 impl Scale {
@@ -81,6 +82,7 @@ impl Scale {
             idle_seconds: 5.0,
             hitl_load_executors: 16,
             hitl_rounds: 500,
+            runtime_missions: 5_000,
         }
     }
 
@@ -104,6 +106,7 @@ impl Scale {
             idle_seconds: 1.0,
             hitl_load_executors: 2,
             hitl_rounds: 30,
+            runtime_missions: 300,
         }
     }
 }
@@ -239,6 +242,9 @@ async fn main() -> ExitCode {
     }
     if wanted("hitl") {
         rows.extend(workloads::hitl_round_trip(dir.path(), &scale).await);
+    }
+    if wanted("runtime") {
+        rows.extend(workloads::runtime_missions(dir.path(), &scale, &mut failures).await);
     }
     if wanted("storm") {
         rows.extend(workloads::reconnect_storm(dir.path(), &scale, &mut failures).await);

@@ -83,7 +83,7 @@ async fn bare_server() -> std::net::SocketAddr {
 }
 
 /// `total` requests with `concurrency` in flight; requests per second and their latencies.
-async fn closed_loop(
+pub(super) async fn closed_loop(
     client: &Arc<Client>,
     path: &str,
     total: usize,

@@ -1,12 +1,14 @@
 //! The workloads of DESIGN section 7, each measured beside its baseline in the same run: one file per
 //! family (ingestion and `kill -9`; dispatch; dashboard polling; serve's footprint: cold start, an idle
-//! fleet, a restart under a fleet; HITL), and here what they share.
+//! fleet, a restart under a fleet; HITL; missions through an HTTP agent runtime), and here what they
+//! share.
 
 mod dispatch;
 mod fleet;
 mod hitl;
 mod ingest;
 mod polling;
+mod runtimes;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -22,6 +24,7 @@ pub use fleet::{cold_start, idle_fleet, reconnect_storm};
 pub use hitl::hitl_round_trip;
 pub use ingest::{ingestion, kill9};
 pub use polling::polling;
+pub use runtimes::runtime_missions;
 
 use crate::peers::{self, Peer, RestPeer, Serve};
 
