@@ -152,6 +152,7 @@ async fn adding_is_an_upsert_by_name_with_names_urls_and_ids_checked() {
     let list = server.client.get("/api/v1/runtimes").await;
     assert_eq!(list.body["runtimes"].as_array().unwrap().len(), 1);
     assert_eq!(list.body["runtimes"][0]["base_url"], b.url());
+    assert_eq!(server.executors().await["executors"].as_array().unwrap().len(), 1);
 
     for (body, code) in [
         (json!({"name": "bad name", "base_url": a.url()}), "invalid_runtime"),
@@ -165,6 +166,13 @@ async fn adding_is_an_upsert_by_name_with_names_urls_and_ids_checked() {
     let ws = ScriptedExecutor::register(&server, &[]).await;
     let taken = server.client.post("/api/v1/runtimes", &json!({"name": ws.id, "base_url": a.url()})).await;
     taken.assert_error(409, "conflict");
+    // Nor can a WebSocket executor take a runtime's id (executor ids are UUIDs; a runtime may be named one).
+    let uuid = uuid::Uuid::new_v4().to_string();
+    add(&server, &uuid, &a).await;
+    let mut payload = ScriptedExecutor::listen(&[]).await.register_payload();
+    payload["executor_id"] = json!(uuid);
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
+    assert!(r.assert_error(409, "conflict").contains("is an HTTP agent runtime"), "{}", r.body);
     server.client.get("/api/v1/runtimes/nope").await.assert_error(404, "not_found");
     server.client.post("/api/v1/runtimes/nope/check", &Value::Null).await.assert_error(404, "not_found");
 

@@ -139,12 +139,7 @@ impl Registry {
         let (row, token, rotated_for_non_loopback) = {
             let inner = self.inner.read().expect("registry lock");
             let existing = inner.executors.get(&p.executor_id);
-            if existing.is_some_and(|e| e.live() && e.row.runtime.is_some()) {
-                return Err(Error::Conflict(format!(
-                    "{} is an HTTP agent runtime an operator added; a WebSocket executor cannot take its id",
-                    p.executor_id
-                )));
-            }
+            not_a_runtime(existing, &p.executor_id)?;
             if existing.is_none() && inner.executors.len() >= max_executors {
                 return Err(Error::TooManyRequests(format!(
                     "{max_executors} executor identities are known, the limit (server.max_executors); remove stale ones \
@@ -411,6 +406,16 @@ impl Registry {
             })
             .collect();
         f(&views, offline)
+    }
+}
+
+/// A runtime's id is the operator's: a WebSocket executor cannot register under it.
+fn not_a_runtime(existing: Option<&Entry>, executor_id: &str) -> Result<()> {
+    match existing {
+        Some(e) if e.live() && e.row.runtime.is_some() => Err(Error::Conflict(format!(
+            "{executor_id} is an HTTP agent runtime an operator added; a WebSocket executor cannot take its id"
+        ))),
+        _ => Ok(()),
     }
 }
 
