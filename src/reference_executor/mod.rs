@@ -16,8 +16,15 @@ mod state;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use axum::serve::ListenerExt;
+use axum::Router;
 use clap::{Args, ValueEnum};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum CompletionCheck {
@@ -65,6 +72,55 @@ pub struct ExecutorArgs {
     /// Seconds between SIGTERM and SIGKILL when a mission is aborted
     #[arg(long, default_value_t = 5)]
     pub(crate) kill_grace_s: u64,
+}
+
+impl ExecutorArgs {
+    /// Where the agents run: `--workdir`, else where the executor was started.
+    fn workdir(&self) -> PathBuf {
+        self.workdir.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")))
+    }
+
+    fn kill_grace(&self) -> Duration {
+        Duration::from_secs(self.kill_grace_s)
+    }
+}
+
+/// SIGINT and SIGTERM, caught from the moment they are installed: from then on a signal stops the
+/// executor through its own shutdown (which stops the agents' process groups) instead of the default
+/// action, which would end the executor and leave its agents running.
+struct StopSignals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        Ok(StopSignals { interrupt: signal(SignalKind::interrupt())?, terminate: signal(SignalKind::terminate())? })
+    }
+
+    async fn received(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` turns true, then lets the requests in flight finish.
+/// Without Nagle's delay: every answer is one small write that a caller is waiting for.
+fn serve_until(listener: TcpListener, router: Router, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let _ = axum::serve(
+            listener.tap_io(|t| {
+                let _ = t.set_nodelay(true);
+            }),
+            router,
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
+    })
 }
 
 /// The adapters `adapters::Registry::default()` holds, for the refusal of any other name.
