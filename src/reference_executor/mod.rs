@@ -5,10 +5,15 @@
 //! `resumable`, suspends running missions on SIGTERM and, after a restart, reports them and settles
 //! them honestly (a process that died with the executor is not pretended alive).
 //!
+//! With `--http-runtime ADDR` it registers with nobody and listens instead as a WattSwarm HTTP agent
+//! runtime (`/health`, `/capabilities`, `/execute`, `/verify`, `/agent-events`), which serve or a
+//! WattSwarm kernel drives; see `http_runtime`.
+//!
 //! This is a program of its own that serve's tests and operators run; serve's registry of the executors
 //! that registered with it is [`crate::registry`].
 
 mod adapters;
+mod http_runtime;
 mod runtime;
 mod spawn;
 mod state;
@@ -72,6 +77,21 @@ pub struct ExecutorArgs {
     /// Seconds between SIGTERM and SIGKILL when a mission is aborted
     #[arg(long, default_value_t = 5)]
     pub(crate) kill_grace_s: u64,
+    /// Register with no serve; listen on ADDR as a WattSwarm HTTP agent runtime instead (port 0: any)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http_runtime: Option<SocketAddr>,
+    /// With --http-runtime: the profiles served (CSV); a kernel sends only tasks whose profile is listed
+    #[arg(long, value_name = "CSV", default_value = "default", requires = "http_runtime")]
+    pub(crate) profiles: String,
+    /// With --http-runtime: the task types declared (CSV; kernels do not check them)
+    #[arg(long, value_name = "CSV", default_value = "swarm", requires = "http_runtime")]
+    pub(crate) task_types: String,
+    /// With --http-runtime: the provider family in capabilities and verifier results
+    #[arg(long, default_value = "aiwg-serve", requires = "http_runtime")]
+    pub(crate) provider_family: String,
+    /// With --http-runtime: the model id in capabilities and verifier results [default: the adapter's name]
+    #[arg(long, requires = "http_runtime")]
+    pub(crate) model_id: Option<String>,
 }
 
 impl ExecutorArgs {
@@ -144,6 +164,9 @@ pub async fn run(args: ExecutorArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(addr) = args.http_runtime {
+        return http_runtime::run(args, adapter, addr).await;
+    }
     match runtime::Executor::start(args, adapter).await {
         Ok(executor) => executor.run_until_signal().await,
         Err(e) => {
