@@ -5,10 +5,15 @@
 //! `resumable`, suspends running missions on SIGTERM and, after a restart, reports them and settles
 //! them honestly (a process that died with the executor is not pretended alive).
 //!
+//! With `--http-runtime ADDR` it registers with nobody and listens instead as a WattSwarm HTTP agent
+//! runtime (`/health`, `/capabilities`, `/execute`, `/verify`, `/agent-events`), which serve or a
+//! WattSwarm kernel drives; see `http_runtime`.
+//!
 //! This is a program of its own that serve's tests and operators run; serve's registry of the executors
 //! that registered with it is [`crate::registry`].
 
 mod adapters;
+mod http_runtime;
 mod runtime;
 mod spawn;
 mod state;
@@ -16,8 +21,15 @@ mod state;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use axum::serve::ListenerExt;
+use axum::Router;
 use clap::{Args, ValueEnum};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum CompletionCheck {
@@ -65,6 +77,70 @@ pub struct ExecutorArgs {
     /// Seconds between SIGTERM and SIGKILL when a mission is aborted
     #[arg(long, default_value_t = 5)]
     pub(crate) kill_grace_s: u64,
+    /// Register with no serve; listen on ADDR as a WattSwarm HTTP agent runtime instead (port 0: any)
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http_runtime: Option<SocketAddr>,
+    /// With --http-runtime: the profiles served (CSV); a kernel sends only tasks whose profile is listed
+    #[arg(long, value_name = "CSV", default_value = "default", requires = "http_runtime")]
+    pub(crate) profiles: String,
+    /// With --http-runtime: the task types declared (CSV; kernels do not check them)
+    #[arg(long, value_name = "CSV", default_value = "swarm", requires = "http_runtime")]
+    pub(crate) task_types: String,
+    /// With --http-runtime: the provider family in capabilities and verifier results
+    #[arg(long, default_value = "aiwg-serve", requires = "http_runtime")]
+    pub(crate) provider_family: String,
+    /// With --http-runtime: the model id in capabilities and verifier results [default: the adapter's name]
+    #[arg(long, requires = "http_runtime")]
+    pub(crate) model_id: Option<String>,
+}
+
+impl ExecutorArgs {
+    /// Where the agents run: `--workdir`, else where the executor was started.
+    fn workdir(&self) -> PathBuf {
+        self.workdir.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")))
+    }
+
+    fn kill_grace(&self) -> Duration {
+        Duration::from_secs(self.kill_grace_s)
+    }
+}
+
+/// SIGINT and SIGTERM, caught from the moment they are installed: from then on a signal stops the
+/// executor through its own shutdown (which stops the agents' process groups) instead of the default
+/// action, which would end the executor and leave its agents running.
+struct StopSignals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        Ok(StopSignals { interrupt: signal(SignalKind::interrupt())?, terminate: signal(SignalKind::terminate())? })
+    }
+
+    async fn received(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `stop` turns true, then lets the requests in flight finish.
+/// Without Nagle's delay: every answer is one small write that a caller is waiting for.
+fn serve_until(listener: TcpListener, router: Router, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let _ = axum::serve(
+            listener.tap_io(|t| {
+                let _ = t.set_nodelay(true);
+            }),
+            router,
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await;
+    })
 }
 
 /// The adapters `adapters::Registry::default()` holds, for the refusal of any other name.
@@ -88,6 +164,9 @@ pub async fn run(args: ExecutorArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(addr) = args.http_runtime {
+        return http_runtime::run(args, adapter, addr).await;
+    }
     match runtime::Executor::start(args, adapter).await {
         Ok(executor) => executor.run_until_signal().await,
         Err(e) => {

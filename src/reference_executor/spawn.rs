@@ -2,10 +2,14 @@
 //! and abort reach every process it starts), and a git worktree per mission when the working directory
 //! is a repository.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
 
 use tokio::process::{Child, Command};
+
+use super::adapters::Adapter;
 
 /// Variables that make an interpreter run foreign code, or point it at foreign code.
 const INTERPRETER_HOOKS: &[&str] = &[
@@ -54,17 +58,21 @@ pub(crate) fn sanitised_env(
 
 /// Spawns `binary argv...` in a new process group with piped stdio.
 pub(crate) fn start(binary: &str, argv: &[String], env: &[(String, String)], dir: &Path) -> std::io::Result<Child> {
-    Command::new(binary)
-        .args(argv)
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(false)
-        .spawn()
+    command(binary, argv, env, dir, Stdio::piped).process_group(0).kill_on_drop(false).spawn()
+}
+
+/// `binary args...` in `dir` with exactly `env` (nothing inherited) and each stdio stream from `stdio`.
+fn command(
+    binary: &str,
+    args: &[impl AsRef<OsStr>],
+    env: &[(String, String)],
+    dir: &Path,
+    stdio: fn() -> Stdio,
+) -> Command {
+    let mut command = Command::new(binary);
+    command.args(args).env_clear().envs(env.iter().map(|(k, v)| (k, v))).current_dir(dir);
+    command.stdin(stdio()).stdout(stdio()).stderr(stdio());
+    command
 }
 
 /// Sends a signal to a whole process group.
@@ -78,8 +86,46 @@ pub(crate) fn group_alive(pgid: u32) -> bool {
     signal_group(pgid, 0)
 }
 
+/// SIGTERM to the group, SIGKILL once `grace` has passed with any of its processes still alive.
+pub(crate) async fn terminate_group(pgid: u32, grace: Duration) {
+    signal_group(pgid, libc::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    while group_alive(pgid) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if group_alive(pgid) {
+        signal_group(pgid, libc::SIGKILL);
+    }
+}
+
+/// Where a run's agent works and with what environment: its own worktree of `base` (named after
+/// `run_id`) when `base` is in a git repository, so that concurrent runs do not edit one checkout; the
+/// sanitised environment with the run's variables, and the adapter's defaults where ours has none.
+pub(crate) async fn prepare(
+    adapter: &Adapter,
+    base: &Path,
+    worktrees: &Path,
+    run_id: &str,
+    run_env: &[(&str, &str)],
+) -> (PathBuf, Vec<(String, String)>) {
+    let dir = workdir_for(base, worktrees, run_id).await;
+    let mut vars = run_env.to_vec();
+    vars.extend(adapter.env_defaults.iter().filter(|(k, _)| std::env::var_os(k).is_none()).copied());
+    (dir, sanitised_env(std::env::vars(), adapter.keeps_provider_keys, &vars))
+}
+
+/// Runs a completion criterion with `sh -c` where the agent ran and with its environment; its output
+/// is not kept, only whether it holds.
+pub(crate) async fn completion_status(
+    criterion: &str,
+    dir: &Path,
+    env: &[(String, String)],
+) -> std::io::Result<ExitStatus> {
+    command("sh", &["-c", criterion], env, dir, Stdio::null).status().await
+}
+
 /// A detached worktree for the mission when `dir` is in a git repository; otherwise `dir` itself.
-pub(crate) async fn workdir_for(dir: &Path, worktrees: &Path, mission_id: &str) -> PathBuf {
+async fn workdir_for(dir: &Path, worktrees: &Path, mission_id: &str) -> PathBuf {
     let inside = Command::new("git")
         .args(["rev-parse", "--is-inside-work-tree"])
         .current_dir(dir)

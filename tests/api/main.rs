@@ -28,6 +28,7 @@ mod operations;
 mod operator;
 mod path_ids;
 mod queue;
+mod reference_runtime;
 mod register;
 mod resumable;
 mod routes;

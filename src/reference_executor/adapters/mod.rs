@@ -8,7 +8,9 @@ mod readiness;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::contract::ToolPolicy;
+use serde_json::Value;
+
+use crate::contract::{Lease, ToolPolicy};
 use crate::domain::readiness::{ExecutorClass, Report};
 pub(crate) use readiness::Host;
 use readiness::{claude_readiness, codex_readiness, shell_readiness, spine_readiness};
@@ -34,6 +36,16 @@ pub(crate) struct Adapter {
     pub(crate) keeps_provider_keys: bool,
     /// Variables the process gets when the executor's environment does not set them.
     pub(crate) env_defaults: &'static [(&'static str, &'static str)],
+}
+
+impl Adapter {
+    /// The allowlist for a lease as it travels (`{"tools": [...]}` or `{"tools": "none"}`): anything
+    /// that is not a lease counts as no tool policy, which every adapter refuses, so that a malformed
+    /// lease never runs an agent open.
+    pub(crate) fn allowlist_for(&self, lease: &Value) -> Result<Vec<String>, Refused> {
+        let lease: Option<Lease> = serde_json::from_value(lease.clone()).ok();
+        (self.allowlist)(lease.as_ref().map(|l| &l.tools))
+    }
 }
 
 /// Where `vagaris-exec` finds the provider gateway unless told otherwise.

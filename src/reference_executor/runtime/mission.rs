@@ -55,17 +55,12 @@ impl Executor {
 
     /// The mission's working directory (its own git worktree in a repository) and environment.
     async fn prepare(&self, mission_id: &str, session: &str) -> (PathBuf, Vec<(String, String)>) {
-        let base =
-            self.args.workdir.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")));
         let worktrees = match &self.state {
             Some(s) => s.worktrees(),
             None => std::env::temp_dir().join(format!("aiwg-executor-{}", self.id)),
         };
-        let dir = spawn::workdir_for(&base, &worktrees, mission_id).await;
-        let mut mission_env = vec![("AIWG_MISSION_ID", mission_id), ("AIWG_SESSION_HINT", session)];
-        mission_env.extend(self.adapter.env_defaults.iter().filter(|(k, _)| std::env::var_os(k).is_none()).copied());
-        let env = spawn::sanitised_env(std::env::vars(), self.adapter.keeps_provider_keys, &mission_env);
-        (dir, env)
+        let mission_env = [("AIWG_MISSION_ID", mission_id), ("AIWG_SESSION_HINT", session)];
+        spawn::prepare(&self.adapter, &self.args.workdir(), &worktrees, mission_id, &mission_env).await
     }
 
     /// The agent runs: its process group and stdin are kept for pause, resume, abort and HITL answers.
@@ -159,17 +154,7 @@ impl Executor {
             return json!({"state": "done", "exit_code": 0, "summary": summary});
         }
         let completion = payload["completion"].as_str().unwrap_or_default();
-        let checked = tokio::process::Command::new("sh")
-            .args(["-c", completion])
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(dir)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .await;
-        match checked {
+        match spawn::completion_status(completion, dir, env).await {
             Ok(s) if s.success() => json!({"state": "done", "exit_code": 0, "summary": summary}),
             Ok(s) => json!({"state": "failed", "reason": "completion_not_met", "exit_code": s.code().unwrap_or(-1),
                             "error": format!("the completion check `{completion}` failed")}),

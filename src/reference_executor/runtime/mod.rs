@@ -24,7 +24,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::adapters::Adapter;
 use super::state::{Identity, Records, StateDir};
-use super::{spawn, ExecutorArgs};
+use super::{spawn, ExecutorArgs, StopSignals};
 use crate::cli::client::{CallError, Client};
 use crate::contract::SPEC_VERSION;
 use crate::tokens;
@@ -182,16 +182,11 @@ impl Executor {
     /// Until SIGINT or SIGTERM; then running missions are suspended (or, without a state dir, failed),
     /// serve is told, and the executor deregisters.
     pub(crate) async fn run_until_signal(self: Arc<Self>) -> ExitCode {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-        else {
+        let Ok(mut signals) = StopSignals::install() else {
             eprintln!("aiwg-serve executor: cannot install signal handlers");
             return ExitCode::FAILURE;
         };
-        tokio::select! {
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {}
-        }
+        signals.received().await;
         tracing::info!("signal received; suspending missions and deregistering");
         self.suspend_all().await;
         let _ = self.stop.send(true);
@@ -226,7 +221,7 @@ impl Executor {
         for (id, pgid) in ids {
             if let Some(pgid) = pgid {
                 spawn::signal_group(pgid, libc::SIGCONT);
-                terminate_group(pgid, Duration::from_secs(self.args.kill_grace_s)).await;
+                spawn::terminate_group(pgid, self.args.kill_grace()).await;
             }
             if self.state.is_some() {
                 self.set_record_state(&id, "suspended").await;
@@ -277,15 +272,4 @@ fn arch_name() -> &'static str {
 fn backoff(attempt: u32) -> Duration {
     let ceiling = BACKOFF_BASE_MS.saturating_mul(1u64 << attempt.min(16)).min(BACKOFF_CAP_MS);
     Duration::from_millis(rand::rng().random_range(0..=ceiling))
-}
-
-async fn terminate_group(pgid: u32, grace: Duration) {
-    spawn::signal_group(pgid, libc::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
-    while spawn::group_alive(pgid) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if spawn::group_alive(pgid) {
-        spawn::signal_group(pgid, libc::SIGKILL);
-    }
 }

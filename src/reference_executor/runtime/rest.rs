@@ -7,37 +7,25 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::{Executor, Running};
 use crate::clock;
-use crate::contract::Lease;
 use crate::domain::readiness::Report;
 use crate::reference_executor::adapters::{Adapter, Host};
+use crate::reference_executor::serve_until;
 use crate::reference_executor::state::MissionRecord;
 
 /// Serves the executor's routes on `listener` until the executor stops.
 pub(super) fn serve(listener: tokio::net::TcpListener, executor: Arc<Executor>) {
-    let mut stopped = executor.stop.subscribe();
+    let stopped = executor.stop.subscribe();
     let router = Router::new()
         .route("/api/v1/sessions/{session}/dispatch", post(dispatch))
         .route("/api/v1/readiness", get(readiness))
         .with_state(executor);
-    tokio::spawn(async move {
-        let _ = axum::serve(
-            listener.tap_io(|t| {
-                let _ = t.set_nodelay(true);
-            }),
-            router,
-        )
-        .with_graceful_shutdown(async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        })
-        .await;
-    });
+    serve_until(listener, router, stopped);
 }
 
 /// The real machine, for readiness reports.
@@ -96,8 +84,7 @@ async fn dispatch(
         let gaps: Vec<String> = report.gaps.iter().map(|g| g.detail.clone()).collect();
         return refuse(StatusCode::SERVICE_UNAVAILABLE, "not_ready", gaps.join("; "));
     }
-    let lease: Option<Lease> = serde_json::from_value(payload["lease"].clone()).ok();
-    let allowlist = match (executor.adapter.allowlist)(lease.as_ref().map(|l| &l.tools)) {
+    let allowlist = match executor.adapter.allowlist_for(&payload["lease"]) {
         Ok(a) => a,
         Err(refused) => return refuse(StatusCode::UNPROCESSABLE_ENTITY, "lease_refused", refused.0),
     };

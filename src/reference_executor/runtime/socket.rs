@@ -3,7 +3,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -11,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{backoff, spawn, terminate_group, Executor, FLUSH_WAIT};
+use super::{backoff, spawn, Executor, FLUSH_WAIT};
 use crate::clock;
 use crate::contract::SPEC_VERSION;
 
@@ -204,7 +203,7 @@ impl Executor {
         };
         if let Some(pgid) = pgid {
             spawn::signal_group(pgid, libc::SIGCONT);
-            terminate_group(pgid, Duration::from_secs(self.args.kill_grace_s)).await;
+            spawn::terminate_group(pgid, self.args.kill_grace()).await;
         }
     }
 }

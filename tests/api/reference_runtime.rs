@@ -1,0 +1,269 @@
+//! The reference executor as a WattSwarm HTTP agent runtime (`aiwg-serve executor --http-runtime`): the
+//! real binary, driven with reqwest (the kernel's client) by kernel-shaped requests, its answers held
+//! to the checks a kernel applies.
+
+use std::process::Stdio;
+
+use aiwg_serve::wattswarm::checks::{check_execute_answer, check_verify_answer, output_ref};
+use aiwg_serve::wattswarm::hash::verifier_result_hash;
+use aiwg_serve::wattswarm::policy::{evaluate, PolicyId};
+use aiwg_serve::wattswarm::task::{default_output_schema, sample_contract};
+use aiwg_serve::wattswarm::wire::{Candidate, ExecuteRequest, ExecuteResponse, VerifyRequest, VerifyResponse};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+
+use crate::support::WAIT;
+
+/// The runtime as a child process, killed when the test ends however it ends (`kill_on_drop`).
+struct Runtime {
+    child: Child,
+    url: String,
+    /// The agents' working directory: a scratch directory, never this checkout.
+    workdir: tempfile::TempDir,
+    /// Held open so that the runtime never writes to a closed pipe.
+    _stdout: BufReader<ChildStdout>,
+    client: reqwest::Client,
+}
+
+impl Runtime {
+    /// Starts `executor --http-runtime 127.0.0.1:0 --adapter shell` plus `flags`, and reads the address
+    /// from the line it prints once bound.
+    async fn start(flags: &[&str]) -> Runtime {
+        let workdir = tempfile::tempdir().unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"));
+        command
+            .args(["executor", "--http-runtime", "127.0.0.1:0", "--adapter", "shell", "--kill-grace-s", "1"])
+            .arg("--workdir")
+            .arg(workdir.path())
+            .args(flags)
+            .current_dir(workdir.path())
+            .env("AIWG_SERVE_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("spawn the runtime");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        tokio::time::timeout(WAIT, stdout.read_line(&mut line)).await.expect("the runtime binds").unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("listening as an HTTP agent runtime on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        let client = reqwest::Client::builder().timeout(WAIT).build().unwrap();
+        Runtime { child, url, workdir, _stdout: stdout, client }
+    }
+
+    async fn post(&self, path: &str, body: &impl serde::Serialize) -> reqwest::Response {
+        self.client.post(format!("{}{path}", self.url)).json(body).send().await.unwrap()
+    }
+
+    async fn execute(&self, request: &ExecuteRequest) -> ExecuteResponse {
+        let answer = self.post("/execute", request).await;
+        assert_eq!(answer.status(), 200);
+        answer.json().await.unwrap()
+    }
+}
+
+/// A request as a kernel sends it: the default contract around `inputs`.
+fn request(inputs: Value) -> ExecuteRequest {
+    let execution_id = format!("exec-p-{}", uuid::Uuid::new_v4());
+    let binding = PolicyId::SchemaOnly.binding(json!({}));
+    let now = aiwg_serve::clock::now().timestamp_millis() as u64;
+    let contract = sample_contract("task-1", inputs.clone(), default_output_schema(), binding, now);
+    ExecuteRequest {
+        task_id: "task-1".into(),
+        execution_id: execution_id.clone(),
+        task_type: "swarm".into(),
+        inputs,
+        profile: "default".into(),
+        task_contract: contract,
+        stage: "EXPLORE".into(),
+        attempt_id: execution_id,
+        seed_bundle: None,
+    }
+}
+
+fn bash(prompt: &str) -> Value {
+    json!({"prompt": prompt, "lease": {"tools": ["Bash"]}})
+}
+
+async fn status_and_text(answer: reqwest::Response) -> (u16, String) {
+    (answer.status().as_u16(), answer.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn health_and_capabilities_come_from_the_flags() {
+    let rt = Runtime::start(&["--profiles", "default,careful", "--model-id", "m1"]).await;
+    let health = rt.client.get(format!("{}/health", rt.url)).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.json::<Value>().await.unwrap(), json!({"status": "ok"}));
+    let caps: Value = rt.client.get(format!("{}/capabilities", rt.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        caps,
+        json!({"task_types": ["swarm"], "profiles": ["default", "careful"], "provider_family": "aiwg-serve",
+               "model_id": "m1"})
+    );
+}
+
+#[tokio::test]
+async fn execute_runs_the_prompt_and_answers_what_a_kernel_accepts() {
+    let rt = Runtime::start(&[]).await;
+    let request = request(bash("echo hello; echo on-stderr >&2"));
+    let answer = rt.execute(&request).await;
+    let output = &answer.candidate_output;
+    assert_eq!((output["answer"].as_str(), output["exit_code"].as_i64()), (Some("hello"), Some(0)));
+    assert_eq!(output["confidence"], 1.0);
+    assert!(output["check_summary"].as_str().unwrap().starts_with("shell exited 0 in "), "{output}");
+    assert_eq!(answer.evidence_inline[0].content, "on-stderr");
+    check_execute_answer(&answer, &request.task_contract.evidence_policy).unwrap();
+
+    let failing = rt.execute(&self::request(bash("echo partial; exit 3"))).await;
+    assert_eq!(
+        (failing.candidate_output["exit_code"].as_i64(), failing.candidate_output["confidence"].as_f64()),
+        (Some(3), Some(0.0))
+    );
+    assert_eq!(failing.evidence_inline[0].content, "no output");
+}
+
+#[tokio::test]
+async fn a_resent_execution_runs_once_and_gets_the_same_answer() {
+    let rt = Runtime::start(&[]).await;
+    let request = request(bash("echo ran >> runs.log; sleep 0.3; echo done"));
+    let (first, second) = tokio::join!(rt.execute(&request), rt.execute(&request));
+    assert_eq!(first, second);
+    let after = rt.execute(&request).await;
+    assert_eq!(after, first, "a finished execution answers from memory");
+    let log = std::fs::read_to_string(rt.workdir.path().join("runs.log")).unwrap();
+    assert_eq!(log, "ran\n", "one process for three sends");
+
+    let mut other = request.clone();
+    other.inputs = bash("echo something else");
+    let (status, text) = status_and_text(rt.post("/execute", &other).await).await;
+    assert_eq!((status, text), (409, format!("execution {} was already sent with another body", request.execution_id)));
+}
+
+#[tokio::test]
+async fn requests_it_cannot_run_are_refused_before_anything_runs() {
+    let rt = Runtime::start(&[]).await;
+    let no_bash = request(json!({"prompt": "echo hi > ran", "lease": {"tools": ["Read"]}}));
+    let (status, text) = status_and_text(rt.post("/execute", &no_bash).await).await;
+    assert_eq!((status, text.as_str()), (422, "the shell adapter runs only when the lease lists Bash"));
+    let no_lease = request(json!({"prompt": "echo hi > ran"}));
+    assert_eq!(rt.post("/execute", &no_lease).await.status(), 422);
+    let no_prompt = request(json!({"prompt": 7, "lease": {"tools": ["Bash"]}}));
+    assert_eq!(rt.post("/execute", &no_prompt).await.status(), 400);
+    let mut careful = request(bash("echo hi > ran"));
+    careful.profile = "careful".into();
+    let (status, text) = status_and_text(rt.post("/execute", &careful).await).await;
+    assert_eq!((status, text.as_str()), (400, "profile 'careful' not supported"));
+
+    let mut no_contract = serde_json::to_value(request(bash("echo hi > ran"))).unwrap();
+    no_contract.as_object_mut().unwrap().remove("task_contract");
+    let (status, text) = status_and_text(rt.post("/execute", &no_contract).await).await;
+    assert_eq!(status, 422);
+    assert!(text.contains("missing field `task_contract`"), "{text}");
+    let url = format!("{}/execute", rt.url);
+    let not_json = rt.client.post(&url).header("content-type", "application/json").body("{nope").send().await.unwrap();
+    assert_eq!(not_json.status(), 400);
+    let untyped = rt.client.post(&url).body(serde_json::to_vec(&no_lease).unwrap()).send().await.unwrap();
+    assert_eq!(untyped.status(), 415);
+    assert!(!rt.workdir.path().join("ran").exists(), "no refused request ran its prompt");
+}
+
+#[tokio::test]
+async fn an_agent_that_cannot_start_is_a_bad_gateway() {
+    let rt = Runtime::start(&[]).await;
+    std::fs::remove_dir(rt.workdir.path()).unwrap();
+    let (status, text) = status_and_text(rt.post("/execute", &request(bash("echo hi"))).await).await;
+    assert_eq!(status, 502);
+    assert!(text.starts_with("cannot start sh: "), "{text}");
+}
+
+#[tokio::test]
+async fn the_completion_check_decides_the_confidence() {
+    let rt = Runtime::start(&["--completion-check", "shell"]).await;
+    let met = json!({"prompt": "touch done", "lease": {"tools": ["Bash"]}, "completion": "test -f done"});
+    let answer = rt.execute(&request(met)).await;
+    assert_eq!(answer.candidate_output["confidence"], 1.0);
+    let unmet = json!({"prompt": "true", "lease": {"tools": ["Bash"]}, "completion": "test -f missing"});
+    let answer = rt.execute(&request(unmet)).await;
+    assert_eq!(answer.candidate_output["confidence"], 0.0);
+    let summary = answer.candidate_output["check_summary"].as_str().unwrap();
+    assert!(summary.ends_with("; completion check failed (exit 1)"), "{summary}");
+}
+
+#[tokio::test]
+async fn verify_judges_the_executed_candidate_as_a_kernel_checks_it() {
+    let rt = Runtime::start(&[]).await;
+    let executed = request(bash("echo hello"));
+    let answer = rt.execute(&executed).await;
+    let candidate = Candidate {
+        candidate_id: format!("cand-{}", executed.execution_id),
+        execution_id: executed.execution_id.clone(),
+        output_ref: output_ref(&answer.candidate_output, "node-1", 1),
+        output: answer.candidate_output.clone(),
+        evidence_inline: answer.evidence_inline,
+        evidence_refs: answer.evidence_refs,
+    };
+    let mut verify = VerifyRequest {
+        candidate,
+        output_schema: default_output_schema(),
+        policy: executed.task_contract.acceptance.verifier_policy.clone(),
+    };
+    let verdict: VerifyResponse = rt.post("/verify", &verify).await.json().await.unwrap();
+    assert!(verdict.passed);
+    assert_eq!(verdict.reason_codes, [100]);
+    let policy_hash = PolicyId::SchemaOnly.hash();
+    let expected = verifier_result_hash(
+        &verify.candidate.candidate_id,
+        &executed.execution_id,
+        "shell",
+        true,
+        &policy_hash,
+        "aiwg-serve",
+        &[100],
+        verdict.score,
+    );
+    assert_eq!(verdict.verifier_result_hash, expected);
+    let local = evaluate(PolicyId::SchemaOnly, &answer.candidate_output, &default_output_schema(), &json!({}));
+    check_verify_answer(&verdict, PolicyId::SchemaOnly, &local).unwrap();
+
+    verify.policy.policy_hash = format!("sha256:{policy_hash}");
+    let (status, text) = status_and_text(rt.post("/verify", &verify).await).await;
+    assert_eq!((status, text.as_str()), (400, "policy binding invalid: policy hash mismatch"));
+}
+
+#[tokio::test]
+async fn agent_events_are_acknowledged() {
+    let rt = Runtime::start(&[]).await;
+    let event = json!({"event": {"event_id": "evt-1", "event_type": "friend_request", "source_kind": "peer_relationship",
+                                 "payload": {}, "requires_commit": true, "created_at": 1}});
+    let ack: Value = rt.post("/agent-events", &event).await.json().await.unwrap();
+    assert_eq!((ack["ok"].as_bool(), ack["detail"].as_str()), (Some(true), Some("received friend_request")));
+    assert!(ack["acked_at"].as_u64().unwrap() > 0);
+    assert_eq!(rt.post("/agent-events", &json!({"event": {}})).await.status(), 422);
+}
+
+#[tokio::test]
+async fn a_signal_stops_the_running_agents_and_answers_their_callers() {
+    let mut rt = Runtime::start(&[]).await;
+    let fifo = rt.workdir.path().join("started");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // Opened for writing too, so that reads wait for the agent's line instead of seeing no writer as EOF.
+    let receiver = tokio::net::unix::pipe::OpenOptions::new().read_write(true).open_receiver(&fifo).unwrap();
+    let request = request(bash("echo started > started; exec sleep 30"));
+    let pending = tokio::spawn({
+        let (client, url) = (rt.client.clone(), format!("{}/execute", rt.url));
+        async move { client.post(url).json(&request).send().await.unwrap().json::<ExecuteResponse>().await.unwrap() }
+    });
+    let mut line = String::new();
+    tokio::time::timeout(WAIT, BufReader::new(receiver).read_line(&mut line)).await.expect("the agent starts").unwrap();
+    let pid = rt.child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let answer = tokio::time::timeout(WAIT, pending).await.expect("the caller is answered").unwrap();
+    assert_eq!(answer.candidate_output["exit_code"], 128 + 15, "{}", answer.candidate_output);
+    let exit = tokio::time::timeout(WAIT, rt.child.wait()).await.expect("the runtime exits").unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
