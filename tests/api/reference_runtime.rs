@@ -115,8 +115,9 @@ async fn execute_runs_the_prompt_and_answers_what_a_kernel_accepts() {
     let output = &answer.candidate_output;
     assert_eq!((output["answer"].as_str(), output["exit_code"].as_i64()), (Some("hello"), Some(0)));
     assert_eq!(output["confidence"], 1.0);
-    assert!(output["check_summary"].as_str().unwrap().starts_with("shell exited 0 in "), "{output}");
-    assert_eq!(answer.evidence_inline[0].content, "on-stderr");
+    assert_eq!(output["check_summary"], "shell exited 0");
+    let evidence = &answer.evidence_inline[0].content;
+    assert!(evidence.starts_with("shell ran ") && evidence.ends_with(" ms\non-stderr"), "{evidence}");
     check_execute_answer(&answer, &request.task_contract.evidence_policy).unwrap();
 
     let failing = rt.execute(&self::request(bash("echo partial; exit 3"))).await;
@@ -124,7 +125,8 @@ async fn execute_runs_the_prompt_and_answers_what_a_kernel_accepts() {
         (failing.candidate_output["exit_code"].as_i64(), failing.candidate_output["confidence"].as_f64()),
         (Some(3), Some(0.0))
     );
-    assert_eq!(failing.evidence_inline[0].content, "no output");
+    let evidence = &failing.evidence_inline[0].content;
+    assert!(evidence.starts_with("shell ran ") && evidence.ends_with(" ms"), "no stderr, only the time: {evidence}");
 }
 
 #[tokio::test]
@@ -266,4 +268,36 @@ async fn a_signal_stops_the_running_agents_and_answers_their_callers() {
     assert_eq!(answer.candidate_output["exit_code"], 128 + 15, "{}", answer.candidate_output);
     let exit = tokio::time::timeout(WAIT, rt.child.wait()).await.expect("the runtime exits").unwrap();
     assert!(exit.success(), "{exit:?}");
+}
+
+/// What the issue asked for end to end: a mission dispatched through serve's own route runs on the
+/// reference executor in runtime mode, and two of them cross-check each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_drives_the_reference_runtime_end_to_end() {
+    let server = crate::support::TestServer::start().await;
+    let (a, b) = (Runtime::start(&[]).await, Runtime::start(&[]).await);
+    for (name, rt) in [("ref-a", &a), ("ref-b", &b)] {
+        let added = server.client.post("/api/v1/runtimes", &json!({"name": name, "base_url": rt.url})).await;
+        assert_eq!((added.status, added.body["healthy"].as_bool()), (201, Some(true)), "{}", added.body);
+        assert_eq!(added.body["capabilities"]["model_id"], "shell");
+    }
+    let dispatch = |task: Value| {
+        json!({"mission_id": crate::support::mission_id(), "objective": "echo hello", "completion": "prints hello",
+               "lease": {"tools": ["Bash"]}, "task": task})
+    };
+    for (task, agreeing) in [(json!({}), 1), (json!({"crosscheck": {"executions": 2, "quorum": 2}}), 2)] {
+        let r = server.client.post("/api/v1/sessions/s/dispatch", &dispatch(task)).await;
+        assert_eq!(r.status, 202, "{}", r.body);
+        let path = format!("/api/v1/missions/{}", r.body["mission_id"].as_str().unwrap());
+        let m =
+            server.eventually(&path, "the mission to end", |m| m["state"] == "done" || m["state"] == "failed").await;
+        assert_eq!(m["state"], "done", "{m}");
+        let last = m["recent_events"].as_array().unwrap().last().unwrap().clone();
+        let data = &last["data"];
+        assert_eq!(data["summary"], "hello", "{data}");
+        assert_eq!(data["output"]["exit_code"], 0);
+        assert_eq!(data["verifier_result"]["passed"], true);
+        assert_eq!(data["verifier_result"]["provider_family"], "aiwg-serve");
+        assert_eq!(data["agreeing"].as_array().unwrap().len(), agreeing, "{data}");
+    }
 }

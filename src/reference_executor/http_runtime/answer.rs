@@ -68,11 +68,14 @@ pub(super) struct Run {
 }
 
 /// The answer to `/execute`. Confidence is all or nothing: the runtime knows only whether the agent
-/// (and the completion check) succeeded, not how good its answer is.
+/// (and the completion check) succeeded, not how good its answer is. The output holds only what the run
+/// came to, never how long it took: runs that agree must produce the same output (serve's cross-checks
+/// compare outputs by digest), so the time is evidence.
 pub(super) fn build(run: &Run, policy: &EvidencePolicy) -> ExecuteResponse {
     let succeeded = run.exit.succeeded() && matches!(run.completion, None | Some(Completion::Met));
     let stderr = tail_text(&run.stderr, EVIDENCE_BYTES);
-    let content = if stderr.is_empty() { "no output".to_owned() } else { stderr };
+    let took = format!("{} ran {} ms", run.adapter, run.elapsed_ms);
+    let content = if stderr.is_empty() { took } else { format!("{took}\n{stderr}") };
     let answer = ExecuteResponse {
         candidate_output: json!({
             "answer": tail_text(&run.stdout, ANSWER_BYTES),
@@ -87,7 +90,7 @@ pub(super) fn build(run: &Run, policy: &EvidencePolicy) -> ExecuteResponse {
 }
 
 fn summary(run: &Run) -> String {
-    let mut summary = format!("{} exited {} in {} ms", run.adapter, run.exit.code(), run.elapsed_ms);
+    let mut summary = format!("{} exited {}", run.adapter, run.exit.code());
     match &run.exit {
         Exit::Signal(signal) => summary.push_str(&format!(" (killed by signal {signal})")),
         Exit::Unknown(why) => summary.push_str(&format!(" ({why})")),
@@ -181,9 +184,12 @@ mod tests {
         let answer = build(&run(Exit::Code(0), b"  hello\n", b"", None), &policy());
         assert_eq!(
             answer.candidate_output,
-            json!({"answer": "hello", "confidence": 1.0, "check_summary": "shell exited 0 in 12 ms", "exit_code": 0})
+            json!({"answer": "hello", "confidence": 1.0, "check_summary": "shell exited 0", "exit_code": 0})
         );
-        assert_eq!(answer.evidence_inline, [InlineEvidence { mime: "text/plain".into(), content: "no output".into() }]);
+        assert_eq!(
+            answer.evidence_inline,
+            [InlineEvidence { mime: "text/plain".into(), content: "shell ran 12 ms".into() }]
+        );
         assert!(answer.evidence_refs.is_empty());
         check_execute_answer(&answer, &policy()).unwrap();
     }
@@ -195,15 +201,12 @@ mod tests {
             (failed.candidate_output["confidence"].as_f64(), failed.candidate_output["exit_code"].as_i64()),
             (Some(0.0), Some(3))
         );
-        assert_eq!(failed.evidence_inline[0].content, "boom");
+        assert_eq!(failed.evidence_inline[0].content, "shell ran 12 ms\nboom");
         let killed = build(&run(Exit::Signal(9), b"", b"", None), &policy());
-        assert_eq!(killed.candidate_output["check_summary"], "shell exited 137 in 12 ms (killed by signal 9)");
+        assert_eq!(killed.candidate_output["check_summary"], "shell exited 137 (killed by signal 9)");
         let unmet = build(&run(Exit::Code(0), b"x", b"", Some(Completion::NotMet(1))), &policy());
         assert_eq!(unmet.candidate_output["confidence"], 0.0);
-        assert_eq!(
-            unmet.candidate_output["check_summary"],
-            "shell exited 0 in 12 ms; completion check failed (exit 1)"
-        );
+        assert_eq!(unmet.candidate_output["check_summary"], "shell exited 0; completion check failed (exit 1)");
         let met = build(&run(Exit::Code(0), b"x", b"", Some(Completion::Met)), &policy());
         assert_eq!(met.candidate_output["confidence"], 1.0);
         assert!(met.candidate_output["check_summary"].as_str().unwrap().ends_with("; completion check passed"));
@@ -215,7 +218,7 @@ mod tests {
         let answer = build(&run(Exit::Code(0), &controls, &vec![b'e'; 3 * EVIDENCE_BYTES], None), &policy());
         let text = answer.candidate_output["answer"].as_str().unwrap();
         assert!(serde_json::to_string(text).unwrap().len() <= ANSWER_BYTES + 2);
-        assert_eq!(answer.evidence_inline[0].content.len(), EVIDENCE_BYTES);
+        assert_eq!(answer.evidence_inline[0].content.len(), "shell ran 12 ms\n".len() + EVIDENCE_BYTES);
         check_execute_answer(&answer, &policy()).unwrap();
     }
 
