@@ -3,16 +3,20 @@
 //! mission. The protocol's own rules (wire types, policies, hashes, what a kernel accepts) are in
 //! `crate::wattswarm`; the calls are made by `services::runtimes`.
 //!
-//! Capabilities (what `executor_filter.capabilities` matches): `x-kind:http-runtime`, `x-abort` (serve
-//! cancels the call in flight), `x-runtime-kind:local|remote`, and from the latest `/capabilities`:
+//! Capabilities (what `executor_filter.capabilities` matches): `x-kind:http-runtime`,
+//! `x-runtime-kind:local|remote`, and from the latest `/capabilities`:
 //! `x-profile:<p>` per profile, `x-task-type:<t>` per task type, `x-provider:<provider_family>`,
 //! `x-model:<model_id>`, each name lowercased with anything outside `[a-z0-9_:-]` turned into `-` (the
 //! contract's pattern for extension capabilities). Routing uses them like any executor's; the profile is
 //! checked again against a fresh `/capabilities` before anything runs, as kernels do.
+//!
+//! Not `x-abort`: an abort drops serve's call in flight, but the protocol has no way to stop the
+//! runtime's own work (a runtime finishes an execution whose caller hung up, so that a re-send finds
+//! it), so an abort is answered `delivered: false`, honestly.
 
 use serde_json::{json, Map, Value};
 
-use super::capabilities::{ABORT, HTTP_RUNTIME};
+use super::capabilities::HTTP_RUNTIME;
 use super::executor::RuntimeRecord;
 use crate::contract::{DispatchPayload, TaskSpec};
 use crate::wattswarm::policy::{require_binding, PolicyId};
@@ -21,7 +25,7 @@ use crate::wattswarm::wire::{PolicyBinding, TaskContract, VerificationStatus};
 
 /// The capabilities a runtime is routed by (see the module's opening).
 pub(crate) fn capabilities_of(r: &RuntimeRecord) -> Vec<String> {
-    let mut caps = vec![HTTP_RUNTIME.to_owned(), ABORT.to_owned(), format!("x-runtime-kind:{}", r.kind.as_str())];
+    let mut caps = vec![HTTP_RUNTIME.to_owned(), format!("x-runtime-kind:{}", r.kind.as_str())];
     if let Some(c) = &r.capabilities {
         caps.extend(c.profiles.iter().map(|p| format!("x-profile:{}", token(p))));
         caps.extend(c.task_types.iter().map(|t| format!("x-task-type:{}", token(t))));
@@ -281,7 +285,7 @@ mod tests {
     #[test]
     fn capabilities_name_the_runtime_in_the_contracts_extension_pattern() {
         let mut r = RuntimeRecord { base_url: "http://h/rt".into(), kind: RuntimeKind::Remote, capabilities: None };
-        assert_eq!(capabilities_of(&r), ["x-kind:http-runtime", "x-abort", "x-runtime-kind:remote"]);
+        assert_eq!(capabilities_of(&r), ["x-kind:http-runtime", "x-runtime-kind:remote"]);
         r.capabilities = Some(RuntimeCapabilities {
             task_types: vec!["swarm".into(), "topic_interpretation".into()],
             profiles: vec!["default".into(), "Careful Mode".into()],
