@@ -91,21 +91,25 @@ impl RuntimeClient {
     pub(crate) async fn execute(
         &self,
         base: &str,
-        request: &ExecuteRequest,
-        timeout: Duration,
+        r: &ExecuteRequest,
+        t: Duration,
     ) -> Result<ExecuteResponse, CallError> {
-        let body = self.call(Method::POST, base, "/execute", Some(encode(request)), timeout).await?;
-        decode("/execute", &body)
+        self.post(base, "/execute", r, t).await
     }
 
-    pub(crate) async fn verify(
+    pub(crate) async fn verify(&self, base: &str, r: &VerifyRequest, t: Duration) -> Result<VerifyResponse, CallError> {
+        self.post(base, "/verify", r, t).await
+    }
+
+    async fn post<T: DeserializeOwned>(
         &self,
         base: &str,
-        request: &VerifyRequest,
+        path: &'static str,
+        request: &impl Serialize,
         timeout: Duration,
-    ) -> Result<VerifyResponse, CallError> {
-        let body = self.call(Method::POST, base, "/verify", Some(encode(request)), timeout).await?;
-        decode("/verify", &body)
+    ) -> Result<T, CallError> {
+        let body = serde_json::to_vec(request).expect("protocol types serialize");
+        decode(path, &self.call(Method::POST, base, path, Some(body), timeout).await?)
     }
 
     /// A probe before a run: the whole call again on any error, 5 times in all.
@@ -195,10 +199,6 @@ impl RuntimeClient {
             }
         }
     }
-}
-
-fn encode(v: &impl Serialize) -> Vec<u8> {
-    serde_json::to_vec(v).expect("protocol types serialize")
 }
 
 fn decode<T: DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, CallError> {

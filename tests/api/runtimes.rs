@@ -71,6 +71,16 @@ async fn ends_with(server: &TestServer, id: &str, state: &str, reason: &str) -> 
     data
 }
 
+/// A runtime `rt` holding a mission's `/execute` without answering (the call outlives the test).
+async fn stalled_mission(server: &TestServer) -> (ScriptedRuntime, String) {
+    let runtime = ScriptedRuntime::start().await;
+    add(server, "rt", &runtime).await;
+    runtime.script("/execute", [Behavior::Stall]);
+    let id = dispatch(server, Some(json!({"timeout_ms": 60000})), "rt").await;
+    runtime.wait_for("/execute", 1).await;
+    (runtime, id)
+}
+
 #[tokio::test]
 async fn a_mission_runs_on_a_runtime_as_a_kernel_would_run_it() {
     let server = server().await;
@@ -344,11 +354,7 @@ async fn a_profile_the_runtime_lacks_fails_the_mission_before_any_execute() {
 #[tokio::test]
 async fn an_abort_cancels_the_call_in_flight() {
     let server = server().await;
-    let runtime = ScriptedRuntime::start().await;
-    add(&server, "rt", &runtime).await;
-    runtime.script("/execute", [Behavior::Stall]);
-    let id = dispatch(&server, Some(json!({"timeout_ms": 60000})), "rt").await;
-    runtime.wait_for("/execute", 1).await;
+    let (runtime, id) = stalled_mission(&server).await;
     let r = server.client.post(&format!("/api/v1/missions/{id}/abort"), &json!({})).await;
     // Honest: serve drops its call, but the protocol cannot stop the runtime's own work.
     assert_eq!((r.status, r.body["delivered"].as_bool()), (202, Some(false)), "{}", r.body);
@@ -442,11 +448,7 @@ async fn a_crosscheck_completes_only_when_the_quorum_agrees() {
 #[tokio::test]
 async fn a_removed_runtime_ends_its_missions_and_leaves_the_listings() {
     let server = server().await;
-    let runtime = ScriptedRuntime::start().await;
-    add(&server, "rt", &runtime).await;
-    runtime.script("/execute", [Behavior::Stall]);
-    let id = dispatch(&server, Some(json!({"timeout_ms": 60000})), "rt").await;
-    runtime.wait_for("/execute", 1).await;
+    let (runtime, id) = stalled_mission(&server).await;
     assert_eq!(server.client.delete("/api/v1/runtimes/rt", None).await.status, 204);
     runtime.wait_for_hangup("/execute").await;
     assert_eq!(ended(&server, &id).await["state"], "failed");
@@ -457,11 +459,7 @@ async fn a_removed_runtime_ends_its_missions_and_leaves_the_listings() {
 #[tokio::test]
 async fn runtimes_and_their_missions_survive_a_restart() {
     let server = server().await;
-    let runtime = ScriptedRuntime::start().await;
-    add(&server, "rt", &runtime).await;
-    runtime.script("/execute", [Behavior::Stall]);
-    let id = dispatch(&server, Some(json!({"timeout_ms": 60000})), "rt").await;
-    runtime.wait_for("/execute", 1).await;
+    let (runtime, id) = stalled_mission(&server).await;
     let server = server.restart().await;
     // Driven again from the start after the restart: a new execution, which the runtime answers.
     runtime.wait_for("/execute", 2).await;
