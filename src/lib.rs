@@ -14,6 +14,7 @@ pub mod backup;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod conformance;
 pub mod contract;
 pub mod datadir;
 pub mod domain;

@@ -65,6 +65,11 @@ enum Command {
     },
     /// The event log, or with --follow the live stream.
     Events(cli::EventsArgs),
+    /// The contract's conformance suite, live: check a control plane by playing executors against it.
+    Conformance {
+        #[command(subcommand)]
+        command: aiwg_serve::conformance::ConformanceCommand,
+    },
     /// Run the reference executor: register with a serve and run its missions through an adapter.
     Executor(aiwg_serve::reference_executor::ExecutorArgs),
     /// Copy the store to FILE, consistently, also while serve runs (restore: see the README)
@@ -103,6 +108,9 @@ fn main() -> ExitCode {
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),
         Command::Executor(args) => return runtime.block_on(aiwg_serve::reference_executor::run(args)),
+        Command::Conformance { command } => {
+            return runtime.block_on(aiwg_serve::conformance::run(&cli.global, command));
+        }
         Command::Completions { shell } => return cli::completions(shell, Cli::command()),
         Command::Backup { file, data_dir, config } => return runtime.block_on(backup(file, data_dir, config)),
     };

@@ -1,5 +1,5 @@
 //! `aiwg-serve runtimes`: HTTP agent runtimes (the WattSwarm executor protocol): add one by name and
-//! URL, list them, check one now. Removing one is `aiwg-serve executors remove NAME`, as for any executor.
+//! URL, list them, check one now, remove one.
 
 use clap::{Subcommand, ValueEnum};
 use serde_json::{json, Value};
@@ -22,6 +22,8 @@ pub enum RuntimesCommand {
     List,
     /// Probe a runtime now (/health, then /capabilities); exit 1 when it is not healthy
     Check { name: String },
+    /// Remove a runtime: its live missions fail and the calls in flight are dropped
+    Remove { name: String },
 }
 
 /// WattSwarm registries' label for a runtime; serve calls both kinds over HTTP.
@@ -49,6 +51,10 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: RuntimesCommand) -> 
             }
             let rows = list["runtimes"].as_array().into_iter().flatten().map(row).collect();
             out.table(&["RUNTIME", "URL", "KIND", "HEALTHY", "ACTIVE", "PROFILES", "MODEL"], rows)
+        }
+        RuntimesCommand::Remove { name } => {
+            client.delete(&format!("/api/v1/runtimes/{}", enc(&name))).await?;
+            out.line(format!("runtime {name}: removed"))
         }
         RuntimesCommand::Check { name } => {
             let answer = client.post(&format!("/api/v1/runtimes/{}/check", enc(&name)), &Value::Null).await?;

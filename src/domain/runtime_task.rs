@@ -3,8 +3,11 @@
 //! mission. The protocol's own rules (wire types, policies, hashes, what a kernel accepts) are in
 //! `crate::wattswarm`; the calls are made by `services::runtimes`.
 //!
-//! Capabilities (what `executor_filter.capabilities` matches): `x-kind:http-runtime`,
-//! `x-runtime-kind:local|remote`, and from the latest `/capabilities`:
+//! A runtime's executor id is a UUID derived from its name ([`runtime_id`]): executor ids are UUIDs on
+//! the wire, and an operator names a runtime.
+//!
+//! Capabilities (what `executor_filter.capabilities` matches): `x-kind:http-runtime`, `x-runtime:<name>`
+//! (to pin one by name), `x-runtime-kind:local|remote`, and from the latest `/capabilities`:
 //! `x-profile:<p>` per profile, `x-task-type:<t>` per task type, `x-provider:<provider_family>`,
 //! `x-model:<model_id>`, each name lowercased with anything outside `[a-z0-9_:-]` turned into `-` (the
 //! contract's pattern for extension capabilities). Routing uses them like any executor's; the profile is
@@ -15,6 +18,7 @@
 //! it), so an abort is answered `delivered: false`, honestly.
 
 use serde_json::{json, Map, Value};
+use sha2::Digest;
 
 use super::capabilities::HTTP_RUNTIME;
 use super::executor::RuntimeRecord;
@@ -23,9 +27,23 @@ use crate::wattswarm::policy::{require_binding, PolicyId};
 use crate::wattswarm::task::{default_output_schema, sample_contract};
 use crate::wattswarm::wire::{PolicyBinding, TaskContract, VerificationStatus};
 
+/// A runtime's executor id: a version 8 UUID made of the SHA-256 of its name, so that executor ids stay
+/// UUIDs (the contract's schema; dashboards and clients written for it check) and adding a name again
+/// finds the same runtime.
+pub(crate) fn runtime_id(name: &str) -> String {
+    let digest = sha2::Sha256::digest(format!("aiwg-serve runtime {name}").as_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    uuid::Builder::from_custom_bytes(bytes).into_uuid().to_string()
+}
+
 /// The capabilities a runtime is routed by (see the module's opening).
-pub(crate) fn capabilities_of(r: &RuntimeRecord) -> Vec<String> {
-    let mut caps = vec![HTTP_RUNTIME.to_owned(), format!("x-runtime-kind:{}", r.kind.as_str())];
+pub(crate) fn capabilities_of(name: &str, r: &RuntimeRecord) -> Vec<String> {
+    let mut caps = vec![
+        HTTP_RUNTIME.to_owned(),
+        format!("x-runtime:{}", token(name)),
+        format!("x-runtime-kind:{}", r.kind.as_str()),
+    ];
     if let Some(c) = &r.capabilities {
         caps.extend(c.profiles.iter().map(|p| format!("x-profile:{}", token(p))));
         caps.extend(c.task_types.iter().map(|t| format!("x-task-type:{}", token(t))));
@@ -285,14 +303,14 @@ mod tests {
     #[test]
     fn capabilities_name_the_runtime_in_the_contracts_extension_pattern() {
         let mut r = RuntimeRecord { base_url: "http://h/rt".into(), kind: RuntimeKind::Remote, capabilities: None };
-        assert_eq!(capabilities_of(&r), ["x-kind:http-runtime", "x-runtime-kind:remote"]);
+        assert_eq!(capabilities_of("Rt.1", &r), ["x-kind:http-runtime", "x-runtime:rt-1", "x-runtime-kind:remote"]);
         r.capabilities = Some(RuntimeCapabilities {
             task_types: vec!["swarm".into(), "topic_interpretation".into()],
             profiles: vec!["default".into(), "Careful Mode".into()],
             provider_family: "swarm-runtime".into(),
             model_id: "gpt-4.1".into(),
         });
-        let caps = capabilities_of(&r);
+        let caps = capabilities_of("rt", &r);
         for want in [
             "x-profile:default",
             "x-profile:careful-mode",
@@ -308,6 +326,15 @@ mod tests {
                 && c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "_:-".contains(ch))
         };
         assert!(caps.iter().all(pattern), "{caps:?}");
+    }
+
+    #[test]
+    fn a_runtimes_id_is_a_uuid_of_its_name() {
+        let id = runtime_id("rt");
+        let parsed = uuid::Uuid::parse_str(&id).unwrap();
+        assert_eq!(parsed.get_version_num(), 8);
+        assert_eq!(id, runtime_id("rt"));
+        assert_ne!(id, runtime_id("rt2"));
     }
 
     fn payload(task: Value) -> (DispatchPayload, Value) {

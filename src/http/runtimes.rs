@@ -69,7 +69,7 @@ async fn check(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> 
 /// Removes the runtime as `POST /api/v1/executors/{id}/remove` removes any executor: its live
 /// missions end (`executor_removed`) and the calls in flight are dropped.
 async fn remove(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
-    app.runtimes.get(&id)?;
-    app.fleet.remove_executor(&id).await?;
+    let runtime = app.runtimes.get(&id)?;
+    app.fleet.remove_executor(&runtime.executor_id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

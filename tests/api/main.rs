@@ -10,6 +10,7 @@ mod backup;
 mod browser;
 mod cli;
 mod cli_tools;
+mod conformance;
 mod dispatch;
 mod durability;
 mod events;

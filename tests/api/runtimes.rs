@@ -28,8 +28,17 @@ async fn add(server: &TestServer, name: &str, runtime: &ScriptedRuntime) -> Valu
     r.body
 }
 
-/// Dispatches a mission (with `task`, if any) and asserts it went to `to`; returns its id.
+/// The executor id of the runtime named `name`.
+async fn executor_id(server: &TestServer, name: &str) -> String {
+    let r = server.client.get(&format!("/api/v1/runtimes/{name}")).await;
+    r.body["executor_id"].as_str().unwrap_or_else(|| panic!("runtime {name}: {}", r.body)).to_owned()
+}
+
+/// Dispatches a mission (with `task`, if any) and asserts it went to the runtime named `to`; returns its
+/// id.
 async fn dispatch(server: &TestServer, task: Option<Value>, to: &str) -> String {
+    let to = executor_id(server, to).await;
+    let to = to.as_str();
     let id = mission_id();
     let mut body = json!({"mission_id": id, "objective": "say hello", "completion": "an answer"});
     if let Some(task) = task {
@@ -133,7 +142,10 @@ async fn a_mission_runs_on_a_runtime_as_a_kernel_would_run_it() {
             ("mission.completed", "")
         ]
     );
-    assert!(evs.iter().all(|e| e["executor_id"] == "rt-1"));
+    let rt = executor_id(&server, "rt-1").await;
+    assert!(evs.iter().all(|e| e["executor_id"] == rt.as_str()));
+    assert_eq!(added["executor_id"], rt.as_str());
+    assert_eq!(uuid::Uuid::parse_str(&rt).unwrap().get_version_num(), 8, "an executor id is a UUID");
     let done = &evs[3]["data"];
     assert_eq!(done["output"], output);
     assert_eq!(done["summary"], "default::say hello");
@@ -143,9 +155,15 @@ async fn a_mission_runs_on_a_runtime_as_a_kernel_would_run_it() {
 
     // Listed beside WebSocket executors, with its kind as a capability.
     let listed = server.executors().await;
-    let me = listed["executors"].as_array().unwrap().iter().find(|e| e["executor_id"] == "rt-1").unwrap().clone();
+    let me = listed["executors"].as_array().unwrap().iter().find(|e| e["name"] == "rt-1").unwrap().clone();
     assert_eq!(me["connected"], true);
-    for cap in ["x-kind:http-runtime", "x-profile:default", "x-provider:scripted-runtime", "x-model:scripted-v1"] {
+    for cap in [
+        "x-kind:http-runtime",
+        "x-runtime:rt-1",
+        "x-profile:default",
+        "x-provider:scripted-runtime",
+        "x-model:scripted-v1",
+    ] {
         assert!(me["capabilities"].as_array().unwrap().contains(&json!(cap)), "{cap}: {me}");
     }
 }
@@ -173,14 +191,11 @@ async fn adding_is_an_upsert_by_name_with_names_urls_and_ids_checked() {
     ] {
         server.client.post("/api/v1/runtimes", &body).await.assert_error(422, code);
     }
-    let ws = ScriptedExecutor::register(&server, &[]).await;
-    let taken = server.client.post("/api/v1/runtimes", &json!({"name": ws.id, "base_url": a.url()})).await;
-    taken.assert_error(409, "conflict");
-    // Nor can a WebSocket executor take a runtime's id (executor ids are UUIDs; a runtime may be named one).
-    let uuid = uuid::Uuid::new_v4().to_string();
-    add(&server, &uuid, &a).await;
+    // A WebSocket executor cannot take a runtime's id (a UUID of its name, the same at every add).
+    let rt = executor_id(&server, "rt").await;
+    assert_eq!(again.body["executor_id"], rt.as_str());
     let mut payload = ScriptedExecutor::listen(&[]).await.register_payload();
-    payload["executor_id"] = json!(uuid);
+    payload["executor_id"] = json!(rt);
     let r = server.client.post("/api/v1/executors/register", &payload).await;
     assert!(r.assert_error(409, "conflict").contains("is an HTTP agent runtime"), "{}", r.body);
     server.client.get("/api/v1/runtimes/nope").await.assert_error(404, "not_found");
@@ -502,6 +517,9 @@ async fn the_cli_adds_lists_and_checks_runtimes() {
     let out = cli(&server.base, &["runtimes", "check", "nope"], &[]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("404 not_found"), "{}", stderr(&out));
+    let out = cli(&server.base, &["runtimes", "remove", "rt"], &[]).await;
+    assert_eq!((out.status.code(), stdout(&out)), (Some(0), "runtime rt: removed\n".to_owned()), "{}", stderr(&out));
+    assert_eq!(server.client.get("/api/v1/runtimes").await.body["runtimes"], json!([]));
 }
 
 #[tokio::test]

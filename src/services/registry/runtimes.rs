@@ -17,6 +17,8 @@ use crate::{clock, tokens};
 /// A runtime as operators list it and as the prober sees it.
 #[derive(Clone, Debug)]
 pub(crate) struct RuntimeView {
+    /// Its executor id (a UUID of its name).
+    pub id: String,
     pub name: String,
     pub runtime: RuntimeRecord,
     pub healthy: bool,
@@ -26,11 +28,12 @@ pub(crate) struct RuntimeView {
 }
 
 impl Registry {
-    /// Adds a runtime, or updates the one of that name (upsert, as WattSwarm registries do; its
+    /// Adds a runtime `name` as executor `id`, or updates it (upsert, as WattSwarm registries do; its
     /// missions, drain and health are kept unless the URL changed). A live WebSocket executor of that id
     /// is not replaced. `link` becomes the runtime's link if it has none. Returns whether it is new.
     pub(crate) async fn put_runtime(
         &self,
+        id: &str,
         name: &str,
         runtime: RuntimeRecord,
         link: Link,
@@ -40,25 +43,23 @@ impl Registry {
         let now = clock::now();
         let (row, created) = {
             let inner = self.inner.read().expect("registry lock");
-            let existing = inner.executors.get(name).filter(|e| e.live());
+            let existing = inner.executors.get(id).filter(|e| e.live());
             if existing.is_some_and(|e| e.row.runtime.is_none()) {
-                return Err(Error::Conflict(format!(
-                    "{name} is a registered WebSocket executor; give the runtime another name"
-                )));
+                return Err(Error::Conflict(format!("{id} is a registered WebSocket executor")));
             }
-            if !inner.executors.contains_key(name) && inner.executors.len() >= max_executors {
+            if !inner.executors.contains_key(id) && inner.executors.len() >= max_executors {
                 return Err(Error::TooManyRequests(format!(
                     "{max_executors} executor identities are known, the limit (server.max_executors)"
                 )));
             }
-            (runtime_row(existing, name, runtime, now), existing.is_none())
+            (runtime_row(existing, id, name, runtime, now), existing.is_none())
         };
-        let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(name, None, now);
+        let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(id, None, now);
         self.store.commit(vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)]).await?;
         let mut inner = self.inner.write().expect("registry lock");
         let same_url =
             |e: &Entry| e.row.runtime.as_ref().map(|r| &r.base_url) == row.runtime.as_ref().map(|r| &r.base_url);
-        match inner.executors.get_mut(name) {
+        match inner.executors.get_mut(id) {
             Some(e) => {
                 if !same_url(e) || !e.live() {
                     e.health = Some(false);
@@ -71,8 +72,8 @@ impl Registry {
             None => {
                 let mut entry = Entry::new(row, None);
                 entry.links.push(link);
-                inner.order.push(name.to_owned());
-                inner.executors.insert(name.to_owned(), entry);
+                inner.order.push(id.to_owned());
+                inner.executors.insert(id.to_owned(), entry);
             }
         }
         Ok(created)
@@ -104,7 +105,8 @@ impl Registry {
                     return Ok(self.set_health(name, healthy));
                 };
                 let runtime = RuntimeRecord { capabilities: Some(caps), ..r.clone() };
-                let identity = RegisterPayload { capabilities: capabilities_of(&runtime), ..e.row.identity.clone() };
+                let capabilities = capabilities_of(&e.row.identity.name, &runtime);
+                let identity = RegisterPayload { capabilities, ..e.row.identity.clone() };
                 ExecutorRecord { identity, runtime: Some(runtime), ..e.current_row() }
             };
             self.store.commit(vec![Change::PutExecutor(Box::new(row.clone()))]).await?;
@@ -148,7 +150,8 @@ impl Registry {
 
 fn view(e: &Entry) -> Option<RuntimeView> {
     Some(RuntimeView {
-        name: e.row.identity.executor_id.clone(),
+        id: e.row.identity.executor_id.clone(),
+        name: e.row.identity.name.clone(),
         runtime: e.row.runtime.clone()?,
         healthy: e.health == Some(true),
         draining: e.row.draining,
@@ -159,7 +162,13 @@ fn view(e: &Entry) -> Option<RuntimeView> {
 
 /// The row of a runtime: new, or the known one with its new URL and kind (what probes, drains and events
 /// made of it stays, and so do the capabilities its probe read while the URL is the same).
-fn runtime_row(existing: Option<&Entry>, name: &str, mut runtime: RuntimeRecord, now: DateTime<Utc>) -> ExecutorRecord {
+fn runtime_row(
+    existing: Option<&Entry>,
+    id: &str,
+    name: &str,
+    mut runtime: RuntimeRecord,
+    now: DateTime<Utc>,
+) -> ExecutorRecord {
     let before = existing.and_then(|e| e.row.runtime.as_ref());
     if runtime.capabilities.is_none() {
         runtime.capabilities = before.filter(|b| b.base_url == runtime.base_url).and_then(|b| b.capabilities.clone());
@@ -167,7 +176,7 @@ fn runtime_row(existing: Option<&Entry>, name: &str, mut runtime: RuntimeRecord,
     let version = runtime.capabilities.as_ref().map(|c| c.model_id.clone()).unwrap_or_default();
     ExecutorRecord {
         identity: RegisterPayload {
-            executor_id: name.to_owned(),
+            executor_id: id.to_owned(),
             a2a_instance_id: None,
             name: name.to_owned(),
             version,
@@ -178,7 +187,7 @@ fn runtime_row(existing: Option<&Entry>, name: &str, mut runtime: RuntimeRecord,
                 ws: runtime.base_url.clone(),
                 grpc: None,
             },
-            capabilities: capabilities_of(&runtime),
+            capabilities: capabilities_of(name, &runtime),
         },
         // No token: nothing may act as a runtime; serve calls it.
         token_hash: tokens::revoked(),

@@ -135,9 +135,12 @@ impl Runtimes {
         self.conclude(mission_id, owner, settlement, runs).await;
     }
 
-    async fn execution(&self, job: &Job<'_>, runtime: &str) -> Run {
-        let mut report = json!({ "runtime": runtime });
-        match self.execute_and_verify(job, runtime, &mut report).await {
+    /// One execution on the runtime with executor id `id`; reports and texts name it by its name.
+    async fn execution(&self, job: &Job<'_>, id: &str) -> Run {
+        let name = self.registry.runtime(id).map_or_else(|| id.to_owned(), |v| v.name);
+        let runtime = name.as_str();
+        let mut report = json!({ "runtime": runtime, "executor_id": id });
+        match self.execute_and_verify(job, id, runtime, &mut report).await {
             Ok(execution) => Run { execution, report },
             Err(stop) => {
                 report["reason"] = json!(stop.reason);
@@ -162,11 +165,11 @@ impl Runtimes {
     async fn execute_and_verify(
         &self,
         job: &Job<'_>,
+        id: &str,
         runtime: &str,
         report: &mut Value,
     ) -> std::result::Result<Execution, Stop> {
-        let view =
-            self.registry.runtime(runtime).ok_or_else(|| Stop::new("runtime_removed", "the runtime was removed"))?;
+        let view = self.registry.runtime(id).ok_or_else(|| Stop::new("runtime_removed", "the runtime was removed"))?;
         let base = view.runtime.base_url;
         let caps = self.ready(&base, job.task, runtime).await?;
         let started = json!({"state": "running", "agent_runtime": format!("{}/{}", caps.provider_family, caps.model_id),
@@ -364,7 +367,7 @@ impl Runtimes {
     /// `execution_id`), except cross-checks, whose other runtimes were not recorded: those fail.
     pub(super) async fn resume_missions(self: &Arc<Self>) -> Result<()> {
         for view in self.registry.runtimes() {
-            for (mission_id, _) in self.ledger.owned_by(&view.name) {
+            for (mission_id, _) in self.ledger.owned_by(&view.id) {
                 let Some(mission) = self.store.mission(&mission_id).await? else { continue };
                 let payload: Option<DispatchPayload> = serde_json::from_value(mission.payload.clone()).ok();
                 if payload.is_some_and(|p| p.executions() > 1) {
@@ -372,11 +375,11 @@ impl Runtimes {
                         reason: "serve_restarted",
                         error: "serve restarted during the cross-check; dispatch it again".into(),
                     };
-                    self.conclude(&mission_id, &view.name, settlement, Vec::new()).await;
+                    self.conclude(&mission_id, &view.id, settlement, Vec::new()).await;
                     continue;
                 }
                 tracing::info!(%mission_id, runtime = view.name, "driving a runtime mission again after a restart");
-                self.take(&mission_id, &mission.payload, vec![view.name.clone()]);
+                self.take(&mission_id, &mission.payload, vec![view.id.clone()]);
             }
         }
         Ok(())

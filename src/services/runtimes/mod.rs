@@ -29,6 +29,7 @@ use super::registry::{Registry, RuntimeView};
 use crate::clock;
 use crate::config::RuntimesConfig;
 use crate::contract::EventType;
+use crate::domain::runtime_task::runtime_id;
 use crate::domain::{RuntimeKind, RuntimeRecord};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -65,6 +66,8 @@ struct Inflight {
 #[derive(Debug, Serialize)]
 pub struct RuntimeStatus {
     pub name: String,
+    /// Its executor id: a UUID of its name, the same every time the name is added.
+    pub executor_id: String,
     pub base_url: String,
     pub kind: RuntimeKind,
     pub healthy: bool,
@@ -83,6 +86,7 @@ impl RuntimeStatus {
     fn of(v: RuntimeView, error: Option<String>) -> RuntimeStatus {
         RuntimeStatus {
             name: v.name,
+            executor_id: v.id,
             base_url: v.runtime.base_url,
             kind: v.runtime.kind,
             healthy: v.healthy,
@@ -128,19 +132,21 @@ impl Runtimes {
     pub async fn add(self: &Arc<Self>, name: &str, base_url: &str, kind: RuntimeKind) -> Result<(bool, RuntimeStatus)> {
         check_name(name)?;
         check_url(base_url)?;
+        let id = runtime_id(name);
         let runtime = RuntimeRecord { base_url: base_url.to_owned(), kind, capabilities: None };
-        let created = self.registry.put_runtime(name, runtime, self.link(name), self.max_executors).await?;
-        let error = self.probe_now(name).await.err();
+        let created = self.registry.put_runtime(&id, name, runtime, self.link(&id), self.max_executors).await?;
+        let error = self.probe_now(&id).await.err();
         self.wake_prober.notify_one();
-        let view = self.registry.runtime(name).ok_or_else(|| not_found(name))?;
+        let view = self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
         Ok((created, RuntimeStatus::of(view, error)))
     }
 
     /// Probes a runtime now (`/health`, then `/capabilities`) and records what it found.
     pub async fn check(&self, name: &str) -> Result<RuntimeStatus> {
-        self.registry.runtime(name).ok_or_else(|| not_found(name))?;
-        let error = self.probe_now(name).await.err();
-        let view = self.registry.runtime(name).ok_or_else(|| not_found(name))?;
+        let id = runtime_id(name);
+        self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
+        let error = self.probe_now(&id).await.err();
+        let view = self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
         Ok(RuntimeStatus::of(view, error))
     }
 
@@ -149,14 +155,14 @@ impl Runtimes {
     }
 
     pub fn get(&self, name: &str) -> Result<RuntimeStatus> {
-        self.registry.runtime(name).map(|v| RuntimeStatus::of(v, None)).ok_or_else(|| not_found(name))
+        self.registry.runtime(&runtime_id(name)).map(|v| RuntimeStatus::of(v, None)).ok_or_else(|| not_found(name))
     }
 
     /// At start: every runtime gets its link back, the prober runs, and the missions that were being
     /// driven when serve stopped are driven again.
     pub(crate) async fn start(self: &Arc<Self>) -> Result<()> {
         for view in self.registry.runtimes() {
-            self.registry.link_runtime(&view.name, self.link(&view.name));
+            self.registry.link_runtime(&view.id, self.link(&view.id));
         }
         self.spawn_prober();
         self.resume_missions().await
@@ -169,17 +175,17 @@ impl Runtimes {
 
     /// A runtime's link: what serve sends the runtime arrives here. An abort cancels the mission's drive;
     /// a close (the runtime was removed) cancels all of its drives.
-    fn link(self: &Arc<Self>, name: &str) -> Link {
+    fn link(self: &Arc<Self>, id: &str) -> Link {
         let (link, mut rx) = Link::open(NEXT_LINK.fetch_add(1, Ordering::Relaxed));
         let this = Arc::downgrade(self);
-        let name = name.to_owned();
+        let id = id.to_owned();
         tokio::spawn(async move {
             while let Some(frame) = rx.recv().await {
                 let Some(this) = this.upgrade() else { return };
                 match frame {
                     Outbound::Text(text) => this.on_frame(&text),
                     Outbound::Close(..) => {
-                        this.cancel_where(|runtimes| runtimes.contains(&name));
+                        this.cancel_where(|runtimes| runtimes.contains(&id));
                         return;
                     }
                 }

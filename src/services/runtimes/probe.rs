@@ -22,9 +22,10 @@ struct Due {
 }
 
 impl Runtimes {
-    /// Probes a runtime once and records what it found; `Err` says what failed.
-    pub(super) async fn probe_now(&self, name: &str) -> Result<(), String> {
-        let Some(view) = self.registry.runtime(name) else { return Err(format!("runtime {name} is gone")) };
+    /// Probes a runtime (by executor id) once and records what it found; `Err` says what failed.
+    pub(super) async fn probe_now(&self, id: &str) -> Result<(), String> {
+        let Some(view) = self.registry.runtime(id) else { return Err(format!("runtime {id} is gone")) };
+        let name = view.name.as_str();
         let base = &view.runtime.base_url;
         let timeout = PROBE_TIMEOUT.min(self.timeout(None));
         let health = self.client.health(base, timeout).await;
@@ -41,7 +42,7 @@ impl Runtimes {
             Ok(caps) => (true, Some(caps), Ok(())),
             Err(e) => (false, None, Err(e)),
         };
-        match self.registry.runtime_probed(name, healthy, caps).await {
+        match self.registry.runtime_probed(id, healthy, caps).await {
             Ok(true) if healthy => {
                 tracing::info!(runtime = name, "runtime healthy");
                 self.wake_queue.notify_one();
@@ -61,7 +62,7 @@ impl Runtimes {
         let interval = Duration::from_millis(self.config.probe_interval_ms);
         let now = Instant::now();
         let mut due: HashMap<String, Due> =
-            self.registry.runtimes().into_iter().map(|v| (v.name, Due { at: now, backoff: interval })).collect();
+            self.registry.runtimes().into_iter().map(|v| (v.id, Due { at: now, backoff: interval })).collect();
         tokio::spawn(async move {
             loop {
                 let next = this.probe_due(&mut due).await;
@@ -79,15 +80,15 @@ impl Runtimes {
     async fn probe_due(&self, due: &mut HashMap<String, Due>) -> Instant {
         let interval = Duration::from_millis(self.config.probe_interval_ms);
         let max = Duration::from_millis(self.config.probe_max_interval_ms);
-        let names: Vec<String> = self.registry.runtimes().into_iter().map(|v| v.name).collect();
-        due.retain(|name, _| names.contains(name));
-        for name in names {
+        let ids: Vec<String> = self.registry.runtimes().into_iter().map(|v| v.id).collect();
+        due.retain(|id, _| ids.contains(id));
+        for id in ids {
             let now = Instant::now();
-            let entry = due.entry(name.clone()).or_insert(Due { at: now + interval, backoff: interval });
+            let entry = due.entry(id.clone()).or_insert(Due { at: now + interval, backoff: interval });
             if entry.at > now {
                 continue;
             }
-            entry.backoff = match self.probe_now(&name).await {
+            entry.backoff = match self.probe_now(&id).await {
                 Ok(()) => interval,
                 Err(_) => (entry.backoff * 2).min(max),
             };

@@ -1,0 +1,204 @@
+//! The executor the server suite plays: it registers over REST, serves the contract's dispatch route on a
+//! listener of its own (recording what it is handed), and speaks the event stream over a WebSocket.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// How long the suite waits for any one answer.
+pub(super) const WAIT: Duration = Duration::from_secs(10);
+
+/// The server under test and how to reach it.
+pub(super) struct Target {
+    pub base: String,
+    pub operator: Option<String>,
+    pub http: reqwest::Client,
+}
+
+/// An answer: status and body (JSON, or the text as a JSON string).
+pub(super) struct Answer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Target {
+    pub(super) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        bearer: Option<&str>,
+    ) -> Result<Answer, String> {
+        let mut request = self.http.request(method.clone(), format!("{}{path}", self.base)).timeout(WAIT);
+        if let Some(token) = bearer {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|e| format!("{method} {path}: {e}"))?;
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.map_err(|e| format!("{method} {path}: reading the answer: {e}"))?;
+        let body =
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        Ok(Answer { status, body })
+    }
+
+    /// An operator call (with the operator token, if one was given).
+    pub(super) async fn operator(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, String> {
+        self.call(method, path, body, self.operator.as_deref()).await
+    }
+
+    fn ws_url(&self, path: &str) -> String {
+        let base = self.base.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1);
+        format!("{base}{path}")
+    }
+}
+
+pub(super) struct Peer {
+    pub id: String,
+    pub token: String,
+    pub rest: SocketAddr,
+    dispatches: mpsc::UnboundedReceiver<(String, Value)>,
+}
+
+/// What a register payload of the suite's executor says, with `capabilities`.
+pub(super) fn register_payload(id: &str, rest: SocketAddr, capabilities: &[&str]) -> Value {
+    json!({
+        "executor_id": id, "name": "aiwg-serve conformance", "version": env!("CARGO_PKG_VERSION"),
+        "spec_version": "1.0.0",
+        "transport_endpoints": {"rest": format!("http://{rest}"), "ws": format!("ws://{rest}/ws")},
+        "capabilities": capabilities,
+    })
+}
+
+impl Peer {
+    /// Starts the peer's dispatch listener and registers it; `Err` is the evidence of a failed handshake.
+    pub(super) async fn register(target: &Target, capabilities: &[&str]) -> Result<Peer, String> {
+        let (tx, dispatches) = mpsc::unbounded_channel();
+        let rest = listen(tx).await?;
+        let id = uuid::Uuid::new_v4().to_string();
+        let payload = register_payload(&id, rest, capabilities);
+        let r = target.call(reqwest::Method::POST, "/api/v1/executors/register", Some(&payload), None).await?;
+        let token = r.body["token"].as_str().map(str::to_owned);
+        match (r.status, token) {
+            (200 | 201, Some(token)) if r.body["executor_id"] == id.as_str() => {
+                Ok(Peer { id, token, rest, dispatches })
+            }
+            _ => Err(format!("POST /api/v1/executors/register answered {} {}", r.status, r.body)),
+        }
+    }
+
+    /// The next dispatch the server forwarded to this peer: the path it used and the body.
+    pub(super) async fn next_dispatch(&mut self) -> Result<(String, Value), String> {
+        match tokio::time::timeout(WAIT, self.dispatches.recv()).await {
+            Ok(Some(d)) => Ok(d),
+            _ => Err(format!("no dispatch reached the executor's REST endpoint within {WAIT:?}")),
+        }
+    }
+
+    pub(super) async fn connect(&self, target: &Target) -> Result<Stream, String> {
+        let url = target.ws_url(&format!("/ws/executors/{}?token={}", self.id, self.token));
+        Stream::open(&url, &self.id).await
+    }
+}
+
+/// A dispatch listener: both the contract's route and upstream's `/dispatch`, each answered 202.
+async fn listen(tx: mpsc::UnboundedSender<(String, Value)>) -> Result<SocketAddr, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| format!("cannot listen: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let sessions = tx.clone();
+    let app = Router::new()
+        .route(
+            "/api/v1/sessions/{session}/dispatch",
+            post(move |Path(session): Path<String>, Json(body): Json<Value>| async move {
+                accept(&sessions, format!("/api/v1/sessions/{session}/dispatch"), body)
+            }),
+        )
+        .route("/dispatch", post(move |Json(body): Json<Value>| async move { accept(&tx, "/dispatch".into(), body) }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok(addr)
+}
+
+fn accept(tx: &mpsc::UnboundedSender<(String, Value)>, path: String, body: Value) -> (StatusCode, Json<Value>) {
+    let answer = json!({"mission_id": body["mission_id"], "status": "assigned"});
+    let _ = tx.send((path, body));
+    (StatusCode::ACCEPTED, Json(answer))
+}
+
+/// The executor's event stream.
+pub(super) struct Stream {
+    socket: Socket,
+    executor_id: String,
+}
+
+impl Stream {
+    pub(super) async fn open(url: &str, executor_id: &str) -> Result<Stream, String> {
+        let connect = tokio_tungstenite::connect_async(url);
+        match tokio::time::timeout(WAIT, connect).await {
+            Ok(Ok((socket, _))) => Ok(Stream { socket, executor_id: executor_id.to_owned() }),
+            Ok(Err(e)) => Err(format!("WebSocket {url}: {e}")),
+            Err(_) => Err(format!("WebSocket {url}: no upgrade within {WAIT:?}")),
+        }
+    }
+
+    /// Sends an event envelope of this executor.
+    pub(super) async fn event(&mut self, event: &str, mission_id: &str, data: Value) -> Result<(), String> {
+        let envelope = json!({"event": event, "executor_id": self.executor_id, "mission_id": mission_id,
+                              "ts": crate::clock::stamp(), "data": data});
+        self.socket.send(Message::text(envelope.to_string())).await.map_err(|e| format!("sending {event}: {e}"))
+    }
+
+    /// The next text frame the server sent that satisfies `want` (others, such as acknowledgements,
+    /// are passed over), or `Err` with what came instead.
+    pub(super) async fn frame(&mut self, what: &str, want: impl Fn(&Value) -> bool) -> Result<Value, String> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.socket.next()).await {
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                    if want(&v) {
+                        return Ok(v);
+                    }
+                }
+                Ok(Some(Ok(Message::Close(close)))) => return Err(format!("closed ({close:?}) before {what}")),
+                Ok(Some(Ok(_))) => {}
+                Ok(Some(Err(e))) => return Err(format!("socket error before {what}: {e}")),
+                Ok(None) => return Err(format!("socket ended before {what}")),
+                Err(_) => return Err(format!("no {what} within {WAIT:?}")),
+            }
+        }
+    }
+
+    /// The close code the server ends this socket with (anything else it sends first is passed over).
+    pub(super) async fn close_code(&mut self) -> Result<u16, String> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.socket.next()).await {
+                Ok(Some(Ok(Message::Close(Some(close))))) => return Ok(u16::from(close.code)),
+                Ok(Some(Ok(Message::Close(None)))) | Ok(None) => return Ok(u16::from(CloseCode::Status)),
+                Ok(Some(Ok(_))) => {}
+                Ok(Some(Err(e))) => return Err(format!("socket error instead of a close: {e}")),
+                Err(_) => return Err(format!("the socket stayed open for {WAIT:?}")),
+            }
+        }
+    }
+}

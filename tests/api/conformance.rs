@@ -1,0 +1,55 @@
+//! `aiwg-serve conformance server`, run as the real binary: our server passes every check of both
+//! profiles, and a server that is not one fails the handshake with the evidence and exit 1.
+
+use serde_json::Value;
+
+use crate::cli::{cli, stderr, stdout};
+use crate::support::runtime::ScriptedRuntime;
+use crate::support::TestServer;
+
+fn outcomes(report: &Value) -> Vec<(String, String)> {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap().to_owned(), r["outcome"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_server_passes_both_profiles() {
+    let server = TestServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let junit = dir.path().join("conformance.xml");
+    let args = ["--json", "conformance", "server", "--profile", "strict", "--junit", junit.to_str().unwrap()];
+    let out = cli(&server.base, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = outcomes(&report);
+    assert!(results.len() >= 12, "{results:?}");
+    assert!(results.iter().all(|(_, o)| o == "pass"), "{results:?}");
+    assert!(report["results"].as_array().unwrap().iter().all(|r| !r["section"].as_str().unwrap().is_empty()));
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(xml.contains(&format!("tests=\"{}\" failures=\"0\" skipped=\"0\"", results.len())), "{xml}");
+
+    // The contract profile skips the strict checks, saying why, and still passes.
+    let out = cli(&server.base, &["conformance", "server"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let table = stdout(&out);
+    assert!(table.contains("skip  strict/honest_controls"), "{table}");
+    assert!(table.contains("the contract profile (run with --profile strict)"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_one_fails_with_the_evidence() {
+    // An HTTP server that answers the register route with 404: nothing of the contract is there.
+    let not_a_server = ScriptedRuntime::start().await;
+    let out = cli(&not_a_server.url(), &["--json", "conformance", "server"], &[]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = outcomes(&report);
+    assert!(results.contains(&("register/handshake".into(), "fail".into())), "{results:?}");
+    assert!(results.iter().filter(|(_, o)| o == "skip").count() >= 8, "{results:?}");
+    let handshake = report["results"].as_array().unwrap().iter().find(|r| r["id"] == "register/handshake").unwrap();
+    assert!(handshake["detail"].as_str().unwrap().contains("answered 404"), "{handshake}");
+}
