@@ -53,3 +53,37 @@ async fn a_server_that_is_not_one_fails_with_the_evidence() {
     let handshake = report["results"].as_array().unwrap().iter().find(|r| r["id"] == "register/handshake").unwrap();
     assert!(handshake["detail"].as_str().unwrap().contains("answered 404"), "{handshake}");
 }
+
+/// A check that cannot fail is a defect: against a server that breaks exactly one rule, the check meant
+/// for that rule fails (and the same server without the flaw passes everything).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_check_fails_against_the_fault_it_is_for() {
+    use crate::support::lax_server::{start, Flaw};
+    let strict = ["--json", "conformance", "server", "--profile", "strict"];
+    let clean = cli(&start(Flaw::None).await, &strict, &[]).await;
+    let report: Value = serde_json::from_slice(&clean.stdout).unwrap();
+    assert!(outcomes(&report).iter().all(|(_, o)| o == "pass"), "{report}");
+    let cases = [
+        (Flaw::AcceptsAnyMajor, "register/unknown_major_refused"),
+        (Flaw::RenamesOnReregister, "register/identity_kept"),
+        (Flaw::OpensSocketsWithoutToken, "auth/socket_needs_the_token"),
+        (Flaw::ForwardsNothing, "dispatch/forwarded_to_the_executor"),
+        (Flaw::AssignsWhatNobodyFits, "dispatch/no_executor_fits"),
+        (Flaw::NeverLeavesAssigned, "lifecycle/assigned_to_done"),
+        (Flaw::DropsHitlAnswers, "hitl/round_trip"),
+        (Flaw::KeepsDeregistered, "register/deregister"),
+        (Flaw::LetsAnyoneEndMissions, "strict/foreign_mission_refused"),
+        (Flaw::ReopensEndedMissions, "strict/terminal_state_final"),
+        (Flaw::PretendsToPause, "strict/honest_controls"),
+    ];
+    let runs = cases.iter().map(|(flaw, check)| async move {
+        let out = cli(&start(*flaw).await, &strict, &[]).await;
+        (flaw, check, out)
+    });
+    for (flaw, check, out) in futures_util::future::join_all(runs).await {
+        assert_eq!(out.status.code(), Some(1), "{flaw:?}: {}", stdout(&out));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let got = outcomes(&report).into_iter().find(|(id, _)| id == check).map(|(_, o)| o);
+        assert_eq!(got.as_deref(), Some("fail"), "{flaw:?} must fail {check}: {report}");
+    }
+}

@@ -4,6 +4,7 @@
 
 pub mod executor;
 pub mod http;
+pub mod lax_server;
 pub mod runtime;
 
 use std::path::PathBuf;
