@@ -176,7 +176,7 @@ async fn read_answer(response: reqwest::Response) -> Result<Accepted, ForwardErr
 }
 
 /// An error with every cause behind it (`... tcp connect error: Connection refused (os error 111)`).
-fn chain(e: &reqwest::Error) -> String {
+pub(crate) fn chain(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

@@ -1,4 +1,4 @@
-//! Addresses: what counts as the operator's own host.
+//! Addresses: what counts as the operator's own host, and what URL serve will call.
 
 use std::net::IpAddr;
 
@@ -9,6 +9,19 @@ pub(crate) fn is_loopback(ip: IpAddr) -> bool {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
     }
+}
+
+/// A URL serve may call (an executor's REST endpoint, a runtime's base URL): http or https, with a host.
+/// `Err` says what is wrong, naming the URL.
+pub(crate) fn http_url(s: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("{s:?}: only http:// and https:// endpoints are called"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{s:?} names no host"));
+    }
+    Ok(url)
 }
 
 #[cfg(test)]

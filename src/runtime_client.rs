@@ -183,7 +183,10 @@ impl RuntimeClient {
                         message: format!("runtime {path} request: {e}"),
                     })
                 }
-                Ok(Err(e)) => CallError::Transport { timeout: e.is_timeout(), message: chain(path, &e) },
+                Ok(Err(e)) => CallError::Transport {
+                    timeout: e.is_timeout(),
+                    message: format!("runtime {path} request: {}", crate::forward::chain(&e)),
+                },
                 Err(_) => CallError::Transport {
                     timeout: true,
                     message: format!(
@@ -217,17 +220,6 @@ fn refused(path: &str, status: StatusCode, body: &[u8]) -> CallError {
         None => text.to_owned(),
     };
     CallError::Status { status: status.as_u16(), message: format!("runtime {path} status: {status}; body: {quoted}") }
-}
-
-/// The error with its causes: reqwest's own message rarely says what happened underneath.
-fn chain(path: &str, e: &reqwest::Error) -> String {
-    let mut text = format!("runtime {path} request: {e}");
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
 }
 
 async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, String> {

@@ -65,7 +65,7 @@ impl Target {
         self.call(method, path, body, self.operator.as_deref()).await
     }
 
-    fn ws_url(&self, path: &str) -> String {
+    pub(super) fn ws_url(&self, path: &str) -> String {
         let base = self.base.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1);
         format!("{base}{path}")
     }

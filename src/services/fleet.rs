@@ -124,11 +124,8 @@ impl Fleet {
                 message: why,
             }],
         };
-        let url = reqwest::Url::parse(rest).map_err(|e| refuse(format!("{rest:?} is not a URL: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(refuse(format!("{rest:?}: only http:// and https:// endpoints are called")));
-        }
-        let host = url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| refuse(format!("{rest:?} names no host")))?;
+        let url = crate::net::http_url(rest).map_err(refuse)?;
+        let host = url.host_str().unwrap_or_default();
         let allowed = &self.executor_hosts;
         if !allowed.is_empty() && !allowed.iter().any(|a| a.eq_ignore_ascii_case(host.trim_matches(['[', ']']))) {
             return Err(refuse(format!("host {host} is not in dispatch.executor_hosts")));

@@ -137,10 +137,14 @@ impl Runtimes {
 
     /// One execution on the runtime with executor id `id`; reports and texts name it by its name.
     async fn execution(&self, job: &Job<'_>, id: &str) -> Run {
-        let name = self.registry.runtime(id).map_or_else(|| id.to_owned(), |v| v.name);
-        let runtime = name.as_str();
+        let view = self.registry.runtime(id);
+        let runtime = view.as_ref().map_or(id, |v| v.name.as_str());
         let mut report = json!({ "runtime": runtime, "executor_id": id });
-        match self.execute_and_verify(job, id, runtime, &mut report).await {
+        let outcome = match &view {
+            Some(v) => self.execute_and_verify(job, &v.runtime.base_url, runtime, &mut report).await,
+            None => Err(Stop::new("runtime_removed", "the runtime was removed")),
+        };
+        match outcome {
             Ok(execution) => Run { execution, report },
             Err(stop) => {
                 report["reason"] = json!(stop.reason);
@@ -165,19 +169,17 @@ impl Runtimes {
     async fn execute_and_verify(
         &self,
         job: &Job<'_>,
-        id: &str,
+        base: &str,
         runtime: &str,
         report: &mut Value,
     ) -> std::result::Result<Execution, Stop> {
-        let view = self.registry.runtime(id).ok_or_else(|| Stop::new("runtime_removed", "the runtime was removed"))?;
-        let base = view.runtime.base_url;
-        let caps = self.ready(&base, job.task, runtime).await?;
+        let caps = self.ready(base, job.task, runtime).await?;
         let started = json!({"state": "running", "agent_runtime": format!("{}/{}", caps.provider_family, caps.model_id),
                              "runtime": runtime});
         self.record(job, EventType::MissionStarted, started, MissionState::Running, |s| s == MissionState::Assigned)
             .await;
-        let candidate = self.execute(job, &base, runtime, report).await?;
-        let (verdict, status) = self.verify(job, &base, &caps, &candidate, report).await?;
+        let candidate = self.execute(job, base, runtime, report).await?;
+        let (verdict, status) = self.verify(job, base, &caps, &candidate, report).await?;
         let digest = candidate.output_ref.digest.clone();
         let summary = format!(
             "{runtime}: verdict {} (score {}, reason codes {:?}, {})",

@@ -280,11 +280,11 @@ fn check_name(name: &str) -> Result<()> {
     }
 }
 
+/// What serve calls any executor at, and no query: paths are appended to a runtime's base URL.
 fn check_url(url: &str) -> Result<()> {
-    match reqwest::Url::parse(url) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() && u.query().is_none() => Ok(()),
-        _ => Err(Error::InvalidRuntime(format!(
-            "runtime URL {url:?}: an http:// or https:// URL with a host and no query (paths are appended to it)"
-        ))),
+    let parsed = crate::net::http_url(url).map_err(|why| Error::InvalidRuntime(format!("runtime URL {why}")))?;
+    match parsed.query() {
+        None => Ok(()),
+        Some(_) => Err(Error::InvalidRuntime(format!("runtime URL {url:?} has a query; paths are appended to it"))),
     }
 }
