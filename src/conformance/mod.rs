@@ -7,6 +7,7 @@
 //! A tool on top of the crate, like `cli` and `reference_executor`: it talks to serve over HTTP and
 //! WebSockets only.
 
+pub mod executor;
 mod peer;
 pub mod report;
 mod server;
@@ -33,6 +34,8 @@ pub enum ConformanceCommand {
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
     },
+    /// Check an executor by playing the control plane for it
+    Executor(Box<executor::ExecutorSuite>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -42,25 +45,45 @@ pub enum Profile {
 }
 
 pub async fn run(global: &Global, command: ConformanceCommand) -> ExitCode {
-    let ConformanceCommand::Server { url, profile, junit } = command;
-    let target = peer::Target {
-        base: url.unwrap_or_else(|| global.server.clone()).trim_end_matches('/').to_owned(),
-        operator: global.token.clone(),
-        http: reqwest::Client::builder().no_proxy().build().expect("an HTTP client without TLS roots to load builds"),
-    };
-    let report = server::run(&target, profile == Profile::Strict).await;
+    match command {
+        ConformanceCommand::Server { url, profile, junit } => {
+            let target = peer::Target {
+                base: url.unwrap_or_else(|| global.server.clone()).trim_end_matches('/').to_owned(),
+                operator: global.token.clone(),
+                http: reqwest::Client::builder()
+                    .no_proxy()
+                    .build()
+                    .expect("an HTTP client without TLS roots to load builds"),
+            };
+            let report = server::run(&target, profile == Profile::Strict).await;
+            let required = if profile == Profile::Strict { Level::Strict } else { Level::Hitl };
+            finish(global, &report, junit.as_deref(), required)
+        }
+        ConformanceCommand::Executor(suite) => match executor::run(&suite).await {
+            // Checks above the executor's declared level were skipped, so every level counts.
+            Ok(report) => finish(global, &report, suite.junit.as_deref(), Level::Strict),
+            Err(e) => {
+                eprintln!("aiwg-serve conformance: {e}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// Prints the report (a table, or JSON with `--json`), writes the JUnit file if asked, and exits 0 only
+/// when every check at or below `required` passed.
+fn finish(global: &Global, report: &report::Report, junit: Option<&std::path::Path>, required: Level) -> ExitCode {
     if global.json {
-        println!("{}", serde_json::to_string(&report).expect("the report serializes"));
+        println!("{}", serde_json::to_string(report).expect("the report serializes"));
     } else {
         print!("{}", report.table());
     }
     if let Some(path) = junit {
-        if let Err(e) = std::fs::write(&path, report.junit()) {
+        if let Err(e) = std::fs::write(path, report.junit()) {
             eprintln!("aiwg-serve conformance: cannot write {}: {e}", path.display());
             return ExitCode::from(2);
         }
     }
-    let required = if profile == Profile::Strict { Level::Strict } else { Level::Hitl };
     if report.passed(required) {
         ExitCode::SUCCESS
     } else {
