@@ -2,6 +2,7 @@
 //! SQLite store, a small HTTP client, and scripted executors that are real HTTP + WebSocket peers.
 #![allow(dead_code)]
 
+pub mod conformant;
 pub mod executor;
 pub mod http;
 pub mod lax_server;
