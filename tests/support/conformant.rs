@@ -29,6 +29,22 @@ pub enum Flaw {
     ForgetfulResync,
     /// Answers a dispatch 200 with a body that is not a dispatch response.
     WrongDispatchAnswer,
+    /// Registers with `spec_version` 2.0.0.
+    UnknownMajor,
+    /// Takes a dispatch whatever its bearer token.
+    AnyDispatchToken,
+    /// Never says `mission.started` for the suite's first mission.
+    NeverStarted,
+    /// Reports a failed mission with exit code 1 whatever the command's.
+    WrongExitCode,
+    /// Fails a mission serve aborted instead of reporting it aborted.
+    FailsOnAbort,
+    /// Fails a mission when the HITL answer comes.
+    FailsOnAnswer,
+    /// Fails the mission that outlived a reconnect.
+    FailsAfterReconnect,
+    /// Reconnects with its old token after 4001 instead of registering again.
+    KeepsARefusedToken,
 }
 
 /// The executor; dropping it stops it.
@@ -69,15 +85,19 @@ impl Shared {
         let _ = self.outbound.send(self.envelope(event, Some(mission), data));
     }
 
-    async fn register(&self, rest: SocketAddr) {
+    /// Registers (again); false when serve is gone.
+    async fn register(&self, rest: SocketAddr) -> bool {
         let payload = json!({
-            "executor_id": self.id, "name": "conformant", "version": "1.0.0", "spec_version": "1.0.0",
+            "executor_id": self.id, "name": "conformant", "version": "1.0.0",
+            "spec_version": if self.flaw == Some(Flaw::UnknownMajor) { "2.0.0" } else { "1.0.0" },
             "transport_endpoints": {"rest": format!("http://{rest}"), "ws": format!("ws://{rest}/ws")},
             "capabilities": ["hitl", "resumable", "isolation:none"],
         });
         let url = format!("{}/api/v1/executors/register", self.serve);
-        let answer: Value = self.http.post(url).json(&payload).send().await.unwrap().json().await.unwrap();
+        let Ok(answer) = self.http.post(url).json(&payload).send().await else { return false };
+        let answer: Value = answer.json().await.unwrap();
         *self.token.lock().unwrap() = answer["token"].as_str().unwrap().to_owned();
+        true
     }
 }
 
@@ -100,7 +120,7 @@ impl Conformant {
         let serving = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        shared.register(rest).await;
+        assert!(shared.register(rest).await, "serve at {serve} takes no registration");
         let socket = tokio::spawn(socket_loop(shared, rest, events));
         Conformant { tasks: vec![serving, socket] }
     }
@@ -113,7 +133,8 @@ async fn dispatch(
     Json(body): Json<Value>,
 ) -> (StatusCode, Json<Value>) {
     let expected = format!("Bearer {}", shared.token.lock().unwrap());
-    if headers.get("authorization").and_then(|h| h.to_str().ok()) != Some(expected.as_str()) {
+    let bearer = headers.get("authorization").and_then(|h| h.to_str().ok());
+    if bearer != Some(expected.as_str()) && shared.flaw != Some(Flaw::AnyDispatchToken) {
         return (StatusCode::UNAUTHORIZED, Json(json!({"error": "unauthorized"})));
     }
     let mission = body["mission_id"].as_str().unwrap().to_owned();
@@ -130,45 +151,64 @@ async fn dispatch(
 }
 
 /// One mission, played by its objective (the suite's defaults): a HITL question, a failure with exit
-/// code 3, a run until aborted, a run that outlives a reconnect, or a plain completion.
+/// code 3, a run until aborted, a run that outlives a reconnect, or a plain completion; bent by a flaw.
 async fn play(shared: Arc<Shared>, mission: String, objective: String, mut from_serve: mpsc::UnboundedReceiver<Value>) {
+    let flaw = shared.flaw;
+    // The suite's first mission, which the flaws about the lifecycle bend.
+    let first = objective == "echo conformance";
     shared.emit("mission.assigned", &mission, json!({"state": "assigned"}));
-    shared.emit("mission.started", &mission, json!({"state": "running"}));
+    if !(first && flaw == Some(Flaw::NeverStarted)) {
+        shared.emit("mission.started", &mission, json!({"state": "running"}));
+    }
+    let done = ("mission.completed", json!({"state": "done", "exit_code": 0}));
+    let failed = |code: i64| ("mission.failed", json!({"state": "failed", "exit_code": code, "error": "failing"}));
     let ending = if objective.contains("::hitl::") {
         shared.emit("mission.hitl_required", &mission, json!({"hitl_id": "h-1", "prompt": "proceed?"}));
-        while let Some(frame) = from_serve.recv().await {
-            if frame["event"] == "mission.hitl_responded" {
-                break;
-            }
+        until(&mut from_serve, "mission.hitl_responded").await;
+        if flaw == Some(Flaw::FailsOnAnswer) {
+            failed(1)
+        } else {
+            done
         }
-        ("mission.completed", json!({"state": "done", "exit_code": 0}))
     } else if objective.contains("exit 3") {
-        ("mission.failed", json!({"state": "failed", "exit_code": 3, "error": "failing"}))
+        failed(if flaw == Some(Flaw::WrongExitCode) { 1 } else { 3 })
     } else if objective.starts_with("sleep 120") {
-        while let Some(frame) = from_serve.recv().await {
-            if frame["event"] == "mission.aborted" {
-                break;
-            }
+        until(&mut from_serve, "mission.aborted").await;
+        match flaw {
+            Some(Flaw::FailsOnAbort) => failed(143),
+            _ => ("mission.aborted", json!({"state": "aborted", "aborted_by": "operator"})),
         }
-        ("mission.aborted", json!({"state": "aborted", "aborted_by": "operator"}))
     } else if objective.starts_with("sleep") {
         let mut connects = shared.connects.subscribe();
         let now = *connects.borrow();
         let _ = connects.wait_for(|n| *n > now).await;
-        ("mission.completed", json!({"state": "done", "exit_code": 0}))
+        if flaw == Some(Flaw::FailsAfterReconnect) {
+            failed(1)
+        } else {
+            done
+        }
     } else {
         shared.emit("mission.progress", &mission, json!({"summary": "working", "pct_complete": 50}));
-        ("mission.completed", json!({"state": "done", "exit_code": 0}))
+        done
     };
     shared.emit(ending.0, &mission, ending.1);
     shared.running.lock().unwrap().remove(&mission);
-    if objective == "echo conformance" {
-        match shared.flaw {
+    if first {
+        match flaw {
             Some(Flaw::ForeignMission) => {
                 shared.emit("mission.progress", "m-never-dispatched", json!({"summary": "x"}))
             }
             Some(Flaw::IllegalTransition) => shared.emit("mission.started", &mission, json!({"state": "running"})),
             _ => {}
+        }
+    }
+}
+
+/// Waits for serve's `event` about the mission.
+async fn until(from_serve: &mut mpsc::UnboundedReceiver<Value>, event: &str) {
+    while let Some(frame) = from_serve.recv().await {
+        if frame["event"] == event {
+            return;
         }
     }
 }
@@ -211,8 +251,12 @@ async fn socket_loop(shared: Arc<Shared>, rest: SocketAddr, mut events: mpsc::Un
                             let _ = to.send(frame);
                         }
                     }
-                    Some(Ok(Message::Close(Some(close)))) if u16::from(close.code) == 4001 => {
-                        shared.register(rest).await;
+                    Some(Ok(Message::Close(Some(close))))
+                        if u16::from(close.code) == 4001 && shared.flaw != Some(Flaw::KeepsARefusedToken) =>
+                    {
+                        if !shared.register(rest).await {
+                            return;
+                        }
                         break;
                     }
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
