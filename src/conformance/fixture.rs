@@ -538,3 +538,250 @@ impl<'de> Visitor<'de> for NodeVisitor {
         Ok(Node::Object(entries))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    macro_rules! upstream {
+        ($name:literal) => {
+            Scenario::parse(include_str!(concat!("../../fixtures/upstream/", $name, ".json"))).unwrap()
+        };
+    }
+
+    /// Each step in a word or two: what it does and to what.
+    fn sequence(s: &Scenario) -> Vec<String> {
+        s.steps
+            .iter()
+            .map(|l| match &l.step {
+                Step::Register(_) => "register".to_owned(),
+                Step::Http { exchange: x, to_executor } => {
+                    format!("{}{} {}", if *to_executor { "serve calls " } else { "" }, x.method, x.path)
+                }
+                Step::Send(v) => format!("send {}", v["event"].as_str().unwrap()),
+                Step::Expect(v) => format!("expect {}", v["event"].as_str().unwrap()),
+                Step::Disconnect => "disconnect".to_owned(),
+                Step::Skip(_) => "skip".to_owned(),
+            })
+            .collect()
+    }
+
+    const EXECUTOR: &str = "a1b2c3d4-e5f6-7890-abcd-ef1234567890";
+
+    #[test]
+    fn register_happy_lists_before_it_deregisters() {
+        let s = upstream!("register-happy");
+        let executor = format!("DELETE /api/v1/executors/{EXECUTOR}");
+        assert_eq!(sequence(&s), ["register", "GET /api/v1/executors", executor.as_str()]);
+        assert_eq!(s.capabilities, ["isolation:vm", "runtime:claude-code", "platform:linux/x64", "resumable", "hitl"]);
+        assert_eq!(s.running_mission, None);
+        let Step::Http { exchange, .. } = &s.steps[2].step else { panic!() };
+        assert_eq!(
+            (exchange.status, exchange.token.as_deref()),
+            (204, Some("exec_tk_8Hy3mNpQvRsT2uWxYzA4bCdEfGhJkLo"))
+        );
+    }
+
+    #[test]
+    fn auth_token_rotation_skips_what_needs_a_second_address() {
+        let s = upstream!("auth-token-rotation");
+        assert_eq!(sequence(&s), ["register", "skip", "register", "skip", "GET /api/v1/executors"]);
+        let at: Vec<&str> = s.steps.iter().map(|l| l.at.as_str()).collect();
+        assert_eq!(
+            at[1..4],
+            ["phase_2_non_loopback_register", "phase_2_non_loopback_register", "phase_3_old_token_rejected"]
+        );
+        let Step::Skip(why) = &s.steps[3].step else { panic!() };
+        assert!(why.contains("exec_tk_INITIAL_LoopbackToken1234"), "{why}");
+    }
+
+    #[test]
+    fn dispatch_fixtures_dispatch_then_report_then_read_the_mission() {
+        let events = |s: &Scenario| sequence(s)[1..sequence(s).len() - 1].to_vec();
+        let happy = upstream!("dispatch-happy");
+        let dispatch = "POST /api/v1/sessions/ws-2026-05-08/dispatch";
+        assert_eq!(sequence(&happy)[0], dispatch);
+        assert_eq!(sequence(&happy)[6], "GET /api/v1/missions/m-abc123");
+        let lifecycle =
+            ["assigned", "started", "progress", "progress", "completed"].map(|e| format!("send mission.{e}"));
+        assert_eq!(events(&happy), lifecycle);
+        let failed = upstream!("dispatch-failed");
+        assert_eq!(events(&failed), ["assigned", "started", "progress", "failed"].map(|e| format!("send mission.{e}")));
+        let aborted = upstream!("dispatch-aborted");
+        assert_eq!(
+            sequence(&aborted)[1..],
+            [
+                "send mission.assigned",
+                "send mission.started",
+                "send mission.progress",
+                "POST /api/v1/missions/m-ghi789/abort",
+                "send mission.aborted",
+                "GET /api/v1/missions/m-ghi789",
+            ]
+        );
+        assert!(happy.running_mission.is_none() && aborted.capabilities.len() == 3);
+    }
+
+    #[test]
+    fn hitl_roundtrip_expects_the_answer_from_serve_on_a_running_mission() {
+        let s = upstream!("hitl-roundtrip");
+        let want = [
+            "send mission.hitl_required",
+            "POST /api/v1/missions/m-hitl001/hitl_response",
+            "expect mission.hitl_responded",
+            "send mission.progress",
+            "send mission.completed",
+        ];
+        assert_eq!(sequence(&s), want);
+        let running = s.running_mission.unwrap();
+        assert_eq!(running["mission_id"], "m-hitl001");
+        assert!(running["objective"].as_str().unwrap().contains("hitl-roundtrip"));
+        let Step::Expect(e) = &s.steps[2].step else { panic!() };
+        assert_eq!(e["_validates_as"], "#/$defs/event_envelope", "expectations keep their annotations");
+        let Step::Send(e) = &s.steps[0].step else { panic!() };
+        assert!(e.get("_validates_as").is_none() && e.get("_step").is_none(), "{e}");
+    }
+
+    #[test]
+    fn paused_event_takes_its_lone_mission_as_running() {
+        let s = upstream!("paused-event");
+        assert_eq!(sequence(&s), ["send mission.paused"]);
+        assert_eq!(s.running_mission.unwrap()["mission_id"], "m-paused001");
+        assert!(s.capabilities.is_empty());
+    }
+
+    #[test]
+    fn resumable_suspends_disconnects_reregisters_and_is_resumed() {
+        let s = upstream!("resumable-suspend-resume");
+        let want = [
+            "send mission.progress",
+            "send mission.suspended",
+            "disconnect",
+            "register",
+            "send executor.resync",
+            "expect mission.resumed",
+            "send mission.reconnected",
+            "send mission.progress",
+            "send mission.completed",
+        ];
+        assert_eq!(sequence(&s), want);
+        let running = s.running_mission.unwrap();
+        assert_eq!((running["long_running"].clone(), running.get("_validates_as")), (json!(true), None));
+        assert_eq!(s.steps[2].at, "phase_2_suspend.ws_disconnect");
+    }
+
+    #[test]
+    fn the_recorders_shape_is_one_array_of_steps() {
+        let text = json!({"_fixture": "recorded", "_recorded_by": "aiwg-serve conformance record", "steps": [
+            {"request": {"method": "POST", "path": REGISTER_PATH, "body": {"executor_id": EXECUTOR, "capabilities": ["hitl"]}},
+             "response": {"status": 201, "body": {"executor_id": EXECUTOR, "token": "exec_tk_REDACTED"}}},
+            {"_direction": TO_EXECUTOR, "request": {"method": "POST", "path": "/api/v1/sessions/s/dispatch",
+             "body": {"mission_id": "m-1"}}, "response": {"status": 202}},
+            {"event": "mission.started", "executor_id": EXECUTOR, "mission_id": "m-1", "data": {}},
+            {"_frame": {"ack": true, "seq": 3}, "_direction": TO_EXECUTOR},
+            {"event": "mission.hitl_responded", "executor_id": EXECUTOR, "mission_id": "m-1", "_direction": TO_EXECUTOR},
+            {"ws_disconnect": {}},
+        ]});
+        let s = Scenario::parse(&text.to_string()).unwrap();
+        let want = [
+            "register",
+            "serve calls POST /api/v1/sessions/s/dispatch",
+            "send mission.started",
+            "expect mission.hitl_responded",
+            "disconnect",
+        ];
+        assert_eq!(sequence(&s), want);
+        assert_eq!((s.name.as_str(), s.capabilities.clone()), ("recorded", vec!["hitl".to_owned()]));
+        assert_eq!(s.running_mission, None, "m-1 is dispatched by a step");
+        assert_eq!(s.steps[4].at, "steps[5].ws_disconnect");
+    }
+
+    #[test]
+    fn what_is_not_a_fixture_says_why() {
+        assert!(Scenario::parse("{not json").unwrap_err().starts_with("not JSON"));
+        assert_eq!(Scenario::parse("[]").unwrap_err(), "not a JSON object");
+        assert!(Scenario::parse(r#"{"_fixture": "x", "note": "nothing"}"#).unwrap_err().starts_with("no steps"));
+    }
+
+    #[test]
+    fn identities_are_fresh_wherever_the_fixture_names_them() {
+        let s = upstream!("dispatch-aborted");
+        let ids = Identities::fresh(&s);
+        let mission = ids.get("m-ghi789").unwrap().to_owned();
+        assert_eq!(ids.get(EXECUTOR), Some(ids.executor()));
+        assert!(uuid::Uuid::parse_str(ids.executor()).is_ok() && mission.starts_with("m-"), "{mission}");
+        let mapped = s.mapped(&ids);
+        let text = format!("{mapped:?}");
+        assert!(!text.contains("m-ghi789") && !text.contains(EXECUTOR), "{text}");
+        assert_eq!(sequence(&mapped)[4], format!("POST /api/v1/missions/{mission}/abort"));
+        let Step::Send(aborted) = &mapped.steps[5].step else { panic!() };
+        assert!(aborted["data"]["reason"].as_str().unwrap().contains(&mission), "inside strings too: {aborted}");
+        assert_ne!(Identities::fresh(&s).executor(), ids.executor(), "fresh per run");
+    }
+
+    #[test]
+    fn sent_envelopes_keep_their_recorded_durations() {
+        let envelope = json!({"event": "mission.hitl_required", "ts": "2026-05-08T20:20:00.000Z",
+                              "data": {"expires_at": "2026-05-08T20:50:00.000Z", "prompt": "2026-05-08T20:50:00.000Z"}});
+        let now = DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z").unwrap().with_timezone(&Utc);
+        let sent = restamp(&envelope, now);
+        assert_eq!(sent["ts"], "2030-01-01T00:00:00.000Z");
+        assert_eq!(sent["data"]["expires_at"], "2030-01-01T00:30:00.000Z");
+        assert_eq!(sent["data"]["prompt"], envelope["data"]["prompt"], "only timestamps of volatile keys move");
+    }
+
+    fn check(expected: Value, actual: Value) -> Result<(), String> {
+        compare(&expected, &actual, &Schema::load().unwrap())
+    }
+
+    #[test]
+    fn exact_keys_must_be_equal() {
+        let want = json!({"mission_id": "m-1", "state": "done", "exit_code": 0, "connected": true});
+        assert_eq!(
+            check(want.clone(), json!({"mission_id": "m-1", "state": "done", "exit_code": 0, "connected": true})),
+            Ok(())
+        );
+        let got = json!({"mission_id": "m-1", "state": "running", "exit_code": 0, "connected": true});
+        assert_eq!(check(want.clone(), got), Err(".state is \"running\", expected \"done\"".into()));
+        let got = json!({"mission_id": "m-2", "state": "done", "exit_code": 0, "connected": true});
+        assert!(check(want.clone(), got).unwrap_err().starts_with(".mission_id"));
+        let got = json!({"mission_id": "m-1", "state": "done", "exit_code": 1, "connected": true});
+        assert!(check(want, got).unwrap_err().starts_with(".exit_code"));
+    }
+
+    #[test]
+    fn volatile_values_need_only_their_type() {
+        let want = json!({"token": "exec_tk_x", "registered_at": "2026-05-08T19:30:00.000Z"});
+        assert_eq!(check(want.clone(), json!({"token": "other", "registered_at": "2031-01-01T00:00:00Z"})), Ok(()));
+        let err = check(want, json!({"token": "other", "registered_at": 17})).unwrap_err();
+        assert!(err.starts_with(".registered_at is 17, expected a string"), "{err}");
+    }
+
+    #[test]
+    fn other_keys_need_only_be_present() {
+        let want = json!({"data": {"summary": "recorded words", "tokens_used": 5}});
+        assert_eq!(check(want.clone(), json!({"data": {"summary": "other words", "tokens_used": 9}})), Ok(()));
+        assert_eq!(check(want, json!({"data": {"summary": "x"}})), Err(".data.tokens_used is missing".into()));
+    }
+
+    #[test]
+    fn annotated_bodies_must_satisfy_their_schema() {
+        let want = json!({"_validates_as": "#/$defs/register_response", "executor_id": "not-a-uuid"});
+        let err =
+            check(want, json!({"executor_id": "not-a-uuid", "token": "t", "registered_at": "2026-05-08T19:30:00Z"}));
+        assert!(err.unwrap_err().starts_with("the body is not a valid register_response"));
+        let err = check(json!({"_validates_as": "#/$defs/nothing_like_it"}), json!({})).unwrap_err();
+        assert!(err.contains("does not define"), "{err}");
+    }
+
+    #[test]
+    fn listings_need_each_expected_entry_among_theirs() {
+        let want = json!({"executors": [{"executor_id": "e-1", "connected": true}]});
+        let others = json!({"executors": [{"executor_id": "e-0", "connected": false}, {"executor_id": "e-1", "connected": true}]});
+        assert_eq!(check(want.clone(), others), Ok(()));
+        let err = check(want.clone(), json!({"executors": [{"executor_id": "e-1", "connected": false}]})).unwrap_err();
+        assert_eq!(err, ".executors[].connected is false, expected true");
+        let err = check(want, json!({"executors": [{"executor_id": "e-0", "connected": true}]})).unwrap_err();
+        assert!(err.starts_with(".executors has no element like"), "{err}");
+    }
+}

@@ -161,14 +161,13 @@ impl Run<'_> {
 
     async fn http(&mut self, x: &Exchange) -> Result<(), String> {
         let own = format!("/api/v1/executors/{}", self.peer.id);
-        let bearer = match x.method == "DELETE" && x.path == own {
-            true => Some(self.peer.token.clone()),
-            false => self.target.operator.clone(),
+        let bearer = if x.method == "DELETE" && x.path == own {
+            Some(self.peer.token.clone())
+        } else {
+            self.target.operator.clone()
         };
-        let body = x.body.as_ref().map(|b| match x.path.ends_with("/dispatch") {
-            true => self.pinned(plain(b)),
-            false => plain(b),
-        });
+        let body =
+            x.body.as_ref().map(|b| if x.path.ends_with("/dispatch") { self.pinned(plain(b)) } else { plain(b) });
         if x.method == "GET" {
             return self.poll(&x.path, bearer.as_deref(), x.status, x.expected.as_ref().unwrap_or(&Value::Null)).await;
         }
@@ -219,12 +218,13 @@ impl Run<'_> {
     async fn forwarded(&mut self, x: &Exchange) -> Result<(), String> {
         let (path, body) = self.peer.next_dispatch().await?;
         let expected = x.body.clone().unwrap_or(Value::Null);
-        let why = match path == x.path {
-            false => format!("it came to {path}, not {}", x.path),
-            true => match compare(&expected, &body, self.schema) {
+        let why = if path != x.path {
+            format!("it came to {path}, not {}", x.path)
+        } else {
+            match compare(&expected, &body, self.schema) {
                 Ok(()) => return Ok(()),
                 Err(why) => why,
-            },
+            }
         };
         Err(format!("expected serve to send {} {} {}; got {path} {body}: {why}", x.method, x.path, plain(&expected)))
     }

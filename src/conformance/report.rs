@@ -181,6 +181,16 @@ mod tests {
     }
 
     #[test]
+    fn a_note_follows_its_row_in_every_form() {
+        let mut r = report();
+        r.record_noted(Check { id: "fixtures/x", section: "S", level: Level::Core }, Outcome::Pass, Some("n<".into()));
+        assert!(r.table().contains("pass  fixtures/x          core       S\n      n<\n"), "{}", r.table());
+        assert!(r.junit().contains("name=\"x\"><system-out>n&lt;</system-out></testcase>"), "{}", r.junit());
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!((v["results"][3]["note"].as_str(), v["results"][0].get("note")), (Some("n<"), None));
+    }
+
+    #[test]
     fn json_carries_the_outcome_and_its_detail() {
         let v = serde_json::to_value(report()).unwrap();
         assert_eq!(v["results"][1]["outcome"], "fail");
