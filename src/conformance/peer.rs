@@ -83,26 +83,36 @@ pub(super) fn register_payload(id: &str, rest: SocketAddr, capabilities: &[&str]
     json!({
         "executor_id": id, "name": "aiwg-serve conformance", "version": env!("CARGO_PKG_VERSION"),
         "spec_version": "1.0.0",
-        "transport_endpoints": {"rest": format!("http://{rest}"), "ws": format!("ws://{rest}/ws")},
+        "transport_endpoints": endpoints(rest),
         "capabilities": capabilities,
     })
+}
+
+/// The `transport_endpoints` of the suite's executor listening at `rest`.
+pub(super) fn endpoints(rest: SocketAddr) -> Value {
+    json!({"rest": format!("http://{rest}"), "ws": format!("ws://{rest}/ws")})
 }
 
 impl Peer {
     /// Starts the peer's dispatch listener and registers it; `Err` is the evidence of a failed handshake.
     pub(super) async fn register(target: &Target, capabilities: &[&str]) -> Result<Peer, String> {
-        let (tx, dispatches) = mpsc::unbounded_channel();
-        let rest = listen(tx).await?;
-        let id = uuid::Uuid::new_v4().to_string();
-        let payload = register_payload(&id, rest, capabilities);
+        let mut peer = Peer::listening(uuid::Uuid::new_v4().to_string()).await?;
+        let payload = register_payload(&peer.id, peer.rest, capabilities);
         let r = target.call(reqwest::Method::POST, "/api/v1/executors/register", Some(&payload), None).await?;
-        let token = r.body["token"].as_str().map(str::to_owned);
-        match (r.status, token) {
-            (200 | 201, Some(token)) if r.body["executor_id"] == id.as_str() => {
-                Ok(Peer { id, token, rest, dispatches })
+        match (r.status, r.body["token"].as_str()) {
+            (200 | 201, Some(token)) if r.body["executor_id"] == peer.id.as_str() => {
+                peer.token = token.to_owned();
+                Ok(peer)
             }
             _ => Err(format!("POST /api/v1/executors/register answered {} {}", r.status, r.body)),
         }
+    }
+
+    /// Executor `id` with its dispatch listener up, not registered yet (its token is empty).
+    pub(super) async fn listening(id: String) -> Result<Peer, String> {
+        let (tx, dispatches) = mpsc::unbounded_channel();
+        let rest = listen(tx).await?;
+        Ok(Peer { id, token: String::new(), rest, dispatches })
     }
 
     /// The next dispatch the server forwarded to this peer: the path it used and the body.
@@ -139,7 +149,9 @@ async fn listen(tx: mpsc::UnboundedSender<(String, Value)>) -> Result<SocketAddr
 }
 
 fn accept(tx: &mpsc::UnboundedSender<(String, Value)>, path: String, body: Value) -> (StatusCode, Json<Value>) {
-    let answer = json!({"mission_id": body["mission_id"], "status": "assigned"});
+    // When it expects to start, as an executor answers (serve passes it on in its dispatch answer).
+    let answer =
+        json!({"mission_id": body["mission_id"], "status": "assigned", "estimated_start": crate::clock::stamp()});
     let _ = tx.send((path, body));
     (StatusCode::ACCEPTED, Json(answer))
 }
@@ -164,7 +176,34 @@ impl Stream {
     pub(super) async fn event(&mut self, event: &str, mission_id: &str, data: Value) -> Result<(), String> {
         let envelope = json!({"event": event, "executor_id": self.executor_id, "mission_id": mission_id,
                               "ts": crate::clock::stamp(), "data": data});
-        self.socket.send(Message::text(envelope.to_string())).await.map_err(|e| format!("sending {event}: {e}"))
+        self.send(&envelope).await
+    }
+
+    /// Sends a frame as it is.
+    pub(super) async fn send(&mut self, frame: &Value) -> Result<(), String> {
+        self.socket.send(Message::text(frame.to_string())).await.map_err(|e| format!("sending {frame}: {e}"))
+    }
+
+    /// The next text frame from the server, or `None` once `deadline` passed; `Err` when the socket ended.
+    pub(super) async fn next(&mut self, deadline: tokio::time::Instant) -> Result<Option<Value>, String> {
+        loop {
+            match tokio::time::timeout_at(deadline, self.socket.next()).await {
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    return Ok(Some(serde_json::from_str(&text).unwrap_or(Value::String(text.to_string()))))
+                }
+                Ok(Some(Ok(Message::Close(close)))) => return Err(format!("the server closed the socket ({close:?})")),
+                Ok(Some(Ok(_))) => {}
+                Ok(Some(Err(e))) => return Err(format!("socket error: {e}")),
+                Ok(None) => return Err("the socket ended".into()),
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+
+    /// Closes the socket cleanly: a close frame, then whatever the server sends until its close.
+    pub(super) async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+        let _ = tokio::time::timeout(WAIT, async { while let Some(Ok(_)) = self.socket.next().await {} }).await;
     }
 
     /// The next text frame the server sent that satisfies `want` (others, such as acknowledgements,

@@ -42,6 +42,10 @@ pub struct Result {
     pub check: Check,
     #[serde(flatten)]
     pub outcome: Outcome,
+    /// What the check could not cover although it ran (a fixture's steps a loopback run cannot
+    /// reproduce, say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -52,7 +56,11 @@ pub struct Report {
 
 impl Report {
     pub fn record(&mut self, check: Check, outcome: Outcome) {
-        self.results.push(Result { check, outcome });
+        self.record_noted(check, outcome, None);
+    }
+
+    pub fn record_noted(&mut self, check: Check, outcome: Outcome, note: Option<String>) {
+        self.results.push(Result { check, outcome, note });
     }
 
     /// Every check that ran at or below `up_to` passed (skips are not failures; they say why).
@@ -73,8 +81,8 @@ impl Report {
             };
             let level = format!("{:?}", r.check.level).to_lowercase();
             out.push_str(&format!("{word}  {:width$}  {level:9}  {}\n", r.check.id, r.check.section));
-            if let Some(detail) = detail {
-                out.push_str(&format!("      {detail}\n"));
+            for line in detail.into_iter().chain(r.note.as_ref()) {
+                out.push_str(&format!("      {line}\n"));
             }
         }
         let count = |p: fn(&Outcome) -> bool| self.results.iter().filter(|r| p(&r.outcome)).count();
@@ -107,6 +115,9 @@ impl Report {
                     out.push_str(&format!("<failure message=\"{}\">{}</failure>", xml(r.check.section), xml(why)))
                 }
                 Outcome::Skip(why) => out.push_str(&format!("<skipped message=\"{}\"/>", xml(why))),
+            }
+            if let Some(note) = &r.note {
+                out.push_str(&format!("<system-out>{}</system-out>", xml(note)));
             }
             out.push_str("</testcase>\n");
         }
@@ -167,6 +178,16 @@ mod tests {
         assert!(x.contains("<testcase classname=\"hitl\" name=\"round_trip\"><failure message=\"REST routes\">got &lt;none&gt; &amp; &quot;x&quot;</failure></testcase>"), "{x}");
         assert!(x.contains("<skipped message=\"profile contract\"/>"), "{x}");
         assert_eq!(xml("a\u{1}b"), "a?b");
+    }
+
+    #[test]
+    fn a_note_follows_its_row_in_every_form() {
+        let mut r = report();
+        r.record_noted(Check { id: "fixtures/x", section: "S", level: Level::Core }, Outcome::Pass, Some("n<".into()));
+        assert!(r.table().contains("pass  fixtures/x          core       S\n      n<\n"), "{}", r.table());
+        assert!(r.junit().contains("name=\"x\"><system-out>n&lt;</system-out></testcase>"), "{}", r.junit());
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!((v["results"][3]["note"].as_str(), v["results"][0].get("note")), (Some("n<"), None));
     }
 
     #[test]

@@ -89,6 +89,11 @@ impl Schema {
         Ok(compiled)
     }
 
+    /// Whether the schema defines `#/$defs/<def>` (what [`Schema::validate`] needs).
+    pub fn has_def(&self, def: &str) -> bool {
+        self.doc["$defs"].get(def).is_some()
+    }
+
     /// Validates `value` against `#/$defs/<def>`.
     pub fn validate(&self, def: &str, value: &Value) -> Result<(), Vec<SchemaDetail>> {
         let validator = self.validator(def).unwrap_or_else(|e| panic!("{e}: a programming error"));

@@ -26,7 +26,8 @@ async fn our_server_passes_both_profiles() {
     assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = outcomes(&report);
-    assert!(results.len() >= 12, "{results:?}");
+    assert!(results.len() >= 20, "{results:?}");
+    assert!(results.iter().any(|(id, _)| id == "fixtures/resumable-suspend-resume"), "{results:?}");
     assert!(results.iter().all(|(_, o)| o == "pass"), "{results:?}");
     assert!(report["results"].as_array().unwrap().iter().all(|r| !r["section"].as_str().unwrap().is_empty()));
     let xml = std::fs::read_to_string(&junit).unwrap();
@@ -59,7 +60,8 @@ async fn a_server_that_is_not_one_fails_with_the_evidence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_check_fails_against_the_fault_it_is_for() {
     use crate::support::lax_server::{start, Flaw};
-    let strict = ["--json", "conformance", "server", "--profile", "strict"];
+    // The live checks only: the fixtures' replays are seen failing in conformance_replay.
+    let strict = ["--json", "conformance", "server", "--profile", "strict", "--skip-fixtures"];
     let clean = cli(&start(Flaw::None).await, &strict, &[]).await;
     let report: Value = serde_json::from_slice(&clean.stdout).unwrap();
     assert!(outcomes(&report).iter().all(|(_, o)| o == "pass"), "{report}");
