@@ -11,6 +11,7 @@ mod browser;
 mod cli;
 mod cli_tools;
 mod conformance;
+mod conformance_record;
 mod dispatch;
 mod durability;
 mod events;
