@@ -4,7 +4,8 @@
 //! (`dispatch`, `event_sequence`, `phase_2_suspend`, ...) nested in document order; `conformance record`
 //! writes one `steps` array. Both are walked in document order (objects keep their entries' order here,
 //! which `serde_json::Value` does not) and each object is classified:
-//! - `request` + `response`: an HTTP exchange; a register call is [`Step::Register`], one marked
+//! - `request` + `response`: an HTTP exchange; a register call is [`Step::Register`], a socket upgrade
+//!   (`GET /ws/executors/..` answered 101, as the recorder writes it) [`Step::Connect`], one marked
 //!   `_direction: "aiwg_serve → executor"` is a call serve made to the executor (a forwarded dispatch);
 //! - a string `event` and `executor_id`: an event envelope, sent by the executor ([`Step::Send`]) or,
 //!   marked `aiwg_serve → executor`, expected from serve ([`Step::Expect`]);
@@ -72,6 +73,9 @@ pub enum Step {
     Send(Value),
     /// An envelope serve must send the executor (annotations kept for [`compare`]).
     Expect(Value),
+    /// The executor opens its socket (the recorder writes the upgrade as a `GET /ws/executors/..`
+    /// answered 101).
+    Connect,
     Disconnect,
     Skip(String),
 }
@@ -131,7 +135,7 @@ impl Scenario {
                     values.extend(x.body.iter().chain(x.expected.iter()))
                 }
                 Step::Send(v) | Step::Expect(v) => values.push(v),
-                Step::Disconnect | Step::Skip(_) => {}
+                Step::Connect | Step::Disconnect | Step::Skip(_) => {}
             }
         }
         for v in values {
@@ -316,7 +320,9 @@ impl Walk {
             );
             return self.push(at, Step::Skip(why));
         }
-        if exchange.method == "POST" && exchange.path == REGISTER_PATH && !to_executor {
+        if exchange.method == "GET" && exchange.path.starts_with("/ws/executors/") && exchange.status == 101 {
+            self.push(at, Step::Connect);
+        } else if exchange.method == "POST" && exchange.path == REGISTER_PATH && !to_executor {
             self.register(exchange, &request, at);
         } else {
             self.push(at, Step::Http { exchange, to_executor });
@@ -560,6 +566,7 @@ mod tests {
                 }
                 Step::Send(v) => format!("send {}", v["event"].as_str().unwrap()),
                 Step::Expect(v) => format!("expect {}", v["event"].as_str().unwrap()),
+                Step::Connect => "connect".to_owned(),
                 Step::Disconnect => "disconnect".to_owned(),
                 Step::Skip(_) => "skip".to_owned(),
             })

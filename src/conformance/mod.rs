@@ -4,7 +4,9 @@
 //! table, JSON (`--json`) or JUnit XML (`--junit FILE`); the exit code is 0 only when every required
 //! check passed. It goes on to replay upstream's recorded fixtures (`fixtures/upstream`), one check
 //! each. `conformance replay FILE` replays one fixture (upstream's shape, or what `conformance record`
-//! writes) and reports its first divergence.
+//! writes) and reports its first divergence. `conformance record --out FILE` stands between executors and
+//! a serve and writes what crosses as a fixture in upstream's format. `conformance executor` plays the
+//! control plane for an executor under test.
 //!
 //! A tool on top of the crate, like `cli` and `reference_executor`: it talks to serve over HTTP and
 //! WebSockets only.
@@ -12,10 +14,12 @@
 pub mod executor;
 pub mod fixture;
 mod peer;
+mod record;
 mod replay;
 pub mod report;
 mod server;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,6 +58,21 @@ pub enum ConformanceCommand {
     },
     /// Check an executor by playing the control plane for it
     Executor(Box<executor::ExecutorSuite>),
+    /// Stand between executors (and operators) and a serve, and write what crosses as a fixture
+    Record {
+        /// The serve to record (default: --server, i.e. AIWG_SERVE_URL or http://127.0.0.1:7337)
+        #[arg(long)]
+        url: Option<String>,
+        /// Where executors and operators reach the recorder (port 0: any free port, printed at start)
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// The fixture file, rewritten after every step
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// The fixture's `_fixture` name (default: the file's name without its extension)
+        #[arg(long)]
+        name: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -80,19 +99,9 @@ pub async fn run(global: &Global, command: ConformanceCommand) -> ExitCode {
             let required = if profile == Profile::Strict { Level::Strict } else { Level::Hitl };
             finish(global, &report, junit, required)
         }
-        ConformanceCommand::Replay { file, url, junit } => {
-            let read = std::fs::read_to_string(&file).map_err(|e| e.to_string());
-            let scenario = match read.and_then(|text| fixture::Scenario::parse(&text)) {
-                Ok(scenario) => scenario,
-                Err(e) => {
-                    eprintln!("aiwg-serve conformance replay: {} is not a fixture to replay: {e}", file.display());
-                    return ExitCode::from(2);
-                }
-            };
-            let target = target(global, url);
-            let report = replay::file(&target, &schema, &scenario, &file).await;
-            // Every divergence counts, whatever level the fixture is for.
-            finish(global, &report, junit, Level::Strict)
+        ConformanceCommand::Replay { file, url, junit } => replay_file(global, &schema, &file, url, junit).await,
+        ConformanceCommand::Record { url, listen, out, name } => {
+            record::run(url.as_deref().unwrap_or(&global.server), listen, &out, name).await
         }
         ConformanceCommand::Executor(suite) => match executor::run(&suite).await {
             // Checks above the executor's declared level were skipped, so every level counts.
@@ -103,6 +112,26 @@ pub async fn run(global: &Global, command: ConformanceCommand) -> ExitCode {
             }
         },
     }
+}
+
+/// `conformance replay FILE`: every divergence counts, whatever level the fixture is for.
+async fn replay_file(
+    global: &Global,
+    schema: &crate::contract::Schema,
+    file: &std::path::Path,
+    url: Option<String>,
+    junit: Option<PathBuf>,
+) -> ExitCode {
+    let read = std::fs::read_to_string(file).map_err(|e| e.to_string());
+    let scenario = match read.and_then(|text| fixture::Scenario::parse(&text)) {
+        Ok(scenario) => scenario,
+        Err(e) => {
+            eprintln!("aiwg-serve conformance replay: {} is not a fixture to replay: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let report = replay::file(&target(global, url), schema, &scenario, file).await;
+    finish(global, &report, junit, Level::Strict)
 }
 
 fn target(global: &Global, url: Option<String>) -> peer::Target {

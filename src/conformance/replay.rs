@@ -92,8 +92,16 @@ impl Run<'_> {
         if let Some(old) = self.stream.take() {
             old.close().await;
         }
-        self.stream = Some(self.peer.connect(self.target).await?);
-        self.listed_connected().await
+        self.connected().await
+    }
+
+    /// Opens the executor's socket, unless it is open (a register opens it).
+    async fn connected(&mut self) -> Result<(), String> {
+        if self.stream.is_none() {
+            self.stream = Some(self.peer.connect(self.target).await?);
+            self.listed_connected().await?;
+        }
+        Ok(())
     }
 
     /// Waits until the server lists the executor as connected: a socket's upgrade can complete before
@@ -152,6 +160,7 @@ impl Run<'_> {
                 Step::Http { exchange, to_executor: true } => self.forwarded(exchange).await,
                 Step::Send(envelope) => self.send(envelope.clone()).await,
                 Step::Expect(envelope) => self.expect(envelope).await,
+                Step::Connect => self.connected().await,
                 Step::Disconnect => {
                     if let Some(stream) = self.stream.take() {
                         stream.close().await;

@@ -12,6 +12,7 @@ mod cli;
 mod cli_tools;
 mod conformance;
 mod conformance_executor;
+mod conformance_record;
 mod conformance_replay;
 mod dispatch;
 mod durability;
