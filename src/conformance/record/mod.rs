@@ -39,7 +39,7 @@ async fn record(upstream: &str, listen: SocketAddr, out: &Path, name: Option<Str
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = proxy::router(Arc::new(Proxy::new(upstream.to_owned(), journal.clone(), addr.ip())));
+    let app = router(Arc::new(Proxy::new(upstream.to_owned(), journal.clone(), addr.ip())));
     tokio::spawn(async move { axum::serve(listener, app).await });
     println!("recording at http://{addr} -> {upstream}");
     tokio::select! {
@@ -47,6 +47,14 @@ async fn record(upstream: &str, listen: SocketAddr, out: &Path, name: Option<Str
         _ = terminate.recv() => {}
     }
     journal.finish().await.map_err(cannot_write)
+}
+
+/// The recorder's front: every route of serve, the executors' sockets included.
+fn router(proxy: Arc<Proxy>) -> axum::Router {
+    axum::Router::new()
+        .route("/ws/executors/{id}", axum::routing::any(socket::relay))
+        .fallback(proxy::to_serve)
+        .with_state(proxy)
 }
 
 /// The fixture's default name: the file's, without its extension.

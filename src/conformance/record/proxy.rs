@@ -12,14 +12,12 @@ use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 
 use super::fixture::{exchange_step, Direction, Exchange};
 use super::journal::Journal;
-use super::socket;
 
 /// The largest body relayed (and recorded): far beyond any payload of the contract.
 const BODY_LIMIT: usize = 16 * 1024 * 1024;
@@ -181,11 +179,6 @@ impl Proxy {
         executors.insert(id.to_owned(), ExecutorListener { url: url.clone(), target });
         Ok(url)
     }
-}
-
-/// The recorder's front: every route of serve, the executors' sockets included.
-pub(crate) fn router(proxy: Arc<Proxy>) -> Router {
-    Router::new().route("/ws/executors/{id}", any(socket::relay)).fallback(to_serve).with_state(proxy)
 }
 
 /// A call to serve.
