@@ -18,7 +18,8 @@
 //! credentials it recorded by the live ones (the replay decides which).
 //!
 //! An answer is held to the fixture by these rules ([`compare`]):
-//! - the status exactly;
+//! - the status exactly ([`status_held`]), but for a route the contract gives no status
+//!   (`hitl_response`), where any success holds to a recorded success;
 //! - a body or object annotated `_validates_as: "#/$defs/x"` must satisfy that schema definition;
 //! - the scalars of `executor_id`, `mission_id`, `status`, `state`, `exit_code`, `connected` and
 //!   `hitl_id` must be equal (after the identity mapping);
@@ -38,6 +39,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{json, Map, Value};
 
+use super::report::Level;
 use crate::contract::Schema;
 
 pub(crate) const REGISTER_PATH: &str = "/api/v1/executors/register";
@@ -119,6 +121,27 @@ impl Scenario {
     }
 
     /// This scenario with every id of the fixture's replaced as `ids` says.
+    /// The conformance level the fixture is evidence for, by what it exercises: a resync, suspension
+    /// or reconnection is Resumable, an HITL request HITL, anything else Core.
+    pub fn level(&self) -> Level {
+        let events: Vec<&str> = self
+            .steps
+            .iter()
+            .filter_map(|l| match &l.step {
+                Step::Send(v) | Step::Expect(v) => v["event"].as_str(),
+                _ => None,
+            })
+            .collect();
+        let has = |names: &[&str]| events.iter().any(|e| names.contains(e));
+        if has(&["executor.resync", "mission.suspended", "mission.reconnected"]) {
+            Level::Resumable
+        } else if has(&["mission.hitl_required", "mission.hitl_responded"]) {
+            Level::Hitl
+        } else {
+            Level::Core
+        }
+    }
+
     pub fn mapped(&self, ids: &Identities) -> Scenario {
         let map = |v: &Value| ids.map(v);
         let steps = self.steps.iter().map(|l| Labeled { at: l.at.clone(), step: l.step.mapped(&map) }).collect();
@@ -383,6 +406,14 @@ fn running_mission(pre: &Value, steps: &[Labeled], fixture: &str) -> Option<Valu
 }
 
 /// Holds `actual` to `expected` by the module's rules; `Err` names the first difference.
+/// Whether an answer's status holds to the recorded one: the same, or any success where the contract
+/// names no status for the route (`hitl_response`: upstream answers 200, we answer 202, a fixture
+/// recorded either).
+pub fn status_held(path: &str, recorded: u16, got: u16) -> bool {
+    let success = |s: u16| (200..300).contains(&s);
+    got == recorded || (path.ends_with("/hitl_response") && success(recorded) && success(got))
+}
+
 pub fn compare(expected: &Value, actual: &Value, schema: &Schema) -> Result<(), String> {
     compare_at("", expected, actual, schema)
 }
@@ -790,5 +821,26 @@ mod tests {
         assert_eq!(err, ".executors[].connected is false, expected true");
         let err = check(want, json!({"executors": [{"executor_id": "e-0", "connected": true}]})).unwrap_err();
         assert!(err.starts_with(".executors has no element like"), "{err}");
+    }
+
+    #[test]
+    fn a_status_is_exact_but_where_the_contract_names_none() {
+        assert!(status_held("/api/v1/missions/m/abort", 202, 202));
+        assert!(!status_held("/api/v1/missions/m/abort", 202, 200));
+        assert!(status_held("/api/v1/missions/m/hitl_response", 202, 200));
+        assert!(!status_held("/api/v1/missions/m/hitl_response", 202, 409));
+        assert!(!status_held("/api/v1/missions/m/hitl_response", 404, 200));
+    }
+
+    #[test]
+    fn a_fixture_is_evidence_for_the_level_it_exercises() {
+        let level = |name: &str| {
+            let text = std::fs::read_to_string(format!("{}/fixtures/upstream/{name}.json", env!("CARGO_MANIFEST_DIR")));
+            Scenario::parse(&text.unwrap()).unwrap().level()
+        };
+        assert_eq!(level("dispatch-happy"), Level::Core);
+        assert_eq!(level("paused-event"), Level::Core);
+        assert_eq!(level("hitl-roundtrip"), Level::Hitl);
+        assert_eq!(level("resumable-suspend-resume"), Level::Resumable);
     }
 }

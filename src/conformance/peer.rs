@@ -18,6 +18,8 @@ type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStre
 
 /// How long the suite waits for any one answer.
 pub(super) const WAIT: Duration = Duration::from_secs(10);
+/// How long a closing socket waits for the server's close frame.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// The server under test and how to reach it.
 pub(super) struct Target {
@@ -203,7 +205,9 @@ impl Stream {
     /// Closes the socket cleanly: a close frame, then whatever the server sends until its close.
     pub(super) async fn close(mut self) {
         let _ = self.socket.close(None).await;
-        let _ = tokio::time::timeout(WAIT, async { while let Some(Ok(_)) = self.socket.next().await {} }).await;
+        // A moment for the server's close (the closing handshake), not the whole wait: a server that
+        // never answers a close would hold every replay's end.
+        let _ = tokio::time::timeout(CLOSE_WAIT, async { while let Some(Ok(_)) = self.socket.next().await {} }).await;
     }
 
     /// The next text frame the server sent that satisfies `want` (others, such as acknowledgements,

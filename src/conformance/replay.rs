@@ -19,9 +19,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::fixture::{compare, plain, restamp, Exchange, Identities, Scenario, Step, REGISTER_PATH};
+use super::fixture::{compare, plain, restamp, status_held, Exchange, Identities, Scenario, Step, REGISTER_PATH};
 use super::peer::{endpoints, register_payload, Answer, Peer, Stream, Target, WAIT};
-use super::report::{Check, Level, Outcome, Report};
+use super::report::{Check, Outcome, Report};
 use crate::contract::Schema;
 
 /// How long the first sent frame waits for an acknowledgement before the run stops expecting any.
@@ -137,7 +137,7 @@ impl Run<'_> {
                           "data": {"state": "assigned"}}))
             .await?;
         self.send(json!({"event": "mission.started", "executor_id": self.peer.id, "mission_id": id,
-                          "data": {"state": "running"}}))
+                          "data": {"state": "running", "agent_runtime": "conformance"}}))
             .await?;
         let want = json!({"mission_id": id, "state": "running"});
         self.poll(&format!("/api/v1/missions/{id}"), None, 200, &want).await.map(drop)
@@ -206,7 +206,7 @@ impl Run<'_> {
 
     /// `Ok` when the answer is what the fixture recorded; `Err` the evidence otherwise.
     fn held(&self, x: &Exchange, sent: &Value, r: &Answer) -> Result<(), String> {
-        let why = match (r.status == x.status, &x.expected) {
+        let why = match (status_held(&x.path, x.status, r.status), &x.expected) {
             (false, _) => format!("status {}, expected {}", r.status, x.status),
             (true, None) => return Ok(()),
             (true, Some(expected)) => match compare(expected, &r.body, self.schema) {
@@ -349,36 +349,33 @@ fn answers(frame: &Value, sent: &Value) -> bool {
 }
 
 macro_rules! upstream {
-    ($name:literal, $level:expr) => {
+    ($name:literal) => {
         (
-            Check {
-                id: concat!("fixtures/", $name),
-                section: concat!("Conformance suite: recorded fixtures (fixtures/upstream/", $name, ".json)"),
-                level: $level,
-            },
+            concat!("fixtures/", $name),
+            concat!("Conformance suite: recorded fixtures (fixtures/upstream/", $name, ".json)"),
             include_str!(concat!("../../fixtures/upstream/", $name, ".json")),
         )
     };
 }
 
-/// Upstream's recorded fixtures, as the server suite replays them: each at the conformance level it is
-/// evidence for.
-const UPSTREAM: [(Check, &str); 8] = [
-    upstream!("register-happy", Level::Core),
-    upstream!("auth-token-rotation", Level::Core),
-    upstream!("dispatch-happy", Level::Core),
-    upstream!("dispatch-failed", Level::Core),
-    upstream!("dispatch-aborted", Level::Core),
-    upstream!("paused-event", Level::Core),
-    upstream!("hitl-roundtrip", Level::Hitl),
-    upstream!("resumable-suspend-resume", Level::Resumable),
+/// Upstream's recorded fixtures, as the server suite replays them (check id, section, text).
+const UPSTREAM: [(&str, &str, &str); 8] = [
+    upstream!("register-happy"),
+    upstream!("auth-token-rotation"),
+    upstream!("dispatch-happy"),
+    upstream!("dispatch-failed"),
+    upstream!("dispatch-aborted"),
+    upstream!("paused-event"),
+    upstream!("hitl-roundtrip"),
+    upstream!("resumable-suspend-resume"),
 ];
 
 /// Replays every upstream fixture into `report`, one check each.
 pub(super) async fn upstream(target: &Target, schema: &Schema, report: &mut Report) {
-    for (check, text) in UPSTREAM {
-        let scenario = Scenario::parse(text)
-            .unwrap_or_else(|e| panic!("{}: {e}: the embedded fixture is a build defect", check.id));
+    for (id, section, text) in UPSTREAM {
+        let scenario =
+            Scenario::parse(text).unwrap_or_else(|e| panic!("{id}: {e}: the embedded fixture is a build defect"));
+        let check = Check { id, section, level: scenario.level() };
         record(report, check, replay(target, &scenario, schema).await);
     }
 }
@@ -389,7 +386,8 @@ pub(super) async fn file(target: &Target, schema: &Schema, scenario: &Scenario, 
     let id: &'static str = Box::leak(format!("fixtures/{}", scenario.name).into_boxed_str());
     let section = Box::leak(format!("Conformance suite: recorded fixtures ({})", path.display()).into_boxed_str());
     let mut report = Report { target: target.base.clone(), results: Vec::new() };
-    record(&mut report, Check { id, section, level: Level::Core }, replay(target, scenario, schema).await);
+    let check = Check { id, section, level: scenario.level() };
+    record(&mut report, check, replay(target, scenario, schema).await);
     report
 }
 

@@ -48,10 +48,34 @@ pub struct Result {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default)]
 pub struct Report {
     pub target: String,
     pub results: Vec<Result>,
+}
+
+/// How many checks passed, failed and were skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Counts {
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+}
+
+/// As JSON: the target, the counts (for scripts that want the verdict without walking the results) and
+/// every result.
+impl Serialize for Report {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let counts = self.counts();
+        let mut s = serializer.serialize_struct("Report", 5)?;
+        s.serialize_field("target", &self.target)?;
+        s.serialize_field("passed", &counts.passed)?;
+        s.serialize_field("failed", &counts.failed)?;
+        s.serialize_field("skipped", &counts.skipped)?;
+        s.serialize_field("results", &self.results)?;
+        s.end()
+    }
 }
 
 impl Report {
@@ -61,6 +85,15 @@ impl Report {
 
     pub fn record_noted(&mut self, check: Check, outcome: Outcome, note: Option<String>) {
         self.results.push(Result { check, outcome, note });
+    }
+
+    pub fn counts(&self) -> Counts {
+        let count = |p: fn(&Outcome) -> bool| self.results.iter().filter(|r| p(&r.outcome)).count();
+        Counts {
+            passed: count(|o| *o == Outcome::Pass),
+            failed: count(|o| matches!(o, Outcome::Fail(_))),
+            skipped: count(|o| matches!(o, Outcome::Skip(_))),
+        }
     }
 
     /// Every check that ran at or below `up_to` passed (skips are not failures; they say why).
@@ -85,21 +118,15 @@ impl Report {
                 out.push_str(&format!("      {line}\n"));
             }
         }
-        let count = |p: fn(&Outcome) -> bool| self.results.iter().filter(|r| p(&r.outcome)).count();
-        out.push_str(&format!(
-            "{} passed, {} failed, {} skipped\n",
-            count(|o| *o == Outcome::Pass),
-            count(|o| matches!(o, Outcome::Fail(_))),
-            count(|o| matches!(o, Outcome::Skip(_)))
-        ));
+        let Counts { passed, failed, skipped } = self.counts();
+        out.push_str(&format!("{passed} passed, {failed} failed, {skipped} skipped\n"));
         out
     }
 
     /// JUnit XML: one test suite, a test case per check (class name its category), a failure or a
     /// skip with the detail.
     pub fn junit(&self) -> String {
-        let failures = self.results.iter().filter(|r| matches!(r.outcome, Outcome::Fail(_))).count();
-        let skipped = self.results.iter().filter(|r| matches!(r.outcome, Outcome::Skip(_))).count();
+        let Counts { failed: failures, skipped, .. } = self.counts();
         let mut out = format!(
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" \
              skipped=\"{skipped}\">\n",
@@ -197,5 +224,6 @@ mod tests {
         assert_eq!(v["results"][1]["detail"], "got <none> & \"x\"");
         assert_eq!(v["results"][1]["id"], "hitl/round_trip");
         assert_eq!(v["results"][0]["level"], "core");
+        assert_eq!((v["passed"].as_u64(), v["failed"].as_u64(), v["skipped"].as_u64()), (Some(1), Some(1), Some(1)));
     }
 }

@@ -62,12 +62,16 @@ async fn every_upstream_fixture_replays_against_our_server() {
 async fn a_wrong_status_is_reported_at_its_step() {
     let server = TestServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    // The HITL answer (step 2) recorded as 200 instead of our (and upstream's) 202.
-    let file = edited(&dir, "hitl-roundtrip", |t| t.replacen("\"status\": 202", "\"status\": 200", 1));
+    // The abort (step 5) recorded as 200 instead of the contract's (and our) 202.
+    let file = edited(&dir, "dispatch-aborted", |t| {
+        let at = t.find("\"abort_request\"").unwrap();
+        let (before, after) = t.split_at(at);
+        format!("{before}{}", after.replacen("\"status\": 202", "\"status\": 200", 1))
+    });
     let (code, result) = replay(&server, &file).await;
     assert_eq!(code, Some(1), "{result}");
     let detail = result["detail"].as_str().unwrap();
-    assert!(detail.starts_with("step 2 (event_sequence[1]): sent POST /api/v1/missions/m-"), "{detail}");
+    assert!(detail.starts_with("step 5 (abort_request): sent POST /api/v1/missions/m-"), "{detail}");
     assert!(
         detail.contains("; expected 200 null; got 202") && detail.ends_with("status 202, expected 200"),
         "{detail}"
