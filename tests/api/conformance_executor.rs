@@ -26,8 +26,8 @@ fn suite(args: &[&str]) -> Command {
 }
 
 /// Runs the suite for the scripted executor (with `flaw`): its exit code and report.
-async fn examine(flaw: Option<Flaw>) -> (Option<i32>, Value) {
-    let mut child = suite(&["--wait-s", "5"]).spawn().unwrap();
+async fn examine(flaw: Option<Flaw>, profile: &str) -> (Option<i32>, Value) {
+    let mut child = suite(&["--wait-s", "5", "--profile", profile]).spawn().unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     let line = tokio::time::timeout(WAIT, stderr.next_line()).await.unwrap().unwrap().unwrap();
     let url = line.rsplit(' ').next().unwrap().to_owned();
@@ -56,7 +56,7 @@ async fn the_reference_executor_passes_every_check_of_its_level() {
 /// The scripted executor passes; each flaw fails exactly its check, and the suite exits 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_flaw_is_caught_by_exactly_its_check() {
-    let (code, report) = examine(None).await;
+    let (code, report) = examine(None, "strict").await;
     let results = outcomes(&report);
     assert_eq!(code, Some(0), "{report:#}");
     assert!(!results.iter().any(|(_, o)| o == "fail"), "{results:?}");
@@ -82,13 +82,14 @@ async fn every_flaw_is_caught_by_exactly_its_check() {
         (Flaw::AnyDispatchToken, "auth/dispatch_needs_the_token", "wrong bearer token was answered 202"),
         (Flaw::NeverStarted, "lifecycle/assigned_started_completed", "without mission.assigned and mission.started"),
         (Flaw::WrongExitCode, "lifecycle/failed_with_exit_code", "the mission that exits 3 ended with"),
-        (Flaw::FailsOnAbort, "lifecycle/abort_honoured", "after mission.aborted from serve"),
+        (Flaw::FailsOnAbort, "lifecycle/abort_honoured", "after serve's mission.aborted on the socket"),
         (Flaw::FailsOnAnswer, "hitl/round_trip", "after the answer \"yes\""),
         (Flaw::FailsAfterReconnect, "resumable/goes_on_after_reconnect", "after the reconnect the mission ended"),
-        (Flaw::KeepsARefusedToken, "auth/reregisters_after_4001", "no registration after 4001"),
+        (Flaw::KeepsARefusedToken, "strict/reregisters_after_4001", "no registration after 4001"),
     ];
     // Side by side: each suite waits on its own executor.
-    let runs = cases.map(|(flaw, check, evidence)| async move { (flaw, check, evidence, examine(Some(flaw)).await) });
+    let runs = cases
+        .map(|(flaw, check, evidence)| async move { (flaw, check, evidence, examine(Some(flaw), "strict").await) });
     for (flaw, check, evidence, (code, report)) in futures_util::future::join_all(runs).await {
         let failed: Vec<&Value> =
             report["results"].as_array().unwrap().iter().filter(|r| r["outcome"] == "fail").collect();
@@ -97,6 +98,13 @@ async fn every_flaw_is_caught_by_exactly_its_check() {
         assert_eq!(failed[0]["id"], check, "{flaw:?}");
         assert!(failed[0]["detail"].as_str().unwrap().contains(evidence), "{flaw:?}: {}", failed[0]["detail"]);
     }
+
+    // The contract names no 4001: its profile does not provoke one, and says so.
+    let (code, report) = examine(Some(Flaw::KeepsARefusedToken), "contract").await;
+    assert_eq!(code, Some(0), "{report:#}");
+    let skipped: Vec<(String, String)> = outcomes(&report).into_iter().filter(|(_, o)| o == "skip").collect();
+    assert!(skipped.contains(&("strict/reregisters_after_4001".into(), "skip".into())), "{report:#}");
+    assert!(skipped.contains(&("register/identity_kept".into(), "skip".into())), "{report:#}");
 }
 
 /// Runs the suite on the reference executor started by `sh -c` with `command(executor, state dir)`
@@ -116,7 +124,7 @@ async fn reference(
         work.display()
     );
     let exec = command(&executor, state.to_str().unwrap());
-    let mut args = vec!["--exec", exec.as_str(), "--wait-s", wait_s];
+    let mut args = vec!["--exec", exec.as_str(), "--wait-s", wait_s, "--profile", "strict"];
     if let Some(junit) = junit {
         args.extend(["--junit", junit.to_str().unwrap()]);
     }

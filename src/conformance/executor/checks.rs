@@ -29,7 +29,9 @@ pub(super) const HITL: Check = check(
 );
 pub(super) const RESYNC: Check = check("resumable/resync_lists_owned_missions", RECONNECT, Level::Resumable);
 pub(super) const GOES_ON: Check = check("resumable/goes_on_after_reconnect", RECONNECT, Level::Resumable);
-pub(super) const REREGISTER: Check = check("auth/reregisters_after_4001", TRUST, Level::Core);
+/// Beyond the contract, which names no close code: what both serves do with a refused token (4001), and
+/// what executors written for them handle. Run with `--profile strict`.
+pub(super) const REREGISTER: Check = check("strict/reregisters_after_4001", TRUST, Level::Strict);
 pub(super) const IDENTITY: Check = check("register/identity_kept", REGISTER, Level::Core);
 pub(super) const SUSPENDS: Check =
     check("resumable/suspends_on_shutdown", "Lifecycle: mission state machine (suspended)", Level::Resumable);

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::report::Report;
+use super::Profile;
 
 #[derive(Args, Debug)]
 pub struct ExecutorSuite {
@@ -59,12 +60,22 @@ pub struct ExecutorSuite {
     /// The tools the missions' lease allows (the shell adapter runs only with Bash)
     #[arg(long, value_name = "CSV", value_delimiter = ',', default_value = "Bash")]
     pub lease_tools: Vec<String>,
+    /// contract: what the contract requires; strict: also what both serves do beyond it (4001 on a
+    /// refused token: register again)
+    #[arg(long, value_enum, default_value_t = Profile::Contract)]
+    pub profile: Profile,
     /// Seconds to wait for any one thing the executor should do
     #[arg(long, default_value_t = 30)]
     pub wait_s: u64,
     /// Also write the report as JUnit XML to FILE
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+}
+
+impl ExecutorSuite {
+    fn strict(&self) -> bool {
+        self.profile == Profile::Strict
+    }
 }
 
 /// Runs the suite; `Err` when it could not start (the listener, the executor's command).

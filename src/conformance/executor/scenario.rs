@@ -164,7 +164,10 @@ impl<'a> Scenario<'a> {
             })
             .await;
         let verdict = match first {
-            Err(why) => Err(why),
+            Err(why) => Err(format!(
+                "{why}: the executor did not dial in (a socket the executor serves at transport_endpoints.ws, \
+                 which the contract allows serve to dial, is not dialled: neither aiwg serve does)"
+            )),
             Ok((_, _, id)) if id != e.id => Err(format!("the socket was opened for executor {id}, not {}", e.id)),
             Ok((None, _, _)) => Err("the socket was opened without ?token= (closed with 4001)".to_owned()),
             Ok((Some(_), false, _)) => {
