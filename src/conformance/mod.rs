@@ -103,7 +103,7 @@ pub async fn run(global: &Global, command: ConformanceCommand) -> ExitCode {
         ConformanceCommand::Record { url, listen, out, name } => {
             record::run(url.as_deref().unwrap_or(&global.server), listen, &out, name).await
         }
-        ConformanceCommand::Executor(suite) => match executor::run(&suite).await {
+        ConformanceCommand::Executor(suite) => match executor::run(&suite, &schema).await {
             // Checks above the executor's declared level were skipped, so every level counts.
             Ok(report) => finish(global, &report, suite.junit.clone(), Level::Strict),
             Err(e) => {

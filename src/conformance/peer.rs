@@ -67,6 +67,25 @@ impl Target {
         self.call(method, path, body, self.operator.as_deref()).await
     }
 
+    /// GETs `path` until `held` accepts the answer, every 20 ms for up to [`WAIT`]: what a server applies
+    /// asynchronously (an event's effect on a mission, a socket taken as the executor's) is read back
+    /// this way. `Err` is `held`'s evidence against the last answer.
+    pub(super) async fn until<T>(
+        &self,
+        path: &str,
+        bearer: Option<&str>,
+        held: impl Fn(Answer) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let verdict = held(self.call(reqwest::Method::GET, path, None, bearer).await?);
+            if verdict.is_ok() || tokio::time::Instant::now() > deadline {
+                return verdict;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub(super) fn ws_url(&self, path: &str) -> String {
         let base = self.base.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1);
         format!("{base}{path}")

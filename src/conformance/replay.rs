@@ -108,19 +108,19 @@ impl Run<'_> {
     /// the server has taken it as the executor's, and a dispatch in between finds no executor. A server
     /// whose listing does not say (no listing, no `connected`) is not waited for.
     async fn listed_connected(&self) -> Result<(), String> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let r = self.target.operator(Method::GET, "/api/v1/executors", None).await?;
-            let mut listed = r.body["executors"].as_array().into_iter().flatten();
-            let connected = listed.find(|e| e["executor_id"] == self.peer.id.as_str()).map(|e| &e["connected"]);
-            if r.status != 200 || connected.is_some_and(|c| !c.is_boolean()) || connected == Some(&Value::Bool(true)) {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() > deadline {
-                return Err(format!("the socket is open, but the executor is not listed as connected after {WAIT:?}"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let operator = self.target.operator.as_deref();
+        self.target
+            .until("/api/v1/executors", operator, |r| {
+                let mut listed = r.body["executors"].as_array().into_iter().flatten();
+                let connected = listed.find(|e| e["executor_id"] == self.peer.id.as_str()).map(|e| &e["connected"]);
+                match r.status != 200 || connected.is_some_and(|c| !c.is_boolean() || *c == Value::Bool(true)) {
+                    true => Ok(()),
+                    false => {
+                        Err(format!("the socket is open, but the executor is not listed as connected after {WAIT:?}"))
+                    }
+                }
+            })
+            .await
     }
 
     async fn running(&mut self, payload: &Value) -> Result<(), String> {
@@ -231,15 +231,8 @@ impl Run<'_> {
             status,
             expected: Some(expected.clone()).filter(|e| !e.is_null()),
         };
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let r = self.target.call(Method::GET, path, None, bearer).await?;
-            let held = self.held(&x, &Value::Null, &r);
-            if held.is_ok() || tokio::time::Instant::now() > deadline {
-                return held.map_err(|e| format!("for {WAIT:?}: {e}"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let held = self.target.until(path, bearer, |r| self.held(&x, &Value::Null, &r)).await;
+        held.map_err(|e| format!("for {WAIT:?}: {e}"))
     }
 
     /// A call serve made to the executor: the next dispatch its listener was handed.

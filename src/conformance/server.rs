@@ -5,12 +5,10 @@
 //! The checks run as one scenario, in order, since each needs what the one before set up (a registered
 //! executor, its socket, a dispatched mission); a check whose setup failed is skipped, saying which.
 
-use std::time::Duration;
-
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::peer::{register_payload, Peer, Stream, Target, WAIT};
+use super::peer::{register_payload, Peer, Stream, Target};
 use super::report::{Check, Level, Outcome, Report};
 
 const fn check(id: &'static str, section: &'static str, level: Level) -> Check {
@@ -192,17 +190,14 @@ async fn no_executor_fits(target: &Target) -> Result<(), String> {
 
 /// Polls the mission until `want` holds for it (or the wait runs out).
 async fn mission_until(target: &Target, id: &str, what: &str, want: impl Fn(&Value) -> bool) -> Result<Value, String> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let r = target.operator(Method::GET, &format!("/api/v1/missions/{id}"), None).await?;
-        if r.status == 200 && want(&r.body) {
-            return Ok(r.body);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return Err(format!("mission {id} never {what}; last {} {}", r.status, r.body));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    target
+        .until(&format!("/api/v1/missions/{id}"), target.operator.as_deref(), |r| {
+            match r.status == 200 && want(&r.body) {
+                true => Ok(r.body),
+                false => Err(format!("mission {id} never {what}; last {} {}", r.status, r.body)),
+            }
+        })
+        .await
 }
 
 async fn lifecycle(target: &Target, stream: &mut Stream, id: &str) -> Result<(), String> {

@@ -9,7 +9,6 @@ use super::plane::is_terminal;
 use super::scenario::{outcome, Registered, Scenario};
 use crate::clock;
 use crate::conformance::report::Outcome;
-use crate::contract::Schema;
 use crate::domain::{AbortedBy, ServeEvent};
 
 /// The session the suite's missions belong to.
@@ -108,8 +107,7 @@ impl Scenario<'_> {
             ));
         }
         self.missions.push(mission.clone());
-        let schema = Schema::load().expect("the embedded schema compiles");
-        let verdict = match (a.status, schema.validate("dispatch_response", &a.body)) {
+        let verdict = match (a.status, self.schema.validate("dispatch_response", &a.body)) {
             (202, Ok(())) if a.body["mission_id"] == mission.as_str() => Ok(()),
             (202, Ok(())) => Err(format!("the answer names mission {} instead of {mission}", a.body["mission_id"])),
             (202, Err(d)) => Err(format!("the 202's body is not a dispatch_response ({:?}): {}", d.first(), a.body)),

@@ -25,6 +25,7 @@ use clap::Args;
 
 use super::report::Report;
 use super::Profile;
+use crate::contract::Schema;
 
 #[derive(Args, Debug)]
 pub struct ExecutorSuite {
@@ -79,7 +80,7 @@ impl ExecutorSuite {
 }
 
 /// Runs the suite; `Err` when it could not start (the listener, the executor's command).
-pub async fn run(suite: &ExecutorSuite) -> Result<Report, String> {
+pub async fn run(suite: &ExecutorSuite, schema: &Schema) -> Result<Report, String> {
     let plane =
         plane::Plane::start(suite.listen).await.map_err(|e| format!("cannot listen on {}: {e}", suite.listen))?;
     let mut launched =
@@ -91,5 +92,5 @@ pub async fn run(suite: &ExecutorSuite) -> Result<Report, String> {
         }
         None => eprintln!("conformance: waiting for an executor to register at {}", plane.url),
     }
-    Ok(scenario::Scenario::new(suite, plane, launched).run().await)
+    Ok(scenario::Scenario::new(suite, schema, plane, launched).run().await)
 }

@@ -125,17 +125,10 @@ impl Scenario<'_> {
         let socket = self.socket;
         self.launched.as_ref().expect("checked above").terminate();
         let suspended = self
-            .plane
-            .wait("mission.suspended after SIGTERM", self.wait, |j| {
-                j.find(0, |_, v| {
-                    v["mission_id"] == mission && (v["event"] == "mission.suspended" || super::plane::is_terminal(v))
-                })
-            })
-            .await;
-        let suspended = suspended.and_then(|(_, v)| match v["event"] == "mission.suspended" {
-            true => Ok(()),
-            false => Err(format!("on SIGTERM the executor ended the mission instead of suspending it: {v}")),
-        });
+            .reached("mission.suspended", &mission)
+            .await
+            .map(drop)
+            .map_err(|why| format!("on SIGTERM the executor did not suspend the mission: {why}"));
         self.record(SUSPENDS, outcome(suspended));
         let _ = self.plane.wait("the socket's end", self.wait, |j| j.connections[socket].ended.then_some(())).await;
         if let Err(why) = self.start_again().await {

@@ -32,6 +32,8 @@ pub(super) struct Registered {
 
 pub(super) struct Scenario<'a> {
     pub suite: &'a ExecutorSuite,
+    /// The contract schema the executor's payloads and frames are held to.
+    pub schema: &'a Schema,
     pub plane: Plane,
     pub launched: Option<Launched>,
     pub http: reqwest::Client,
@@ -44,9 +46,15 @@ pub(super) struct Scenario<'a> {
 }
 
 impl<'a> Scenario<'a> {
-    pub(super) fn new(suite: &'a ExecutorSuite, plane: Plane, launched: Option<Launched>) -> Scenario<'a> {
+    pub(super) fn new(
+        suite: &'a ExecutorSuite,
+        schema: &'a Schema,
+        plane: Plane,
+        launched: Option<Launched>,
+    ) -> Scenario<'a> {
         Scenario {
             suite,
+            schema,
             report: Report { target: format!("the executor at {}", plane.url), results: Vec::new() },
             plane,
             launched,
@@ -97,9 +105,8 @@ impl<'a> Scenario<'a> {
         if self.plane.read(|j| !j.frames.iter().any(|f| f.inbound)) {
             return self.skip_all(&EVENTS, "the executor sent no frames");
         }
-        let schema = Schema::load().expect("the embedded schema compiles");
         let (envelopes, snake, timestamps) = self.plane.read(|j| {
-            (judge::envelopes(&schema, &j.frames), judge::snake_case(&j.frames), judge::timestamps(&j.frames))
+            (judge::envelopes(self.schema, &j.frames), judge::snake_case(&j.frames), judge::timestamps(&j.frames))
         });
         self.record(ENVELOPES, outcome(envelopes));
         self.record(SNAKE, outcome(snake));
@@ -135,8 +142,7 @@ impl<'a> Scenario<'a> {
                 return None;
             }
         };
-        let schema = Schema::load().expect("the embedded schema compiles");
-        let verdict = match schema.validate("register_payload", &payload) {
+        let verdict = match self.schema.validate("register_payload", &payload) {
             Err(d) => Err(format!("the register payload does not validate: {:?}; payload: {payload}", d.first())),
             Ok(()) if !payload["spec_version"].as_str().is_some_and(|v| v.starts_with("1.")) => {
                 Err(format!("spec_version {} is not of major 1", payload["spec_version"]))
