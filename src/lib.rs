@@ -33,6 +33,7 @@ pub mod services;
 pub mod store;
 pub(crate) mod tasks;
 pub(crate) mod tokens;
+pub(crate) mod ui;
 pub(crate) mod views;
 // The WattSwarm executor-runtime protocol, `pub` for the reference executor and serve alike.
 pub mod wattswarm;

@@ -122,6 +122,34 @@ impl From<Mission> for MissionSummary {
     }
 }
 
+/// `GET /api/v1/overview`: counts for a dashboard's header, and where the event log stands.
+#[derive(Debug, Serialize)]
+pub struct Overview {
+    /// The newest committed event's sequence: follow `/api/v1/events?since=` this to miss nothing.
+    pub last_seq: i64,
+    /// Every state, zero included, so that a client need not know the list.
+    pub missions: std::collections::BTreeMap<&'static str, i64>,
+    pub missions_total: i64,
+    pub executors_registered: usize,
+    pub executors_connected: usize,
+    pub queue_depth: usize,
+    pub queue_oldest_age_s: f64,
+}
+
+impl Overview {
+    pub(crate) fn new(last_seq: i64, s: crate::metrics::Snapshot) -> Overview {
+        Overview {
+            last_seq,
+            missions_total: s.missions_by_state.iter().map(|(_, n)| n).sum(),
+            missions: s.missions_by_state.into_iter().collect(),
+            executors_registered: s.executors_registered,
+            executors_connected: s.executors_connected,
+            queue_depth: s.queue_depth,
+            queue_oldest_age_s: s.queue_oldest_age_s,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct MissionPage {
     pub missions: Vec<MissionSummary>,

@@ -20,7 +20,7 @@ pub(super) fn respond<T: Serialize>(request: &HeaderMap, value: &T) -> Response 
 }
 
 /// `If-None-Match` compares weakly: `W/` prefixes are ignored, `*` matches anything.
-fn matches(request: &HeaderMap, tag: &str) -> bool {
+pub(super) fn matches(request: &HeaderMap, tag: &str) -> bool {
     let strip = |t: &str| t.trim().trim_start_matches("W/").to_owned();
     request.get_all(IF_NONE_MATCH).iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(',')).any(|candidate| {
         let candidate = candidate.trim();

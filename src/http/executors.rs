@@ -26,6 +26,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/v1/executors/{id}", get(show).delete(deregister))
         .route("/api/v1/executors/{id}/drain", post(drain).delete(undrain))
         .route("/api/v1/executors/{id}/remove", post(remove))
+        .route("/api/v1/executors/{id}/readiness", get(readiness))
         .route("/ws/executors/{id}", get(socket))
 }
 
@@ -92,6 +93,10 @@ async fn drain(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> 
 async fn undrain(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
     app.fleet.set_draining(&id, false).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
+}
+
+async fn readiness(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+    Ok(Json(app.dispatcher.readiness_of(&id).await?).into_response())
 }
 
 async fn remove(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {

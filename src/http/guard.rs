@@ -110,12 +110,28 @@ pub(super) async fn guard(State(guard): State<Arc<Guard>>, request: Request, nex
     if declared.is_some_and(|n| n > guard.max_body_bytes as u64) {
         return Error::PayloadTooLarge(guard.max_body_bytes).into_response();
     }
-    match guard.check(request.method(), request.headers()) {
+    let mut response = match guard.check(request.method(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => {
-            tracing::debug!(method = %request.method(), uri = %request.uri(), reason = %e, "request refused by the browser guard");
+            let uri = super::redacted(request.uri());
+            tracing::debug!(method = %request.method(), %uri, reason = %e, "request refused by the browser guard");
             e.into_response()
         }
+    };
+    harden(response.headers_mut());
+    response
+}
+
+/// Headers that keep a browser from misreading or framing any answer: no content sniffing (a JSON body
+/// holding markup is never run as a page), no framing (clickjacking of the dashboard's buttons), and,
+/// for answers that are not the dashboard's own page, a policy that lets them load nothing at all.
+fn harden(headers: &mut HeaderMap) {
+    use axum::http::header::{CONTENT_SECURITY_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS};
+    use axum::http::HeaderValue;
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    if !headers.contains_key(CONTENT_SECURITY_POLICY) {
+        headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"));
     }
 }
 

@@ -1,5 +1,5 @@
 //! Liveness: `GET /healthz` (ours) and `GET /api/health` (upstream's compatibility route); readiness:
-//! `GET /readyz`; and `GET /metrics`.
+//! `GET /readyz`; `GET /metrics` and its JSON sibling for dashboards, `GET /api/v1/overview`.
 //!
 //! Liveness says the process answers HTTP, nothing more: a supervisor restarts a server that fails it.
 //! Readiness says it can do its work now: the store writer commits, the schema is migrated, and it is
@@ -30,6 +30,7 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/health", get(health))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
+        .route("/api/v1/overview", get(overview))
         .route("/api/v1/openapi.json", get(openapi))
 }
 
@@ -37,6 +38,11 @@ pub(super) fn router() -> Router<Arc<App>> {
 async fn metrics(_: Operator, State(app): State<Arc<App>>) -> Result<Response> {
     let text = app.status.metrics_text().await?;
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+/// Counts and the log's newest sequence, for dashboards (an ETag, like the other reads).
+async fn overview(_: Operator, State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Result<Response> {
+    Ok(super::etag::respond(&headers, &app.status.overview().await?))
 }
 
 async fn health() -> Json<Value> {

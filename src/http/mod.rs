@@ -18,7 +18,7 @@ use std::sync::Arc;
 use axum::extract::DefaultBodyLimit;
 use axum::response::IntoResponse;
 use axum::Router;
-use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::app::App;
@@ -34,6 +34,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(events::router())
         .merge(sandboxes::router())
         .merge(runtimes::router())
+        .merge(crate::ui::router())
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))
@@ -42,10 +43,48 @@ pub fn router(app: Arc<App>) -> Router {
         // ERROR per 5xx (a 503 for no executor available is a normal answer; real faults log themselves).
         .layer(
             TraceLayer::new_for_http()
-                .make_span_with(DefaultMakeSpan::new().level(Level::DEBUG))
+                .make_span_with(|request: &axum::extract::Request| {
+                    tracing::debug_span!("request", method = %request.method(), uri = %redacted(request.uri()))
+                })
                 .on_request(())
                 .on_response(DefaultOnResponse::new().level(Level::DEBUG))
                 .on_failure(()),
         )
         .with_state(app)
+}
+
+/// `If-None-Match` against a tag (for the dashboard's assets as for the JSON answers).
+pub(crate) fn if_none_match(request: &axum::http::HeaderMap, tag: &str) -> bool {
+    etag::matches(request, tag)
+}
+
+/// A request's path and query as logged: the value of every `token` parameter (executor and sandbox
+/// sockets, event streams) replaced, so that a DEBUG log never holds a credential.
+pub(crate) fn redacted(uri: &axum::http::Uri) -> String {
+    let Some(query) = uri.query() else { return uri.path().to_owned() };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if name.eq_ignore_ascii_case("token") => format!("{name}=REDACTED"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{}?{}", uri.path(), query.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tokens_are_redacted_from_logged_uris() {
+        let cases = [
+            ("/ws/executors/e?token=exec_tk_secret", "/ws/executors/e?token=REDACTED"),
+            ("/api/v1/events?since=4&TOKEN=op&mission_id=m", "/api/v1/events?since=4&TOKEN=REDACTED&mission_id=m"),
+            ("/api/v1/missions?state=running", "/api/v1/missions?state=running"),
+            ("/healthz", "/healthz"),
+            ("/x?token", "/x?token"),
+        ];
+        for (uri, logged) in cases {
+            assert_eq!(super::redacted(&uri.parse().unwrap()), logged);
+        }
+    }
 }

@@ -8,7 +8,7 @@ use super::registry::Registry;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot};
 use crate::store::{MissionQuery, Store};
-use crate::views::{MissionPage, MissionStatus, MissionSummary};
+use crate::views::{MissionPage, MissionStatus, MissionSummary, Overview};
 
 /// Events shown with a mission (the contract's "last N events").
 pub(crate) const RECENT_EVENTS: u32 = 50;
@@ -28,16 +28,27 @@ impl Status {
 
     /// `GET /metrics`: counters plus what is read at scrape time.
     pub async fn metrics_text(&self) -> Result<String> {
+        Ok(self.metrics.render(&self.snapshot().await?))
+    }
+
+    /// `GET /api/v1/overview`: the same gauges as the metrics, as JSON, with the event log's newest
+    /// sequence read *first*: a client that follows the stream from it and then reads anything else
+    /// sees every later change as an event, so it misses none (the dashboard's start).
+    pub async fn overview(&self) -> Result<Overview> {
+        let last_seq = self.store.last_seq();
+        Ok(Overview::new(last_seq, self.snapshot().await?))
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot> {
         let (registered, connected) = self.registry.counts();
         let (queue_depth, oldest) = self.dispatcher.queue_depth();
-        let snapshot = Snapshot {
+        Ok(Snapshot {
             executors_registered: registered,
             executors_connected: connected,
             missions_by_state: self.store.mission_counts().await?,
             queue_depth,
             queue_oldest_age_s: oldest.as_secs_f64(),
-        };
-        Ok(self.metrics.render(&snapshot))
+        })
     }
 
     pub async fn mission_status(&self, mission_id: &str) -> Result<MissionStatus> {

@@ -53,6 +53,7 @@ async fn every_route_against_every_credential() {
         (Method::GET, executor.clone(), None),
         (Method::POST, format!("{executor}/drain"), None),
         (Method::POST, format!("{executor}/remove"), None),
+        (Method::GET, format!("{executor}/readiness"), None),
         (Method::POST, "/api/v1/sessions/s/dispatch".to_owned(), Some(dispatch_body(&mission_id()))),
         (Method::GET, "/api/v1/missions".to_owned(), None),
         (Method::GET, mission.clone(), None),
@@ -61,6 +62,7 @@ async fn every_route_against_every_credential() {
         (Method::POST, format!("{mission}/hitl_response"), Some(json!({"hitl_id": "h", "response": "r"}))),
         (Method::GET, "/api/v1/events?follow=false".to_owned(), None),
         (Method::GET, "/metrics".to_owned(), None),
+        (Method::GET, "/api/v1/overview".to_owned(), None),
         (Method::GET, "/api/v1/sandboxes".to_owned(), None),
         // Adding a runtime points serve at a URL it will call: operators only.
         (Method::GET, "/api/v1/runtimes".to_owned(), None),

@@ -112,3 +112,27 @@ async fn a_graceful_stop_with_an_executor_connected_logs_no_error() {
     let lines = serve.stop().await;
     assert_eq!(errors(&lines), Vec::<&Value>::new());
 }
+
+/// A DEBUG log names every request, and never a credential: tokens in query strings (executor sockets,
+/// event streams for clients that cannot set headers) are redacted, bearer headers are not logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_reaches_a_debug_log() {
+    let mut serve = Serve::start("debug").await;
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let client = Client::new(&serve.base);
+    let r = client.post("/api/v1/executors/register", &e.register_payload()).await;
+    e.token = r.body["token"].as_str().unwrap().to_owned();
+    let url = format!("{}/ws/executors/{}?token={}", serve.base.replacen("http://", "ws://", 1), e.id, e.token);
+    let _ws = ExecSocket::open(&url, &e.id).await;
+    let secret = "operator-secret-0123456789";
+    let r = client.get(&format!("/api/v1/events?follow=false&token={secret}")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    client.get_with("/api/v1/overview", &[("authorization", &format!("Bearer {secret}"))]).await;
+    while serve.next().await.expect("serve logs the socket")["fields"]["message"] != "executor socket open" {}
+    let lines = serve.stop().await;
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    assert!(text.iter().any(|l| l.contains("/api/v1/events?follow=false&token=REDACTED")), "requests are logged");
+    for line in &text {
+        assert!(!line.contains(&e.token) && !line.contains(secret), "a token in the log: {line}");
+    }
+}

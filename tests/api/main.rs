@@ -14,6 +14,7 @@ mod conformance;
 mod conformance_executor;
 mod conformance_record;
 mod conformance_replay;
+mod dashboard;
 mod dispatch;
 mod durability;
 mod events;

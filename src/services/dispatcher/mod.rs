@@ -267,6 +267,31 @@ impl Dispatcher {
         plan
     }
 
+    /// `GET /api/v1/executors/{id}/readiness`: the executor's report, asked for now, and whether serve
+    /// would route an unattended mission to it. Readiness is reported, never inferred: an executor that
+    /// does not answer has no report, and the answer says what went wrong.
+    pub async fn readiness_of(&self, executor_id: &str) -> Result<ReadinessCheck> {
+        if self.registry.status(executor_id).is_none() {
+            return Err(Error::NotFound(format!("executor {executor_id} is not registered")));
+        }
+        let asked = match self.target(executor_id) {
+            Ok((rest, from, token)) => self.forwarder.readiness(&rest, from, &token).await,
+            Err(e) => Err(e),
+        };
+        let (report, error) = match asked {
+            Ok(report) => (Some(report), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let unattended = readiness::judge(report.as_ref(), true, chrono::Utc::now());
+        Ok(ReadinessCheck {
+            executor_id: executor_id.to_owned(),
+            report,
+            error,
+            unattended_ready: unattended.is_ok(),
+            gap: unattended.err(),
+        })
+    }
+
     /// The routing plan for a dispatch payload against the executors as they are now.
     pub(crate) fn place(&self, payload: &DispatchPayload) -> routing::Plan {
         let mut filter = payload.executor_filter.clone().unwrap_or_default();
@@ -285,6 +310,22 @@ impl Dispatcher {
             ..routing::plan(&request, views, rotation, SCREENED_CANDIDATES)
         })
     }
+}
+
+/// What `readiness_of` found.
+#[derive(Debug, Serialize)]
+pub struct ReadinessCheck {
+    pub executor_id: String,
+    /// The report as the executor served it; `null` when it served none.
+    pub report: Option<Value>,
+    /// Why there is no report (unreachable, refused, timeout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// serve would route an unattended mission here now.
+    pub unattended_ready: bool,
+    /// What stands in the way of an unattended mission, when something does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap: Option<String>,
 }
 
 #[cfg(test)]

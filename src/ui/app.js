@@ -1,0 +1,914 @@
+// The aiwg-serve dashboard: a client of the public operator API and of nothing else.
+//
+// Three rules hold everywhere in this file:
+// - Every value that comes from the server (objectives, progress, prompts, ids) is put on the page as
+//   text, through `h` below, never as markup: an objective holding `<script>` shows as those characters.
+// - The operator's token lives in sessionStorage (this tab's session only) and travels only in the
+//   Authorization header, never in a URL, so it never reaches a log line or a Referer.
+// - The pages learn about changes from the operator event stream, `/api/v1/events`, read with `fetch`
+//   (an EventSource cannot send a header) and resumed after a drop from the last sequence seen, so no
+//   event is lost and none is shown twice. The stream says *that* something changed; the REST reads
+//   say what it is now.
+
+const TOKEN_KEY = 'aiwg-serve.operator-token';
+const STATES = ['queued', 'assigned', 'running', 'paused', 'hitl-required', 'suspended', 'done', 'failed', 'aborted'];
+// A mark for each state beside its name, so states differ without colour.
+const MARKS = {
+  queued: '…', assigned: '→', running: '▶', paused: '⏸', 'hitl-required': '?', suspended: '◌',
+  done: '✓', failed: '✗', aborted: '■',
+};
+// How often a page re-reads what an event changed, at most: "within a second", without a read per event
+// under a flood of progress events.
+const REFRESH_MS = 250;
+const TIMELINE_MAX = 10000;
+const EVENTS_KEPT = 500;
+
+const view = document.getElementById('view');
+const overviewEl = document.getElementById('overview');
+const liveEl = document.getElementById('live');
+const signOutButton = document.getElementById('sign-out');
+
+// ---------------------------------------------------------------------------------------------------
+// DOM: elements from data, text only.
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith('on') && typeof value === 'function') el.addEventListener(name.slice(2), value);
+    else el.setAttribute(name, value === true ? '' : String(value));
+  }
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+  return el;
+}
+
+function badge(state) {
+  return h('span', { class: `state state-${state}`, 'data-state': state }, `${MARKS[state] || '·'} ${state}`);
+}
+
+function missionLink(id) {
+  return h('a', { href: `#/missions/${encodeURIComponent(id)}` }, id);
+}
+
+function time(ts) {
+  if (!ts) return '';
+  const d = new Date(ts);
+  return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: ts }, d.toLocaleString());
+}
+
+function json(value) {
+  return JSON.stringify(value, null, 2);
+}
+
+function describeError(r) {
+  const d = r.data || {};
+  return `${r.status} ${d.error || ''}${d.message ? `: ${d.message}` : ''}`.trim();
+}
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+// Calls `fn` at once, then at most once per `ms` while calls keep coming; the last call is never lost.
+function throttle(fn, ms) {
+  let timer = null;
+  let again = false;
+  const run = () => {
+    if (timer) { again = true; return; }
+    fn();
+    timer = setTimeout(() => { timer = null; if (again) { again = false; run(); } }, ms);
+  };
+  return run;
+}
+
+// A mission id the dispatch contract accepts (letters, digits, `-`), random without needing a secure
+// context (crypto.randomUUID needs one; a serve on a LAN address over http is not).
+function newMissionId() {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return `m-${Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('')}`;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The API, with the token.
+
+class SignInRequired extends Error {}
+
+function authHeaders(extra) {
+  const headers = { ...extra };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.Authorization = `Bearer ${token}`;
+  return headers;
+}
+
+async function api(method, path, body) {
+  const headers = authHeaders({ Accept: 'application/json' });
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  if (r.status === 401) {
+    signIn(sessionStorage.getItem(TOKEN_KEY) ? 'That token was refused.' : null);
+    throw new SignInRequired();
+  }
+  const text = await r.text();
+  let data = null;
+  if (text) {
+    try { data = JSON.parse(text); } catch { data = { error: 'unreadable_answer', message: text.slice(0, 200) }; }
+  }
+  return { status: r.status, ok: r.ok, data };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The live stream: one per tab, shared by every page.
+
+const live = {
+  since: 0,
+  running: false,
+  controller: null,
+  connectedOnce: false,
+  listeners: new Set(),
+
+  start(since) {
+    this.stop();
+    this.since = since;
+    this.running = true;
+    this.connectedOnce = false;
+    this.loop();
+  },
+
+  stop() {
+    this.running = false;
+    if (this.controller) this.controller.abort();
+    this.controller = null;
+  },
+
+  async loop() {
+    let failures = 0;
+    while (this.running) {
+      const controller = new AbortController();
+      this.controller = controller;
+      try {
+        if (await this.read(controller)) failures = 0;
+      } catch (e) {
+        if (e instanceof SignInRequired) return;
+      }
+      if (!this.running || this.controller !== controller) return;
+      failures += 1;
+      setLive('reconnecting', `reconnecting from event ${this.since}`);
+      await sleep(Math.min(250 * 2 ** failures, 5000));
+    }
+  },
+
+  // Reads one connection until it ends; true when it was established.
+  async read(controller) {
+    const headers = authHeaders({ Accept: 'text/event-stream', 'Last-Event-ID': String(this.since) });
+    const r = await fetch('/api/v1/events', { headers, signal: controller.signal, cache: 'no-store' });
+    if (r.status === 401) {
+      signIn('That token was refused.');
+      throw new SignInRequired();
+    }
+    if (!r.ok || !r.body) return false;
+    setLive('live', 'live');
+    // After a drop (serve restarted, say) the page re-reads what it shows: the events it missed arrive
+    // from the stream, but a page may have failed a read meanwhile.
+    if (this.connectedOnce) refreshAll();
+    this.connectedOnce = true;
+    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = '';
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return true;
+      buffer += value;
+      let cut;
+      while ((cut = buffer.indexOf('\n\n')) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut + 2);
+        if (this.block(block) === 'end') {
+          reader.cancel().catch(() => {});
+          return true;
+        }
+      }
+    }
+  },
+
+  // One server-sent event. Sequences are strictly increasing; one at or below the last seen was shown.
+  block(text) {
+    let id = null;
+    let type = 'message';
+    const data = [];
+    for (const line of text.split('\n')) {
+      if (line.startsWith(':')) continue;
+      const colon = line.indexOf(':');
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? '' : line.slice(colon + 1);
+      if (value.startsWith(' ')) value = value.slice(1);
+      if (field === 'id') id = value;
+      else if (field === 'event') type = value;
+      else if (field === 'data') data.push(value);
+    }
+    if (type === 'end') {
+      const end = JSON.parse(data.join('\n'));
+      this.since = Math.max(this.since, end.resume_since);
+      return 'end';
+    }
+    if (id === null || data.length === 0) return null;
+    const seq = Number(id);
+    if (!(seq > this.since)) return null;
+    this.since = seq;
+    const item = JSON.parse(data.join('\n'));
+    for (const listener of this.listeners) listener(item);
+    return null;
+  },
+};
+
+function setLive(state, text) {
+  liveEl.dataset.state = state;
+  liveEl.textContent = text;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Sign-in.
+
+let signingIn = false;
+
+function signIn(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  live.stop();
+  setLive('signed-out', 'signed out');
+  signOutButton.hidden = true;
+  overviewEl.replaceChildren();
+  if (current) current.dispose();
+  current = null;
+  if (signingIn && !message) return;
+  signingIn = true;
+  const input = h('input', { id: 'token', name: 'token', type: 'password', autocomplete: 'off', required: true });
+  const form = h(
+    'form',
+    {
+      class: 'card signin',
+      onsubmit: (e) => {
+        e.preventDefault();
+        sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+        boot();
+      },
+    },
+    h('h1', { tabindex: '-1' }, 'Sign in'),
+    h('p', {}, 'This server needs an operator token (server.operator_tokens). '
+      + 'The dashboard keeps it for this tab only and forgets it when the tab closes.'),
+    message && h('p', { class: 'error', role: 'alert' }, message),
+    h('label', { for: 'token' }, 'Operator token'),
+    input,
+    h('button', { type: 'submit' }, 'Sign in'),
+  );
+  view.replaceChildren(form);
+  input.focus();
+}
+
+signOutButton.addEventListener('click', () => signIn(null));
+
+// ---------------------------------------------------------------------------------------------------
+// The overview bar: counts by state, executors, the queue.
+
+const refreshOverview = throttle(async () => {
+  try {
+    const r = await api('GET', '/api/v1/overview');
+    if (r.ok) renderOverview(r.data);
+  } catch { /* shown by the live indicator */ }
+}, 1000);
+
+function renderOverview(o) {
+  overviewEl.replaceChildren(h(
+    'ul',
+    { class: 'counts' },
+    STATES.map((s) => h(
+      'li',
+      {},
+      h('a', { href: `#/missions?state=${s}`, 'data-count': s }, badge(s), h('b', {}, String(o.missions[s] ?? 0))),
+    )),
+    h('li', { class: 'fleet-count' }, `${o.executors_connected} of ${o.executors_registered} executors connected`),
+    h('li', {}, `queue ${o.queue_depth}`),
+  ));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Pages. Each renders into `view` and returns {onEvent, refresh, dispose}; the router keeps one.
+
+let current = null;
+
+function refreshAll() {
+  refreshOverview();
+  if (current) current.refresh();
+}
+
+function page(title, ...content) {
+  const heading = h('h1', { tabindex: '-1' }, title);
+  view.replaceChildren(heading, ...content);
+  return heading;
+}
+
+function table(caption, headings, rows) {
+  return h(
+    'div',
+    { class: 'scroll' },
+    h(
+      'table',
+      {},
+      h('caption', {}, caption),
+      h('thead', {}, h('tr', {}, headings.map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', {}, rows),
+    ),
+  );
+}
+
+function field(label, id, input) {
+  input.id = id;
+  return h('div', { class: 'field' }, h('label', { for: id }, label), input);
+}
+
+function fromLocalInput(value) {
+  return value ? new Date(value).toISOString() : '';
+}
+
+function toLocalInput(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
+}
+
+// Missions: filters, counts (the overview bar), pages of 50 over any number of missions.
+function missionsPage(params) {
+  const filters = {};
+  for (const k of ['state', 'executor_id', 'session_id', 'updated_since']) {
+    if (params.get(k)) filters[k] = params.get(k);
+  }
+  const cursors = [null];
+  const stateSelect = h('select', {}, h('option', { value: '' }, 'any state'),
+    STATES.map((s) => h('option', { value: s, selected: filters.state === s }, s)));
+  const executor = h('input', { type: 'text', value: filters.executor_id || '' });
+  const session = h('input', { type: 'text', value: filters.session_id || '' });
+  const since = h('input', { type: 'datetime-local', value: filters.updated_since ? toLocalInput(filters.updated_since) : '' });
+  const form = h(
+    'form',
+    {
+      class: 'filters',
+      role: 'search',
+      onsubmit: (e) => {
+        e.preventDefault();
+        const q = new URLSearchParams();
+        if (stateSelect.value) q.set('state', stateSelect.value);
+        if (executor.value.trim()) q.set('executor_id', executor.value.trim());
+        if (session.value.trim()) q.set('session_id', session.value.trim());
+        if (since.value) q.set('updated_since', fromLocalInput(since.value));
+        location.hash = `#/missions?${q}`;
+      },
+    },
+    field('State', 'f-state', stateSelect),
+    field('Executor', 'f-executor', executor),
+    field('Session', 'f-session', session),
+    field('Updated since', 'f-since', since),
+    h('button', { type: 'submit' }, 'Filter'),
+  );
+  const body = h('div', { 'aria-live': 'polite' });
+  const newer = h('button', { type: 'button', onclick: () => { cursors.pop(); load(); } }, '← Newer');
+  const older = h('button', { type: 'button', onclick: () => { cursors.push(older.dataset.cursor); load(); } }, 'Older →');
+  page('Missions', form, body, h('div', { class: 'pager' }, newer, older));
+
+  let alive = true;
+  async function load() {
+    const q = new URLSearchParams({ ...filters, limit: '50' });
+    const cursor = cursors[cursors.length - 1];
+    if (cursor) q.set('cursor', cursor);
+    const r = await api('GET', `/api/v1/missions?${q}`);
+    if (!alive) return;
+    if (!r.ok) {
+      body.replaceChildren(h('p', { class: 'error', role: 'alert' }, describeError(r)));
+      return;
+    }
+    const rows = r.data.missions.map((m) => h(
+      'tr',
+      { 'data-mission': m.mission_id },
+      h('td', {}, missionLink(m.mission_id)),
+      h('td', {}, badge(m.state)),
+      h('td', {}, m.executor_id || m.queued_reason || ''),
+      h('td', {}, m.session_id),
+      h('td', {}, time(m.updated_at)),
+      h('td', {}, m.exit_code ?? ''),
+      h('td', { class: 'clip' }, m.error || ''),
+    ));
+    body.replaceChildren(rows.length
+      ? table('Newest first', ['Mission', 'State', 'Executor', 'Session', 'Updated', 'Exit', 'Error'], rows)
+      : h('p', {}, 'No missions match.'));
+    newer.disabled = cursors.length === 1;
+    older.disabled = !r.data.next_cursor;
+    if (r.data.next_cursor) older.dataset.cursor = r.data.next_cursor;
+  }
+  const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
+  refresh();
+  return {
+    onEvent: (item) => { if (item.envelope.mission_id) refresh(); },
+    refresh,
+    dispose: () => { alive = false; },
+  };
+}
+
+// One mission: what it is, where it went and why, every event, its controls and its pending question.
+function missionPage(id) {
+  const summary = h('dl', { class: 'summary' });
+  const controls = h('div', { class: 'controls' });
+  const outcome = h('p', { class: 'outcome', role: 'status' });
+  const hitl = h('section', { 'aria-labelledby': 'hitl-h' });
+  const routing = h('section', { 'aria-labelledby': 'routing-h' });
+  const artifacts = h('section', { 'aria-labelledby': 'artifacts-h' });
+  const timeline = h('ol', { class: 'timeline', id: 'timeline' });
+  const timelineNote = h('p', { class: 'note' });
+  page(
+    `Mission ${id}`,
+    summary,
+    h('section', { 'aria-label': 'Controls' }, controls, outcome),
+    hitl,
+    routing,
+    artifacts,
+    h('section', { 'aria-labelledby': 'timeline-h' }, h('h2', { id: 'timeline-h' }, 'Timeline'), timelineNote, timeline),
+  );
+  for (const action of ['pause', 'resume', 'abort']) {
+    controls.append(h('button', { type: 'button', id: `do-${action}`, onclick: () => control(action) },
+      action[0].toUpperCase() + action.slice(1)));
+  }
+
+  let alive = true;
+  const seen = new Set();
+  let lastSeq = 0;
+
+  async function control(action) {
+    outcome.textContent = `${action}: sending…`;
+    const r = await api('POST', `/api/v1/missions/${encodeURIComponent(id)}/${action}`);
+    if (!alive) return;
+    if (r.ok) {
+      const d = r.data;
+      outcome.textContent = d.delivered
+        ? `${action}: delivered to the executor (state ${d.state})`
+        : `${action}: not delivered (state ${d.state})${d.note ? `: ${d.note}` : ''}`;
+    } else {
+      outcome.textContent = `${action} refused: ${describeError(r)}`;
+    }
+    outcome.dataset.status = String(r.status);
+    refresh();
+  }
+
+  function renderSummary(m) {
+    const rows = [
+      ['State', badge(m.state)],
+      ['Objective', m.objective],
+      ['Completion', m.completion],
+      ['Executor', m.executor_id],
+      ['Queued because', m.queued_reason],
+      ['Session', m.session_id],
+      ['Created', time(m.created_at)],
+      ['Updated', time(m.updated_at)],
+      ['Completed', time(m.completed_at)],
+      ['Exit code', m.exit_code],
+      ['Error', m.error],
+      ['Checkpoint', m.checkpoint_id],
+    ];
+    summary.replaceChildren(...rows.filter(([, v]) => v !== undefined && v !== null && v !== '')
+      .flatMap(([k, v]) => [h('dt', {}, k), h('dd', { 'data-field': k.toLowerCase().replace(/ /g, '-') }, v)]));
+  }
+
+  function renderHitl(m) {
+    if (!m.hitl) {
+      hitl.replaceChildren();
+      return;
+    }
+    const q = m.hitl;
+    const answer = h('textarea', { rows: '3', required: true });
+    const result = h('p', { role: 'status', class: 'outcome' });
+    hitl.replaceChildren(
+      h('h2', { id: 'hitl-h' }, 'Waiting for an answer'),
+      h(
+        'form',
+        {
+          class: 'card hitl',
+          onsubmit: async (e) => {
+            e.preventDefault();
+            result.textContent = 'sending…';
+            const r = await api('POST', `/api/v1/missions/${encodeURIComponent(id)}/hitl_response`,
+              { hitl_id: q.hitl_id, response: answer.value });
+            result.textContent = r.ok
+              ? `answer ${r.data.delivered ? 'delivered to the executor' : 'not delivered'} (state ${r.data.state})`
+              : `answer refused: ${describeError(r)}`;
+            result.dataset.status = String(r.status);
+          },
+        },
+        h('p', { class: 'prompt' }, q.prompt),
+        q.context && h('pre', {}, q.context),
+        h('p', { class: 'note' }, `request ${q.hitl_id}, asked `, time(q.requested_at),
+          q.expires_at ? [', expires ', time(q.expires_at)] : ''),
+        field('Your answer', 'hitl-answer', answer),
+        h('button', { type: 'submit' }, 'Send answer'),
+        result,
+      ),
+    );
+  }
+
+  function renderRouting(m) {
+    const r = m.routing;
+    if (!r) {
+      routing.replaceChildren();
+      return;
+    }
+    routing.replaceChildren(
+      h('h2', { id: 'routing-h' }, 'Routing'),
+      h('p', {}, r.chosen ? ['Chosen: ', h('strong', {}, r.chosen)] : 'No executor chosen', r.reason ? ` (${r.reason})` : ''),
+      r.rejected.length
+        ? h('ul', { class: 'rejected' }, r.rejected.map((x) => h('li', {}, h('strong', {}, x.executor_id), `: ${x.reason}`)))
+        : h('p', {}, 'No candidate was passed over.'),
+      r.rejected_omitted && h('p', { class: 'note' }, `and ${r.rejected_omitted} more passed over`),
+    );
+  }
+
+  function renderArtifacts() {
+    const done = [...timeline.children].map((li) => li.item).filter((i) => i.envelope.event === 'mission.completed');
+    const list = done.flatMap((i) => (i.envelope.data && Array.isArray(i.envelope.data.artifacts) ? i.envelope.data.artifacts : []));
+    artifacts.replaceChildren(...(list.length ? [
+      h('h2', { id: 'artifacts-h' }, 'Artifacts'),
+      h('ul', {}, list.map((a) => h('li', {}, h('code', {}, String(a.path)), a.description ? ` ${a.description}` : ''))),
+    ] : []));
+  }
+
+  function eventItem(item) {
+    const e = item.envelope;
+    const li = h(
+      'li',
+      { 'data-seq': item.seq, 'data-event': e.event },
+      h('span', { class: 'seq' }, `#${item.seq}`),
+      ' ',
+      time(item.received_at),
+      ' ',
+      h('strong', {}, e.event),
+      ` from ${e.executor_id}`,
+      e.data !== undefined && e.data !== null ? h('pre', {}, json(e.data)) : '',
+    );
+    li.item = item;
+    return li;
+  }
+
+  function addEvent(item) {
+    if (seen.has(item.seq)) return;
+    seen.add(item.seq);
+    const li = eventItem(item);
+    if (item.seq > lastSeq) {
+      timeline.append(li);
+      lastSeq = item.seq;
+    } else {
+      const after = [...timeline.children].find((x) => Number(x.dataset.seq) > item.seq);
+      timeline.insertBefore(li, after || null);
+    }
+    if (item.envelope.event === 'mission.completed') renderArtifacts();
+  }
+
+  async function loadTimeline() {
+    let since = 0;
+    for (;;) {
+      const q = new URLSearchParams({ follow: 'false', mission_id: id, since: String(since), limit: '1000' });
+      const r = await api('GET', `/api/v1/events?${q}`);
+      if (!alive || !r.ok) return;
+      r.data.events.forEach(addEvent);
+      since = r.data.next_since;
+      if (r.data.events.length < 1000) break;
+      if (seen.size >= TIMELINE_MAX) {
+        timelineNote.textContent = `The first ${seen.size} events; the rest: aiwg-serve events --mission ${id}`;
+        break;
+      }
+    }
+  }
+
+  async function load() {
+    const r = await api('GET', `/api/v1/missions/${encodeURIComponent(id)}`);
+    if (!alive) return;
+    if (!r.ok) {
+      summary.replaceChildren(h('p', { class: 'error', role: 'alert' }, describeError(r)));
+      return;
+    }
+    renderSummary(r.data);
+    renderHitl(r.data);
+    renderRouting(r.data);
+  }
+
+  // The HITL form is re-rendered only when the question changes, so an answer being typed survives
+  // the progress events that keep arriving meanwhile.
+  let shownHitl;
+  const refresh = throttle(async () => {
+    const r = await api('GET', `/api/v1/missions/${encodeURIComponent(id)}`).catch(() => null);
+    if (!alive || !r || !r.ok) return;
+    renderSummary(r.data);
+    const hitlId = r.data.hitl ? r.data.hitl.hitl_id : null;
+    if (hitlId !== shownHitl) {
+      shownHitl = hitlId;
+      renderHitl(r.data);
+    }
+    renderRouting(r.data);
+  }, REFRESH_MS);
+
+  load().then(() => loadTimeline()).catch(() => {});
+  return {
+    onEvent: (item) => {
+      if (item.envelope.mission_id !== id) return;
+      addEvent(item);
+      refresh();
+    },
+    refresh: () => { refresh(); loadTimeline().catch(() => {}); },
+    dispose: () => { alive = false; },
+  };
+}
+
+// The fleet: every executor, sandbox and HTTP runtime, with drain and readiness.
+function fleetPage() {
+  const executors = h('div', { 'aria-live': 'polite' });
+  const sandboxes = h('div');
+  const runtimes = h('div');
+  page('Fleet', executors, sandboxes, runtimes);
+  let alive = true;
+  const readiness = new Map();
+
+  async function all(path, key) {
+    const out = [];
+    let cursor = null;
+    for (let i = 0; i < 20; i += 1) {
+      const r = await api('GET', cursor ? `${path}?cursor=${encodeURIComponent(cursor)}` : path);
+      if (!r.ok) throw new Error(describeError(r));
+      out.push(...r.data[key]);
+      cursor = r.data.next_cursor;
+      if (!cursor) break;
+    }
+    return out;
+  }
+
+  function classOf(capabilities) {
+    const c = capabilities.find((x) => x.startsWith('x-class:'));
+    return c ? c.slice('x-class:'.length) : 'interactive_local';
+  }
+
+  async function drain(id, on) {
+    const r = await api(on ? 'POST' : 'DELETE', `/api/v1/executors/${encodeURIComponent(id)}/drain`);
+    if (!r.ok) readiness.set(id, h('span', { class: 'error' }, describeError(r)));
+    load();
+  }
+
+  async function checkReadiness(id) {
+    readiness.set(id, 'asking…');
+    load();
+    const r = await api('GET', `/api/v1/executors/${encodeURIComponent(id)}/readiness`);
+    readiness.set(id, r.ok ? readinessView(r.data) : h('span', { class: 'error' }, describeError(r)));
+    load();
+  }
+
+  function readinessView(c) {
+    if (!c.report) return h('span', { class: 'not-ready' }, `✗ no report: ${c.error || 'none served'}`);
+    const gaps = Array.isArray(c.report.gaps) ? c.report.gaps : [];
+    return h(
+      'div',
+      {},
+      h('span', { class: c.report.ready ? 'ready' : 'not-ready' }, c.report.ready ? '✓ ready' : '✗ not ready'),
+      c.report.budget && ` · budget ${c.report.budget.state}`,
+      'credential_expires_at' in c.report && ` · credential ${c.report.credential_expires_at ? `expires ${c.report.credential_expires_at}` : 'does not expire'}`,
+      gaps.length > 0 && h('ul', {}, gaps.map((g) => h('li', {}, `${g.kind}: ${g.detail}`))),
+      h('div', { class: 'note' }, c.unattended_ready ? 'takes unattended missions' : `no unattended missions: ${c.gap}`),
+    );
+  }
+
+  async function load() {
+    let list;
+    try {
+      list = await all('/api/v1/executors', 'executors');
+    } catch (e) {
+      if (alive && !(e instanceof SignInRequired)) executors.replaceChildren(h('p', { class: 'error', role: 'alert' }, e.message));
+      return;
+    }
+    if (!alive) return;
+    const rows = list.map((x) => h(
+      'tr',
+      { 'data-executor': x.executor_id },
+      h('th', { scope: 'row' }, x.executor_id, h('div', { class: 'note' }, `${x.name} ${x.version}`)),
+      h('td', {}, x.connected ? '● connected' : ['○ disconnected ', time(x.disconnected_at)], x.draining ? h('div', { class: 'draining' }, '⏸ draining') : ''),
+      h('td', {}, classOf(x.capabilities)),
+      h('td', { class: 'caps' }, x.capabilities.join(', ')),
+      h('td', {}, h('a', { href: `#/missions?executor_id=${encodeURIComponent(x.executor_id)}` }, String(x.active_mission_count))),
+      h('td', {}, time(x.last_event_ts)),
+      h('td', {}, readiness.get(x.executor_id) || h('button', { type: 'button', onclick: () => checkReadiness(x.executor_id) }, 'Check')),
+      h('td', {}, h('button', { type: 'button', onclick: () => drain(x.executor_id, !x.draining) }, x.draining ? 'Undrain' : 'Drain')),
+    ));
+    executors.replaceChildren(rows.length
+      ? table(`Executors (${rows.length})`, ['Executor', 'Status', 'Class', 'Capabilities', 'Active', 'Last event', 'Readiness', ''], rows)
+      : h('p', {}, 'No executor has registered. Start one: aiwg-serve executor --adapter shell'));
+    const [sb, rt] = await Promise.all([
+      api('GET', '/api/v1/sandboxes').catch(() => null),
+      api('GET', '/api/v1/runtimes').catch(() => null),
+    ]);
+    if (!alive) return;
+    sandboxes.replaceChildren(sb && sb.ok && sb.data.sandboxes.length ? table(
+      'Sandboxes',
+      ['Sandbox', 'Status', 'Last event'],
+      sb.data.sandboxes.map((s) => h('tr', {}, h('th', { scope: 'row' }, s.sandbox_id, h('div', { class: 'note' }, s.name)),
+        h('td', {}, s.connected ? '● connected' : '○ disconnected'),
+        h('td', {}, s.last_event_type || '', ' ', time(s.last_event_at)))),
+    ) : '');
+    runtimes.replaceChildren(rt && rt.ok && rt.data.runtimes.length ? table(
+      'HTTP agent runtimes',
+      ['Runtime', 'Health', 'Model', 'Active'],
+      rt.data.runtimes.map((x) => h('tr', {}, h('th', { scope: 'row' }, x.name, h('div', { class: 'note' }, x.base_url)),
+        h('td', {}, x.healthy ? '✓ healthy' : `✗ unhealthy${x.error ? `: ${x.error}` : ''}`, x.draining ? ' · draining' : ''),
+        h('td', {}, x.capabilities ? `${x.capabilities.provider_family} ${x.capabilities.model_id}` : ''),
+        h('td', {}, String(x.active_mission_count)))),
+    ) : '');
+  }
+  const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
+  refresh();
+  return { onEvent: refresh, refresh, dispose: () => { alive = false; } };
+}
+
+// A new mission, and where it went or why it waits.
+function dispatchPage() {
+  const session = h('input', { type: 'text', value: 'dashboard', required: true });
+  const missionId = h('input', { type: 'text', value: newMissionId(), required: true, pattern: '[A-Za-z0-9][A-Za-z0-9._:\\-]{0,127}' });
+  const objective = h('textarea', { rows: '4', required: true });
+  const completion = h('input', { type: 'text', value: 'the objective is met', required: true });
+  const capabilities = h('input', { type: 'text', placeholder: 'e.g. shell, x-isolation:container' });
+  const pin = h('input', { type: 'text', placeholder: 'any executor' });
+  const tools = h('input', { type: 'text', placeholder: 'every tool the executor allows' });
+  const longRunning = h('input', { type: 'checkbox' });
+  const unattended = h('input', { type: 'checkbox' });
+  const queue = h('input', { type: 'checkbox' });
+  const result = h('div', { class: 'outcome', role: 'status', id: 'dispatch-result' });
+  const check = (label, id, input) => h('div', { class: 'check' }, input, h('label', { for: id }, label));
+  longRunning.id = 'd-long';
+  unattended.id = 'd-unattended';
+  queue.id = 'd-queue';
+  const list = (input) => input.value.split(',').map((s) => s.trim()).filter(Boolean);
+
+  async function submit(e) {
+    e.preventDefault();
+    const body = { mission_id: missionId.value.trim(), objective: objective.value, completion: completion.value };
+    const filter = {};
+    if (list(capabilities).length) filter.capabilities = list(capabilities);
+    if (pin.value.trim()) filter.executor_id = pin.value.trim();
+    if (Object.keys(filter).length) body.executor_filter = filter;
+    if (longRunning.checked) body.long_running = true;
+    if (unattended.checked) body.unattended = true;
+    if (queue.checked) body.queue = true;
+    if (tools.value.trim()) body.lease = { tools: tools.value.trim() === 'none' ? 'none' : list(tools) };
+    result.replaceChildren('dispatching…');
+    const r = await api('POST', `/api/v1/sessions/${encodeURIComponent(session.value.trim())}/dispatch`, body);
+    const d = r.data || {};
+    result.dataset.status = String(r.status);
+    if (r.ok && d.status === 'assigned') {
+      result.replaceChildren(h('p', {}, 'Assigned to ', h('strong', {}, d.executor_id), '. ', missionLink(d.mission_id)));
+    } else if (r.ok) {
+      result.replaceChildren(h('p', {}, `Queued: ${d.queued_reason}. `, missionLink(d.mission_id)));
+    } else {
+      result.replaceChildren(h('p', { class: 'error' }, `Not dispatched: ${describeError(r)}`));
+    }
+    if (d.warnings) result.append(h('ul', {}, d.warnings.map((w) => h('li', {}, w))));
+    if (r.ok) missionId.value = newMissionId();
+  }
+
+  page(
+    'Dispatch a mission',
+    h(
+      'form',
+      { class: 'card dispatch', onsubmit: submit },
+      field('Objective', 'd-objective', objective),
+      field('Completion (how the executor knows it is done)', 'd-completion', completion),
+      field('Session', 'd-session', session),
+      field('Mission id', 'd-mission', missionId),
+      field('Capabilities required (comma-separated)', 'd-capabilities', capabilities),
+      field('Pin to executor', 'd-pin', pin),
+      field('Lease tools (comma-separated allowlist, or none)', 'd-tools', tools),
+      check('Long-running (resumable executors only)', 'd-long', longRunning),
+      check('Unattended (nobody will answer a prompt)', 'd-unattended', unattended),
+      check('Queue when no executor fits now', 'd-queue', queue),
+      h('button', { type: 'submit' }, 'Dispatch'),
+    ),
+    result,
+  );
+  return { onEvent: () => {}, refresh: () => {}, dispose: () => {} };
+}
+
+// The live log, newest first, filtered on the page.
+function eventsPage() {
+  const type = h('input', { type: 'text', placeholder: 'e.g. mission.completed or executor.' });
+  const executor = h('input', { type: 'text' });
+  const mission = h('input', { type: 'text' });
+  const list = h('ol', { class: 'events', id: 'events', reversed: true });
+  const kept = [];
+  let alive = true;
+  const matches = (item) => {
+    const e = item.envelope;
+    return e.event.startsWith(type.value.trim())
+      && (!executor.value.trim() || e.executor_id === executor.value.trim())
+      && (!mission.value.trim() || e.mission_id === mission.value.trim());
+  };
+  const row = (item) => {
+    const e = item.envelope;
+    const data = e.data === undefined || e.data === null ? '' : JSON.stringify(e.data);
+    return h(
+      'li',
+      { 'data-seq': item.seq, 'data-event': e.event },
+      h('span', { class: 'seq' }, `#${item.seq}`),
+      ' ',
+      time(item.received_at),
+      ' ',
+      h('strong', {}, e.event),
+      ` ${e.executor_id}`,
+      e.mission_id ? [' ', missionLink(e.mission_id)] : '',
+      data && h('details', {}, h('summary', {}, data.length > 120 ? `${data.slice(0, 120)}…` : data), h('pre', {}, json(e.data))),
+    );
+  };
+  const render = () => list.replaceChildren(...kept.filter(matches).reverse().map(row));
+  const add = (item) => {
+    if (kept.length && item.seq <= kept[kept.length - 1].seq) return;
+    kept.push(item);
+    if (kept.length > EVENTS_KEPT) kept.shift();
+    if (matches(item)) list.prepend(row(item));
+    if (list.children.length > EVENTS_KEPT) list.lastChild.remove();
+  };
+  page(
+    'Events',
+    h(
+      'form',
+      { class: 'filters', role: 'search', oninput: render, onsubmit: (e) => e.preventDefault() },
+      field('Event type starts with', 'e-type', type),
+      field('Executor', 'e-executor', executor),
+      field('Mission', 'e-mission', mission),
+    ),
+    h('p', { class: 'note' }, `The last ${EVENTS_KEPT} events, newest first, live.`),
+    list,
+  );
+  async function backlog() {
+    const since = Math.max(0, live.since - 200);
+    const q = new URLSearchParams({ follow: 'false', since: String(since), limit: '200' });
+    const r = await api('GET', `/api/v1/events?${q}`);
+    if (!alive || !r.ok) return;
+    // Live items that arrived while this read was in flight are newer: keep the order by sequence.
+    const newer = kept.splice(0);
+    for (const item of [...r.data.events, ...newer]) {
+      if (!kept.length || item.seq > kept[kept.length - 1].seq) kept.push(item);
+    }
+    render();
+  }
+  backlog().catch(() => {});
+  return { onEvent: add, refresh: () => {}, dispose: () => { alive = false; } };
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Routing between pages (in the fragment, so that serve needs one page) and the start.
+
+function route() {
+  if (!live.running) return;
+  const [path, query] = (location.hash || '#/missions').slice(1).split('?');
+  const params = new URLSearchParams(query || '');
+  const parts = path.split('/').filter(Boolean);
+  if (current) current.dispose();
+  const name = parts[0] || 'missions';
+  for (const a of document.querySelectorAll('nav a')) {
+    if (a.dataset.page === name) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+  if (name === 'missions' && parts[1]) current = missionPage(decodeURIComponent(parts[1]));
+  else if (name === 'fleet') current = fleetPage();
+  else if (name === 'dispatch') current = dispatchPage();
+  else if (name === 'events') current = eventsPage();
+  else current = missionsPage(params);
+  const heading = view.querySelector('h1');
+  if (heading && document.activeElement !== document.body) heading.focus();
+}
+
+live.listeners.add((item) => {
+  refreshOverview();
+  if (current) current.onEvent(item);
+});
+
+async function boot() {
+  let r;
+  try {
+    r = await api('GET', '/api/v1/overview');
+  } catch (e) {
+    if (e instanceof SignInRequired) return;
+    setLive('offline', 'serve does not answer; retrying');
+    await sleep(2000);
+    boot();
+    return;
+  }
+  if (!r.ok) {
+    view.replaceChildren(h('p', { class: 'error', role: 'alert' }, describeError(r)));
+    return;
+  }
+  signingIn = false;
+  signOutButton.hidden = !sessionStorage.getItem(TOKEN_KEY);
+  renderOverview(r.data);
+  live.start(r.data.last_seq);
+  route();
+}
+
+window.addEventListener('hashchange', route);
+boot();
