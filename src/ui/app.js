@@ -14,7 +14,7 @@ const TOKEN_KEY = 'aiwg-serve.operator-token';
 const STATES = ['queued', 'assigned', 'running', 'paused', 'hitl-required', 'suspended', 'done', 'failed', 'aborted'];
 // A mark for each state beside its name, so states differ without colour.
 const MARKS = {
-  queued: '…', assigned: '→', running: '▶', paused: '⏸', 'hitl-required': '?', suspended: '◌',
+  queued: '…', assigned: '→', running: '▶', paused: '‖', 'hitl-required': '?', suspended: '◌',
   done: '✓', failed: '✗', aborted: '■',
 };
 // How often a page re-reads what an event changed, at most: "within a second", without a read per event
@@ -38,6 +38,12 @@ function h(tag, attrs, ...children) {
     if (name.startsWith('on') && typeof value === 'function') el.addEventListener(name.slice(2), value);
     else el.setAttribute(name, value === true ? '' : String(value));
   }
+  return fill(el, ...children);
+}
+
+// Replaces an element's content; absent values (undefined, null, false) are left out, the rest is text.
+function fill(el, ...children) {
+  el.replaceChildren();
   for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     el.append(child instanceof Node ? child : String(child));
@@ -482,8 +488,8 @@ function missionPage(id) {
     }
     const q = m.hitl;
     const answer = h('textarea', { rows: '3', required: true });
-    const result = h('p', { role: 'status', class: 'outcome' });
-    hitl.replaceChildren(
+    fill(
+      hitl,
       h('h2', { id: 'hitl-h' }, 'Waiting for an answer'),
       h(
         'form',
@@ -491,13 +497,15 @@ function missionPage(id) {
           class: 'card hitl',
           onsubmit: async (e) => {
             e.preventDefault();
-            result.textContent = 'sending…';
+            // The answer's outcome goes where the controls' go: the form leaves once it is answered.
+            outcome.textContent = 'answer: sending…';
             const r = await api('POST', `/api/v1/missions/${encodeURIComponent(id)}/hitl_response`,
               { hitl_id: q.hitl_id, response: answer.value });
-            result.textContent = r.ok
+            outcome.textContent = r.ok
               ? `answer ${r.data.delivered ? 'delivered to the executor' : 'not delivered'} (state ${r.data.state})`
               : `answer refused: ${describeError(r)}`;
-            result.dataset.status = String(r.status);
+            outcome.dataset.status = String(r.status);
+            refresh();
           },
         },
         h('p', { class: 'prompt' }, q.prompt),
@@ -506,7 +514,6 @@ function missionPage(id) {
           q.expires_at ? [', expires ', time(q.expires_at)] : ''),
         field('Your answer', 'hitl-answer', answer),
         h('button', { type: 'submit' }, 'Send answer'),
-        result,
       ),
     );
   }
@@ -517,7 +524,8 @@ function missionPage(id) {
       routing.replaceChildren();
       return;
     }
-    routing.replaceChildren(
+    fill(
+      routing,
       h('h2', { id: 'routing-h' }, 'Routing'),
       h('p', {}, r.chosen ? ['Chosen: ', h('strong', {}, r.chosen)] : 'No executor chosen', r.reason ? ` (${r.reason})` : ''),
       r.rejected.length
@@ -530,7 +538,7 @@ function missionPage(id) {
   function renderArtifacts() {
     const done = [...timeline.children].map((li) => li.item).filter((i) => i.envelope.event === 'mission.completed');
     const list = done.flatMap((i) => (i.envelope.data && Array.isArray(i.envelope.data.artifacts) ? i.envelope.data.artifacts : []));
-    artifacts.replaceChildren(...(list.length ? [
+    fill(artifacts, ...(list.length ? [
       h('h2', { id: 'artifacts-h' }, 'Artifacts'),
       h('ul', {}, list.map((a) => h('li', {}, h('code', {}, String(a.path)), a.description ? ` ${a.description}` : ''))),
     ] : []));
@@ -583,6 +591,9 @@ function missionPage(id) {
     }
   }
 
+  // The HITL form is re-rendered only when the question changes, so an answer being typed survives
+  // the progress events that keep arriving meanwhile.
+  let shownHitl;
   async function load() {
     const r = await api('GET', `/api/v1/missions/${encodeURIComponent(id)}`);
     if (!alive) return;
@@ -591,24 +602,14 @@ function missionPage(id) {
       return;
     }
     renderSummary(r.data);
-    renderHitl(r.data);
-    renderRouting(r.data);
-  }
-
-  // The HITL form is re-rendered only when the question changes, so an answer being typed survives
-  // the progress events that keep arriving meanwhile.
-  let shownHitl;
-  const refresh = throttle(async () => {
-    const r = await api('GET', `/api/v1/missions/${encodeURIComponent(id)}`).catch(() => null);
-    if (!alive || !r || !r.ok) return;
-    renderSummary(r.data);
     const hitlId = r.data.hitl ? r.data.hitl.hitl_id : null;
     if (hitlId !== shownHitl) {
       shownHitl = hitlId;
       renderHitl(r.data);
     }
     renderRouting(r.data);
-  }, REFRESH_MS);
+  }
+  const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
 
   load().then(() => loadTimeline()).catch(() => {});
   return {
@@ -690,7 +691,7 @@ function fleetPage() {
       'tr',
       { 'data-executor': x.executor_id },
       h('th', { scope: 'row' }, x.executor_id, h('div', { class: 'note' }, `${x.name} ${x.version}`)),
-      h('td', {}, x.connected ? '● connected' : ['○ disconnected ', time(x.disconnected_at)], x.draining ? h('div', { class: 'draining' }, '⏸ draining') : ''),
+      h('td', {}, x.connected ? '● connected' : ['○ disconnected ', time(x.disconnected_at)], x.draining ? h('div', { class: 'draining' }, '‖ draining') : ''),
       h('td', {}, classOf(x.capabilities)),
       h('td', { class: 'caps' }, x.capabilities.join(', ')),
       h('td', {}, h('a', { href: `#/missions?executor_id=${encodeURIComponent(x.executor_id)}` }, String(x.active_mission_count))),
@@ -735,7 +736,7 @@ function dispatchPage() {
   const completion = h('input', { type: 'text', value: 'the objective is met', required: true });
   const capabilities = h('input', { type: 'text', placeholder: 'e.g. shell, x-isolation:container' });
   const pin = h('input', { type: 'text', placeholder: 'any executor' });
-  const tools = h('input', { type: 'text', placeholder: 'every tool the executor allows' });
+  const tools = h('input', { type: 'text', placeholder: 'e.g. Bash (the shell adapter); empty sends no lease' });
   const longRunning = h('input', { type: 'checkbox' });
   const unattended = h('input', { type: 'checkbox' });
   const queue = h('input', { type: 'checkbox' });

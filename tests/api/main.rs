@@ -15,6 +15,7 @@ mod conformance_executor;
 mod conformance_record;
 mod conformance_replay;
 mod dashboard;
+mod dashboard_browser;
 mod dispatch;
 mod durability;
 mod events;

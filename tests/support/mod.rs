@@ -7,6 +7,7 @@ pub mod executor;
 pub mod http;
 pub mod lax_server;
 pub mod runtime;
+pub mod webdriver;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -68,6 +69,16 @@ impl TestServer {
 
     pub fn ws_url(&self, path: &str) -> String {
         format!("{}{path}", self.base.replacen("http://", "ws://", 1))
+    }
+
+    /// Graceful stop, then a new server on the same data directory and the same port (what a browser
+    /// tab open on it sees: the server gone for a moment, then back).
+    pub async fn restart_on_same_port(mut self) -> TestServer {
+        let addr = self.handle.as_ref().expect("running").addr();
+        self.handle.take().expect("running").shutdown().await;
+        let mut config = self.config.clone();
+        config.server.bind = addr;
+        TestServer::boot(config, self.dir.take()).await
     }
 
     /// Graceful stop, then a new server on the same data directory (and a new port).

@@ -1,0 +1,292 @@
+//! The dashboard in a real browser (headless Chromium through chromedriver) against the real server and
+//! scripted executors: what an operator sees and does. Each test skips, saying so, where no browser is
+//! installed, unless `AIWG_REQUIRE_BROWSER` is set (`.ci/run` installs one and sets it).
+//!
+//! Every page is saved as a screenshot under `target/screenshots/` (the README's come from there).
+
+use std::path::PathBuf;
+
+use serde_json::{json, Value};
+
+use crate::support::webdriver::Browser;
+use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
+
+fn shot(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots").join(format!("{name}.png"))
+}
+
+/// Dispatches `body` through the REST API and waits until `e` has it.
+async fn dispatch(server: &TestServer, e: &mut ScriptedExecutor, body: Value) -> String {
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    e.next_dispatch().await;
+    body["mission_id"].as_str().unwrap().to_owned()
+}
+
+fn pinned(e: &ScriptedExecutor) -> Value {
+    let mut body = dispatch_body(&mission_id());
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mission_dispatched_from_the_page_reaches_done_live() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["runtime:custom:shell"]).await;
+
+    browser.goto(&format!("{}/#/dispatch", server.base)).await;
+    browser.find("#d-objective").await.send_keys("Add JWT validation to /auth/login").await;
+    browser.find("#d-capabilities").await.send_keys("runtime:custom:shell").await;
+    browser.screenshot(&shot("dispatch")).await;
+    browser.find("form.dispatch button[type=submit]").await.click().await;
+    let result = browser.wait_text("#dispatch-result", "Assigned to").await.text().await;
+    assert!(result.contains(&e.id), "{result}");
+    let received = e.next_dispatch().await;
+    let id = received.body["mission_id"].as_str().unwrap().to_owned();
+    assert_eq!(received.body["objective"], "Add JWT validation to /auth/login");
+    assert_eq!(received.body["executor_filter"]["capabilities"], json!(["runtime:custom:shell"]));
+
+    browser.goto(&format!("{}/#/missions", server.base)).await;
+    let row = format!("tr[data-mission='{id}'] .state");
+    browser.wait_text(&row, "assigned").await;
+    browser.wait_text("#live", "live").await;
+    // Each change arrives through the stream; nothing reloads the page.
+    browser.script("window.__stayed = true; return null", vec![]).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    browser.wait_text(&row, "running").await;
+    ws.ack("mission.progress", &id, json!({"summary": "tests written"})).await;
+    ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    browser.wait_text(&row, "done").await;
+    browser.wait_text("a[data-count='done']", "1").await;
+    assert_eq!(browser.script("return window.__stayed === true", vec![]).await, json!(true), "the page reloaded");
+    browser.screenshot(&shot("missions")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mission_page_shows_routing_events_and_honest_control_answers() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) =
+        ScriptedExecutor::online(&server, &["runtime:custom:shell", "x-pause-resume", "x-abort"]).await;
+    // A second executor that lacks the capability: passed over, and the page says why.
+    let (_other, _other_ws) = ScriptedExecutor::online(&server, &[]).await;
+    let mut body = dispatch_body(&mission_id());
+    body["executor_filter"]["capabilities"] = json!(["runtime:custom:shell"]);
+    let id = dispatch(&server, &mut e, body).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    ws.ack("mission.progress", &id, json!({"summary": "reading the code", "percent": 10})).await;
+
+    browser.goto(&format!("{}/#/missions/{id}", server.base)).await;
+    browser.wait_text("dd[data-field='state']", "running").await;
+    browser.wait_text("#routing-h", "Routing").await;
+    let routing = browser.find("section[aria-labelledby='routing-h']").await.text().await;
+    assert!(routing.contains(&format!("Chosen: {}", e.id)), "{routing}");
+    assert!(
+        routing.contains(&_other.id) && routing.contains("runtime:custom:shell"),
+        "the rejected candidate and why: {routing}"
+    );
+    browser.wait_text("#timeline", "reading the code").await;
+    let kinds: Vec<String> = browser
+        .script("return [...document.querySelectorAll('#timeline li')].map(li => li.dataset.event)", vec![])
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    // The scripted executor sends no mission.assigned of its own: the timeline is the log, nothing added.
+    assert_eq!(kinds, ["mission.started", "mission.progress"]);
+
+    browser.find("#do-pause").await.click().await;
+    browser.wait_text(".outcome[data-status='202']", "pause: delivered to the executor (state paused)").await;
+    let frame = ws.next_pushed().await;
+    assert_eq!(frame["event"], "mission.paused", "{frame}");
+    ws.ack("mission.paused", &id, json!({"state": "paused"})).await;
+    browser.wait_text("dd[data-field='state']", "paused").await;
+    // Pausing a paused mission is refused; the page shows the server's answer as it is.
+    browser.find("#do-pause").await.click().await;
+    browser.wait_text(".outcome[data-status='409']", "pause refused: 409 illegal_transition").await;
+    browser.find("#do-abort").await.click().await;
+    browser.wait_text(".outcome[data-status='202']", "abort: delivered").await;
+    assert_eq!(ws.next_pushed().await["event"], "mission.aborted");
+    browser.wait_text("dd[data-field='state']", "aborted").await;
+    browser.wait_text("#timeline", "mission.aborted").await;
+    browser.screenshot(&shot("mission")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_typed_in_the_page_reaches_the_executor() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
+    let body = pinned(&e);
+    let id = dispatch(&server, &mut e, body).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    browser.goto(&format!("{}/#/missions/{id}", server.base)).await;
+    browser.wait_text("dd[data-field='state']", "running").await;
+
+    ws.ack(
+        "mission.hitl_required",
+        &id,
+        json!({"hitl_id": "h-7", "prompt": "Delete the old table?", "context": "users_v1"}),
+    )
+    .await;
+    browser.wait_text("#hitl-h", "Waiting for an answer").await;
+    browser.wait_text(".prompt", "Delete the old table?").await;
+    // Progress keeps arriving while the operator types; the answer being typed survives it.
+    let mut answer = browser.find("#hitl-answer").await;
+    answer.send_keys("Yes, after ").await;
+    ws.ack("mission.progress", &id, json!({"summary": "waiting"})).await;
+    browser.wait_text("#timeline", "waiting").await;
+    answer.send_keys("the backup").await;
+    browser.screenshot(&shot("mission-hitl")).await;
+    browser.find("form.hitl button[type=submit]").await.click().await;
+    browser.wait_text(".outcome[data-status='202']", "answer delivered to the executor").await;
+    let frame = ws.next_pushed().await;
+    assert_eq!(frame["event"], "mission.hitl_responded", "{frame}");
+    assert_eq!(frame["data"]["hitl_id"], "h-7");
+    assert_eq!(frame["data"]["response"], "Yes, after the backup");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_operator_tokens_nothing_shows_until_sign_in() {
+    let Some(browser) = Browser::start().await else { return };
+    const TOKEN: &str = "browser-operator-token-0123456789";
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![TOKEN.into()]).await;
+    let mut e = ScriptedExecutor::register(&server, &[]).await;
+    let mut ws = e.connect(&server).await;
+    let resync = ws.envelope("executor.resync", None, json!({"owned_mission_ids": []}));
+    assert_eq!(ws.send_json(&resync).await["ack"], true, "the socket is attached");
+    let id = dispatch_as(&server, &mut e, TOKEN).await;
+
+    browser.goto(&server.base).await;
+    browser.wait_text("h1", "Sign in").await;
+    assert!(browser.find_all("tr[data-mission]").await.is_empty());
+    assert_eq!(browser.find("#overview").await.text().await, "", "no counts before sign-in");
+    browser.screenshot(&shot("sign-in")).await;
+    browser.find("#token").await.send_keys("not-the-token-at-all-000000").await;
+    browser.find("form.signin button").await.click().await;
+    browser.wait_text("form.signin [role=alert]", "That token was refused.").await;
+    assert_eq!(browser.script("return sessionStorage.length", vec![]).await, json!(0), "a refused token is not kept");
+
+    browser.find("#token").await.send_keys(TOKEN).await;
+    browser.find("form.signin button").await.click().await;
+    browser.wait_text(&format!("tr[data-mission='{id}']"), &id).await;
+    browser.wait_text("#live", "live").await;
+    // Kept for this tab's session only, never in a URL, a cookie or localStorage.
+    let kept = browser
+        .script("return [sessionStorage.length, localStorage.length, document.cookie, location.href]", vec![])
+        .await;
+    assert_eq!(kept.as_array().unwrap()[0..3], [json!(1), json!(0), json!("")], "{kept}");
+    assert!(!kept[3].as_str().unwrap().contains(TOKEN));
+    browser.find("#sign-out").await.click().await;
+    browser.wait_text("h1", "Sign in").await;
+    assert_eq!(browser.script("return sessionStorage.length", vec![]).await, json!(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn markup_from_operators_and_executors_renders_as_text() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let objective = r#"<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>"#;
+    let mut body = pinned(&e);
+    body["objective"] = json!(objective);
+    let id = dispatch(&server, &mut e, body).await;
+    let summary = r#"<b onmouseover="window.__pwned=3">bold</b><iframe src="/"></iframe>"#;
+    ws.ack("mission.progress", &id, json!({"summary": summary})).await;
+    ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-x", "prompt": "<svg onload=window.__pwned=4>"})).await;
+
+    browser.goto(&format!("{}/#/missions/{id}", server.base)).await;
+    browser.wait_text("dd[data-field='objective']", "<script>").await;
+    assert_eq!(browser.find("dd[data-field='objective']").await.text().await, objective);
+    browser.wait_text("#timeline", "onmouseover").await;
+    browser.wait_text(".prompt", "<svg onload").await;
+    browser.goto(&format!("{}/#/events", server.base)).await;
+    browser.wait_text("#events", "mission.hitl_required").await;
+    let injected = browser
+        .script("return [window.__pwned, document.querySelectorAll('img, script:not([src]), iframe, svg, b[onmouseover]').length]", vec![])
+        .await;
+    assert_eq!(injected, json!([null, 0]), "markup from the server became elements");
+    browser.screenshot(&shot("events")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_recovers_after_serve_restarts_and_misses_nothing() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let before = ScriptedExecutor::register(&server, &[]).await;
+    browser.goto(&format!("{}/#/events", server.base)).await;
+    browser.wait_text("#live", "live").await;
+    browser.wait_text("#events", &before.id).await;
+
+    // Every state the live indicator goes through, recorded by the page itself.
+    let watch = "const live = document.getElementById('live'); window.__states = []; \
+        new MutationObserver(() => window.__states.push(live.dataset.state)).observe(live, {attributes: true}); return null";
+    browser.script(watch, vec![]).await;
+    let server = server.restart_on_same_port().await;
+    let after = ScriptedExecutor::register(&server, &[]).await;
+    browser.wait_text("#live", "live").await;
+    browser.wait_text("#events", &after.id).await;
+    let states = browser.script("return window.__states", vec![]).await;
+    assert!(states.as_array().unwrap().contains(&json!("reconnecting")), "the page said it lost serve: {states}");
+    // Every event once: the stream resumed from the last sequence the page had seen.
+    let seqs = browser
+        .script("return [...document.querySelectorAll('#events li')].map(li => Number(li.dataset.seq))", vec![])
+        .await;
+    let seqs: Vec<i64> = seqs.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    let mut unique = seqs.clone();
+    unique.dedup();
+    assert_eq!(seqs, unique, "an event shown twice");
+    assert!(seqs.windows(2).all(|w| w[0] > w[1]), "newest first: {seqs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_page_drains_and_asks_for_readiness_and_fits_a_phone() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (e, _ws) = ScriptedExecutor::online(&server, &["x-class:unattended_machine", "x-readiness"]).await;
+    e.report_readiness(Some(
+        json!({"ready": false, "executor_class": "unattended_machine", "budget": {"state": "low"},
+        "gaps": [{"kind": "credential", "detail": "token expires in 2 minutes"}]}),
+    ));
+    browser.goto(&format!("{}/#/fleet", server.base)).await;
+    let row = format!("tr[data-executor='{}']", e.id);
+    browser.wait_text(&row, "connected").await;
+    assert!(browser.find(&row).await.text().await.contains("unattended_machine"));
+    browser.find(&format!("{row} td:nth-child(7) button")).await.click().await;
+    browser.wait_text(&row, "token expires in 2 minutes").await;
+    browser.find(&format!("{row} td:nth-child(8) button")).await.click().await;
+    browser.wait_text(&row, "draining").await;
+    assert_eq!(server.executors().await["executors"][0]["draining"], true);
+    browser.screenshot(&shot("fleet")).await;
+
+    // Every control has a label, and at phone width nothing but a table's own box scrolls sideways.
+    for page in ["fleet", "missions", "dispatch", "events"] {
+        browser.goto(&format!("{}/#/{page}", server.base)).await;
+        browser.find("main h1").await;
+        let unlabelled = browser
+            .script("return [...document.querySelectorAll('input, select, textarea')].filter(c => c.labels.length === 0).map(c => c.outerHTML)", vec![])
+            .await;
+        assert_eq!(unlabelled, json!([]), "{page}");
+    }
+    browser.set_window(390, 844).await;
+    for page in ["fleet", "missions", "dispatch", "events"] {
+        browser.goto(&format!("{}/#/{page}", server.base)).await;
+        browser.find("main h1").await;
+        let wide = browser.script("return document.documentElement.scrollWidth - window.innerWidth", vec![]).await;
+        assert!(wide.as_i64().unwrap() <= 0, "{page} is {wide} px wider than a phone");
+    }
+    browser.screenshot(&shot("fleet-390")).await;
+}
+
+/// With operator tokens on, a dispatch needs one too.
+async fn dispatch_as(server: &TestServer, e: &mut ScriptedExecutor, token: &str) -> String {
+    let body = pinned(e);
+    let auth = format!("Bearer {token}");
+    let r = server.client.post_with("/api/v1/sessions/s/dispatch", &body, &[("authorization", &auth)]).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    e.next_dispatch().await;
+    body["mission_id"].as_str().unwrap().to_owned()
+}
