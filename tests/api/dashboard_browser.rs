@@ -135,7 +135,7 @@ async fn an_answer_typed_in_the_page_reaches_the_executor() {
     browser.wait_text("#hitl-h", "Waiting for an answer").await;
     browser.wait_text(".prompt", "Delete the old table?").await;
     // Progress keeps arriving while the operator types; the answer being typed survives it.
-    let mut answer = browser.find("#hitl-answer").await;
+    let answer = browser.find("#hitl-answer").await;
     answer.send_keys("Yes, after ").await;
     ws.ack("mission.progress", &id, json!({"summary": "waiting"})).await;
     browser.wait_text("#timeline", "waiting").await;
