@@ -46,3 +46,4 @@ mod socket;
 mod storage_contract;
 mod takeover;
 mod vagaris;
+mod webdriver_smoke;
