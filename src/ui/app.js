@@ -297,6 +297,27 @@ function renderOverview(o) {
   ));
 }
 
+// One event of the log: on a mission's timeline its data in full; in the log of every mission, with a
+// link to its mission and its data folded.
+function eventRow(item, inLog) {
+  const e = item.envelope;
+  const hasData = e.data !== undefined && e.data !== null;
+  const flat = hasData ? JSON.stringify(e.data) : '';
+  return h(
+    'li',
+    { 'data-seq': item.seq, 'data-event': e.event },
+    h('span', { class: 'seq' }, `#${item.seq}`),
+    ' ',
+    time(item.received_at),
+    ' ',
+    h('strong', {}, e.event),
+    ` from ${e.executor_id}`,
+    inLog && e.mission_id ? [' on ', missionLink(e.mission_id)] : '',
+    hasData && !inLog && h('pre', {}, json(e.data)),
+    hasData && inLog && h('details', {}, h('summary', {}, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat), h('pre', {}, json(e.data))),
+  );
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Pages. Each renders into `view` and returns {onEvent, refresh, dispose}; the router keeps one.
 
@@ -545,18 +566,7 @@ function missionPage(id) {
   }
 
   function eventItem(item) {
-    const e = item.envelope;
-    const li = h(
-      'li',
-      { 'data-seq': item.seq, 'data-event': e.event },
-      h('span', { class: 'seq' }, `#${item.seq}`),
-      ' ',
-      time(item.received_at),
-      ' ',
-      h('strong', {}, e.event),
-      ` from ${e.executor_id}`,
-      e.data !== undefined && e.data !== null ? h('pre', {}, json(e.data)) : '',
-    );
+    const li = eventRow(item, false);
     li.item = item;
     return li;
   }
@@ -809,22 +819,7 @@ function eventsPage() {
       && (!executor.value.trim() || e.executor_id === executor.value.trim())
       && (!mission.value.trim() || e.mission_id === mission.value.trim());
   };
-  const row = (item) => {
-    const e = item.envelope;
-    const data = e.data === undefined || e.data === null ? '' : JSON.stringify(e.data);
-    return h(
-      'li',
-      { 'data-seq': item.seq, 'data-event': e.event },
-      h('span', { class: 'seq' }, `#${item.seq}`),
-      ' ',
-      time(item.received_at),
-      ' ',
-      h('strong', {}, e.event),
-      ` ${e.executor_id}`,
-      e.mission_id ? [' ', missionLink(e.mission_id)] : '',
-      data && h('details', {}, h('summary', {}, data.length > 120 ? `${data.slice(0, 120)}…` : data), h('pre', {}, json(e.data))),
-    );
-  };
+  const row = (item) => eventRow(item, true);
   const render = () => list.replaceChildren(...kept.filter(matches).reverse().map(row));
   const add = (item) => {
     if (kept.length && item.seq <= kept[kept.length - 1].seq) return;
