@@ -12,6 +12,7 @@ mod missions;
 mod runtimes;
 mod sandboxes;
 mod sessions;
+mod ui;
 
 use std::sync::Arc;
 
@@ -34,7 +35,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(events::router())
         .merge(sandboxes::router())
         .merge(runtimes::router())
-        .merge(crate::ui::router())
+        .merge(ui::router())
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))
@@ -51,11 +52,6 @@ pub fn router(app: Arc<App>) -> Router {
                 .on_failure(()),
         )
         .with_state(app)
-}
-
-/// `If-None-Match` against a tag (for the dashboard's assets as for the JSON answers).
-pub(crate) fn if_none_match(request: &axum::http::HeaderMap, tag: &str) -> bool {
-    etag::matches(request, tag)
 }
 
 /// A request's path and query as logged: the value of every `token` parameter (executor and sandbox
