@@ -9,14 +9,19 @@ use sha2::{Digest, Sha256};
 
 pub(super) fn respond<T: Serialize>(request: &HeaderMap, value: &T) -> Response {
     let body = serde_json::to_vec(value).expect("responses serialize");
-    let digest = Sha256::digest(&body);
-    let tag = format!("W/\"{}\"", digest[..12].iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let tag = format!("W/{}", tag_of(&body));
     let tag_value = HeaderValue::from_str(&tag).expect("hex is a valid header");
     if matches(request, &tag) {
         return (StatusCode::NOT_MODIFIED, [(ETAG, tag_value)]).into_response();
     }
     (StatusCode::OK, [(ETAG, tag_value), (CONTENT_TYPE, HeaderValue::from_static("application/json"))], body)
         .into_response()
+}
+
+/// A strong entity tag over `bytes`: the first 12 bytes of their SHA-256, quoted hex.
+pub(super) fn tag_of(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    format!("\"{}\"", digest[..12].iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 
 /// `If-None-Match` compares weakly: `W/` prefixes are ignored, `*` matches anything.

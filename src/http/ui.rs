@@ -6,7 +6,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use std::sync::LazyLock;
+
 use crate::ui::{ASSETS, PAGE, PAGE_POLICY, SCRIPT, STYLE};
+
+/// Each file's strong ETag, computed once.
+static TAGS: LazyLock<[String; 3]> =
+    LazyLock::new(|| ASSETS.each_ref().map(|a| super::etag::tag_of(a.body.as_bytes())));
 
 pub(super) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
@@ -20,14 +26,14 @@ pub(super) fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
 /// `no-cache` (revalidate every time) rather than a long max-age: a new binary must never run with the
 /// old script, and the revalidation costs one small round trip on loopback.
 fn serve(request: &HeaderMap, which: usize) -> Response {
-    let asset = &ASSETS[which];
+    let (asset, tag) = (&ASSETS[which], &TAGS[which]);
     let headers = [
-        (ETAG, HeaderValue::from_str(&asset.tag).expect("hex is a valid header")),
+        (ETAG, HeaderValue::from_str(tag).expect("hex is a valid header")),
         (CACHE_CONTROL, HeaderValue::from_static("no-cache")),
         (CONTENT_SECURITY_POLICY, HeaderValue::from_static(PAGE_POLICY)),
         (REFERRER_POLICY, HeaderValue::from_static("no-referrer")),
     ];
-    if super::etag::matches(request, &asset.tag) {
+    if super::etag::matches(request, tag) {
         return (StatusCode::NOT_MODIFIED, headers).into_response();
     }
     (StatusCode::OK, headers, [(CONTENT_TYPE, HeaderValue::from_static(asset.content_type))], asset.body)

@@ -8,9 +8,6 @@
 //! operators is set as text, never as markup; the Content-Security-Policy below forbids inline script as
 //! a second line of defence.
 
-use sha2::{Digest, Sha256};
-use std::sync::LazyLock;
-
 /// Only this origin's scripts, styles and connections; no inline script or style, no plugins, no
 /// framing, no form posts anywhere (the page sends its requests with `fetch`).
 pub(crate) const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -19,24 +16,14 @@ pub(crate) const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; sty
 pub(crate) struct Asset {
     pub(crate) body: &'static str,
     pub(crate) content_type: &'static str,
-    /// A strong ETag over the body.
-    pub(crate) tag: String,
 }
 
 pub(crate) const PAGE: usize = 0;
 pub(crate) const SCRIPT: usize = 1;
 pub(crate) const STYLE: usize = 2;
 
-/// The three files, each with its tag computed once.
-pub(crate) static ASSETS: LazyLock<[Asset; 3]> = LazyLock::new(|| {
-    let asset = |body: &'static str, content_type| {
-        let digest = Sha256::digest(body.as_bytes());
-        let tag = format!("\"{}\"", digest[..12].iter().map(|b| format!("{b:02x}")).collect::<String>());
-        Asset { body, content_type, tag }
-    };
-    [
-        asset(include_str!("index.html"), "text/html; charset=utf-8"),
-        asset(include_str!("app.js"), "text/javascript; charset=utf-8"),
-        asset(include_str!("style.css"), "text/css; charset=utf-8"),
-    ]
-});
+pub(crate) static ASSETS: [Asset; 3] = [
+    Asset { body: include_str!("index.html"), content_type: "text/html; charset=utf-8" },
+    Asset { body: include_str!("app.js"), content_type: "text/javascript; charset=utf-8" },
+    Asset { body: include_str!("style.css"), content_type: "text/css; charset=utf-8" },
+];
