@@ -42,6 +42,10 @@ enum Command {
         /// Directory holding the SQLite store, created if missing [env: AIWG_SERVE_DATA_DIR]
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// A PostgreSQL database instead of the embedded SQLite store: postgres://user:password@host/db
+        /// [env: AIWG_SERVE_STORE_DATABASE_URL]
+        #[arg(long)]
+        database_url: Option<String>,
         /// TOML configuration file (see config.example.toml)
         #[arg(long, env = "AIWG_SERVE_CONFIG")]
         config: Option<PathBuf>,
@@ -101,7 +105,9 @@ fn main() -> ExitCode {
         }
     };
     let operator = match cli.command {
-        Command::Serve { bind, data_dir, config } => return runtime.block_on(serve(bind, data_dir, config)),
+        Command::Serve { bind, data_dir, database_url, config } => {
+            return runtime.block_on(serve(Overrides { bind, data_dir, database_url }, config))
+        }
         Command::Executors { command } => cli::Operator::Executors(command),
         Command::Runtimes { command } => cli::Operator::Runtimes(command),
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
@@ -134,13 +140,22 @@ fn init_logs(format: LogFormat) {
 }
 
 async fn backup(file: PathBuf, data_dir: Option<PathBuf>, config: Option<PathBuf>) -> ExitCode {
-    let config = match Config::load(config.as_deref(), std::env::vars(), Overrides { bind: None, data_dir }) {
+    let config = match Config::load(config.as_deref(), std::env::vars(), Overrides { data_dir, ..Overrides::default() })
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("aiwg-serve: {e}");
             return ExitCode::from(2);
         }
     };
+    if !config.store.database_url.is_empty() {
+        // PostgreSQL has its own tools, which also copy a live database consistently.
+        eprintln!(
+            "aiwg-serve: the store is PostgreSQL (store.database_url): back it up with pg_dump, see the README's \
+             \"Running several replicas\""
+        );
+        return ExitCode::from(2);
+    }
     match aiwg_serve::backup::backup(&config.server.data_dir, &file).await {
         Ok(done) => {
             println!("{done}");
@@ -153,8 +168,8 @@ async fn backup(file: PathBuf, data_dir: Option<PathBuf>, config: Option<PathBuf
     }
 }
 
-async fn serve(bind: Option<SocketAddr>, data_dir: Option<PathBuf>, file: Option<PathBuf>) -> ExitCode {
-    let config = match Config::load(file.as_deref(), std::env::vars(), Overrides { bind, data_dir }) {
+async fn serve(overrides: Overrides, file: Option<PathBuf>) -> ExitCode {
+    let config = match Config::load(file.as_deref(), std::env::vars(), overrides) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("aiwg-serve: {e}");

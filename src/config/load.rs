@@ -24,6 +24,7 @@ pub enum ConfigError {
 pub struct Overrides {
     pub bind: Option<SocketAddr>,
     pub data_dir: Option<PathBuf>,
+    pub database_url: Option<String>,
 }
 
 /// `AIWG_SERVE_*` variables that are not settings of serve: the operator commands' own (`URL`, `TOKEN`,
@@ -76,6 +77,9 @@ impl Config {
         if let Some(dir) = overrides.data_dir {
             config.server.data_dir = dir;
         }
+        if let Some(url) = overrides.database_url {
+            config.store.database_url = url;
+        }
         config.validate()?;
         Ok(config)
     }
@@ -100,6 +104,12 @@ impl Config {
         }
         if self.server.header_read_timeout_ms == 0 || self.server.idle_timeout_s == 0 {
             return bad("server.header_read_timeout_ms and server.idle_timeout_s must be positive".into());
+        }
+        let url = &self.store.database_url;
+        if !url.is_empty() && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+            return bad("store.database_url must be a postgres:// or postgresql:// URL (empty: the embedded SQLite \
+                        store)"
+                .into());
         }
         if self.hub.read_buffer_bytes < 256 {
             return bad("hub.read_buffer_bytes must be at least 256".into());
@@ -250,7 +260,7 @@ mod tests {
         let c = Config::load(
             Some(&file),
             env(&[("AIWG_SERVE_HUB_PONG_TIMEOUT_S", "11"), ("AIWG_SERVE_BIND", "127.0.0.1:2"), ("UNRELATED", "x")]),
-            Overrides { bind: Some("127.0.0.1:3".parse().unwrap()), data_dir: None },
+            Overrides { bind: Some("127.0.0.1:3".parse().unwrap()), data_dir: None, database_url: None },
         )
         .unwrap();
         assert_eq!(c.hub.ping_interval_s, 7);

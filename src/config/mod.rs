@@ -62,6 +62,9 @@ pub struct ServerConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
     pub synchronous: Synchronous,
+    /// `postgres://...` stores everything in PostgreSQL instead of the embedded SQLite file of the data
+    /// directory; empty (the default) is SQLite.
+    pub database_url: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -128,7 +131,7 @@ impl Default for ServerConfig {
 
 impl Default for StoreConfig {
     fn default() -> StoreConfig {
-        StoreConfig { synchronous: Synchronous::Normal }
+        StoreConfig { synchronous: Synchronous::Normal, database_url: String::new() }
     }
 }
 

@@ -76,13 +76,19 @@ impl Handle {
 }
 
 pub async fn start(config: Config) -> Result<Handle, StartError> {
-    let claim = crate::datadir::DataDir::claim(&config.server.data_dir)?;
-    let data_dir = claim.path().to_owned();
     let schema = Schema::load().map_err(StartError::Schema)?;
     let metrics = Arc::new(Metrics::default());
-    let (store, writer) =
-        crate::store::sqlite::open(&data_dir, config.store.synchronous, config.hub.stream_lag_limit, metrics.clone())
-            .await?;
+    let lag = config.hub.stream_lag_limit;
+    // SQLite's store is the data directory's, claimed first; PostgreSQL's claim is on the database.
+    let (claim, (store, writer), store_name) = if config.store.database_url.is_empty() {
+        let claim = crate::datadir::DataDir::claim(&config.server.data_dir)?;
+        let opened = crate::store::sqlite::open(claim.path(), config.store.synchronous, lag, metrics.clone()).await?;
+        let name = claim.path().join(crate::datadir::DATABASE).display().to_string();
+        (Some(claim), opened, name)
+    } else {
+        let url = &config.store.database_url;
+        (None, crate::store::postgres::open(url, lag, metrics.clone()).await?, crate::store::postgres::describe(url))
+    };
     let (stop, stopped) = watch::channel(false);
     let bind = config.server.bind;
     let limits = Limits::from_config(&config);
@@ -108,7 +114,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     });
     tracing::info!(
         %addr,
-        data_dir = %data_dir.display(),
+        store = %store_name,
         max_connections = limits.max_connections,
         "aiwg-serve listening"
     );

@@ -6,8 +6,15 @@
 //! commit) as long as each unit stays atomic and alone in its failure. Reads see committed state only,
 //! and committed events are also published, in sequence order, to subscribers.
 
+mod migrate;
+pub mod postgres;
+mod reads;
 mod records;
+mod rows;
+mod script;
+mod sql_store;
 pub mod sqlite;
+mod writer;
 
 use std::sync::Arc;
 
@@ -31,6 +38,9 @@ pub enum StoreError {
     WriterGone,
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// The database is claimed by another `serve` (PostgreSQL; SQLite's claim is the data directory's).
+    #[error("{0}")]
+    InUse(String),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;

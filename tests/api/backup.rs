@@ -16,6 +16,9 @@ async fn backup(data_dir: &std::path::Path, file: &std::path::Path) -> std::proc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_of_a_running_server_restores_with_its_missions() {
     let server = TestServer::start().await;
+    if !server.config.store.database_url.is_empty() {
+        return a_postgresql_store_is_backed_up_with_its_own_tools(&server).await;
+    }
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
     let done = mission_id();
     assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&done)).await.status, 202);
@@ -73,6 +76,21 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
     restored.client.get(&format!("/api/v1/missions/{later}")).await.assert_error(404, "not_found");
     server.stop().await;
     restored.stop().await;
+}
+
+/// `backup` copies SQLite's file; a PostgreSQL store is backed up with `pg_dump` (README), and the
+/// command says so instead of copying some other file.
+async fn a_postgresql_store_is_backed_up_with_its_own_tools(server: &TestServer) {
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("aiwg.backup.db");
+    let mut c = command(&["backup"]);
+    c.arg(&file)
+        .env_remove("AIWG_SERVE_CONFIG")
+        .env("AIWG_SERVE_STORE_DATABASE_URL", &server.config.store.database_url);
+    let out = finish(c).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("back it up with pg_dump"), "{}", stderr(&out));
+    assert!(!file.exists(), "nothing written");
 }
 
 #[tokio::test]

@@ -20,6 +20,11 @@ async fn a_second_serve_on_the_same_data_directory_refuses_to_start() {
     let server = TestServer::start().await;
     let dir = server.data_dir();
     let mut command = serve_binary(&["--bind", "127.0.0.1:0", "--data-dir", dir.to_str().unwrap()]);
+    // On PostgreSQL the database is what is claimed (the data directory is not used).
+    let url = &server.config.store.database_url;
+    if !url.is_empty() {
+        command.args(["--database-url", url]);
+    }
     let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "the second serve must not run: {stderr}");
@@ -41,20 +46,16 @@ async fn a_second_serve_on_the_same_data_directory_refuses_to_start() {
 /// Issue 11, finding 17: a corrupt row at start-up said only `cannot load state: storage failure`.
 #[tokio::test]
 async fn a_corrupt_row_at_start_up_is_named() {
-    use sqlx::Connection;
     let server = TestServer::start().await;
     let e = crate::support::ScriptedExecutor::register(&server, &[]).await;
     let config = server.config.clone();
-    let dir = server.data_dir();
-    let _kept = server.restart().await.stop_keeping_dir().await;
-    let mut conn =
-        sqlx::SqliteConnection::connect(&format!("sqlite://{}", dir.join("aiwg-serve.db").display())).await.unwrap();
-    sqlx::query("UPDATE executors SET capabilities = 'not json' WHERE executor_id = ?")
-        .bind(&e.id)
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
+    let _kept = server.restart().await.stop_keeping_store().await;
+    crate::support::store_execute(
+        &config,
+        "UPDATE executors SET capabilities = 'not json' WHERE executor_id = $1",
+        &e.id,
+    )
+    .await;
     let mut config = config;
     config.server.bind = "127.0.0.1:0".parse().unwrap();
     let refused = aiwg_serve::serve::start(config).await.err().expect("refuses to start").to_string();

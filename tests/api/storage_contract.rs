@@ -1,14 +1,18 @@
 //! The storage contract: what every adapter of the storage port must do, written against the port alone
 //! (`Store`), so that one suite runs against each adapter. An adapter joins with a [`Harness`] (how to
 //! open it fresh and open it again) and one `storage_contract!` line, which stamps out one test per case.
+//! Each test binary runs the suite against its own backend: `api` SQLite's, `api_postgres` PostgreSQL's.
 
 use aiwg_serve::store::sqlite::{self, WriterTask};
-use aiwg_serve::store::{Store, Synchronous};
+use aiwg_serve::store::{postgres, Store, Synchronous};
+
+use crate::support::postgres::{backend_is_postgres, TestDatabase};
 
 /// How the suite reaches an adapter.
 trait Harness: Sized {
-    /// An empty store of its own.
-    async fn fresh() -> Self;
+    /// An empty store of its own; `None` where this test binary does not test this adapter (or, for
+    /// PostgreSQL, where no server answers and none is required: `TestDatabase::create` says so).
+    async fn fresh() -> Option<Self>;
     /// The store under test.
     fn store(&self) -> Store;
     /// Closes the store, waits until everything queued before is written, and opens the same storage
@@ -43,7 +47,9 @@ macro_rules! storage_contract {
 
             #[tokio::test]
             async fn a_reopened_store_keeps_everything_and_continues_the_sequence() {
-                cases::a_reopened_store_keeps_everything_and_continues_the_sequence(<$harness>::fresh().await).await;
+                if let Some(harness) = <$harness>::fresh().await {
+                    cases::a_reopened_store_keeps_everything_and_continues_the_sequence(harness).await;
+                }
             }
         }
     };
@@ -51,14 +57,16 @@ macro_rules! storage_contract {
         $(
             #[tokio::test]
             async fn $case() {
-                let harness = <$harness>::fresh().await;
-                cases::$case(harness.store()).await;
+                if let Some(harness) = <$harness>::fresh().await {
+                    cases::$case(harness.store()).await;
+                }
             }
         )*
     };
 }
 
 storage_contract!(sqlite_adapter: SqliteHarness);
+storage_contract!(postgres_adapter: PgHarness);
 
 /// A SQLite store in a temporary directory.
 struct SqliteHarness {
@@ -75,8 +83,11 @@ impl SqliteHarness {
 }
 
 impl Harness for SqliteHarness {
-    async fn fresh() -> SqliteHarness {
-        SqliteHarness::open(tempfile::tempdir().unwrap()).await
+    async fn fresh() -> Option<SqliteHarness> {
+        match backend_is_postgres() {
+            true => None,
+            false => Some(SqliteHarness::open(tempfile::tempdir().unwrap()).await),
+        }
     }
 
     fn store(&self) -> Store {
@@ -87,6 +98,40 @@ impl Harness for SqliteHarness {
         self.store.close().await;
         self.writer.finished().await;
         SqliteHarness::open(self.dir).await
+    }
+}
+
+/// A PostgreSQL store in a database of its own.
+struct PgHarness {
+    store: Store,
+    writer: WriterTask,
+    // Dropped last: the database goes once the store is done with it.
+    db: TestDatabase,
+}
+
+impl PgHarness {
+    async fn open(db: TestDatabase) -> PgHarness {
+        let (store, writer) = postgres::open(&db.url, 1024, Default::default()).await.unwrap();
+        PgHarness { store, writer, db }
+    }
+}
+
+impl Harness for PgHarness {
+    async fn fresh() -> Option<PgHarness> {
+        match backend_is_postgres() {
+            true => Some(PgHarness::open(TestDatabase::create().await?).await),
+            false => None,
+        }
+    }
+
+    fn store(&self) -> Store {
+        self.store.clone()
+    }
+
+    async fn reopen(self) -> PgHarness {
+        self.store.close().await;
+        self.writer.finished().await;
+        PgHarness::open(self.db).await
     }
 }
 

@@ -6,6 +6,7 @@ pub mod conformant;
 pub mod executor;
 pub mod http;
 pub mod lax_server;
+pub mod postgres;
 pub mod runtime;
 pub mod webdriver;
 
@@ -29,6 +30,8 @@ pub struct TestServer {
     pub client: Client,
     pub config: Config,
     dir: Option<tempfile::TempDir>,
+    /// The server's database, in the `api_postgres` binary; dropped after the server.
+    database: Option<std::sync::Arc<postgres::TestDatabase>>,
 }
 
 impl TestServer {
@@ -42,8 +45,18 @@ impl TestServer {
         config.server.bind = "127.0.0.1:0".parse().unwrap();
         config.server.data_dir = dir.path().to_path_buf();
         config.dispatch.forward_timeout_ms = 2000;
+        // Where no PostgreSQL answers (and none is required), `create` says so and the test runs on SQLite.
+        let database = match postgres::backend_is_postgres() {
+            true => postgres::TestDatabase::create().await.map(std::sync::Arc::new),
+            false => None,
+        };
+        if let Some(db) = &database {
+            config.store.database_url = db.url.clone();
+        }
         adjust(&mut config);
-        TestServer::boot(config, Some(dir)).await
+        let mut server = TestServer::boot(config, Some(dir)).await;
+        server.database = database;
+        server
     }
 
     /// A server on a data directory the test owns (after the real binary used it, say).
@@ -55,12 +68,12 @@ impl TestServer {
     async fn boot(config: Config, dir: Option<tempfile::TempDir>) -> TestServer {
         let handle = serve::start(config.clone()).await.expect("server starts");
         let base = format!("http://{}", handle.addr());
-        TestServer { handle: Some(handle), client: Client::new(&base), base, config, dir }
+        TestServer { handle: Some(handle), client: Client::new(&base), base, config, dir, database: None }
     }
 
     /// A server this process did not start (the real binary, run by the test), reached at `base`.
     pub fn external(base: &str, config: Config) -> TestServer {
-        TestServer { handle: None, base: base.to_owned(), client: Client::new(base), config, dir: None }
+        TestServer { handle: None, base: base.to_owned(), client: Client::new(base), config, dir: None, database: None }
     }
 
     pub fn data_dir(&self) -> PathBuf {
@@ -78,7 +91,9 @@ impl TestServer {
         self.handle.take().expect("running").shutdown().await;
         let mut config = self.config.clone();
         config.server.bind = addr;
-        TestServer::boot(config, self.dir.take()).await
+        let mut server = TestServer::boot(config, self.dir.take()).await;
+        server.database = self.database.take();
+        server
     }
 
     /// Graceful stop, then a new server on the same data directory (and a new port).
@@ -86,15 +101,25 @@ impl TestServer {
         self.handle.take().expect("running").shutdown().await;
         let mut config = self.config.clone();
         config.server.bind = "127.0.0.1:0".parse().unwrap();
-        TestServer::boot(config, self.dir.take()).await
+        let mut server = TestServer::boot(config, self.dir.take()).await;
+        server.database = self.database.take();
+        server
     }
 
-    /// Stops the server and hands its data directory over (kept until the returned value drops).
-    pub async fn stop_keeping_dir(mut self) -> Option<tempfile::TempDir> {
+    /// The server's own PostgreSQL database, in the `api_postgres` binary.
+    pub fn database(&self) -> Option<&postgres::TestDatabase> {
+        self.database.as_deref()
+    }
+
+    /// Stops the server and hands its store over (its data directory, and its database on PostgreSQL),
+    /// kept until the returned value drops.
+    pub async fn stop_keeping_store(
+        mut self,
+    ) -> (Option<tempfile::TempDir>, Option<std::sync::Arc<postgres::TestDatabase>>) {
         if let Some(h) = self.handle.take() {
             h.shutdown().await;
         }
-        self.dir.take()
+        (self.dir.take(), self.database.take())
     }
 
     pub async fn stop(mut self) {
@@ -158,34 +183,83 @@ pub fn mission_id() -> String {
     format!("m-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// Makes every commit that writes an event or an executor row fail, from a second connection to the
-/// server's own database (what a full disk or a broken file does to the writer), until healed.
-pub struct InjectedFault {
-    conn: sqlx::SqliteConnection,
+/// Runs one statement with one text bind (`$1`) on a stopped server's store, SQLite's or PostgreSQL's
+/// as its configuration says: what an operator's `sqlite3` or `psql` would do to it.
+pub async fn store_execute(config: &Config, sql: &str, bind: &str) {
+    use sqlx::Connection;
+    if config.store.database_url.is_empty() {
+        let path = config.server.data_dir.join("aiwg-serve.db");
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+        sqlx::query(sql).bind(bind).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&config.store.database_url).await.unwrap();
+        sqlx::query(sql).bind(bind).execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
 }
 
-const FAULT_TRIGGERS: [(&str, &str); 3] = [
-    ("fault_events", "INSERT ON events"),
-    ("fault_exec_ins", "INSERT ON executors"),
-    ("fault_exec_upd", "UPDATE ON executors"),
+/// Makes every commit that writes an event or an executor row fail, from a second connection to the
+/// server's own database (what a full disk or a broken file does to the writer), until healed.
+pub enum InjectedFault {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+}
+
+const FAULT_TRIGGERS: [(&str, &str, &str); 3] = [
+    ("fault_events", "INSERT", "events"),
+    ("fault_exec_ins", "INSERT", "executors"),
+    ("fault_exec_upd", "UPDATE", "executors"),
 ];
 
 impl InjectedFault {
     pub async fn inject(server: &TestServer) -> InjectedFault {
         use sqlx::Connection;
-        let path = server.data_dir().join("aiwg-serve.db");
-        let mut conn =
-            sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.expect("second connection");
-        for (name, on) in FAULT_TRIGGERS {
-            let sql = format!("CREATE TRIGGER {name} BEFORE {on} BEGIN SELECT RAISE(ABORT, 'injected fault'); END");
-            sqlx::query(&sql).execute(&mut conn).await.expect("create trigger");
+        let url = &server.config.store.database_url;
+        if url.is_empty() {
+            let path = server.data_dir().join("aiwg-serve.db");
+            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .expect("second connection");
+            for (name, op, table) in FAULT_TRIGGERS {
+                let sql = format!(
+                    "CREATE TRIGGER {name} BEFORE {op} ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+                );
+                sqlx::query(&sql).execute(&mut conn).await.expect("create trigger");
+            }
+            InjectedFault::Sqlite(conn)
+        } else {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("second connection");
+            sqlx::raw_sql(
+                "CREATE OR REPLACE FUNCTION injected_fault() RETURNS trigger LANGUAGE plpgsql \
+                 AS $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$",
+            )
+            .execute(&mut conn)
+            .await
+            .expect("create fault function");
+            for (name, op, table) in FAULT_TRIGGERS {
+                let sql = format!(
+                    "CREATE TRIGGER {name} BEFORE {op} ON {table} FOR EACH ROW EXECUTE FUNCTION injected_fault()"
+                );
+                sqlx::query(&sql).execute(&mut conn).await.expect("create trigger");
+            }
+            InjectedFault::Postgres(conn)
         }
-        InjectedFault { conn }
     }
 
-    pub async fn heal(mut self) {
-        for (name, _) in FAULT_TRIGGERS {
-            sqlx::query(&format!("DROP TRIGGER {name}")).execute(&mut self.conn).await.expect("drop trigger");
+    pub async fn heal(self) {
+        match self {
+            InjectedFault::Sqlite(mut conn) => {
+                for (name, _, _) in FAULT_TRIGGERS {
+                    sqlx::query(&format!("DROP TRIGGER {name}")).execute(&mut conn).await.expect("drop trigger");
+                }
+            }
+            InjectedFault::Postgres(mut conn) => {
+                for (name, _, table) in FAULT_TRIGGERS {
+                    let sql = format!("DROP TRIGGER {name} ON {table}");
+                    sqlx::query(&sql).execute(&mut conn).await.expect("drop trigger");
+                }
+            }
         }
     }
 }

@@ -1,28 +1,21 @@
-//! The single writer: group commit of queued units.
+//! The single writer of a store: group commit of queued units, for either adapter.
 //!
 //! Each unit (a list of [`Change`]s) is atomic. The writer takes everything queued (up to
-//! [`MAX_BATCH`] units), applies it in one transaction with multi-row inserts for events and one update
-//! per touched mission, commits, and only then answers each unit. If the batch fails, every unit is
-//! retried in a transaction of its own so that one bad unit cannot fail its neighbours.
+//! [`MAX_BATCH`] units), has its adapter's [`Committer`] apply it in one transaction (multi-row inserts
+//! for events, one update per touched mission), and only then answers each unit and publishes its
+//! events. If the batch fails, every unit is retried in a transaction of its own so that one bad unit
+//! cannot fail its neighbours.
 
 use std::collections::HashMap;
-
-use sqlx::sqlite::SqliteConnection;
-use sqlx::{QueryBuilder, Sqlite};
-use tokio::sync::{mpsc, oneshot};
-
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc, oneshot};
 
+use super::script::{Encoded, Script};
 use crate::metrics::Metrics;
-
-use super::script::{
-    insert_mission, push_events, push_patch, push_put_executor, push_put_hitl, push_put_sandbox, push_seen,
-    push_touches, Encoded,
-};
-use crate::store::{Change, CommitSlot, MissionPatch, NewEvent, Result, StoreError, StoredEvent};
+use crate::store::{Change, CommitSlot, Mission, MissionPatch, NewEvent, Result, StoreError, StoredEvent};
 
 const MAX_BATCH: usize = 2048;
 
@@ -36,7 +29,7 @@ pub(super) enum Msg {
 /// A unit of changes as the writer receives it: the JSON of each appended event is already text,
 /// encoded by the submitting task so that the one writer does not spend its time serializing.
 pub(super) struct Unit {
-    changes: Vec<Change>,
+    pub(super) changes: Vec<Change>,
     /// `data` and `raw` of each [`Change::AppendEvent`], in order; the events themselves keep neither
     /// (dropping JSON trees was a quarter of the writer's time).
     encoded: Vec<Encoded>,
@@ -106,21 +99,21 @@ pub struct WriterTask {
 }
 
 impl WriterTask {
-    pub(super) fn spawn(
-        conn: SqliteConnection,
+    /// Starts the writer on a thread of its own, over an adapter's committer, with the sequence number
+    /// of the newest committed event.
+    pub(super) fn spawn<C: Committer>(
+        committer: C,
         rx: mpsc::Receiver<Msg>,
-        next_seq: i64,
         feed: Feed,
         metrics: Arc<Metrics>,
-        backfilled: Arc<AtomicBool>,
     ) -> std::io::Result<WriterTask> {
         // The writer has a thread of its own. As one task among hundreds of socket tasks it waited in the
-        // runtime's queue at every step (each SQLite round trip, each new batch): events spent a median
-        // 5 ms between arrival and commit while commits themselves took 0.6 ms.
+        // runtime's queue at every step (each database round trip, each new batch): events spent a
+        // median 5 ms between arrival and commit while commits themselves took 0.6 ms.
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (finished, done) = oneshot::channel();
         std::thread::Builder::new().name("aiwg-writer".into()).spawn(move || {
-            runtime.block_on(run(conn, rx, next_seq, feed, metrics, backfilled));
+            runtime.block_on(run(committer, rx, feed, metrics));
             let _ = finished.send(());
         })?;
         Ok(WriterTask { done })
@@ -132,14 +125,21 @@ impl WriterTask {
     }
 }
 
-async fn run(
-    mut conn: SqliteConnection,
-    mut rx: mpsc::Receiver<Msg>,
-    mut next_seq: i64,
-    feed: Feed,
-    metrics: Arc<Metrics>,
-    backfilled: Arc<AtomicBool>,
-) {
+/// What an adapter does for the writer. The writer's thread runs it on a runtime of its own, so its
+/// futures need not be `Send`.
+pub(super) trait Committer: Send + 'static {
+    /// Applies the units in one transaction and commits it. The outer error is a database failure:
+    /// nothing was committed and no sequence number was taken. Inner errors are per-unit refusals
+    /// inside a committed transaction.
+    fn commit(&mut self, units: &[&Unit]) -> impl Future<Output = std::result::Result<Applied, sqlx::Error>>;
+
+    /// Runs between two batches (SQLite finishes its WAL checkpoints there).
+    fn between_batches(&mut self) -> impl Future<Output = ()>;
+
+    fn close(self) -> impl Future<Output = ()>;
+}
+
+async fn run<C: Committer>(mut committer: C, mut rx: mpsc::Receiver<Msg>, feed: Feed, metrics: Arc<Metrics>) {
     let mut batch: Vec<(Unit, Reply)> = Vec::new();
     let mut stopping = false;
     while !stopping {
@@ -159,21 +159,16 @@ async fn run(
         }
         let started = std::time::Instant::now();
         metrics.commit_batch_units.observe(batch.len() as f64);
-        commit_batch(&mut conn, &mut batch, &mut next_seq, &feed).await;
+        commit_batch(&mut committer, &mut batch, &feed).await;
         metrics.commit_latency.observe_duration(started.elapsed());
-        if backfilled.swap(false, Ordering::AcqRel) {
-            super::checkpoint::finish_from_writer(&mut conn).await;
-        }
+        committer.between_batches().await;
     }
-    if let Err(e) = sqlx::Connection::close(conn).await {
-        tracing::warn!(error = %e, "closing the writer connection");
-    }
+    committer.close().await;
 }
 
-async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<(Unit, Reply)>, next_seq: &mut i64, feed: &Feed) {
-    let first_seq = *next_seq;
+async fn commit_batch<C: Committer>(committer: &mut C, batch: &mut Vec<(Unit, Reply)>, feed: &Feed) {
     let units: Vec<&Unit> = batch.iter().map(|(u, _)| u).collect();
-    match in_transaction(conn, &units, next_seq).await {
+    match committer.commit(&units).await {
         Ok((results, committed)) => {
             publish(feed, &units, &committed);
             for ((_, reply), result) in batch.drain(..).zip(results) {
@@ -182,9 +177,8 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: &mut Vec<(Unit, Reply)
         }
         Err(e) => {
             tracing::error!(error = %e, units = batch.len(), "batch commit failed; retrying unit by unit");
-            *next_seq = first_seq;
             for (unit, reply) in batch.drain(..) {
-                let result = match in_transaction(conn, &[&unit], next_seq).await {
+                let result = match committer.commit(&[&unit]).await {
                     Ok((mut r, committed)) => {
                         publish(feed, &[&unit], &committed);
                         r.pop().unwrap_or(Ok(Vec::new()))
@@ -206,11 +200,19 @@ pub(super) struct Feed {
     pub(super) committed: Arc<AtomicI64>,
 }
 
+impl Feed {
+    /// A feed whose newest committed event is `last_seq`, holding `capacity` events for a subscriber
+    /// that falls behind.
+    pub(super) fn new(capacity: usize, last_seq: i64) -> Feed {
+        Feed { tx: broadcast::channel(capacity).0, committed: Arc::new(AtomicI64::new(last_seq)) }
+    }
+}
+
 /// What a transaction committed to the log: each event's sequence number and where it is among the
 /// units (unit, change, encoding), and the commit time.
-struct Committed {
-    events: Vec<(i64, usize, usize, usize)>,
-    received_at: chrono::DateTime<chrono::Utc>,
+pub(super) struct Committed {
+    pub(super) events: Vec<(i64, usize, usize, usize)>,
+    pub(super) received_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// Publishes committed events. The newest sequence is stored *before* looking for followers, and
@@ -234,79 +236,23 @@ fn publish(feed: &Feed, units: &[&Unit], committed: &Committed) {
     }
 }
 
-type Applied = (Vec<Result<Vec<i64>>>, Committed);
+/// Each unit's result, and what the transaction committed.
+pub(super) type Applied = (Vec<Result<Vec<i64>>>, Committed);
 
-/// Applies units in one transaction. The outer error is a database failure (nothing committed, the
-/// sequence counter restored); inner errors are per-unit refusals inside a committed batch. Returns the
-/// events committed, for the feed.
-async fn in_transaction(
-    conn: &mut SqliteConnection,
-    units: &[&Unit],
-    next_seq: &mut i64,
-) -> std::result::Result<Applied, sqlx::Error> {
-    let first_seq = *next_seq;
-    let now = crate::clock::now();
-    let outcome = apply(conn, units, next_seq, now).await;
-    if outcome.is_err() {
-        *next_seq = first_seq;
-        // Where the failure struck decides whether a transaction is open; rolling back when none is only
-        // answers "no transaction is active".
-        if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-            tracing::debug!(error = %e, "rollback after a failed batch");
-        }
-    }
-    outcome
+/// How an adapter runs the statements [`Gathered::unit`] meets while reading a unit.
+pub(super) trait Statements<'a> {
+    /// Inserts a mission unless its id exists; says whether it did. Its outcome decides the unit's, so
+    /// it runs at once.
+    fn insert_mission(&mut self, m: &'a Mission) -> impl Future<Output = std::result::Result<bool, sqlx::Error>>;
+
+    /// Upserts an executor, a sandbox or a HITL request, now or with the rest of the batch.
+    fn upsert(&mut self, change: &'a Change) -> impl Future<Output = std::result::Result<(), sqlx::Error>>;
 }
 
-/// Changes whose statement must run alone: their outcome decides the unit's (a duplicate mission id).
-fn runs_alone(change: &Change) -> bool {
-    matches!(change, Change::InsertMission(_))
-}
-
-/// Every statement is a round trip to SQLite's thread, and under load each round trip waits for a core:
-/// so the batch is one script (`BEGIN`, the upserts in the order they came, the event rows, the coalesced
-/// updates, `COMMIT`) sent in one trip, preceded only by the statements that must run alone. Executors,
-/// sandboxes and missions are written before the events that refer to them.
-async fn apply(
-    conn: &mut SqliteConnection,
-    units: &[&Unit],
-    next_seq: &mut i64,
-    now: chrono::DateTime<chrono::Utc>,
-) -> std::result::Result<Applied, sqlx::Error> {
-    let mut gathered = Gathered::default();
-    let mut results = Vec::with_capacity(units.len());
-    let mut script = begin(conn, units).await?;
-    for (unit_index, unit) in units.iter().enumerate() {
-        results.push(gathered.unit(conn, &mut script, unit_index, unit, next_seq).await?);
-    }
-    // The commit time, bound as text once for every row it stamps.
-    let stamp = crate::clock::format(now);
-    gathered.push_rows(&mut script, &stamp);
-    script.push("COMMIT");
-    // Cached (see `sqlite::WRITER_STATEMENTS`): recurring small scripts skip SQLite's parser.
-    script.build().execute(&mut *conn).await?;
-    Ok((results, Committed { events: gathered.positions, received_at: now }))
-}
-
-/// Opens the transaction: first thing in the script, or on its own right away when a statement must run
-/// alone before the script.
-async fn begin<'a>(
-    conn: &mut SqliteConnection,
-    units: &[&Unit],
-) -> std::result::Result<QueryBuilder<'a, Sqlite>, sqlx::Error> {
-    let mut script: QueryBuilder<Sqlite> = QueryBuilder::new("");
-    if units.iter().any(|u| u.changes.iter().any(runs_alone)) {
-        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
-    } else {
-        script.push("BEGIN IMMEDIATE;");
-    }
-    Ok(script)
-}
-
-/// What the batch's units leave for the end of the script, gathered unit by unit: the upserts go into
-/// the script as they come, these are written together after them.
+/// What the batch's units leave for the end of the transaction, gathered unit by unit: the upserts run
+/// as they come, these are written together after them.
 #[derive(Default)]
-struct Gathered<'a> {
+pub(super) struct Gathered<'a> {
     /// Each appended event with its sequence number and encoded JSON, in order.
     events: Vec<(i64, &'a NewEvent, &'a Encoded)>,
     /// Where each event is among the units, for the feed (see [`Committed`]).
@@ -319,32 +265,43 @@ struct Gathered<'a> {
 }
 
 impl<'a> Gathered<'a> {
-    /// Reads one unit's changes in order: a statement that must run alone runs now, upserts join the
-    /// script, the rest is gathered. A duplicate mission refuses the unit and ends its reading (the insert
-    /// comes first in its unit, so nothing else of it is written); the outer error is a database failure.
-    async fn unit<'s>(
+    /// Reads the units in order, numbering their events from `next_seq` (left at the next free number):
+    /// each unit's result, the outer error being a database failure.
+    pub(super) async fn units(
         &mut self,
-        conn: &mut SqliteConnection,
-        script: &mut QueryBuilder<'s, Sqlite>,
+        statements: &mut impl Statements<'a>,
+        units: &[&'a Unit],
+        next_seq: &mut i64,
+    ) -> std::result::Result<Vec<Result<Vec<i64>>>, sqlx::Error> {
+        let mut results = Vec::with_capacity(units.len());
+        for (unit_index, unit) in units.iter().enumerate() {
+            results.push(self.unit(statements, unit_index, unit, next_seq).await?);
+        }
+        Ok(results)
+    }
+
+    /// Reads one unit's changes in order: an insert or upsert runs (or joins the script), the rest is
+    /// gathered. A duplicate mission refuses the unit and ends its reading (the insert comes first in
+    /// its unit, so nothing else of it is written).
+    async fn unit(
+        &mut self,
+        statements: &mut impl Statements<'a>,
         unit_index: usize,
         unit: &'a Unit,
         next_seq: &mut i64,
-    ) -> std::result::Result<Result<Vec<i64>>, sqlx::Error>
-    where
-        'a: 's,
-    {
+    ) -> std::result::Result<Result<Vec<i64>>, sqlx::Error> {
         let mut seqs = Vec::new();
         let mut encoded = unit.encoded.iter().enumerate();
         for (change_index, change) in unit.changes.iter().enumerate() {
             match change {
                 Change::InsertMission(m) => {
-                    if !insert_mission(conn, m).await? {
+                    if !statements.insert_mission(m).await? {
                         return Ok(Err(StoreError::DuplicateMission(m.mission_id.clone())));
                     }
                 }
-                Change::PutExecutor(e) => push_put_executor(script, e),
-                Change::PutHitl(h) => push_put_hitl(script, h),
-                Change::PutSandbox(s) => push_put_sandbox(script, s),
+                Change::PutExecutor(_) | Change::PutHitl(_) | Change::PutSandbox(_) => {
+                    statements.upsert(change).await?
+                }
                 Change::ExecutorSeen { executor_id, ts } => {
                     self.seen.insert(executor_id, ts);
                 }
@@ -372,21 +329,41 @@ impl<'a> Gathered<'a> {
         }
     }
 
-    /// The end of the script, after the upserts: the event rows, then the coalesced mission and executor
-    /// updates.
-    fn push_rows<'s>(&'s self, script: &mut QueryBuilder<'s, Sqlite>, now: &'s str)
+    /// The statements of what was gathered, after the upserts: the event rows, then the coalesced
+    /// mission and executor updates, each pushed onto the script `scripts` gives next.
+    pub(super) fn push_rows<'s, DB>(&'s self, now: &'s str, scripts: &mut impl Scripts<'s, DB>)
     where
         'a: 's,
+        DB: sqlx::Database,
+        &'s str: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
+        Option<&'s str>: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
+        &'s [u8]: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
+        String: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
+        Option<String>: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
+        i64: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
+        Option<i64>: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
+        bool: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
     {
-        push_events(script, &self.events, now);
+        scripts.next().events(&self.events, now);
         // Most patches only say "this mission changed" (progress): one statement for all of them.
         let (touched, patched): (Vec<&str>, Vec<&str>) =
             self.patch_order.iter().copied().partition(|id| self.patches[id].is_touch());
-        push_touches(script, &touched, now);
+        scripts.next().touches(&touched, now);
         for id in patched {
-            push_patch(script, id, &self.patches[id]);
+            scripts.next().patch(id, &self.patches[id]);
         }
         let seen: Vec<(&str, &str)> = self.seen.iter().map(|(id, ts)| (*id, *ts)).collect();
-        push_seen(script, &seen);
+        scripts.next().seen(&seen);
     }
+
+    /// Where the gathered events are among the units, committed at `received_at`.
+    pub(super) fn committed(self, received_at: chrono::DateTime<chrono::Utc>) -> Committed {
+        Committed { events: self.positions, received_at }
+    }
+}
+
+/// Where [`Gathered::push_rows`] writes: one script for a whole batch (SQLite), or a statement each
+/// (PostgreSQL).
+pub(super) trait Scripts<'s, DB: sqlx::Database> {
+    fn next(&mut self) -> &mut Script<'s, DB>;
 }

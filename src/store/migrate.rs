@@ -1,0 +1,58 @@
+//! Applies an adapter's SQL migrations, embedded at build time, in order, once each, recording each in
+//! `schema_migrations` in the transaction that applies it.
+
+use sqlx::{Connection, Database, Encode, Executor, IntoArguments, Type};
+
+use super::rows::Cols;
+use crate::store::Result;
+
+/// An adapter's migrations: (version, name, SQL). Applied migrations are history and stay as written.
+pub(super) type Migrations = &'static [(i64, &'static str, &'static str)];
+
+/// SQLite's, from `migrations/`. They name HITL outcomes as literals (the partial index `hitl_open`,
+/// whose condition `reads` repeats word for word from `HitlOutcome`).
+pub(super) const SQLITE: Migrations = &[
+    (1, "init", include_str!("../../migrations/0001_init.sql")),
+    (2, "hitl", include_str!("../../migrations/0002_hitl.sql")),
+    (3, "sandboxes", include_str!("../../migrations/0003_sandboxes.sql")),
+    (4, "runtimes", include_str!("../../migrations/0004_runtimes.sql")),
+];
+
+/// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
+pub(super) const POSTGRES: Migrations = &[(1, "init", include_str!("../../migrations/postgres/0001_init.sql"))];
+
+pub(super) async fn apply<DB>(conn: &mut DB::Connection, migrations: Migrations) -> Result<()>
+where
+    DB: Database,
+    DB::Row: Cols,
+    DB::Connection: Connection<Database = DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    let rows = sqlx::query("SELECT version FROM schema_migrations").fetch_all(&mut *conn).await?;
+    let applied = rows.iter().map(|r| r.int("version")).collect::<Result<Vec<i64>>>()?;
+    for (version, name, sql) in migrations {
+        if applied.contains(version) {
+            continue;
+        }
+        let mut tx = conn.begin().await?;
+        sqlx::raw_sql(sql).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
+            .bind(*version)
+            .bind(*name)
+            .bind(crate::clock::stamp())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tracing::info!(version, name, "applied migration");
+    }
+    Ok(())
+}

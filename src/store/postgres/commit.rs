@@ -1,0 +1,78 @@
+//! How the writer commits a batch on PostgreSQL: one transaction whose first statement locks the event
+//! sequence's row, then each statement as it comes (the extended protocol takes one per query): the
+//! mission inserts and upserts in the order they came, the event rows, the coalesced updates, the new
+//! end of the sequence. The row lock is released by the commit, after the commit is visible, so a
+//! reader never sees an event before the ones numbered below it.
+
+use sqlx::postgres::PgConnection;
+use sqlx::Postgres;
+
+use crate::store::script::Script;
+use crate::store::writer::{Applied, Committer, Gathered, Statements, Unit};
+use crate::store::{Change, Mission};
+
+pub(super) struct PgCommitter {
+    /// The writer's session, which also holds this `serve`'s claim on the database.
+    pub(super) conn: PgConnection,
+}
+
+impl Committer for PgCommitter {
+    async fn commit(&mut self, units: &[&Unit]) -> Result<Applied, sqlx::Error> {
+        let outcome = apply(&mut self.conn, units).await;
+        if outcome.is_err() {
+            if let Err(e) = sqlx::query("ROLLBACK").execute(&mut self.conn).await {
+                tracing::debug!(error = %e, "rollback after a failed batch");
+            }
+        }
+        outcome
+    }
+
+    async fn between_batches(&mut self) {}
+
+    async fn close(self) {
+        if let Err(e) = sqlx::Connection::close(self.conn).await {
+            tracing::warn!(error = %e, "closing the writer connection");
+        }
+    }
+}
+
+async fn apply(conn: &mut PgConnection, units: &[&Unit]) -> Result<Applied, sqlx::Error> {
+    sqlx::query("BEGIN").execute(&mut *conn).await?;
+    let last: i64 = sqlx::query_scalar("SELECT last FROM event_sequence FOR UPDATE").fetch_one(&mut *conn).await?;
+    let mut next_seq = last + 1;
+    let mut gathered = Gathered::default();
+    let results = gathered.units(&mut EachStatement { conn: &mut *conn }, units, &mut next_seq).await?;
+    // The commit time, as every event row and touched mission records it.
+    let now = crate::clock::now();
+    let stamp = crate::clock::format(now);
+    let mut statements: Vec<Script<'_, Postgres>> = Vec::new();
+    gathered.push_rows(&stamp, &mut statements);
+    for mut statement in statements.into_iter().filter(|s| !s.is_empty()) {
+        statement.0.build().execute(&mut *conn).await?;
+    }
+    if next_seq != last + 1 {
+        sqlx::query("UPDATE event_sequence SET last = $1").bind(next_seq - 1).execute(&mut *conn).await?;
+    }
+    sqlx::query("COMMIT").execute(&mut *conn).await?;
+    Ok((results, gathered.committed(now)))
+}
+
+/// Every statement runs as it comes.
+struct EachStatement<'c> {
+    conn: &'c mut PgConnection,
+}
+
+impl<'a> Statements<'a> for EachStatement<'_> {
+    async fn insert_mission(&mut self, m: &'a Mission) -> Result<bool, sqlx::Error> {
+        let mut insert = Script::new();
+        insert.insert_mission(m);
+        Ok(insert.0.build().execute(&mut *self.conn).await?.rows_affected() == 1)
+    }
+
+    async fn upsert(&mut self, change: &'a Change) -> Result<(), sqlx::Error> {
+        let mut upsert = Script::new();
+        upsert.push_upsert(change);
+        upsert.0.build().execute(&mut *self.conn).await?;
+        Ok(())
+    }
+}

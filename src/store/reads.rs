@@ -1,0 +1,245 @@
+//! The reads, each one query on a pool, written once for both adapters: the SQL is the common
+//! subset of SQLite and PostgreSQL (`$N` placeholders, which sqlx's SQLite driver binds by number;
+//! aliased subqueries; 64-bit integers), and rows map through [`Cols`].
+//!
+//! Mission states, HITL outcomes and event types are named in SQL by their enums (`as_str`), never
+//! spelled again. The queries that compare against a fixed set of them are formatted once rather than
+//! bound, so that the text the database plans (and the statement cache keys on) is the literal SQL it
+//! always was: SQLite's planner matches a partial index (`hitl_open`) against a query's literal condition.
+
+use std::sync::LazyLock;
+
+use serde_json::Value;
+use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
+
+use super::rows::{
+    event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, parse_json, parse_state,
+    sandbox_from_row, Cols,
+};
+use crate::contract::EventType;
+use crate::domain::MissionState;
+use crate::store::{
+    ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionQuery, Result, SandboxRecord, StoredEvent,
+};
+
+/// `'queued', 'done', 'failed', 'aborted'`: the states of a mission that is not live (waiting for an
+/// executor, or over).
+static NOT_LIVE: LazyLock<String> = LazyLock::new(|| {
+    let names: Vec<String> = MissionState::ALL
+        .into_iter()
+        .filter(|s| *s == MissionState::Queued || s.is_terminal())
+        .map(|s| format!("'{s}'"))
+        .collect();
+    names.join(", ")
+});
+
+static LIVE_MISSIONS: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT mission_id, executor_id, state FROM missions WHERE state NOT IN ({})", *NOT_LIVE));
+
+static RECENT_PROGRESS_OF_LIVE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT mission_id, ts, data FROM (SELECT e.mission_id, e.ts, e.data, e.seq, \
+         ROW_NUMBER() OVER (PARTITION BY e.mission_id ORDER BY e.seq DESC) AS newest \
+         FROM events e JOIN missions m ON m.mission_id = e.mission_id \
+         WHERE e.event = '{progress}' AND m.state NOT IN ({not_live})) AS recent \
+         WHERE newest <= 16 ORDER BY seq",
+        progress = EventType::MissionProgress.as_str(),
+        not_live = *NOT_LIVE,
+    )
+});
+
+static QUEUED_MISSIONS: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT * FROM missions WHERE state = '{}' ORDER BY id", MissionState::Queued.as_str()));
+
+/// Word for word the condition of the partial index `hitl_open` (migration 2), so that it is used.
+static OPEN_HITL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT * FROM hitl_requests WHERE outcome = '{pending}' OR (outcome = '{answered}' AND delivered_at IS NULL)",
+        pending = HitlOutcome::Pending.as_str(),
+        answered = HitlOutcome::Answered.as_str(),
+    )
+});
+
+static PENDING_HITL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT * FROM hitl_requests WHERE mission_id = $1 AND outcome = '{}' LIMIT 1",
+        HitlOutcome::Pending.as_str()
+    )
+});
+
+static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT h.* FROM hitl_requests h JOIN missions m ON m.mission_id = h.mission_id \
+         WHERE h.outcome = '{}' AND h.delivered_at IS NULL AND m.executor_id = $1 ORDER BY h.responded_at",
+        HitlOutcome::Answered.as_str()
+    )
+});
+
+/// The read side of an adapter: its pool, and every read the port asks for. The bounds say what a
+/// database must decode and bind for the SQL above; SQLite and PostgreSQL both do.
+pub(super) struct Reads<DB: Database> {
+    pub(super) pool: Pool<DB>,
+    /// The migrations the adapter embeds (version, name, SQL), for [`Reads::missing_migrations`].
+    pub(super) migrations: super::migrate::Migrations,
+}
+
+impl<DB> Reads<DB>
+where
+    DB: Database,
+    DB::Row: Cols,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: sqlx::Decode<'r, DB>,
+{
+    pub(super) async fn executors(&self) -> Result<Vec<ExecutorRecord>> {
+        let rows =
+            sqlx::query("SELECT * FROM executors ORDER BY registered_at, executor_id").fetch_all(&self.pool).await?;
+        rows.iter().map(located("executors", "executor_id", executor_from_row)).collect()
+    }
+
+    pub(super) async fn live_missions(&self) -> Result<Vec<(String, String, MissionState)>> {
+        let rows = sqlx::query(&LIVE_MISSIONS).fetch_all(&self.pool).await?;
+        let live = |r: &DB::Row| Ok((r.text("mission_id")?, r.text("executor_id")?, parse_state(r.text("state")?)?));
+        rows.iter().map(located("missions", "mission_id", live)).collect()
+    }
+
+    pub(super) async fn recent_progress_of_live(&self) -> Result<Vec<(String, String, Value)>> {
+        let rows = sqlx::query(&RECENT_PROGRESS_OF_LIVE).fetch_all(&self.pool).await?;
+        let recent =
+            |r: &DB::Row| Ok((r.text("mission_id")?, r.text("ts")?, parse_json(&r.text("data")?, "event data")?));
+        rows.iter().map(located("events", "mission_id", recent)).collect()
+    }
+
+    pub(super) async fn sandboxes(&self) -> Result<Vec<SandboxRecord>> {
+        let rows =
+            sqlx::query("SELECT * FROM sandboxes ORDER BY registered_at, sandbox_id").fetch_all(&self.pool).await?;
+        rows.iter().map(located("sandboxes", "sandbox_id", sandbox_from_row)).collect()
+    }
+
+    pub(super) async fn queued_missions(&self) -> Result<Vec<Mission>> {
+        let rows = sqlx::query(&QUEUED_MISSIONS).fetch_all(&self.pool).await?;
+        rows.iter().map(located("missions", "mission_id", mission_from_row)).collect()
+    }
+
+    pub(super) async fn mission(&self, mission_id: &str) -> Result<Option<Mission>> {
+        let row = sqlx::query("SELECT * FROM missions WHERE mission_id = $1")
+            .bind(mission_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(located("missions", "mission_id", mission_from_row)).transpose()
+    }
+
+    pub(super) async fn recent_events(&self, mission_id: &str, limit: u32) -> Result<Vec<StoredEvent>> {
+        let rows = sqlx::query(
+            "SELECT * FROM (SELECT * FROM events WHERE mission_id = $1 ORDER BY seq DESC LIMIT $2) AS newest \
+             ORDER BY seq",
+        )
+        .bind(mission_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    pub(super) async fn missions(&self, q: &MissionQuery) -> Result<Vec<(i64, Mission)>> {
+        let mut sql = String::from(
+            "SELECT id, mission_id, session_id, executor_id, state, 'null' AS payload, created_at, updated_at, \
+             completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, \
+             NULL AS terminal_data, queued_reason, checkpoint_id \
+             FROM missions WHERE 1 = 1",
+        );
+        let mut texts = Vec::new();
+        let mut filter = |column: &str, op: &str, value: String| {
+            texts.push(value);
+            sql.push_str(&format!(" AND {column} {op} ${}", texts.len()));
+        };
+        if let Some(state) = q.state {
+            filter("state", "=", state.as_str().to_owned());
+        }
+        if let Some(executor_id) = &q.executor_id {
+            filter("executor_id", "=", executor_id.clone());
+        }
+        if let Some(session_id) = &q.session_id {
+            filter("session_id", "=", session_id.clone());
+        }
+        if let Some(since) = &q.updated_since {
+            filter("updated_at", ">", crate::clock::format(*since));
+        }
+        let mut n = texts.len();
+        if q.before_id.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND id < ${n}"));
+        }
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", n + 1));
+        let mut query = sqlx::query(&sql);
+        for text in texts {
+            query = query.bind(text);
+        }
+        if let Some(before) = q.before_id {
+            query = query.bind(before);
+        }
+        let rows = query.bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.int("id")?, mission_from_row(r)?))).collect()
+    }
+
+    pub(super) async fn mission_counts(&self) -> Result<Vec<(&'static str, i64)>> {
+        let rows =
+            sqlx::query("SELECT state, COUNT(*) AS n FROM missions GROUP BY state").fetch_all(&self.pool).await?;
+        let mut counts: Vec<(&'static str, i64)> = MissionState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        for r in rows {
+            let state = parse_state(r.text("state")?)?;
+            if let Some(c) = counts.iter_mut().find(|(name, _)| *name == state.as_str()) {
+                c.1 = r.int("n")?;
+            }
+        }
+        Ok(counts)
+    }
+
+    pub(super) async fn events_after(
+        &self,
+        after_seq: i64,
+        mission_id: Option<&str>,
+        executor_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>> {
+        // The filters given, and only those, so that the planner uses `events_by_mission`.
+        let mut sql = String::from("SELECT * FROM events WHERE seq > $1");
+        let filters = [("mission_id", mission_id), ("executor_id", executor_id)];
+        let mut n = 1;
+        for (column, _) in filters.iter().filter(|(_, v)| v.is_some()) {
+            n += 1;
+            sql.push_str(&format!(" AND {column} = ${n}"));
+        }
+        sql.push_str(&format!(" ORDER BY seq LIMIT ${}", n + 1));
+        let mut query = sqlx::query(&sql).bind(after_seq);
+        for value in filters.into_iter().filter_map(|(_, v)| v) {
+            query = query.bind(value);
+        }
+        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    pub(super) async fn open_hitl(&self) -> Result<Vec<HitlRequest>> {
+        let rows = sqlx::query(&OPEN_HITL).fetch_all(&self.pool).await?;
+        rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
+    }
+
+    pub(super) async fn pending_hitl(&self, mission_id: &str) -> Result<Option<HitlRequest>> {
+        let row = sqlx::query(&PENDING_HITL).bind(mission_id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(located("hitl_requests", "hitl_id", hitl_from_row)).transpose()
+    }
+
+    pub(super) async fn undelivered_answers(&self, executor_id: &str) -> Result<Vec<HitlRequest>> {
+        let rows = sqlx::query(&UNDELIVERED_ANSWERS).bind(executor_id).fetch_all(&self.pool).await?;
+        rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
+    }
+
+    pub(super) async fn missing_migrations(&self) -> Result<Vec<i64>> {
+        let rows = sqlx::query("SELECT version FROM schema_migrations").fetch_all(&self.pool).await?;
+        let applied = rows.iter().map(|r| r.int("version")).collect::<Result<Vec<i64>>>()?;
+        Ok(self.migrations.iter().map(|(version, _, _)| *version).filter(|v| !applied.contains(v)).collect())
+    }
+}

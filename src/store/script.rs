@@ -1,0 +1,279 @@
+//! The SQL of the writer's statements, written once for both adapters: each method pushes one
+//! statement onto a [`Script`], with its binds. SQLite sends a whole batch as one script (one round trip
+//! to its thread); PostgreSQL runs each statement as it comes (its extended protocol takes one statement
+//! per query).
+
+use sqlx::{Database, Encode, QueryBuilder, Type};
+
+use crate::clock;
+use crate::store::{Change, ExecutorRecord, HitlRequest, Mission, MissionPatch, NewEvent, SandboxRecord};
+
+/// An event's `data` and `raw`, as JSON text (encoded by the submitting task, not the writer).
+pub(super) type Encoded = (String, Option<String>);
+
+/// Rows per multi-row statement: 8 parameters each stays far below either database's bound-parameter
+/// limit.
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// Statements under construction, for a database that binds what the records hold.
+pub(super) struct Script<'a, DB: Database>(pub(super) QueryBuilder<'a, DB>);
+
+impl<'a, DB> Script<'a, DB>
+where
+    DB: Database,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    Option<&'a str>: Encode<'a, DB> + Type<DB>,
+    &'a [u8]: Encode<'a, DB> + Type<DB>,
+    String: Encode<'a, DB> + Type<DB>,
+    Option<String>: Encode<'a, DB> + Type<DB>,
+    i64: Encode<'a, DB> + Type<DB>,
+    Option<i64>: Encode<'a, DB> + Type<DB>,
+    bool: Encode<'a, DB> + Type<DB>,
+{
+    pub(super) fn new() -> Script<'a, DB> {
+        Script(QueryBuilder::new(""))
+    }
+
+    /// No statement pushed yet.
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.sql().is_empty()
+    }
+
+    /// An executor, sandbox or HITL request upsert; other changes are not upserts and push nothing.
+    pub(super) fn push_upsert(&mut self, change: &'a Change) {
+        match change {
+            Change::PutExecutor(e) => self.put_executor(e),
+            Change::PutSandbox(s) => self.put_sandbox(s),
+            Change::PutHitl(h) => self.put_hitl(h),
+            _ => {}
+        }
+    }
+
+    /// Inserts a mission unless its id exists (the statement then changes no row).
+    pub(super) fn insert_mission(&mut self, m: &'a Mission) {
+        let q = &mut self.0;
+        q.push(
+            "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
+             completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data, queued_reason, \
+             checkpoint_id) ",
+        );
+        q.push_values([m], |mut b, m| {
+            b.push_bind(m.mission_id.as_str())
+                .push_bind(m.session_id.as_str())
+                .push_bind(m.executor_id.as_deref())
+                .push_bind(m.state.as_str())
+                .push_bind(m.payload.to_string())
+                .push_bind(clock::format(m.created_at))
+                .push_bind(clock::format(m.updated_at))
+                .push_bind(m.completed_at.map(clock::format))
+                .push_bind(m.pty_session_ref.as_deref())
+                .push_bind(m.exit_code)
+                .push_bind(m.error.as_deref())
+                .push_bind(m.estimated_start.as_deref())
+                .push_bind(m.routing.as_ref().map(|v| v.to_string()))
+                .push_bind(m.terminal_data.as_ref().map(|v| v.to_string()))
+                .push_bind(m.queued_reason.as_deref())
+                .push_bind(m.checkpoint_id.as_deref());
+        });
+        q.push(" ON CONFLICT (mission_id) DO NOTHING;");
+    }
+
+    pub(super) fn put_executor(&mut self, e: &'a ExecutorRecord) {
+        let q = &mut self.0;
+        q.push(
+            "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
+             a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
+             disconnected_at, deregistered_at, draining, runtime) ",
+        );
+        q.push_values([e], |mut b, e| {
+            b.push_bind(e.identity.executor_id.as_str())
+                .push_bind(e.identity.name.as_str())
+                .push_bind(e.identity.version.as_str())
+                .push_bind(e.identity.spec_version.as_str())
+                .push_bind(serde_json::to_string(&e.identity.transport_endpoints).expect("endpoints serialize"))
+                .push_bind(serde_json::to_string(&e.identity.capabilities).expect("capabilities serialize"))
+                .push_bind(e.identity.a2a_instance_id.as_deref())
+                .push_bind(&e.token_hash[..])
+                .push_bind(clock::format(e.registered_at))
+                .push_bind(e.registered_from.as_deref())
+                .push_bind(e.seen_non_loopback)
+                .push_bind(e.last_event_ts.as_deref())
+                .push_bind(e.disconnected_at.map(clock::format))
+                .push_bind(e.deregistered_at.map(clock::format))
+                .push_bind(e.draining)
+                .push_bind(e.runtime.as_ref().map(|r| serde_json::to_string(r).expect("runtime serializes")));
+        });
+        q.push(
+            " ON CONFLICT (executor_id) DO UPDATE SET name = excluded.name, version = excluded.version, \
+             spec_version = excluded.spec_version, transport_endpoints = excluded.transport_endpoints, \
+             capabilities = excluded.capabilities, a2a_instance_id = excluded.a2a_instance_id, \
+             token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
+             seen_non_loopback = excluded.seen_non_loopback, last_event_ts = excluded.last_event_ts, \
+             disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at, \
+             draining = excluded.draining, runtime = excluded.runtime;",
+        );
+    }
+
+    pub(super) fn put_sandbox(&mut self, s: &'a SandboxRecord) {
+        let q = &mut self.0;
+        q.push(
+            "INSERT INTO sandboxes (sandbox_id, name, registration, token_hash, registered_at, registered_from, \
+             deregistered_at) ",
+        );
+        q.push_values([s], |mut b, s| {
+            b.push_bind(s.sandbox_id.as_str())
+                .push_bind(s.name.as_str())
+                .push_bind(s.registration.to_string())
+                .push_bind(&s.token_hash[..])
+                .push_bind(clock::format(s.registered_at))
+                .push_bind(s.registered_from.as_deref())
+                .push_bind(s.deregistered_at.map(clock::format));
+        });
+        q.push(
+            " ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, registration = excluded.registration, \
+             token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
+             deregistered_at = excluded.deregistered_at;",
+        );
+    }
+
+    pub(super) fn put_hitl(&mut self, h: &'a HitlRequest) {
+        let q = &mut self.0;
+        q.push(
+            "INSERT INTO hitl_requests (mission_id, hitl_id, prompt, context, expires_at, requested_at, outcome, \
+             response, responded_at, delivered_at) ",
+        );
+        q.push_values([h], |mut b, h| {
+            b.push_bind(h.mission_id.as_str())
+                .push_bind(h.hitl_id.as_str())
+                .push_bind(h.prompt.as_str())
+                .push_bind(h.context.as_deref())
+                .push_bind(h.expires_at.map(clock::format))
+                .push_bind(clock::format(h.requested_at))
+                .push_bind(h.outcome.as_str())
+                .push_bind(h.response.as_deref())
+                .push_bind(h.responded_at.map(clock::format))
+                .push_bind(h.delivered_at.map(clock::format));
+        });
+        q.push(
+            " ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
+             expires_at = excluded.expires_at, outcome = excluded.outcome, response = excluded.response, \
+             responded_at = excluded.responded_at, delivered_at = excluded.delivered_at;",
+        );
+    }
+
+    pub(super) fn patch(&mut self, id: &'a str, p: &'a MissionPatch) {
+        let q = &mut self.0;
+        q.push("UPDATE missions SET mission_id = mission_id");
+        if let Some(v) = p.state {
+            q.push(", state = ").push_bind(v.as_str());
+        }
+        if let Some(v) = &p.executor_id {
+            q.push(", executor_id = ").push_bind(v);
+        }
+        if let Some(v) = p.updated_at {
+            q.push(", updated_at = ").push_bind(clock::format(v));
+        }
+        if let Some(v) = p.completed_at {
+            q.push(", completed_at = ").push_bind(clock::format(v));
+        }
+        if let Some(v) = &p.pty_session_ref {
+            q.push(", pty_session_ref = ").push_bind(v);
+        }
+        if let Some(v) = p.exit_code {
+            q.push(", exit_code = ").push_bind(v);
+        }
+        if let Some(v) = &p.error {
+            q.push(", error = ").push_bind(v);
+        }
+        if let Some(v) = &p.estimated_start {
+            q.push(", estimated_start = ").push_bind(v);
+        }
+        if let Some(v) = &p.routing {
+            q.push(", routing = ").push_bind(v.to_string());
+        }
+        if let Some(v) = &p.terminal_data {
+            q.push(", terminal_data = ").push_bind(v.to_string());
+        }
+        if let Some(v) = &p.queued_reason {
+            q.push(", queued_reason = ").push_bind(v);
+        }
+        if let Some(v) = &p.checkpoint_id {
+            q.push(", checkpoint_id = ").push_bind(v);
+        }
+        q.push(" WHERE mission_id = ").push_bind(id).push(";");
+    }
+
+    /// The event rows, in multi-row inserts, all received at the commit time `now`.
+    pub(super) fn events(&mut self, events: &[(i64, &'a NewEvent, &'a Encoded)], now: &'a str) {
+        let q = &mut self.0;
+        for chunk in events.chunks(ROWS_PER_STATEMENT) {
+            q.push("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
+            q.push_values(chunk, |mut b, (seq, ev, (data, raw))| {
+                b.push_bind(*seq)
+                    .push_bind(ev.event.as_ref())
+                    .push_bind(ev.executor_id.as_str())
+                    .push_bind(ev.mission_id.as_deref())
+                    .push_bind(ev.ts.as_str())
+                    .push_bind(now)
+                    .push_bind(data.as_str())
+                    .push_bind(raw.as_deref());
+            });
+            q.push(";");
+        }
+    }
+
+    /// Missions whose patches only said "changed": `updated_at` becomes the commit time, in one statement
+    /// per chunk.
+    pub(super) fn touches(&mut self, touched: &[&'a str], now: &'a str) {
+        let q = &mut self.0;
+        for chunk in touched.chunks(ROWS_PER_STATEMENT) {
+            q.push("UPDATE missions SET updated_at = ").push_bind(now).push(" WHERE mission_id IN (");
+            let mut ids = q.separated(", ");
+            for id in chunk {
+                ids.push_bind(*id);
+            }
+            q.push(");");
+        }
+    }
+
+    /// Each executor's latest event timestamp, `(executor_id, ts)`, in one statement per chunk.
+    pub(super) fn seen(&mut self, seen: &[(&'a str, &'a str)]) {
+        let q = &mut self.0;
+        for chunk in seen.chunks(ROWS_PER_STATEMENT) {
+            q.push("UPDATE executors SET last_event_ts = v.column2 FROM (");
+            q.push_values(chunk, |mut b, (id, ts)| {
+                b.push_bind(*id).push_bind(*ts);
+            });
+            q.push(") AS v WHERE executors.executor_id = v.column1;");
+        }
+    }
+}
+
+/// One script for everything (SQLite's batch).
+impl<'a, DB> super::writer::Scripts<'a, DB> for Script<'a, DB>
+where
+    DB: Database,
+{
+    fn next(&mut self) -> &mut Script<'a, DB> {
+        self
+    }
+}
+
+/// A script per statement (PostgreSQL's), the empty ones to be skipped.
+impl<'a, DB> super::writer::Scripts<'a, DB> for Vec<Script<'a, DB>>
+where
+    DB: Database,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    Option<&'a str>: Encode<'a, DB> + Type<DB>,
+    &'a [u8]: Encode<'a, DB> + Type<DB>,
+    String: Encode<'a, DB> + Type<DB>,
+    Option<String>: Encode<'a, DB> + Type<DB>,
+    i64: Encode<'a, DB> + Type<DB>,
+    Option<i64>: Encode<'a, DB> + Type<DB>,
+    bool: Encode<'a, DB> + Type<DB>,
+{
+    fn next(&mut self) -> &mut Script<'a, DB> {
+        self.push(Script::new());
+        self.last_mut().expect("just pushed")
+    }
+}

@@ -1,0 +1,122 @@
+//! The port over an SQL database, for either adapter: reads on a pool ([`Reads`]), writes through the
+//! one writer ([`writer`](super::writer)), committed events through the feed. An adapter is what opens
+//! it: its connection settings, its migrations, its [`Committer`](super::writer::Committer).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use sqlx::{Database, Encode, Executor, IntoArguments, Type};
+use tokio::sync::broadcast;
+
+use super::reads::Reads;
+use super::rows::Cols;
+use super::writer::{Feed, WriterHandle};
+use super::{
+    CommitSlot, ExecutorRecord, HitlRequest, Mission, MissionQuery, MissionState, Result, SandboxRecord, Storage,
+    StoredEvent,
+};
+
+pub(super) struct SqlStore<DB: Database> {
+    pub(super) reads: Reads<DB>,
+    pub(super) writer: WriterHandle,
+    pub(super) feed: Feed,
+}
+
+impl<DB> Storage for SqlStore<DB>
+where
+    DB: Database,
+    DB::Row: Cols,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'r> i64: sqlx::Decode<'r, DB>,
+{
+    fn reserve(&self) -> BoxFuture<'_, Result<CommitSlot<'_>>> {
+        Box::pin(self.writer.reserve())
+    }
+
+    fn try_reserve(&self) -> Option<CommitSlot<'_>> {
+        self.writer.try_reserve()
+    }
+
+    fn executors(&self) -> BoxFuture<'_, Result<Vec<ExecutorRecord>>> {
+        Box::pin(self.reads.executors())
+    }
+
+    fn live_missions(&self) -> BoxFuture<'_, Result<Vec<(String, String, MissionState)>>> {
+        Box::pin(self.reads.live_missions())
+    }
+
+    fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<(String, String, Value)>>> {
+        Box::pin(self.reads.recent_progress_of_live())
+    }
+
+    fn sandboxes(&self) -> BoxFuture<'_, Result<Vec<SandboxRecord>>> {
+        Box::pin(self.reads.sandboxes())
+    }
+
+    fn queued_missions(&self) -> BoxFuture<'_, Result<Vec<Mission>>> {
+        Box::pin(self.reads.queued_missions())
+    }
+
+    fn mission<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<Mission>>> {
+        Box::pin(self.reads.mission(mission_id))
+    }
+
+    fn recent_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<StoredEvent>>> {
+        Box::pin(self.reads.recent_events(mission_id, limit))
+    }
+
+    fn missions<'a>(&'a self, q: &'a MissionQuery) -> BoxFuture<'a, Result<Vec<(i64, Mission)>>> {
+        Box::pin(self.reads.missions(q))
+    }
+
+    fn mission_counts(&self) -> BoxFuture<'_, Result<Vec<(&'static str, i64)>>> {
+        Box::pin(self.reads.mission_counts())
+    }
+
+    fn last_seq(&self) -> i64 {
+        self.feed.committed.load(Ordering::SeqCst)
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>> {
+        self.feed.tx.subscribe()
+    }
+
+    fn events_after<'a>(
+        &'a self,
+        after_seq: i64,
+        mission_id: Option<&'a str>,
+        executor_id: Option<&'a str>,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>>> {
+        Box::pin(self.reads.events_after(after_seq, mission_id, executor_id, limit))
+    }
+
+    fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>> {
+        Box::pin(self.reads.open_hitl())
+    }
+
+    fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>> {
+        Box::pin(self.reads.pending_hitl(mission_id))
+    }
+
+    fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRequest>>> {
+        Box::pin(self.reads.undelivered_answers(executor_id))
+    }
+
+    fn missing_migrations(&self) -> BoxFuture<'_, Result<Vec<i64>>> {
+        Box::pin(self.reads.missing_migrations())
+    }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.writer.stop().await;
+            self.reads.pool.close().await;
+        })
+    }
+}

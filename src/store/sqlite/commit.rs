@@ -1,0 +1,89 @@
+//! How the writer commits a batch on SQLite: one script (`BEGIN IMMEDIATE`, the upserts in the order
+//! they came, the event rows, the coalesced updates, `COMMIT`) sent in one trip to SQLite's thread,
+//! preceded only by the mission inserts, whose outcome decides their unit's. Every statement is a round
+//! trip, and under load each round trip waits for a core.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use sqlx::sqlite::SqliteConnection;
+use sqlx::Sqlite;
+
+use crate::store::script::Script;
+use crate::store::writer::{Applied, Committer, Gathered, Statements, Unit};
+use crate::store::{Change, Mission};
+
+pub(super) struct SqliteCommitter {
+    pub(super) conn: SqliteConnection,
+    /// The sequence number of the next event: one writer per database, so it is kept here.
+    pub(super) next_seq: i64,
+    /// Raised by the background checkpoint pass (see `checkpoint`).
+    pub(super) backfilled: Arc<AtomicBool>,
+}
+
+impl Committer for SqliteCommitter {
+    async fn commit(&mut self, units: &[&Unit]) -> Result<Applied, sqlx::Error> {
+        let first_seq = self.next_seq;
+        let outcome = apply(&mut self.conn, units, &mut self.next_seq).await;
+        if outcome.is_err() {
+            self.next_seq = first_seq;
+            // Where the failure struck decides whether a transaction is open; rolling back when none is
+            // only answers "no transaction is active".
+            if let Err(e) = sqlx::query("ROLLBACK").execute(&mut self.conn).await {
+                tracing::debug!(error = %e, "rollback after a failed batch");
+            }
+        }
+        outcome
+    }
+
+    async fn between_batches(&mut self) {
+        if self.backfilled.swap(false, Ordering::AcqRel) {
+            super::checkpoint::finish_from_writer(&mut self.conn).await;
+        }
+    }
+
+    async fn close(self) {
+        if let Err(e) = sqlx::Connection::close(self.conn).await {
+            tracing::warn!(error = %e, "closing the writer connection");
+        }
+    }
+}
+
+async fn apply(conn: &mut SqliteConnection, units: &[&Unit], next_seq: &mut i64) -> Result<Applied, sqlx::Error> {
+    let now = crate::clock::now();
+    let mut script = Script::new();
+    // The mission inserts run before the script, so the transaction opens on its own first.
+    if units.iter().any(|u| u.changes.iter().any(|c| matches!(c, Change::InsertMission(_)))) {
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    } else {
+        script.0.push("BEGIN IMMEDIATE;");
+    }
+    let mut gathered = Gathered::default();
+    let results = gathered.units(&mut OneScript { conn, script: &mut script }, units, next_seq).await?;
+    // The commit time, bound as text once for every row it stamps.
+    let stamp = crate::clock::format(now);
+    gathered.push_rows(&stamp, &mut script);
+    script.0.push("COMMIT");
+    // Cached (see `sqlite::WRITER_STATEMENTS`): recurring small scripts skip SQLite's parser.
+    script.0.build().execute(&mut *conn).await?;
+    Ok((results, gathered.committed(now)))
+}
+
+/// Mission inserts run at once; upserts join the batch's script.
+struct OneScript<'c, 's> {
+    conn: &'c mut SqliteConnection,
+    script: &'c mut Script<'s, Sqlite>,
+}
+
+impl<'a: 's, 's> Statements<'a> for OneScript<'_, 's> {
+    async fn insert_mission(&mut self, m: &'a Mission) -> Result<bool, sqlx::Error> {
+        let mut insert = Script::new();
+        insert.insert_mission(m);
+        Ok(insert.0.build().execute(&mut *self.conn).await?.rows_affected() == 1)
+    }
+
+    async fn upsert(&mut self, change: &'a Change) -> Result<(), sqlx::Error> {
+        self.script.push_upsert(change);
+        Ok(())
+    }
+}
