@@ -87,7 +87,11 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
         (Some(claim), opened, name)
     } else {
         let url = &config.store.database_url;
-        (None, crate::store::postgres::open(url, lag, metrics.clone()).await?, crate::store::postgres::describe(url))
+        (
+            None,
+            crate::store::postgres::open(url, crate::store::postgres::Claim::Exclusive, lag, metrics.clone()).await?,
+            crate::store::postgres::describe(url),
+        )
     };
     let (stop, stopped) = watch::channel(false);
     let bind = config.server.bind;

@@ -83,6 +83,13 @@ pub(super) struct Reads<DB: Database> {
     pub(super) migrations: super::migrate::Migrations,
 }
 
+// By hand: a derive would ask `DB: Clone`, which database types are not.
+impl<DB: Database> Clone for Reads<DB> {
+    fn clone(&self) -> Reads<DB> {
+        Reads { pool: self.pool.clone(), migrations: self.migrations }
+    }
+}
+
 impl<DB> Reads<DB>
 where
     DB: Database,

@@ -101,10 +101,10 @@ pub struct WriterTask {
 impl WriterTask {
     /// Starts the writer on a thread of its own, over an adapter's committer, with the sequence number
     /// of the newest committed event.
-    pub(super) fn spawn<C: Committer>(
+    pub(super) fn spawn<C: Committer, P: Publisher>(
         committer: C,
         rx: mpsc::Receiver<Msg>,
-        feed: Feed,
+        feed: P,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<WriterTask> {
         // The writer has a thread of its own. As one task among hundreds of socket tasks it waited in the
@@ -139,7 +139,12 @@ pub(super) trait Committer: Send + 'static {
     fn close(self) -> impl Future<Output = ()>;
 }
 
-async fn run<C: Committer>(mut committer: C, mut rx: mpsc::Receiver<Msg>, feed: Feed, metrics: Arc<Metrics>) {
+async fn run<C: Committer, P: Publisher>(
+    mut committer: C,
+    mut rx: mpsc::Receiver<Msg>,
+    feed: P,
+    metrics: Arc<Metrics>,
+) {
     let mut batch: Vec<(Unit, Reply)> = Vec::new();
     let mut stopping = false;
     while !stopping {
@@ -166,11 +171,11 @@ async fn run<C: Committer>(mut committer: C, mut rx: mpsc::Receiver<Msg>, feed: 
     committer.close().await;
 }
 
-async fn commit_batch<C: Committer>(committer: &mut C, batch: &mut Vec<(Unit, Reply)>, feed: &Feed) {
+async fn commit_batch<C: Committer, P: Publisher>(committer: &mut C, batch: &mut Vec<(Unit, Reply)>, feed: &P) {
     let units: Vec<&Unit> = batch.iter().map(|(u, _)| u).collect();
     match committer.commit(&units).await {
         Ok((results, committed)) => {
-            publish(feed, &units, &committed);
+            feed.publish(&units, &committed);
             for ((_, reply), result) in batch.drain(..).zip(results) {
                 let _ = reply.send(result);
             }
@@ -180,7 +185,7 @@ async fn commit_batch<C: Committer>(committer: &mut C, batch: &mut Vec<(Unit, Re
             for (unit, reply) in batch.drain(..) {
                 let result = match committer.commit(&[&unit]).await {
                     Ok((mut r, committed)) => {
-                        publish(feed, &[&unit], &committed);
+                        feed.publish(&[&unit], &committed);
                         r.pop().unwrap_or(Ok(Vec::new()))
                     }
                     Err(e) => Err(StoreError::Db(e)),
@@ -215,24 +220,50 @@ pub(super) struct Committed {
     pub(super) received_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// Where the writer hands what it committed: straight to the feed (SQLite: it is the only writer), or to
+/// a task that orders it among other writers' events (PostgreSQL).
+pub(super) trait Publisher: Send + 'static {
+    fn publish(&self, units: &[&Unit], committed: &Committed);
+}
+
 /// Publishes committed events. The newest sequence is stored *before* looking for followers, and
 /// followers subscribe *before* reading it, so one that subscribed too late for this batch starts after
 /// it: nobody misses an event, and nobody pays for building them when nobody follows.
-fn publish(feed: &Feed, units: &[&Unit], committed: &Committed) {
-    let Some((last, ..)) = committed.events.last() else { return };
-    feed.committed.store(*last, Ordering::SeqCst);
-    if feed.tx.receiver_count() == 0 {
-        return;
-    }
-    for (seq, unit, change, encoding) in &committed.events {
-        if let Change::AppendEvent(ev) = &units[*unit].changes[*change] {
-            // The tree was dropped in `Unit::new` (off the writer); only followers need it back.
-            let mut envelope = ev.envelope();
-            envelope.data = serde_json::from_str(&units[*unit].encoded[*encoding].0).ok();
-            let event = StoredEvent { seq: *seq, envelope, received_at: committed.received_at };
-            // A follower that left meanwhile is not an error: the log is in the database.
-            let _ = feed.tx.send(Arc::new(event));
+impl Publisher for Feed {
+    fn publish(&self, units: &[&Unit], committed: &Committed) {
+        let Some(last) = committed.last_seq() else { return };
+        self.committed.store(last, Ordering::SeqCst);
+        if self.tx.receiver_count() == 0 {
+            return;
         }
+        for event in committed.events(units) {
+            // A follower that left meanwhile is not an error: the log is in the database.
+            let _ = self.tx.send(Arc::new(event));
+        }
+    }
+}
+
+impl Committed {
+    /// The sequence numbers committed, first and last.
+    pub(super) fn range(&self) -> Option<(i64, i64)> {
+        Some((self.events.first()?.0, self.events.last()?.0))
+    }
+
+    fn last_seq(&self) -> Option<i64> {
+        self.events.last().map(|e| e.0)
+    }
+
+    /// The committed events, rebuilt from their units.
+    pub(super) fn events<'u>(&'u self, units: &'u [&'u Unit]) -> impl Iterator<Item = StoredEvent> + 'u {
+        self.events.iter().filter_map(move |(seq, unit, change, encoding)| match &units[*unit].changes[*change] {
+            Change::AppendEvent(ev) => {
+                // The tree was dropped in `Unit::new` (off the writer); only followers need it back.
+                let mut envelope = ev.envelope();
+                envelope.data = serde_json::from_str(&units[*unit].encoded[*encoding].0).ok();
+                Some(StoredEvent { seq: *seq, envelope, received_at: self.received_at })
+            }
+            _ => None,
+        })
     }
 }
 

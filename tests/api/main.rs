@@ -42,6 +42,7 @@ mod runtimes;
 mod sandbox;
 mod schema;
 mod scripted_runtime;
+mod shared_log;
 mod socket;
 mod storage_contract;
 mod takeover;

@@ -111,7 +111,8 @@ struct PgHarness {
 
 impl PgHarness {
     async fn open(db: TestDatabase) -> PgHarness {
-        let (store, writer) = postgres::open(&db.url, 1024, Default::default()).await.unwrap();
+        let (store, writer) =
+            postgres::open(&db.url, postgres::Claim::Exclusive, 1024, Default::default()).await.unwrap();
         PgHarness { store, writer, db }
     }
 }

@@ -52,6 +52,12 @@ async fn apply(conn: &mut PgConnection, units: &[&Unit]) -> Result<Applied, sqlx
     }
     if next_seq != last + 1 {
         sqlx::query("UPDATE event_sequence SET last = $1").bind(next_seq - 1).execute(&mut *conn).await?;
+        // Delivered at commit: other processes following the log read up to here (see `tail`).
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(super::tail::CHANNEL)
+            .bind((next_seq - 1).to_string())
+            .execute(&mut *conn)
+            .await?;
     }
     sqlx::query("COMMIT").execute(&mut *conn).await?;
     Ok((results, gathered.committed(now)))

@@ -7,11 +7,15 @@
 //! - the event sequence is taken under a row lock held until commit (`event_sequence`), so numbers
 //!   commit in the order they were taken, whoever takes them;
 //! - migrations are applied under an advisory lock, so that several starting processes apply each once;
-//! - one `serve` at a time writes: the writer's session holds an advisory lock for as long as it lives
-//!   (PostgreSQL drops it with the session, so a killed `serve` leaves no stale claim). A second `serve`
-//!   on the same database is refused at start, as a second one on the same data directory is.
+//! - one `serve` at a time writes ([`Claim::Exclusive`]): the writer's session holds an advisory lock
+//!   for as long as it lives (PostgreSQL drops it with the session, so a killed `serve` leaves no stale
+//!   claim). A second `serve` on the same database is refused at start, as a second one on the same
+//!   data directory is: the services keep state in memory that only one process may decide from;
+//! - the feed follows the log, not only this writer ([`tail`]): several stores on one database
+//!   ([`Claim::Shared`]) each publish every event, in order.
 
 mod commit;
+mod tail;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -34,9 +38,18 @@ const MIGRATION_LOCK: (i32, i32) = (0x6169_7767, 2);
 /// Read connections: the dashboard and listings read while executors stream.
 const READ_CONNECTIONS: u32 = 8;
 
-/// Opens the database at `url`, applies migrations, claims it for this `serve`, starts the writer.
+/// Whether this store is the only one that writes to its database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Refuse to open while another exclusive store has the database, and keep others off (`serve`).
+    Exclusive,
+    /// Write beside other stores (their commits interleave; sequence numbers stay in commit order).
+    Shared,
+}
+
+/// Opens the database at `url`, applies migrations, claims it as asked, starts the writer and the feed.
 /// `feed_capacity` is how far a feed subscriber may fall behind before it is told it lagged.
-pub async fn open(url: &str, feed_capacity: usize, metrics: Arc<Metrics>) -> Result<(Store, WriterTask)> {
+pub async fn open(url: &str, claim: Claim, feed_capacity: usize, metrics: Arc<Metrics>) -> Result<(Store, WriterTask)> {
     // The process id in the session's name lets a refused second `serve` name the one that holds the
     // database, as the data directory's claim does.
     let options = PgConnectOptions::from_str(url)?
@@ -44,8 +57,11 @@ pub async fn open(url: &str, feed_capacity: usize, metrics: Arc<Metrics>) -> Res
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1))
         .disable_statement_logging();
     let mut conn = options.connect().await?;
-    claim(&mut conn).await?;
+    if claim == Claim::Exclusive {
+        take(&mut conn).await?;
+    }
     migrate(&mut conn).await?;
+    let writer_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await?;
     let last_seq: i64 = sqlx::query_scalar("SELECT last FROM event_sequence").fetch_one(&mut conn).await?;
     let pool = PgPoolOptions::new()
         .max_connections(READ_CONNECTIONS)
@@ -55,13 +71,14 @@ pub async fn open(url: &str, feed_capacity: usize, metrics: Arc<Metrics>) -> Res
         .await?;
     let (tx, rx) = mpsc::channel(writer::QUEUE);
     let feed = Feed::new(feed_capacity, last_seq);
-    let task = WriterTask::spawn(commit::PgCommitter { conn }, rx, feed.clone(), metrics).map_err(sqlx::Error::Io)?;
     let reads = Reads { pool, migrations: super::migrate::POSTGRES };
+    let tail = tail::start(reads.clone(), feed.clone(), writer_pid.unsigned_abs(), claim == Claim::Shared);
+    let task = WriterTask::spawn(commit::PgCommitter { conn }, rx, tail, metrics).map_err(sqlx::Error::Io)?;
     Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task))
 }
 
-/// Takes the database for this `serve` on the writer's session, or says who holds it.
-async fn claim(conn: &mut PgConnection) -> Result<()> {
+/// Takes the database for this store on the writer's session, or says who holds it.
+async fn take(conn: &mut PgConnection) -> Result<()> {
     let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
         .bind(SERVE_LOCK.0)
         .bind(SERVE_LOCK.1)

@@ -1,0 +1,109 @@
+//! One event log written by several stores at once (PostgreSQL, [`Claim::Shared`]): what replicas of
+//! `serve` will stand on. Sequence numbers taken inside concurrent transactions must not commit out of
+//! order: a reader that has seen 42 must never later find 41. Each store's feed must publish every
+//! event of the log, its own and the others', in order and with no gap.
+
+use std::time::Duration;
+
+use aiwg_serve::store::postgres::{self, Claim};
+use aiwg_serve::store::{Change, NewEvent, Store};
+use serde_json::json;
+
+use crate::support::postgres::{backend_is_postgres, TestDatabase};
+use crate::support::WAIT;
+
+const STORES: usize = 3;
+const WRITERS_PER_STORE: usize = 4;
+const UNITS_PER_WRITER: usize = 60;
+
+fn event(writer: usize, unit: usize, n: usize) -> Change {
+    Change::AppendEvent(NewEvent {
+        event: "executor.heartbeat".into(),
+        executor_id: format!("e-{writer}"),
+        mission_id: None,
+        ts: "2026-01-01T00:00:00.000Z".into(),
+        data: json!({"writer": writer, "unit": unit, "n": n}),
+        raw: None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_sharing_a_database_commit_one_gap_free_log() {
+    if !backend_is_postgres() {
+        return; // SQLite has one writer by construction (the data directory's claim).
+    }
+    let Some(db) = TestDatabase::create().await else { return };
+    let mut stores: Vec<(Store, _)> = Vec::new();
+    for _ in 0..STORES {
+        stores.push(postgres::open(&db.url, Claim::Shared, 100_000, Default::default()).await.unwrap());
+    }
+    let mut feeds: Vec<_> = stores.iter().map(|(s, _)| s.subscribe()).collect();
+
+    // Writers on every store at once, units of one to three events.
+    let mut writers = Vec::new();
+    for (s, (store, _)) in stores.iter().enumerate() {
+        for w in 0..WRITERS_PER_STORE {
+            let store = store.clone();
+            let writer = s * WRITERS_PER_STORE + w;
+            writers.push(tokio::spawn(async move {
+                let mut taken = Vec::new();
+                for unit in 0..UNITS_PER_WRITER {
+                    let changes = (0..1 + unit % 3).map(|n| event(writer, unit, n)).collect();
+                    let seqs = store.commit(changes).await.expect("commit");
+                    assert!(seqs.windows(2).all(|p| p[1] == p[0] + 1), "a unit's events are consecutive: {seqs:?}");
+                    taken.extend(seqs);
+                }
+                taken
+            }));
+        }
+    }
+    let total: usize = (0..UNITS_PER_WRITER).map(|u| 1 + u % 3).sum::<usize>() * STORES * WRITERS_PER_STORE;
+
+    // A reader polling the log while it grows, from another store: every page continues the last.
+    let reader = stores[0].0.clone();
+    let polled = tokio::spawn(async move {
+        let (mut seen, mut pages) = (0i64, 0);
+        while seen < total as i64 {
+            let page = reader.events_after(seen, None, None, 50).await.unwrap();
+            for e in &page {
+                assert_eq!(e.seq, seen + 1, "after {seen} the log showed {}: a later number committed first", e.seq);
+                seen = e.seq;
+            }
+            pages += 1;
+        }
+        pages
+    });
+
+    let mut taken: Vec<i64> = Vec::new();
+    for w in writers {
+        taken.extend(w.await.unwrap());
+    }
+    taken.sort_unstable();
+    assert_eq!(taken, (1..=total as i64).collect::<Vec<_>>(), "every number taken once, none skipped");
+    let pages = tokio::time::timeout(WAIT, polled).await.expect("the reader reaches the end").unwrap();
+    assert!(pages > 1, "the reader read while the log grew");
+
+    // Every store's feed publishes the whole log in order, its own events and the others'.
+    for (i, feed) in feeds.iter_mut().enumerate() {
+        for seq in 1..=total as i64 {
+            let e = tokio::time::timeout(WAIT, feed.recv()).await.expect("published").expect("not lagged");
+            assert_eq!(e.seq, seq, "store {i} published {} where {seq} was next", e.seq);
+        }
+    }
+    for (store, _) in &stores {
+        assert_eq!(store.last_seq(), total as i64);
+    }
+
+    // A store opened later starts at the end of the log, and follows what the others commit.
+    let (late, _late_writer) = postgres::open(&db.url, Claim::Shared, 1024, Default::default()).await.unwrap();
+    assert_eq!(late.last_seq(), total as i64);
+    let mut late_feed = late.subscribe();
+    stores[1].0.commit(vec![event(99, 0, 0)]).await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(5), late_feed.recv()).await.expect("announced").unwrap();
+    assert_eq!(e.seq, total as i64 + 1);
+    assert_eq!(e.envelope.executor_id, "e-99");
+    for (store, writer) in stores.into_iter().chain([(late, _late_writer)]) {
+        store.close().await;
+        writer.finished().await;
+    }
+}
