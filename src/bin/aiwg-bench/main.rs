@@ -36,6 +36,10 @@ struct Args {
     /// Run only workloads whose name contains this
     #[arg(long)]
     only: Option<String>,
+    /// Also run ingestion and kill -9 with serve on PostgreSQL (workloads ingest-pg and kill-pg), in
+    /// databases the run creates on this server and drops: postgres://user@host:port/db
+    #[arg(long)]
+    database_url: Option<String>,
 }
 
 /// How big each workload is.
@@ -230,6 +234,14 @@ async fn main() -> ExitCode {
     }
     if wanted("kill") {
         rows.extend(workloads::kill9(dir.path(), &scale, &mut failures).await);
+    }
+    if let Some(url) = &args.database_url {
+        if wanted("ingest-pg") {
+            rows.extend(workloads::ingestion_pg(dir.path(), &scale, url, &mut failures).await);
+        }
+        if wanted("kill-pg") {
+            rows.extend(workloads::kill9_pg(dir.path(), &scale, url, &mut failures).await);
+        }
     }
     if wanted("dispatch") {
         rows.extend(workloads::dispatch(dir.path(), &scale).await);

@@ -4,23 +4,41 @@
 //! end of the sequence. The row lock is released by the commit, after the commit is visible, so a
 //! reader never sees an event before the ones numbered below it.
 
-use sqlx::postgres::PgConnection;
-use sqlx::Postgres;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions, Postgres};
 
 use crate::store::script::Script;
 use crate::store::writer::{Applied, Committer, Gathered, Statements, Unit};
 use crate::store::{Change, Mission};
 
 pub(super) struct PgCommitter {
-    /// The writer's session, which also holds this `serve`'s claim on the database.
-    pub(super) conn: PgConnection,
+    pub(super) options: PgConnectOptions,
+    /// The writer's session, opened on the writer's runtime ([`Committer::prepare`]).
+    pub(super) conn: Option<PgConnection>,
+    /// Its backend's process id, for the feed to tell this writer's notifications from others'.
+    pub(super) pid: Arc<AtomicU32>,
+    /// The session that holds this store's claim on the database (and applied the migrations): kept
+    /// open, idle, for as long as the writer lives.
+    pub(super) claim: PgConnection,
 }
 
 impl Committer for PgCommitter {
+    async fn prepare(&mut self) -> Result<(), sqlx::Error> {
+        let mut conn = self.options.connect().await?;
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await?;
+        self.pid.store(pid.unsigned_abs(), Ordering::Release);
+        self.conn = Some(conn);
+        Ok(())
+    }
+
     async fn commit(&mut self, units: &[&Unit]) -> Result<Applied, sqlx::Error> {
-        let outcome = apply(&mut self.conn, units).await;
+        let conn = self.conn.as_mut().expect("prepared before the first batch");
+        let outcome = apply(conn, units).await;
         if outcome.is_err() {
-            if let Err(e) = sqlx::query("ROLLBACK").execute(&mut self.conn).await {
+            if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
                 tracing::debug!(error = %e, "rollback after a failed batch");
             }
         }
@@ -30,8 +48,10 @@ impl Committer for PgCommitter {
     async fn between_batches(&mut self) {}
 
     async fn close(self) {
-        if let Err(e) = sqlx::Connection::close(self.conn).await {
-            tracing::warn!(error = %e, "closing the writer connection");
+        for conn in self.conn.into_iter().chain([self.claim]) {
+            if let Err(e) = sqlx::Connection::close(conn).await {
+                tracing::warn!(error = %e, "closing a writer connection");
+            }
         }
     }
 }

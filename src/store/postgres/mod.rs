@@ -7,8 +7,8 @@
 //! - the event sequence is taken under a row lock held until commit (`event_sequence`), so numbers
 //!   commit in the order they were taken, whoever takes them;
 //! - migrations are applied under an advisory lock, so that several starting processes apply each once;
-//! - one `serve` at a time writes ([`Claim::Exclusive`]): the writer's session holds an advisory lock
-//!   for as long as it lives (PostgreSQL drops it with the session, so a killed `serve` leaves no stale
+//! - one `serve` at a time writes ([`Claim::Exclusive`]): a session the writer keeps holds an advisory
+//!   lock for as long as it lives (PostgreSQL drops it with the session, so a killed `serve` leaves no stale
 //!   claim). A second `serve` on the same database is refused at start, as a second one on the same
 //!   data directory is: the services keep state in memory that only one process may decide from;
 //! - the feed follows the log, not only this writer ([`tail`]): several stores on one database
@@ -18,6 +18,7 @@ mod commit;
 mod tail;
 
 use std::str::FromStr;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,19 +62,20 @@ pub async fn open(url: &str, claim: Claim, feed_capacity: usize, metrics: Arc<Me
         take(&mut conn).await?;
     }
     migrate(&mut conn).await?;
-    let writer_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await?;
     let last_seq: i64 = sqlx::query_scalar("SELECT last FROM event_sequence").fetch_one(&mut conn).await?;
     let pool = PgPoolOptions::new()
         .max_connections(READ_CONNECTIONS)
         .min_connections(1)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options)
+        .connect_with(options.clone())
         .await?;
     let (tx, rx) = mpsc::channel(writer::QUEUE);
     let feed = Feed::new(feed_capacity, last_seq);
     let reads = Reads { pool, migrations: super::migrate::POSTGRES };
-    let tail = tail::start(reads.clone(), feed.clone(), writer_pid.unsigned_abs(), claim == Claim::Shared);
-    let task = WriterTask::spawn(commit::PgCommitter { conn }, rx, tail, metrics).map_err(sqlx::Error::Io)?;
+    let writer_pid = Arc::new(AtomicU32::new(0));
+    let tail = tail::start(reads.clone(), feed.clone(), writer_pid.clone(), claim == Claim::Shared);
+    let committer = commit::PgCommitter { options, conn: None, pid: writer_pid, claim: conn };
+    let task = WriterTask::spawn(committer, rx, tail, metrics).await?;
     Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task))
 }
 

@@ -15,7 +15,7 @@
 //! of its own batch before it answers the batch's units, as SQLite's does: once a commit has returned,
 //! `last_seq` covers it (and the earlier events of other writers, which committed before it).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,10 +60,10 @@ impl Publisher for Tail {
     }
 }
 
-/// Starts the task; the writer, whose session is `writer_pid`, publishes into the returned [`Tail`].
+/// Starts the task; the writer, whose session's backend is `writer_pid` once it runs, publishes into the returned [`Tail`].
 /// With `others` the task also follows other writers' commits; without, this writer is the only one,
 /// and only its batches are published. The task ends when the writer does.
-pub(super) fn start(reads: Reads<sqlx::Postgres>, feed: Feed, writer_pid: u32, others: bool) -> Tail {
+pub(super) fn start(reads: Reads<sqlx::Postgres>, feed: Feed, writer_pid: Arc<AtomicU32>, others: bool) -> Tail {
     let (inbox, rx) = mpsc::unbounded_channel();
     tokio::spawn(follow(reads, feed.clone(), rx, writer_pid, others));
     Tail { inbox, feed }
@@ -73,7 +73,7 @@ async fn follow(
     reads: Reads<sqlx::Postgres>,
     feed: Feed,
     mut inbox: mpsc::UnboundedReceiver<Local>,
-    writer_pid: u32,
+    writer_pid: Arc<AtomicU32>,
     others: bool,
 ) {
     let mut listener = match others {
@@ -89,7 +89,7 @@ async fn follow(
                 Some(local) => on_local(&reads, &feed, &mut sent, local).await,
                 None => return,
             },
-            announced = notification(&mut listener, writer_pid) => match announced {
+            announced = notification(&mut listener, &writer_pid) => match announced {
                 Some(last) => publish_to(&reads, &feed, &mut sent, last, None).await,
                 None => {
                     // The listener failed: poll until it is back.
@@ -199,11 +199,11 @@ async fn listen(pool: &PgPool) -> Option<PgListener> {
 /// The end of the log another writer announced (this one's own commits arrive through the inbox, with
 /// their events); `None` when the listener failed (or there is none, which never resolves: the poll
 /// takes over).
-async fn notification(listener: &mut Option<PgListener>, writer_pid: u32) -> Option<i64> {
+async fn notification(listener: &mut Option<PgListener>, writer_pid: &AtomicU32) -> Option<i64> {
     let Some(l) = listener else { return std::future::pending().await };
     loop {
         match l.try_recv().await {
-            Ok(Some(n)) if n.process_id() == writer_pid => continue,
+            Ok(Some(n)) if n.process_id() == writer_pid.load(Ordering::Acquire) => continue,
             Ok(Some(n)) => match n.payload().parse() {
                 Ok(last) => return Some(last),
                 Err(_) => continue,

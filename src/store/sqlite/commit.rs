@@ -22,6 +22,11 @@ pub(super) struct SqliteCommitter {
 }
 
 impl Committer for SqliteCommitter {
+    /// SQLite's connection runs on a thread of its own, not on tokio's I/O: opened at start is fine.
+    async fn prepare(&mut self) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
     async fn commit(&mut self, units: &[&Unit]) -> Result<Applied, sqlx::Error> {
         let first_seq = self.next_seq;
         let outcome = apply(&mut self.conn, units, &mut self.next_seq).await;

@@ -66,7 +66,7 @@ pub async fn open(
     let (tx, rx) = mpsc::channel(writer::QUEUE);
     let feed = Feed::new(feed_capacity, last_seq);
     let committer = commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled };
-    let task = WriterTask::spawn(committer, rx, feed.clone(), metrics).map_err(sqlx::Error::Io)?;
+    let task = WriterTask::spawn(committer, rx, feed.clone(), metrics).await?;
     let reads = Reads { pool, migrations: super::migrate::SQLITE };
     Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task))
 }

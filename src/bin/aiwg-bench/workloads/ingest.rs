@@ -55,7 +55,7 @@ pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) ->
 
 /// The peak: every executor streams its events with up to 256 unacknowledged; events acknowledged per
 /// second, and their sequence numbers.
-async fn peak_rate(serve: &Serve, rest: &RestPeer, client: &Client, scale: &Scale) -> (f64, Vec<i64>) {
+pub(super) async fn peak_rate(serve: &Serve, rest: &RestPeer, client: &Client, scale: &Scale) -> (f64, Vec<i64>) {
     let mut streams = Vec::new();
     for i in 0..scale.ingest_executors {
         streams.push(with_mission(serve, rest, client, i).await);
@@ -78,7 +78,7 @@ async fn peak_rate(serve: &Serve, rest: &RestPeer, client: &Client, scale: &Scal
 }
 
 /// Half the peak, paced (open loop), for the commit latency; the sequence numbers acknowledged.
-async fn paced_latency(
+pub(super) async fn paced_latency(
     serve: &Serve,
     rest: &RestPeer,
     client: &Client,
@@ -158,7 +158,25 @@ async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize, streams: usize)
 /// `kill -9` during ingestion: after a restart every acknowledged event is in the store.
 pub async fn kill9(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec<Row> {
     let data = dir.join("kill9");
-    let serve = Serve::start(&data, &[]);
+    let acked = stream_until_killed(Serve::start(&data, &[]), scale).await;
+    let restarted = Serve::start(&data, &[]);
+    let db = restarted.data_dir.join("aiwg-serve.db");
+    restarted.stop();
+    let mut conn = open(&db).await;
+    let stored: Vec<i64> = sqlx::query_scalar("SELECT seq FROM events").fetch_all(&mut conn).await.unwrap();
+    let stored: HashSet<i64> = stored.into_iter().collect();
+    let missing = acked.iter().filter(|s| !stored.contains(s)).count();
+    if missing > 0 || acked.is_empty() {
+        failures.push(format!("kill -9: {missing} of {} acknowledged events missing after restart", acked.len()));
+    }
+    vec![Row::new("kill -9: acknowledged events missing", missing as f64, "events")
+        .target_below(0.5)
+        .note(format!("of {} acked", acked.len()))]
+}
+
+/// Executors stream progress, each waiting for its acknowledgement, until serve is killed (`kill -9`)
+/// after `scale.kill_after`: the sequence numbers acknowledged.
+pub(super) async fn stream_until_killed(serve: Serve, scale: &Scale) -> Vec<i64> {
     let rest = RestPeer::start().await;
     let client = serve.client();
     let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -193,17 +211,5 @@ pub async fn kill9(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec
         let _ = t.await;
     }
     let acked = acked.lock().unwrap().clone();
-    let restarted = Serve::start(&data, &[]);
-    let db = restarted.data_dir.join("aiwg-serve.db");
-    restarted.stop();
-    let mut conn = open(&db).await;
-    let stored: Vec<i64> = sqlx::query_scalar("SELECT seq FROM events").fetch_all(&mut conn).await.unwrap();
-    let stored: HashSet<i64> = stored.into_iter().collect();
-    let missing = acked.iter().filter(|s| !stored.contains(s)).count();
-    if missing > 0 || acked.is_empty() {
-        failures.push(format!("kill -9: {missing} of {} acknowledged events missing after restart", acked.len()));
-    }
-    vec![Row::new("kill -9: acknowledged events missing", missing as f64, "events")
-        .target_below(0.5)
-        .note(format!("of {} acked", acked.len()))]
+    acked
 }

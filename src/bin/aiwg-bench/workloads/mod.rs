@@ -8,6 +8,7 @@ mod fleet;
 mod hitl;
 mod ingest;
 mod polling;
+mod postgres;
 mod runtimes;
 
 use std::path::Path;
@@ -24,6 +25,7 @@ pub use fleet::{cold_start, idle_fleet, reconnect_storm};
 pub use hitl::hitl_round_trip;
 pub use ingest::{ingestion, kill9};
 pub use polling::polling;
+pub use postgres::{ingestion_pg, kill9_pg};
 pub use runtimes::runtime_missions;
 
 use crate::peers::{self, Peer, RestPeer, Serve};

@@ -1,0 +1,149 @@
+//! Ingestion and `kill -9` with serve on PostgreSQL (`--database-url`), beside raw multi-row and
+//! single-row inserts of the same rows into the same schema on the same server, in the same run.
+//! Each workload runs in a database of its own, created on the given server and dropped at the end.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Instant;
+
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder};
+
+use super::ingest::{paced_latency, peak_rate, stream_until_killed};
+use super::mission_id;
+use crate::peers::{RestPeer, Serve};
+use crate::{Row, Scale};
+
+/// A database of the run's own on the server `admin` names, dropped with this value.
+struct BenchDatabase {
+    admin: PgConnectOptions,
+    name: String,
+    url: String,
+}
+
+impl BenchDatabase {
+    async fn create(admin_url: &str) -> BenchDatabase {
+        let admin = PgConnectOptions::from_str(admin_url).expect("--database-url is a postgres:// URL");
+        let mut conn = admin.connect().await.expect("connect to --database-url");
+        let name = format!("aiwg_bench_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create bench database");
+        let url =
+            admin_url.rsplit_once('/').map(|(server, _)| format!("{server}/{name}")).expect("URL names a database");
+        BenchDatabase { admin, name, url }
+    }
+
+    async fn connect(&self) -> PgConnection {
+        self.admin.clone().database(&self.name).connect().await.expect("connect to bench database")
+    }
+
+    async fn drop_now(self) {
+        let mut conn = self.admin.connect().await.expect("connect to --database-url");
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&mut conn).await;
+    }
+
+    fn serve(&self, dir: &Path) -> Serve {
+        Serve::start(dir, &[("AIWG_SERVE_STORE_DATABASE_URL", self.url.as_str())])
+    }
+}
+
+pub async fn ingestion_pg(dir: &Path, scale: &Scale, admin_url: &str, failures: &mut Vec<String>) -> Vec<Row> {
+    let db = BenchDatabase::create(admin_url).await;
+    let serve = db.serve(&dir.join("ingest-pg"));
+    let rest = RestPeer::start().await;
+    let client = serve.client();
+    let (rate, mut seqs) = peak_rate(&serve, &rest, &client, scale).await;
+    let (latency, paced) = paced_latency(&serve, &rest, &client, scale, rate).await;
+    seqs.extend(paced);
+    serve.stop();
+    let mut conn = db.connect().await;
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event = 'mission.progress'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap_or(-1);
+    conn.close().await.ok();
+    db.drop_now().await;
+    if stored != seqs.len() as i64 {
+        failures.push(format!("ingestion on PostgreSQL: {} events acknowledged but {stored} stored", seqs.len()));
+    }
+    if seqs.iter().copied().collect::<HashSet<i64>>().len() != seqs.len() {
+        failures.push("ingestion on PostgreSQL: a sequence number was acknowledged twice".into());
+    }
+
+    let rows = seqs.len().min(scale.baseline_rows);
+    let streams = scale.ingest_executors;
+    let batched = raw_insert_rate(admin_url, rows, 1000, streams).await;
+    let single = raw_insert_rate(admin_url, rows.min(scale.single_row_rows), 1, streams).await;
+    vec![
+        Row::new("PostgreSQL ingestion, durable events/s", rate, "ev/s")
+            .baseline("raw PostgreSQL 1000 rows/txn", batched)
+            .target_ratio(0.5),
+        Row::new("PostgreSQL ingestion vs single-row commits", rate, "ev/s")
+            .baseline("raw PostgreSQL 1 row/txn", single)
+            .target_ratio(5.0),
+        Row::new("PostgreSQL commit latency p99 at half peak", latency.quantile(0.99) as f64 / 1e3, "ms")
+            .target_below(20.0),
+        Row::new("PostgreSQL commit latency p50 at half peak", latency.quantile(0.5) as f64 / 1e3, "ms"),
+    ]
+}
+
+/// The limit: the same rows into the same table (PostgreSQL's schema and indexes) with raw sqlx,
+/// `per_txn` rows per transaction, interleaving `streams` executors and missions as the workload does.
+async fn raw_insert_rate(admin_url: &str, rows: usize, per_txn: usize, streams: usize) -> f64 {
+    let db = BenchDatabase::create(admin_url).await;
+    let mut conn = db.connect().await;
+    sqlx::raw_sql(include_str!("../../../../migrations/postgres/0001_init.sql")).execute(&mut conn).await.unwrap();
+    let ids: Vec<(String, String)> =
+        (0..streams.max(1)).map(|i| (uuid::Uuid::new_v4().to_string(), mission_id(i))).collect();
+    // Built before the clock starts: the baseline is PostgreSQL's time, not JSON's.
+    let data: Vec<String> = (0..=rows)
+        .map(|seq| json!({"iteration": seq / ids.len(), "summary": "benchmark progress line of a typical length"}))
+        .map(|d| d.to_string())
+        .collect();
+    let began = Instant::now();
+    let mut seq = 1i64;
+    while (seq as usize) <= rows {
+        let n = per_txn.min(rows + 1 - seq as usize);
+        let mut tx = conn.begin().await.unwrap();
+        let mut q: QueryBuilder<Postgres> =
+            QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
+        q.push_values(seq..seq + n as i64, |mut b, s| {
+            let (executor, mission) = &ids[s as usize % ids.len()];
+            b.push_bind(s)
+                .push_bind("mission.progress")
+                .push_bind(executor.as_str())
+                .push_bind(mission.as_str())
+                .push_bind("2026-01-01T00:00:00.000Z")
+                .push_bind("2026-01-01T00:00:00.000Z")
+                .push_bind(data[s as usize].as_str())
+                .push_bind(None::<String>);
+        });
+        q.build().execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+        seq += n as i64;
+    }
+    let rate = rows as f64 / began.elapsed().as_secs_f64();
+    conn.close().await.ok();
+    db.drop_now().await;
+    rate
+}
+
+/// `kill -9` of serve on PostgreSQL during ingestion: every acknowledged event is in the database.
+pub async fn kill9_pg(dir: &Path, scale: &Scale, admin_url: &str, failures: &mut Vec<String>) -> Vec<Row> {
+    let db = BenchDatabase::create(admin_url).await;
+    let serve = db.serve(&dir.join("kill9-pg"));
+    let acked = stream_until_killed(serve, scale).await;
+    let mut conn = db.connect().await;
+    let stored: Vec<i64> = sqlx::query_scalar("SELECT seq FROM events").fetch_all(&mut conn).await.unwrap();
+    conn.close().await.ok();
+    db.drop_now().await;
+    let stored: HashSet<i64> = stored.into_iter().collect();
+    let missing = acked.iter().filter(|s| !stored.contains(s)).count();
+    if missing > 0 || acked.is_empty() {
+        failures.push(format!("kill -9 on PostgreSQL: {missing} of {} acknowledged events missing", acked.len()));
+    }
+    vec![Row::new("PostgreSQL kill -9: acknowledged events missing", missing as f64, "events")
+        .target_below(0.5)
+        .note(format!("of {} acked", acked.len()))]
+}
