@@ -94,8 +94,17 @@ impl Schema {
         self.doc["$defs"].get(def).is_some()
     }
 
-    /// Validates `value` against `#/$defs/<def>`.
+    /// Validates `value` against `#/$defs/<def>`. A string (or key) holding U+0000 is refused whatever
+    /// the definition says: PostgreSQL cannot store it in text, and no field of the contract means it,
+    /// so both stores refuse it alike instead of one storing what the other fails on.
     pub fn validate(&self, def: &str, value: &Value) -> Result<(), Vec<SchemaDetail>> {
+        if let Some(instance_path) = nul_at(value) {
+            return Err(vec![SchemaDetail {
+                instance_path,
+                keyword: "nul".into(),
+                message: "a string may not contain U+0000 (NUL)".into(),
+            }]);
+        }
         let validator = self.validator(def).unwrap_or_else(|e| panic!("{e}: a programming error"));
         // The common case, a valid document, stops at the first check instead of building every error.
         if validator.is_valid(value) {
@@ -153,6 +162,22 @@ impl DataShape {
         let defaults =
             properties.iter().filter_map(|(k, p)| p.get("default").map(|d| (k.clone(), d.clone()))).collect();
         DataShape { keys: properties.keys().cloned().collect(), canonical_state, defaults }
+    }
+}
+
+/// The JSON pointer of the first string or key holding U+0000, if any.
+fn nul_at(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) if s.contains('\0') => Some(String::new()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| nul_at(v).map(|path| format!("/{i}{path}"))),
+        Value::Object(fields) => fields.iter().find_map(|(k, v)| {
+            let key = k.replace('~', "~0").replace('/', "~1");
+            match k.contains('\0') {
+                true => Some(format!("/{key}")),
+                false => nul_at(v).map(|path| format!("/{key}{path}")),
+            }
+        }),
+        _ => None,
     }
 }
 

@@ -117,7 +117,8 @@ impl FromRequestParts<Arc<App>> for SocketUpgrade {
 }
 
 /// The `{id}` segment of a route, percent-decoded. axum's own `Path` answers a segment that is not
-/// UTF-8 once decoded (`/api/v1/missions/%FF`) in plain text; this one answers `invalid_path`.
+/// UTF-8 once decoded (`/api/v1/missions/%FF`) in plain text; this one answers `invalid_path`, as it
+/// does an id holding U+0000 (`%00`), which no id means and PostgreSQL cannot store.
 pub(super) struct PathId(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for PathId {
@@ -125,6 +126,9 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
         match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) if id.contains('\0') => {
+                Err(Error::InvalidPath("the id in the path contains U+0000 (NUL)".into()))
+            }
             Ok(Path(id)) => Ok(PathId(id)),
             Err(rejection) => Err(Error::InvalidPath(format!(
                 "the id in the path is not valid: {} (ids are UTF-8, percent-encoded)",
@@ -135,13 +139,16 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
 }
 
 /// A route's query parameters. Anything that does not parse is one JSON error, `invalid_query` (400),
-/// where axum's own `Query` would answer in plain text.
+/// where axum's own `Query` would answer in plain text; so is a value holding U+0000 (`%00`).
 pub(super) struct Params<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        if parts.uri.query().is_some_and(|q| q.contains("%00")) {
+            return Err(Error::InvalidQuery("a query value contains U+0000 (NUL)".into()));
+        }
         Query::<T>::try_from_uri(&parts.uri).map(|Query(t)| Params(t)).map_err(|e| Error::InvalidQuery(e.body_text()))
     }
 }

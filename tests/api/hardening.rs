@@ -361,3 +361,39 @@ async fn a_resent_progress_event_is_stored_once() {
         page["events"].as_array().unwrap().iter().filter(|ev| ev["envelope"]["event"] == "mission.progress").count();
     assert_eq!(stored, 2);
 }
+
+/// U+0000 in any string (issue 17): PostgreSQL cannot store it in text, and no field of the contract
+/// means it, so it is refused at the edge on every backend (before, SQLite stored it and PostgreSQL
+/// failed the commit with a 500), and nothing of the refused input is stored.
+#[tokio::test]
+async fn a_nul_character_is_refused_at_the_edge_on_every_backend() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = dispatch_to(&server, &mut e).await;
+
+    // A REST body: the register payload.
+    let mut payload = e.register_payload();
+    payload["executor_id"] = json!("e-nul");
+    payload["name"] = json!("bad\u{0}name");
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
+    r.assert_error(400, "schema_violation");
+    assert_eq!(r.body["details"][0]["keyword"], "nul", "{}", r.body);
+    assert_eq!(r.body["details"][0]["instance_path"], "/name", "{}", r.body);
+    server.client.get("/api/v1/executors/e-nul").await.assert_error(404, "not_found");
+
+    // A WebSocket frame: refused, the socket stays, the mission is as it was.
+    let mut frame = ws.envelope("mission.progress", Some(&id), json!({"summary": "fine"}));
+    frame["ts"] = json!("2026-01-01T00:00:00\u{0}Z");
+    let answer = ws.send_json(&frame).await;
+    assert_eq!(answer["error"], "schema_violation", "{answer}");
+    let page = server.client.get(&format!("/api/v1/events?follow=false&mission_id={id}")).await.body;
+    let progress = page["events"].as_array().unwrap().iter().filter(|ev| ev["envelope"]["event"] == "mission.progress");
+    assert_eq!(progress.count(), 0, "nothing of the refused frame is stored: {page}");
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    assert_eq!(server.mission(&id).await["state"], "running");
+
+    // A path id and a query value.
+    server.client.get("/api/v1/missions/m%00x").await.assert_error(400, "invalid_path");
+    server.client.get("/api/v1/missions?executor_id=e%00x").await.assert_error(400, "invalid_query");
+    assert_eq!(server.client.get("/readyz").await.status, 200, "no storage fault on the way");
+}
