@@ -38,6 +38,9 @@ pub enum StoreError {
     WriterGone,
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// The connection was lost while a batch committed: it may or may not have committed.
+    #[error("the database connection was lost while committing; the outcome is unknown: {0}")]
+    Interrupted(String),
     /// The database is claimed by another `serve` (PostgreSQL; SQLite's claim is the data directory's).
     #[error("{0}")]
     InUse(String),

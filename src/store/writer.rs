@@ -147,12 +147,19 @@ pub(super) trait Committer: Send + 'static {
     /// tokio drives must be opened here, on the writer's own runtime: one opened on the main runtime
     /// and awaited from this thread made every round trip wait for the main runtime's I/O driver, and
     /// PostgreSQL ingestion ran at 600 events/s instead of 15,000 (batches of one unit).
-    fn prepare(&mut self) -> impl Future<Output = std::result::Result<(), sqlx::Error>>;
+    fn prepare(&mut self) -> impl Future<Output = Result<()>>;
 
     /// Applies the units in one transaction and commits it. The outer error is a database failure:
-    /// nothing was committed and no sequence number was taken. Inner errors are per-unit refusals
-    /// inside a committed transaction.
-    fn commit(&mut self, units: &[&Unit]) -> impl Future<Output = std::result::Result<Applied, sqlx::Error>>;
+    /// nothing was committed and no sequence number was taken, unless [`Committer::outcome_unknown`]
+    /// says the failure struck while committing. Inner errors are per-unit refusals inside a committed
+    /// transaction.
+    fn commit(&mut self, units: &[&Unit]) -> impl Future<Output = Result<Applied>>;
+
+    /// The last failed commit may have committed (its connection was lost while committing): its units
+    /// must not be retried.
+    fn outcome_unknown(&self) -> bool {
+        false
+    }
 
     /// Runs between two batches (SQLite finishes its WAL checkpoints there).
     fn between_batches(&mut self) -> impl Future<Output = ()>;
@@ -201,6 +208,13 @@ async fn commit_batch<C: Committer, P: Publisher>(committer: &mut C, batch: &mut
                 let _ = reply.send(result);
             }
         }
+        Err(e) if committer.outcome_unknown() => {
+            tracing::error!(error = %e, units = batch.len(), "batch commit interrupted; its outcome is unknown");
+            let why = e.to_string();
+            for (_, reply) in batch.drain(..) {
+                let _ = reply.send(Err(StoreError::Interrupted(why.clone())));
+            }
+        }
         Err(e) => {
             tracing::error!(error = %e, units = batch.len(), "batch commit failed; retrying unit by unit");
             for (unit, reply) in batch.drain(..) {
@@ -209,7 +223,7 @@ async fn commit_batch<C: Committer, P: Publisher>(committer: &mut C, batch: &mut
                         feed.publish(&[&unit], &committed);
                         r.pop().unwrap_or(Ok(Vec::new()))
                     }
-                    Err(e) => Err(StoreError::Db(e)),
+                    Err(e) => Err(e),
                 };
                 let _ = reply.send(result);
             }

@@ -1,8 +1,9 @@
 //! How the writer commits a batch on PostgreSQL: one transaction whose first statement locks the event
 //! sequence's row, then each statement as it comes (the extended protocol takes one per query): the
 //! mission inserts and upserts in the order they came, the event rows, the coalesced updates, the new
-//! end of the sequence. The row lock is released by the commit, after the commit is visible, so a
-//! reader never sees an event before the ones numbered below it.
+//! end of the sequence, then `COMMIT` ([`PgCommitter::commit`]). The row lock is released by the
+//! commit, after the commit is visible, so a reader never sees an event before the ones numbered below
+//! it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -10,47 +11,104 @@ use std::sync::Arc;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Postgres};
 
+use super::Claim;
 use crate::store::script::Script;
 use crate::store::writer::{Applied, Committer, Gathered, Statements, Unit};
-use crate::store::{Change, Mission};
+use crate::store::{Change, Mission, StoreError};
 
+/// The writer's side of PostgreSQL: its own session, which also holds the store's claim on the
+/// database when it is exclusive, so that only the claim's holder can write (a session that lost the
+/// claim has lost its connection too: nothing it queued can commit).
+///
+/// A session that dies under it (a PostgreSQL restart, `pg_terminate_backend`, a network cut) is
+/// opened again for the next batch, claim included. The batch it died in fails; if it died while
+/// committing, nobody can say whether the batch committed, so its units are refused as such and not
+/// retried one by one (a retry could store them twice): their producers resend, and resends of
+/// progress and terminal events are recognised.
 pub(super) struct PgCommitter {
     pub(super) options: PgConnectOptions,
-    /// The writer's session, opened on the writer's runtime ([`Committer::prepare`]).
+    pub(super) claim: Claim,
+    /// The writer's session, opened on the writer's runtime ([`Committer::prepare`]) and after a loss.
     pub(super) conn: Option<PgConnection>,
     /// Its backend's process id, for the feed to tell this writer's notifications from others'.
     pub(super) pid: Arc<AtomicU32>,
-    /// The session that holds this store's claim on the database (and applied the migrations): kept
-    /// open, idle, for as long as the writer lives.
-    pub(super) claim: PgConnection,
+    /// The last batch failed while committing, with the session lost.
+    pub(super) unknown: bool,
 }
 
-impl Committer for PgCommitter {
-    async fn prepare(&mut self) -> Result<(), sqlx::Error> {
-        let mut conn = self.options.connect().await?;
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await?;
-        self.pid.store(pid.unsigned_abs(), Ordering::Release);
-        self.conn = Some(conn);
-        Ok(())
+impl PgCommitter {
+    /// The session, opened (and the claim taken) if there is none.
+    async fn session(&mut self) -> Result<&mut PgConnection, StoreError> {
+        if self.conn.is_none() {
+            let mut conn = self.options.connect().await?;
+            if self.claim == Claim::Exclusive {
+                super::take(&mut conn).await?;
+            }
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await?;
+            self.pid.store(pid.unsigned_abs(), Ordering::Release);
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_mut().expect("just opened"))
     }
 
-    async fn commit(&mut self, units: &[&Unit]) -> Result<Applied, sqlx::Error> {
-        let conn = self.conn.as_mut().expect("prepared before the first batch");
-        let outcome = apply(conn, units).await;
-        if outcome.is_err() {
-            if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+    /// After a failed statement: a lost session is dropped (the next batch opens one), a live one rolls
+    /// back.
+    async fn recover(&mut self, e: &sqlx::Error) {
+        if lost(e) {
+            tracing::error!(error = %e, "the writer's PostgreSQL session was lost; opening another");
+            self.conn = None;
+        } else if let Some(conn) = self.conn.as_mut() {
+            if let Err(e) = sqlx::query("ROLLBACK").execute(conn).await {
                 tracing::debug!(error = %e, "rollback after a failed batch");
             }
         }
-        outcome
+    }
+}
+
+/// Whether an error means the session is gone: I/O, a broken protocol, or PostgreSQL ending it
+/// (SQLSTATE class 08, connection exception; 57, operator intervention, as `pg_terminate_backend` or a
+/// shutdown).
+fn lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("08") || c.starts_with("57")),
+        _ => false,
+    }
+}
+
+impl Committer for PgCommitter {
+    async fn prepare(&mut self) -> Result<(), StoreError> {
+        self.session().await.map(|_| ())
+    }
+
+    async fn commit(&mut self, units: &[&Unit]) -> Result<Applied, StoreError> {
+        self.unknown = false;
+        let conn = self.session().await?;
+        let applied = match apply(conn, units).await {
+            Ok(applied) => applied,
+            Err(e) => {
+                self.recover(&e).await;
+                return Err(e.into());
+            }
+        };
+        if let Err(e) = sqlx::query("COMMIT").execute(&mut *conn).await {
+            self.unknown = lost(&e);
+            self.recover(&e).await;
+            return Err(e.into());
+        }
+        Ok(applied)
+    }
+
+    fn outcome_unknown(&self) -> bool {
+        self.unknown
     }
 
     async fn between_batches(&mut self) {}
 
     async fn close(self) {
-        for conn in self.conn.into_iter().chain([self.claim]) {
+        if let Some(conn) = self.conn {
             if let Err(e) = sqlx::Connection::close(conn).await {
-                tracing::warn!(error = %e, "closing a writer connection");
+                tracing::warn!(error = %e, "closing the writer's session");
             }
         }
     }
@@ -79,7 +137,6 @@ async fn apply(conn: &mut PgConnection, units: &[&Unit]) -> Result<Applied, sqlx
             .execute(&mut *conn)
             .await?;
     }
-    sqlx::query("COMMIT").execute(&mut *conn).await?;
     Ok((results, gathered.committed(now)))
 }
 

@@ -7,9 +7,9 @@
 //! - the event sequence is taken under a row lock held until commit (`event_sequence`), so numbers
 //!   commit in the order they were taken, whoever takes them;
 //! - migrations are applied under an advisory lock, so that several starting processes apply each once;
-//! - one `serve` at a time writes ([`Claim::Exclusive`]): a session the writer keeps holds an advisory
-//!   lock for as long as it lives (PostgreSQL drops it with the session, so a killed `serve` leaves no stale
-//!   claim). A second `serve` on the same database is refused at start, as a second one on the same
+//! - one `serve` at a time writes ([`Claim::Exclusive`]): the writer's own session holds an advisory
+//!   lock for as long as it lives (PostgreSQL drops it with the session, so a killed `serve` leaves no
+//!   stale claim, and a writer whose session is gone cannot write). A second `serve` on the same database is refused at start, as a second one on the same
 //!   data directory is: the services keep state in memory that only one process may decide from;
 //! - the feed follows the log, not only this writer ([`tail`]): several stores on one database
 //!   ([`Claim::Shared`]) each publish every event, in order.
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
-use sqlx::ConnectOptions;
+use sqlx::{ConnectOptions, Connection};
 use tokio::sync::mpsc;
 
 use super::reads::Reads;
@@ -57,12 +57,12 @@ pub async fn open(url: &str, claim: Claim, feed_capacity: usize, metrics: Arc<Me
         .application_name(&format!("aiwg-serve (pid {})", std::process::id()))
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1))
         .disable_statement_logging();
+    // Migrations and the start of the log on a session of their own; the claim is the writer's (see
+    // `commit`), taken as it starts below.
     let mut conn = options.connect().await?;
-    if claim == Claim::Exclusive {
-        take(&mut conn).await?;
-    }
     migrate(&mut conn).await?;
     let last_seq: i64 = sqlx::query_scalar("SELECT last FROM event_sequence").fetch_one(&mut conn).await?;
+    conn.close().await?;
     let pool = PgPoolOptions::new()
         .max_connections(READ_CONNECTIONS)
         .min_connections(1)
@@ -74,7 +74,7 @@ pub async fn open(url: &str, claim: Claim, feed_capacity: usize, metrics: Arc<Me
     let reads = Reads { pool, migrations: super::migrate::POSTGRES };
     let writer_pid = Arc::new(AtomicU32::new(0));
     let tail = tail::start(reads.clone(), feed.clone(), writer_pid.clone(), claim == Claim::Shared);
-    let committer = commit::PgCommitter { options, conn: None, pid: writer_pid, claim: conn };
+    let committer = commit::PgCommitter { options, claim, conn: None, pid: writer_pid, unknown: false };
     let task = WriterTask::spawn(committer, rx, tail, metrics).await?;
     Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task))
 }

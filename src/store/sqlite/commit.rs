@@ -11,7 +11,7 @@ use sqlx::Sqlite;
 
 use crate::store::script::Script;
 use crate::store::writer::{Applied, Committer, Gathered, Statements, Unit};
-use crate::store::{Change, Mission};
+use crate::store::{Change, Mission, StoreError};
 
 pub(super) struct SqliteCommitter {
     pub(super) conn: SqliteConnection,
@@ -23,11 +23,11 @@ pub(super) struct SqliteCommitter {
 
 impl Committer for SqliteCommitter {
     /// SQLite's connection runs on a thread of its own, not on tokio's I/O: opened at start is fine.
-    async fn prepare(&mut self) -> Result<(), sqlx::Error> {
+    async fn prepare(&mut self) -> crate::store::Result<()> {
         Ok(())
     }
 
-    async fn commit(&mut self, units: &[&Unit]) -> Result<Applied, sqlx::Error> {
+    async fn commit(&mut self, units: &[&Unit]) -> crate::store::Result<Applied> {
         let first_seq = self.next_seq;
         let outcome = apply(&mut self.conn, units, &mut self.next_seq).await;
         if outcome.is_err() {
@@ -38,7 +38,7 @@ impl Committer for SqliteCommitter {
                 tracing::debug!(error = %e, "rollback after a failed batch");
             }
         }
-        outcome
+        outcome.map_err(StoreError::from)
     }
 
     async fn between_batches(&mut self) {

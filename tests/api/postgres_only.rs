@@ -1,7 +1,11 @@
-//! One event log written by several stores at once (PostgreSQL, [`Claim::Shared`]): what replicas of
-//! `serve` will stand on. Sequence numbers taken inside concurrent transactions must not commit out of
-//! order: a reader that has seen 42 must never later find 41. Each store's feed must publish every
-//! event of the log, its own and the others', in order and with no gap.
+//! What only the PostgreSQL store does (these tests return at once in the SQLite binary, `api`):
+//!
+//! - one event log written by several stores at once ([`Claim::Shared`]), what replicas of `serve` will
+//!   stand on. Sequence numbers taken inside concurrent transactions must not commit out of order: a
+//!   reader that has seen 42 must never later find 41. Each store's feed must publish every event of
+//!   the log, its own and the others', in order and with no gap;
+//! - a writer whose session PostgreSQL ends (a restart, `pg_terminate_backend`) opens another, takes
+//!   its claim again, and goes on, losing nothing it acknowledged.
 
 use std::time::Duration;
 
@@ -10,7 +14,7 @@ use aiwg_serve::store::{Change, NewEvent, Store};
 use serde_json::json;
 
 use crate::support::postgres::{backend_is_postgres, TestDatabase};
-use crate::support::WAIT;
+use crate::support::{dispatch_to, ScriptedExecutor, TestServer, WAIT};
 
 const STORES: usize = 3;
 const WRITERS_PER_STORE: usize = 4;
@@ -106,4 +110,60 @@ async fn writers_sharing_a_database_commit_one_gap_free_log() {
         store.close().await;
         writer.finished().await;
     }
+}
+
+#[tokio::test]
+async fn a_writer_whose_session_is_ended_opens_another_and_loses_nothing_acknowledged() {
+    let server = TestServer::start().await;
+    let Some(db) = server.database() else { return };
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = dispatch_to(&server, &mut e).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let mut admin = db.connect().await;
+    // The writer's session is the one holding serve's claim.
+    let writer: i32 = sqlx::query_scalar(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid::bigint = 1634301799",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+
+    let mut acked = Vec::new();
+    for n in 0..5 {
+        acked.push(ws.ack("mission.progress", &id, json!({"summary": format!("before {n}")})).await);
+    }
+    let ended: bool =
+        sqlx::query_scalar("SELECT pg_terminate_backend($1)").bind(writer).fetch_one(&mut admin).await.unwrap();
+    assert!(ended);
+
+    // The next frames: refused at most while the session is replaced, acknowledged after.
+    let mut refused = 0;
+    for n in 0..20 {
+        let answer =
+            ws.send_json(&ws.envelope("mission.progress", Some(&id), json!({"summary": format!("after {n}")}))).await;
+        match answer["seq"].as_i64() {
+            Some(seq) => acked.push(seq),
+            None => refused += 1,
+        }
+    }
+    assert!(refused <= 1, "only the frame in flight when the session died may be refused: {refused}");
+    assert_eq!(server.client.get("/readyz").await.status, 200);
+
+    // Every acknowledged event is in the log, and the claim was taken again by the new session.
+    let page = server.client.get(&format!("/api/v1/events?follow=false&mission_id={id}")).await.body;
+    let stored: Vec<i64> = page["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    for seq in &acked {
+        assert!(stored.contains(seq), "acknowledged {seq} is missing from {stored:?}");
+    }
+    let holder: i32 = sqlx::query_scalar(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid::bigint = 1634301799",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_ne!(holder, writer, "a new session holds the claim");
+    let mut config = server.config.clone();
+    config.server.bind = "127.0.0.1:0".parse().unwrap();
+    let refused = aiwg_serve::serve::start(config).await.err().expect("a second serve is still refused");
+    assert!(refused.to_string().contains("in use by another aiwg-serve"), "{refused}");
 }
