@@ -13,7 +13,7 @@ pub(super) type Encoded = (String, Option<String>);
 
 /// Rows per multi-row statement: 8 parameters each stays far below either database's bound-parameter
 /// limit.
-const ROWS_PER_STATEMENT: usize = 500;
+pub(super) const ROWS_PER_STATEMENT: usize = 500;
 
 /// Statements under construction, for a database that binds what the records hold.
 pub(super) struct Script<'a, DB: Database>(pub(super) QueryBuilder<'a, DB>);
@@ -203,49 +203,45 @@ where
         q.push(" WHERE mission_id = ").push_bind(id).push(";");
     }
 
-    /// The event rows, in multi-row inserts, all received at the commit time `now`.
-    pub(super) fn events(&mut self, events: &[(i64, &'a NewEvent, &'a Encoded)], now: &'a str) {
+    /// Event rows, one multi-row insert (at most [`ROWS_PER_STATEMENT`]), all received at the commit
+    /// time `now`.
+    pub(super) fn events(&mut self, rows: &[(i64, &'a NewEvent, &'a Encoded)], now: &'a str) {
         let q = &mut self.0;
-        for chunk in events.chunks(ROWS_PER_STATEMENT) {
-            q.push("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
-            q.push_values(chunk, |mut b, (seq, ev, (data, raw))| {
-                b.push_bind(*seq)
-                    .push_bind(ev.event.as_ref())
-                    .push_bind(ev.executor_id.as_str())
-                    .push_bind(ev.mission_id.as_deref())
-                    .push_bind(ev.ts.as_str())
-                    .push_bind(now)
-                    .push_bind(data.as_str())
-                    .push_bind(raw.as_deref());
-            });
-            q.push(";");
-        }
+        q.push("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
+        q.push_values(rows, |mut b, (seq, ev, (data, raw))| {
+            b.push_bind(*seq)
+                .push_bind(ev.event.as_ref())
+                .push_bind(ev.executor_id.as_str())
+                .push_bind(ev.mission_id.as_deref())
+                .push_bind(ev.ts.as_str())
+                .push_bind(now)
+                .push_bind(data.as_str())
+                .push_bind(raw.as_deref());
+        });
+        q.push(";");
     }
 
-    /// Missions whose patches only said "changed": `updated_at` becomes the commit time, in one statement
-    /// per chunk.
+    /// Missions whose patches only said "changed" (at most [`ROWS_PER_STATEMENT`]): `updated_at` becomes
+    /// the commit time, in one statement.
     pub(super) fn touches(&mut self, touched: &[&'a str], now: &'a str) {
         let q = &mut self.0;
-        for chunk in touched.chunks(ROWS_PER_STATEMENT) {
-            q.push("UPDATE missions SET updated_at = ").push_bind(now).push(" WHERE mission_id IN (");
-            let mut ids = q.separated(", ");
-            for id in chunk {
-                ids.push_bind(*id);
-            }
-            q.push(");");
+        q.push("UPDATE missions SET updated_at = ").push_bind(now).push(" WHERE mission_id IN (");
+        let mut ids = q.separated(", ");
+        for id in touched {
+            ids.push_bind(*id);
         }
+        q.push(");");
     }
 
-    /// Each executor's latest event timestamp, `(executor_id, ts)`, in one statement per chunk.
+    /// Executors' latest event timestamps, `(executor_id, ts)` (at most [`ROWS_PER_STATEMENT`]), in one
+    /// statement.
     pub(super) fn seen(&mut self, seen: &[(&'a str, &'a str)]) {
         let q = &mut self.0;
-        for chunk in seen.chunks(ROWS_PER_STATEMENT) {
-            q.push("UPDATE executors SET last_event_ts = v.column2 FROM (");
-            q.push_values(chunk, |mut b, (id, ts)| {
-                b.push_bind(*id).push_bind(*ts);
-            });
-            q.push(") AS v WHERE executors.executor_id = v.column1;");
-        }
+        q.push("UPDATE executors SET last_event_ts = v.column2 FROM (");
+        q.push_values(seen, |mut b, (id, ts)| {
+            b.push_bind(*id).push_bind(*ts);
+        });
+        q.push(") AS v WHERE executors.executor_id = v.column1;");
     }
 }
 

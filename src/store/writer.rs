@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::script::{Encoded, Script};
+use super::script::{Encoded, Script, ROWS_PER_STATEMENT};
 use crate::metrics::Metrics;
 use crate::store::{Change, CommitSlot, Mission, MissionPatch, NewEvent, Result, StoreError, StoredEvent};
 
@@ -410,16 +410,24 @@ impl<'a> Gathered<'a> {
         Option<i64>: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
         bool: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
     {
-        scripts.next().events(&self.events, now);
+        // Multi-row statements of at most ROWS_PER_STATEMENT rows each: PostgreSQL takes one statement
+        // per query, and either database bounds the parameters of one.
+        for rows in self.events.chunks(ROWS_PER_STATEMENT) {
+            scripts.next().events(rows, now);
+        }
         // Most patches only say "this mission changed" (progress): one statement for all of them.
         let (touched, patched): (Vec<&str>, Vec<&str>) =
             self.patch_order.iter().copied().partition(|id| self.patches[id].is_touch());
-        scripts.next().touches(&touched, now);
+        for ids in touched.chunks(ROWS_PER_STATEMENT) {
+            scripts.next().touches(ids, now);
+        }
         for id in patched {
             scripts.next().patch(id, &self.patches[id]);
         }
         let seen: Vec<(&str, &str)> = self.seen.iter().map(|(id, ts)| (*id, *ts)).collect();
-        scripts.next().seen(&seen);
+        for rows in seen.chunks(ROWS_PER_STATEMENT) {
+            scripts.next().seen(rows);
+        }
     }
 
     /// Where the gathered events are among the units, committed at `received_at`.

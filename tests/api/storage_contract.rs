@@ -43,6 +43,7 @@ macro_rules! storage_contract {
                 recent_progress_of_live_missions_is_their_last_sixteen,
                 a_fresh_store_misses_no_migration,
                 a_closed_store_refuses_commits,
+                a_batch_larger_than_one_statement_commits_whole,
             );
 
             #[tokio::test]
@@ -820,5 +821,44 @@ mod cases {
                 counts: store.mission_counts().await.unwrap(),
             }
         }
+    }
+
+    /// More rows than one statement takes (500 per multi-row statement) in one unit: event rows, touched
+    /// missions and executors' latest event times each span several statements. (PostgreSQL takes one
+    /// statement per query: such a batch once failed there whole, and a writer retried it unit by unit,
+    /// 2 s per 2048 units; a single unit this size failed outright.)
+    pub(super) async fn a_batch_larger_than_one_statement_commits_whole(store: Store) {
+        const EVENTS: usize = 1_234;
+        const WIDE: usize = 600;
+        let name = |prefix: &str, i: usize| format!("{prefix}{}", i % WIDE);
+        let executors: Vec<_> = (0..WIDE).map(|i| executor(&name("e", i), ts(0))).collect();
+        store.commit(executors.iter().map(put_executor).collect()).await.unwrap();
+        let mut inserts = Vec::new();
+        for i in 0..WIDE {
+            let m = mission(&name("m", i), "s1", Some(&name("e", i)), MissionState::Running);
+            inserts.push(submit(&store, vec![insert(&m)]).await);
+        }
+        for p in inserts {
+            p.await.unwrap().unwrap();
+        }
+
+        let mut unit = Vec::new();
+        for i in 0..EVENTS {
+            let (e, m) = (name("e", i), name("m", i));
+            unit.push(append(&event("mission.progress", &e, Some(&m), i as i64)));
+            unit.push(patch(&m, MissionPatch { updated_at: Some(ts(1)), ..MissionPatch::default() }));
+            unit.push(Change::ExecutorSeen { executor_id: e, ts: text(30) });
+        }
+        let answered = store.commit(unit).await.expect("one unit, committed whole");
+        assert_eq!(answered, (1..=EVENTS as i64).collect::<Vec<_>>(), "its events numbered in order");
+        let log = all_events(&store).await;
+        assert_eq!(seqs(&log), answered);
+        assert!(log.iter().all(|e| e.received_at == log[0].received_at), "one transaction, one commit time");
+        for i in 0..WIDE {
+            let m = store.mission(&name("m", i)).await.unwrap().unwrap();
+            assert!(m.updated_at > ts(1), "m{i} touched at the commit time: {}", m.updated_at);
+        }
+        let seen = store.executors().await.unwrap();
+        assert!(seen.iter().all(|e| e.last_event_ts.as_deref() == Some(text(30).as_str())), "every executor seen");
     }
 }
