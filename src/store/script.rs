@@ -18,6 +18,17 @@ pub(super) const ROWS_PER_STATEMENT: usize = 500;
 /// Statements under construction, for a database that binds what the records hold.
 pub(super) struct Script<'a, DB: Database>(pub(super) QueryBuilder<'a, DB>);
 
+impl<'a, DB: Database> Script<'a, DB> {
+    pub(super) fn new() -> Script<'a, DB> {
+        Script(QueryBuilder::new(""))
+    }
+
+    /// No statement pushed yet.
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.sql().is_empty()
+    }
+}
+
 impl<'a, DB> Script<'a, DB>
 where
     DB: Database,
@@ -30,15 +41,6 @@ where
     Option<i64>: Encode<'a, DB> + Type<DB>,
     bool: Encode<'a, DB> + Type<DB>,
 {
-    pub(super) fn new() -> Script<'a, DB> {
-        Script(QueryBuilder::new(""))
-    }
-
-    /// No statement pushed yet.
-    pub(super) fn is_empty(&self) -> bool {
-        self.0.sql().is_empty()
-    }
-
     /// An executor, sandbox or HITL request upsert; other changes are not upserts and push nothing.
     pub(super) fn push_upsert(&mut self, change: &'a Change) {
         match change {
@@ -256,18 +258,7 @@ where
 }
 
 /// A script per statement (PostgreSQL's), the empty ones to be skipped.
-impl<'a, DB> super::writer::Scripts<'a, DB> for Vec<Script<'a, DB>>
-where
-    DB: Database,
-    &'a str: Encode<'a, DB> + Type<DB>,
-    Option<&'a str>: Encode<'a, DB> + Type<DB>,
-    &'a [u8]: Encode<'a, DB> + Type<DB>,
-    String: Encode<'a, DB> + Type<DB>,
-    Option<String>: Encode<'a, DB> + Type<DB>,
-    i64: Encode<'a, DB> + Type<DB>,
-    Option<i64>: Encode<'a, DB> + Type<DB>,
-    bool: Encode<'a, DB> + Type<DB>,
-{
+impl<'a, DB: Database> super::writer::Scripts<'a, DB> for Vec<Script<'a, DB>> {
     fn next(&mut self) -> &mut Script<'a, DB> {
         self.push(Script::new());
         self.last_mut().expect("just pushed")

@@ -1,6 +1,7 @@
 //! Durable ingestion, beside raw SQLite inserts of the same rows, and `kill -9` during ingestion.
 
 use std::collections::HashSet;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,36 +124,69 @@ async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize, streams: usize)
     let _ = std::fs::remove_file(db);
     let mut conn = open(db).await;
     sqlx::raw_sql(include_str!("../../../../migrations/0001_init.sql")).execute(&mut conn).await.unwrap();
-    let ids: Vec<(String, String)> =
-        (0..streams.max(1)).map(|i| (uuid::Uuid::new_v4().to_string(), mission_id(i))).collect();
-    // Built before the clock starts: the baseline is SQLite's time, not JSON's.
-    let data: Vec<String> = (0..=rows)
-        .map(|seq| json!({"iteration": seq / ids.len(), "summary": "benchmark progress line of a typical length"}))
-        .map(|d| d.to_string())
-        .collect();
-    let began = Instant::now();
-    let mut seq = 1i64;
-    while (seq as usize) <= rows {
-        let n = per_txn.min(rows + 1 - seq as usize);
+    let raw = RawRows::new(rows, streams);
+    raw.rate(per_txn, async |seqs| {
         let mut tx = conn.begin().await.unwrap();
-        let mut q: QueryBuilder<Sqlite> =
+        raw.insert::<Sqlite>(seqs).build().execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+    })
+    .await
+}
+
+/// The rows of a raw-insert baseline: `mission.progress` rows interleaving `streams` executors and
+/// missions, their data built before the clock starts (the baseline is the database's time, not JSON's).
+pub(super) struct RawRows {
+    ids: Vec<(String, String)>,
+    data: Vec<String>,
+}
+
+impl RawRows {
+    pub(super) fn new(rows: usize, streams: usize) -> RawRows {
+        let ids: Vec<(String, String)> =
+            (0..streams.max(1)).map(|i| (uuid::Uuid::new_v4().to_string(), mission_id(i))).collect();
+        let data = (0..=rows)
+            .map(|seq| json!({"iteration": seq / ids.len(), "summary": "benchmark progress line of a typical length"}))
+            .map(|d| d.to_string())
+            .collect();
+        RawRows { ids, data }
+    }
+
+    /// One multi-row insert of the rows numbered `seqs`.
+    pub(super) fn insert<'a, DB>(&'a self, seqs: Range<i64>) -> QueryBuilder<'a, DB>
+    where
+        DB: sqlx::Database,
+        i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+        &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+        Option<String>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    {
+        let mut q =
             QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
-        q.push_values(seq..seq + n as i64, |mut b, s| {
-            let (executor, mission) = &ids[s as usize % ids.len()];
+        q.push_values(seqs, |mut b, s| {
+            let (executor, mission) = &self.ids[s as usize % self.ids.len()];
             b.push_bind(s)
                 .push_bind("mission.progress")
                 .push_bind(executor.as_str())
                 .push_bind(mission.as_str())
                 .push_bind("2026-01-01T00:00:00.000Z")
                 .push_bind("2026-01-01T00:00:00.000Z")
-                .push_bind(data[s as usize].as_str())
+                .push_bind(self.data[s as usize].as_str())
                 .push_bind(None::<String>);
         });
-        q.build().execute(&mut *tx).await.unwrap();
-        tx.commit().await.unwrap();
-        seq += n as i64;
+        q
     }
-    rows as f64 / began.elapsed().as_secs_f64()
+
+    /// Rows per second: every row, `per_txn` rows per transaction, each transaction run by `commit`.
+    pub(super) async fn rate(&self, per_txn: usize, mut commit: impl AsyncFnMut(Range<i64>)) -> f64 {
+        let rows = self.data.len() - 1;
+        let began = Instant::now();
+        let mut seq = 1i64;
+        while (seq as usize) <= rows {
+            let n = per_txn.min(rows + 1 - seq as usize) as i64;
+            commit(seq..seq + n).await;
+            seq += n;
+        }
+        rows as f64 / began.elapsed().as_secs_f64()
+    }
 }
 
 /// `kill -9` during ingestion: after a restart every acknowledged event is in the store.

@@ -5,14 +5,11 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::str::FromStr;
-use std::time::Instant;
 
-use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder};
+use sqlx::{ConnectOptions, Connection, Postgres};
 
-use super::ingest::{paced_latency, peak_rate, stream_until_killed};
-use super::mission_id;
+use super::ingest::{paced_latency, peak_rate, stream_until_killed, RawRows};
 use crate::peers::{RestPeer, Serve};
 use crate::{Row, Scale};
 
@@ -94,36 +91,14 @@ async fn raw_insert_rate(admin_url: &str, rows: usize, per_txn: usize, streams: 
     let db = BenchDatabase::create(admin_url).await;
     let mut conn = db.connect().await;
     sqlx::raw_sql(include_str!("../../../../migrations/postgres/0001_init.sql")).execute(&mut conn).await.unwrap();
-    let ids: Vec<(String, String)> =
-        (0..streams.max(1)).map(|i| (uuid::Uuid::new_v4().to_string(), mission_id(i))).collect();
-    // Built before the clock starts: the baseline is PostgreSQL's time, not JSON's.
-    let data: Vec<String> = (0..=rows)
-        .map(|seq| json!({"iteration": seq / ids.len(), "summary": "benchmark progress line of a typical length"}))
-        .map(|d| d.to_string())
-        .collect();
-    let began = Instant::now();
-    let mut seq = 1i64;
-    while (seq as usize) <= rows {
-        let n = per_txn.min(rows + 1 - seq as usize);
-        let mut tx = conn.begin().await.unwrap();
-        let mut q: QueryBuilder<Postgres> =
-            QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
-        q.push_values(seq..seq + n as i64, |mut b, s| {
-            let (executor, mission) = &ids[s as usize % ids.len()];
-            b.push_bind(s)
-                .push_bind("mission.progress")
-                .push_bind(executor.as_str())
-                .push_bind(mission.as_str())
-                .push_bind("2026-01-01T00:00:00.000Z")
-                .push_bind("2026-01-01T00:00:00.000Z")
-                .push_bind(data[s as usize].as_str())
-                .push_bind(None::<String>);
-        });
-        q.build().execute(&mut *tx).await.unwrap();
-        tx.commit().await.unwrap();
-        seq += n as i64;
-    }
-    let rate = rows as f64 / began.elapsed().as_secs_f64();
+    let raw = RawRows::new(rows, streams);
+    let rate = raw
+        .rate(per_txn, async |seqs| {
+            let mut tx = conn.begin().await.unwrap();
+            raw.insert::<Postgres>(seqs).build().execute(&mut *tx).await.unwrap();
+            tx.commit().await.unwrap();
+        })
+        .await;
     conn.close().await.ok();
     db.drop_now().await;
     rate
