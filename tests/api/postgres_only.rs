@@ -120,13 +120,7 @@ async fn a_writer_whose_session_is_ended_opens_another_and_loses_nothing_acknowl
     let id = dispatch_to(&server, &mut e).await;
     ws.ack("mission.started", &id, json!({"state": "running"})).await;
     let mut admin = db.connect().await;
-    // The writer's session is the one holding serve's claim.
-    let writer: i32 = sqlx::query_scalar(
-        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid::bigint = 1634301799",
-    )
-    .fetch_one(&mut admin)
-    .await
-    .unwrap();
+    let writer = claim_holder(&mut admin).await;
 
     let mut acked = Vec::new();
     for n in 0..5 {
@@ -155,15 +149,21 @@ async fn a_writer_whose_session_is_ended_opens_another_and_loses_nothing_acknowl
     for seq in &acked {
         assert!(stored.contains(seq), "acknowledged {seq} is missing from {stored:?}");
     }
-    let holder: i32 = sqlx::query_scalar(
-        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid::bigint = 1634301799",
-    )
-    .fetch_one(&mut admin)
-    .await
-    .unwrap();
-    assert_ne!(holder, writer, "a new session holds the claim");
+    assert_ne!(claim_holder(&mut admin).await, writer, "a new session holds the claim");
     let mut config = server.config.clone();
     config.server.bind = "127.0.0.1:0".parse().unwrap();
     let refused = aiwg_serve::serve::start(config).await.err().expect("a second serve is still refused");
     assert!(refused.to_string().contains("in use by another aiwg-serve"), "{refused}");
+}
+
+/// The backend of the session holding serve's claim on the test's database: the writer's. (Advisory
+/// locks are per database, and `pg_locks` shows every database's.)
+async fn claim_holder(admin: &mut sqlx::PgConnection) -> i32 {
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid::bigint = 1634301799 \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    )
+    .fetch_one(admin)
+    .await
+    .unwrap()
 }
