@@ -247,8 +247,14 @@ where
     }
 }
 
+/// Where the writer pushes a batch's gathered rows (`Gathered::push_rows`): one script for a whole
+/// batch (SQLite), or a statement each (PostgreSQL).
+pub(super) trait Scripts<'s, DB: Database> {
+    fn next(&mut self) -> &mut Script<'s, DB>;
+}
+
 /// One script for everything (SQLite's batch).
-impl<'a, DB> super::writer::Scripts<'a, DB> for Script<'a, DB>
+impl<'a, DB> Scripts<'a, DB> for Script<'a, DB>
 where
     DB: Database,
 {
@@ -258,7 +264,7 @@ where
 }
 
 /// A script per statement (PostgreSQL's), the empty ones to be skipped.
-impl<'a, DB: Database> super::writer::Scripts<'a, DB> for Vec<Script<'a, DB>> {
+impl<'a, DB: Database> Scripts<'a, DB> for Vec<Script<'a, DB>> {
     fn next(&mut self) -> &mut Script<'a, DB> {
         self.push(Script::new());
         self.last_mut().expect("just pushed")

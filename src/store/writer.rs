@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::script::{Encoded, Script, ROWS_PER_STATEMENT};
+use super::script::{Encoded, Scripts, ROWS_PER_STATEMENT};
 use crate::metrics::Metrics;
 use crate::store::{Change, CommitSlot, Mission, MissionPatch, NewEvent, Result, StoreError, StoredEvent};
 
@@ -434,10 +434,4 @@ impl<'a> Gathered<'a> {
     pub(super) fn committed(self, received_at: chrono::DateTime<chrono::Utc>) -> Committed {
         Committed { events: self.positions, received_at }
     }
-}
-
-/// Where [`Gathered::push_rows`] writes: one script for a whole batch (SQLite), or a statement each
-/// (PostgreSQL).
-pub(super) trait Scripts<'s, DB: sqlx::Database> {
-    fn next(&mut self) -> &mut Script<'s, DB>;
 }

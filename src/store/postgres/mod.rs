@@ -90,7 +90,7 @@ async fn take(conn: &mut PgConnection) -> Result<()> {
         return Ok(());
     }
     let holder: Option<(String, Option<String>)> = sqlx::query_as(
-        "SELECT a.application_name, a.client_addr::text FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+        "SELECT a.application_name, host(a.client_addr) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
          WHERE l.locktype = 'advisory' AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.granted \
          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1",
     )
