@@ -19,7 +19,21 @@ pub(super) const SQLITE: Migrations = &[
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
-pub(super) const POSTGRES: Migrations = &[(1, "init", include_str!("../../migrations/postgres/0001_init.sql"))];
+pub(super) const POSTGRES: Migrations = &[
+    (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
+];
+
+/// The versions the database records as applied, as rows for [`missing`].
+pub(super) const APPLIED: &str = "SELECT version FROM schema_migrations";
+
+/// The migrations not among the rows of [`APPLIED`], in order.
+pub(super) fn missing<'m>(
+    migrations: Migrations,
+    applied: &[impl Cols],
+) -> Result<impl Iterator<Item = &'m (i64, &'static str, &'static str)>> {
+    let applied = applied.iter().map(|r| r.int("version")).collect::<Result<Vec<i64>>>()?;
+    Ok(migrations.iter().filter(move |(version, _, _)| !applied.contains(version)))
+}
 
 pub(super) async fn apply<DB>(conn: &mut DB::Connection, migrations: Migrations) -> Result<()>
 where
@@ -37,12 +51,8 @@ where
     )
     .execute(&mut *conn)
     .await?;
-    let rows = sqlx::query("SELECT version FROM schema_migrations").fetch_all(&mut *conn).await?;
-    let applied = rows.iter().map(|r| r.int("version")).collect::<Result<Vec<i64>>>()?;
-    for (version, name, sql) in migrations {
-        if applied.contains(version) {
-            continue;
-        }
+    let rows = sqlx::query(APPLIED).fetch_all(&mut *conn).await?;
+    for (version, name, sql) in missing(migrations, &rows)? {
         let mut tx = conn.begin().await?;
         sqlx::raw_sql(sql).execute(&mut *tx).await?;
         sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)")

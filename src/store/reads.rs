@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 use serde_json::Value;
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
+use super::migrate;
 use super::rows::{
     event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, parse_json, parse_state,
     sandbox_from_row, Cols,
@@ -80,7 +81,7 @@ static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
 pub(super) struct Reads<DB: Database> {
     pub(super) pool: Pool<DB>,
     /// The migrations the adapter embeds (version, name, SQL), for [`Reads::missing_migrations`].
-    pub(super) migrations: super::migrate::Migrations,
+    pub(super) migrations: migrate::Migrations,
 }
 
 // By hand: a derive would ask `DB: Clone`, which database types are not.
@@ -99,7 +100,6 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
     for<'q> String: Encode<'q, DB> + Type<DB>,
-    for<'r> i64: sqlx::Decode<'r, DB>,
 {
     pub(super) async fn executors(&self) -> Result<Vec<ExecutorRecord>> {
         let rows =
@@ -245,8 +245,7 @@ where
     }
 
     pub(super) async fn missing_migrations(&self) -> Result<Vec<i64>> {
-        let rows = sqlx::query("SELECT version FROM schema_migrations").fetch_all(&self.pool).await?;
-        let applied = rows.iter().map(|r| r.int("version")).collect::<Result<Vec<i64>>>()?;
-        Ok(self.migrations.iter().map(|(version, _, _)| *version).filter(|v| !applied.contains(v)).collect())
+        let rows = sqlx::query(migrate::APPLIED).fetch_all(&self.pool).await?;
+        Ok(migrate::missing(self.migrations, &rows)?.map(|(version, _, _)| *version).collect())
     }
 }

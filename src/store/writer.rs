@@ -266,7 +266,7 @@ pub(super) trait Publisher: Send + 'static {
 /// it: nobody misses an event, and nobody pays for building them when nobody follows.
 impl Publisher for Feed {
     fn publish(&self, units: &[&Unit], committed: &Committed) {
-        let Some(last) = committed.last_seq() else { return };
+        let Some((_, last)) = committed.range() else { return };
         self.committed.store(last, Ordering::SeqCst);
         if self.tx.receiver_count() == 0 {
             return;
@@ -282,10 +282,6 @@ impl Committed {
     /// The sequence numbers committed, first and last.
     pub(super) fn range(&self) -> Option<(i64, i64)> {
         Some((self.events.first()?.0, self.events.last()?.0))
-    }
-
-    fn last_seq(&self) -> Option<i64> {
-        self.events.last().map(|e| e.0)
     }
 
     /// The committed events, rebuilt from their units.

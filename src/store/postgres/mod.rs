@@ -65,7 +65,6 @@ pub async fn open(url: &str, claim: Claim, feed_capacity: usize, metrics: Arc<Me
     conn.close().await?;
     let pool = PgPoolOptions::new()
         .max_connections(READ_CONNECTIONS)
-        .min_connections(1)
         .acquire_timeout(Duration::from_secs(10))
         .connect_with(options.clone())
         .await?;

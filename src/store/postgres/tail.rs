@@ -11,9 +11,9 @@
 //! Publishing keeps the feed's rule (see `Feed`): the new end is stored *before* followers are looked
 //! for, so a follower that subscribed too late for a range starts after it; one that subscribed in
 //! between may get an event twice, or (with other writers) an event from before it subscribed, both of
-//! which followers drop by sequence number. This writer stores the end
-//! of its own batch before it answers the batch's units, as SQLite's does: once a commit has returned,
-//! `last_seq` covers it (and the earlier events of other writers, which committed before it).
+//! which followers drop by sequence number. This writer stores the end of its own batch before it
+//! answers the batch's units, as SQLite's does: once a commit has returned, `last_seq` covers it (and
+//! the earlier events of other writers, which committed before it).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -60,8 +60,8 @@ impl Publisher for Tail {
     }
 }
 
-/// Starts the task; the writer, whose session's backend is `writer_pid` once it runs, publishes into the returned [`Tail`].
-/// With `others` the task also follows other writers' commits; without, this writer is the only one,
+/// Starts the task; the writer, whose session's backend is `writer_pid` once it runs, publishes into
+/// the returned [`Tail`]. With `others` the task also follows other writers' commits; without, this writer is the only one,
 /// and only its batches are published. The task ends when the writer does.
 pub(super) fn start(reads: Reads<sqlx::Postgres>, feed: Feed, writer_pid: Arc<AtomicU32>, others: bool) -> Tail {
     let (inbox, rx) = mpsc::unbounded_channel();
