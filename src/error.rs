@@ -64,6 +64,9 @@ pub enum Error {
     /// An HTTP runtime's name or URL that cannot be used.
     #[error("{0}")]
     InvalidRuntime(String),
+    /// A follower replica found no leader to forward to (none yet, or it does not answer).
+    #[error("{0}")]
+    LeaderUnavailable(String),
     #[error("this route does not accept that method")]
     MethodNotAllowed,
     #[error("this route is a WebSocket: send an upgrade request")]
@@ -108,6 +111,7 @@ impl Error {
                 ("no_resumable_executor_available", S::SERVICE_UNAVAILABLE)
             }
             Error::NoExecutorAvailable { .. } => ("no_executor_available", S::SERVICE_UNAVAILABLE),
+            Error::LeaderUnavailable(_) => ("leader_unavailable", S::SERVICE_UNAVAILABLE),
             Error::ExecutorUnreachable(_) => ("executor_unreachable", S::BAD_GATEWAY),
             Error::ExecutorForwardFailed(_) => ("executor_forward_failed", S::BAD_GATEWAY),
             Error::Store(_) => ("internal", S::INTERNAL_SERVER_ERROR),

@@ -111,6 +111,31 @@ impl Config {
                         store)"
                 .into());
         }
+        let replica = &self.replica;
+        if !replica.secret.is_empty() || !replica.advertise.is_empty() {
+            if url.is_empty() {
+                return bad("replicas share a PostgreSQL database: replica.secret needs store.database_url".into());
+            }
+            if replica.secret.len() < MIN_OPERATOR_TOKEN_LEN {
+                return bad(format!(
+                    "replica.secret must be set, and at least {MIN_OPERATOR_TOKEN_LEN} characters long, on every \
+                     replica"
+                ));
+            }
+            let advertise = &replica.advertise;
+            if !advertise.is_empty()
+                && (!advertise.starts_with("http://") || advertise.parse::<axum::http::Uri>().is_err())
+            {
+                return bad(format!("replica.advertise must be an http:// URL, not {advertise:?}"));
+            }
+            if advertise.is_empty() && self.server.bind.ip().is_unspecified() {
+                return bad(format!(
+                    "replica.advertise is needed when binding {}: the other replicas cannot reach an unspecified \
+                     address",
+                    self.server.bind
+                ));
+            }
+        }
         if self.hub.read_buffer_bytes < 256 {
             return bad("hub.read_buffer_bytes must be at least 256".into());
         }
@@ -248,6 +273,34 @@ mod tests {
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_replica_needs_postgresql_a_long_secret_and_an_address_others_can_reach() {
+        let load = |pairs: &[(&str, &str)]| Config::load(None, env(pairs), Overrides::default());
+        let url = ("AIWG_SERVE_STORE_DATABASE_URL", "postgres://u@db/aiwg");
+        let secret = ("AIWG_SERVE_REPLICA_SECRET", "0123456789abcdef");
+        let c = load(&[url, secret]).unwrap();
+        assert_eq!((c.replica.secret.as_str(), c.replica.advertise.as_str()), ("0123456789abcdef", ""));
+        let refused = |pairs: &[(&str, &str)], why: &str| {
+            let e = load(pairs).unwrap_err().to_string();
+            assert!(e.contains(why), "{pairs:?}: {e}");
+        };
+        refused(&[secret], "needs store.database_url");
+        refused(&[url, ("AIWG_SERVE_REPLICA_SECRET", "short")], "at least 16");
+        refused(&[url, ("AIWG_SERVE_REPLICA_ADVERTISE", "http://10.0.0.2:7337")], "at least 16");
+        refused(&[url, secret, ("AIWG_SERVE_REPLICA_ADVERTISE", "10.0.0.2:7337")], "http:// URL");
+        let open = ("AIWG_SERVE_OPERATOR_TOKENS", "an-operator-token-0123");
+        refused(&[url, secret, open, ("AIWG_SERVE_BIND", "0.0.0.0:7337")], "replica.advertise is needed");
+        let c = load(&[
+            url,
+            secret,
+            open,
+            ("AIWG_SERVE_BIND", "0.0.0.0:7337"),
+            ("AIWG_SERVE_REPLICA_ADVERTISE", "http://10.0.0.2:7337"),
+        ])
+        .unwrap();
+        assert_eq!(c.replica.advertise, "http://10.0.0.2:7337");
     }
 
     #[test]

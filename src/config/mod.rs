@@ -29,6 +29,7 @@ pub struct Config {
     pub hub: HubConfig,
     pub dispatch: DispatchConfig,
     pub runtimes: RuntimesConfig,
+    pub replica: ReplicaConfig,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -56,6 +57,19 @@ pub struct ServerConfig {
     /// Open client connections (HTTP and WebSocket) at most; 0 derives it from the file-descriptor limit
     /// (see `serve::accept::connection_limit`). Above it, new connections wait in the listen backlog.
     pub max_connections: usize,
+}
+
+/// Several serves on one PostgreSQL database (README, "Running several replicas"): one leads, the
+/// others forward every request to it and take over when it goes.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplicaConfig {
+    /// Shared by the replicas of one database; set, it makes this serve a replica. A follower sends it
+    /// with each forwarded request, so that the leader believes the client address it forwards.
+    pub secret: String,
+    /// The URL the other replicas reach this one at (`http://10.0.0.2:7337`); empty: `http://` and the
+    /// bound address, which must then be a specific one.
+    pub advertise: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

@@ -29,6 +29,10 @@ impl IntoResponse for Error {
             Error::NoExecutorAvailable { .. } | Error::TooManyRequests(_) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
             }
+            // A follower finds the new leader within a second of the old one going.
+            Error::LeaderUnavailable(_) => {
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
             Error::Unauthorized(_) | Error::TokenInvalid(_) => {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }

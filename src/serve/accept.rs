@@ -34,6 +34,7 @@ use tower::Service;
 use super::activity::{Activity, InFlight};
 use crate::config::Config;
 use crate::error::Error;
+use crate::tokens::{self, TokenHash};
 
 /// Largest request target we serve; longer ones are answered 414 `uri_too_long`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -62,6 +63,9 @@ pub(super) struct Limits {
     header_read: Duration,
     idle: Duration,
     pub(super) max_connections: usize,
+    /// Replicas' shared secret: a request that carries it comes from a follower, whose
+    /// `X-Forwarded-For` names the client (see [`super::relay`]).
+    replica_secret: Option<TokenHash>,
 }
 
 impl Limits {
@@ -82,6 +86,7 @@ impl Limits {
             header_read: Duration::from_millis(config.server.header_read_timeout_ms),
             idle: Duration::from_secs(config.server.idle_timeout_s),
             max_connections,
+            replica_secret: (!config.replica.secret.is_empty()).then(|| tokens::hash(&config.replica.secret)),
         }
     }
 }
@@ -119,8 +124,14 @@ fn connection_limit(configured: usize, descriptors: Option<u64>) -> usize {
 }
 
 /// Accepts and serves client connections until `stop`, then lets every connection finish (requests in
-/// progress are answered, idle connections closed) and returns.
-pub(super) async fn serve_http(listener: TcpListener, router: Router, limits: Limits, mut stop: watch::Receiver<bool>) {
+/// progress are answered, idle connections closed) and returns. Each request goes to the router `routes`
+/// holds when it arrives: a replica swaps its own services for forwarding to the leader and back.
+pub(super) async fn serve_http(
+    listener: TcpListener,
+    routes: watch::Receiver<Router>,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) {
     let http = http1_builder();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     // Each connection task holds a sender: `recv` answers `None` once all of them have ended.
@@ -160,7 +171,7 @@ pub(super) async fn serve_http(listener: TcpListener, router: Router, limits: Li
         }
         let activity = Arc::new(Activity::new());
         let io = ClientConn { tcp, activity: activity.clone(), _slot: slot };
-        let service = edge_service(router.clone(), peer, activity.clone());
+        let service = edge_service(routes.clone(), peer, limits.replica_secret, activity.clone());
         let connection = http.serve_connection(TokioIo::new(io), service).with_upgrades();
         tokio::spawn(serve_connection(connection, activity, limits, stop.clone(), open.clone()));
     }
@@ -288,11 +299,13 @@ where
     }
 }
 
-/// The router as hyper's service for one connection: the peer's address for `ConnectInfo`, our limits on
-/// the head, and the connection marked busy until the answer is written.
+/// The router as hyper's service for one connection: the peer's address for `ConnectInfo` (the client's,
+/// from a follower that forwards with the replicas' secret), our limits on the head, and the connection
+/// marked busy until the answer is written.
 fn edge_service(
-    router: Router,
+    routes: watch::Receiver<Router>,
     peer: SocketAddr,
+    replica_secret: Option<TokenHash>,
     activity: Arc<Activity>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
@@ -305,8 +318,10 @@ fn edge_service(
         let routed = match check_head(&request) {
             Ok(()) => {
                 let mut request = request.map(Body::new);
-                request.extensions_mut().insert(ConnectInfo(peer));
-                Ok(router.clone().call(request))
+                let client = super::relay::forwarded_client(request.headers_mut(), replica_secret.as_ref());
+                request.extensions_mut().insert(ConnectInfo(client.unwrap_or(peer)));
+                let mut router = routes.borrow().clone();
+                Ok(router.call(request))
             }
             Err(refusal) => {
                 tracing::debug!(method = %request.method(), reason = %refusal, "request head refused");

@@ -3,6 +3,8 @@
 
 mod accept;
 mod activity;
+mod relay;
+mod replica;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,6 +20,7 @@ use crate::app::App;
 use crate::config::Config;
 use crate::contract::Schema;
 use crate::metrics::Metrics;
+use crate::store::sqlite::WriterTask;
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -77,50 +80,133 @@ impl Handle {
 
 pub async fn start(config: Config) -> Result<Handle, StartError> {
     let schema = Schema::load().map_err(StartError::Schema)?;
+    if !config.replica.secret.is_empty() {
+        return replica::start(config, schema).await;
+    }
     let metrics = Arc::new(Metrics::default());
-    let lag = config.hub.stream_lag_limit;
-    // SQLite's store is the data directory's, claimed first; PostgreSQL's claim is on the database.
-    let (claim, (store, writer), store_name) = if config.store.database_url.is_empty() {
-        let claim = crate::datadir::DataDir::claim(&config.server.data_dir)?;
-        let opened = crate::store::sqlite::open(claim.path(), config.store.synchronous, lag, metrics.clone()).await?;
-        let name = claim.path().join(crate::datadir::DATABASE).display().to_string();
-        (Some(claim), opened, name)
-    } else {
-        let url = &config.store.database_url;
-        (
-            None,
-            crate::store::postgres::open(url, crate::store::postgres::Claim::Exclusive, lag, metrics.clone()).await?,
-            crate::store::postgres::describe(url),
-        )
-    };
     let (stop, stopped) = watch::channel(false);
+    let (leading, mut deposed) = Leading::open(&config, schema, metrics, stopped.clone()).await?;
     let bind = config.server.bind;
-    let limits = Limits::from_config(&config);
-    let app = Arc::new(App::new(config, schema, store.clone(), metrics, stopped.clone()).await?);
-    app.resume().await?;
     let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
-    let sockets = app.sockets.clone();
-    let router = crate::http::router(app);
+    let limits = Limits::from_config(&config);
+    let (_routes, routes) = watch::channel(leading.router());
+    // A serve whose database another serve took (its session was lost meanwhile) stops: it may decide
+    // nothing more, and its supervisor's restart tells the operator.
+    let stopper = stop.clone();
+    let deposition = tokio::spawn(async move {
+        deposed.wait().await;
+        tracing::error!("stopping: another aiwg-serve holds the database now");
+        let _ = stopper.send(true);
+    });
     let task = tokio::spawn(async move {
-        serve_http(listener, router, limits, stopped).await;
-        // Upgraded sockets outlive the HTTP side's graceful stop: let them commit, acknowledge and close
-        // (1001) while the store still writes.
-        let left = sockets.idle(SOCKETS_DRAIN).await;
+        serve_http(listener, routes, limits, stopped).await;
+        deposition.abort();
+        leading.stop().await;
+        tracing::info!("stopped");
+    });
+    tracing::info!(%addr, store = %store_name(&config), max_connections = limits.max_connections, "aiwg-serve listening");
+    Ok(Handle { addr, stop, task })
+}
+
+/// The store a log line names: the SQLite file, or the PostgreSQL database without its credentials.
+fn store_name(config: &Config) -> String {
+    match config.store.database_url.as_str() {
+        "" => config.server.data_dir.join(crate::datadir::DATABASE).display().to_string(),
+        url => crate::store::postgres::describe(url),
+    }
+}
+
+/// The services of a serve that holds its store: they decide, and its store writes. One per serve, or
+/// one per term of a replica that leads.
+struct Leading {
+    app: Arc<App>,
+    store: crate::store::Store,
+    writer: WriterTask,
+    /// The data directory's claim (SQLite); PostgreSQL's is the writer's session.
+    claim: Option<crate::datadir::DataDir>,
+}
+
+/// What a PostgreSQL store reports when another serve took its database; never, for SQLite.
+enum Deposed {
+    Never,
+    Postgres(crate::store::postgres::Deposed),
+}
+
+impl Deposed {
+    async fn wait(&mut self) {
+        match self {
+            Deposed::Never => std::future::pending().await,
+            Deposed::Postgres(d) => d.wait().await,
+        }
+    }
+}
+
+impl Leading {
+    /// Claims and opens the store, loads the services and resumes what was under way. The services
+    /// stop with `stopped`.
+    async fn open(
+        config: &Config,
+        schema: Schema,
+        metrics: Arc<Metrics>,
+        stopped: watch::Receiver<bool>,
+    ) -> Result<(Leading, Deposed), StartError> {
+        if !config.store.database_url.is_empty() {
+            let claim = crate::store::postgres::Claim::Exclusive;
+            return Leading::postgres(config, claim, schema, metrics, stopped).await;
+        }
+        // SQLite's store is the data directory's, claimed first.
+        let claim = crate::datadir::DataDir::claim(&config.server.data_dir)?;
+        let lag = config.hub.stream_lag_limit;
+        let (store, writer) =
+            crate::store::sqlite::open(claim.path(), config.store.synchronous, lag, metrics.clone()).await?;
+        let leading = Leading::start(config, schema, metrics, stopped, (store, writer, Some(claim))).await?;
+        Ok((leading, Deposed::Never))
+    }
+
+    /// [`Leading::open`] on PostgreSQL, whose claim is on the database: exclusive, or a replica's that
+    /// announces its address. (Apart, so that a replica's takeover, awaited in a spawned task, holds no
+    /// SQLite future: rustc cannot prove those `Send` there.)
+    async fn postgres(
+        config: &Config,
+        claim: crate::store::postgres::Claim,
+        schema: Schema,
+        metrics: Arc<Metrics>,
+        stopped: watch::Receiver<bool>,
+    ) -> Result<(Leading, Deposed), StartError> {
+        let lag = config.hub.stream_lag_limit;
+        let (store, writer, deposed) =
+            crate::store::postgres::open(&config.store.database_url, claim, lag, metrics.clone()).await?;
+        let leading = Leading::start(config, schema, metrics, stopped, (store, writer, None)).await?;
+        Ok((leading, Deposed::Postgres(deposed)))
+    }
+
+    async fn start(
+        config: &Config,
+        schema: Schema,
+        metrics: Arc<Metrics>,
+        stopped: watch::Receiver<bool>,
+        (store, writer, claim): (crate::store::Store, WriterTask, Option<crate::datadir::DataDir>),
+    ) -> Result<Leading, StartError> {
+        let app = Arc::new(App::new(config.clone(), schema, store.clone(), metrics, stopped).await?);
+        app.resume().await?;
+        Ok(Leading { app, store, writer, claim })
+    }
+
+    fn router(&self) -> axum::Router {
+        crate::http::router(self.app.clone())
+    }
+
+    /// Stops the services (they were told by their stop signal): upgraded sockets outlive the HTTP
+    /// side's graceful stop, so they are let commit, acknowledge and close (1001) while the store still
+    /// writes; then the store closes, and only then may another serve open it.
+    async fn stop(self) {
+        let left = self.app.sockets.idle(SOCKETS_DRAIN).await;
         if left > 0 {
             tracing::warn!(sockets = left, "stopping with sockets still closing");
         }
-        store.close().await;
-        writer.finished().await;
-        // Only now may another serve open this store.
-        drop(claim);
-        tracing::info!("stopped");
-    });
-    tracing::info!(
-        %addr,
-        store = %store_name,
-        max_connections = limits.max_connections,
-        "aiwg-serve listening"
-    );
-    Ok(Handle { addr, stop, task })
+        self.store.close().await;
+        self.writer.finished().await;
+        drop(self.claim);
+    }
 }

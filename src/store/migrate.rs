@@ -21,6 +21,7 @@ pub(super) const SQLITE: Migrations = &[
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
 pub(super) const POSTGRES: Migrations = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
+    (2, "leader", include_str!("../../migrations/postgres/0002_leader.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

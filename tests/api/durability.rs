@@ -1,66 +1,11 @@
 //! Executors, missions and events survive a restart, including `kill -9` of the real binary.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 use serde_json::json;
 
+use crate::support::process::Process;
 use crate::support::{dispatch_body, mission_id, Client, ExecSocket, ScriptedExecutor, TestServer};
-
-/// The real `aiwg-serve` binary as a child process.
-struct Process {
-    child: Child,
-    base: String,
-}
-
-impl Process {
-    fn start(data_dir: &std::path::Path) -> Process {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
-            .args(["serve", "--bind", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .env("AIWG_SERVE_LOG", "info")
-            .stderr(Stdio::piped())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn aiwg-serve");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split_whitespace().find_map(|w| w.strip_prefix("addr=")) {
-                    let _ = tx.send(addr.to_owned());
-                }
-            }
-        });
-        let addr = rx.recv_timeout(crate::support::WAIT).expect("aiwg-serve reports its address");
-        Process { child, base: format!("http://{addr}") }
-    }
-
-    fn client(&self) -> Client {
-        Client::new(&self.base)
-    }
-
-    fn ws(&self, path: &str) -> String {
-        format!("{}{path}", self.base.replacen("http://", "ws://", 1))
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap();
-        assert!(status.success());
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Waits until serve shows the executor connected.
 async fn connected(client: &Client, id: &str) {

@@ -37,6 +37,7 @@ mod postgres_only;
 mod queue;
 mod reference_runtime;
 mod register;
+mod replicas;
 mod resumable;
 mod routes;
 mod runtimes;

@@ -39,7 +39,8 @@ async fn writers_sharing_a_database_commit_one_gap_free_log() {
     let Some(db) = TestDatabase::create().await else { return };
     let mut stores: Vec<(Store, _)> = Vec::new();
     for _ in 0..STORES {
-        stores.push(postgres::open(&db.url, Claim::Shared, 100_000, Default::default()).await.unwrap());
+        let (store, writer, _) = postgres::open(&db.url, Claim::Shared, 100_000, Default::default()).await.unwrap();
+        stores.push((store, writer));
     }
     let mut feeds: Vec<_> = stores.iter().map(|(s, _)| s.subscribe()).collect();
 
@@ -99,7 +100,7 @@ async fn writers_sharing_a_database_commit_one_gap_free_log() {
     }
 
     // A store opened later starts at the end of the log, and follows what the others commit.
-    let (late, _late_writer) = postgres::open(&db.url, Claim::Shared, 1024, Default::default()).await.unwrap();
+    let (late, _late_writer, _) = postgres::open(&db.url, Claim::Shared, 1024, Default::default()).await.unwrap();
     assert_eq!(late.last_seq(), total as i64);
     let mut late_feed = late.subscribe();
     stores[1].0.commit(vec![event(99, 0, 0)]).await.unwrap();

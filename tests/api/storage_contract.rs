@@ -112,7 +112,7 @@ struct PgHarness {
 
 impl PgHarness {
     async fn open(db: TestDatabase) -> PgHarness {
-        let (store, writer) =
+        let (store, writer, _) =
             postgres::open(&db.url, postgres::Claim::Exclusive, 1024, Default::default()).await.unwrap();
         PgHarness { store, writer, db }
     }

@@ -204,11 +204,14 @@ pub struct Closed {
 
 impl ExecSocket {
     pub async fn open(url: &str, executor_id: &str) -> ExecSocket {
-        let (ws, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
-            .await
-            .expect("ws connect in time")
-            .expect("ws upgrade");
-        ExecSocket { ws, executor_id: executor_id.to_owned(), pushed: Vec::new() }
+        ExecSocket::try_open(url, executor_id).await.expect("ws upgrade")
+    }
+
+    /// The socket, or why the upgrade failed (refused, answered with an error).
+    pub async fn try_open(url: &str, executor_id: &str) -> Result<ExecSocket, tokio_tungstenite::tungstenite::Error> {
+        let (ws, _) =
+            tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url)).await.expect("ws connect in time")?;
+        Ok(ExecSocket { ws, executor_id: executor_id.to_owned(), pushed: Vec::new() })
     }
 
     pub fn envelope(&self, event: &str, mission_id: Option<&str>, data: Value) -> Value {

@@ -7,6 +7,7 @@ pub mod executor;
 pub mod http;
 pub mod lax_server;
 pub mod postgres;
+pub mod process;
 pub mod runtime;
 pub mod webdriver;
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Postgres};
+use tokio::sync::watch;
 
 use super::Claim;
 use crate::store::script::Script;
@@ -34,6 +35,8 @@ pub(super) struct PgCommitter {
     pub(super) pid: Arc<AtomicU32>,
     /// The last batch failed while committing, with the session lost.
     pub(super) unknown: bool,
+    /// Set when a new session found the claim taken by another serve ([`super::Deposed`]).
+    pub(super) deposed: watch::Sender<bool>,
 }
 
 impl PgCommitter {
@@ -41,8 +44,18 @@ impl PgCommitter {
     async fn session(&mut self) -> Result<&mut PgConnection, StoreError> {
         if self.conn.is_none() {
             let mut conn = self.options.connect().await?;
-            if self.claim == Claim::Exclusive {
-                super::take(&mut conn).await?;
+            if self.claim != Claim::Shared {
+                if let Err(e) = super::take(&mut conn).await {
+                    // Only a serve that held the claim has a writer to depose: at start the error is the answer.
+                    if matches!(e, StoreError::InUse(_)) && self.pid.load(Ordering::Acquire) != 0 {
+                        tracing::error!(error = %e, "another serve took the database while this one's session was lost");
+                        self.deposed.send_replace(true);
+                    }
+                    return Err(e);
+                }
+            }
+            if let Claim::Leader(address) = &self.claim {
+                super::announce(&mut conn, address).await?;
             }
             let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut conn).await?;
             self.pid.store(pid.unsigned_abs(), Ordering::Release);

@@ -9,8 +9,11 @@
 //! - migrations are applied under an advisory lock, so that several starting processes apply each once;
 //! - one `serve` at a time writes ([`Claim::Exclusive`]): the writer's own session holds an advisory
 //!   lock for as long as it lives (PostgreSQL drops it with the session, so a killed `serve` leaves no
-//!   stale claim, and a writer whose session is gone cannot write). A second `serve` on the same database is refused at start, as a second one on the same
-//!   data directory is: the services keep state in memory that only one process may decide from;
+//!   stale claim, and a writer whose session is gone cannot write). A second `serve` on the same
+//!   database is refused at start, as a second one on the same data directory is: the services keep
+//!   state in memory that only one process may decide from. Replicas ([`Claim::Leader`]) are serves
+//!   that expect this: the holder leads and announces its address in `serve_leader`, the others
+//!   forward to it ([`Leadership`]) and try the claim when its holder is gone;
 //! - the feed follows the log, not only this writer ([`tail`]): several stores on one database
 //!   ([`Claim::Shared`]) each publish every event, in order.
 
@@ -22,9 +25,9 @@ use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::reads::Reads;
 use super::sql_store::SqlStore;
@@ -36,25 +39,50 @@ use crate::metrics::Metrics;
 const SERVE_LOCK: (i32, i32) = (0x6169_7767, 1);
 const MIGRATION_LOCK: (i32, i32) = (0x6169_7767, 2);
 
+/// No notices ("relation already exists, skipping" from each start's migrations) as log lines.
+const QUIET: (&str, &str) = ("client_min_messages", "warning");
+
 /// Read connections: the dashboard and listings read while executors stream.
 const READ_CONNECTIONS: u32 = 8;
 
 /// Whether this store is the only one that writes to its database.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {
     /// Refuse to open while another exclusive store has the database, and keep others off (`serve`).
     Exclusive,
+    /// Exclusive, and the address other replicas reach this serve at written beside the claim
+    /// (`serve_leader`), on the same session, so that followers forward to whoever holds it ([`Leadership`]).
+    Leader(String),
     /// Write beside other stores (their commits interleave; sequence numbers stay in commit order).
     Shared,
 }
 
+/// Resolves once an exclusive store has lost its claim for good: its writer's session was lost and,
+/// opening another, it found the database taken by another serve. Nothing it queues commits any more.
+pub struct Deposed(watch::Receiver<bool>);
+
+impl Deposed {
+    pub async fn wait(&mut self) {
+        // The sender lives as long as the writer; a writer that ended has deposed nobody.
+        if self.0.wait_for(|d| *d).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// Opens the database at `url`, applies migrations, claims it as asked, starts the writer and the feed.
 /// `feed_capacity` is how far a feed subscriber may fall behind before it is told it lagged.
-pub async fn open(url: &str, claim: Claim, feed_capacity: usize, metrics: Arc<Metrics>) -> Result<(Store, WriterTask)> {
+pub async fn open(
+    url: &str,
+    claim: Claim,
+    feed_capacity: usize,
+    metrics: Arc<Metrics>,
+) -> Result<(Store, WriterTask, Deposed)> {
     // The process id in the session's name lets a refused second `serve` name the one that holds the
     // database, as the data directory's claim does.
     let options = PgConnectOptions::from_str(url)?
         .application_name(&format!("aiwg-serve (pid {})", std::process::id()))
+        .options([QUIET])
         .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1))
         .disable_statement_logging();
     // Migrations and the start of the log on a session of their own; the claim is the writer's (see
@@ -73,21 +101,48 @@ pub async fn open(url: &str, claim: Claim, feed_capacity: usize, metrics: Arc<Me
     let reads = Reads { pool, migrations: super::migrate::POSTGRES };
     let writer_pid = Arc::new(AtomicU32::new(0));
     let tail = tail::start(reads.clone(), feed.clone(), writer_pid.clone(), claim == Claim::Shared);
-    let committer = commit::PgCommitter { options, claim, conn: None, pid: writer_pid, unknown: false };
+    let (deposed, deposed_rx) = watch::channel(false);
+    let committer = commit::PgCommitter { options, claim, conn: None, pid: writer_pid, unknown: false, deposed };
     let task = WriterTask::spawn(committer, rx, tail, metrics).await?;
-    Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task))
+    Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task, Deposed(deposed_rx)))
 }
 
 /// Takes the database for this store on the writer's session, or says who holds it.
 async fn take(conn: &mut PgConnection) -> Result<()> {
+    if !try_take(conn).await? {
+        return Err(StoreError::InUse(format!(
+            "the database is in use by another aiwg-serve{}; stop it first, give this one a database of its \
+             own, or make both replicas (replica.secret)",
+            holder(conn).await?
+        )));
+    }
+    Ok(())
+}
+
+async fn try_take(conn: &mut PgConnection) -> Result<bool> {
     let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1, $2)")
         .bind(SERVE_LOCK.0)
         .bind(SERVE_LOCK.1)
         .fetch_one(&mut *conn)
         .await?;
-    if taken {
-        return Ok(());
-    }
+    Ok(taken)
+}
+
+/// Writes this serve's address as the leader's, on the session that holds the claim.
+async fn announce(conn: &mut PgConnection, address: &str) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO serve_leader (id, address, pid, since) VALUES (1, $1, pg_backend_pid(), $2) \
+         ON CONFLICT (id) DO UPDATE SET address = excluded.address, pid = excluded.pid, since = excluded.since",
+    )
+    .bind(address)
+    .bind(crate::clock::format(crate::clock::now()))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The claim's holder as a refusal names it: its session's name and client address.
+async fn holder(conn: &mut PgConnection) -> Result<String> {
     let holder: Option<(String, Option<String>)> = sqlx::query_as(
         "SELECT a.application_name, host(a.client_addr) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
          WHERE l.locktype = 'advisory' AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.granted \
@@ -97,14 +152,50 @@ async fn take(conn: &mut PgConnection) -> Result<()> {
     .bind(i64::from(SERVE_LOCK.1))
     .fetch_optional(&mut *conn)
     .await?;
-    let holder = match holder {
+    Ok(match holder {
         Some((name, Some(addr))) => format!(": {name} connected from {addr}"),
         Some((name, None)) => format!(": {name} connected over a local socket"),
         None => String::new(),
-    };
-    Err(StoreError::InUse(format!(
-        "the database is in use by another aiwg-serve{holder}; stop it first, or give this one a database of its own"
-    )))
+    })
+}
+
+/// What a replica that does not lead sees of the database: who leads, if anyone.
+pub struct Leadership {
+    pool: PgPool,
+}
+
+impl Leadership {
+    /// Connects (one connection) and applies migrations, as a store would.
+    pub async fn connect(url: &str) -> Result<Leadership> {
+        let options = PgConnectOptions::from_str(url)?
+            .application_name(&format!("aiwg-serve follower (pid {})", std::process::id()))
+            .options([QUIET])
+            .disable_statement_logging();
+        let mut conn = options.connect().await?;
+        migrate(&mut conn).await?;
+        conn.close().await?;
+        let pool = PgPoolOptions::new().max_connections(1).acquire_timeout(Duration::from_secs(10));
+        Ok(Leadership { pool: pool.connect_with(options).await? })
+    }
+
+    /// The address of the replica that holds serve's claim now, as it announced it; `None` when no
+    /// session holds the claim (the leader is gone: a follower should try to lead) or its holder has not
+    /// announced itself yet. A row left by a leader whose session ended is not an answer.
+    pub async fn leader(&self) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT l.address FROM serve_leader l JOIN pg_locks k ON k.pid = l.pid \
+             WHERE k.locktype = 'advisory' AND k.classid::bigint = $1 AND k.objid::bigint = $2 AND k.granted \
+             AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .bind(i64::from(SERVE_LOCK.0))
+        .bind(i64::from(SERVE_LOCK.1))
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
 }
 
 /// Applies migrations under an advisory lock, so that two processes starting at once apply each once.
