@@ -36,14 +36,26 @@ async fn eventually(client: &Client, path: &str, what: &str, check: impl Fn(u16,
     }
 }
 
-#[tokio::test]
-async fn a_follower_relays_requests_sockets_and_streams_and_leads_when_the_leader_stops() {
+/// A database of the test's own and two replicas on it, the first leading; `None` on SQLite.
+async fn two_replicas() -> Option<(TestDatabase, TestServer, TestServer)> {
     if !backend_is_postgres() {
-        return;
+        return None;
     }
-    let Some(db) = TestDatabase::create().await else { return };
+    let db = TestDatabase::create().await?;
     let leader = TestServer::boot_on(replica(&db)).await;
     let follower = TestServer::boot_on(replica(&db)).await;
+    Some((db, leader, follower))
+}
+
+/// `e`'s socket on `server`, once it takes it (a replica refuses it until a leader has taken over).
+async fn reconnect(server: &TestServer, e: &ScriptedExecutor) -> ExecSocket {
+    let fleet = Fleet { bases: vec![server.base.clone()] };
+    fleet.connect(e, 0).await
+}
+
+#[tokio::test]
+async fn a_follower_relays_requests_sockets_and_streams_and_leads_when_the_leader_stops() {
+    let Some((_db, leader, follower)) = two_replicas().await else { return };
 
     // An executor that registers and connects through the follower is the leader's.
     let (mut e, mut socket) = ScriptedExecutor::online(&follower, &[]).await;
@@ -73,13 +85,7 @@ async fn a_follower_relays_requests_sockets_and_streams_and_leads_when_the_leade
     leader.stop().await;
     socket.closed().await;
     eventually(&follower.client, "/healthz", "the follower leading", |status, _| status == 200).await;
-    let mut socket = loop {
-        match ExecSocket::try_open(&follower.ws_url(&format!("/ws/executors/{}?token={}", e.id, e.token)), &e.id).await
-        {
-            Ok(s) => break s,
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    };
+    let mut socket = reconnect(&follower, &e).await;
     follower.eventually(&format!("/api/v1/executors/{}", e.id), "executor connected", |b| b["connected"] == true).await;
     let next = dispatch_to(&follower, &mut e).await;
     socket.ack("mission.started", &next, json!({"state": "running"})).await;
@@ -94,6 +100,36 @@ async fn a_follower_relays_requests_sockets_and_streams_and_leads_when_the_leade
         assert_eq!(event.id.as_deref(), Some(expected.to_string().as_str()), "the stream skips nothing");
         expected += 1;
     }
+    follower.stop().await;
+}
+
+#[tokio::test]
+async fn a_hitl_deadline_armed_by_a_leader_that_stops_fires_once_on_the_next() {
+    let Some((db, leader, follower)) = two_replicas().await else { return };
+    let (mut e, mut socket) = ScriptedExecutor::online(&follower, &["hitl", "x-abort"]).await;
+    let id = dispatch_to(&follower, &mut e).await;
+    socket.ack("mission.started", &id, json!({"state": "running"})).await;
+    let soon = aiwg_serve::clock::format(chrono::Utc::now() + chrono::Duration::milliseconds(1500));
+    socket.ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Go?", "expires_at": soon})).await;
+
+    // The replica that armed the deadline goes before it passes; the one that leads next fires it.
+    leader.stop().await;
+    socket.closed().await;
+    // Whether the executor is back before the deadline or not (then it learns at its resync), the
+    // mission fails once, by the new leader's hand.
+    let _socket = reconnect(&follower, &e).await;
+    let m =
+        follower.eventually(&format!("/api/v1/missions/{id}"), "the HITL deadline", |m| m["state"] == "failed").await;
+    assert_eq!(m["error"], "HITL request h-1 expired unanswered");
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let fired: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM events WHERE mission_id = $1 AND data LIKE '%hitl_expired%'")
+            .bind(&id)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(fired, 1, "the deadline fired once");
+    conn.close().await.unwrap();
     follower.stop().await;
 }
 
@@ -134,12 +170,7 @@ async fn a_replica_follows_whoever_holds_the_claim_and_answers_503_while_it_cann
 
 #[tokio::test]
 async fn transitions_raced_through_two_replicas_are_applied_once() {
-    if !backend_is_postgres() {
-        return;
-    }
-    let Some(db) = TestDatabase::create().await else { return };
-    let a = TestServer::boot_on(replica(&db)).await;
-    let b = TestServer::boot_on(replica(&db)).await;
+    let Some((db, a, b)) = two_replicas().await else { return };
     let (mut e, mut socket) = ScriptedExecutor::online(&b, &[]).await;
     let mut log = sqlx::PgConnection::connect(&db.url).await.unwrap();
 

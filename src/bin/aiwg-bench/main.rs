@@ -242,6 +242,12 @@ async fn main() -> ExitCode {
         if wanted("kill-pg") {
             rows.extend(workloads::kill9_pg(dir.path(), &scale, url, &mut failures).await);
         }
+        if wanted("dispatch-replicas") {
+            rows.extend(workloads::dispatch_replicas(dir.path(), &scale, url).await);
+        }
+        if wanted("storm-replicas") {
+            rows.extend(workloads::storm_after_kill9(dir.path(), &scale, url, &mut failures).await);
+        }
     }
     if wanted("dispatch") {
         rows.extend(workloads::dispatch(dir.path(), &scale).await);

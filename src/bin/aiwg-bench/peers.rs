@@ -150,8 +150,13 @@ impl Peer {
     }
 
     pub async fn connect(&self, serve: &Serve) -> Socket {
+        self.try_connect(serve).await.expect("executor socket")
+    }
+
+    /// The executor's socket, or `None` when serve refuses it (down, or a replica without a leader).
+    pub async fn try_connect(&self, serve: &Serve) -> Option<Socket> {
         let url = serve.ws(&format!("/ws/executors/{}?token={}", self.id, self.token));
-        tokio_tungstenite::connect_async_with_config(url, None, true).await.expect("executor socket").0
+        tokio_tungstenite::connect_async_with_config(url, None, true).await.ok().map(|(socket, _)| socket)
     }
 
     pub fn envelope(&self, event: &str, mission_id: Option<&str>, data: Value) -> Message {

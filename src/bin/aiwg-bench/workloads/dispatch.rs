@@ -25,20 +25,10 @@ pub async fn dispatch(dir: &Path, scale: &Scale) -> Vec<Row> {
         let peer = Peer::register(&serve, rest.addr, &[]).await;
         sockets.push(peer.connect(&serve).await);
     }
-    // From the metrics gauge: the executor listing is paged, a fleet does not fit one page.
-    let connected = || async {
-        let metrics = client.get("/metrics").await.unwrap();
-        metrics
-            .as_str()
-            .and_then(|text| text.lines().find_map(|l| l.strip_prefix("aiwg_executors_connected ")))
-            .and_then(|n| n.trim().parse::<usize>().ok())
-            .unwrap_or(0)
-    };
-    while connected().await < scale.dispatch_executors {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let shape = |i: usize| json!({"mission_id": mission_id(i), "objective": "benchmark", "completion": "c"});
-    let (rate, _) = closed_loop(&client, "/api/v1/sessions/bench/dispatch", scale.dispatches, 64, shape).await;
+    fleet_connected(&client, scale.dispatch_executors).await;
+    let (rate, _) =
+        closed_loop(std::slice::from_ref(&client), "/api/v1/sessions/bench/dispatch", scale.dispatches, 64, shape)
+            .await;
     let latency =
         open_loop(&client, "/api/v1/sessions/bench/dispatch", scale.open_loop_rate, scale.open_loop_seconds, shape)
             .await;
@@ -47,7 +37,7 @@ pub async fn dispatch(dir: &Path, scale: &Scale) -> Vec<Row> {
 
     let bare = bare_server().await;
     let bare_client = Arc::new(Client::new(&format!("http://{bare}"), None));
-    let (bare_rate, _) = closed_loop(&bare_client, "/dispatch", scale.dispatches, 64, shape).await;
+    let (bare_rate, _) = closed_loop(&[bare_client], "/dispatch", scale.dispatches, 64, shape).await;
     vec![
         Row::new(&format!("dispatch, {} executors connected", scale.dispatch_executors), rate, "missions/s")
             .baseline("bare axum POST", bare_rate)
@@ -66,6 +56,27 @@ pub async fn dispatch(dir: &Path, scale: &Scale) -> Vec<Row> {
     ]
 }
 
+/// A dispatch body without a filter: serve picks an executor.
+pub(super) fn shape(i: usize) -> Value {
+    json!({"mission_id": mission_id(i), "objective": "benchmark", "completion": "c"})
+}
+
+/// Waits until `n` executors are connected, from the metrics gauge (the executor listing is paged: a
+/// fleet does not fit one page).
+pub(super) async fn fleet_connected(client: &Client, n: usize) {
+    let connected = || async {
+        let metrics = client.get("/metrics").await.unwrap_or_default();
+        metrics
+            .as_str()
+            .and_then(|text| text.lines().find_map(|l| l.strip_prefix("aiwg_executors_connected ")))
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or(0)
+    };
+    while connected().await < n {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A bare axum server answering the same shapes as serve: the HTTP limit of this machine.
 async fn bare_server() -> std::net::SocketAddr {
     let app = Router::new()
@@ -82,9 +93,10 @@ async fn bare_server() -> std::net::SocketAddr {
     peers::serve_app(app).await
 }
 
-/// `total` requests with `concurrency` in flight; requests per second and their latencies.
+/// `total` requests with `concurrency` in flight, worker `w` sending through `clients[w % n]` (one
+/// serve, or several replicas); requests per second and their latencies.
 pub(super) async fn closed_loop(
-    client: &Arc<Client>,
+    clients: &[Arc<Client>],
     path: &str,
     total: usize,
     concurrency: usize,
@@ -94,8 +106,8 @@ pub(super) async fn closed_loop(
     let queue = Arc::new(std::sync::Mutex::new(bodies));
     let began = Instant::now();
     let workers: Vec<_> = (0..concurrency)
-        .map(|_| {
-            let (client, queue, path) = (client.clone(), queue.clone(), path.to_owned());
+        .map(|w| {
+            let (client, queue, path) = (clients[w % clients.len()].clone(), queue.clone(), path.to_owned());
             tokio::spawn(async move {
                 let mut h = Histogram::default();
                 loop {

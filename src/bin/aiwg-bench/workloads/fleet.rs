@@ -103,10 +103,10 @@ pub async fn reconnect_storm(dir: &Path, scale: &Scale, failures: &mut Vec<Strin
     let data = dir.join("storm");
     let serve = Serve::start(&data, &[]);
     let rest = RestPeer::start().await;
-    let fleet = fleet_with_missions(&serve, &rest, scale).await;
+    let fleet = fleet_with_missions(&[&serve], &rest, scale).await;
     serve.stop();
     let serve = Arc::new(Serve::start(&data, &[]));
-    let resynced = resync_all(&serve, fleet).await;
+    let resynced = resync_all(std::slice::from_ref(&serve), fleet).await;
     let (all_ok, reconciled) = (resynced.all_acked, resynced.took);
     let lost = count_lost(&serve.client(), &resynced.missions).await;
     let duplicated = rest.received.lock().unwrap().values().filter(|n| **n > 1).count();
@@ -128,11 +128,13 @@ pub async fn reconnect_storm(dir: &Path, scale: &Scale, failures: &mut Vec<Strin
     ]
 }
 
-/// `storm_executors` resumable executors with 5 missions each, their sockets closed again.
-async fn fleet_with_missions(serve: &Serve, rest: &RestPeer, scale: &Scale) -> Vec<(Peer, Vec<String>)> {
-    let client = serve.client();
+/// `storm_executors` resumable executors with 5 missions each, their sockets closed again; executor `i`
+/// registers and connects through `serves[i % n]` (one serve, or replicas), missions go through the first.
+pub(super) async fn fleet_with_missions(serves: &[&Serve], rest: &RestPeer, scale: &Scale) -> Vec<(Peer, Vec<String>)> {
+    let client = serves[0].client();
     let mut fleet = Vec::new();
-    for _ in 0..scale.storm_executors {
+    for i in 0..scale.storm_executors {
+        let serve = serves[i % serves.len()];
         let peer = Peer::register(serve, rest.addr, &["resumable"]).await;
         let socket = peer.connect(serve).await;
         fleet.push((peer, socket, Vec::new()));
@@ -155,25 +157,34 @@ async fn fleet_with_missions(serve: &Serve, rest: &RestPeer, scale: &Scale) -> V
 }
 
 /// The fleet's resyncs after the restart.
-struct Resynced {
+pub(super) struct Resynced {
     /// From the first reconnect until the last resync was answered.
-    took: Duration,
-    all_acked: bool,
-    missions: Vec<String>,
+    pub(super) took: Duration,
+    pub(super) all_acked: bool,
+    pub(super) missions: Vec<String>,
     /// Kept open until the missions have been checked.
-    sockets: Vec<(SplitSink<peers::Socket, Message>, SplitStream<peers::Socket>)>,
+    pub(super) sockets: Vec<(SplitSink<peers::Socket, Message>, SplitStream<peers::Socket>)>,
 }
 
-/// Every executor reconnects at once and resyncs the missions it owns.
-async fn resync_all(serve: &Arc<Serve>, fleet: Vec<(Peer, Vec<String>)>) -> Resynced {
+/// Every executor reconnects at once, executor `i` to `serves[i % n]` (retrying while it refuses, as a
+/// follower replica does until a leader has taken over), and resyncs the missions it owns.
+pub(super) async fn resync_all(serves: &[Arc<Serve>], fleet: Vec<(Peer, Vec<String>)>) -> Resynced {
     let began = Instant::now();
     let tasks: Vec<_> = fleet
         .into_iter()
-        .map(|(peer, missions)| {
-            let serve = serve.clone();
+        .enumerate()
+        .map(|(i, (peer, missions))| {
+            let serve = serves[i % serves.len()].clone();
             tokio::spawn(async move {
                 use futures_util::SinkExt;
-                let socket = peer.connect(&serve).await;
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let socket = loop {
+                    match peer.try_connect(&serve).await {
+                        Some(socket) => break socket,
+                        None if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+                        None => panic!("executor {} could not reconnect", peer.id),
+                    }
+                };
                 let (mut sink, mut stream) = socket.split();
                 let resync = peer.envelope("executor.resync", None, json!({"owned_mission_ids": missions}));
                 sink.send(resync).await.unwrap();
@@ -195,7 +206,7 @@ async fn resync_all(serve: &Arc<Serve>, fleet: Vec<(Peer, Vec<String>)>) -> Resy
 }
 
 /// Missions no longer assigned after the restart.
-async fn count_lost(client: &Client, ids: &[String]) -> usize {
+pub(super) async fn count_lost(client: &Client, ids: &[String]) -> usize {
     let mut lost = 0;
     for id in ids {
         let m = client.get(&format!("/api/v1/missions/{id}")).await.unwrap_or(Value::Null);

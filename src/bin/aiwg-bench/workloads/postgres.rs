@@ -14,14 +14,16 @@ use crate::peers::{RestPeer, Serve};
 use crate::{Row, Scale};
 
 /// A database of the run's own on the server `admin` names, dropped with this value.
-struct BenchDatabase {
+pub(super) struct BenchDatabase {
     admin: PgConnectOptions,
     name: String,
     url: String,
 }
 
+const REPLICA_SECRET: &str = "aiwg-bench-replica-secret";
+
 impl BenchDatabase {
-    async fn create(admin_url: &str) -> BenchDatabase {
+    pub(super) async fn create(admin_url: &str) -> BenchDatabase {
         let admin = PgConnectOptions::from_str(admin_url).expect("--database-url is a postgres:// URL");
         let mut conn = admin.connect().await.expect("connect to --database-url");
         let name = format!("aiwg_bench_{}", uuid::Uuid::new_v4().simple());
@@ -35,13 +37,19 @@ impl BenchDatabase {
         self.admin.clone().database(&self.name).connect().await.expect("connect to bench database")
     }
 
-    async fn drop_now(self) {
+    pub(super) async fn drop_now(self) {
         let mut conn = self.admin.connect().await.expect("connect to --database-url");
         let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&mut conn).await;
     }
 
-    fn serve(&self, dir: &Path) -> Serve {
+    pub(super) fn serve(&self, dir: &Path) -> Serve {
         Serve::start(dir, &[("AIWG_SERVE_STORE_DATABASE_URL", self.url.as_str())])
+    }
+
+    /// A replica on this database: the first to start leads, the others follow.
+    pub(super) fn replica(&self, dir: &Path) -> Serve {
+        let env = [("AIWG_SERVE_STORE_DATABASE_URL", self.url.as_str()), ("AIWG_SERVE_REPLICA_SECRET", REPLICA_SECRET)];
+        Serve::start(dir, &env)
     }
 }
 

@@ -29,7 +29,7 @@ pub async fn runtime_missions(dir: &Path, scale: &Scale, failures: &mut Vec<Stri
     let n = scale.runtime_missions;
     let began = Instant::now();
     let shape = |i: usize| json!({"mission_id": mission_id(i), "objective": "benchmark", "completion": "c"});
-    closed_loop(&client, "/api/v1/sessions/bench/dispatch", n, 32, shape).await;
+    closed_loop(std::slice::from_ref(&client), "/api/v1/sessions/bench/dispatch", n, 32, shape).await;
     let (done, failed) = wait_ended(&client, n).await;
     let rate = done as f64 / began.elapsed().as_secs_f64();
     if done != n {
@@ -38,7 +38,7 @@ pub async fn runtime_missions(dir: &Path, scale: &Scale, failures: &mut Vec<Stri
     serve.stop();
 
     let bare_client = Arc::new(Client::new(&format!("http://{runtime}"), None));
-    let (bare_rate, _) = closed_loop(&bare_client, "/echo", n * 4, 32, |_| json!({})).await;
+    let (bare_rate, _) = closed_loop(&[bare_client], "/echo", n * 4, 32, |_| json!({})).await;
     vec![Row::new("missions through an HTTP runtime, dispatch to completed", rate, "missions/s")
         .baseline("bare HTTP POST round trip", bare_rate)]
 }
