@@ -50,8 +50,21 @@ async fn dispatch_rate(serves: &[&Serve], scale: &Scale) -> f64 {
 }
 
 /// Three replicas, a resumable fleet with missions, `kill -9` of the leader: from the kill until every
-/// executor has reconnected through a surviving replica and had its resync answered by the new leader.
+/// executor has reconnected through a surviving replica and had its resync answered by the new leader
+/// (beside the same fleet coming back to one serve restarted on the same server: from its start).
 pub async fn storm_after_kill9(dir: &Path, scale: &Scale, admin_url: &str, failures: &mut Vec<String>) -> Vec<Row> {
+    // The baseline: the same fleet back after a restart of one serve on PostgreSQL.
+    let db = BenchDatabase::create(admin_url).await;
+    let one = db.serve(&dir.join("storm-one"));
+    let rest = RestPeer::start().await;
+    let fleet = fleet_with_missions(&[&one], &rest, scale).await;
+    one.stop();
+    let restarted = Arc::new(db.serve(&dir.join("storm-one")));
+    let baseline = resync_all(std::slice::from_ref(&restarted), fleet).await;
+    drop(baseline.sockets);
+    drop(restarted);
+    db.drop_now().await;
+
     let db = BenchDatabase::create(admin_url).await;
     let leader = db.replica(&dir.join("storm-a"));
     let followers = [Arc::new(db.replica(&dir.join("storm-b"))), Arc::new(db.replica(&dir.join("storm-c")))];
@@ -80,6 +93,7 @@ pub async fn storm_after_kill9(dir: &Path, scale: &Scale, admin_url: &str, failu
             resynced.took.as_secs_f64(),
             "s",
         )
+        .baseline("one serve restarted on PostgreSQL", baseline.took.as_secs_f64())
         .target_below(5.0),
         Row::new("kill -9 of the leading replica: missions lost or duplicated", (lost + duplicated) as f64, "missions")
             .target_below(0.5),
