@@ -80,6 +80,14 @@ async fn a_follower_relays_requests_sockets_and_streams_and_leads_when_the_leade
     let pushed = socket.next_pushed().await;
     assert_eq!((pushed["event"].as_str(), pushed["mission_id"].as_str()), (Some("mission.aborted"), Some(id.as_str())));
 
+    // A mission queued through the follower (no executor has what it needs) waits in the leader's queue.
+    let queued = mission_id();
+    let mut body = dispatch_body(&queued);
+    body["queue"] = json!(true);
+    body["executor_filter"]["capabilities"] = json!(["runtime:aider"]);
+    let answer = follower.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!(answer.body["status"], "queued", "{}", answer.body);
+
     // The leader stops: its sockets close, the follower takes the database and leads; the executor
     // reconnects through it, and missions go on.
     leader.stop().await;
@@ -91,6 +99,11 @@ async fn a_follower_relays_requests_sockets_and_streams_and_leads_when_the_leade
     socket.ack("mission.started", &next, json!({"state": "running"})).await;
     let done = socket.ack("mission.completed", &next, json!({"state": "done", "exit_code": 0})).await;
     assert_eq!(follower.mission(&next).await["state"], "done");
+    // The new leader loaded the queue: the queued mission goes, once, to the first executor that fits.
+    let (mut later, _later_socket) = ScriptedExecutor::online(&follower, &["runtime:aider"]).await;
+    assert_eq!(later.next_dispatch().await.body["mission_id"], json!(queued));
+    follower.eventually(&format!("/api/v1/missions/{queued}"), "assigned", |m| m["state"] == "assigned").await;
+    assert!(later.no_dispatch_pending() && e.no_dispatch_pending(), "assigned once");
 
     // The operator stream resumes on the new leader where it stopped, with no gap.
     let mut resumed = follower.client.sse(&format!("/api/v1/events?since={last}"), &[]).await;
