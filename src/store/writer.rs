@@ -19,6 +19,9 @@ use crate::store::{Change, CommitSlot, Mission, MissionPatch, NewEvent, Result, 
 
 const MAX_BATCH: usize = 2048;
 
+/// How long the writer waits for a unit before it calls [`Committer::idle`].
+const IDLE: std::time::Duration = std::time::Duration::from_millis(500);
+
 type Reply = oneshot::Sender<Result<Vec<i64>>>;
 
 pub(super) enum Msg {
@@ -164,6 +167,13 @@ pub(super) trait Committer: Send + 'static {
     /// Runs between two batches (SQLite finishes its WAL checkpoints there).
     fn between_batches(&mut self) -> impl Future<Output = ()>;
 
+    /// Runs when no unit has come for [`IDLE`]: PostgreSQL checks there that its session (and with it
+    /// the claim) is still alive, so that a serve whose claim another took learns it without waiting
+    /// for its next write.
+    fn idle(&mut self) -> impl Future<Output = ()> {
+        async {}
+    }
+
     fn close(self) -> impl Future<Output = ()>;
 }
 
@@ -176,7 +186,14 @@ async fn run<C: Committer, P: Publisher>(
     let mut batch: Vec<(Unit, Reply)> = Vec::new();
     let mut stopping = false;
     while !stopping {
-        match rx.recv().await {
+        let received = match tokio::time::timeout(IDLE, rx.recv()).await {
+            Ok(received) => received,
+            Err(_) => {
+                committer.idle().await;
+                continue;
+            }
+        };
+        match received {
             Some(Msg::Unit(changes, reply)) => batch.push((changes, reply)),
             Some(Msg::Stop) | None => break,
         }

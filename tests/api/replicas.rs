@@ -147,6 +147,41 @@ async fn a_hitl_deadline_armed_by_a_leader_that_stops_fires_once_on_the_next() {
 }
 
 #[tokio::test]
+async fn a_leader_whose_session_is_lost_while_another_takes_the_claim_steps_down() {
+    let Some((db, leader, follower)) = two_replicas().await else { return };
+    let (e, mut socket) = ScriptedExecutor::online(&leader, &[]).await;
+    // The leader's writing session ends (a network cut, `pg_terminate_backend`), and before it can take
+    // the claim again another process has it.
+    let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pid FROM serve_leader").fetch_one(&mut other).await.unwrap();
+    sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(&mut other).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock(1634301799, 1)")
+        .fetch_one(&mut other)
+        .await
+        .unwrap()
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the claim was never free");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The deposed leader learns it without a write of its own, and steps down: its services stop.
+    let closed = socket.closed().await;
+    assert_eq!(closed.code, 1001, "{closed:?}");
+    // The claim's holder goes; a replica leads again, and both answer as one.
+    other.close().await.unwrap();
+    for replica in [&leader, &follower] {
+        eventually(&replica.client, &format!("/api/v1/executors/{}", e.id), "a leader again", |status, _| {
+            status == 200
+        })
+        .await;
+    }
+    let _socket = reconnect(&leader, &e).await;
+    follower.eventually(&format!("/api/v1/executors/{}", e.id), "executor connected", |b| b["connected"] == true).await;
+    leader.stop().await;
+    follower.stop().await;
+}
+
+#[tokio::test]
 async fn a_replica_follows_whoever_holds_the_claim_and_answers_503_while_it_cannot_reach_it() {
     if !backend_is_postgres() {
         return;

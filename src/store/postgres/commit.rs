@@ -118,6 +118,30 @@ impl Committer for PgCommitter {
 
     async fn between_batches(&mut self) {}
 
+    /// With a claim, a round trip on the session: a lost one is opened again (the claim taken again),
+    /// or, when another serve holds the claim now, the store is deposed. Either way within about
+    /// [`IDLE`](crate::store::writer) of the loss, rather than at the next write.
+    async fn idle(&mut self) {
+        if self.claim == Claim::Shared {
+            return;
+        }
+        let alive = match self.conn.as_mut() {
+            Some(conn) => match sqlx::query("SELECT 1").execute(&mut *conn).await {
+                Ok(_) => true,
+                Err(e) => {
+                    self.recover(&e).await;
+                    false
+                }
+            },
+            None => false,
+        };
+        if !alive {
+            if let Err(e) = self.session().await {
+                tracing::warn!(error = %e, "cannot open the writer's PostgreSQL session again");
+            }
+        }
+    }
+
     async fn close(self) {
         if let Some(conn) = self.conn {
             if let Err(e) = sqlx::Connection::close(conn).await {
