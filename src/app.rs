@@ -21,6 +21,7 @@ use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
 use crate::services::reconciler::Reconciler;
 use crate::services::registry::Registry;
+use crate::services::retention::Retention;
 use crate::services::runtimes::Runtimes;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
@@ -44,6 +45,7 @@ pub struct App {
     pub connections: Arc<Connections>,
     pub status: Status,
     pub feed: Feed,
+    pub retention: Arc<Retention>,
     /// The socket tasks, which a graceful stop waits for before closing the store.
     pub sockets: Arc<Tasks>,
     shutdown: watch::Receiver<bool>,
@@ -86,6 +88,7 @@ impl App {
         let connections = Arc::new(core.connections(controls.clone(), reconciler.clone()));
         let status = Status::new(store.clone(), core.registry.clone(), dispatcher.clone(), metrics.clone());
         let feed = Feed::new(store.clone(), shutdown.clone());
+        let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
         let registry = core.registry;
         Ok(App {
             config,
@@ -102,14 +105,16 @@ impl App {
             connections,
             status,
             feed,
+            retention,
             sockets: Default::default(),
             shutdown,
         })
     }
 
     /// What was under way when serve stopped goes on: HITL deadlines and disconnect graces are armed
-    /// again, and the queue is loaded and drained.
+    /// again, and the queue is loaded and drained. Retention's passes start.
     pub async fn resume(&self) -> Result<()> {
+        self.retention.start(self.shutdown.clone());
         self.controls.rearm_hitl_deadlines();
         self.reconciler.arm_restart_grace();
         self.runtimes.start().await?;

@@ -64,6 +64,13 @@ pub enum Error {
     /// An HTTP runtime's name or URL that cannot be used.
     #[error("{0}")]
     InvalidRuntime(String),
+    /// A stream asked to resume below the compaction horizon: events it would have had are gone.
+    #[error(
+        "events up to sequence {horizon} were compacted away (retention); the first available is {}: \
+         resume with since={horizon}, or read a mission's own events (mission_id=)",
+        horizon + 1
+    )]
+    EventsCompacted { horizon: i64 },
     /// A follower replica found no leader to forward to (none yet, or it does not answer).
     #[error("{0}")]
     LeaderUnavailable(String),
@@ -112,6 +119,7 @@ impl Error {
             }
             Error::NoExecutorAvailable { .. } => ("no_executor_available", S::SERVICE_UNAVAILABLE),
             Error::LeaderUnavailable(_) => ("leader_unavailable", S::SERVICE_UNAVAILABLE),
+            Error::EventsCompacted { .. } => ("events_compacted", S::GONE),
             Error::ExecutorUnreachable(_) => ("executor_unreachable", S::BAD_GATEWAY),
             Error::ExecutorForwardFailed(_) => ("executor_forward_failed", S::BAD_GATEWAY),
             Error::Store(_) => ("internal", S::INTERNAL_SERVER_ERROR),

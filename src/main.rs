@@ -69,6 +69,11 @@ enum Command {
     },
     /// The event log, or with --follow the live stream.
     Events(cli::EventsArgs),
+    /// The store of a running serve: compact now (retention).
+    Store {
+        #[command(subcommand)]
+        command: cli::StoreCommand,
+    },
     /// The contract's conformance suite, live: check a control plane by playing executors against it.
     Conformance {
         #[command(subcommand)]
@@ -109,6 +114,7 @@ fn main() -> ExitCode {
             return runtime.block_on(serve(Overrides { bind, data_dir, database_url }, config))
         }
         Command::Executors { command } => cli::Operator::Executors(command),
+        Command::Store { command } => cli::Operator::Store(command),
         Command::Runtimes { command } => cli::Operator::Runtimes(command),
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),

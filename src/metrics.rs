@@ -138,6 +138,19 @@ pub(crate) struct Snapshot {
     pub(crate) missions_by_state: Vec<(&'static str, i64)>,
     pub(crate) queue_depth: usize,
     pub(crate) queue_oldest_age_s: f64,
+    /// The store's size and extent (read for the metrics only, not the overview).
+    pub(crate) store: Option<StoreStats>,
+}
+
+/// The store as retention sees it.
+pub(crate) struct StoreStats {
+    pub(crate) bytes: i64,
+    /// Events kept: every sequence number taken, less those compacted away.
+    pub(crate) events: i64,
+    /// The oldest event kept (0: none).
+    pub(crate) oldest_seq: i64,
+    /// The highest sequence number compacted away (0: none); streams resume above it.
+    pub(crate) compaction_horizon: i64,
 }
 
 impl Metrics {
@@ -210,6 +223,17 @@ fn render_snapshot(out: &mut String, s: &Snapshot) {
     }
     gauge(out, "aiwg_queue_depth", "Missions waiting for an executor.", s.queue_depth.to_string());
     gauge(out, "aiwg_queue_oldest_age_seconds", "Age of the oldest queued mission.", s.queue_oldest_age_s.to_string());
+    if let Some(store) = &s.store {
+        gauge(out, "aiwg_store_bytes", "Bytes the store's data takes (SQLite: pages in use).", store.bytes.to_string());
+        gauge(out, "aiwg_store_events", "Events kept in the log.", store.events.to_string());
+        gauge(out, "aiwg_store_oldest_seq", "Sequence number of the oldest event kept.", store.oldest_seq.to_string());
+        gauge(
+            out,
+            "aiwg_store_compaction_horizon",
+            "Highest sequence number compacted away by retention; streams resume above it.",
+            store.compaction_horizon.to_string(),
+        );
+    }
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, value: String) {

@@ -101,6 +101,10 @@ pub struct MissionSummary {
     pub exit_code: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When retention compacted the mission's history: its progress events are gone, its first and last
+    /// events and every other kind kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compacted_at: Option<String>,
 }
 
 impl From<Mission> for MissionSummary {
@@ -118,6 +122,7 @@ impl From<Mission> for MissionSummary {
             pty_session_ref: r.pty_session_ref,
             exit_code: r.exit_code,
             error: r.error,
+            compacted_at: r.compacted_at.map(clock::format),
         }
     }
 }

@@ -133,6 +133,12 @@ fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
             field(key, text(m, key))?;
         }
     }
+    if !m["compacted_at"].is_null() {
+        field(
+            "compacted",
+            format!("{} (retention: progress events removed; the others kept)", text(m, "compacted_at")),
+        )?;
+    }
     if let Some(routing) = m.get("routing").filter(|r| r.is_object()) {
         let reason = routing["reason"].as_str().filter(|r| !r.is_empty());
         let decision = match (routing["chosen"].as_str(), reason) {

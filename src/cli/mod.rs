@@ -7,7 +7,7 @@
 
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
-//! follows the mission as `missions watch` does) and `events`; what they share (the failure, the exit,
+//! follows the mission as `missions watch` does), `events` and `store`; what they share (the failure, the exit,
 //! how values print) is here.
 
 pub mod client;
@@ -17,6 +17,7 @@ mod executors;
 mod missions;
 mod output;
 mod runtimes;
+mod store;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,7 @@ pub use executors::ExecutorsCommand;
 pub use missions::MissionsCommand;
 use output::Output;
 pub use runtimes::RuntimesCommand;
+pub use store::StoreCommand;
 
 /// Where a serve listens unless told otherwise.
 const DEFAULT_SERVER: &str = "http://127.0.0.1:7337";
@@ -57,6 +59,7 @@ pub enum Operator {
     Missions(MissionsCommand),
     Dispatch(DispatchArgs),
     Events(EventsArgs),
+    Store(StoreCommand),
 }
 
 /// Why a command stopped early.
@@ -113,6 +116,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Operator::Missions(cmd) => missions::run(&client, &out, cmd).await,
         Operator::Dispatch(args) => dispatch::run(&client, &out, args).await,
         Operator::Events(args) => events::run(&client, &out, args).await,
+        Operator::Store(cmd) => store::run(&client, &out, cmd).await,
     };
     finish(result)
 }

@@ -136,6 +136,10 @@ impl Config {
                 ));
             }
         }
+        let retention = &self.retention;
+        if !(retention.keep_days >= 0.0 && retention.keep_days.is_finite()) || retention.interval_s == 0 {
+            return bad("retention.keep_days must be a number of days >= 0, and retention.interval_s positive".into());
+        }
         if self.hub.read_buffer_bytes < 256 {
             return bad("hub.read_buffer_bytes must be at least 256".into());
         }
@@ -301,6 +305,20 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.replica.advertise, "http://10.0.0.2:7337");
+    }
+
+    #[test]
+    fn retention_takes_days_with_fractions_and_refuses_negative_ones() {
+        let load = |pairs: &[(&str, &str)]| Config::load(None, env(pairs), Overrides::default());
+        let c = load(&[("AIWG_SERVE_RETENTION_KEEP_DAYS", "0.5"), ("AIWG_SERVE_RETENTION_MAX_STORE_BYTES", "1048576")])
+            .unwrap();
+        assert_eq!((c.retention.keep_days, c.retention.max_store_bytes, c.retention.interval_s), (0.5, 1 << 20, 60));
+        assert_eq!(Config::default().retention.keep_days, 30.0);
+        assert_eq!(load(&[("AIWG_SERVE_RETENTION_KEEP_DAYS", "7")]).unwrap().retention.keep_days, 7.0, "whole days");
+        for bad in [("AIWG_SERVE_RETENTION_KEEP_DAYS", "-1"), ("AIWG_SERVE_RETENTION_INTERVAL_S", "0")] {
+            let e = load(&[bad]).unwrap_err().to_string();
+            assert!(e.contains("retention.keep_days must be"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

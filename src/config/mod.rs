@@ -30,6 +30,28 @@ pub struct Config {
     pub dispatch: DispatchConfig,
     pub runtimes: RuntimesConfig,
     pub replica: ReplicaConfig,
+    pub retention: RetentionConfig,
+}
+
+/// How long the event log keeps what (README, "Retention").
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Days an ended mission keeps its whole history; after that its progress events are compacted
+    /// away (its first and last events, and every event of another kind, stay). Fractions are allowed;
+    /// 0 compacts a mission as soon as it ends.
+    pub keep_days: f64,
+    /// A cap on the store's size in bytes (0: none): above it, ended missions are compacted oldest end
+    /// first, whatever their age. Live missions never are.
+    pub max_store_bytes: u64,
+    /// Seconds between two compaction passes.
+    pub interval_s: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> RetentionConfig {
+        RetentionConfig { keep_days: 30.0, max_store_bytes: 0, interval_s: 60 }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

@@ -24,6 +24,8 @@ pub struct Mission {
     pub terminal_data: Option<Value>,
     pub queued_reason: Option<String>,
     pub checkpoint_id: Option<String>,
+    /// When retention compacted its history (its progress events removed).
+    pub compacted_at: Option<DateTime<Utc>>,
 }
 
 impl Mission {
@@ -46,6 +48,7 @@ impl Mission {
             terminal_data: None,
             queued_reason: None,
             checkpoint_id: None,
+            compacted_at: None,
         }
     }
 }

@@ -24,6 +24,7 @@ impl IntoResponse for Error {
         if let Some(details) = self.details() {
             body["details"] = json!(details);
         }
+
         let mut response = (status, Json(body)).into_response();
         match self {
             Error::NoExecutorAvailable { .. } | Error::TooManyRequests(_) => {

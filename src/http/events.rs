@@ -76,6 +76,7 @@ async fn sse(
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let (follow, limit) = (p.follow.unwrap_or(true), p.limit);
     let (since, filter) = open(&app, p, bearer, last_event_id)?;
+    app.feed.resumable(since, &filter).await?;
     if !follow {
         let limit = limit.unwrap_or(PAGE_DEFAULT);
         if !(1..=PAGE_MAX).contains(&limit) {
@@ -113,6 +114,7 @@ async fn socket(
 ) -> Result<Response> {
     let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
     let (since, filter) = open(&app, p, bearer, None)?;
+    app.feed.resumable(since, &filter).await?;
     let items = app.feed.follow(since, filter);
     let hub = app.config.hub.clone();
     // Operators send nothing but control frames: the hub's small read buffer, and a small message cap.

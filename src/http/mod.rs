@@ -12,6 +12,7 @@ mod missions;
 mod runtimes;
 mod sandboxes;
 mod sessions;
+mod store;
 mod ui;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(events::router())
         .merge(sandboxes::router())
         .merge(runtimes::router())
+        .merge(store::router())
         .merge(ui::router())
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })

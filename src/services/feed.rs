@@ -82,6 +82,18 @@ impl Feed {
         Ok(events.iter().map(Item::from).collect())
     }
 
+    /// Refuses to resume a stream of the whole log (or of an executor's events) below the compaction
+    /// horizon: events it would have had are gone, and it must know. A mission's own events are served
+    /// as retention left them (its record says when it was compacted).
+    pub async fn resumable(&self, since: Option<i64>, filter: &Filter) -> crate::error::Result<()> {
+        let Some(since) = since.filter(|_| filter.mission_id.is_none()) else { return Ok(()) };
+        let horizon = self.store.compaction().await?.horizon;
+        match since < horizon {
+            true => Err(crate::error::Error::EventsCompacted { horizon }),
+            false => Ok(()),
+        }
+    }
+
     /// See [`follow`].
     pub fn follow(&self, since: Option<i64>, filter: Filter) -> mpsc::Receiver<Next> {
         follow(self.store.clone(), since, filter, self.shutdown.clone())

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::dispatcher::Dispatcher;
 use super::registry::Registry;
 use crate::error::{Error, Result};
-use crate::metrics::{Metrics, Snapshot};
+use crate::metrics::{Metrics, Snapshot, StoreStats};
 use crate::store::{MissionQuery, Store};
 use crate::views::{MissionPage, MissionStatus, MissionSummary, Overview};
 
@@ -28,7 +28,21 @@ impl Status {
 
     /// `GET /metrics`: counters plus what is read at scrape time.
     pub async fn metrics_text(&self) -> Result<String> {
-        Ok(self.metrics.render(&self.snapshot().await?))
+        let mut snapshot = self.snapshot().await?;
+        snapshot.store = Some(self.store_stats().await?);
+        Ok(self.metrics.render(&snapshot))
+    }
+
+    async fn store_stats(&self) -> Result<StoreStats> {
+        let last_seq = self.store.last_seq();
+        let compaction = self.store.compaction().await?;
+        let oldest = self.store.events_after(0, None, None, 1).await?;
+        Ok(StoreStats {
+            bytes: self.store.size_bytes().await?,
+            events: last_seq - compaction.removed,
+            oldest_seq: oldest.first().map_or(0, |e| e.seq),
+            compaction_horizon: compaction.horizon,
+        })
     }
 
     /// `GET /api/v1/overview`: the same gauges as the metrics, as JSON, with the event log's newest
@@ -48,6 +62,7 @@ impl Status {
             missions_by_state: self.store.mission_counts().await?,
             queue_depth,
             queue_oldest_age_s: oldest.as_secs_f64(),
+            store: None,
         })
     }
 

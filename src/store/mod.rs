@@ -65,6 +65,15 @@ pub enum Synchronous {
     Full,
 }
 
+/// How far retention has compacted the log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compaction {
+    /// The highest sequence number compacted away (0: none): the log is whole above it.
+    pub horizon: i64,
+    /// Events compacted away, in all.
+    pub removed: i64,
+}
+
 /// The store as the services hold it: any adapter behind the port, shared.
 pub type Store = Arc<dyn Storage>;
 
@@ -141,6 +150,25 @@ pub trait Storage: Send + Sync {
 
     /// Answers not yet delivered for the missions of an executor, oldest first.
     fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRequest>>>;
+
+    /// Ended missions whose history is not compacted yet, oldest end first; with `ended_before`, only
+    /// those that ended before it (retention).
+    fn compactable_missions(
+        &self,
+        ended_before: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<String>>>;
+
+    /// Up to `limit` events retention may remove from a mission, oldest first: its `mission.progress`
+    /// events other than its first and last event.
+    fn compactable_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<i64>>>;
+
+    /// How far compaction has reached into the log.
+    fn compaction(&self) -> BoxFuture<'_, Result<Compaction>>;
+
+    /// Bytes the store's data takes: SQLite's pages in use (the file less its free pages), PostgreSQL's
+    /// database size.
+    fn size_bytes(&self) -> BoxFuture<'_, Result<i64>>;
 
     /// The migrations this binary embeds that the database does not record as applied (readiness).
     fn missing_migrations(&self) -> BoxFuture<'_, Result<Vec<i64>>>;

@@ -20,8 +20,15 @@ use super::rows::{
 use crate::contract::EventType;
 use crate::domain::MissionState;
 use crate::store::{
-    ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionQuery, Result, SandboxRecord, StoredEvent,
+    Compaction, ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionQuery, Result, SandboxRecord, StoredEvent,
 };
+
+/// `'done', 'failed', 'aborted'`: the states of a mission that is over.
+static ENDED: LazyLock<String> = LazyLock::new(|| {
+    let names: Vec<String> =
+        MissionState::ALL.into_iter().filter(|s| s.is_terminal()).map(|s| format!("'{s}'")).collect();
+    names.join(", ")
+});
 
 /// `'queued', 'done', 'failed', 'aborted'`: the states of a mission that is not live (waiting for an
 /// executor, or over).
@@ -82,12 +89,14 @@ pub(super) struct Reads<DB: Database> {
     pub(super) pool: Pool<DB>,
     /// The migrations the adapter embeds (version, name, SQL), for [`Reads::missing_migrations`].
     pub(super) migrations: migrate::Migrations,
+    /// The adapter's query for the bytes its data takes, as one `bytes` column.
+    pub(super) size: &'static str,
 }
 
 // By hand: a derive would ask `DB: Clone`, which database types are not.
 impl<DB: Database> Clone for Reads<DB> {
     fn clone(&self) -> Reads<DB> {
-        Reads { pool: self.pool.clone(), migrations: self.migrations }
+        Reads { pool: self.pool.clone(), migrations: self.migrations, size: self.size }
     }
 }
 
@@ -155,7 +164,7 @@ where
         let mut sql = String::from(
             "SELECT id, mission_id, session_id, executor_id, state, 'null' AS payload, created_at, updated_at, \
              completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, \
-             NULL AS terminal_data, queued_reason, checkpoint_id \
+             NULL AS terminal_data, queued_reason, checkpoint_id, compacted_at \
              FROM missions WHERE 1 = 1",
         );
         let mut texts = Vec::new();
@@ -227,6 +236,52 @@ where
         }
         let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    pub(super) async fn compactable_missions(
+        &self,
+        ended_before: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> Result<Vec<String>> {
+        let mut sql = format!(
+            "SELECT mission_id FROM missions WHERE compacted_at IS NULL AND completed_at IS NOT NULL \
+             AND state IN ({})",
+            *ENDED
+        );
+        let before = ended_before.map(crate::clock::format);
+        sql.push_str(match before {
+            Some(_) => " AND completed_at < $1 ORDER BY completed_at, id LIMIT $2",
+            None => " ORDER BY completed_at, id LIMIT $1",
+        });
+        let mut query = sqlx::query(&sql);
+        if let Some(before) = before {
+            query = query.bind(before);
+        }
+        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| r.text("mission_id")).collect()
+    }
+
+    pub(super) async fn compactable_events(&self, mission_id: &str, limit: u32) -> Result<Vec<i64>> {
+        let rows = sqlx::query(
+            "SELECT seq FROM events WHERE mission_id = $1 AND event = 'mission.progress' \
+             AND seq > (SELECT MIN(seq) FROM events WHERE mission_id = $1) \
+             AND seq < (SELECT MAX(seq) FROM events WHERE mission_id = $1) ORDER BY seq LIMIT $2",
+        )
+        .bind(mission_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| r.int("seq")).collect()
+    }
+
+    pub(super) async fn compaction(&self) -> Result<Compaction> {
+        let row = sqlx::query("SELECT horizon, removed FROM compaction").fetch_one(&self.pool).await?;
+        Ok(Compaction { horizon: row.int("horizon")?, removed: row.int("removed")? })
+    }
+
+    pub(super) async fn size_bytes(&self) -> Result<i64> {
+        let row = sqlx::query(self.size).fetch_one(&self.pool).await?;
+        row.int("bytes")
     }
 
     pub(super) async fn open_hitl(&self) -> Result<Vec<HitlRequest>> {

@@ -30,6 +30,14 @@ pub enum Change {
     AppendEvent(NewEvent),
     PutHitl(Box<HitlRequest>),
     PutSandbox(Box<SandboxRecord>),
+    /// Removes events of an ended mission (retention; `seqs` are its own, as
+    /// [`Storage::compactable_events`](super::Storage::compactable_events) names them) and moves the
+    /// compaction horizon up to the highest; `done` marks the mission compacted at the commit time.
+    CompactEvents {
+        mission_id: String,
+        seqs: Vec<i64>,
+        done: bool,
+    },
 }
 
 impl Change {

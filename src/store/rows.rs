@@ -156,6 +156,7 @@ pub(super) fn mission_from_row<R: Cols>(r: &R) -> Result<Mission> {
         terminal_data: opt_json("terminal_data")?,
         queued_reason: r.text_opt("queued_reason")?,
         checkpoint_id: r.text_opt("checkpoint_id")?,
+        compacted_at: time_opt(r, "compacted_at")?,
     })
 }
 

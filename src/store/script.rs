@@ -247,6 +247,41 @@ where
     }
 }
 
+/// Retention's statements.
+impl<'a, DB> Script<'a, DB>
+where
+    DB: Database,
+    &'a str: Encode<'a, DB> + Type<DB>,
+    i64: Encode<'a, DB> + Type<DB>,
+{
+    /// Removes events of one mission (at most [`ROWS_PER_STATEMENT`]); the mission in the condition keeps
+    /// a wrong sequence number from removing another mission's event.
+    pub(super) fn delete_events(&mut self, mission_id: &'a str, seqs: &[i64]) {
+        let q = &mut self.0;
+        q.push("DELETE FROM events WHERE mission_id = ").push_bind(mission_id).push(" AND seq IN (");
+        let mut list = q.separated(", ");
+        for seq in seqs {
+            list.push_bind(*seq);
+        }
+        q.push(");");
+    }
+
+    /// Marks a mission's history compacted at the commit time.
+    pub(super) fn compacted(&mut self, mission_id: &'a str, now: &'a str) {
+        let q = &mut self.0;
+        q.push("UPDATE missions SET compacted_at = ").push_bind(now);
+        q.push(" WHERE mission_id = ").push_bind(mission_id).push(";");
+    }
+
+    /// Moves the compaction horizon up to `horizon` (never down) and counts `removed` more events.
+    pub(super) fn compaction(&mut self, horizon: i64, removed: i64) {
+        let q = &mut self.0;
+        q.push("UPDATE compaction SET horizon = CASE WHEN horizon < ").push_bind(horizon);
+        q.push(" THEN ").push_bind(horizon).push(" ELSE horizon END, removed = removed + ").push_bind(removed);
+        q.push(";");
+    }
+}
+
 /// Where the writer pushes a batch's gathered rows (`Gathered::push_rows`): one script for a whole
 /// batch (SQLite), or a statement each (PostgreSQL).
 pub(super) trait Scripts<'s, DB: Database> {

@@ -14,8 +14,8 @@ use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{Feed, WriterHandle};
 use super::{
-    CommitSlot, ExecutorRecord, HitlRequest, Mission, MissionQuery, MissionState, Result, SandboxRecord, Storage,
-    StoredEvent,
+    CommitSlot, Compaction, ExecutorRecord, HitlRequest, Mission, MissionQuery, MissionState, Result, SandboxRecord,
+    Storage, StoredEvent,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -97,6 +97,26 @@ where
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<StoredEvent>>> {
         Box::pin(self.reads.events_after(after_seq, mission_id, executor_id, limit))
+    }
+
+    fn compactable_missions(
+        &self,
+        ended_before: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<String>>> {
+        Box::pin(self.reads.compactable_missions(ended_before, limit))
+    }
+
+    fn compactable_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<i64>>> {
+        Box::pin(self.reads.compactable_events(mission_id, limit))
+    }
+
+    fn compaction(&self) -> BoxFuture<'_, Result<Compaction>> {
+        Box::pin(self.reads.compaction())
+    }
+
+    fn size_bytes(&self) -> BoxFuture<'_, Result<i64>> {
+        Box::pin(self.reads.size_bytes())
     }
 
     fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>> {

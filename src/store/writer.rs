@@ -341,6 +341,8 @@ pub(super) struct Gathered<'a> {
     patches: HashMap<&'a str, MissionPatch>,
     /// Each executor's latest event timestamp.
     seen: HashMap<&'a str, &'a str>,
+    /// Compactions: the mission, the events it loses, and whether that ends its compaction.
+    compactions: Vec<(&'a str, &'a [i64], bool)>,
 }
 
 impl<'a> Gathered<'a> {
@@ -385,6 +387,9 @@ impl<'a> Gathered<'a> {
                     self.seen.insert(executor_id, ts);
                 }
                 Change::PatchMission { mission_id, patch } => self.patch(mission_id, patch),
+                Change::CompactEvents { mission_id, seqs, done } => {
+                    self.compactions.push((mission_id.as_str(), seqs.as_slice(), *done))
+                }
                 Change::AppendEvent(ev) => {
                     let (encoding, text) = encoded.next().expect("one encoding per appended event");
                     self.positions.push((*next_seq, unit_index, change_index, encoding));
@@ -440,6 +445,18 @@ impl<'a> Gathered<'a> {
         let seen: Vec<(&str, &str)> = self.seen.iter().map(|(id, ts)| (*id, *ts)).collect();
         for rows in seen.chunks(ROWS_PER_STATEMENT) {
             scripts.next().seen(rows);
+        }
+        for (mission_id, seqs, done) in &self.compactions {
+            for chunk in seqs.chunks(ROWS_PER_STATEMENT) {
+                scripts.next().delete_events(mission_id, chunk);
+            }
+            if *done {
+                scripts.next().compacted(mission_id, now);
+            }
+        }
+        let compacted = self.compactions.iter().flat_map(|(_, seqs, _)| seqs.iter());
+        if let Some(horizon) = compacted.clone().max() {
+            scripts.next().compaction(*horizon, compacted.count() as i64);
         }
     }
 

@@ -39,6 +39,7 @@ mod reference_runtime;
 mod register;
 mod replicas;
 mod resumable;
+mod retention;
 mod routes;
 mod runtimes;
 mod sandbox;

@@ -44,6 +44,7 @@ macro_rules! storage_contract {
                 a_fresh_store_misses_no_migration,
                 a_closed_store_refuses_commits,
                 a_batch_larger_than_one_statement_commits_whole,
+                compaction_removes_an_ended_missions_progress_but_its_first_and_last_events,
             );
 
             #[tokio::test]
@@ -147,8 +148,8 @@ mod cases {
     use aiwg_serve::contract::{RegisterPayload, TransportEndpoints};
     use aiwg_serve::domain::{MissionState, RuntimeKind, RuntimeRecord};
     use aiwg_serve::store::{
-        Change, ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionQuery, NewEvent, Pending,
-        SandboxRecord, Store, StoreError, StoredEvent,
+        Change, Compaction, ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionQuery, NewEvent,
+        Pending, SandboxRecord, Store, StoreError, StoredEvent,
     };
     use aiwg_serve::wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
@@ -752,6 +753,63 @@ mod cases {
 
     pub(super) async fn a_fresh_store_misses_no_migration(store: Store) {
         assert_eq!(store.missing_migrations().await.unwrap(), Vec::<i64>::new());
+    }
+
+    pub(super) async fn compaction_removes_an_ended_missions_progress_but_its_first_and_last_events(store: Store) {
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
+        let ended = MissionPatch { completed_at: Some(ts(30)), ..Default::default() };
+        let (old, live) = (
+            mission("old", "s", Some("e1"), MissionState::Done),
+            mission("live", "s", Some("e1"), MissionState::Running),
+        );
+        store.commit(vec![insert(&old), patch("old", ended)]).await.unwrap();
+        store.commit(vec![insert(&live)]).await.unwrap();
+        let names = [
+            "mission.assigned",
+            "mission.progress",
+            "mission.progress",
+            "mission.hitl_required",
+            "mission.progress",
+            "mission.completed",
+        ];
+        for (n, name) in names.into_iter().enumerate() {
+            store.commit(vec![append(&event(name, "e1", Some("old"), n as i64))]).await.unwrap();
+        }
+        let live_seqs = store
+            .commit(vec![
+                append(&event("mission.progress", "e1", Some("live"), 7)),
+                append(&event("mission.progress", "e1", Some("live"), 8)),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(store.compaction().await.unwrap(), Compaction::default());
+        assert_eq!(store.compactable_missions(None, 10).await.unwrap(), ["old"], "live missions are never compacted");
+        assert_eq!(
+            store.compactable_missions(Some(ts(30)), 10).await.unwrap(),
+            Vec::<String>::new(),
+            "ended at 30, not before"
+        );
+        assert_eq!(store.compactable_missions(Some(ts(31)), 10).await.unwrap(), ["old"]);
+        // Progress events only, never the first or the last.
+        assert_eq!(store.compactable_events("old", 10).await.unwrap(), [2, 3, 5]);
+        assert_eq!(store.compactable_events("old", 2).await.unwrap(), [2, 3]);
+        assert_eq!(store.compactable_events("live", 10).await.unwrap(), Vec::<i64>::new(), "first and last kept");
+
+        let compact = |seqs: Vec<i64>, done| Change::CompactEvents { mission_id: "old".into(), seqs, done };
+        store.commit(vec![compact(vec![2, 3], false)]).await.unwrap();
+        assert_eq!(store.compactable_missions(None, 10).await.unwrap(), ["old"], "not done yet");
+        // A sequence number of another mission is not removed through this one.
+        store.commit(vec![compact(vec![5, live_seqs[0]], true)]).await.unwrap();
+        assert_eq!(store.compactable_missions(None, 10).await.unwrap(), Vec::<String>::new());
+        assert_eq!(store.compactable_events("old", 10).await.unwrap(), Vec::<i64>::new());
+        let left = |mission: &'static str| {
+            let store = store.clone();
+            async move { seqs(&store.events_after(0, Some(mission), None, 100).await.unwrap()) }
+        };
+        assert_eq!(left("old").await, [1, 4, 6], "first, HITL and last kept");
+        assert_eq!(left("live").await, live_seqs, "the other mission keeps everything");
+        assert_eq!(store.compaction().await.unwrap().horizon, live_seqs[0].max(5));
+        assert!(store.size_bytes().await.unwrap() > 0);
     }
 
     pub(super) async fn a_closed_store_refuses_commits(store: Store) {

@@ -235,6 +235,9 @@ async fn main() -> ExitCode {
     if wanted("kill") {
         rows.extend(workloads::kill9(dir.path(), &scale, &mut failures).await);
     }
+    if wanted("compaction") {
+        rows.extend(workloads::compaction(dir.path(), &scale, &mut failures).await);
+    }
     if let Some(url) = &args.database_url {
         if wanted("ingest-pg") {
             rows.extend(workloads::ingestion_pg(dir.path(), &scale, url, &mut failures).await);

@@ -42,6 +42,9 @@ const MIGRATION_LOCK: (i32, i32) = (0x6169_7767, 2);
 /// No notices ("relation already exists, skipping" from each start's migrations) as log lines.
 const QUIET: (&str, &str) = ("client_min_messages", "warning");
 
+/// The database's size on disk (what autovacuum frees is reused by later writes).
+const SIZE: &str = "SELECT pg_database_size(current_database()) AS bytes";
+
 /// Read connections: the dashboard and listings read while executors stream.
 const READ_CONNECTIONS: u32 = 8;
 
@@ -98,7 +101,7 @@ pub async fn open(
         .await?;
     let (tx, rx) = mpsc::channel(writer::QUEUE);
     let feed = Feed::new(feed_capacity, last_seq);
-    let reads = Reads { pool, migrations: super::migrate::POSTGRES };
+    let reads = Reads { pool, migrations: super::migrate::POSTGRES, size: SIZE };
     let writer_pid = Arc::new(AtomicU32::new(0));
     let tail = tail::start(reads.clone(), feed.clone(), writer_pid.clone(), claim == Claim::Shared);
     let (deposed, deposed_rx) = watch::channel(false);

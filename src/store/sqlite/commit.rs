@@ -19,7 +19,14 @@ pub(super) struct SqliteCommitter {
     pub(super) next_seq: i64,
     /// Raised by the background checkpoint pass (see `checkpoint`).
     pub(super) backfilled: Arc<AtomicBool>,
+    /// The database gives free pages back (`auto_vacuum = INCREMENTAL`).
+    pub(super) incremental: bool,
+    /// Compaction freed pages that have not all been given back yet.
+    pub(super) reclaim: bool,
 }
+
+/// Free pages given back between two batches: 4 MiB of 4 KiB pages, a few milliseconds.
+const RECLAIM_PAGES: u32 = 1024;
 
 impl Committer for SqliteCommitter {
     /// SQLite's connection runs on a thread of its own, not on tokio's I/O: opened at start is fine.
@@ -30,6 +37,9 @@ impl Committer for SqliteCommitter {
     async fn commit(&mut self, units: &[&Unit]) -> crate::store::Result<Applied> {
         let first_seq = self.next_seq;
         let outcome = apply(&mut self.conn, units, &mut self.next_seq).await;
+        if self.incremental && outcome.is_ok() {
+            self.reclaim |= units.iter().any(|u| u.changes.iter().any(|c| matches!(c, Change::CompactEvents { .. })));
+        }
         if outcome.is_err() {
             self.next_seq = first_seq;
             // Where the failure struck decides whether a transaction is open; rolling back when none is
@@ -45,11 +55,28 @@ impl Committer for SqliteCommitter {
         if self.backfilled.swap(false, Ordering::AcqRel) {
             super::checkpoint::finish_from_writer(&mut self.conn).await;
         }
+        if self.reclaim {
+            self.reclaim = reclaim(&mut self.conn).await;
+        }
     }
 
     async fn close(self) {
         if let Err(e) = sqlx::Connection::close(self.conn).await {
             tracing::warn!(error = %e, "closing the writer connection");
+        }
+    }
+}
+
+/// Gives up to [`RECLAIM_PAGES`] free pages back (the file shrinks at the next checkpoint); whether
+/// some are left.
+async fn reclaim(conn: &mut SqliteConnection) -> bool {
+    let vacuumed = sqlx::query(&format!("PRAGMA incremental_vacuum({RECLAIM_PAGES})")).execute(&mut *conn).await;
+    let left = sqlx::query_scalar::<_, i64>("PRAGMA freelist_count").fetch_one(&mut *conn).await;
+    match (vacuumed, left) {
+        (Ok(_), Ok(left)) => left > 0,
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, "giving free pages back failed");
+            false
         }
     }
 }

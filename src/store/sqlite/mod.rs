@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::ConnectOptions;
 use tokio::sync::mpsc;
 
@@ -25,6 +25,11 @@ use super::{Result, Store, Synchronous};
 use crate::metrics::Metrics;
 
 pub use super::writer::WriterTask;
+
+/// The pages in use: the file less its free pages (which later writes reuse, and an incremental vacuum
+/// gives back).
+const SIZE: &str = "SELECT (p.page_count - f.freelist_count) * s.page_size AS bytes \
+                    FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s";
 
 /// Prepared statements the writer connection keeps.
 const WRITER_STATEMENTS: usize = 24;
@@ -47,6 +52,9 @@ pub async fn open(
             Synchronous::Full => SqliteSynchronous::Full,
         })
         .foreign_keys(true)
+        // Pages that compaction frees go back to the file system a few at a time (see `commit`). Only a
+        // new database takes this; one created before keeps its pages, and reuses them.
+        .auto_vacuum(SqliteAutoVacuum::Incremental)
         .busy_timeout(Duration::from_secs(5))
         // Statement journals (a multi-row statement inside a larger transaction) stay in memory
         // instead of a temporary file written on every batch.
@@ -65,8 +73,10 @@ pub async fn open(
     tokio::spawn(checkpoint::checkpoints(pool.clone(), backfilled.clone()));
     let (tx, rx) = mpsc::channel(writer::QUEUE);
     let feed = Feed::new(feed_capacity, last_seq);
-    let committer = commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled };
+    // 2: INCREMENTAL.
+    let incremental = sqlx::query_scalar::<_, i64>("PRAGMA auto_vacuum").fetch_one(&mut conn).await? == 2;
+    let committer = commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled, incremental, reclaim: false };
     let task = WriterTask::spawn(committer, rx, feed.clone(), metrics).await?;
-    let reads = Reads { pool, migrations: super::migrate::SQLITE };
+    let reads = Reads { pool, migrations: super::migrate::SQLITE, size: SIZE };
     Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task))
 }

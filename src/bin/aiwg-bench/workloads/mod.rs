@@ -1,7 +1,7 @@
 //! The workloads of DESIGN section 7, each measured beside its baseline in the same run: one file per
 //! family (ingestion and `kill -9`; dispatch; dashboard polling; serve's footprint: cold start, an idle
 //! fleet, a restart under a fleet; HITL; missions through an HTTP agent runtime; on PostgreSQL, the
-//! store and replicas), and here what they share.
+//! store and replicas; retention's compaction), and here what they share.
 
 mod dispatch;
 mod fleet;
@@ -10,6 +10,7 @@ mod ingest;
 mod polling;
 mod postgres;
 mod replicas;
+mod retention;
 mod runtimes;
 
 use std::path::Path;
@@ -28,6 +29,7 @@ pub use ingest::{ingestion, kill9};
 pub use polling::polling;
 pub use postgres::{ingestion_pg, kill9_pg};
 pub use replicas::{dispatch_replicas, storm_after_kill9};
+pub use retention::compaction;
 pub use runtimes::runtime_missions;
 
 use crate::peers::{self, Peer, RestPeer, Serve};

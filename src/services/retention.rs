@@ -1,0 +1,128 @@
+//! Retention: the event log stays bounded under a steady stream, and what an operator needs of the past
+//! stays.
+//!
+//! An ended mission keeps its whole history for `retention.keep_days`; then its `mission.progress`
+//! events are compacted away. What stays: the mission's row (state, exit code, error, routing decision,
+//! when it was compacted), its first and last events, and every event of another kind (HITL requests
+//! and answers, pauses, resumes, aborts, suspensions). Above `retention.max_store_bytes`, ended missions
+//! are compacted oldest end first whatever their age. Live missions are never touched.
+//!
+//! A pass runs every `retention.interval_s`, and on demand ([`Retention::pass`], `POST
+//! /api/v1/store/compact`). It goes through the writer like every other write, in units of at most
+//! [`UNIT`] events, each committed before the next is read: ingestion's batches carry at most one small
+//! compaction unit each, so compaction never stalls them. The log stays resumable: compaction moves a
+//! horizon up (the highest sequence number removed), and a stream asked to resume below it is told so,
+//! with the first sequence it can have, instead of silently missing events (see `feed`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::config::RetentionConfig;
+use crate::store::{Change, Result, Store};
+
+/// Events removed per unit.
+const UNIT: u32 = 500;
+/// Missions looked up per round of a pass.
+const MISSIONS_PER_ROUND: u32 = 32;
+
+/// What a pass did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Pass {
+    /// Missions whose compaction this pass finished.
+    pub missions: usize,
+    /// Events it removed.
+    pub events: usize,
+    /// The store's size after it, in bytes.
+    pub store_bytes: i64,
+}
+
+pub struct Retention {
+    store: Store,
+    config: RetentionConfig,
+    /// One pass at a time: the background one and those asked for.
+    running: tokio::sync::Mutex<()>,
+}
+
+impl Retention {
+    pub fn new(store: Store, config: RetentionConfig) -> Retention {
+        Retention { store, config, running: tokio::sync::Mutex::new(()) }
+    }
+
+    /// Runs a pass every `interval_s` until `shutdown`.
+    pub fn start(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let retention = self.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(retention.config.interval_s));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = shutdown.wait_for(|s| *s) => return,
+                    _ = every.tick() => {}
+                }
+                match retention.pass().await {
+                    Ok(pass) if pass.events > 0 || pass.missions > 0 => {
+                        tracing::info!(
+                            missions = pass.missions,
+                            events = pass.events,
+                            store_bytes = pass.store_bytes,
+                            "compacted"
+                        );
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "compaction pass failed; the next one tries again"),
+                }
+            }
+        });
+    }
+
+    /// One pass: missions past their retention, then, while the store is above its cap, the oldest
+    /// ended missions whatever their age.
+    pub async fn pass(&self) -> Result<Pass> {
+        let _one = self.running.lock().await;
+        let mut pass = Pass::default();
+        let keep = chrono::Duration::milliseconds((self.config.keep_days * 86_400_000.0) as i64);
+        loop {
+            let size = self.store.size_bytes().await?;
+            pass.store_bytes = size;
+            let over_cap = self.config.max_store_bytes > 0 && size > self.config.max_store_bytes as i64;
+            let ended_before = (!over_cap).then(|| crate::clock::now() - keep);
+            let missions = self.store.compactable_missions(ended_before, MISSIONS_PER_ROUND).await?;
+            if missions.is_empty() {
+                if over_cap {
+                    tracing::warn!(
+                        store_bytes = size,
+                        cap = self.config.max_store_bytes,
+                        "the store is above its cap with nothing left to compact (live missions are kept whole)"
+                    );
+                }
+                return Ok(pass);
+            }
+            for mission_id in missions {
+                pass.events += self.compact(&mission_id).await?;
+                pass.missions += 1;
+                if over_cap {
+                    // Measure again: the cap may be met already.
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Removes a mission's compactable events, a unit at a time, and marks it compacted; the events
+    /// removed.
+    async fn compact(&self, mission_id: &str) -> Result<usize> {
+        let mut removed = 0;
+        loop {
+            let seqs = self.store.compactable_events(mission_id, UNIT).await?;
+            let done = seqs.len() < UNIT as usize;
+            removed += seqs.len();
+            self.store.commit(vec![Change::CompactEvents { mission_id: mission_id.to_owned(), seqs, done }]).await?;
+            if done {
+                return Ok(removed);
+            }
+        }
+    }
+}

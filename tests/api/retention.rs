@@ -1,0 +1,135 @@
+//! Retention: a long stream into a store with a size cap; ended missions are compacted oldest first
+//! until the store is under its cap, live missions keep every event, compacted missions keep what the
+//! policy promises, and the event stream says where it can resume instead of skipping.
+
+use serde_json::json;
+
+use crate::support::{dispatch_to, ExecSocket, ScriptedExecutor, TestServer};
+
+/// The cap: well under what the stream writes (about 2.5 MB of progress).
+const CAP: u64 = 1 << 20;
+const MISSIONS: usize = 12;
+const PROGRESS: usize = 100;
+
+async fn metric(server: &TestServer, name: &str) -> i64 {
+    let text = server.client.get("/metrics").await.body;
+    let text = text.as_str().unwrap_or_default().to_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in the metrics"))
+}
+
+/// A mission's events as kept, by name.
+async fn kept(server: &TestServer, mission_id: &str) -> Vec<String> {
+    let page = server.client.get(&format!("/api/v1/events?follow=false&limit=1000&mission_id={mission_id}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    page.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["envelope"]["event"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `n` progress events of 2 KB each (what fills a store), each distinct (an identical one would be
+/// taken for a resend).
+async fn progress(socket: &mut ExecSocket, mission_id: &str, n: usize) {
+    static SENT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    for _ in 0..n {
+        let i = SENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        socket.ack("mission.progress", mission_id, json!({"summary": format!("{i} {}", "x".repeat(2048))})).await;
+    }
+}
+
+#[tokio::test]
+async fn above_its_cap_the_store_compacts_the_oldest_ended_missions_and_keeps_what_it_promises() {
+    let server = TestServer::start_with(|c| {
+        c.retention.max_store_bytes = CAP;
+        // Nothing is old enough to go by age: the cap alone decides.
+        c.retention.keep_days = 30.0;
+        c.retention.interval_s = 3600;
+    })
+    .await;
+    let sqlite = server.config.store.database_url.is_empty();
+    let (mut e, mut socket) = ScriptedExecutor::online(&server, &["hitl"]).await;
+    let live = dispatch_to(&server, &mut e).await;
+    socket.ack("mission.started", &live, json!({"state": "running"})).await;
+    let mut ended = Vec::new();
+    for _ in 0..MISSIONS {
+        let id = dispatch_to(&server, &mut e).await;
+        socket.ack("mission.started", &id, json!({"state": "running"})).await;
+        progress(&mut socket, &id, PROGRESS / 2).await;
+        socket.ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Go on?"})).await;
+        let answer = server
+            .client
+            .post(&format!("/api/v1/missions/{id}/hitl_response"), &json!({"hitl_id": "h-1", "response": "yes"}))
+            .await;
+        assert_eq!(answer.status, 202, "{}", answer.body);
+        // serve records the answer (mission.hitl_responded) and pushes it to the executor.
+        assert_eq!(socket.next_pushed().await["event"], "mission.hitl_responded");
+        progress(&mut socket, &id, PROGRESS / 2).await;
+        socket.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+        progress(&mut socket, &live, 5).await;
+        ended.push(id);
+    }
+    let before = metric(&server, "aiwg_store_bytes").await;
+    let events_before = metric(&server, "aiwg_store_events").await;
+    assert!(before > CAP as i64, "the stream filled the store past its cap ({before} bytes)");
+    let whole = kept(&server, &ended[MISSIONS - 1]).await;
+    let live_before = kept(&server, &live).await;
+
+    let pass = server.client.post("/api/v1/store/compact", &json!(null)).await;
+    assert_eq!(pass.status, 200, "{}", pass.body);
+    let compacted = pass.body["missions"].as_u64().unwrap() as usize;
+    assert!(compacted >= 1, "{}", pass.body);
+    let removed = pass.body["events"].as_i64().unwrap();
+    assert_eq!(removed as usize, compacted * PROGRESS, "every progress event of a compacted mission: {}", pass.body);
+    assert_eq!(metric(&server, "aiwg_store_events").await, events_before - removed);
+
+    // Oldest end first: the compacted ones are the first to have ended.
+    for (i, id) in ended.iter().enumerate() {
+        let mission = server.mission(id).await;
+        let events = kept(&server, id).await;
+        if i < compacted {
+            assert!(mission["compacted_at"].is_string(), "{mission}");
+            assert_eq!(mission["state"], "done");
+            // First and last kept, every event of another kind kept, progress gone.
+            assert_eq!(events.first().map(String::as_str), Some("mission.started"));
+            assert_eq!(events.last().map(String::as_str), Some("mission.completed"));
+            assert!(
+                events.contains(&"mission.hitl_required".to_owned())
+                    && events.contains(&"mission.hitl_responded".to_owned())
+            );
+            let progress = events.iter().filter(|e| *e == "mission.progress").count();
+            assert_eq!(progress, 0, "{events:?}");
+        } else {
+            assert!(mission.get("compacted_at").is_none(), "{mission}");
+            assert_eq!(events.len(), whole.len(), "a mission not compacted keeps everything");
+        }
+    }
+    assert_eq!(kept(&server, &live).await, live_before, "a live mission keeps every event");
+
+    // The whole stream cannot resume from before the horizon, and says where it can.
+    let horizon = metric(&server, "aiwg_store_compaction_horizon").await;
+    assert!(horizon > 0);
+    let refused = server.client.get("/api/v1/events?follow=false&since=0").await;
+    let message = refused.assert_error(410, "events_compacted");
+    assert!(message.contains(&format!("the first available is {}", horizon + 1)), "{message}");
+    let resumed = server.client.get(&format!("/api/v1/events?follow=false&since={horizon}")).await;
+    assert_eq!(resumed.status, 200, "{}", resumed.body);
+    if sqlite {
+        // Under the cap, and the file gives the freed pages back.
+        assert!(pass.body["store_bytes"].as_i64().unwrap() <= CAP as i64, "{}", pass.body);
+        let file = server.data_dir().join("aiwg-serve.db");
+        server
+            .eventually("/healthz", "the file back under the cap", |_| {
+                std::fs::metadata(&file).is_ok_and(|m| m.len() <= CAP)
+            })
+            .await;
+    } else {
+        // PostgreSQL's database alone is above a 1 MiB cap: every ended mission goes, live ones stay.
+        assert_eq!(compacted, MISSIONS);
+    }
+    assert_eq!(server.mission(&live).await["state"], "running");
+}
