@@ -213,6 +213,16 @@ async fn run<C: Committer, P: Publisher>(
         metrics.commit_latency.observe_duration(started.elapsed());
         committer.between_batches().await;
     }
+    // Stopped: no place is given any more, and a unit queued after the stop (through a place taken
+    // before it) is refused. Dropping the queue instead left such a unit in it unanswered, its
+    // producer waiting forever: tokio's receiver drains what is queued when it drops, but a permit
+    // taken before can still send after that (seen as a commit after `close` that never returned).
+    rx.close();
+    while let Some(msg) = rx.recv().await {
+        if let Msg::Unit(_, reply) = msg {
+            let _ = reply.send(Err(StoreError::WriterGone));
+        }
+    }
     committer.close().await;
 }
 

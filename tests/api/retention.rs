@@ -133,3 +133,25 @@ async fn above_its_cap_the_store_compacts_the_oldest_ended_missions_and_keeps_wh
     }
     assert_eq!(server.mission(&live).await["state"], "running");
 }
+
+#[tokio::test]
+async fn past_its_retention_an_ended_mission_is_compacted_by_the_background_pass() {
+    let server = TestServer::start_with(|c| {
+        c.retention.keep_days = 0.0;
+        c.retention.interval_s = 1;
+    })
+    .await;
+    let (mut e, mut socket) = ScriptedExecutor::online(&server, &[]).await;
+    let live = dispatch_to(&server, &mut e).await;
+    socket.ack("mission.started", &live, json!({"state": "running"})).await;
+    progress(&mut socket, &live, 3).await;
+    let id = dispatch_to(&server, &mut e).await;
+    socket.ack("mission.started", &id, json!({"state": "running"})).await;
+    progress(&mut socket, &id, 10).await;
+    socket.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    // No one asks: the pass of the next second finds it past a retention of zero days.
+    let m = server.eventually(&format!("/api/v1/missions/{id}"), "compacted", |m| m["compacted_at"].is_string()).await;
+    assert_eq!(m["state"], "done");
+    assert_eq!(kept(&server, &id).await, ["mission.started", "mission.completed"]);
+    assert_eq!(kept(&server, &live).await.len(), 4, "the live mission keeps everything");
+}
