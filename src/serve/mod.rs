@@ -20,6 +20,7 @@ use crate::app::App;
 use crate::config::Config;
 use crate::contract::Schema;
 use crate::metrics::Metrics;
+use crate::store::postgres::Deposed;
 use crate::store::sqlite::WriterTask;
 use crate::store::StoreError;
 
@@ -127,21 +128,6 @@ struct Leading {
     claim: Option<crate::datadir::DataDir>,
 }
 
-/// What a PostgreSQL store reports when another serve took its database; never, for SQLite.
-enum Deposed {
-    Never,
-    Postgres(crate::store::postgres::Deposed),
-}
-
-impl Deposed {
-    async fn wait(&mut self) {
-        match self {
-            Deposed::Never => std::future::pending().await,
-            Deposed::Postgres(d) => d.wait().await,
-        }
-    }
-}
-
 impl Leading {
     /// Claims and opens the store, loads the services and resumes what was under way. The services
     /// stop with `stopped`.
@@ -161,7 +147,7 @@ impl Leading {
         let (store, writer) =
             crate::store::sqlite::open(claim.path(), config.store.synchronous, lag, metrics.clone()).await?;
         let leading = Leading::start(config, schema, metrics, stopped, (store, writer, Some(claim))).await?;
-        Ok((leading, Deposed::Never))
+        Ok((leading, Deposed::never()))
     }
 
     /// [`Leading::open`] on PostgreSQL, whose claim is on the database: exclusive, or a replica's that
@@ -178,7 +164,7 @@ impl Leading {
         let (store, writer, deposed) =
             crate::store::postgres::open(&config.store.database_url, claim, lag, metrics.clone()).await?;
         let leading = Leading::start(config, schema, metrics, stopped, (store, writer, None)).await?;
-        Ok((leading, Deposed::Postgres(deposed)))
+        Ok((leading, deposed))
     }
 
     async fn start(

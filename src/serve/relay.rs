@@ -86,14 +86,17 @@ impl Relay {
         }
     }
 
-    /// Follows the leader at `address` (`None`: no leader now).
-    pub(super) fn follow(&self, address: Option<&str>) {
-        let uri = address.map(|a| a.trim_end_matches('/').to_owned()).filter(|a| a.parse::<Uri>().is_ok());
+    /// Follows the leader at the address it announced.
+    pub(super) fn follow(&self, address: &str) {
+        let uri = Some(address.trim_end_matches('/').to_owned()).filter(|a| a.parse::<Uri>().is_ok());
         let mut leader = self.leader.write().unwrap_or_else(|p| p.into_inner());
         if *leader != uri {
             match &uri {
                 Some(uri) => tracing::info!(leader = %uri, "following the leading replica"),
-                None => tracing::warn!("no replica leads; answering leader_unavailable until one does"),
+                None => tracing::warn!(
+                    address,
+                    "the leading replica announced an address that is not a URL; answering leader_unavailable"
+                ),
             }
             *leader = uri;
         }

@@ -184,7 +184,7 @@ impl Replica {
     async fn follow(&self) -> bool {
         match self.leadership.leader().await {
             Ok(Some(address)) => {
-                self.relay.follow(Some(&address));
+                self.relay.follow(&address);
                 true
             }
             Ok(None) => false,

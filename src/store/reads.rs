@@ -24,22 +24,17 @@ use crate::store::{
 };
 
 /// `'done', 'failed', 'aborted'`: the states of a mission that is over.
-static ENDED: LazyLock<String> = LazyLock::new(|| {
-    let names: Vec<String> =
-        MissionState::ALL.into_iter().filter(|s| s.is_terminal()).map(|s| format!("'{s}'")).collect();
-    names.join(", ")
-});
+static ENDED: LazyLock<String> = LazyLock::new(|| states(MissionState::is_terminal));
 
 /// `'queued', 'done', 'failed', 'aborted'`: the states of a mission that is not live (waiting for an
 /// executor, or over).
-static NOT_LIVE: LazyLock<String> = LazyLock::new(|| {
-    let names: Vec<String> = MissionState::ALL
-        .into_iter()
-        .filter(|s| *s == MissionState::Queued || s.is_terminal())
-        .map(|s| format!("'{s}'"))
-        .collect();
+static NOT_LIVE: LazyLock<String> = LazyLock::new(|| states(|s| s == MissionState::Queued || s.is_terminal()));
+
+/// The states `which` picks, as an SQL list of literals.
+fn states(which: impl Fn(MissionState) -> bool) -> String {
+    let names: Vec<String> = MissionState::ALL.into_iter().filter(|s| which(*s)).map(|s| format!("'{s}'")).collect();
     names.join(", ")
-});
+}
 
 static LIVE_MISSIONS: LazyLock<String> =
     LazyLock::new(|| format!("SELECT mission_id, executor_id, state FROM missions WHERE state NOT IN ({})", *NOT_LIVE));

@@ -65,6 +65,11 @@ pub enum Claim {
 pub struct Deposed(watch::Receiver<bool>);
 
 impl Deposed {
+    /// For a store with no claim on a database to lose (SQLite's is the data directory's): never resolves.
+    pub fn never() -> Deposed {
+        Deposed(watch::channel(false).1)
+    }
+
     pub async fn wait(&mut self) {
         // The sender lives as long as the writer; a writer that ended has deposed nobody.
         if self.0.wait_for(|d| *d).await.is_err() {
@@ -144,17 +149,20 @@ async fn announce(conn: &mut PgConnection, address: &str) -> Result<()> {
     Ok(())
 }
 
+/// A condition on a backend's `pid`: it holds serve's claim on this database, `$1` and `$2` bound to
+/// [`SERVE_LOCK`]. (Advisory locks are per database, and `pg_locks` shows every database's.)
+const HOLDS_CLAIM: &str = "pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid::bigint = $1 \
+                           AND objid::bigint = $2 AND granted \
+                           AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))";
+
 /// The claim's holder as a refusal names it: its session's name and client address.
 async fn holder(conn: &mut PgConnection) -> Result<String> {
-    let holder: Option<(String, Option<String>)> = sqlx::query_as(
-        "SELECT a.application_name, host(a.client_addr) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-         WHERE l.locktype = 'advisory' AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.granted \
-         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1",
-    )
-    .bind(i64::from(SERVE_LOCK.0))
-    .bind(i64::from(SERVE_LOCK.1))
-    .fetch_optional(&mut *conn)
-    .await?;
+    let sql = format!("SELECT application_name, host(client_addr) FROM pg_stat_activity WHERE {HOLDS_CLAIM} LIMIT 1");
+    let holder: Option<(String, Option<String>)> = sqlx::query_as(&sql)
+        .bind(i64::from(SERVE_LOCK.0))
+        .bind(i64::from(SERVE_LOCK.1))
+        .fetch_optional(&mut *conn)
+        .await?;
     Ok(match holder {
         Some((name, Some(addr))) => format!(": {name} connected from {addr}"),
         Some((name, None)) => format!(": {name} connected over a local socket"),
@@ -185,15 +193,11 @@ impl Leadership {
     /// session holds the claim (the leader is gone: a follower should try to lead) or its holder has not
     /// announced itself yet. A row left by a leader whose session ended is not an answer.
     pub async fn leader(&self) -> Result<Option<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT l.address FROM serve_leader l JOIN pg_locks k ON k.pid = l.pid \
-             WHERE k.locktype = 'advisory' AND k.classid::bigint = $1 AND k.objid::bigint = $2 AND k.granted \
-             AND k.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-        )
-        .bind(i64::from(SERVE_LOCK.0))
-        .bind(i64::from(SERVE_LOCK.1))
-        .fetch_optional(&self.pool)
-        .await?)
+        Ok(sqlx::query_scalar(&format!("SELECT address FROM serve_leader WHERE {HOLDS_CLAIM}"))
+            .bind(i64::from(SERVE_LOCK.0))
+            .bind(i64::from(SERVE_LOCK.1))
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     pub async fn close(&self) {
