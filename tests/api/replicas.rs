@@ -182,6 +182,31 @@ async fn a_leader_whose_session_is_lost_while_another_takes_the_claim_steps_down
 }
 
 #[tokio::test]
+async fn a_forwarded_client_address_is_believed_only_with_the_replicas_secret() {
+    let Some((_db, leader, follower)) = two_replicas().await else { return };
+    // A sandbox id belongs to the address that registered it (127.0.0.1 here); another address is refused.
+    let path = "/api/sandboxes/register";
+    let sandbox = json!({"name": "s", "instance_id": "s-1", "http_endpoint": "http://127.0.0.1:18122"});
+    assert_eq!(leader.client.post(path, &sandbox).await.status, 201);
+    let elsewhere = ("x-forwarded-for", "127.0.0.2");
+    // A client that claims another address, without the secret or with a wrong one, is who it is.
+    for secret in [None, Some("not-the-replica-secret")] {
+        let mut headers = vec![elsewhere];
+        headers.extend(secret.map(|s| ("x-aiwg-replica", s)));
+        let r = leader.client.post_with(path, &sandbox, &headers).await;
+        assert_eq!(r.status, 201, "{secret:?}: {}", r.body);
+    }
+    // With the secret (what a follower sends), the forwarded address is the client's.
+    let r = leader.client.post_with(path, &sandbox, &[elsewhere, ("x-aiwg-replica", SECRET)]).await;
+    r.assert_error(409, "conflict");
+    // A follower forwards its own client's address, whatever that client claims.
+    let r = follower.client.post_with(path, &sandbox, &[elsewhere]).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    leader.stop().await;
+    follower.stop().await;
+}
+
+#[tokio::test]
 async fn a_replica_follows_whoever_holds_the_claim_and_answers_503_while_it_cannot_reach_it() {
     if !backend_is_postgres() {
         return;
