@@ -24,6 +24,11 @@ impl IntoResponse for Error {
         if let Some(details) = self.details() {
             body["details"] = json!(details);
         }
+        // A reader told its events are gone is also told, in a field, where to pick up (a dashboard
+        // resumes there without parsing the message).
+        if let Error::EventsCompacted { horizon } = self {
+            body["resume_since"] = json!(horizon);
+        }
 
         let mut response = (status, Json(body)).into_response();
         match self {

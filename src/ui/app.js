@@ -174,6 +174,16 @@ const live = {
       signIn('That token was refused.');
       throw new SignInRequired();
     }
+    if (r.status === 410) {
+      // Retention compacted events this tab had not seen yet (it was away while serve compacted): they
+      // are gone, so pick up at the first available and re-read what the page shows.
+      const gone = await r.json().catch(() => ({}));
+      if (!Number.isInteger(gone.resume_since) || gone.resume_since <= this.since) return false;
+      this.since = gone.resume_since;
+      compactedBefore = gone.resume_since;
+      refreshAll();
+      return true;
+    }
     if (!r.ok || !r.body) return false;
     setLive('live', 'live');
     // After a drop (serve restarted, say) the page re-reads what it shows: the events it missed arrive
@@ -227,6 +237,9 @@ const live = {
     return null;
   },
 };
+
+// The sequence up to which this tab learnt that events were compacted away (0: none known).
+let compactedBefore = 0;
 
 function setLive(state, text) {
   liveEl.dataset.state = state;
@@ -811,6 +824,12 @@ function eventsPage() {
   const executor = h('input', { type: 'text' });
   const mission = h('input', { type: 'text' });
   const list = h('ol', { class: 'events', id: 'events', reversed: true });
+  const gone = h('p', { class: 'note', id: 'events-compacted', hidden: true });
+  const sayCompacted = () => {
+    gone.hidden = compactedBefore === 0;
+    gone.textContent = `Events up to ${compactedBefore} were compacted away (retention); a mission's page `
+      + 'still shows what its history kept.';
+  };
   const kept = [];
   let alive = true;
   const matches = (item) => {
@@ -838,13 +857,22 @@ function eventsPage() {
       field('Mission', 'e-mission', mission),
     ),
     h('p', { class: 'note' }, `The last ${EVENTS_KEPT} events, newest first, live.`),
+    gone,
     list,
   );
   async function backlog() {
-    const since = Math.max(0, live.since - 200);
-    const q = new URLSearchParams({ follow: 'false', since: String(since), limit: '200' });
-    const r = await api('GET', `/api/v1/events?${q}`);
+    const read = (since) => {
+      const q = new URLSearchParams({ follow: 'false', since: String(since), limit: '200' });
+      return api('GET', `/api/v1/events?${q}`);
+    };
+    let r = await read(Math.max(0, live.since - 200, compactedBefore));
+    // Part of the last 200 was compacted away: the backlog starts at the first event still kept.
+    if (r.status === 410 && Number.isInteger(r.data.resume_since)) {
+      compactedBefore = Math.max(compactedBefore, r.data.resume_since);
+      r = await read(compactedBefore);
+    }
     if (!alive || !r.ok) return;
+    sayCompacted();
     // Live items that arrived while this read was in flight are newer: keep the order by sequence.
     const newer = kept.splice(0);
     for (const item of [...r.data.events, ...newer]) {
@@ -853,7 +881,7 @@ function eventsPage() {
     render();
   }
   backlog().catch(() => {});
-  return { onEvent: add, refresh: () => {}, dispose: () => { alive = false; } };
+  return { onEvent: add, refresh: sayCompacted, dispose: () => { alive = false; } };
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use crate::support::webdriver::Browser;
-use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_body, dispatch_to, mission_id, ScriptedExecutor, TestServer};
 
 fn shot(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots").join(format!("{name}.png"))
@@ -240,6 +240,55 @@ async fn the_page_recovers_after_serve_restarts_and_misses_nothing() {
     unique.dedup();
     assert_eq!(seqs, unique, "an event shown twice");
     assert!(seqs.windows(2).all(|w| w[0] > w[1]), "newest first: {seqs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tab_away_while_events_were_compacted_picks_up_at_the_first_kept() {
+    let Some(browser) = Browser::start().await else { return };
+    // An ended mission is compactable at once; a pass runs only when asked.
+    let server = TestServer::start_with(|c| {
+        c.retention.keep_days = 0.0;
+        c.retention.interval_s = 86_400;
+    })
+    .await;
+    let before = ScriptedExecutor::register(&server, &[]).await;
+    browser.goto(&format!("{}/#/events", server.base)).await;
+    browser.wait_text("#live", "live").await;
+    browser.wait_text("#events", &before.id).await;
+
+    // The tab loses serve; meanwhile (serve on another port) a mission runs, ends and is compacted.
+    let addr = server.addr();
+    let away = server.restart().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&away, &[]).await;
+    let id = dispatch_to(&away, &mut e).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    for step in 0..3 {
+        ws.ack("mission.progress", &id, json!({"summary": format!("step {step}")})).await;
+    }
+    ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    let pass = away.client.post("/api/v1/store/compact", &json!({})).await;
+    assert_eq!((pass.status, &pass.body["events"]), (200, &json!(3)), "{}", pass.body);
+
+    // Back on the tab's port: the tab was behind the compaction horizon. It picks up at the first kept
+    // event and says what it missed, instead of retrying a refused resume forever.
+    let server = away.restart_on(addr).await;
+    let after = ScriptedExecutor::register(&server, &[]).await;
+    browser.wait_text("#events", &after.id).await;
+    browser.wait_text("#live", "live").await;
+    browser.wait_text("#events-compacted", "were compacted away").await;
+    let shown = |event: &str| format!("return document.querySelectorAll(\"#events li[data-event='{event}']\").length");
+    assert_eq!(browser.script(&shown("mission.completed"), vec![]).await, json!(1), "the kept end is shown");
+    assert_eq!(browser.script(&shown("mission.progress"), vec![]).await, json!(0));
+
+    // A tab opened now: its backlog (the last 200 events) reaches below the horizon, and starts at the
+    // first kept event instead of showing nothing.
+    browser.script("location.reload(); return null", vec![]).await;
+    browser.wait_text("#live", "live").await;
+    browser.wait_text("#events", &after.id).await;
+    browser.wait_text("#events-compacted", "were compacted away").await;
+    assert_eq!(browser.script(&shown("mission.completed"), vec![]).await, json!(1), "the backlog reached back");
+    assert_eq!(browser.script(&shown("mission.progress"), vec![]).await, json!(0));
+    browser.screenshot(&shot("events-compacted")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -116,6 +116,7 @@ async fn above_its_cap_the_store_compacts_the_oldest_ended_missions_and_keeps_wh
     let refused = server.client.get("/api/v1/events?follow=false&since=0").await;
     let message = refused.assert_error(410, "events_compacted");
     assert!(message.contains(&format!("the first available is {}", horizon + 1)), "{message}");
+    assert_eq!(refused.body["resume_since"], horizon, "where to resume, as a field: {}", refused.body);
     let resumed = server.client.get(&format!("/api/v1/events?follow=false&since={horizon}")).await;
     assert_eq!(resumed.status, 200, "{}", resumed.body);
     if sqlite {

@@ -85,23 +85,28 @@ impl TestServer {
         format!("{}{path}", self.base.replacen("http://", "ws://", 1))
     }
 
+    /// Where the server listens.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.handle.as_ref().expect("running").addr()
+    }
+
     /// Graceful stop, then a new server on the same data directory and the same port (what a browser
     /// tab open on it sees: the server gone for a moment, then back).
-    pub async fn restart_on_same_port(mut self) -> TestServer {
-        let addr = self.handle.as_ref().expect("running").addr();
-        self.handle.take().expect("running").shutdown().await;
-        let mut config = self.config.clone();
-        config.server.bind = addr;
-        let mut server = TestServer::boot(config, self.dir.take()).await;
-        server.database = self.database.take();
-        server
+    pub async fn restart_on_same_port(self) -> TestServer {
+        let addr = self.addr();
+        self.restart_on(addr).await
     }
 
     /// Graceful stop, then a new server on the same data directory (and a new port).
-    pub async fn restart(mut self) -> TestServer {
+    pub async fn restart(self) -> TestServer {
+        self.restart_on("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// Graceful stop, then a new server on the same data directory, listening on `bind`.
+    pub async fn restart_on(mut self, bind: std::net::SocketAddr) -> TestServer {
         self.handle.take().expect("running").shutdown().await;
         let mut config = self.config.clone();
-        config.server.bind = "127.0.0.1:0".parse().unwrap();
+        config.server.bind = bind;
         let mut server = TestServer::boot(config, self.dir.take()).await;
         server.database = self.database.take();
         server

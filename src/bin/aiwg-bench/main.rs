@@ -63,6 +63,7 @@ pub struct Scale {
     pub hitl_load_executors: usize,
     pub hitl_rounds: usize,
     pub runtime_missions: usize,
+    pub compaction_fill: usize,
 }
 
 impl Scale {
@@ -87,6 +88,7 @@ impl Scale {
             hitl_load_executors: 16,
             hitl_rounds: 500,
             runtime_missions: 5_000,
+            compaction_fill: 1_000_000,
         }
     }
 
@@ -111,6 +113,7 @@ impl Scale {
             hitl_load_executors: 2,
             hitl_rounds: 30,
             runtime_missions: 300,
+            compaction_fill: 4_000,
         }
     }
 }

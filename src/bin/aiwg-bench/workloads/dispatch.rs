@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::{micros, mission_id};
+use super::{metric, micros, mission_id};
 use crate::histogram::Histogram;
 use crate::peers::{self, Peer, RestPeer, Serve};
 use crate::{Row, Scale};
@@ -64,15 +64,7 @@ pub(super) fn shape(i: usize) -> Value {
 /// Waits until `n` executors are connected, from the metrics gauge (the executor listing is paged: a
 /// fleet does not fit one page).
 pub(super) async fn fleet_connected(client: &Client, n: usize) {
-    let connected = || async {
-        let metrics = client.get("/metrics").await.unwrap_or_default();
-        metrics
-            .as_str()
-            .and_then(|text| text.lines().find_map(|l| l.strip_prefix("aiwg_executors_connected ")))
-            .and_then(|n| n.trim().parse::<usize>().ok())
-            .unwrap_or(0)
-    };
-    while connected().await < n {
+    while (metric(client, "aiwg_executors_connected").await as usize) < n {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

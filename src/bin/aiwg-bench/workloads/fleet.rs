@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::{dispatch_to, mission_id, wait_connected};
+use super::{dispatch_to, metric, mission_id, wait_connected};
 use crate::peers::{self, Peer, RestPeer, Serve};
 use crate::{Row, Scale};
 
@@ -49,11 +49,9 @@ pub async fn idle_fleet(dir: &Path, scale: &Scale) -> Vec<Row> {
         sockets.extend(opened);
     }
     let client = serve.client();
-    let wanted = format!("aiwg_executors_connected {}\n", scale.fleet);
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        let text = metrics_text(&client).await;
-        if text.contains(&wanted) {
+        if metric(&client, "aiwg_executors_connected").await as usize == scale.fleet {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -87,14 +85,6 @@ pub async fn idle_fleet(dir: &Path, scale: &Scale) -> Vec<Row> {
             .note(format!("+{:.1} KiB per registered executor", registration / 1024.0)),
         Row::new("idle fleet: serve CPU", idle_cpu, "% core").target_below(2.0),
     ]
-}
-
-async fn metrics_text(client: &Client) -> String {
-    // /metrics is text, which the JSON client hands back as a string value (or null).
-    match client.get("/metrics").await {
-        Ok(Value::String(s)) => s,
-        _ => String::new(),
-    }
 }
 
 /// `serve` restarts under a fleet that resyncs at once: time until every executor's resync is

@@ -63,6 +63,18 @@ pub(super) async fn with_mission(
     (peer, socket, id)
 }
 
+/// One sample of serve's `/metrics`, by its whole name (labels included, as printed); 0 when absent or
+/// serve does not answer.
+pub(super) async fn metric(client: &Client, name: &str) -> f64 {
+    // /metrics is text, which the JSON client hands back as a string value.
+    let text = client.get("/metrics").await.unwrap_or_default();
+    let prefix = format!("{name} ");
+    text.as_str()
+        .and_then(|t| t.lines().find_map(|l| l.strip_prefix(prefix.as_str())))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 pub(super) async fn wait_connected(client: &Client, id: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {

@@ -1,12 +1,12 @@
-//! The cost of retention: durable ingestion while a compaction pass runs, beside the same ingestion on
-//! the same serve without one, in the same run.
+//! The cost of retention: durable ingestion and its commit latency while a compaction pass runs, beside
+//! the same workloads on the same serve without one, in the same run.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::ingest::peak_rate;
+use super::ingest::{paced_latency, peak_rate};
 use crate::peers::{RestPeer, Serve};
 use crate::{Row, Scale};
 
@@ -16,33 +16,57 @@ pub async fn compaction(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -
     let serve = Serve::start(&dir.join("compaction"), &env);
     let rest = RestPeer::start().await;
     let client = serve.client();
-    // Something to compact: a stream of progress into missions that then end.
-    let (_, filled) = peak_rate(&serve, &rest, &client, scale).await;
-    end_every_live_mission(&client).await;
+    // Something to compact, enough that the pass outlasts the measurement beside it: streams of
+    // progress into missions that then end.
+    let mut filled = 0;
+    while filled < scale.compaction_fill {
+        filled += peak_rate(&serve, &rest, &client, scale).await.1.len();
+        end_every_live_mission(&client).await;
+    }
 
     let (without, _) = peak_rate(&serve, &rest, &client, scale).await;
+    let (quiet, _) = paced_latency(&serve, &rest, &client, scale, without).await;
+    let began = Instant::now();
     let compacting = {
         let client = serve.client();
         tokio::spawn(async move {
-            let began = Instant::now();
             let pass = client.post("/api/v1/store/compact", &Value::Null).await;
             (pass, began.elapsed())
         })
     };
     let (with, _) = peak_rate(&serve, &rest, &client, scale).await;
+    // Paced as without (half the same peak), so that the latencies compare the same load.
+    let (busy, _) = paced_latency(&serve, &rest, &client, scale, without).await;
+    let window = began.elapsed();
     let (pass, took) = compacting.await.unwrap();
-    let removed = pass.as_ref().map_or(0, |p| p["events"].as_u64().unwrap_or(0));
-    if removed == 0 || removed as usize > filled.len() {
-        failures.push(format!("compaction: {removed} events removed of {} streamed into ended missions", filled.len()));
+    let pass = pass.unwrap_or(Value::Null);
+    let removed = pass["events"].as_u64().unwrap_or(0);
+    if removed == 0 || removed as usize > filled {
+        failures.push(format!("compaction: {removed} events removed of {filled} streamed into ended missions"));
     }
     serve.stop();
+    let p99 = |h: &crate::histogram::Histogram| h.quantile(0.99) as f64 / 1e3;
+    let span = format!("the pass ran {} of the {:.1} s measured beside it", share(took, window), window.as_secs_f64());
     vec![
         Row::new("ingestion while a compaction pass runs", with, "ev/s")
             .baseline("the same serve, no compaction", without)
-            .target_ratio(0.7),
+            .target_ratio(0.7)
+            .note(span.clone()),
+        Row::new("commit latency p99 at half peak, compacting", p99(&busy), "ms")
+            .baseline("the same, no compaction", p99(&quiet))
+            .target_ratio_below(2.0)
+            .note(span),
         Row::new("compaction pass, events removed per second", removed as f64 / took.as_secs_f64(), "ev/s")
             .note(format!("{removed} events in {:.1} s, beside ingestion", took.as_secs_f64())),
     ]
+}
+
+/// How much of `window` the pass lasted, as a percentage ("all" when it outlasted it).
+fn share(took: Duration, window: Duration) -> String {
+    match took >= window {
+        true => "all".into(),
+        false => format!("{:.0}%", 100.0 * took.as_secs_f64() / window.as_secs_f64()),
+    }
 }
 
 /// Aborts every mission still live (the fill's), so that their events may be compacted.

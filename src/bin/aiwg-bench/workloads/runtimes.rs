@@ -13,7 +13,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use super::dispatch::closed_loop;
-use super::mission_id;
+use super::{metric, mission_id};
 use crate::peers::{self, Serve};
 use crate::{Row, Scale};
 
@@ -48,12 +48,8 @@ async fn wait_ended(client: &Client, n: usize) -> (usize, usize) {
     let mut last = (0, 0);
     let mut moved = Instant::now();
     loop {
-        let text = client.get("/metrics").await.ok().and_then(|m| m.as_str().map(str::to_owned)).unwrap_or_default();
-        let count = |state: &str| {
-            let prefix = format!("aiwg_missions{{state=\"{state}\"}} ");
-            text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-        };
-        let now = (count("done"), count("failed"));
+        let count = async |state: &str| metric(client, &format!("aiwg_missions{{state=\"{state}\"}}")).await as usize;
+        let now = (count("done").await, count("failed").await);
         if now.0 + now.1 >= n {
             return now;
         }
