@@ -7,8 +7,10 @@
 //! and answers, pauses, resumes, aborts, suspensions). Above `retention.max_store_bytes`, ended missions
 //! are compacted oldest end first whatever their age. Live missions are never touched.
 //!
-//! A pass runs every `retention.interval_s`, and on demand ([`Retention::pass`], `POST
-//! /api/v1/store/compact`). It goes through the writer like every other write, in units of at most
+//! A pass runs every `retention.interval_s`, on demand ([`Retention::pass`], `POST
+//! /api/v1/store/compact`), and, when a cap is set, as soon as the store is found above it (its size is
+//! read every [`CAP_CHECK`], a cheap read, so that a flood overshoots the cap by a fraction of a
+//! second's events, not by an interval's). It goes through the writer like every other write, in units of at most
 //! [`UNIT`] events, each committed before the next is read: ingestion's batches carry at most one small
 //! compaction unit each, so compaction never stalls them. The log stays resumable: compaction moves a
 //! horizon up (the highest sequence number removed), and a stream asked to resume below it is told so,
@@ -23,6 +25,8 @@ use tokio::sync::watch;
 use crate::config::RetentionConfig;
 use crate::store::{Change, Result, Store};
 
+/// How often the store's size is compared with its cap, when one is set.
+const CAP_CHECK: Duration = Duration::from_millis(250);
 /// Events removed per unit.
 const UNIT: u32 = 500;
 /// Missions looked up per round of a pass.
@@ -44,23 +48,32 @@ pub struct Retention {
     config: RetentionConfig,
     /// One pass at a time: the background one and those asked for.
     running: tokio::sync::Mutex<()>,
+    /// The last pass ended above the cap with nothing left to compact (said once, not at every check).
+    full: std::sync::atomic::AtomicBool,
 }
 
 impl Retention {
     pub fn new(store: Store, config: RetentionConfig) -> Retention {
-        Retention { store, config, running: tokio::sync::Mutex::new(()) }
+        Retention { store, config, running: tokio::sync::Mutex::new(()), full: Default::default() }
     }
 
-    /// Runs a pass every `interval_s` until `shutdown`.
+    /// Runs a pass every `interval_s`, and whenever the store is found above its cap, until `shutdown`.
     pub fn start(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let retention = self.clone();
+        let cap = retention.config.max_store_bytes;
         tokio::spawn(async move {
             let mut every = tokio::time::interval(Duration::from_secs(retention.config.interval_s));
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut check = tokio::time::interval(CAP_CHECK);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tokio::select! {
+                let interval = tokio::select! {
                     _ = shutdown.wait_for(|s| *s) => return,
-                    _ = every.tick() => {}
+                    _ = every.tick() => true,
+                    _ = check.tick(), if cap > 0 => false,
+                };
+                if !interval && !retention.store.size_bytes().await.is_ok_and(|size| size > cap as i64) {
+                    continue;
                 }
                 match retention.pass().await {
                     Ok(pass) if pass.events > 0 || pass.missions > 0 => {
@@ -91,7 +104,8 @@ impl Retention {
             let ended_before = (!over_cap).then(|| crate::clock::now() - keep);
             let missions = self.store.compactable_missions(ended_before, MISSIONS_PER_ROUND).await?;
             if missions.is_empty() {
-                if over_cap {
+                let was_full = self.full.swap(over_cap, std::sync::atomic::Ordering::Relaxed);
+                if over_cap && !was_full {
                     tracing::warn!(
                         store_bytes = size,
                         cap = self.config.max_store_bytes,
