@@ -198,8 +198,15 @@ pub async fn next_answer(stream: &mut SplitStream<Socket>) -> Option<Answer> {
     }
 }
 
-/// Streams `count` progress events for a mission, keeping up to `window` unacknowledged; returns the
-/// sequence numbers acknowledged and the latency of each ack (send to ack).
+/// What one executor's stream got: per acknowledged event, its sequence number, its latency (send to
+/// ack) and when the ack arrived.
+pub struct Streamed {
+    pub seqs: Vec<i64>,
+    pub latencies: Vec<Duration>,
+    pub acked_at: Vec<Instant>,
+}
+
+/// Streams `count` progress events for a mission, keeping up to `window` unacknowledged.
 pub async fn stream_progress(
     peer: &Peer,
     socket: Socket,
@@ -207,11 +214,14 @@ pub async fn stream_progress(
     count: usize,
     window: usize,
     pace: Option<Duration>,
-) -> (Vec<i64>, Vec<Duration>) {
+) -> Streamed {
     let (mut sink, mut stream): (SplitSink<Socket, Message>, SplitStream<Socket>) = socket.split();
     let mut in_flight: VecDeque<Instant> = VecDeque::new();
-    let mut seqs = Vec::with_capacity(count);
-    let mut latencies = Vec::with_capacity(count);
+    let mut got = Streamed {
+        seqs: Vec::with_capacity(count),
+        latencies: Vec::with_capacity(count),
+        acked_at: Vec::with_capacity(count),
+    };
     let mut sent = 0;
     let start = Instant::now();
     // The frames differ only in their iteration: the rest is serialized once.
@@ -224,7 +234,7 @@ pub async fn stream_progress(
         let at = frame.find(r#""iteration":0"#).expect("iteration in the frame") + r#""iteration":"#.len();
         (frame[..at].to_owned(), frame[at + 1..].to_owned())
     };
-    while seqs.len() < count {
+    while got.seqs.len() < count {
         let due = pace.map(|p| start + p * sent as u32);
         let may_send = sent < count && in_flight.len() < window && due.is_none_or(|d| Instant::now() >= d);
         if may_send {
@@ -249,8 +259,10 @@ pub async fn stream_progress(
             Ok(Some(answer)) => {
                 let sent_at = in_flight.pop_front().unwrap_or_else(Instant::now);
                 if let Some(seq) = answer.seq {
-                    seqs.push(seq);
-                    latencies.push(sent_at.elapsed());
+                    let now = Instant::now();
+                    got.seqs.push(seq);
+                    got.latencies.push(now - sent_at);
+                    got.acked_at.push(now);
                 }
             }
             Ok(None) => break,
@@ -258,7 +270,7 @@ pub async fn stream_progress(
         }
     }
     let _ = sink.close().await;
-    (seqs, latencies)
+    got
 }
 
 /// CPU time (user + system) of a process so far.
