@@ -171,10 +171,11 @@ fn nul_at(value: &Value) -> Option<String> {
         Value::String(s) if s.contains('\0') => Some(String::new()),
         Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| nul_at(v).map(|path| format!("/{i}{path}"))),
         Value::Object(fields) => fields.iter().find_map(|(k, v)| {
-            let key = k.replace('~', "~0").replace('/', "~1");
+            // The key is escaped only on the way out: this runs on every frame, and almost never finds one.
+            let escaped = || k.replace('~', "~0").replace('/', "~1");
             match k.contains('\0') {
-                true => Some(format!("/{key}")),
-                false => nul_at(v).map(|path| format!("/{key}{path}")),
+                true => Some(format!("/{}", escaped())),
+                false => nul_at(v).map(|path| format!("/{}{path}", escaped())),
             }
         }),
         _ => None,
@@ -211,5 +212,12 @@ mod tests {
         let err = schema.validate("hitl_response_payload", &json!({"hitl_id": 5})).unwrap_err();
         assert!(err.iter().any(|d| d.keyword == "required"), "{err:?}");
         assert!(err.iter().any(|d| d.instance_path == "/hitl_id" && d.keyword == "type"), "{err:?}");
+    }
+
+    #[test]
+    fn a_nul_is_located_by_an_escaped_json_pointer() {
+        assert_eq!(nul_at(&json!({"a/b": {"c~d": ["ok", "x\0y"]}})).as_deref(), Some("/a~1b/c~0d/1"));
+        assert_eq!(nul_at(&json!({"ok": 1, "k\0": 2})).as_deref(), Some("/k\0"));
+        assert_eq!(nul_at(&json!({"a/b": {"c~d": ["ok"]}, "n": null})), None);
     }
 }

@@ -7,6 +7,7 @@
 
 mod histogram;
 mod peers;
+mod profile;
 mod workloads;
 
 use std::path::PathBuf;
@@ -40,6 +41,10 @@ struct Args {
     /// databases the run creates on this server and drops: postgres://user@host:port/db
     #[arg(long)]
     database_url: Option<String>,
+    /// Also sample serve with `perf` during the ingestion peak into this file, and report the cost per
+    /// event of each stage of the per-frame path
+    #[arg(long)]
+    profile: Option<PathBuf>,
 }
 
 /// How big each workload is.
@@ -233,7 +238,7 @@ async fn main() -> ExitCode {
         rows.extend(workloads::cold_start(dir.path()).await);
     }
     if wanted("ingest") {
-        rows.extend(workloads::ingestion(dir.path(), &scale, &mut failures).await);
+        rows.extend(workloads::ingestion(dir.path(), &scale, args.profile.as_deref(), &mut failures).await);
     }
     if wanted("kill") {
         rows.extend(workloads::kill9(dir.path(), &scale, &mut failures).await);

@@ -14,15 +14,16 @@ use sqlx::{Connection, QueryBuilder, Sqlite};
 use super::{micros, mission_id, open, with_mission};
 use crate::histogram::Histogram;
 use crate::peers::{self, RestPeer, Serve};
+use crate::profile::Recording;
 use crate::{Row, Scale};
 
 /// Durable ingestion: executors stream `mission.progress`; an event counts once acknowledged, which
 /// serve does only after commit; the rows in the store are counted at the end.
-pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec<Row> {
+pub async fn ingestion(dir: &Path, scale: &Scale, profile: Option<&Path>, failures: &mut Vec<String>) -> Vec<Row> {
     let serve = Serve::start(&dir.join("ingest"), &[]);
     let rest = RestPeer::start().await;
     let client = serve.client();
-    let peak = peak_rate(&serve, &rest, &client, scale).await;
+    let peak = peak_rate(&serve, &rest, &client, scale, profile).await;
     let (latency, paced) = paced_latency(&serve, &rest, &client, scale, peak.rate).await;
     let mut seqs = peak.seqs.clone();
     seqs.extend(paced);
@@ -47,7 +48,7 @@ pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) ->
     let single =
         raw_insert_rate(&dir.join("raw-single.db"), rows_for_baseline.min(scale.single_row_rows), 1, streams).await;
     let ms = |h: &Histogram, q: f64| h.quantile(q) as f64 / 1e3;
-    vec![
+    let mut rows = vec![
         Row::new("ingestion, durable events/s", peak.rate, "ev/s")
             .baseline("raw SQLite 1000 rows/txn", batched)
             .target_ratio(0.7),
@@ -68,7 +69,9 @@ pub async fn ingestion(dir: &Path, scale: &Scale, failures: &mut Vec<String>) ->
             .note(format!("p50 {:.2} ms", ms(&peak.healthz, 0.5))),
         Row::new("commit latency p99 at half peak", latency.quantile(0.99) as f64 / 1e3, "ms").target_below(20.0),
         Row::new("commit latency p50 at half peak", latency.quantile(0.5) as f64 / 1e3, "ms"),
-    ]
+    ];
+    rows.extend(peak.stages);
+    rows
 }
 
 /// The peak: every executor streams its events with up to 256 unacknowledged.
@@ -84,6 +87,8 @@ pub(super) struct Peak {
     pub share: (usize, usize),
     /// `/healthz` answer times during the flood (one request every 10 ms, as a load balancer probes).
     pub healthz: Histogram,
+    /// Serve's CPU per event by stage, when profiled.
+    pub stages: Vec<Row>,
 }
 
 impl Peak {
@@ -96,7 +101,14 @@ impl Peak {
     }
 }
 
-pub(super) async fn peak_rate(serve: &Serve, rest: &RestPeer, client: &Client, scale: &Scale) -> Peak {
+/// With `profile`, serve is sampled by `perf` into that file during the peak (see `profile`).
+pub(super) async fn peak_rate(
+    serve: &Serve,
+    rest: &RestPeer,
+    client: &Client,
+    scale: &Scale,
+    profile: Option<&Path>,
+) -> Peak {
     let mut streams = Vec::new();
     for i in 0..scale.ingest_executors {
         streams.push(with_mission(serve, rest, client, i).await);
@@ -104,6 +116,7 @@ pub(super) async fn peak_rate(serve: &Serve, rest: &RestPeer, client: &Client, s
     let per = scale.ingest_events_per_executor;
     let flooding = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let probe = probe_healthz(serve.client(), flooding.clone());
+    let recording = profile.and_then(|file| Recording::start(serve.pid(), file));
     let cpu_before = peers::cpu_time(serve.pid());
     let began = Instant::now();
     let tasks: Vec<_> = streams
@@ -124,7 +137,8 @@ pub(super) async fn peak_rate(serve: &Serve, rest: &RestPeer, client: &Client, s
     let counts: Vec<usize> = streamed.iter().map(|s| s.acked_at.iter().filter(|t| **t <= first_done).count()).collect();
     let share = (counts.iter().copied().min().unwrap_or(0), counts.iter().copied().max().unwrap_or(0));
     let seqs: Vec<i64> = streamed.into_iter().flat_map(|s| s.seqs).collect();
-    Peak { rate: seqs.len() as f64 / elapsed.as_secs_f64(), seqs, cpu, share, healthz }
+    let stages = recording.map(|r| r.stages(cpu / seqs.len().max(1) as u32)).unwrap_or_default();
+    Peak { rate: seqs.len() as f64 / elapsed.as_secs_f64(), seqs, cpu, share, healthz, stages }
 }
 
 /// `GET /healthz` every 10 ms while `flooding`, on a connection of its own, from a thread of its own: the

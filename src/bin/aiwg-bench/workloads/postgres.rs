@@ -58,7 +58,7 @@ pub async fn ingestion_pg(dir: &Path, scale: &Scale, admin_url: &str, failures: 
     let serve = db.serve(&dir.join("ingest-pg"));
     let rest = RestPeer::start().await;
     let client = serve.client();
-    let peak = peak_rate(&serve, &rest, &client, scale).await;
+    let peak = peak_rate(&serve, &rest, &client, scale, None).await;
     let rate = peak.rate;
     let (latency, paced) = paced_latency(&serve, &rest, &client, scale, rate).await;
     let mut seqs = peak.seqs;

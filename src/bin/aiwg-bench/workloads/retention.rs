@@ -20,11 +20,11 @@ pub async fn compaction(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -
     // progress into missions that then end.
     let mut filled = 0;
     while filled < scale.compaction_fill {
-        filled += peak_rate(&serve, &rest, &client, scale).await.seqs.len();
+        filled += peak_rate(&serve, &rest, &client, scale, None).await.seqs.len();
         end_every_live_mission(&client).await;
     }
 
-    let without = peak_rate(&serve, &rest, &client, scale).await.rate;
+    let without = peak_rate(&serve, &rest, &client, scale, None).await.rate;
     let (quiet, _) = paced_latency(&serve, &rest, &client, scale, without).await;
     let began = Instant::now();
     let compacting = {
@@ -34,7 +34,7 @@ pub async fn compaction(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -
             (pass, began.elapsed())
         })
     };
-    let with = peak_rate(&serve, &rest, &client, scale).await.rate;
+    let with = peak_rate(&serve, &rest, &client, scale, None).await.rate;
     // Paced as without (half the same peak), so that the latencies compare the same load.
     let (busy, _) = paced_latency(&serve, &rest, &client, scale, without).await;
     let window = began.elapsed();
