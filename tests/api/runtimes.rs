@@ -488,7 +488,14 @@ async fn runtimes_and_their_missions_survive_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_adds_lists_and_checks_runtimes() {
     use crate::cli::{cli, stderr, stdout};
-    let server = server().await;
+    // Probes far apart: the scripted unhealthy answer below is for the CLI's check, and a background
+    // probe taking it first would leave the check a healthy runtime (it did, one run in many).
+    let server = TestServer::start_with(|c| {
+        c.runtimes.call_timeout_ms = 400;
+        c.runtimes.probe_interval_ms = 600_000;
+        c.runtimes.probe_max_interval_ms = 600_000;
+    })
+    .await;
     let runtime = ScriptedRuntime::start_at("/rt").await;
     let out = cli(&server.base, &["runtimes", "add", "rt", &runtime.url(), "--kind", "remote"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
