@@ -51,6 +51,11 @@ impl Histogram {
         self.max = self.max.max(other.max);
     }
 
+    /// The value at quantile `q` (0..=1), in milliseconds (what the report prints).
+    pub fn ms(&self, q: f64) -> f64 {
+        self.quantile(q) as f64 / 1e3
+    }
+
     /// The value at quantile `q` (0..=1), in microseconds.
     pub fn quantile(&self, q: f64) -> u64 {
         if self.total == 0 {

@@ -42,17 +42,9 @@ pub async fn dispatch(dir: &Path, scale: &Scale) -> Vec<Row> {
         Row::new(&format!("dispatch, {} executors connected", scale.dispatch_executors), rate, "missions/s")
             .baseline("bare axum POST", bare_rate)
             .target_above(5000.0),
-        Row::new(
-            &format!("dispatch latency p99 at {}/s", scale.open_loop_rate),
-            latency.quantile(0.99) as f64 / 1e3,
-            "ms",
-        )
-        .target_below(10.0),
-        Row::new(
-            &format!("dispatch latency p50 at {}/s", scale.open_loop_rate),
-            latency.quantile(0.5) as f64 / 1e3,
-            "ms",
-        ),
+        Row::new(&format!("dispatch latency p99 at {}/s", scale.open_loop_rate), latency.ms(0.99), "ms")
+            .target_below(10.0),
+        Row::new(&format!("dispatch latency p50 at {}/s", scale.open_loop_rate), latency.ms(0.5), "ms"),
     ]
 }
 

@@ -48,11 +48,10 @@ pub async fn hitl_round_trip(dir: &Path, scale: &Scale) -> Vec<Row> {
     }
     serve.stop();
     let idle = bare_push_round_trip(scale.hitl_rounds).await;
-    let ms = |h: &Histogram, q: f64| h.quantile(q) as f64 / 1e3;
-    vec![Row::new("HITL round trip p99 under load", ms(&rtt, 0.99), "ms")
-        .baseline("bare POST + WS push, same load", ms(&loaded, 0.99))
+    vec![Row::new("HITL round trip p99 under load", rtt.ms(0.99), "ms")
+        .baseline("bare POST + WS push, same load", loaded.ms(0.99))
         .target_ratio_below(2.0)
-        .note(format!("p50 {:.2} ms; bare p99 on an idle machine {:.2} ms", ms(&rtt, 0.5), ms(&idle, 0.99)))]
+        .note(format!("p50 {:.2} ms; bare p99 on an idle machine {:.2} ms", rtt.ms(0.5), idle.ms(0.99)))]
 }
 
 /// `rounds` HITL requests from the executor, each answered by the operator: the time from the operator's

@@ -47,7 +47,6 @@ pub async fn ingestion(dir: &Path, scale: &Scale, profile: Option<&Path>, failur
         rows_for_baseline as f64 / peers::cpu_time(std::process::id()).saturating_sub(ours).as_secs_f64().max(1e-9);
     let single =
         raw_insert_rate(&dir.join("raw-single.db"), rows_for_baseline.min(scale.single_row_rows), 1, streams).await;
-    let ms = |h: &Histogram, q: f64| h.quantile(q) as f64 / 1e3;
     let mut rows = vec![
         Row::new("ingestion, durable events/s", peak.rate, "ev/s")
             .baseline("raw SQLite 1000 rows/txn", batched)
@@ -64,11 +63,11 @@ pub async fn ingestion(dir: &Path, scale: &Scale, profile: Option<&Path>, failur
         Row::new("slowest executor / fastest under flood", peak.fairness(), "ratio")
             .target_above(0.5)
             .note(format!("{} vs {} acks while all {} streamed", peak.share.0, peak.share.1, streams)),
-        Row::new("/healthz p99 during the ingestion flood", ms(&peak.healthz, 0.99), "ms")
+        Row::new("/healthz p99 during the ingestion flood", peak.healthz.ms(0.99), "ms")
             .target_below(50.0)
-            .note(format!("p50 {:.2} ms", ms(&peak.healthz, 0.5))),
-        Row::new("commit latency p99 at half peak", latency.quantile(0.99) as f64 / 1e3, "ms").target_below(20.0),
-        Row::new("commit latency p50 at half peak", latency.quantile(0.5) as f64 / 1e3, "ms"),
+            .note(format!("p50 {:.2} ms", peak.healthz.ms(0.5))),
+        Row::new("commit latency p99 at half peak", latency.ms(0.99), "ms").target_below(20.0),
+        Row::new("commit latency p50 at half peak", latency.ms(0.5), "ms"),
     ];
     rows.extend(peak.stages);
     rows

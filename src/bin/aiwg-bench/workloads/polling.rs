@@ -39,19 +39,18 @@ pub async fn polling(dir: &Path, scale: &Scale) -> Vec<Row> {
     let bare_base = format!("http://{bare}");
     let baseline = sequential_gets(&bare_base, &["/page"], None, scale.polls).await;
     let bare_load = sequential_gets(&bare_base, &["/page"; DASHBOARD_LOAD.len()], None, scale.polls / 4).await;
-    let p99 = |h: &Histogram| h.quantile(0.99) as f64 / 1e3;
     vec![
-        Row::new(&format!("poll 100 of {} missions, p99", scale.polling_missions), p99(&plain), "ms")
-            .baseline("bare axum GET, same body", p99(&baseline))
+        Row::new(&format!("poll 100 of {} missions, p99", scale.polling_missions), plain.ms(0.99), "ms")
+            .baseline("bare axum GET, same body", baseline.ms(0.99))
             .target_below(5.0)
             .note(format!("{body_len} bytes")),
-        Row::new("poll with a matching ETag (304), p99", p99(&cached), "ms").target_below(5.0),
+        Row::new("poll with a matching ETag (304), p99", cached.ms(0.99), "ms").target_below(5.0),
         Row::new(
             &format!("dashboard first load over {} missions, p99", scale.polling_missions),
-            p99(&first_load),
+            first_load.ms(0.99),
             "ms",
         )
-        .baseline("5 bare axum GETs", p99(&bare_load))
+        .baseline("5 bare axum GETs", bare_load.ms(0.99))
         .target_below(300.0)
         .note("page, style, script, overview, 50 missions; sequential".into()),
     ]

@@ -89,9 +89,8 @@ pub async fn ingestion_pg(dir: &Path, scale: &Scale, admin_url: &str, failures: 
         Row::new("PostgreSQL ingestion vs single-row commits", rate, "ev/s")
             .baseline("raw PostgreSQL 1 row/txn", single)
             .target_ratio(5.0),
-        Row::new("PostgreSQL commit latency p99 at half peak", latency.quantile(0.99) as f64 / 1e3, "ms")
-            .target_below(20.0),
-        Row::new("PostgreSQL commit latency p50 at half peak", latency.quantile(0.5) as f64 / 1e3, "ms"),
+        Row::new("PostgreSQL commit latency p99 at half peak", latency.ms(0.99), "ms").target_below(20.0),
+        Row::new("PostgreSQL commit latency p50 at half peak", latency.ms(0.5), "ms"),
     ]
 }
 

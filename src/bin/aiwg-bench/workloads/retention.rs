@@ -45,15 +45,14 @@ pub async fn compaction(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -
         failures.push(format!("compaction: {removed} events removed of {filled} streamed into ended missions"));
     }
     serve.stop();
-    let p99 = |h: &crate::histogram::Histogram| h.quantile(0.99) as f64 / 1e3;
     let span = format!("the pass ran {} of the {:.1} s measured beside it", share(took, window), window.as_secs_f64());
     vec![
         Row::new("ingestion while a compaction pass runs", with, "ev/s")
             .baseline("the same serve, no compaction", without)
             .target_ratio(0.7)
             .note(span.clone()),
-        Row::new("commit latency p99 at half peak, compacting", p99(&busy), "ms")
-            .baseline("the same, no compaction", p99(&quiet))
+        Row::new("commit latency p99 at half peak, compacting", busy.ms(0.99), "ms")
+            .baseline("the same, no compaction", quiet.ms(0.99))
             .target_ratio_below(2.0)
             .note(span),
         Row::new("compaction pass, events removed per second", removed as f64 / took.as_secs_f64(), "ev/s")
