@@ -26,7 +26,7 @@ use crate::services::runtimes::Runtimes;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
 use crate::store::Store;
-use crate::tasks::Tasks;
+use crate::tasks::Sockets;
 
 pub struct App {
     pub config: Config,
@@ -46,8 +46,9 @@ pub struct App {
     pub status: Status,
     pub feed: Feed,
     pub retention: Arc<Retention>,
-    /// The socket tasks, which a graceful stop waits for before closing the store.
-    pub sockets: Arc<Tasks>,
+    /// The socket tasks, on a runtime of their own, which a graceful stop waits for before closing the
+    /// store.
+    pub sockets: Arc<Sockets>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -57,6 +58,7 @@ impl App {
         schema: Schema,
         store: Store,
         metrics: Arc<Metrics>,
+        sockets: Sockets,
         shutdown: watch::Receiver<bool>,
     ) -> Result<App> {
         let wake_queue = Arc::new(Notify::new());
@@ -106,7 +108,7 @@ impl App {
             status,
             feed,
             retention,
-            sockets: Default::default(),
+            sockets: Arc::new(sockets),
             shutdown,
         })
     }

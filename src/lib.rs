@@ -31,7 +31,7 @@ pub(crate) mod runtime_client;
 pub mod serve;
 pub mod services;
 pub mod store;
-pub(crate) mod tasks;
+pub mod tasks;
 pub(crate) mod tokens;
 pub(crate) mod ui;
 pub(crate) mod views;

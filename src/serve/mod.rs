@@ -23,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::store::postgres::Deposed;
 use crate::store::sqlite::WriterTask;
 use crate::store::StoreError;
+use crate::tasks::Sockets;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -34,6 +35,8 @@ pub enum StartError {
     Schema(String),
     #[error("cannot load state: {}", load_detail(.0))]
     Load(#[from] crate::error::Error),
+    #[error("cannot start the sockets' runtime: {0}")]
+    Runtime(std::io::Error),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
 }
@@ -174,7 +177,8 @@ impl Leading {
         stopped: watch::Receiver<bool>,
         (store, writer, claim): (crate::store::Store, WriterTask, Option<crate::datadir::DataDir>),
     ) -> Result<Leading, StartError> {
-        let app = Arc::new(App::new(config.clone(), schema, store.clone(), metrics, stopped).await?);
+        let sockets = Sockets::start().map_err(StartError::Runtime)?;
+        let app = Arc::new(App::new(config.clone(), schema, store.clone(), metrics, sockets, stopped).await?);
         app.resume().await?;
         Ok(Leading { app, store, writer, claim })
     }
@@ -191,6 +195,7 @@ impl Leading {
         if left > 0 {
             tracing::warn!(sockets = left, "stopping with sockets still closing");
         }
+        self.app.sockets.stop();
         self.store.close().await;
         self.writer.finished().await;
         drop(self.claim);

@@ -8,6 +8,7 @@ use aiwg_serve::app::App;
 use aiwg_serve::config::Config;
 use aiwg_serve::contract::Schema;
 use aiwg_serve::metrics::Metrics;
+use aiwg_serve::tasks::Sockets;
 use serde_json::json;
 use sqlx::Connection;
 
@@ -37,7 +38,11 @@ async fn readiness_fails_while_draining_without_migrations_and_once_the_writer_i
     let (store, writer) =
         aiwg_serve::store::sqlite::open(dir.path(), config.store.synchronous, 64, metrics.clone()).await.unwrap();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let app = Arc::new(App::new(config, Schema::load().unwrap(), store.clone(), metrics, stopped).await.unwrap());
+    let app = Arc::new(
+        App::new(config, Schema::load().unwrap(), store.clone(), metrics, Sockets::start().unwrap(), stopped)
+            .await
+            .unwrap(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let router = aiwg_serve::http::router(app);

@@ -10,6 +10,7 @@ use aiwg_serve::app::App;
 use aiwg_serve::config::Config;
 use aiwg_serve::contract::Schema;
 use aiwg_serve::metrics::Metrics;
+use aiwg_serve::tasks::Sockets;
 use axum::body::Bytes;
 use hyper::Method;
 use serde_json::{json, Value};
@@ -29,7 +30,11 @@ async fn router_routes() -> Routes {
     let (store, writer) =
         aiwg_serve::store::sqlite::open(dir.path(), config.store.synchronous, 16, metrics.clone()).await.unwrap();
     let (_stop, stopped) = tokio::sync::watch::channel(false);
-    let app = Arc::new(App::new(config, Schema::load().unwrap(), store.clone(), metrics, stopped).await.unwrap());
+    let app = Arc::new(
+        App::new(config, Schema::load().unwrap(), store.clone(), metrics, Sockets::start().unwrap(), stopped)
+            .await
+            .unwrap(),
+    );
     let text = format!("{:?}", aiwg_serve::http::router(app));
     store.close().await;
     writer.finished().await;
