@@ -14,7 +14,6 @@
 //! under the sockets: frames they had queued committed but were never acknowledged (so executors sent
 //! them again, stored twice), sockets got no 1001, and every disconnect logged a failed write.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -46,18 +45,19 @@ impl Sockets {
         })
     }
 
-    /// Counts a socket's task from now on (before its first await, so that a stop meanwhile waits for it).
+    /// Runs `f` with the sockets' runtime as the current one: what it spawns runs there. The socket
+    /// routes call axum's `on_upgrade` in it, whose task, the socket's, is then spawned there from the
+    /// start (one task per socket, as before; a task that handed the socket to a second one cost 4 KiB
+    /// more per idle socket, measured).
+    pub fn within<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _runtime = self.handle.enter();
+        f()
+    }
+
+    /// Held by a socket's task while it runs.
     pub fn enter(self: &Arc<Self>) -> Running {
         self.running.fetch_add(1, Ordering::SeqCst);
         Running(Arc::clone(self))
-    }
-
-    /// Runs a socket's task, counted since `running` was entered, on the sockets' runtime.
-    pub fn spawn(&self, running: Running, task: impl Future<Output = ()> + Send + 'static) {
-        self.handle.spawn(async move {
-            task.await;
-            drop(running);
-        });
     }
 
     /// Waits until no task runs, at most `limit`; returns how many still run.
@@ -109,28 +109,26 @@ mod tests {
     async fn idle_once_every_task_is_done() {
         let sockets = Arc::new(Sockets::start().unwrap());
         assert_eq!(sockets.idle(Duration::from_millis(1)).await, 0);
-        let (release, released) = tokio::sync::watch::channel(false);
-        for _ in 0..2 {
-            let mut released = released.clone();
-            sockets.spawn(sockets.enter(), async move {
-                let _ = released.wait_for(|r| *r).await;
-            });
-        }
+        let a = sockets.enter();
+        let b = sockets.enter();
         assert_eq!(sockets.idle(Duration::from_millis(10)).await, 2, "bounded wait");
         let waiter = tokio::spawn({
             let sockets = sockets.clone();
             async move { sockets.idle(Duration::from_secs(10)).await }
         });
-        release.send(true).unwrap();
+        drop(a);
+        drop(b);
         assert_eq!(waiter.await.unwrap(), 0);
     }
 
     #[tokio::test]
-    async fn the_tasks_run_on_threads_of_their_own() {
-        let sockets = Arc::new(Sockets::start().unwrap());
+    async fn what_is_spawned_within_runs_on_threads_of_their_own() {
+        let sockets = Sockets::start().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        sockets.spawn(sockets.enter(), async move {
-            let _ = tx.send(std::thread::current().name().map(str::to_owned));
+        sockets.within(|| {
+            tokio::spawn(async move {
+                let _ = tx.send(std::thread::current().name().map(str::to_owned));
+            })
         });
         assert_eq!(rx.await.unwrap().as_deref(), Some("aiwg-sockets"));
         sockets.stop();

@@ -34,30 +34,23 @@ type Pending = Either<Pin<Box<dyn Future<Output = Answer> + Send>>, Ready<Answer
 /// Why the loop ended: with a close frame of ours, or without (the peer went away).
 type Close = Option<(u16, &'static str)>;
 
-/// Attaches the socket on the upgrade's own task, then runs it on the sockets' runtime (see `tasks`). The
-/// attach comes first so that a client that dispatches as soon as the upgrade is answered finds the
-/// executor connected, as it did when the whole socket ran on the upgrade's task (the conformance suite
-/// does exactly that).
 pub(crate) async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
-    let running = app.sockets.enter();
+    let _running = app.sockets.enter();
     let Some(attached) = app.connections.attach(&executor_id).await else { return reject(socket).await };
-    let sockets = app.sockets.clone();
-    sockets.spawn(running, async move {
-        let (sink, stream) = socket.split();
-        let mut session = Session {
-            sink: Writer::new(sink, &app.config.hub),
-            stream,
-            keepalive: Keepalive::new(&app.config.hub),
-            shutdown: app.shutdown_signal(),
-            answers: FuturesOrdered::new(),
-            refusals: VecDeque::new(),
-            app,
-            executor_id,
-            attached,
-        };
-        let close = session.run().await;
-        session.close(close).await;
-    });
+    let (sink, stream) = socket.split();
+    let mut session = Session {
+        sink: Writer::new(sink, &app.config.hub),
+        stream,
+        keepalive: Keepalive::new(&app.config.hub),
+        shutdown: app.shutdown_signal(),
+        answers: FuturesOrdered::new(),
+        refusals: VecDeque::new(),
+        app,
+        executor_id,
+        attached,
+    };
+    let close = session.run().await;
+    session.close(close).await;
 }
 
 struct Session {

@@ -10,18 +10,11 @@ use futures_util::StreamExt;
 use super::{close_message, read_error_close, Keepalive, Writer};
 use crate::app::App;
 
-/// Marks the sandbox connected on the upgrade's own task (as `executor_socket` attaches), then runs the
-/// socket on the sockets' runtime.
 pub(crate) async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket) {
-    let running = app.sockets.enter();
-    app.sandboxes.socket(&sandbox_id, true);
-    let sockets = app.sockets.clone();
-    sockets.spawn(running, read_frames(app, sandbox_id, socket));
-}
-
-async fn read_frames(app: Arc<App>, sandbox_id: String, socket: WebSocket) {
+    let _running = app.sockets.enter();
     let (sink, mut stream) = socket.split();
     let mut sink = Writer::new(sink, &app.config.hub);
+    app.sandboxes.socket(&sandbox_id, true);
     let mut keepalive = Keepalive::new(&app.config.hub);
     let mut shutdown = app.shutdown_signal();
     let close = loop {
