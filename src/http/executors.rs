@@ -115,10 +115,7 @@ async fn socket(
     SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
     Ok(match app.registry.authenticate(&id, token.as_deref()) {
-        Ok(()) => {
-            let sockets = app.sockets.clone();
-            sockets.within(move || upgrade.on_upgrade(move |socket| hub::executor_socket(app, id, socket)))
-        }
+        Ok(()) => hub::accept(app, id, upgrade).await,
         Err(e) => {
             tracing::info!(executor_id = %id, code = e.code(), "executor socket refused");
             upgrade.on_upgrade(hub::reject)

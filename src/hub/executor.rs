@@ -7,7 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::ws::{Message, Utf8Bytes, WebSocket};
+use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
 use futures_util::future::Either;
 use futures_util::stream::{FuturesOrdered, SplitStream, StreamExt};
 use futures_util::FutureExt;
@@ -34,9 +35,28 @@ type Pending = Either<Pin<Box<dyn Future<Output = Answer> + Send>>, Ready<Answer
 /// Why the loop ended: with a close frame of ours, or without (the peer went away).
 type Close = Option<(u16, &'static str)>;
 
-pub(crate) async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket) {
+/// Answers an authenticated executor's upgrade. The socket is attached before the upgrade is answered,
+/// so the executor is connected by the time its client reads the 101: a dispatch sent right after
+/// (the conformance suite sends one) finds it, as with upstream, whose connection handler runs before
+/// any later request. Frames queued meanwhile wait in the socket's outbound queue. An upgrade that
+/// fails detaches it again. The socket's task runs on the sockets' runtime (`tasks`).
+pub(crate) async fn accept(app: Arc<App>, executor_id: String, upgrade: WebSocketUpgrade) -> Response {
+    let Some(attached) = app.connections.attach(&executor_id).await else { return upgrade.on_upgrade(reject) };
+    let failed = {
+        let (app, executor_id, link_id) = (app.clone(), executor_id.clone(), attached.link_id);
+        move |error: axum::Error| {
+            tracing::info!(%executor_id, %error, "executor socket upgrade failed");
+            tokio::spawn(async move { app.connections.detach(&executor_id, link_id).await });
+        }
+    };
+    let sockets = app.sockets.clone();
+    sockets.within(move || {
+        upgrade.on_failed_upgrade(failed).on_upgrade(move |socket| executor_socket(app, executor_id, socket, attached))
+    })
+}
+
+async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket, attached: Attached) {
     let _running = app.sockets.enter();
-    let Some(attached) = app.connections.attach(&executor_id).await else { return reject(socket).await };
     let (sink, stream) = socket.split();
     let mut session = Session {
         sink: Writer::new(sink, &app.config.hub),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures_util::stream::StreamExt;
 
-pub(crate) use executor::executor_socket;
+pub(crate) use executor::accept;
 pub(crate) use io::{Keepalive, Writer};
 
 /// A Close message with one of our fixed reasons.

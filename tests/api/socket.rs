@@ -218,3 +218,21 @@ async fn only_resumable_executors_may_suspend() {
     ws.ack("mission.paused", &id, json!({"state": "paused"})).await;
     ws.ack("mission.resumed", &id, json!({"state": "running", "resumed_from": "paused"})).await;
 }
+
+/// The executor is connected by the time its socket's upgrade is answered: a dispatch sent right after
+/// the handshake, with no wait, reaches it (upstream's behaviour; the conformance suite relies on it).
+/// Twenty executors, so that a race between the attach and the next request shows.
+#[tokio::test]
+async fn an_executor_is_connected_as_soon_as_its_upgrade_is_answered() {
+    let server = TestServer::start().await;
+    for _ in 0..20 {
+        let mut e = ScriptedExecutor::register(&server, &[]).await;
+        let _ws = e.connect(&server).await;
+        let id = mission_id();
+        let mut body = dispatch_body(&id);
+        body["executor_filter"]["executor_id"] = json!(e.id);
+        let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+        assert_eq!(r.status, 202, "dispatch right after the upgrade: {}", r.body);
+        assert_eq!(e.next_dispatch().await.body["mission_id"], id.as_str());
+    }
+}
