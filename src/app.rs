@@ -73,6 +73,7 @@ impl App {
             core.ledger.clone(),
             store.clone(),
             dispatcher.clone(),
+            shutdown.clone(),
         ));
         let controls =
             Arc::new(Controls::new(core.registry.clone(), core.ledger.clone(), store.clone(), dispatcher.clone()));

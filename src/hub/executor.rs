@@ -46,7 +46,7 @@ pub(crate) async fn accept(app: Arc<App>, executor_id: String, upgrade: WebSocke
         let (app, executor_id, link_id) = (app.clone(), executor_id.clone(), attached.link_id);
         move |error: axum::Error| {
             tracing::info!(%executor_id, %error, "executor socket upgrade failed");
-            tokio::spawn(async move { app.connections.detach(&executor_id, link_id, false).await });
+            tokio::spawn(async move { app.connections.detach(&executor_id, link_id).await });
         }
     };
     let sockets = app.sockets.clone();
@@ -198,8 +198,7 @@ impl Session {
         } else if close.is_some() {
             await_peer_close(&mut self.stream).await;
         }
-        let stopping = *self.shutdown.borrow();
-        self.app.connections.detach(&self.executor_id, self.attached.link_id, stopping).await;
+        self.app.connections.detach(&self.executor_id, self.attached.link_id).await;
     }
 }
 

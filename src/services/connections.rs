@@ -76,19 +76,14 @@ impl Connections {
         Some(Attached { link_id, outbound, opened })
     }
 
-    /// Detaches a socket. The executor's last one disconnects it: recorded, and its grace armed, unless
-    /// serve itself is `stopping`: its own stop closed the socket, and a grace armed then could time
-    /// the executor's missions out before the store closes (with a grace of 0 it did, seen in CI); the
-    /// next start arms every executor's restart grace instead.
-    pub async fn detach(&self, executor_id: &str, link_id: u64, stopping: bool) {
+    /// Detaches a socket. The executor's last one disconnects it: recorded, and its grace armed.
+    pub async fn detach(&self, executor_id: &str, link_id: u64) {
         self.metrics.executor_sockets.add(-1);
         let Some((row, epoch)) = self.registry.detach(executor_id, link_id) else { return };
         tracing::info!(%executor_id, "executor disconnected (last socket closed)");
         if let Err(e) = self.store.commit(vec![Change::PutExecutor(Box::new(row))]).await {
             tracing::error!(error = %e, %executor_id, "recording the disconnect failed");
         }
-        if !stopping {
-            self.reconciler.watch_disconnect(executor_id, epoch);
-        }
+        self.reconciler.watch_disconnect(executor_id, epoch);
     }
 }
