@@ -47,10 +47,7 @@ async fn socket(
     SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
     Ok(match app.sandboxes.authenticate(&id, token.as_deref()) {
-        Ok(()) => {
-            let sockets = app.sockets.clone();
-            sockets.within(move || upgrade.on_upgrade(move |socket| hub::sandbox::sandbox_socket(app, id, socket)))
-        }
+        Ok(()) => hub::sandbox::accept(app, id, upgrade),
         Err(_) => upgrade.on_upgrade(hub::reject),
     })
 }

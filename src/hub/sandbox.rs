@@ -4,13 +4,20 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::{Message, WebSocket};
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
 use futures_util::StreamExt;
 
 use super::{close_message, read_error_close, Keepalive, Writer};
 use crate::app::App;
 
-pub(crate) async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket) {
+/// Answers an authenticated sandbox's upgrade; the socket's task runs on the sockets' runtime (`tasks`).
+pub(crate) fn accept(app: Arc<App>, sandbox_id: String, upgrade: WebSocketUpgrade) -> Response {
+    let sockets = app.sockets.clone();
+    sockets.within(move || upgrade.on_upgrade(move |socket| sandbox_socket(app, sandbox_id, socket)))
+}
+
+async fn sandbox_socket(app: Arc<App>, sandbox_id: String, socket: WebSocket) {
     let _running = app.sockets.enter();
     let (sink, mut stream) = socket.split();
     let mut sink = Writer::new(sink, &app.config.hub);
