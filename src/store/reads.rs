@@ -6,6 +6,13 @@
 //! spelled again. The queries that compare against a fixed set of them are formatted once rather than
 //! bound, so that the text the database plans (and the statement cache keys on) is the literal SQL it
 //! always was: SQLite's planner matches a partial index (`hitl_open`) against a query's literal condition.
+//!
+//! One mission's events are read from the view `mission_events`, which each adapter's migrations
+//! define: SQLite's joins an index written in bulk with the short tail of the log above its mark
+//! (migration 6), PostgreSQL's is the log itself. Its queries say which missions with `mission_id =`
+//! or `mission_id IN (...)`, which SQLite pushes into both arms of the view, and find a mission's first
+//! or last event with `ORDER BY seq LIMIT 1`: SQLite answers `MIN(seq)` over the view by building an
+//! index of all of it.
 
 use std::sync::LazyLock;
 
@@ -43,8 +50,8 @@ static RECENT_PROGRESS_OF_LIVE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT mission_id, ts, data FROM (SELECT e.mission_id, e.ts, e.data, e.seq, \
          ROW_NUMBER() OVER (PARTITION BY e.mission_id ORDER BY e.seq DESC) AS newest \
-         FROM events e JOIN missions m ON m.mission_id = e.mission_id \
-         WHERE e.event = '{progress}' AND m.state NOT IN ({not_live})) AS recent \
+         FROM mission_events e WHERE e.event = '{progress}' \
+         AND e.mission_id IN (SELECT mission_id FROM missions WHERE state NOT IN ({not_live}))) AS recent \
          WHERE newest <= 16 ORDER BY seq",
         progress = EventType::MissionProgress.as_str(),
         not_live = *NOT_LIVE,
@@ -145,7 +152,7 @@ where
 
     pub(super) async fn recent_events(&self, mission_id: &str, limit: u32) -> Result<Vec<StoredEvent>> {
         let rows = sqlx::query(
-            "SELECT * FROM (SELECT * FROM events WHERE mission_id = $1 ORDER BY seq DESC LIMIT $2) AS newest \
+            "SELECT * FROM (SELECT * FROM mission_events WHERE mission_id = $1 ORDER BY seq DESC LIMIT $2) AS newest \
              ORDER BY seq",
         )
         .bind(mission_id)
@@ -216,8 +223,10 @@ where
         executor_id: Option<&str>,
         limit: u32,
     ) -> Result<Vec<StoredEvent>> {
-        // The filters given, and only those, so that the planner uses `events_by_mission`.
-        let mut sql = String::from("SELECT * FROM events WHERE seq > $1");
+        // The filters given, and only those; one mission's events are read through its index
+        // (`mission_events`), the whole log's through the sequence numbers.
+        let mut sql =
+            format!("SELECT * FROM {} WHERE seq > $1", if mission_id.is_some() { "mission_events" } else { "events" });
         let filters = [("mission_id", mission_id), ("executor_id", executor_id)];
         let mut n = 1;
         for (column, _) in filters.iter().filter(|(_, v)| v.is_some()) {
@@ -258,9 +267,10 @@ where
 
     pub(super) async fn compactable_events(&self, mission_id: &str, limit: u32) -> Result<Vec<i64>> {
         let rows = sqlx::query(
-            "SELECT seq FROM events WHERE mission_id = $1 AND event = 'mission.progress' \
-             AND seq > (SELECT MIN(seq) FROM events WHERE mission_id = $1) \
-             AND seq < (SELECT MAX(seq) FROM events WHERE mission_id = $1) ORDER BY seq LIMIT $2",
+            "SELECT seq FROM mission_events WHERE mission_id = $1 AND event = 'mission.progress' \
+             AND seq > (SELECT seq FROM mission_events WHERE mission_id = $1 ORDER BY seq LIMIT 1) \
+             AND seq < (SELECT seq FROM mission_events WHERE mission_id = $1 ORDER BY seq DESC LIMIT 1) \
+             ORDER BY seq LIMIT $2",
         )
         .bind(mission_id)
         .bind(i64::from(limit))

@@ -164,15 +164,14 @@ pub(super) trait Committer: Send + 'static {
         false
     }
 
-    /// Runs between two batches (SQLite finishes its WAL checkpoints there).
+    /// Runs between two batches (SQLite files its per-mission index and finishes its WAL checkpoints
+    /// there).
     fn between_batches(&mut self) -> impl Future<Output = ()>;
 
     /// Runs when no unit has come for [`IDLE`]: PostgreSQL checks there that its session (and with it
     /// the claim) is still alive, so that a serve whose claim another took learns it without waiting
-    /// for its next write.
-    fn idle(&mut self) -> impl Future<Output = ()> {
-        async {}
-    }
+    /// for its next write; SQLite files the rest of its per-mission index.
+    fn idle(&mut self) -> impl Future<Output = ()>;
 
     fn close(self) -> impl Future<Output = ()>;
 }

@@ -46,6 +46,7 @@ mod sandbox;
 mod schema;
 mod scripted_runtime;
 mod socket;
+mod sqlite_only;
 mod storage_contract;
 mod takeover;
 mod vagaris;

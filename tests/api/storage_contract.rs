@@ -53,6 +53,13 @@ macro_rules! storage_contract {
                     cases::a_reopened_store_keeps_everything_and_continues_the_sequence(harness).await;
                 }
             }
+
+            #[tokio::test]
+            async fn a_missions_events_read_whole_across_a_reopen() {
+                if let Some(harness) = <$harness>::fresh().await {
+                    cases::a_missions_events_read_whole_across_a_reopen(harness).await;
+                }
+            }
         }
     };
     (@cases $harness:ty; $($case:ident),* $(,)?) => {
@@ -857,6 +864,75 @@ mod cases {
         assert_eq!(store.commit(vec![append(&event("x.after", "e1", None, 3))]).await.unwrap(), vec![3]);
         assert_eq!(tokio::time::timeout(WAIT, rx.recv()).await.expect("in time").unwrap().seq, 3);
         assert_eq!(store.missing_migrations().await.unwrap(), Vec::<i64>::new());
+    }
+
+    /// One mission's events, half written before a reopen and half after, read as one history by
+    /// every per-mission read. (SQLite files its per-mission index in bulk, and always at close: there
+    /// the first half is read through the index and the second through the log's tail above its mark,
+    /// and a read that crosses the mark must join both in order, as must retention's removal.)
+    pub(super) async fn a_missions_events_read_whole_across_a_reopen(harness: impl Harness) {
+        let store = harness.store();
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
+        let ended = MissionPatch { completed_at: Some(ts(30)), ..Default::default() };
+        let live = mission("live", "s", Some("e1"), MissionState::Running);
+        let old = mission("old", "s", Some("e1"), MissionState::Done);
+        store.commit(vec![insert(&live), insert(&old), patch("old", ended)]).await.unwrap();
+        // Interleaved with another mission's events and an executor's own, as a busy log is.
+        let mut mine = Vec::new();
+        let mut theirs = Vec::new();
+        let write = |store: Store, from: i64, to: i64| async move {
+            let mut written = (Vec::new(), Vec::new());
+            for n in from..to {
+                let (a, b) =
+                    (event("mission.progress", "e1", Some("live"), n), event("mission.progress", "e1", Some("old"), n));
+                let seqs = store
+                    .commit(vec![append(&a), append(&event("executor.resync", "e1", None, n)), append(&b)])
+                    .await
+                    .unwrap();
+                written.0.push((seqs[0], a));
+                written.1.push(seqs[2]);
+            }
+            written
+        };
+        let (a, b) = write(store.clone(), 0, 10).await;
+        mine.extend(a);
+        theirs.extend(b);
+        let harness = harness.reopen().await;
+        let store = harness.store();
+        let (a, b) = write(store.clone(), 10, 20).await;
+        mine.extend(a);
+        theirs.extend(b);
+
+        let envelopes = |events: Vec<StoredEvent>| events.into_iter().map(|e| (e.seq, e.envelope)).collect::<Vec<_>>();
+        let expected = |range: std::ops::Range<usize>| {
+            mine[range].iter().map(|(seq, ev)| (*seq, ev.envelope())).collect::<Vec<_>>()
+        };
+        assert_eq!(envelopes(store.recent_events("live", 15).await.unwrap()), expected(5..20), "the newest, across");
+        assert_eq!(envelopes(store.recent_events("live", 100).await.unwrap()), expected(0..20));
+        let after = mine[7].0;
+        assert_eq!(envelopes(store.events_after(after, Some("live"), None, 5).await.unwrap()), expected(8..13));
+        assert_eq!(
+            envelopes(store.events_after(after, Some("live"), Some("e1"), 100).await.unwrap()),
+            expected(8..20),
+            "with the executor too"
+        );
+        let recent: Vec<_> =
+            mine[4..].iter().map(|(_, ev)| ("live".to_owned(), ev.ts.clone(), ev.data.clone())).collect();
+        assert_eq!(store.recent_progress_of_live().await.unwrap(), recent, "the last sixteen, across");
+
+        // Retention across the mark: everything but the first and last, on both sides of it, and gone
+        // for good (a reopen files nothing back).
+        let middle = theirs[1..19].to_vec();
+        assert_eq!(store.compactable_events("old", 100).await.unwrap(), middle);
+        let compact = Change::CompactEvents { mission_id: "old".into(), seqs: middle, done: true };
+        store.commit(vec![compact]).await.unwrap();
+        let left = |store: Store| async move { seqs(&store.events_after(0, Some("old"), None, 100).await.unwrap()) };
+        assert_eq!(left(store.clone()).await, [theirs[0], theirs[19]]);
+        let harness = harness.reopen().await;
+        let store = harness.store();
+        assert_eq!(left(store.clone()).await, [theirs[0], theirs[19]], "after another reopen");
+        assert_eq!(store.compactable_events("old", 100).await.unwrap(), Vec::<i64>::new());
+        assert_eq!(envelopes(store.recent_events("live", 100).await.unwrap()), expected(0..20), "the other untouched");
     }
 
     /// Everything a store reads back.

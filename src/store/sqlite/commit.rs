@@ -9,6 +9,7 @@ use std::sync::Arc;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Sqlite;
 
+use super::index::Index;
 use crate::store::script::Script;
 use crate::store::writer::{Applied, Committer, Gathered, Statements, Unit};
 use crate::store::{Change, Mission, StoreError};
@@ -23,6 +24,8 @@ pub(super) struct SqliteCommitter {
     pub(super) incremental: bool,
     /// Compaction freed pages that have not all been given back yet.
     pub(super) reclaim: bool,
+    /// The per-mission index, filed between batches.
+    pub(super) index: Index,
 }
 
 /// Free pages given back between two batches: 4 MiB of 4 KiB pages, a few milliseconds.
@@ -52,6 +55,7 @@ impl Committer for SqliteCommitter {
     }
 
     async fn between_batches(&mut self) {
+        self.file_index(false).await;
         if self.backfilled.swap(false, Ordering::AcqRel) {
             super::checkpoint::finish_from_writer(&mut self.conn).await;
         }
@@ -60,9 +64,26 @@ impl Committer for SqliteCommitter {
         }
     }
 
-    async fn close(self) {
+    /// Quiet: the tail is filed, so that reads scan none of it.
+    async fn idle(&mut self) {
+        self.file_index(true).await;
+    }
+
+    /// Filed before closing: the next start begins with no tail.
+    async fn close(mut self) {
+        self.file_index(true).await;
         if let Err(e) = sqlx::Connection::close(self.conn).await {
             tracing::warn!(error = %e, "closing the writer connection");
+        }
+    }
+}
+
+impl SqliteCommitter {
+    /// Files the per-mission index if it is due (`now`: whenever there is a tail).
+    async fn file_index(&mut self, now: bool) {
+        let last_seq = self.next_seq - 1;
+        if self.index.due(last_seq, now) {
+            self.index.file(&mut self.conn, last_seq).await;
         }
     }
 }

@@ -3,10 +3,12 @@
 //! Reads go through a small pool ([`reads`]). Every write goes through one writer task ([`writer`]) that
 //! commits whatever is queued in one transaction (group commit), so that throughput is set by batches,
 //! not by per-row commits, and there is never more than one writer contending for the database. The WAL
-//! is checkpointed beside the writer ([`checkpoint`]), never inside its commits.
+//! is checkpointed beside the writer ([`checkpoint`]), never inside its commits, and the log's
+//! per-mission index is filed by the writer in bulk between its commits ([`index`]).
 
 mod checkpoint;
 mod commit;
+mod index;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -66,7 +68,7 @@ pub async fn open(
     // a few progress events) and skip SQLite's parser, while a cache this size bounds what the large
     // ones, which rarely recur, can hold.
     let mut conn = options.clone().statement_cache_capacity(WRITER_STATEMENTS).connect().await?;
-    super::migrate::apply::<sqlx::Sqlite>(&mut conn, super::migrate::SQLITE).await?;
+    migrate(&mut conn).await?;
     let last_seq: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM events").fetch_one(&mut conn).await?;
     let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
     let backfilled = Arc::new(AtomicBool::new(false));
@@ -75,8 +77,16 @@ pub async fn open(
     let feed = Feed::new(feed_capacity, last_seq);
     // 2: INCREMENTAL.
     let incremental = sqlx::query_scalar::<_, i64>("PRAGMA auto_vacuum").fetch_one(&mut conn).await? == 2;
-    let committer = commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled, incremental, reclaim: false };
+    let index = index::Index::read(&mut conn).await?;
+    let committer =
+        commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled, incremental, reclaim: false, index };
     let task = WriterTask::spawn(committer, rx, feed.clone(), metrics).await?;
     let reads = Reads { pool, migrations: super::migrate::SQLITE, size: SIZE };
     Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task))
+}
+
+/// Brings a database to this binary's schema, applying the migrations it lacks: serve's store at start,
+/// and the raw baselines of `aiwg-bench`, which insert into the same tables.
+pub async fn migrate(conn: &mut sqlx::SqliteConnection) -> Result<()> {
+    super::migrate::apply::<sqlx::Sqlite>(conn, super::migrate::SQLITE).await
 }

@@ -1,0 +1,174 @@
+//! What only the SQLite store does (these tests return at once in the PostgreSQL binary, `api_postgres`):
+//! its per-mission index of the log is filed in bulk by the writer (migration 6), a few times a second
+//! while events stream, and whole when the store closes; a database from before the index is migrated
+//! with every event it holds. The storage contract checks that the reads see one history either way;
+//! these look at the files themselves, through a connection of their own.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use aiwg_serve::store::sqlite;
+use aiwg_serve::store::{Change, NewEvent, Synchronous};
+use serde_json::json;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, SqliteConnection};
+
+use crate::support::postgres::backend_is_postgres;
+use crate::support::WAIT;
+
+fn progress(mission: &str, n: usize) -> Change {
+    Change::AppendEvent(NewEvent {
+        event: "mission.progress".into(),
+        executor_id: "e1".into(),
+        mission_id: Some(mission.into()),
+        ts: "2026-01-01T00:00:00.000Z".into(),
+        data: json!({"n": n}),
+        raw: None,
+    })
+}
+
+fn resync(n: usize) -> Change {
+    Change::AppendEvent(NewEvent {
+        event: "executor.resync".into(),
+        executor_id: "e1".into(),
+        mission_id: None,
+        ts: "2026-01-01T00:00:00.000Z".into(),
+        data: json!({"n": n}),
+        raw: None,
+    })
+}
+
+async fn look(dir: &Path) -> SqliteConnection {
+    SqliteConnectOptions::from_str("sqlite:")
+        .unwrap()
+        .filename(dir.join(aiwg_serve::datadir::DATABASE))
+        .read_only(true)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The mark, and the sequence numbers filed in the index, in order.
+async fn filed(conn: &mut SqliteConnection) -> (i64, Vec<i64>) {
+    let mark = sqlx::query_scalar("SELECT mark FROM event_index_mark").fetch_one(&mut *conn).await.unwrap();
+    let seqs = sqlx::query_scalar("SELECT seq FROM event_index ORDER BY seq").fetch_all(&mut *conn).await.unwrap();
+    (mark, seqs)
+}
+
+/// The sequence numbers of the events of a mission, as the log has them.
+async fn of_missions(conn: &mut SqliteConnection, upto: i64) -> Vec<i64> {
+    sqlx::query_scalar("SELECT seq FROM events WHERE mission_id IS NOT NULL AND seq <= $1 ORDER BY seq")
+        .bind(upto)
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_index_is_filed_while_events_stream_and_whole_at_close() {
+    if backend_is_postgres() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (store, writer) = sqlite::open(dir.path(), Synchronous::Normal, 1024, Default::default()).await.unwrap();
+    let mut conn = look(dir.path()).await;
+    // A steady stream, never quiet for as long as the writer's idle time: what files the index here is
+    // the writer between two batches.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut n = 0;
+    let mark = loop {
+        let seqs = store.commit(vec![progress("m1", n), resync(n), progress("m2", n)]).await.unwrap();
+        n += 1;
+        let (mark, _) = filed(&mut conn).await;
+        if mark > 0 {
+            assert!(mark <= seqs[2], "the mark is a committed event: {mark} > {}", seqs[2]);
+            break mark;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the index was not filed while {n} units streamed");
+    };
+    let (_, seqs) = filed(&mut conn).await;
+    assert_eq!(seqs, of_missions(&mut conn, mark).await, "every mission's event up to the mark, no other");
+
+    store.commit(vec![progress("m1", n), resync(n)]).await.unwrap();
+    let last = store.last_seq();
+    assert!(last > mark);
+    store.close().await;
+    writer.finished().await;
+    let (closed_at, seqs) = filed(&mut conn).await;
+    assert_eq!(closed_at, last, "filed up to the last event at close");
+    assert_eq!(seqs, of_missions(&mut conn, last).await);
+}
+
+#[tokio::test]
+async fn a_database_from_before_the_index_is_migrated_with_its_events() {
+    if backend_is_postgres() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The schema of migration 5, as a serve before the index left it, with events of two missions.
+    {
+        let mut conn = SqliteConnectOptions::from_str("sqlite:")
+            .unwrap()
+            .filename(dir.path().join(aiwg_serve::datadir::DATABASE))
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        let before = [
+            include_str!("../../migrations/0001_init.sql"),
+            include_str!("../../migrations/0002_hitl.sql"),
+            include_str!("../../migrations/0003_sandboxes.sql"),
+            include_str!("../../migrations/0004_runtimes.sql"),
+            include_str!("../../migrations/0005_retention.sql"),
+        ];
+        sqlx::raw_sql(
+            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        for (i, sql) in before.iter().enumerate() {
+            sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            sqlx::query("INSERT INTO schema_migrations VALUES ($1, 'before', '2026-01-01T00:00:00.000Z')")
+                .bind(i as i64 + 1)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        for seq in 1..=30i64 {
+            let mission = match seq % 3 {
+                0 => None,
+                1 => Some("m1"),
+                _ => Some("m2"),
+            };
+            sqlx::query(
+                "INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data) \
+                 VALUES ($1, 'mission.progress', 'e1', $2, $3, $3, '{}')",
+            )
+            .bind(seq)
+            .bind(mission)
+            .bind("2026-01-01T00:00:00.000Z")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    }
+    let (store, writer) = sqlite::open(dir.path(), Synchronous::Normal, 1024, Default::default()).await.unwrap();
+    assert_eq!(store.missing_migrations().await.unwrap(), Vec::<i64>::new());
+    let m1: Vec<i64> = (1..=30).filter(|s| s % 3 == 1).collect();
+    let read: Vec<i64> = store.events_after(0, Some("m1"), None, 100).await.unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(read, m1);
+    let mut conn = look(dir.path()).await;
+    let (mark, seqs) = filed(&mut conn).await;
+    assert_eq!(mark, 30, "the whole log is filed by the migration");
+    assert_eq!(seqs, of_missions(&mut conn, 30).await);
+    let index: Option<String> = sqlx::query_scalar("SELECT name FROM sqlite_master WHERE name = 'events_by_mission'")
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(index, None, "the per-row index is gone");
+    // And the sequence goes on from the log's last event.
+    assert_eq!(store.commit(vec![progress("m1", 31)]).await.unwrap(), vec![31]);
+    store.close().await;
+    writer.finished().await;
+}
