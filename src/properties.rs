@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::contract::{spec_support, EventType, Schema};
 use crate::domain::resync::{on_resync, Decision, Owned, Stranger};
 use crate::domain::{on_control, on_executor_event, resume_target, Control, Handover, MissionState, Outcome};
+use crate::services::ingest::{read_generally, read_progress};
 
 /// Any JSON value, a few levels deep, with the keys our parsers look for among random ones.
 fn json_value() -> impl Strategy<Value = Value> {
@@ -56,6 +57,114 @@ fn json_value() -> impl Strategy<Value = Value> {
     })
 }
 
+/// A `mission.progress` frame as JSON text, mostly one the schema accepts, with the near misses the
+/// typed reading must leave to the general one: other events, malformed ids and times, numbers written
+/// as floats or past 64 bits, `null`s, NULs, escapes, unknown and repeated keys, in any key order.
+fn progress_frame() -> impl Strategy<Value = String> {
+    const ID: &str = "0b9e4f0c-5d7a-4c1e-9a43-2f8d6b1c7e55";
+    let quoted = |s: &str| format!("\"{s}\"");
+    let any_of = |options: &[&str]| prop::sample::select(options.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let event = mostly(
+        Just(quoted("mission.progress")),
+        any_of(&[
+            r#""mission\u002eprogress""#,
+            r#""mission.completed""#,
+            r#""mission.Progress""#,
+            r#""executor.resync""#,
+            "null",
+            "5",
+        ]),
+    );
+    let odd_ids = [
+        ID.to_uppercase(),
+        format!("urn:uuid:{ID}"),
+        format!("URN:UUID:{ID}"),
+        ID[1..].to_owned(),
+        ID.replace('b', "g"),
+        format!("{ID}\\n"),
+        ID.replace('-', "_"),
+    ];
+    let executor_id = mostly(Just(quoted(ID)), prop::sample::select(odd_ids.map(|id| quoted(&id)).to_vec()));
+    let odd_missions = [
+        "".to_owned(),
+        "a".repeat(256),
+        "a".repeat(257),
+        "é".repeat(256),
+        "é".repeat(257),
+        "m\\u0000".into(),
+        "m\\\"q".into(),
+    ];
+    let mission_id = mostly(
+        "[a-z0-9-]{1,12}".prop_map(move |s| quoted(&s)),
+        prop::sample::select(odd_missions.map(|m| quoted(&m)).to_vec()),
+    );
+    let offset = (prop::sample::select(vec!['+', '-']), mostly(0u8..=23, 24u8..=25), mostly(0u8..=59, 60u8..=61))
+        .prop_map(|(sign, h, m)| format!("{sign}{h:02}:{m:02}"));
+    let zone = mostly(prop_oneof![Just("Z".to_owned()), offset], any_of(&["z", "", "+0530", "Z+01:00"]));
+    let fraction = mostly(any_of(&["", ".123", ".5"]), any_of(&[".", ".1x"]));
+    let year = prop_oneof![Just(2026u32), Just(2024), Just(2000), Just(1900), Just(2100), 0u32..=9999];
+    let date = (year, mostly(1u32..=12, 0u32..=13), mostly(1u32..=28, 0u32..=31));
+    let time = (mostly(0u32..=23, 24u32..=25), mostly(0u32..=59, 60u32..=61), mostly(0u32..=59, 60u32..=61));
+    let separator = mostly(Just('T'), prop::sample::select(vec!['t', ' ']));
+    let ts = mostly(
+        (date, time, separator, fraction, zone).prop_map(|((y, mo, d), (h, mi, s), sep, f, z)| {
+            format!("\"{y:04}-{mo:02}-{d:02}{sep}{h:02}:{mi:02}:{s:02}{f}{z}\"")
+        }),
+        any_of(&[r#""not a time""#, "1"]),
+    );
+    let value = mostly(
+        prop_oneof![(0i64..200).prop_map(|n| n.to_string()), any_of(&["42.5", "0.000", "100", "18446744073709551615"])],
+        prop_oneof![
+            (-3i64..0).prop_map(|n| n.to_string()),
+            any_of(&["3.0", "1e2", "-0", "-0.0", "100.0", "100.0000001", "1E-7", "18446744073709551616"]),
+            any_of(&[r#""x\u0000y""#, "null", "true", "[]", "{}"]),
+        ],
+    );
+    let text = || {
+        mostly(
+            any_of(&[r#""build""#, r#""a \"b\" \n""#, r#""\ud83d\ude00""#, r#""""#]),
+            any_of(&[r#""x\u0000y""#, "null", "7"]),
+        )
+    };
+    let field = mostly(
+        prop_oneof![
+            (any_of(&["iteration", "tokens_used", "pct_complete"]), value),
+            (any_of(&["phase", "summary"]), text()),
+        ],
+        (any_of(&["extra", "state", "Phase"]), text()),
+    );
+    let object = prop::collection::vec(field, 0..5).prop_map(|fields| {
+        let fields: Vec<String> = fields.into_iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+        format!("{{{}}}", fields.join(","))
+    });
+    let data = mostly(prop::option::of(object), any_of(&["null", "[]", "\"x\""]).prop_map(Some));
+    let extra = prop::option::weighted(
+        0.1,
+        any_of(&[r#""extra":1"#, r#""ts":"2026-11-30T10:00:00Z""#, r#""event":"mission.progress""#]),
+    );
+    (event, executor_id, mission_id, ts, data, extra, any::<bool>()).prop_flat_map(|(e, x, m, t, d, extra, spaced)| {
+        let mut fields = vec![
+            format!("\"event\":{e}"),
+            format!("\"executor_id\":{x}"),
+            format!("\"mission_id\":{m}"),
+            format!("\"ts\":{t}"),
+        ];
+        fields.extend(d.map(|d| format!("\"data\":{d}")));
+        fields.extend(extra);
+        Just(fields)
+            .prop_shuffle()
+            .prop_map(move |fields| format!("{{{}}}", fields.join(if spaced { ", " } else { "," })))
+    })
+}
+
+/// Mostly what `usual` yields, at times what `odd` does.
+fn mostly<T: std::fmt::Debug>(
+    usual: impl Strategy<Value = T>,
+    odd: impl Strategy<Value = T>,
+) -> impl Strategy<Value = T> {
+    prop_oneof![12 => usual, 1 => odd]
+}
+
 fn state() -> impl Strategy<Value = MissionState> {
     prop::sample::select(MissionState::ALL.to_vec())
 }
@@ -63,6 +172,9 @@ fn state() -> impl Strategy<Value = MissionState> {
 fn event() -> impl Strategy<Value = EventType> {
     prop::sample::select(EventType::ALL.to_vec())
 }
+
+/// The executor whose socket carries the frames.
+const EXECUTOR: &str = "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
 
 fn schema() -> &'static Schema {
     static SCHEMA: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
@@ -100,6 +212,19 @@ proptest! {
         for event in EventType::ALL {
             let canonical = schema.canonical_data(event, Some(&value));
             prop_assert!(canonical.is_object());
+        }
+    }
+
+    /// The typed reading of `mission.progress` is the general reading's equal wherever it takes a frame:
+    /// the schema accepts the frame, and the event to store is the same, down to the text of its data.
+    #[test]
+    fn progress_is_read_as_the_schema_reads_it(text in progress_frame()) {
+        if let Some(fast) = read_progress(EXECUTOR, &text) {
+            let general = read_generally(schema(), EXECUTOR, &text).map_err(|r| r.error);
+            prop_assert!(general.is_ok(), "{}: taken by the typed reading, refused by the schema: {:?}", text, general);
+            let general = general.unwrap();
+            prop_assert_eq!(fast.0.data.to_string(), general.0.data.to_string());
+            prop_assert_eq!(fast, general);
         }
     }
 
@@ -221,4 +346,26 @@ proptest! {
             }
         }
     }
+}
+
+/// The generated frames cover both sides: many are taken by the typed reading, many refused by the
+/// schema, and many others accepted by the schema only (left to the general reading).
+#[test]
+fn progress_frames_cover_every_reading() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let frames = progress_frame();
+    let (mut fast, mut refused, mut general_only) = (0, 0, 0);
+    for _ in 0..2000 {
+        let text = frames.new_tree(&mut runner).expect("a frame").current();
+        match (read_progress(EXECUTOR, &text), read_generally(schema(), EXECUTOR, &text)) {
+            (Some(_), _) => fast += 1,
+            (None, Err(_)) => refused += 1,
+            (None, Ok(_)) => general_only += 1,
+        }
+    }
+    assert!(
+        fast >= 200 && refused >= 200 && general_only >= 100,
+        "{fast} typed, {refused} refused, {general_only} general"
+    );
 }

@@ -1,6 +1,7 @@
 //! The wire contract `executor.aiwg.io/v1`: event vocabulary, payload types, spec-version rules and the
 //! embedded JSON Schema. Everything here is pure data; no I/O.
 
+pub mod progress;
 mod schema;
 
 pub use schema::{Schema, SchemaDetail};

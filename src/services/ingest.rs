@@ -17,7 +17,7 @@ use super::ledger::Ledger;
 use super::reconciler::Reconciler;
 use super::registry::Registry;
 use crate::clock;
-use crate::contract::{Envelope, EventType, Schema};
+use crate::contract::{progress, Envelope, EventType, Schema};
 use crate::domain::{
     capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch,
     MissionState, NewEvent, Outcome,
@@ -170,27 +170,28 @@ impl Ingest {
     /// Judges one text frame from an executor and, when accepted, queues its commit.
     /// `link_opened` is when the socket carrying the frame opened (resync reconciliation needs it).
     pub async fn ingest(&self, executor_id: &str, text: &str, link_opened: Instant) -> Result<Ingested, Refusal> {
-        let (mut envelope, event, reference) = self.parse(text)?;
+        let (row, event, reference) = read(&self.schema, executor_id, text)?;
         let refuse = |error: Error| Refusal { error, reference: reference.clone() };
-        let row = self.record(executor_id, event, &mut envelope);
-        let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: envelope.ts.clone() };
+        let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: row.ts.clone() };
         // A place in the writer's queue, without a future when there is room (the usual case).
         let slot = match self.store.try_reserve() {
             Some(slot) => slot,
             None => self.store.reserve().await.map_err(|e| refuse(e.into()))?,
         };
+        // The row moves into the ledger's critical section; the acknowledgement keeps its time.
+        let row_ts = row.ts.clone();
         let pending = |commit, mission, deadline, resync| {
             Ingested::Pending(Box::new(PendingCommit {
                 commit,
                 executor_id: executor_id.to_owned(),
-                ts: envelope.ts.clone(),
+                ts: row_ts.clone(),
                 mission,
                 deadline,
                 resync,
                 reference: reference.clone(),
             }))
         };
-        let Some(mission_id) = envelope.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
+        let Some(mission_id) = row.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
             // executor.resync: recorded, then reconciled once committed.
             let listed = resync_listing(&row.data).map_err(refuse)?;
             let commit = slot.submit(vec![Change::AppendEvent(row), seen]);
@@ -224,48 +225,6 @@ impl Ingest {
                 .map_err(refuse)
                 .map(|()| Ingested::Duplicate(reference.clone())),
         }
-    }
-
-    /// The event as stored: its data in canonical form (what was received, if that differed, kept
-    /// beside it), under the socket's authenticated identity whatever the frame claims (as upstream does).
-    /// Takes the envelope's `data` (the frame's tree is not copied).
-    fn record(&self, executor_id: &str, event: EventType, envelope: &mut Envelope) -> NewEvent {
-        let received = envelope.data.take();
-        let data = self.schema.canonical_data(event, received.as_ref());
-        let raw = received.filter(|d| *d != data);
-        NewEvent {
-            event: event.as_str().into(),
-            executor_id: executor_id.to_owned(),
-            mission_id: envelope.mission_id.clone(),
-            ts: envelope.ts.clone(),
-            data,
-            raw,
-        }
-    }
-
-    /// Parses and validates a frame: JSON, a known event type, the schema of the envelope and of its
-    /// data, and a direction executors may send.
-    fn parse(&self, text: &str) -> Result<(Envelope, EventType, FrameRef), Refusal> {
-        let frame: Value = serde_json::from_str(text)
-            .map_err(|e| Refusal { error: Error::InvalidJson(e.to_string()), reference: FrameRef::default() })?;
-        let reference = FrameRef::of(&frame);
-        let refuse = |error: Error| Refusal { error, reference: reference.clone() };
-        if let Some(name) = frame.get("event").and_then(Value::as_str) {
-            if EventType::parse(name).is_none() {
-                return Err(refuse(Error::UnknownEventType(name.chars().take(64).collect())));
-            }
-        }
-        self.schema
-            .validate("event_envelope", &frame)
-            .map_err(|details| refuse(Error::SchemaViolation { what: "the event", details }))?;
-        let envelope: Envelope =
-            serde_json::from_value(frame).map_err(|e| refuse(Error::InvalidJson(e.to_string())))?;
-        let event =
-            EventType::parse(&envelope.event).ok_or_else(|| refuse(Error::UnknownEventType(envelope.event.clone())))?;
-        if event.is_server_originated() {
-            return Err(refuse(Error::Forbidden(format!("{event} is sent by serve, never by an executor"))));
-        }
-        Ok((envelope, event, reference))
     }
 
     /// An event for a mission that is not live: ended (the store answers for it, terminal states never
@@ -311,6 +270,82 @@ impl Ingest {
             }
         }
     }
+}
+
+/// Reads a frame into the event to store: a `mission.progress` report already in canonical form by the
+/// typed reading of [`progress`], anything else by the general one ([`parse`], then [`record`]).
+pub(crate) fn read(schema: &Schema, executor_id: &str, text: &str) -> Result<(NewEvent, EventType, FrameRef), Refusal> {
+    match read_progress(executor_id, text) {
+        Some(read) => Ok(read),
+        None => read_generally(schema, executor_id, text),
+    }
+}
+
+/// The typed reading of a `mission.progress` frame, when it takes the frame.
+pub(crate) fn read_progress(executor_id: &str, text: &str) -> Option<(NewEvent, EventType, FrameRef)> {
+    let progress::Progress { mission_id, ts, data } = progress::read(text)?;
+    let event = EventType::MissionProgress;
+    let reference = FrameRef { event: Some(event.as_str().to_owned()), mission_id: Some(mission_id.clone()) };
+    let row = NewEvent {
+        event: event.as_str().into(),
+        executor_id: executor_id.to_owned(),
+        mission_id: Some(mission_id),
+        ts,
+        data,
+        raw: None,
+    };
+    Some((row, event, reference))
+}
+
+/// The general reading of any frame: parsed, validated, and reduced to canonical form.
+pub(crate) fn read_generally(
+    schema: &Schema,
+    executor_id: &str,
+    text: &str,
+) -> Result<(NewEvent, EventType, FrameRef), Refusal> {
+    let (mut envelope, event, reference) = parse(schema, text)?;
+    Ok((record(schema, executor_id, event, &mut envelope), event, reference))
+}
+
+/// The event as stored: its data in canonical form (what was received, if that differed, kept
+/// beside it), under the socket's authenticated identity whatever the frame claims (as upstream does).
+/// Takes the envelope's `data` (the frame's tree is not copied).
+fn record(schema: &Schema, executor_id: &str, event: EventType, envelope: &mut Envelope) -> NewEvent {
+    let received = envelope.data.take();
+    let data = schema.canonical_data(event, received.as_ref());
+    let raw = received.filter(|d| *d != data);
+    NewEvent {
+        event: event.as_str().into(),
+        executor_id: executor_id.to_owned(),
+        mission_id: envelope.mission_id.clone(),
+        ts: envelope.ts.clone(),
+        data,
+        raw,
+    }
+}
+
+/// Parses and validates a frame: JSON, a known event type, the schema of the envelope and of its
+/// data, and a direction executors may send.
+fn parse(schema: &Schema, text: &str) -> Result<(Envelope, EventType, FrameRef), Refusal> {
+    let frame: Value = serde_json::from_str(text)
+        .map_err(|e| Refusal { error: Error::InvalidJson(e.to_string()), reference: FrameRef::default() })?;
+    let reference = FrameRef::of(&frame);
+    let refuse = |error: Error| Refusal { error, reference: reference.clone() };
+    if let Some(name) = frame.get("event").and_then(Value::as_str) {
+        if EventType::parse(name).is_none() {
+            return Err(refuse(Error::UnknownEventType(name.chars().take(64).collect())));
+        }
+    }
+    schema
+        .validate("event_envelope", &frame)
+        .map_err(|details| refuse(Error::SchemaViolation { what: "the event", details }))?;
+    let envelope: Envelope = serde_json::from_value(frame).map_err(|e| refuse(Error::InvalidJson(e.to_string())))?;
+    let event =
+        EventType::parse(&envelope.event).ok_or_else(|| refuse(Error::UnknownEventType(envelope.event.clone())))?;
+    if event.is_server_originated() {
+        return Err(refuse(Error::Forbidden(format!("{event} is sent by serve, never by an executor"))));
+    }
+    Ok((envelope, event, reference))
 }
 
 /// The missions an `executor.resync` lists, refused past [`MAX_RESYNC_IDS`].
