@@ -284,6 +284,18 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_micros(ticks * 1_000_000 / hz)
 }
 
+/// The machine's CPU ticks so far, busy and in all (every core, from `/proc/stat`).
+pub fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> =
+        stat.lines().next().unwrap_or_default().split_whitespace().skip(1).filter_map(|t| t.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal: idle and iowait are not busy; guest time is
+    // already counted in user.
+    let total: u64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
 fn small_buffers() -> tokio_tungstenite::tungstenite::protocol::WebSocketConfig {
     tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default().read_buffer_size(4096)
 }

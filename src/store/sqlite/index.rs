@@ -1,8 +1,8 @@
 //! The per-mission index of the log, filed in bulk by the writer (migration 6).
 //!
-//! A commit appends its events to the log only; a few times a second, between two batches, the writer
-//! files every event above the index's mark into `event_index` in one sorted insert and moves the mark
-//! up, in a transaction of its own. An index maintained row by row took one leaf page per active mission
+//! A commit appends its events to the log only; between two batches, once [`ROWS`] events or a quarter
+//! second have gathered, the writer files every event above the index's mark into `event_index` in one
+//! sorted insert and moves the mark up, in a transaction of its own. An index maintained row by row took one leaf page per active mission
 //! in every commit, and at half the ingestion peak those pages were four fifths of the WAL (about 130 MB
 //! a second), whose fsync at every checkpoint stalled commits for ~100 ms. Filed in bulk, each mission's
 //! leaf is written once per interval, however many commits it had. Reads see no difference: the view
@@ -13,9 +13,15 @@ use std::time::{Duration, Instant};
 
 use sqlx::sqlite::SqliteConnection;
 
-/// How often the tail is filed under load: the longest tail a per-mission read scans is what the
-/// writer commits in this time (about 25,000 events at the peak on a 2-core machine, a millisecond).
+/// How often the tail is filed at the latest: a slow trickle of events is filed this often.
 pub(super) const EVERY: Duration = Duration::from_millis(250);
+
+/// The longest tail filed at once. A filing holds the writer (SQLite has one) for about 2 µs a row: the
+/// 11,000 rows of a quarter second at half the ingestion peak held it for ~20 ms, four times a second,
+/// which every commit queued meanwhile waited out. Filed at this length, under load a few milliseconds
+/// every few dozen; each mission's leaf is still written once per filing, for dozens of its events.
+/// It also bounds the unfiled tail a per-mission read scans.
+pub(super) const ROWS: i64 = 2048;
 
 /// Where filing stands: the mark (every event at or below it is filed) and when it last moved.
 pub(super) struct Index {
@@ -30,10 +36,11 @@ impl Index {
         Ok(Index { mark, filed_at: Instant::now() })
     }
 
-    /// Whether the tail up to `last_seq` (the newest committed event) is due: a tail exists and `EVERY`
-    /// has passed since the last filing, or `now` is asked for (idle, closing).
+    /// Whether the tail up to `last_seq` (the newest committed event) is due: a tail exists and it is
+    /// [`ROWS`] long, or `EVERY` has passed since the last filing, or `now` is asked for (idle, closing).
     pub(super) fn due(&self, last_seq: i64, now: bool) -> bool {
-        last_seq > self.mark && (now || self.filed_at.elapsed() >= EVERY)
+        let tail = last_seq - self.mark;
+        tail > 0 && (now || tail >= ROWS || self.filed_at.elapsed() >= EVERY)
     }
 
     /// Files every event above the mark, up to `last_seq`, and moves the mark there. A failure leaves

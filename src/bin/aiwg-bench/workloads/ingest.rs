@@ -24,9 +24,10 @@ pub async fn ingestion(dir: &Path, scale: &Scale, profile: Option<&Path>, failur
     let rest = RestPeer::start().await;
     let client = serve.client();
     let peak = peak_rate(&serve, &rest, &client, scale, profile).await;
-    let (latency, paced) = paced_latency(&serve, &rest, &client, scale, peak.rate).await;
+    let half = paced_latency(&serve, &rest, &client, scale, peak.rate / 2.0).await;
+    let quarter = paced_latency(&serve, &rest, &client, scale, peak.rate / 4.0).await;
     let mut seqs = peak.seqs.clone();
-    seqs.extend(paced);
+    seqs.extend(half.seqs.iter().chain(&quarter.seqs));
     let acked = seqs.len();
     let db = serve.data_dir.join("aiwg-serve.db");
     serve.stop();
@@ -66,8 +67,15 @@ pub async fn ingestion(dir: &Path, scale: &Scale, profile: Option<&Path>, failur
         Row::new("/healthz p99 during the ingestion flood", peak.healthz.ms(0.99), "ms")
             .target_below(50.0)
             .note(format!("p50 {:.2} ms", peak.healthz.ms(0.5))),
-        Row::new("commit latency p99 at half peak", latency.ms(0.99), "ms").target_below(20.0),
-        Row::new("commit latency p50 at half peak", latency.ms(0.5), "ms"),
+        // At half the peak this 2-core machine is nearly saturated (serve and the load generator share
+        // it; the note says how busy it was), and the tail is time spent queued for a core. A quarter of
+        // the peak measures serve's own tail with cores to spare.
+        Row::new("commit latency p99 at half peak", half.latency.ms(0.99), "ms").target_below(20.0).note(half.load()),
+        Row::new("commit latency p50 at half peak", half.latency.ms(0.5), "ms"),
+        Row::new("commit latency p99 at a quarter of the peak", quarter.latency.ms(0.99), "ms")
+            .target_below(20.0)
+            .note(quarter.load()),
+        Row::new("commit latency p50 at a quarter of the peak", quarter.latency.ms(0.5), "ms"),
     ];
     rows.extend(peak.stages);
     rows
@@ -161,25 +169,52 @@ fn probe_healthz(client: Client, flooding: Arc<std::sync::atomic::AtomicBool>) -
     })
 }
 
-/// Half the peak, paced (open loop), for the commit latency; the sequence numbers acknowledged.
-pub(super) async fn paced_latency(
-    serve: &Serve,
-    rest: &RestPeer,
-    client: &Client,
-    scale: &Scale,
-    rate: f64,
-) -> (Histogram, Vec<i64>) {
-    let mut latency = Histogram::default();
-    let half_per_executor = rate / 2.0 / scale.ingest_executors as f64;
-    let interval = Duration::from_secs_f64(1.0 / half_per_executor.max(1.0));
-    let paced_count = ((half_per_executor * scale.paced_seconds) as usize).max(10);
-    let mut paced = Vec::new();
-    for i in 0..scale.ingest_executors {
-        let (peer, socket, id) = with_mission(serve, rest, client, 10_000 + i).await;
-        paced.push(tokio::spawn(async move {
-            peers::stream_progress(&peer, socket, &id, paced_count, 1024, Some(interval)).await
-        }));
+/// A paced stream: the latency of each event from send to ack, the sequence numbers acknowledged, and
+/// how busy the machine was meanwhile.
+pub(super) struct Paced {
+    pub latency: Histogram,
+    pub seqs: Vec<i64>,
+    /// CPU time of serve and of the load generator (this process), and the machine's busy share.
+    cpu: (Duration, Duration, f64),
+    took: Duration,
+}
+
+impl Paced {
+    /// Where the machine's CPU went while paced.
+    pub fn load(&self) -> String {
+        let (serve, generator, busy) = self.cpu;
+        let cores = |cpu: Duration| cpu.as_secs_f64() / self.took.as_secs_f64().max(1e-9);
+        format!(
+            "machine {:.0}% busy: serve {:.2} cores, load generator {:.2}",
+            busy * 100.0,
+            cores(serve),
+            cores(generator)
+        )
     }
+}
+
+/// `rate` events a second in all, paced (open loop) across the workload's executors, for the commit
+/// latency.
+pub(super) async fn paced_latency(serve: &Serve, rest: &RestPeer, client: &Client, scale: &Scale, rate: f64) -> Paced {
+    let mut latency = Histogram::default();
+    let per_executor = rate / scale.ingest_executors as f64;
+    let interval = Duration::from_secs_f64(1.0 / per_executor.max(1.0));
+    let paced_count = ((per_executor * scale.paced_seconds) as usize).max(10);
+    let mut streams = Vec::new();
+    for i in 0..scale.ingest_executors {
+        streams.push(with_mission(serve, rest, client, 10_000 + i).await);
+    }
+    let (serve_before, ours_before, machine_before) =
+        (peers::cpu_time(serve.pid()), peers::cpu_time(std::process::id()), peers::machine_ticks());
+    let began = Instant::now();
+    let paced: Vec<_> = streams
+        .into_iter()
+        .map(|(peer, socket, id)| {
+            tokio::spawn(
+                async move { peers::stream_progress(&peer, socket, &id, paced_count, 1024, Some(interval)).await },
+            )
+        })
+        .collect();
     let mut seqs = Vec::new();
     for t in paced {
         let streamed = t.await.unwrap();
@@ -188,7 +223,15 @@ pub(super) async fn paced_latency(
             latency.record(micros(l));
         }
     }
-    (latency, seqs)
+    let took = began.elapsed();
+    let machine = peers::machine_ticks();
+    let busy = (machine.0 - machine_before.0) as f64 / (machine.1 - machine_before.1).max(1) as f64;
+    let cpu = (
+        peers::cpu_time(serve.pid()).saturating_sub(serve_before),
+        peers::cpu_time(std::process::id()).saturating_sub(ours_before),
+        busy,
+    );
+    Paced { latency, seqs, cpu, took }
 }
 
 async fn count_progress(db: &Path) -> i64 {

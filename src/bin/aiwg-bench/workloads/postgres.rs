@@ -60,9 +60,9 @@ pub async fn ingestion_pg(dir: &Path, scale: &Scale, admin_url: &str, failures: 
     let client = serve.client();
     let peak = peak_rate(&serve, &rest, &client, scale, None).await;
     let rate = peak.rate;
-    let (latency, paced) = paced_latency(&serve, &rest, &client, scale, rate).await;
+    let half = paced_latency(&serve, &rest, &client, scale, rate / 2.0).await;
     let mut seqs = peak.seqs;
-    seqs.extend(paced);
+    seqs.extend(&half.seqs);
     serve.stop();
     let mut conn = db.connect().await;
     let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event = 'mission.progress'")
@@ -89,8 +89,10 @@ pub async fn ingestion_pg(dir: &Path, scale: &Scale, admin_url: &str, failures: 
         Row::new("PostgreSQL ingestion vs single-row commits", rate, "ev/s")
             .baseline("raw PostgreSQL 1 row/txn", single)
             .target_ratio(5.0),
-        Row::new("PostgreSQL commit latency p99 at half peak", latency.ms(0.99), "ms").target_below(20.0),
-        Row::new("PostgreSQL commit latency p50 at half peak", latency.ms(0.5), "ms"),
+        Row::new("PostgreSQL commit latency p99 at half peak", half.latency.ms(0.99), "ms")
+            .target_below(20.0)
+            .note(half.load()),
+        Row::new("PostgreSQL commit latency p50 at half peak", half.latency.ms(0.5), "ms"),
     ]
 }
 

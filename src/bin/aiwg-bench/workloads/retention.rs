@@ -25,7 +25,7 @@ pub async fn compaction(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -
     }
 
     let without = peak_rate(&serve, &rest, &client, scale, None).await.rate;
-    let (quiet, _) = paced_latency(&serve, &rest, &client, scale, without).await;
+    let quiet = paced_latency(&serve, &rest, &client, scale, without / 2.0).await.latency;
     let began = Instant::now();
     let compacting = {
         let client = serve.client();
@@ -36,7 +36,7 @@ pub async fn compaction(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -
     };
     let with = peak_rate(&serve, &rest, &client, scale, None).await.rate;
     // Paced as without (half the same peak), so that the latencies compare the same load.
-    let (busy, _) = paced_latency(&serve, &rest, &client, scale, without).await;
+    let busy = paced_latency(&serve, &rest, &client, scale, without / 2.0).await.latency;
     let window = began.elapsed();
     let (pass, took) = compacting.await.unwrap();
     let pass = pass.unwrap_or(Value::Null);
