@@ -21,7 +21,7 @@ pub(super) const EVERY: Duration = Duration::from_millis(250);
 /// which every commit queued meanwhile waited out. Filed at this length, under load a few milliseconds
 /// every few dozen; each mission's leaf is still written once per filing, for dozens of its events.
 /// It also bounds the unfiled tail a per-mission read scans.
-pub(super) const ROWS: i64 = 2048;
+pub const ROWS: i64 = 2048;
 
 /// Where filing stands: the mark (every event at or below it is filed) and when it last moved.
 pub(super) struct Index {

@@ -27,6 +27,9 @@ use super::{Result, Store, Synchronous};
 use crate::metrics::Metrics;
 
 pub use super::writer::WriterTask;
+/// How many events the writer gathers before it files them in the per-mission index (the raw baseline
+/// of `aiwg-bench` files as often).
+pub use index::ROWS as INDEX_FILED_ROWS;
 
 /// The pages in use: the file less its free pages (which later writes reuse, and an incremental vacuum
 /// gives back).

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aiwg_serve::cli::client::Client;
+use aiwg_serve::store::sqlite::INDEX_FILED_ROWS;
 use futures_util::StreamExt;
 use serde_json::json;
 use sqlx::{Connection, QueryBuilder, Sqlite};
@@ -244,7 +245,7 @@ async fn count_progress(db: &Path) -> i64 {
 
 /// The limit: the same rows into the same tables (serve's schema, every migration) with raw sqlx,
 /// `per_txn` rows per transaction, same synchronous mode, and the per-mission index filed in bulk as
-/// serve files it, in the transaction of every [`FILED_EVERY`]th row and of the last one. The rows
+/// serve files it under load: once [`INDEX_FILED_ROWS`] rows have gathered, and with the last one. The rows
 /// interleave `streams` executors and missions as the workload does: each mission is its own insertion
 /// point in the per-mission index, and a baseline with a single mission would append to one page only.
 async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize, streams: usize) -> f64 {
@@ -257,7 +258,7 @@ async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize, streams: usize)
         let last = seqs.end - 1;
         let mut tx = conn.begin().await.unwrap();
         raw.insert::<Sqlite>(seqs).build().execute(&mut *tx).await.unwrap();
-        if last - mark >= FILED_EVERY || last as usize == rows {
+        if last - mark >= INDEX_FILED_ROWS || last as usize == rows {
             let file = format!(
                 "INSERT INTO event_index (mission_id, seq) SELECT mission_id, seq FROM events \
                  WHERE seq > {mark} AND seq <= {last} ORDER BY mission_id, seq; \
@@ -270,10 +271,6 @@ async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize, streams: usize)
     })
     .await
 }
-
-/// Rows between two filings of the baseline's index: what serve commits in its filing interval
-/// (a quarter of a second) at about 100,000 events a second.
-const FILED_EVERY: i64 = 25_000;
 
 /// The rows of a raw-insert baseline: `mission.progress` rows interleaving `streams` executors and
 /// missions, their data built before the clock starts (the baseline is the database's time, not JSON's).
