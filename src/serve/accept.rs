@@ -57,6 +57,23 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 const RESERVE_MIN: u64 = 64;
 const RESERVE_MAX: u64 = 4096;
 
+/// Connections the kernel may hold completed but not yet accepted (capped by `net.core.somaxconn`,
+/// 4096 on current Linux). tokio's `TcpListener::bind` asks for 1024: a reconnect storm of 2,000
+/// executors after a restart overflowed it (`TcpExtListenOverflows` rose by about 2,000 per storm in
+/// `aiwg-bench --only storm`), and every dropped handshake was retried by its client after 1, 3, 7 s,
+/// which made one storm in seven take 8 s instead of 1-2.
+const LISTEN_BACKLOG: u32 = 8192;
+
+/// Binds the client listener, as tokio's `TcpListener::bind` does but with [`LISTEN_BACKLOG`].
+pub(super) fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    // A restarted serve binds again at once, whatever connections of the last one are in TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// The bounds of the HTTP edge, prepared from the configuration.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Limits {
@@ -446,5 +463,29 @@ mod tests {
         assert_eq!(connection_limit(0, Some(128)), 64);
         assert_eq!(connection_limit(0, Some(40)), 16);
         assert_eq!(connection_limit(0, None), 1024);
+    }
+
+    /// More handshakes than tokio's default backlog (1024) complete while nothing accepts: with it, the
+    /// kernel drops the SYNs above it and their clients retry a second later. Where the machine caps
+    /// the backlog below what is tried (`net.core.somaxconn`) or cannot open that many sockets, there is
+    /// nothing to show and the test says so.
+    #[tokio::test]
+    async fn a_storm_of_handshakes_waits_in_the_backlog() {
+        const CLIENTS: usize = 1500;
+        let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        if somaxconn < CLIENTS || descriptor_limit().is_none_or(|n| n < 2 * CLIENTS as u64) {
+            eprintln!("skipped: somaxconn {somaxconn} or the descriptor limit is below {CLIENTS} connections");
+            return;
+        }
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let connects = (0..CLIENTS).map(|_| tokio::time::timeout(Duration::from_millis(700), TcpStream::connect(addr)));
+        let results = futures_util::future::join_all(connects).await;
+        let completed = results.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
+        assert_eq!(completed, CLIENTS, "handshakes completed within 700 ms with nobody accepting");
+        drop(listener);
     }
 }

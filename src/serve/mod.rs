@@ -9,11 +9,10 @@ mod replica;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use accept::{serve_http, Limits};
+use accept::{listen, serve_http, Limits};
 pub use accept::{MAX_HEADERS, MAX_HEAD_BYTES, MAX_URI_BYTES};
 
 use crate::app::App;
@@ -91,7 +90,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let (stop, stopped) = watch::channel(false);
     let (leading, mut deposed) = Leading::open(&config, schema, metrics, stopped.clone()).await?;
     let bind = config.server.bind;
-    let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
+    let listener = listen(bind).map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
     let limits = Limits::from_config(&config);
     let (_routes, routes) = watch::channel(leading.router());

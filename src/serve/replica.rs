@@ -22,10 +22,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::accept::{serve_http, Limits};
+use super::accept::{listen, serve_http, Limits};
 use super::relay::Relay;
 use super::{Deposed, Handle, Leading, StartError};
 use crate::config::Config;
@@ -40,7 +39,7 @@ const POLL: Duration = Duration::from_millis(500);
 pub(super) async fn start(config: Config, schema: Schema) -> Result<Handle, StartError> {
     let bind = config.server.bind;
     // Bound first: the address is what a leader announces.
-    let listener = TcpListener::bind(bind).await.map_err(|source| StartError::Bind { addr: bind, source })?;
+    let listener = listen(bind).map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
     let advertise = match config.replica.advertise.as_str() {
         "" => format!("http://{addr}"),
