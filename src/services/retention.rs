@@ -85,6 +85,9 @@ impl Retention {
                         );
                     }
                     Ok(_) => {}
+                    // A pass that was running when serve began to stop fails on the store it closes: that
+                    // is the stop, not a fault (the units it committed are whole; the next start goes on).
+                    Err(_) if *shutdown.borrow() => return,
                     Err(e) => tracing::warn!(error = %e, "compaction pass failed; the next one tries again"),
                 }
             }
