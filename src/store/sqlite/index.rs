@@ -16,7 +16,7 @@ use sqlx::sqlite::SqliteConnection;
 /// How often the tail is filed at the latest: a slow trickle of events is filed this often.
 pub(super) const EVERY: Duration = Duration::from_millis(250);
 
-/// The longest tail filed at once. A filing holds the writer (SQLite has one) for about 2 µs a row: the
+/// The longest tail filed at once. A filing holds the writer (SQLite has one) for 2-3 µs a row: the
 /// 11,000 rows of a quarter second at half the ingestion peak held it for ~20 ms, four times a second,
 /// which every commit queued meanwhile waited out. Filed at this length, under load (a quarter to half
 /// the peak, timed in the writer) a filing takes 6-7 ms, up to 30 ms when it meets the once-a-second
