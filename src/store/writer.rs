@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-use super::script::{Encoded, Scripts, ROWS_PER_STATEMENT};
+use super::script::{Builder, Encoded, Scripts};
 use crate::metrics::Metrics;
 use crate::store::{Change, CommitSlot, Mission, MissionPatch, NewEvent, Result, StoreError, StoredEvent};
 
@@ -424,39 +424,30 @@ impl<'a> Gathered<'a> {
 
     /// The statements of what was gathered, after the upserts: the event rows, then the coalesced
     /// mission and executor updates, each pushed onto the script `scripts` gives next.
-    pub(super) fn push_rows<'s, DB>(&'s self, now: &'s str, scripts: &mut impl Scripts<'s, DB>)
+    pub(super) fn push_rows<'s, S: Scripts<'s>>(&'s self, now: &'s str, scripts: &mut S)
     where
         'a: 's,
-        DB: sqlx::Database,
-        &'s str: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
-        Option<&'s str>: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
-        &'s [u8]: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
-        String: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
-        Option<String>: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
-        i64: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
-        Option<i64>: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
-        bool: sqlx::Encode<'s, DB> + sqlx::Type<DB>,
     {
-        // Multi-row statements of at most ROWS_PER_STATEMENT rows each: PostgreSQL takes one statement
-        // per query, and either database bounds the parameters of one.
-        for rows in self.events.chunks(ROWS_PER_STATEMENT) {
-            scripts.next().events(rows, now);
+        let rows = <S::Builder as Builder>::ROWS;
+        // Statements of at most the builder's rows each (PostgreSQL bounds the parameters of one).
+        for chunk in self.events.chunks(rows) {
+            scripts.next().events(chunk, now);
         }
         // Most patches only say "this mission changed" (progress): one statement for all of them.
         let (touched, patched): (Vec<&str>, Vec<&str>) =
             self.patch_order.iter().copied().partition(|id| self.patches[id].is_touch());
-        for ids in touched.chunks(ROWS_PER_STATEMENT) {
+        for ids in touched.chunks(rows) {
             scripts.next().touches(ids, now);
         }
         for id in patched {
             scripts.next().patch(id, &self.patches[id]);
         }
         let seen: Vec<(&str, &str)> = self.seen.iter().map(|(id, ts)| (*id, *ts)).collect();
-        for rows in seen.chunks(ROWS_PER_STATEMENT) {
-            scripts.next().seen(rows);
+        for chunk in seen.chunks(rows) {
+            scripts.next().seen(chunk);
         }
         for (mission_id, seqs, done) in &self.compactions {
-            for chunk in seqs.chunks(ROWS_PER_STATEMENT) {
+            for chunk in seqs.chunks(rows) {
                 scripts.next().delete_events(mission_id, chunk);
             }
             if *done {

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, Postgres};
+use sqlx::{ConnectOptions, Postgres, QueryBuilder};
 use tokio::sync::watch;
 
 use super::Claim;
-use crate::store::script::Script;
+use crate::store::script::{Builder, Script, Value};
 use crate::store::writer::{Applied, Committer, Gathered, Statements, Unit};
 use crate::store::{Change, Mission, StoreError};
 
@@ -160,10 +160,10 @@ async fn apply(conn: &mut PgConnection, units: &[&Unit]) -> Result<Applied, sqlx
     // The commit time, as every event row and touched mission records it.
     let now = crate::clock::now();
     let stamp = crate::clock::format(now);
-    let mut statements: Vec<Script<'_, Postgres>> = Vec::new();
+    let mut statements = (Vec::new(), || QueryBuilder::new(""));
     gathered.push_rows(&stamp, &mut statements);
-    for mut statement in statements.into_iter().filter(|s| !s.is_empty()) {
-        statement.0.build().execute(&mut *conn).await?;
+    for Script(mut statement) in statements.0.into_iter().filter(|s| !s.0.sql().is_empty()) {
+        statement.build().execute(&mut *conn).await?;
     }
     if next_seq != last + 1 {
         sqlx::query("UPDATE event_sequence SET last = $1").bind(next_seq - 1).execute(&mut *conn).await?;
@@ -184,15 +184,36 @@ struct EachStatement<'c> {
 
 impl<'a> Statements<'a> for EachStatement<'_> {
     async fn insert_mission(&mut self, m: &'a Mission) -> Result<bool, sqlx::Error> {
-        let mut insert = Script::new();
+        let mut insert = Script(QueryBuilder::new(""));
         insert.insert_mission(m);
         Ok(insert.0.build().execute(&mut *self.conn).await?.rows_affected() == 1)
     }
 
     async fn upsert(&mut self, change: &'a Change) -> Result<(), sqlx::Error> {
-        let mut upsert = Script::new();
+        let mut upsert = Script(QueryBuilder::new(""));
         upsert.push_upsert(change);
         upsert.0.build().execute(&mut *self.conn).await?;
         Ok(())
     }
+}
+
+/// Each statement is a query of its own, with PostgreSQL's numbered placeholders.
+impl<'a> Builder<'a> for QueryBuilder<'a, Postgres> {
+    /// 8 parameters a row stays far below PostgreSQL's bound of 65,535 parameters a statement.
+    const ROWS: usize = 500;
+
+    fn push(&mut self, sql: &str) {
+        QueryBuilder::push(self, sql);
+    }
+
+    fn bind(&mut self, value: Value<'a>) {
+        match value {
+            Value::Text(v) => self.push_bind(v),
+            Value::Int(v) => self.push_bind(v),
+            Value::Bool(v) => self.push_bind(v),
+            Value::Blob(v) => self.push_bind(v),
+        };
+    }
+
+    fn end(&mut self) {}
 }

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnection, SqlitePool};
+use sqlx::sqlite::SqlitePool;
+
+use super::raw::Connection;
 
 /// Background checkpoint passes per second at most, and what counts as a short one.
 const CHECKPOINT_PASSES: usize = 5;
@@ -51,8 +53,8 @@ pub(super) async fn checkpoints(pool: SqlitePool, backfilled: Arc<AtomicBool>) {
 /// Checkpoints from the writer's own connection, between two transactions, right after the background
 /// pass ([`checkpoints`]) copied the bulk: what is left is the last moment's frames, and with no writer
 /// racing it this pass backfills the whole WAL, so the next transaction starts it over.
-pub(super) async fn finish_from_writer(conn: &mut SqliteConnection) {
-    if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut *conn).await {
+pub(super) fn finish_from_writer(conn: &Connection) {
+    if let Err(e) = conn.execute("PRAGMA wal_checkpoint(PASSIVE)") {
         tracing::warn!(error = %e, "WAL checkpoint from the writer failed");
     }
 }

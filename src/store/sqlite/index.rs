@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::sqlite::SqliteConnection;
+use super::raw::{Batch, Connection};
 
 /// How often the tail is filed at the latest: a slow trickle of events is filed this often.
 pub(super) const EVERY: Duration = Duration::from_millis(250);
@@ -34,8 +34,8 @@ pub(super) struct Index {
 
 impl Index {
     /// The index as the database has it.
-    pub(super) async fn read(conn: &mut SqliteConnection) -> Result<Index, sqlx::Error> {
-        let mark = sqlx::query_scalar("SELECT mark FROM event_index_mark").fetch_one(&mut *conn).await?;
+    pub(super) fn read(conn: &mut Connection) -> super::raw::Result<Index> {
+        let mark = conn.query_i64("SELECT mark FROM event_index_mark")?;
         Ok(Index { mark, filed_at: Instant::now() })
     }
 
@@ -48,23 +48,25 @@ impl Index {
 
     /// Files every event above the mark, up to `last_seq`, and moves the mark there. A failure leaves
     /// index and mark as they were (the reads stay whole: the tail is longer) and is retried next time.
-    pub(super) async fn file(&mut self, conn: &mut SqliteConnection, last_seq: i64) {
+    pub(super) fn file(&mut self, conn: &mut Connection, last_seq: i64) {
         self.filed_at = Instant::now();
-        // The bounds are the writer's own numbers, not input: formatted, one trip to SQLite's thread.
-        let script = format!(
-            "BEGIN IMMEDIATE; \
-             INSERT INTO event_index (mission_id, seq) SELECT mission_id, seq FROM events \
-             WHERE seq > {mark} AND seq <= {last_seq} AND mission_id IS NOT NULL ORDER BY mission_id, seq; \
-             UPDATE event_index_mark SET mark = {last_seq}; \
-             COMMIT",
-            mark = self.mark,
-        );
-        match sqlx::raw_sql(&script).execute(&mut *conn).await {
+        let mut filing = Batch::of("BEGIN IMMEDIATE", []);
+        filing
+            .statement(
+                "INSERT INTO event_index (mission_id, seq) SELECT mission_id, seq FROM events \
+                 WHERE seq > ? AND seq <= ? AND mission_id IS NOT NULL ORDER BY mission_id, seq",
+                [self.mark.into(), last_seq.into()],
+            )
+            .statement("UPDATE event_index_mark SET mark = ?", [last_seq.into()])
+            .statement("COMMIT", []);
+        match conn.run(&filing) {
             Ok(_) => self.mark = last_seq,
             Err(e) => {
                 tracing::warn!(error = %e, "filing the per-mission event index failed; retrying later");
-                if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-                    tracing::debug!(error = %e, "rollback after a failed filing");
+                if conn.in_transaction() {
+                    if let Err(e) = conn.execute("ROLLBACK") {
+                        tracing::debug!(error = %e, "rollback after a failed filing");
+                    }
                 }
             }
         }

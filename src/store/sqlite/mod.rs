@@ -9,6 +9,7 @@
 mod checkpoint;
 mod commit;
 mod index;
+mod raw;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -35,9 +36,6 @@ pub use index::ROWS as INDEX_FILED_ROWS;
 /// gives back).
 const SIZE: &str = "SELECT (p.page_count - f.freelist_count) * s.page_size AS bytes \
                     FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s";
-
-/// Prepared statements the writer connection keeps.
-const WRITER_STATEMENTS: usize = 24;
 
 /// Opens (creating if needed) `<data_dir>/aiwg-serve.db`, applies migrations, starts the writer.
 /// `feed_capacity` is how far a feed subscriber may fall behind before it is told it lagged.
@@ -67,20 +65,20 @@ pub async fn open(
         // Checkpoints run beside the writer (see `checkpoint`), not inside its commits.
         .pragma("wal_autocheckpoint", "0")
         .disable_statement_logging();
-    // The writer's batch scripts are cached like any statement: the small ones recur (a HITL answer,
-    // a few progress events) and skip SQLite's parser, while a cache this size bounds what the large
-    // ones, which rarely recur, can hold.
-    let mut conn = options.clone().statement_cache_capacity(WRITER_STATEMENTS).connect().await?;
-    migrate(&mut conn).await?;
-    let last_seq: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM events").fetch_one(&mut conn).await?;
+    // Created (with the options above) and migrated by sqlx; the writer then opens its own connection.
+    let mut setup = options.clone().connect().await?;
+    migrate(&mut setup).await?;
+    sqlx::Connection::close(setup).await?;
+    let mut conn = raw::Connection::open(&path, synchronous).map_err(sqlx::Error::from)?;
+    let last_seq = conn.query_i64("SELECT COALESCE(MAX(seq), 0) FROM events").map_err(sqlx::Error::from)?;
+    // 2: INCREMENTAL.
+    let incremental = conn.query_i64("PRAGMA auto_vacuum").map_err(sqlx::Error::from)? == 2;
+    let index = index::Index::read(&mut conn).map_err(sqlx::Error::from)?;
     let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
     let backfilled = Arc::new(AtomicBool::new(false));
     tokio::spawn(checkpoint::checkpoints(pool.clone(), backfilled.clone()));
     let (tx, rx) = mpsc::channel(writer::QUEUE);
     let feed = Feed::new(feed_capacity, last_seq);
-    // 2: INCREMENTAL.
-    let incremental = sqlx::query_scalar::<_, i64>("PRAGMA auto_vacuum").fetch_one(&mut conn).await? == 2;
-    let index = index::Index::read(&mut conn).await?;
     let committer =
         commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled, incremental, reclaim: false, index };
     let task = WriterTask::spawn(committer, rx, feed.clone(), metrics).await?;
