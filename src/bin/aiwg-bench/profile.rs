@@ -82,6 +82,10 @@ impl Recording {
 
 /// A matching rule: by thread name, by shared object, or by a piece of the symbol's name.
 enum Is {
+    /// SQLite's own code on the writer's thread, which calls it directly (`store::sqlite::raw`): SQLite is
+    /// linked into serve's binary, and its C symbols are the only ones there without a Rust path (`::`),
+    /// apart from the allocator's.
+    SqliteOn(&'static str),
     Thread(&'static str),
     Kernel,
     Symbol(&'static [&'static str]),
@@ -89,10 +93,10 @@ enum Is {
 
 /// The stages of the per-frame path, in the order their rules are tried (first match wins).
 const STAGES: &[(&str, Is)] = &[
-    ("SQLite executes the batch (its connection's thread)", Is::Thread("sqlx-sqlite")),
-    ("writer: batch script, binds, hand-off (its thread)", Is::Thread("aiwg-writer")),
+    ("SQLite executes the batch (on the writer's thread)", Is::SqliteOn("aiwg-writer")),
+    ("writer: gathering rows, binds, answers, its kernel time", Is::Thread("aiwg-writer")),
     ("kernel: socket reads and writes, wakeups", Is::Kernel),
-    ("allocator", Is::Symbol(&["mi_", "malloc", "_int_free", "cfree", "realloc", "unlink_chunk"])),
+    ("allocator", Is::Symbol(ALLOCATOR)),
     ("schema validation", Is::Symbol(&["jsonschema", "regex", "nul_at", "Schema::validat"])),
     ("JSON encoding (stored event, ack)", Is::Symbol(&["serde_json::ser", "serialize", "answer_frame", "fmt"])),
     (
@@ -115,10 +119,19 @@ const STAGES: &[(&str, Is)] = &[
     ("memory copies and compares", Is::Symbol(&["memmove", "memcpy", "memcmp", "memset"])),
 ];
 
+/// The allocator's symbols: mimalloc (`mi_`, and `operator delete` of its override), and glibc's.
+const ALLOCATOR: &[&str] = &["mi_", "operator", "malloc", "_int_free", "cfree", "realloc", "unlink_chunk"];
+
 fn stage(comm: &str, dso: &str, sym: &str) -> usize {
     STAGES
         .iter()
         .position(|(_, rule)| match rule {
+            Is::SqliteOn(prefix) => {
+                comm.starts_with(prefix)
+                    && dso.starts_with("aiwg-serve")
+                    && !sym.contains("::")
+                    && !ALLOCATOR.iter().any(|p| sym.contains(p))
+            }
             Is::Thread(prefix) => comm.starts_with(prefix),
             Is::Kernel => dso.contains("kernel"),
             Is::Symbol(pieces) => pieces.iter().any(|p| sym.contains(p)),
