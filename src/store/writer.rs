@@ -15,14 +15,15 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::script::{Builder, Encoded, Scripts};
 use crate::metrics::Metrics;
-use crate::store::{Change, CommitSlot, Mission, MissionPatch, NewEvent, Result, StoreError, StoredEvent};
+use crate::store::{Change, CommitSlot, Mission, MissionPatch, NewEvent, Pending, Result, StoreError, StoredEvent};
 
 const MAX_BATCH: usize = 2048;
 
 /// How long the writer waits for a unit before it calls [`Committer::idle`].
 const IDLE: std::time::Duration = std::time::Duration::from_millis(500);
 
-type Reply = oneshot::Sender<Result<Vec<i64>>>;
+/// A unit's outcome goes back with the unit itself (see [`Pending`]).
+type Reply = oneshot::Sender<(Result<Vec<i64>>, Unit)>;
 
 pub(super) enum Msg {
     Unit(Unit, Reply),
@@ -61,7 +62,7 @@ fn slot(permit: mpsc::Permit<'_, Msg>) -> CommitSlot<'_> {
     CommitSlot::new(move |changes| {
         let (reply, rx) = oneshot::channel();
         permit.send(Msg::Unit(Unit::new(changes), reply));
-        rx
+        Pending::new(rx)
     })
 }
 
@@ -218,8 +219,8 @@ async fn run<C: Committer, P: Publisher>(
     // taken before can still send after that (seen as a commit after `close` that never returned).
     rx.close();
     while let Some(msg) = rx.recv().await {
-        if let Msg::Unit(_, reply) = msg {
-            let _ = reply.send(Err(StoreError::WriterGone));
+        if let Msg::Unit(unit, reply) = msg {
+            let _ = reply.send((Err(StoreError::WriterGone), unit));
         }
     }
     committer.close().await;
@@ -230,15 +231,15 @@ async fn commit_batch<C: Committer, P: Publisher>(committer: &mut C, batch: &mut
     match committer.commit(&units).await {
         Ok((results, committed)) => {
             feed.publish(&units, &committed);
-            for ((_, reply), result) in batch.drain(..).zip(results) {
-                let _ = reply.send(result);
+            for ((unit, reply), result) in batch.drain(..).zip(results) {
+                let _ = reply.send((result, unit));
             }
         }
         Err(e) if committer.outcome_unknown() => {
             tracing::error!(error = %e, units = batch.len(), "batch commit interrupted; its outcome is unknown");
             let why = e.to_string();
-            for (_, reply) in batch.drain(..) {
-                let _ = reply.send(Err(StoreError::Interrupted(why.clone())));
+            for (unit, reply) in batch.drain(..) {
+                let _ = reply.send((Err(StoreError::Interrupted(why.clone())), unit));
             }
         }
         Err(e) => {
@@ -251,7 +252,7 @@ async fn commit_batch<C: Committer, P: Publisher>(committer: &mut C, batch: &mut
                     }
                     Err(e) => Err(e),
                 };
-                let _ = reply.send(result);
+                let _ = reply.send((result, unit));
             }
         }
     }
