@@ -44,12 +44,7 @@ impl Committer for SqliteCommitter {
         }
         if outcome.is_err() {
             self.next_seq = first_seq;
-            // A failure before `BEGIN` took effect, or one SQLite rolled back itself, left none open.
-            if self.conn.in_transaction() {
-                if let Err(e) = self.conn.execute("ROLLBACK") {
-                    tracing::debug!(error = %e, "rollback after a failed batch");
-                }
-            }
+            self.conn.roll_back_after("a failed batch");
         }
         outcome.map_err(StoreError::from)
     }

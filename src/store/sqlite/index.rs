@@ -63,11 +63,7 @@ impl Index {
             Ok(_) => self.mark = last_seq,
             Err(e) => {
                 tracing::warn!(error = %e, "filing the per-mission event index failed; retrying later");
-                if conn.in_transaction() {
-                    if let Err(e) = conn.execute("ROLLBACK") {
-                        tracing::debug!(error = %e, "rollback after a failed filing");
-                    }
-                }
+                conn.roll_back_after("a failed filing");
             }
         }
     }

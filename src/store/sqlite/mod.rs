@@ -75,11 +75,11 @@ pub async fn open(
     let mut setup = options.clone().connect().await?;
     migrate(&mut setup).await?;
     sqlx::Connection::close(setup).await?;
-    let mut conn = raw::Connection::open(&path, synchronous).map_err(sqlx::Error::from)?;
-    let last_seq = conn.query_i64("SELECT COALESCE(MAX(seq), 0) FROM events").map_err(sqlx::Error::from)?;
+    let mut conn = raw::Connection::open(&path, synchronous)?;
+    let last_seq = conn.query_i64("SELECT COALESCE(MAX(seq), 0) FROM events")?;
     // 2: INCREMENTAL.
-    let incremental = conn.query_i64("PRAGMA auto_vacuum").map_err(sqlx::Error::from)? == 2;
-    let index = index::Index::read(&mut conn).map_err(sqlx::Error::from)?;
+    let incremental = conn.query_i64("PRAGMA auto_vacuum")? == 2;
+    let index = index::Index::read(&mut conn)?;
     let pool = SqlitePoolOptions::new().max_connections(4).min_connections(1).connect_with(options).await?;
     let backfilled = Arc::new(AtomicBool::new(false));
     tokio::spawn(checkpoint::checkpoints(pool.clone(), backfilled.clone()));

@@ -54,8 +54,14 @@ impl Error {
     }
 }
 
-/// The writer's errors travel as sqlx's (sqlx converts any `DatabaseError`), like every other database
-/// error of the store.
+/// The writer's errors travel as sqlx's, like every other database error of the store: sqlx converts
+/// any `DatabaseError` (below).
+impl From<Error> for crate::store::StoreError {
+    fn from(e: Error) -> Self {
+        sqlx::Error::from(e).into()
+    }
+}
+
 impl sqlx::error::DatabaseError for Error {
     fn message(&self) -> &str {
         &self.message
@@ -246,6 +252,17 @@ impl Connection {
     pub(super) fn in_transaction(&self) -> bool {
         // SAFETY: the handle is open.
         unsafe { ffi::sqlite3_get_autocommit(self.db.as_ptr()) == 0 }
+    }
+
+    /// Ends the transaction a failed batch left open, if it did: a failure before `BEGIN` took effect,
+    /// or one that SQLite rolled back itself (a full disk, an I/O error), leaves none. Said at debug:
+    /// the failure itself is what the caller reports.
+    pub(super) fn roll_back_after(&self, what: &str) {
+        if self.in_transaction() {
+            if let Err(e) = self.execute("ROLLBACK") {
+                tracing::debug!(error = %e, "rollback after {what}");
+            }
+        }
     }
 
     /// Binds `values` to `stmt`'s parameters and steps it to its end; the rows it changed.
