@@ -67,16 +67,23 @@ impl App {
         let core = Core { config: &config, store: &store, registry, ledger, wake_queue, metrics: &metrics };
         let runtimes = Arc::new(core.runtimes(shutdown.clone()));
         let dispatcher = Arc::new(core.dispatcher(runtimes.clone(), shutdown.clone()));
+        let sandboxes = Arc::new(core.sandboxes().await?);
         let reconciler = Arc::new(Reconciler::new(
             &config.hub,
             core.registry.clone(),
             core.ledger.clone(),
             store.clone(),
             dispatcher.clone(),
+            sandboxes.clone(),
             shutdown.clone(),
         ));
-        let controls =
-            Arc::new(Controls::new(core.registry.clone(), core.ledger.clone(), store.clone(), dispatcher.clone()));
+        let controls = Arc::new(Controls::new(
+            core.registry.clone(),
+            core.ledger.clone(),
+            store.clone(),
+            dispatcher.clone(),
+            sandboxes.clone(),
+        ));
         let schema = Arc::new(schema);
         let ingest = Arc::new(Ingest::new(
             schema.clone(),
@@ -87,8 +94,7 @@ impl App {
             controls.clone(),
         ));
         let fleet = Arc::new(core.fleet());
-        let sandboxes = Arc::new(core.sandboxes().await?);
-        let connections = Arc::new(core.connections(controls.clone(), reconciler.clone()));
+        let connections = Arc::new(core.connections(controls.clone(), reconciler.clone(), sandboxes.clone()));
         let status = Status::new(store.clone(), core.registry.clone(), dispatcher.clone(), metrics.clone());
         let feed = Feed::new(store.clone(), shutdown.clone());
         let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
@@ -180,7 +186,12 @@ impl Core<'_> {
         Sandboxes::load(self.store.clone(), max, self.registry.clone(), self.ledger.clone()).await
     }
 
-    fn connections(&self, controls: Arc<Controls>, reconciler: Arc<Reconciler>) -> Connections {
+    fn connections(
+        &self,
+        controls: Arc<Controls>,
+        reconciler: Arc<Reconciler>,
+        sandboxes: Arc<Sandboxes>,
+    ) -> Connections {
         Connections::new(
             self.registry.clone(),
             self.store.clone(),
@@ -188,7 +199,8 @@ impl Core<'_> {
             controls,
             reconciler,
             self.wake_queue.clone(),
-            self.config.hub.max_sockets_per_executor,
+            sandboxes,
+            &self.config.hub,
         )
     }
 }

@@ -276,6 +276,7 @@ proptest! {
                     s = to;
                 }
                 Outcome::TerminalRepeat => prop_assert!(s.is_terminal()),
+                Outcome::Late => prop_assert!(!s.is_terminal() && s != MissionState::Assigned, "{s} + {e} late"),
                 Outcome::Stay | Outcome::Illegal => {}
             }
         }

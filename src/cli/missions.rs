@@ -103,8 +103,14 @@ async fn list_missions(
         if out.json {
             out.json(&page)?;
         } else {
+            let now = chrono::Utc::now();
             rows.extend(page["missions"].as_array().into_iter().flatten().map(|m| {
-                ["mission_id", "state", "executor_id", "session_id", "updated_at"].iter().map(|k| text(m, k)).collect()
+                let mut row: Vec<String> = ["mission_id", "state", "executor_id", "session_id", "updated_at"]
+                    .iter()
+                    .map(|k| text(m, k))
+                    .collect();
+                row.push(silent_for(m, now).unwrap_or_else(|| "-".into()));
+                row
             }));
         }
         match (&cursor, all) {
@@ -116,7 +122,7 @@ async fn list_missions(
     }
     match out.json {
         true => Ok(()),
-        false => out.table(&["MISSION", "STATE", "EXECUTOR", "SESSION", "UPDATED"], rows),
+        false => out.table(&["MISSION", "STATE", "EXECUTOR", "SESSION", "UPDATED", "SILENT"], rows),
     }
 }
 
@@ -132,6 +138,9 @@ fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
         if !m[key].is_null() {
             field(key, text(m, key))?;
         }
+    }
+    if let Some(silent) = silent_for(m, chrono::Utc::now()) {
+        field("silent for", format!("{silent} (no event or sign of life from its executor since updated_at)"))?;
     }
     if !m["compacted_at"].is_null() {
         field(
@@ -250,9 +259,34 @@ fn print_control(out: &Output, mission_id: &str, answer: &Value) -> Result<(), F
     if out.json {
         return out.json(answer);
     }
-    let delivered =
-        if answer["delivered"] == true { "delivered to the executor" } else { "not delivered (executor offline)" };
-    out.line(format!("mission {mission_id}: {} ({delivered})", out.state(&text(answer, "state"))))
+    let delivered = match (answer["delivered"] == true, answer["confirmed"] == true) {
+        (true, true) => "delivered to the executor",
+        (true, false) => "delivered to the executor, not confirmed",
+        (false, _) => "not delivered",
+    };
+    out.line(format!("mission {mission_id}: {} ({delivered})", out.state(&text(answer, "state"))))?;
+    match answer["note"].as_str() {
+        Some(note) => out.line(format!("  {note}")),
+        None => Ok(()),
+    }
+}
+
+/// How long a live mission has gone without an event (its `updated_at` is its latest event's, or its
+/// executor's latest sign of life): a lost agent leaves a mission `running` and silent. `None` for a
+/// queued or ended mission.
+fn silent_for(m: &Value, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    let state = m["state"].as_str()?;
+    if matches!(state, "queued" | "done" | "failed" | "aborted") {
+        return None;
+    }
+    let since = crate::clock::parse(m["updated_at"].as_str()?)?;
+    let secs = (now - since).num_seconds().max(0);
+    Some(match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{}m {:02}s", secs / 60, secs % 60),
+        3600..=86399 => format!("{}h {:02}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d {:02}h", secs / 86400, secs % 86400 / 3600),
+    })
 }
 
 /// Abort, idempotently: a mission that is aborted already is what the caller wanted, so a retried

@@ -20,7 +20,7 @@ pub enum RuntimesCommand {
     },
     /// List the runtimes: URL, health, profiles, provider and model
     List,
-    /// Probe a runtime now (/health, then /capabilities); exit 1 when it is not healthy
+    /// Probe a runtime now as a kernel does (GET /health), and read its /capabilities; exit 1 when it is not healthy
     Check { name: String },
     /// Remove a runtime: its live missions fail and the calls in flight are dropped
     Remove { name: String },
@@ -75,6 +75,10 @@ fn report(out: &Output, r: &Value, done: &str) -> Result<(), Failure> {
     let name = text(r, "name");
     let url = text(r, "base_url");
     match (r["healthy"] == true, r["error"].as_str()) {
+        (true, _) if r["capabilities_error"].is_string() => out.line(format!(
+            "runtime {name} {done}: {url} healthy (GET /health), but its /capabilities cannot be read: {}",
+            text(r, "capabilities_error")
+        )),
         (true, _) => out.line(format!(
             "runtime {name} {done}: {url} healthy, profiles {}, {}",
             list(&r["capabilities"]["profiles"]),

@@ -114,6 +114,9 @@ pub struct HubConfig {
     pub disconnect_grace_s: u64,
     pub restart_grace_s: u64,
     pub max_sockets_per_executor: usize,
+    /// The same bound for agentic-sandbox executors, which never close an old socket and lose an event
+    /// each time serve closes one.
+    pub max_sockets_per_sandbox_executor: usize,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -182,6 +185,7 @@ impl Default for HubConfig {
             disconnect_grace_s: 60,
             restart_grace_s: 120,
             max_sockets_per_executor: 4,
+            max_sockets_per_sandbox_executor: 64,
         }
     }
 }

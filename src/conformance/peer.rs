@@ -193,6 +193,10 @@ impl Stream {
         }
     }
 
+    pub(super) fn executor_id(&self) -> &str {
+        &self.executor_id
+    }
+
     /// Sends an event envelope of this executor.
     pub(super) async fn event(&mut self, event: &str, mission_id: &str, data: Value) -> Result<(), String> {
         let envelope = json!({"event": event, "executor_id": self.executor_id, "mission_id": mission_id,

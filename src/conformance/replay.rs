@@ -10,8 +10,9 @@
 //!   the operator's otherwise. Dispatches are pinned to the executor (`executor_filter.executor_id`): the
 //!   server under test may have other executors that fit the filter. A GET is polled until it matches
 //!   (serve applies events asynchronously).
-//! - A sent event waits for serve's acknowledgement; an error frame is a divergence. A server that
-//!   acknowledges nothing within [`FIRST_ACK`] (upstream `aiwg serve`) is not waited for again.
+//! - A sent event waits for serve's acknowledgement (the executor declares `x-acks`); an error frame is
+//!   a divergence. A server that acknowledges nothing within [`FIRST_ACK`] (upstream `aiwg serve`) is
+//!   not waited for again.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -74,7 +75,8 @@ impl Run<'_> {
     async fn setup(&mut self, scenario: &Scenario) -> Result<(), String> {
         if !matches!(scenario.steps.first().map(|l| &l.step), Some(Step::Register(_))) {
             let capabilities: Vec<&str> = scenario.capabilities.iter().map(String::as_str).collect();
-            let payload = register_payload(&self.peer.id, self.peer.rest, &capabilities);
+            let mut payload = register_payload(&self.peer.id, self.peer.rest, &capabilities);
+            reads_answers(&mut payload);
             let r = self.target.call(Method::POST, REGISTER_PATH, Some(&payload), None).await?;
             self.registered(&r).await.map_err(|e| format!("registering the executor: {e}"))?;
         }
@@ -181,6 +183,7 @@ impl Run<'_> {
     async fn register(&mut self, x: &Exchange) -> Result<(), String> {
         let mut body = plain(x.body.as_ref().unwrap_or(&Value::Null));
         body["transport_endpoints"] = endpoints(self.peer.rest);
+        reads_answers(&mut body);
         let bearer = Some(self.peer.token.as_str()).filter(|t| !t.is_empty());
         let r = self.target.call(Method::POST, REGISTER_PATH, Some(&body), bearer).await?;
         self.held(x, &body, &r)?;
@@ -328,6 +331,16 @@ impl Run<'_> {
         }
         if let Some(stream) = self.stream.take() {
             stream.close().await;
+        }
+    }
+}
+
+/// The replay reads serve's answers to the events it sends, so its executor declares `x-acks` (serve
+/// answers only executors that ask; upstream answers none, and its schema allows any `x-` capability).
+fn reads_answers(register: &mut Value) {
+    if let Some(caps) = register.get_mut("capabilities").and_then(Value::as_array_mut) {
+        if !caps.iter().any(|c| c == "x-acks") {
+            caps.push(json!("x-acks"));
         }
     }
 }

@@ -28,7 +28,9 @@ const LIFECYCLE: Check = check("lifecycle/assigned_to_done", STATE_MACHINE, Leve
 const HITL: Check = check("hitl/round_trip", "REST routes: POST /api/v1/missions/:id/hitl_response", Level::Hitl);
 const OWNERSHIP: Check = check("strict/foreign_mission_refused", "Auth and trust model", Level::Strict);
 const TERMINAL: Check = check("strict/terminal_state_final", STATE_MACHINE, Level::Strict);
-const HONEST: Check = check("strict/honest_controls", "REST routes: pause, resume, abort", Level::Strict);
+const CONTROLS: &str = "REST routes: pause, resume, abort";
+const PAUSE: Check = check("controls/pause_then_resume", CONTROLS, Level::Core);
+const HONEST: Check = check("strict/honest_controls", CONTROLS, Level::Strict);
 const DEREGISTER: Check = check("register/deregister", "REST routes: DELETE /api/v1/executors/:id", Level::Core);
 
 fn outcome(r: Result<(), String>) -> Outcome {
@@ -42,7 +44,7 @@ fn outcome(r: Result<(), String>) -> Outcome {
 pub(super) async fn run(target: &Target, strict: bool) -> Report {
     let mut report = Report { target: target.base.clone(), results: Vec::new() };
     report.record(MAJOR, outcome(unknown_major_refused(target).await));
-    let mut peer = match Peer::register(target, &["hitl"]).await {
+    let mut peer = match Peer::register(target, PEER_CAPABILITIES).await {
         Ok(peer) => {
             report.record(HANDSHAKE, Outcome::Pass);
             peer
@@ -57,6 +59,7 @@ pub(super) async fn run(target: &Target, strict: bool) -> Report {
                 NO_EXECUTOR,
                 LIFECYCLE,
                 HITL,
+                PAUSE,
                 OWNERSHIP,
                 TERMINAL,
                 HONEST,
@@ -80,7 +83,7 @@ async fn missions(target: &Target, peer: &mut Peer, strict: bool, report: &mut R
     let mut stream = match peer.connect(target).await {
         Ok(s) => s,
         Err(e) => {
-            for c in [FORWARDED, LIFECYCLE, HITL, OWNERSHIP, TERMINAL, HONEST] {
+            for c in [FORWARDED, LIFECYCLE, HITL, PAUSE, OWNERSHIP, TERMINAL, HONEST] {
                 report.record(c, Outcome::Skip(format!("the executor's socket did not open: {e}")));
             }
             return;
@@ -103,6 +106,10 @@ async fn missions(target: &Target, peer: &mut Peer, strict: bool, report: &mut R
     let waiting = hitl(target, peer, &mut stream).await;
     let open = waiting.as_ref().ok().cloned();
     report.record(HITL, outcome(waiting.map(drop)));
+    match &open {
+        Some(id) => report.record(PAUSE, outcome(pause_then_resume(target, &mut stream, id).await)),
+        None => report.record(PAUSE, Outcome::Skip("needs a live mission (hitl/round_trip failed)".into())),
+    }
     if !strict {
         for c in [OWNERSHIP, TERMINAL, HONEST] {
             report.record(c, Outcome::Skip("the contract profile (run with --profile strict)".into()));
@@ -119,7 +126,7 @@ async fn missions(target: &Target, peer: &mut Peer, strict: bool, report: &mut R
         None => report.record(TERMINAL, needs("a finished mission (lifecycle failed)")),
     }
     match &open {
-        Some(id) => report.record(HONEST, outcome(honest_controls(target, id).await)),
+        Some(_) => report.record(HONEST, outcome(honest_controls(target).await)),
         None => report.record(HONEST, needs("a live mission (hitl/round_trip failed)")),
     }
 }
@@ -136,9 +143,14 @@ async fn unknown_major_refused(target: &Target) -> Result<(), String> {
     }
 }
 
+/// What the suite's executor declares: HITL, and that it reads serve's answers to its frames (an
+/// extension of `aiwg-serve`; upstream sends none, and its schema allows any `x-` capability). Nothing
+/// about controls: the contract says executors handle them.
+const PEER_CAPABILITIES: &[&str] = &["hitl", "x-acks"];
+
 /// Registering again with the current token keeps the identity.
 async fn identity_kept(target: &Target, peer: &Peer) -> Result<(), String> {
-    let payload = register_payload(&peer.id, peer.rest, &["hitl"]);
+    let payload = register_payload(&peer.id, peer.rest, PEER_CAPABILITIES);
     let r = target.call(Method::POST, "/api/v1/executors/register", Some(&payload), Some(&peer.token)).await?;
     match (r.status, r.body["executor_id"].as_str()) {
         (200 | 201, Some(id)) if id == peer.id => Ok(()),
@@ -258,12 +270,50 @@ async fn terminal_state_final(target: &Target, stream: &mut Stream, id: &str) ->
     }
 }
 
-/// Pausing a mission of an executor that does not declare it can pause is refused, not pretended.
-async fn honest_controls(target: &Target, id: &str) -> Result<(), String> {
-    let r = target.operator(Method::POST, &format!("/api/v1/missions/{id}/pause"), Some(&json!({}))).await?;
-    match (r.status, r.body["error"].as_str()) {
-        (409, Some("control_unsupported")) => Ok(()),
-        _ => Err(format!("pausing a mission of an executor that cannot pause was answered {} {}", r.status, r.body)),
+/// An executor that says nothing about controls is treated as the contract says: pause and resume are
+/// accepted (2xx) and reach it as `mission.paused` and `mission.resumed` (an executor written for upstream
+/// handles them). The mission returns where it was: a resume is never refused for lack of a capability.
+async fn pause_then_resume(target: &Target, stream: &mut Stream, id: &str) -> Result<(), String> {
+    for (action, event) in [("pause", "mission.paused"), ("resume", "mission.resumed")] {
+        let r = target.operator(Method::POST, &format!("/api/v1/missions/{id}/{action}"), Some(&json!({}))).await?;
+        if !(200..300).contains(&r.status) {
+            return Err(format!(
+                "{action} of a mission of an executor that declares nothing was answered {} {}",
+                r.status, r.body
+            ));
+        }
+        let frame = stream.frame(event, |v| v["event"] == event && v["mission_id"] == id).await?;
+        if frame["executor_id"] != stream.executor_id() {
+            return Err(format!("{event} reached the executor as {frame}"));
+        }
+    }
+    Ok(())
+}
+
+/// Where serve knows the executor cannot pause (it declares `x-no-pause-resume`), pause and resume are
+/// refused, not pretended: 409 `control_unsupported`, and the mission stays as it was.
+async fn honest_controls(target: &Target) -> Result<(), String> {
+    let mut peer = Peer::register(target, &["x-acks", "x-no-pause-resume"]).await?;
+    let stream = peer.connect(target).await?;
+    let id = dispatched(target, &mut peer).await?;
+    for action in ["pause", "resume"] {
+        let r = target.operator(Method::POST, &format!("/api/v1/missions/{id}/{action}"), Some(&json!({}))).await?;
+        if (r.status, r.body["error"].as_str()) != (409, Some("control_unsupported")) {
+            return Err(format!(
+                "{action} of a mission of an executor that declares it cannot pause was answered {} {}",
+                r.status, r.body
+            ));
+        }
+    }
+    let m = mission_until(target, &id, "was readable", |_| true).await?;
+    let r = target.operator(Method::POST, &format!("/api/v1/missions/{id}/abort"), Some(&json!({}))).await?;
+    let _ = deregister(target, &peer).await;
+    drop(stream);
+    match (m["state"].as_str(), r.status) {
+        (Some("assigned"), 200..=299) => Ok(()),
+        (state, status) => {
+            Err(format!("after the refusals the mission was {state:?}; its abort was answered {status}"))
+        }
     }
 }
 

@@ -210,11 +210,14 @@ pub struct BudgetSpec {
 }
 
 /// Run the task on `executions` different runtimes and complete only when `quorum` of them produced
-/// the same output and had it verified.
+/// outputs that agree (on `agree_on`, JSON pointers into the output; the whole output by default) and
+/// had them verified.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct CrosscheckSpec {
     pub executions: usize,
     pub quorum: usize,
+    #[serde(default)]
+    pub agree_on: Vec<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use super::{HitlRequest, MissionState};
+use super::{HitlRequest, MissionPatch, MissionState};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
@@ -24,6 +24,12 @@ pub struct Live {
     pub handover: Handover,
     /// Keys ([`progress_key`]) of its latest `mission.progress` events: one sent again is a duplicate.
     pub recent_progress: VecDeque<u64>,
+    /// The agent session it is bound to (`pty_session_ref`): a sandbox session is matched to its
+    /// mission by it first.
+    pub session: Option<String>,
+    /// When it entered the working set, as an order (the ledger's count): among missions a sandbox
+    /// session could be, the one that came first.
+    pub admitted: u64,
 }
 
 /// Progress events remembered per live mission for recognising a resend.
@@ -77,6 +83,14 @@ impl Live {
         super::state::resume_target(self.paused_from.filter(|_| interrupted), self.hitl.is_some())
     }
 
+    /// What a recorded patch of the mission changes in the projection beyond its state: the session it
+    /// is bound to.
+    pub fn patched(&mut self, patch: &MissionPatch) {
+        if let Some(session) = &patch.pty_session_ref {
+            self.session = Some(session.clone());
+        }
+    }
+
     /// Moves the projection, remembering what a pause or suspension interrupted.
     pub fn move_to(&mut self, to: MissionState) {
         let interrupting = matches!(to, MissionState::Paused | MissionState::Suspended);
@@ -95,6 +109,8 @@ impl Live {
             paused_from: None,
             handover: Handover::Earlier,
             recent_progress: VecDeque::new(),
+            session: None,
+            admitted: 0,
         }
     }
 }

@@ -14,6 +14,10 @@ pub(crate) struct Held<'a> {
     /// The address of its last registration (`None`: released by an operator, anyone may claim it).
     pub registered_from: Option<&'a str>,
     pub seen_non_loopback: bool,
+    /// It has a live socket now.
+    pub connected: bool,
+    /// The registration names the endpoints the identity has now.
+    pub same_endpoints: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,6 +36,9 @@ pub(crate) enum Refusal {
     Live,
     /// A deregistered identity, claimed from another address than its own.
     ElsewhereDeregistered,
+    /// A connected identity, claimed without its token for other endpoints: another local process
+    /// would receive its dispatches.
+    OtherEndpoints,
 }
 
 impl Refusal {
@@ -39,6 +46,7 @@ impl Refusal {
         let what = match self {
             Refusal::Live => "is registered and was not registered from this loopback address",
             Refusal::ElsewhereDeregistered => "was registered from another address",
+            Refusal::OtherEndpoints => "is connected with other transport_endpoints",
         };
         format!(
             "executor {executor_id} {what}: re-register with its current token (Authorization: Bearer), or have an \
@@ -52,7 +60,8 @@ impl Refusal {
 /// With the identity's current token, anyone (it is the proof). Without it, a registration takes over
 /// a *live* identity only from the loopback address it was registered from: the executor's own host,
 /// which the contract trusts, and where the real agentic-sandbox executor re-registers without its
-/// token on every socket cycle. A deregistered identity (an executor that said goodbye and restarts)
+/// token on every socket cycle (always with the same endpoints); and while the identity is connected,
+/// only for the endpoints it has (another process on the host would otherwise receive its dispatches). A deregistered identity (an executor that said goodbye and restarts)
 /// may be claimed from the address it was registered from. Anything else is a takeover attempt: a
 /// caller on the network would get the identity's missions, objectives and token.
 pub(crate) fn decide_token(
@@ -73,6 +82,7 @@ pub(crate) fn decide_token(
     }
     let same_address = held.registered_from.is_none_or(|from| from.parse::<IpAddr>().is_ok_and(|ip| ip == peer));
     match (held.live, same_address) {
+        (true, true) if held.connected && !held.same_endpoints => return Err(Refusal::OtherEndpoints),
         (true, true) if is_loopback(peer) || held.registered_from.is_none() => {}
         (true, _) => return Err(Refusal::Live),
         (false, false) => return Err(Refusal::ElsewhereDeregistered),
@@ -98,7 +108,12 @@ mod tests {
                 token_hash: if live { &current } else { &revoked },
                 registered_from: from,
                 seen_non_loopback: seen_lan,
+                connected: false,
+                same_endpoints: true,
             })
+        };
+        let connected = |same_endpoints: bool| {
+            held(true, Some("127.0.0.1"), false).map(|h| Held { connected: true, same_endpoints, ..h })
         };
         let lo = "127.0.0.1";
         let lo2 = "127.0.0.2";
@@ -129,6 +144,10 @@ mod tests {
             (held(false, Some(lo), false), None, lan, Err(ElsewhereDeregistered)),
             // released by an operator: anyone
             (held(false, None, true), None, lan2, issue),
+            // connected: a tokenless reclaim keeps its endpoints; its token may move them
+            (connected(true), None, lo, issue),
+            (connected(false), None, lo, Err(OtherEndpoints)),
+            (connected(false), Some("current"), lo, Ok(Keep)),
         ];
         for (i, (held, bearer, peer, expected)) in cases.into_iter().enumerate() {
             assert_eq!(decide_token(held, bearer, peer.parse().unwrap()), expected, "case {i}");

@@ -81,6 +81,8 @@ pub(crate) struct Task {
     pub timeout_ms: Option<u64>,
     pub executions: usize,
     pub quorum: usize,
+    /// What a cross-check's executions must agree on: JSON pointers into the output (empty: all of it).
+    pub agree_on: Vec<String>,
 }
 
 impl Task {
@@ -92,6 +94,12 @@ impl Task {
         let (executions, quorum) = spec.crosscheck.as_ref().map_or((1, 1), |c| (c.executions, c.quorum));
         if quorum > executions {
             return Err(format!("crosscheck quorum {quorum} is more than its {executions} executions"));
+        }
+        let agree_on = spec.crosscheck.as_ref().map(|c| c.agree_on.clone()).unwrap_or_default();
+        if let Some(bad) = agree_on.iter().find(|p| !p.is_empty() && !p.starts_with('/')) {
+            return Err(format!(
+                "crosscheck agree_on {bad:?} is not a JSON pointer (RFC 6901: empty, or starting with '/', e.g. \"/answer\")"
+            ));
         }
         let (policy, binding) = binding(&spec)?;
         Ok(Task {
@@ -105,6 +113,7 @@ impl Task {
             timeout_ms: spec.timeout_ms,
             executions,
             quorum,
+            agree_on,
         })
     }
 
@@ -148,7 +157,10 @@ fn binding(spec: &TaskSpec) -> Result<(PolicyId, PolicyBinding), String> {
     let Some(v) = &spec.verification else {
         return Ok((PolicyId::SchemaOnly, PolicyId::SchemaOnly.binding(json!({}))));
     };
-    let policy = PolicyId::parse(&v.policy_id).ok_or_else(|| format!("unknown verification policy {}", v.policy_id))?;
+    let policy = PolicyId::parse(&v.policy_id).ok_or_else(|| {
+        let known: Vec<&str> = PolicyId::ALL.iter().map(|p| p.id()).collect();
+        format!("unknown verification policy {:?}: serve knows {}", v.policy_id, known.join(", "))
+    })?;
     let mut binding = policy.binding(v.policy_params.clone().unwrap_or_else(|| json!({})));
     if let Some(version) = &v.policy_version {
         binding.policy_version = version.clone();
@@ -166,8 +178,21 @@ pub(crate) enum Execution {
     /// It stopped before a verdict: the runtime was unreachable, lacked the profile, answered what a
     /// kernel refuses, ...
     Stopped { runtime: String, reason: &'static str, error: String },
-    /// A candidate was produced and judged.
-    Judged { runtime: String, digest: String, status: VerificationStatus, reason_codes: Vec<u16> },
+    /// A candidate was produced and judged. `agreement` is what executions agree on (see
+    /// [`agreement`]), `digest` the whole output's.
+    Judged { runtime: String, digest: String, agreement: String, status: VerificationStatus, reason_codes: Vec<u16> },
+}
+
+/// What a cross-check compares of an execution's output: its `output_ref` digest, or with `agree_on`
+/// the SHA-256 of the values at those JSON pointers (a missing one is `null`) as a JSON array. Real
+/// runtimes put the attempt in `check_summary`, so whole outputs of one task never agree.
+pub(crate) fn agreement(output: &Value, agree_on: &[String], digest: &str) -> String {
+    if agree_on.is_empty() {
+        return digest.to_owned();
+    }
+    let projection: Vec<&Value> = agree_on.iter().map(|p| output.pointer(p).unwrap_or(&Value::Null)).collect();
+    let text = serde_json::to_string(&projection).expect("values serialize");
+    format!("{:x}", sha2::Sha256::digest(text.as_bytes()))
 }
 
 /// How the executions settle the mission.
@@ -183,17 +208,16 @@ pub(crate) enum Settlement {
     },
 }
 
-/// Executions agree when they produced the same output (the `output_ref` digest) and it passed
-/// verification. The largest such group (the earliest on a tie) completes the mission when it reaches
+/// Executions agree when what they produced agrees (their [`agreement`]) and it passed verification. The largest such group (the earliest on a tie) completes the mission when it reaches
 /// the quorum. Otherwise a single execution fails with its own reason, and a cross-check with
 /// `crosscheck_no_quorum`, naming what each execution came to.
 pub(crate) fn settle(executions: &[Execution], quorum: usize) -> Settlement {
     let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
     for (i, e) in executions.iter().enumerate() {
-        if let Execution::Judged { digest, status: VerificationStatus::Passed, .. } = e {
-            match groups.iter_mut().find(|(d, _)| d == digest) {
+        if let Execution::Judged { agreement, status: VerificationStatus::Passed, .. } = e {
+            match groups.iter_mut().find(|(a, _)| a == agreement) {
                 Some((_, members)) => members.push(i),
-                None => groups.push((digest, vec![i])),
+                None => groups.push((agreement, vec![i])),
             }
         }
     }
@@ -225,7 +249,7 @@ pub(crate) fn settle(executions: &[Execution], quorum: usize) -> Settlement {
 fn describe(e: &Execution) -> String {
     match e {
         Execution::Stopped { runtime, reason, .. } => format!("{runtime} stopped ({reason})"),
-        Execution::Judged { runtime, digest, status, reason_codes } => {
+        Execution::Judged { runtime, digest, status, reason_codes, .. } => {
             format!("{runtime} {} {digest} {reason_codes:?}", status_word(*status))
         }
     }
@@ -246,7 +270,8 @@ mod tests {
     use crate::wattswarm::wire::RuntimeCapabilities;
 
     fn judged(runtime: &str, digest: &str, status: VerificationStatus) -> Execution {
-        Execution::Judged { runtime: runtime.into(), digest: digest.into(), status, reason_codes: vec![100] }
+        let (digest, agreement) = (digest.into(), digest.into());
+        Execution::Judged { runtime: runtime.into(), digest, agreement, status, reason_codes: vec![100] }
     }
 
     fn stopped(runtime: &str) -> Execution {
@@ -298,6 +323,27 @@ mod tests {
                 (got, want) => panic!("{executions:?} quorum {quorum}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    /// Outputs that differ only outside `agree_on` agree; a value at a pointer that differs, or is
+    /// missing in one, does not; without `agree_on` the whole output's digest decides.
+    #[test]
+    fn executions_agree_on_what_the_task_names() {
+        let attempt = |n: u32, answer: &str| json!({"answer": answer, "check_summary": format!("attempt={n}")});
+        let on = |pointers: &[&str]| pointers.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+        let answer = on(&["/answer"]);
+        assert_eq!(agreement(&attempt(1, "42"), &answer, "d1"), agreement(&attempt(2, "42"), &answer, "d2"));
+        assert_ne!(agreement(&attempt(1, "42"), &answer, "d1"), agreement(&attempt(2, "43"), &answer, "d2"));
+        assert_ne!(
+            agreement(&json!({"answer": null}), &answer, "d"),
+            agreement(&json!({}), &on(&["/answer", "/x"]), "d")
+        );
+        assert_eq!(agreement(&attempt(1, "42"), &[], "d1"), "d1");
+        let nested = json!({"result": {"values": [1, 2]}, "noise": 1});
+        assert_eq!(
+            agreement(&nested, &on(&["/result/values/1"]), "a"),
+            agreement(&json!({"result": {"values": [0, 2]}}), &on(&["/result/values/1"]), "b")
+        );
     }
 
     #[test]
@@ -389,6 +435,14 @@ mod tests {
                 "policy hash mismatch",
             ),
             (json!({"crosscheck": {"executions": 2, "quorum": 3}}), "quorum 3 is more than its 2 executions"),
+            (
+                json!({"crosscheck": {"executions": 2, "quorum": 2, "agree_on": ["answer"]}}),
+                "agree_on \"answer\" is not a JSON pointer",
+            ),
+            (
+                json!({"verification": {"policy_id": "vp.llm_judge.v1"}}),
+                "unknown verification policy \"vp.llm_judge.v1\"",
+            ),
         ];
         for (task, want) in cases {
             let (p, body) = payload(task);

@@ -9,8 +9,11 @@
 //! - **Link.** A sandbox and an executor are one machine when the sandbox's id (its `instance_id`) is
 //!   the executor's id and both were registered from the same address: the client registers both, with
 //!   the same `instance_id`, on one connection. A sandbox registered from elsewhere speaks for nobody.
-//! - **Match.** A session named `mission-<prefix>` belongs to the live mission of that executor whose
-//!   id starts with `<prefix>`, when exactly one does (dispatch warns about ids that would collide).
+//! - **Match.** A session belongs to the live mission of that executor bound to it (its
+//!   `pty_session_ref`, which the inferred start records); else, named `mission-<prefix>`, to the live
+//!   mission whose id starts with `<prefix>` that no session claimed yet, the earliest if several do
+//!   (dispatch warns about ids that would collide). Any frame naming a bound session is a sign of life
+//!   of its mission (its `updated_at` moves).
 //! - **Record.** The session's start records `mission.started` (only from `assigned`); its end records
 //!   `mission.completed` (exit 0) or `mission.failed` (reason `agent_exit`, with the exit code), as
 //!   serve-originated events whose text says they were inferred from the session. An executor that
@@ -123,6 +126,18 @@ impl Tracker {
     }
 }
 
+/// The agent sessions a frame speaks of: a session's start or end, every session of a listing.
+pub(crate) fn sessions_mentioned(frame: &Value) -> Vec<String> {
+    let id = |v: &Value| v.get("session_id").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
+    match frame.get("type").and_then(Value::as_str) {
+        Some("session_start" | "session_end") => id(frame).into_iter().collect(),
+        Some("agent_sessions") => {
+            frame.get("sessions").and_then(Value::as_array).into_iter().flatten().filter_map(id).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// Whether a terminal event's data is one serve inferred from a sandbox session.
 pub(crate) fn is_inferred(data: &Value) -> bool {
     ["summary", "error"].iter().any(|k| data.get(*k).and_then(Value::as_str).is_some_and(|t| t.starts_with(INFERRED)))
@@ -172,6 +187,15 @@ mod tests {
         assert_eq!(t.observe(&sessions("s3", "operator-shell")), []);
         assert_eq!(t.observe(&json!({"type": "session_end", "session_id": "s3", "exit_code": "0"})), []);
         assert_eq!(t.observe(&json!({"type": "agent_sessions", "sessions": "nope"})), []);
+    }
+
+    #[test]
+    fn the_sessions_a_frame_speaks_of() {
+        let listing = json!({"type": "agent_sessions", "sessions": [{"session_id": "s1"}, {"session_id": ""}, {}, {"session_id": "s2"}]});
+        assert_eq!(sessions_mentioned(&listing), ["s1", "s2"]);
+        assert_eq!(sessions_mentioned(&json!({"type": "session_end", "session_id": "s3", "exit_code": 0})), ["s3"]);
+        assert!(sessions_mentioned(&json!({"type": "agent_ready", "session_id": "s4"})).is_empty());
+        assert!(sessions_mentioned(&json!({"type": "agent_sessions", "sessions": "none"})).is_empty());
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! The event type, never `data.state`, decides the transition. Beyond the bare diagram the table admits
 //! what real executors do (an executor may finish or fail without ever sending `mission.started`; the
 //! agentic-sandbox executor suspends never-started missions on shutdown and re-announces
-//! `mission.resumed` for missions that are already running), and refuses what would rewrite history
-//! (anything after a terminal state, `mission.assigned` after work began).
+//! `mission.resumed` for missions that are already running, and sends its own `mission.assigned` late,
+//! after work began: acknowledged as a duplicate), and refuses what would rewrite history (anything
+//! after a terminal state).
 
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +79,9 @@ pub enum Outcome {
     /// The terminal event that ended the mission, sent again. Idempotent when its data is identical to
     /// what was stored, refused otherwise; the caller compares.
     TerminalRepeat,
+    /// A late restatement of what already happened (an executor's own `mission.assigned` arriving after
+    /// the mission started): acknowledged as a duplicate, not stored, the state unchanged.
+    Late,
     /// Refused: this event cannot happen in this state.
     Illegal,
 }
@@ -86,7 +90,7 @@ pub enum Outcome {
 pub fn on_executor_event(state: MissionState, event: EventType) -> Outcome {
     use EventType as E;
     use MissionState as S;
-    use Outcome::{Illegal, Move, Stay, TerminalRepeat};
+    use Outcome::{Illegal, Late, Move, Stay, TerminalRepeat};
 
     if state.is_terminal() {
         return match (state, event) {
@@ -106,7 +110,9 @@ pub fn on_executor_event(state: MissionState, event: EventType) -> Outcome {
         (_, E::MissionAborted) => Move(S::Aborted),
 
         (S::Assigned, E::MissionAssigned) => Stay,
-        (_, E::MissionAssigned) => Illegal,
+        // The agentic-sandbox executor sends its `mission.assigned` late, sometimes after serve inferred
+        // the start from its sandbox socket: it says nothing new, and never moves a mission back.
+        (_, E::MissionAssigned) => Late,
 
         (S::Assigned, E::MissionStarted) => Move(S::Running),
         (S::Running, E::MissionStarted) => Stay,
@@ -190,13 +196,13 @@ mod tests {
 
     /// The whole table written out a second time, as a matrix a reviewer can read against the contract's
     /// diagram. Columns: queued assigned running paused hitl-required suspended done failed aborted.
-    /// `.` illegal, `=` stay, `r` terminal repeat, otherwise the first letter of the target state
+    /// `.` illegal, `=` stay, `r` terminal repeat, `l` late (a duplicate), otherwise the first letter of the target state
     /// (a assigned, R running, p paused, h hitl-required, s suspended, d done, f failed, x aborted).
     const MATRIX: &[(EventType, &str)] = &[
         (E::ExecutorRegistered, "........."),
         (E::ExecutorDeregistered, "........."),
         (E::ExecutorResync, "........."),
-        (E::MissionAssigned, ".=......."),
+        (E::MissionAssigned, ".=llll..."),
         (E::MissionStarted, ".R=......"),
         (E::MissionProgress, ".====...."),
         (E::MissionHitlRequired, ".hh.h...."),
@@ -215,6 +221,7 @@ mod tests {
             '.' => Outcome::Illegal,
             '=' => Outcome::Stay,
             'r' => Outcome::TerminalRepeat,
+            'l' => Outcome::Late,
             'a' => Outcome::Move(S::Assigned),
             'R' => Outcome::Move(S::Running),
             'p' => Outcome::Move(S::Paused),

@@ -57,11 +57,8 @@ async fn register(
             headers.insert(HeaderName::from_static("x-aiwg-warning"), v);
         }
     }
-    if let Some(w) = warning {
-        // RFC 7234 warn-code 299: a persistent warning.
-        if let Ok(v) = HeaderValue::from_str(&format!("299 aiwg-serve \"{}\"", w.replace('"', "'"))) {
-            headers.insert(axum::http::header::WARNING, v);
-        }
+    if let Some(v) = warning.as_deref().and_then(super::warning_header) {
+        headers.insert(axum::http::header::WARNING, v);
     }
     Ok(response)
 }

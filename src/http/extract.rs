@@ -178,21 +178,22 @@ impl FromRequestParts<Arc<App>> for Operator {
 }
 
 /// `?limit=&cursor=` of a listing whose cursor is a position (executors, sandboxes): the page's start
-/// and size. Unknown parameters, a foreign cursor or a limit out of range are `invalid_query`.
+/// and size. Without `limit`, the whole listing (bounded by `server.max_executors` and
+/// `server.max_sandboxes`): a client written for upstream, which does not page, gets every executor.
+/// Unknown parameters are ignored (a cache-busting `?_=...`), as upstream does; a foreign cursor or a
+/// limit out of range is `invalid_query`.
 pub(super) struct Page {
     pub from: usize,
     pub limit: usize,
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct PageParams {
     cursor: Option<String>,
     limit: Option<usize>,
 }
 
-/// Listings of executors and sandboxes: this many by default, at most [`MAX_LISTED`].
-pub(super) const DEFAULT_LISTED: usize = 500;
+/// The largest page a listing's `limit` may ask for.
 pub(super) const MAX_LISTED: usize = 1000;
 
 impl Page {
@@ -204,10 +205,11 @@ impl Page {
                 as usize,
             None => 0,
         };
-        let limit = params.limit.unwrap_or(DEFAULT_LISTED);
-        if !(1..=MAX_LISTED).contains(&limit) {
-            return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_LISTED}")));
-        }
+        let limit = match params.limit {
+            None => usize::MAX,
+            Some(limit) if (1..=MAX_LISTED).contains(&limit) => limit,
+            Some(_) => return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_LISTED}"))),
+        };
         Ok(Page { from, limit })
     }
 

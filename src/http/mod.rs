@@ -58,6 +58,12 @@ pub fn router(app: Arc<App>) -> Router {
 
 /// A request's path and query as logged: the value of every `token` parameter (executor and sandbox
 /// sockets, event streams) replaced, so that a DEBUG log never holds a credential.
+/// A `Warning` header (RFC 7234 warn-code 299, persistent) carrying `text`; `None` when the text cannot
+/// be a header value.
+pub(crate) fn warning_header(text: &str) -> Option<axum::http::HeaderValue> {
+    axum::http::HeaderValue::from_str(&format!("299 aiwg-serve \"{}\"", text.replace('"', "'"))).ok()
+}
+
 pub(crate) fn redacted(uri: &axum::http::Uri) -> String {
     let Some(query) = uri.query() else { return uri.path().to_owned() };
     let query: Vec<String> = query

@@ -28,7 +28,11 @@ async fn dispatch(
     Contract { body, raw }: Contract<DispatchPayload>,
 ) -> Result<Response> {
     let dispatched = app.dispatcher.dispatch(&session_id, raw, body).await?;
-    Ok((StatusCode::ACCEPTED, Json(dispatched)).into_response())
+    let mut response = (StatusCode::ACCEPTED, Json(&dispatched)).into_response();
+    if let Some(v) = dispatched.warning.as_deref().and_then(super::warning_header) {
+        response.headers_mut().insert(axum::http::header::WARNING, v);
+    }
+    Ok(response)
 }
 
 /// Upstream answers its pre-v1 path with a 301 to the v1 path; kept for old clients.

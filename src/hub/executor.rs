@@ -18,10 +18,9 @@ use tokio::sync::watch;
 use super::{await_peer_close, close_message, read_error_close, reject, Keepalive, Writer};
 use crate::app::App;
 use crate::error::Error;
-use crate::metrics::Metrics;
 use crate::services::connections::Attached;
 use crate::services::ingest::{Answer, FrameRef, Ingested, Refusal};
-use crate::services::links::{Outbound, SUPERSEDED};
+use crate::services::links::{Origin, Outbound, SUPERSEDED};
 
 /// Frames whose commit is awaited per socket before the socket stops reading (backpressure), and the
 /// fairness bound under flood: no socket has more than this in the writer's queue, so a batch carries
@@ -48,7 +47,7 @@ type Close = Option<(u16, &'static str)>;
 pub(crate) async fn accept(app: Arc<App>, executor_id: String, upgrade: WebSocketUpgrade) -> Response {
     let Some(attached) = app.connections.attach(&executor_id).await else { return upgrade.on_upgrade(reject) };
     let failed = {
-        let (app, executor_id, link_id) = (app.clone(), executor_id.clone(), attached.link_id);
+        let (app, executor_id, link_id) = (app.clone(), executor_id.clone(), attached.origin.link_id);
         move |error: axum::Error| {
             tracing::info!(%executor_id, %error, "executor socket upgrade failed");
             tokio::spawn(async move { app.connections.detach(&executor_id, link_id).await });
@@ -70,6 +69,7 @@ async fn executor_socket(app: Arc<App>, executor_id: String, socket: WebSocket, 
         shutdown: app.shutdown_signal(),
         answers: FuturesOrdered::new(),
         refusals: VecDeque::new(),
+        refusal_logged: false,
         app,
         executor_id,
         attached,
@@ -90,6 +90,8 @@ struct Session {
     answers: FuturesOrdered<Pending>,
     /// When recent refused frames came (the flood limit).
     refusals: VecDeque<Instant>,
+    /// A refusal was logged at INFO (for an executor that is not sent its refusals).
+    refusal_logged: bool,
 }
 
 impl Session {
@@ -103,6 +105,9 @@ impl Session {
                         None => return None,
                     };
                     self.keepalive.heard();
+                    if matches!(frame, Message::Text(_)) {
+                        self.attached.last_event.touch();
+                    }
                     if let Some(close) = self.on_frame(frame).await {
                         return close;
                     }
@@ -133,7 +138,7 @@ impl Session {
     /// Has one frame judged and queues its answer; `Some` when the socket must end.
     async fn on_frame(&mut self, frame: Message) -> Option<Close> {
         let judged = match frame {
-            Message::Text(text) => self.app.ingest.ingest(&self.executor_id, text.as_str(), self.attached.opened).await,
+            Message::Text(text) => self.app.ingest.ingest(&self.executor_id, text.as_str(), self.attached.origin).await,
             Message::Binary(_) => Err(Refusal {
                 error: Error::InvalidFrame("binary frames are not accepted: send events as JSON text"),
                 reference: FrameRef::default(),
@@ -178,43 +183,83 @@ impl Session {
     /// Every answer already settled goes out in one write: one syscall per batch, not per ack. False
     /// when the socket is gone.
     async fn write_answers(&mut self, first: Answer) -> bool {
+        let mut written = false;
+        let mut next = Some(first);
+        while let Some(answer) = next {
+            if let Some(frame) = self.answer_frame(answer) {
+                if !self.sink.feed(Message::Text(frame)).await {
+                    return false;
+                }
+                written = true;
+            }
+            next = self.answers.next().now_or_never().flatten();
+        }
+        !written || self.sink.flush().await
+    }
+
+    /// Counts an answer, and makes its frame when the executor reads answers (`x-acks`): one written
+    /// for upstream reads none, and every frame counts against its inbound queue. A refusal it is not
+    /// told of is logged, the socket's first at INFO.
+    fn answer_frame(&mut self, answer: Answer) -> Option<Utf8Bytes> {
         let metrics = &self.app.metrics;
-        let mut sent = self.sink.feed(Message::Text(answer_frame(metrics, first))).await;
-        while sent {
-            match self.answers.next().now_or_never() {
-                Some(Some(more)) => sent = self.sink.feed(Message::Text(answer_frame(metrics, more))).await,
-                _ => break,
+        match &answer {
+            Answer::Ack { seq: Some(_), .. } => metrics.events_ingested.add(1),
+            Answer::Ack { .. } => {}
+            Answer::Refused(r) => {
+                metrics.frames_rejected.add(r.error.code());
+                if !self.attached.reads_answers {
+                    let first = !std::mem::replace(&mut self.refusal_logged, true);
+                    let (executor_id, code, error) = (&self.executor_id, r.error.code(), &r.error);
+                    let reference = serde_json::to_string(&r.reference).unwrap_or_default();
+                    if first {
+                        tracing::info!(%executor_id, code, %error, %reference,
+                            "executor frame refused; the executor does not declare x-acks, so it is not told \
+                             (the socket's later refusals are logged at DEBUG)");
+                    } else {
+                        tracing::debug!(%executor_id, code, %error, %reference, "executor frame refused");
+                    }
+                }
             }
         }
-        sent && self.sink.flush().await
+        self.attached.reads_answers.then(|| answer_text(answer))
     }
 
     /// Frames already queued still commit; settle them (and answer, if the peer still listens) so that
-    /// counts and projections stay true. Then the closing handshake, and the services let go.
+    /// counts and projections stay true. Then the closing handshake, and the services let go. Every
+    /// close serve makes is logged with its code.
     async fn close(mut self, close: Close) {
         while let Some(answer) = self.answers.next().await {
-            self.sink.send(Message::Text(answer_frame(&self.app.metrics, answer))).await;
+            if let Some(frame) = self.answer_frame(answer) {
+                self.sink.send(Message::Text(frame)).await;
+            }
         }
         if let Some((code, reason)) = close {
+            let executor_id = &self.executor_id;
+            let link_id = self.attached.origin.link_id;
+            if code == 1001 && reason == "server shutdown" {
+                tracing::debug!(%executor_id, link_id, code, reason, "closing executor socket");
+            } else {
+                tracing::info!(%executor_id, link_id, code, reason, "closing executor socket");
+            }
             self.sink.send(close_message(code, reason)).await;
         }
         if close == Some(SUPERSEDED) {
-            drain_superseded(&self.app, &self.executor_id, &mut self.stream, self.attached.opened).await;
+            drain_superseded(&self.app, &self.executor_id, &mut self.stream, self.attached.origin).await;
         } else if close.is_some() {
             await_peer_close(&mut self.stream).await;
         }
-        self.app.connections.detach(&self.executor_id, self.attached.link_id).await;
+        self.app.connections.detach(&self.executor_id, self.attached.origin.link_id).await;
     }
 }
 
 /// A superseded socket's peer may have sent frames before it saw our close: they are committed like any
 /// other (no answer can follow a close frame), until the peer closes too or [`SUPERSEDED_DRAIN`] ends.
-async fn drain_superseded(app: &App, executor_id: &str, stream: &mut SplitStream<WebSocket>, opened: Instant) {
+async fn drain_superseded(app: &App, executor_id: &str, stream: &mut SplitStream<WebSocket>, origin: Origin) {
     let deadline = tokio::time::Instant::now() + SUPERSEDED_DRAIN;
     while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, stream.next()).await {
         match frame {
             Message::Text(text) => {
-                if let Ok(Ingested::Pending(p)) = app.ingest.ingest(executor_id, text.as_str(), opened).await {
+                if let Ok(Ingested::Pending(p)) = app.ingest.ingest(executor_id, text.as_str(), origin).await {
                     let _ = app.ingest.finish(*p).await;
                 }
             }
@@ -233,13 +278,8 @@ fn counts_as_flood(error: &Error) -> bool {
     !matches!(error, Error::IllegalTransition(_))
 }
 
-/// The frame answering one executor frame; counts it on the way.
-fn answer_frame(metrics: &Metrics, answer: Answer) -> Utf8Bytes {
-    match &answer {
-        Answer::Ack { seq: Some(_), .. } => metrics.events_ingested.add(1),
-        Answer::Ack { .. } => {}
-        Answer::Refused(r) => metrics.frames_rejected.add(r.error.code()),
-    }
+/// The frame answering one executor frame.
+fn answer_text(answer: Answer) -> Utf8Bytes {
     // Typed frames, serialized straight to text: this runs once per event, and a `json!` tree costs an
     // allocation per key.
     #[derive(Serialize)]

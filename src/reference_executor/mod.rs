@@ -92,6 +92,20 @@ pub struct ExecutorArgs {
     /// With --http-runtime: the model id in capabilities and verifier results [default: the adapter's name]
     #[arg(long, requires = "http_runtime")]
     pub(crate) model_id: Option<String>,
+    /// With --http-runtime: the tools allowed (CSV, e.g. Read,Bash) for a task whose inputs carry no
+    /// lease (a kernel's default task carries none). Without it such a task is refused: never open
+    #[arg(long, value_name = "TOOLS", requires = "http_runtime", value_parser = default_lease)]
+    pub(crate) default_lease: Option<serde_json::Value>,
+}
+
+/// `--default-lease`: a list of tools, as the lease a task would carry (`{"tools": [...]}`). An empty
+/// list or `none` would run nothing, and is refused at start.
+fn default_lease(value: &str) -> Result<serde_json::Value, String> {
+    let tools: Vec<&str> = value.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+    match tools.as_slice() {
+        [] | ["none"] => Err("name the tools a task without a lease may use (e.g. Read,Bash)".into()),
+        _ => Ok(serde_json::json!({"tools": tools})),
+    }
 }
 
 impl ExecutorArgs {

@@ -9,9 +9,11 @@ use std::time::Instant;
 use tokio::sync::{mpsc, Notify};
 
 use super::controls::Controls;
-use super::links::{Link, Outbound};
+use super::links::{LastEvent, Link, Origin, Outbound};
 use super::reconciler::Reconciler;
 use super::registry::Registry;
+use super::sandboxes::Sandboxes;
+use crate::config::HubConfig;
 use crate::metrics::Metrics;
 use crate::store::{Change, Store};
 
@@ -25,15 +27,20 @@ pub struct Connections {
     reconciler: Arc<Reconciler>,
     /// The dispatcher's queue wakes when an executor connects.
     wake_queue: Arc<Notify>,
+    /// Agentic-sandbox executors keep more sockets.
+    sandboxes: Arc<Sandboxes>,
     max_sockets_per_executor: usize,
+    max_sockets_per_sandbox_executor: usize,
     next_link: AtomicU64,
 }
 
-/// A socket attached to its executor: the frames to write to it, and when it opened.
+/// A socket attached to its executor: which it is and when it opened, the frames to write to it, where
+/// it notes each event it carries, and whether its executor reads serve's answers to its frames.
 pub struct Attached {
-    pub link_id: u64,
+    pub origin: Origin,
     pub outbound: mpsc::Receiver<Outbound>,
-    pub opened: Instant,
+    pub last_event: LastEvent,
+    pub reads_answers: bool,
 }
 
 impl Connections {
@@ -45,7 +52,8 @@ impl Connections {
         controls: Arc<Controls>,
         reconciler: Arc<Reconciler>,
         wake_queue: Arc<Notify>,
-        max_sockets_per_executor: usize,
+        sandboxes: Arc<Sandboxes>,
+        hub: &HubConfig,
     ) -> Connections {
         Connections {
             registry,
@@ -54,7 +62,9 @@ impl Connections {
             controls,
             reconciler,
             wake_queue,
-            max_sockets_per_executor,
+            sandboxes,
+            max_sockets_per_executor: hub.max_sockets_per_executor,
+            max_sockets_per_sandbox_executor: hub.max_sockets_per_sandbox_executor,
             next_link: AtomicU64::new(1),
         }
     }
@@ -63,8 +73,14 @@ impl Connections {
     pub async fn attach(&self, executor_id: &str) -> Option<Attached> {
         let opened = Instant::now();
         let (link, outbound) = Link::open(self.next_link.fetch_add(1, Ordering::Relaxed));
-        let link_id = link.id();
-        let reconnect = self.registry.attach(executor_id, link, self.max_sockets_per_executor)?;
+        let (link_id, last_event) = (link.id(), link.last_event());
+        let sandbox_linked = self.sandboxes.linked(executor_id);
+        let max_sockets = match sandbox_linked {
+            true => self.max_sockets_per_sandbox_executor,
+            false => self.max_sockets_per_executor,
+        };
+        let reads_answers = self.registry.abilities(executor_id, sandbox_linked)?.reads_answers;
+        let reconnect = self.registry.attach(executor_id, link, max_sockets, sandbox_linked)?;
         self.metrics.executor_sockets.add(1);
         if reconnect {
             self.metrics.executor_reconnects.add(1);
@@ -73,7 +89,7 @@ impl Connections {
         self.wake_queue.notify_one();
         tracing::info!(%executor_id, link_id, "executor socket open");
         self.controls.redeliver_answers(executor_id).await;
-        Some(Attached { link_id, outbound, opened })
+        Some(Attached { origin: Origin { link_id, opened }, outbound, last_event, reads_answers })
     }
 
     /// Detaches a socket. The executor's last one disconnects it: recorded, and its grace armed.

@@ -7,12 +7,17 @@
 //! Abort is authoritative at once, connected or not; pause, resume and HITL answers need the executor
 //! online, since nothing else would make them true.
 //!
-//! Controls are honest: serve reports a control as done only when the executor can carry it out, which
-//! it learns from the capabilities the executor declares ([`PAUSE_RESUME`], [`ABORT`]). Pause and
-//! resume of a mission whose executor cannot pause are refused (409 `control_unsupported`) and change
-//! nothing; an abort is still final in serve's record (the contract makes it authoritative), but is
-//! answered `delivered: false` with a note when the executor does not act on aborts (its agent may
-//! still be running). A resume returns the mission to where it was (`domain::resume_target`).
+//! Controls are honest without breaking drop-in: an executor that says nothing about a control is
+//! treated as the contract says (the frame is sent and the route answers 202, as upstream does, so an
+//! executor written for upstream that handles it works unchanged), and the answer says whether serve can
+//! confirm it was carried out (`confirmed`: the executor declares `x-pause-resume` or `x-abort`). Only
+//! where serve *knows* the executor cannot act (an agentic-sandbox executor linked to its sandbox, an
+//! HTTP runtime, an executor declaring
+//! [`crate::domain::capabilities::NO_PAUSE_RESUME`]) are pause and resume refused (409
+//! `control_unsupported`, nothing changed, nothing sent). An abort is final in serve's record whatever
+//! the executor (the contract makes it authoritative); it is not sent where it cannot be acted on, and
+//! the answer says the agent may still be running. A resume returns the mission to where it was
+//! (`domain::resume_target`).
 
 use std::sync::Arc;
 
@@ -22,8 +27,9 @@ use serde::Serialize;
 use super::dispatcher::Dispatcher;
 use super::ledger::Ledger;
 use super::registry::Registry;
+use super::sandboxes::Sandboxes;
 use crate::clock;
-use crate::domain::capabilities::{ABORT, PAUSE_RESUME};
+use crate::domain::capabilities::{Abilities, Ability};
 use crate::domain::{on_control, AbortedBy, Control, HitlOutcome, HitlRequest, Live, MissionState, ServeEvent};
 use crate::error::{Error, Result};
 use crate::store::{Change, Pending, Store};
@@ -33,11 +39,13 @@ use crate::store::{Change, Pending, Store};
 pub struct ControlOutcome {
     pub mission_id: String,
     pub state: MissionState,
-    /// Whether the executor took the frame and can act on it: at least one live socket took it, and
-    /// the executor declares the control. A HITL answer that was not delivered stays stored and is sent
-    /// when the executor reconnects.
+    /// Whether a live socket of the executor took the frame. A HITL answer that was not delivered stays
+    /// stored and is sent when the executor reconnects.
     pub delivered: bool,
-    /// Why it was not delivered, when that is not obvious.
+    /// Whether serve can say the control was carried out: the frame was delivered and the executor
+    /// declares that it acts on it (for a HITL answer: delivered).
+    pub confirmed: bool,
+    /// Why it was not delivered or not confirmed, when that is not obvious.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -69,6 +77,8 @@ pub struct Controls {
     store: Store,
     /// A queued mission is aborted in the dispatcher's queue.
     dispatcher: Arc<Dispatcher>,
+    /// Which executors are agentic-sandbox executors (they act on nothing but HITL answers).
+    sandboxes: Arc<Sandboxes>,
 }
 
 /// What an action records and sends, decided under the ledger lock.
@@ -84,21 +94,29 @@ struct Verdict {
 struct Decided {
     commit: Pending,
     owner: String,
+    abilities: Abilities,
     to: MissionState,
     frame: String,
     answered: Option<HitlRequest>,
 }
 
 impl Controls {
-    pub fn new(registry: Arc<Registry>, ledger: Arc<Ledger>, store: Store, dispatcher: Arc<Dispatcher>) -> Controls {
-        Controls { registry, ledger, store, dispatcher }
+    pub fn new(
+        registry: Arc<Registry>,
+        ledger: Arc<Ledger>,
+        store: Store,
+        dispatcher: Arc<Dispatcher>,
+        sandboxes: Arc<Sandboxes>,
+    ) -> Controls {
+        Controls { registry, ledger, store, dispatcher, sandboxes }
     }
 
     pub async fn operate(self: &Arc<Self>, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
         let now = clock::now();
         let slot = self.store.reserve().await?;
         let decided = self.ledger.with(mission_id, |live| {
-            let v = decide_action(live, self.facts(live), mission_id, action, now)?;
+            let owner = self.facts(live);
+            let v = decide_action(live, owner, mission_id, action, now)?;
             let commit = slot.submit(v.changes);
             live.move_to(v.to);
             if v.to.is_terminal() {
@@ -107,7 +125,15 @@ impl Controls {
             if v.answered.is_some() || v.to.is_terminal() {
                 live.hitl = None;
             }
-            Ok(Decided { commit, owner: live.executor_id.clone(), to: v.to, frame: v.frame, answered: v.answered })
+            let abilities = owner.abilities;
+            Ok(Decided {
+                commit,
+                owner: live.executor_id.clone(),
+                abilities,
+                to: v.to,
+                frame: v.frame,
+                answered: v.answered,
+            })
         });
         let d = match decided {
             Some(Ok(d)) => d,
@@ -129,27 +155,38 @@ impl Controls {
             }
         };
         self.ledger.conclude(d.commit, mission_id, &d.owner, Some(d.to)).await?;
-        let took = self.registry.send(&d.owner, d.frame) > 0;
+        let ability = match action {
+            Action::Pause | Action::Resume => d.abilities.pause_resume,
+            Action::Abort => d.abilities.abort,
+            Action::Answer { .. } => Ability::Declared,
+        };
+        // Nothing is sent that the executor cannot act on: every frame counts against a peer's inbound
+        // queue (the agentic-sandbox executor's is 64 frames, and its overflow ends its HITL handling).
+        let took = !matches!(ability, Ability::Unable(_)) && self.registry.send(&d.owner, d.frame) > 0;
         if let (Some(answer), true) = (d.answered, took) {
             self.mark_delivered(answer).await;
         }
-        let able = !matches!(action, Action::Abort) || self.registry.has_capability(&d.owner, ABORT);
-        let note = match (took, able) {
-            (false, _) => Some(format!("executor {} has no live socket; it is told at its next resync", d.owner)),
-            (true, false) => Some(format!(
-                "executor {} does not declare {ABORT}: the mission is aborted here, but its agent may still be running",
-                d.owner
+        let confirmed = took && ability == Ability::Declared;
+        let note = match (took, ability) {
+            (_, Ability::Unable(why)) => Some(format!(
+                "executor {} {why}: the mission is {} here, but nothing was sent and its agent may still be running",
+                d.owner, d.to
             )),
-            (true, true) => None,
+            (false, _) => Some(format!("executor {} has no live socket; it is told at its next resync", d.owner)),
+            (true, Ability::Presumed(why)) => Some(format!("executor {} {why}", d.owner)),
+            (true, Ability::Declared) => None,
         };
-        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: d.to, delivered: took && able, note })
+        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: d.to, delivered: took, confirmed, note })
     }
 
-    /// What the owner of a live mission can take, as the registry knows it now.
+    /// What the owner of a live mission can take, as serve knows it now.
     fn facts(&self, live: &Live) -> Owner {
+        let id = &live.executor_id;
+        let unknown = Ability::Presumed("is not registered");
+        let presumed = Abilities { pause_resume: unknown, abort: unknown, reads_answers: false };
         Owner {
-            can_pause: self.registry.has_capability(&live.executor_id, PAUSE_RESUME),
-            connected: self.registry.is_connected(&live.executor_id),
+            abilities: self.registry.abilities(id, self.sandboxes.linked(id)).unwrap_or(presumed),
+            connected: self.registry.is_connected(id),
         }
     }
 }
@@ -157,7 +194,7 @@ impl Controls {
 /// What matters of a mission's executor for a control.
 #[derive(Clone, Copy)]
 struct Owner {
-    can_pause: bool,
+    abilities: Abilities,
     connected: bool,
 }
 
@@ -170,20 +207,19 @@ fn decide_action(
     action: Action<'_>,
     now: DateTime<Utc>,
 ) -> std::result::Result<Verdict, Why> {
-    let to = match on_control(live.state, action.control()) {
-        Some(_) if matches!(action, Action::Resume) => live.resume_target(),
-        Some(to) => to,
-        None => return Err(Refused(refusal(action, live.state))),
-    };
-    if matches!(action, Action::Pause | Action::Resume) && !owner.can_pause {
+    if let (Action::Pause | Action::Resume, Ability::Unable(why)) = (action, owner.abilities.pause_resume) {
         return Err(Refused(Error::ControlUnsupported(format!(
-            "executor {} does not declare {PAUSE_RESUME}: it cannot {} missions, so nothing was sent and mission \
-                 {mission_id} stays {}",
+            "executor {} {why}: it cannot {} missions, so nothing was sent and mission {mission_id} stays {}",
             live.executor_id,
             verb(action),
             live.state
         ))));
     }
+    let to = match on_control(live.state, action.control()) {
+        Some(_) if matches!(action, Action::Resume) => live.resume_target(),
+        Some(to) => to,
+        None => return Err(Refused(refusal(action, live.state))),
+    };
     let answered = match action {
         Action::Answer { hitl_id, response } => Some(answer(live, mission_id, hitl_id, response, now)?),
         _ => None,
@@ -226,6 +262,8 @@ impl Controls {
             mission_id: mission_id.to_owned(),
             state: MissionState::Aborted,
             delivered: false,
+            // No agent ever had it: the abort is whole.
+            confirmed: true,
             note: Some("the mission was still queued: no executor had it".into()),
         })
     }
@@ -358,7 +396,9 @@ mod tests {
     fn now() -> DateTime<Utc> {
         crate::clock::parse("2026-11-30T12:00:00.000Z").unwrap()
     }
-    const ABLE: Owner = Owner { can_pause: true, connected: true };
+    const DECLARED: Abilities =
+        Abilities { pause_resume: Ability::Declared, abort: Ability::Declared, reads_answers: true };
+    const ABLE: Owner = Owner { abilities: DECLARED, connected: true };
 
     fn verdict(live: &Live, owner: Owner, action: Action<'_>) -> std::result::Result<Verdict, Error> {
         decide_action(live, owner, "m1", action, now()).map_err(|why| match why {
@@ -383,19 +423,31 @@ mod tests {
     }
 
     #[test]
-    fn pause_and_resume_need_an_executor_that_can_pause() {
+    fn pause_and_resume_are_refused_only_where_serve_knows_the_executor_cannot() {
         let running = Live::new("e1", MissionState::Running);
-        let unable = Owner { can_pause: false, connected: true };
-        assert!(matches!(verdict(&running, unable, Action::Pause), Err(Error::ControlUnsupported(_))));
-        let paused = verdict(&running, ABLE, Action::Pause).unwrap();
-        assert_eq!(paused.to, MissionState::Paused);
-        assert!(paused.frame.contains("\"mission.paused\""), "{}", paused.frame);
+        let unable = Abilities { pause_resume: Ability::Unable("cannot"), ..DECLARED };
+        let unable = Owner { abilities: unable, connected: true };
+        for action in [Action::Pause, Action::Resume] {
+            let refused = verdict(&running, unable, action);
+            assert!(
+                matches!(&refused, Err(Error::ControlUnsupported(m)) if m.contains("cannot")),
+                "{:?}",
+                refused.err()
+            );
+        }
+        let silent = Abilities { pause_resume: Ability::Presumed("says nothing"), ..DECLARED };
+        let silent = Owner { abilities: silent, connected: true };
+        for owner in [ABLE, silent] {
+            let paused = verdict(&running, owner, Action::Pause).unwrap();
+            assert_eq!(paused.to, MissionState::Paused);
+            assert!(paused.frame.contains("\"mission.paused\""), "{}", paused.frame);
+        }
     }
 
     #[test]
     fn abort_is_authoritative_even_when_the_executor_is_offline() {
         let running = Live::new("e1", MissionState::Running);
-        let offline = Owner { can_pause: true, connected: false };
+        let offline = Owner { abilities: DECLARED, connected: false };
         assert!(matches!(verdict(&running, offline, Action::Pause), Err(Error::ExecutorNotConnected(_))));
         let aborted = verdict(&running, offline, Action::Abort).unwrap();
         assert_eq!(aborted.to, MissionState::Aborted);

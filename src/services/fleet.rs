@@ -105,6 +105,12 @@ impl Fleet {
             SpecSupport::UnsupportedMajor => return Err(Error::UnsupportedSpecVersion(payload.spec_version.clone())),
         };
         self.check_rest_endpoint(&payload.transport_endpoints.rest)?;
+        if let Some(c) = payload.capabilities.iter().find(|c| capabilities::serve_assigned(c)) {
+            return Err(Error::Forbidden(format!(
+                "capability {c} is one serve assigns to the HTTP agent runtimes it drives itself; an executor cannot \
+                 declare it"
+            )));
+        }
         let registered = self.registry.register(payload, peer, bearer, self.max_executors).await?;
         if registered.rotated_for_non_loopback {
             tracing::warn!(executor_id = %registered.executor_id, %peer, "token rotated: first non-loopback registration");

@@ -7,13 +7,13 @@
 
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::controls::Controls;
 use super::ledger::Ledger;
+use super::links::Origin;
 use super::reconciler::Reconciler;
 use super::registry::Registry;
 use crate::clock;
@@ -68,8 +68,8 @@ pub struct PendingCommit {
     mission: Option<(String, Option<MissionState>)>,
     /// A HITL request with a deadline, to be watched once committed.
     deadline: Option<Box<HitlRequest>>,
-    /// An `executor.resync`: the listed missions and when the socket that carried it opened.
-    resync: Option<(Vec<String>, Instant)>,
+    /// An `executor.resync`: the listed missions and the socket that carried it.
+    resync: Option<(Vec<String>, Origin)>,
     reference: FrameRef,
 }
 
@@ -137,6 +137,7 @@ impl Accepted {
             live.terminal_data = to.is_terminal().then(|| data.clone());
         }
         live.hitl = self.hitl.clone();
+        live.patched(&self.patch);
         if let Some(key) = self.progress {
             live.remember_progress(key);
         }
@@ -168,8 +169,8 @@ impl Ingest {
     }
 
     /// Judges one text frame from an executor and, when accepted, queues its commit.
-    /// `link_opened` is when the socket carrying the frame opened (resync reconciliation needs it).
-    pub async fn ingest(&self, executor_id: &str, text: &str, link_opened: Instant) -> Result<Ingested, Refusal> {
+    /// `origin` is the socket carrying the frame (resync reconciliation needs it).
+    pub async fn ingest(&self, executor_id: &str, text: &str, origin: Origin) -> Result<Ingested, Refusal> {
         let (row, event, reference) = read(&self.schema, executor_id, text)?;
         let refuse = |error: Error| Refusal { error, reference: reference.clone() };
         let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: row.ts.clone() };
@@ -195,7 +196,7 @@ impl Ingest {
             // executor.resync: recorded, then reconciled once committed.
             let listed = resync_listing(&row.data).map_err(refuse)?;
             let commit = slot.submit(vec![Change::AppendEvent(row), seen]);
-            return Ok(pending(commit, None, None, Some((listed, link_opened))));
+            return Ok(pending(commit, None, None, Some((listed, origin))));
         };
         // Suspension is the Resumable level of the contract: only for executors that declare it.
         let resumable =
@@ -253,8 +254,8 @@ impl Ingest {
                 if let Some(request) = p.deadline {
                     self.controls.watch_hitl_deadline(*request);
                 }
-                if let Some((listed, link_opened)) = p.resync {
-                    self.reconciler.reconcile(&p.executor_id, listed, link_opened).await;
+                if let Some((listed, origin)) = p.resync {
+                    self.reconciler.resync(&p.executor_id, listed, origin);
                 }
                 if let Some((mission_id, moved)) = &p.mission {
                     self.ledger.settle(mission_id, &p.executor_id, *moved);
@@ -383,6 +384,7 @@ fn decide(
         Outcome::Illegal => return Err(illegal(event, mission_id, live.state)),
         Outcome::TerminalRepeat if is_repeat(live.terminal_data.as_ref(), &row.data) => return Ok(Decision::Duplicate),
         Outcome::TerminalRepeat => return Err(illegal(event, mission_id, live.state)),
+        Outcome::Late => return Ok(Decision::Duplicate),
         Outcome::Stay => None,
         Outcome::Move(_) if event == EventType::MissionResumed => {
             Some(live.resume_target()).filter(|to| *to != live.state)

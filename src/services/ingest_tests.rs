@@ -44,16 +44,15 @@ fn another_executors_mission_is_not_owned() {
 }
 
 #[test]
-fn an_illegal_transition_is_refused() {
-    let live = Live::new("e1", MissionState::Running);
-    let d = decide(
-        &live,
-        judged(EventType::MissionAssigned, true),
-        &row(EventType::MissionAssigned, json!({})),
-        "m1",
-        now(),
-    );
+fn an_illegal_transition_is_refused_and_a_late_restatement_is_a_duplicate() {
+    let live = Live::new("e1", MissionState::Paused);
+    let event = EventType::MissionHitlRequired;
+    let d = decide(&live, judged(event, true), &row(event, json!({"hitl_id": "h", "prompt": "p"})), "m1", now());
     assert!(matches!(d, Err(Error::IllegalTransition(_))), "{d:?}");
+    let live = Live::new("e1", MissionState::Running);
+    let late = EventType::MissionAssigned;
+    let d = decide(&live, judged(late, true), &row(late, json!({})), "m1", now());
+    assert!(matches!(d, Ok(Decision::Duplicate)), "{d:?}");
 }
 
 #[test]

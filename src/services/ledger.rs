@@ -19,10 +19,11 @@ use tokio::sync::Notify;
 use super::registry::Registry;
 use crate::clock;
 use crate::domain::{
-    progress_key, session_prefix, Handover, HitlOutcome, HitlRequest, Live, MissionState, NewEvent, ServeEvent,
+    progress_key, session_prefix, Handover, HitlOutcome, HitlRequest, Live, MissionPatch, MissionState, NewEvent,
+    ServeEvent,
 };
 use crate::error::Result;
-use crate::store::{Change, Pending, Store, StoreError};
+use crate::store::{Change, LiveMission, Pending, Store, StoreError};
 
 /// The live missions, and what every service does to one: settle it once a change is committed,
 /// rebuild it from the store when a commit failed, record a transition serve decides itself.
@@ -34,32 +35,70 @@ pub struct Ledger {
     wake_queue: Arc<Notify>,
 }
 
-/// The live missions, and their ids by [`session_prefix`] (dispatch warns about ids that share one).
+/// The live missions, and their ids by executor and [`session_prefix`]: a sandbox session names its
+/// mission by the prefix, and dispatch warns about an executor's missions that share one. Every change
+/// of a mission's owner goes through here, so the index stays true.
 #[derive(Default)]
 struct Missions {
     by_id: HashMap<String, Live>,
-    by_prefix: HashMap<Vec<u8>, Vec<String>>,
+    by_prefix: HashMap<(String, Vec<u8>), Vec<String>>,
+    /// Missions admitted so far (each one's `admitted` order).
+    admitted: u64,
 }
 
 impl Missions {
-    fn insert(&mut self, mission_id: String, live: Live) {
-        if self.by_id.insert(mission_id.clone(), live).is_none() {
-            self.by_prefix.entry(session_prefix(&mission_id).to_vec()).or_default().push(mission_id);
+    fn insert(&mut self, mission_id: String, mut live: Live) {
+        self.admitted += 1;
+        live.admitted = self.admitted;
+        let key = (live.executor_id.clone(), session_prefix(&mission_id).to_vec());
+        if let Some(old) = self.by_id.insert(mission_id.clone(), live) {
+            self.unindex(&mission_id, &old.executor_id);
         }
+        self.by_prefix.entry(key).or_default().push(mission_id);
     }
 
     fn remove(&mut self, mission_id: &str) -> Option<Live> {
         let live = self.by_id.remove(mission_id)?;
-        let prefix = session_prefix(mission_id);
-        if let Some(ids) = self.by_prefix.get_mut(prefix) {
-            ids.retain(|id| id != mission_id);
-            if ids.is_empty() {
-                self.by_prefix.remove(prefix);
-            }
-        }
+        self.unindex(mission_id, &live.executor_id);
         Some(live)
     }
+
+    fn unindex(&mut self, mission_id: &str, executor_id: &str) {
+        let key = (executor_id.to_owned(), session_prefix(mission_id).to_vec());
+        if let Some(ids) = self.by_prefix.get_mut(&key) {
+            ids.retain(|id| id != mission_id);
+            if ids.is_empty() {
+                self.by_prefix.remove(&key);
+            }
+        }
+    }
+
+    /// The executor's live missions whose ids share `prefix`.
+    fn sharing(&self, executor_id: &str, prefix: &[u8]) -> &[String] {
+        self.by_prefix.get(&(executor_id.to_owned(), prefix.to_vec())).map_or(&[], Vec::as_slice)
+    }
+
+    /// Moves a mission to another owner.
+    fn reassign(&mut self, mission_id: &str, to: &str) {
+        let Some(from) = self.by_id.get(mission_id).map(|l| l.executor_id.clone()) else { return };
+        self.unindex(mission_id, &from);
+        if let Some(live) = self.by_id.get_mut(mission_id) {
+            live.executor_id = to.to_owned();
+        }
+        self.by_prefix.entry((to.to_owned(), session_prefix(mission_id).to_vec())).or_default().push(mission_id.into());
+    }
 }
+
+/// Other live missions of an executor whose ids share a mission's session prefix: the first few, and
+/// how many there are.
+#[derive(Debug, PartialEq)]
+pub struct Collisions {
+    pub named: Vec<String>,
+    pub total: usize,
+}
+
+/// Missions named in a dispatch's collision warning; the rest are counted.
+const NAMED_COLLISIONS: usize = 3;
 
 impl Ledger {
     /// Rebuilds the working set at start: live missions and their pending HITL requests.
@@ -75,14 +114,11 @@ impl Ledger {
         Ok(ledger)
     }
 
-    fn project(
-        rows: impl IntoIterator<Item = (String, String, MissionState)>,
-        pending: Vec<HitlRequest>,
-        progress: Vec<(String, String, Value)>,
-    ) -> Missions {
+    fn project(rows: Vec<LiveMission>, pending: Vec<HitlRequest>, progress: Vec<(String, String, Value)>) -> Missions {
         let mut live = Missions::default();
-        for (id, executor_id, state) in rows {
-            live.insert(id, Live::new(&executor_id, state));
+        for row in rows {
+            let projected = Live { session: row.pty_session_ref, ..Live::new(&row.executor_id, row.state) };
+            live.insert(row.mission_id, projected);
         }
         for h in pending {
             if let Some(l) = live.by_id.get_mut(&h.mission_id) {
@@ -97,14 +133,63 @@ impl Ledger {
         live
     }
 
-    /// Other live missions of `executor_id` whose ids share `mission_id`'s session prefix.
-    pub fn sharing_session_prefix(&self, mission_id: &str, executor_id: &str) -> Vec<String> {
+    /// Other live missions of `executor_id` whose ids share `mission_id`'s session prefix: an executor
+    /// that names sessions after them (the agentic-sandbox executor) would bind them to one session.
+    /// Costs the same however many live missions share the prefix.
+    pub fn session_collisions(&self, mission_id: &str, executor_id: &str) -> Collisions {
         let live = self.live.lock().expect("ledger lock");
-        let Some(ids) = live.by_prefix.get(session_prefix(mission_id)) else { return Vec::new() };
-        ids.iter()
-            .filter(|id| *id != mission_id && live.by_id.get(*id).is_some_and(|l| l.executor_id == executor_id))
-            .cloned()
-            .collect()
+        let others = live.sharing(executor_id, session_prefix(mission_id));
+        let total = others.len() - usize::from(others.iter().any(|id| id == mission_id));
+        let named = others.iter().filter(|id| *id != mission_id).take(NAMED_COLLISIONS).cloned().collect();
+        Collisions { named, total }
+    }
+
+    /// The live mission of `executor_id` that its sandbox's agent session `session_id`, named after
+    /// `prefix`, belongs to: the one bound to that session; else, of those whose ids start with the
+    /// prefix and that no session claimed, the one admitted first; else the only one with the prefix.
+    pub fn session_mission(&self, executor_id: &str, session_id: &str, prefix: &[u8]) -> Option<String> {
+        let live = self.live.lock().expect("ledger lock");
+        let candidates: Vec<(&String, &Live)> =
+            live.sharing(executor_id, prefix).iter().filter_map(|id| live.by_id.get(id).map(|l| (id, l))).collect();
+        let bound = candidates.iter().find(|(_, l)| l.session.as_deref() == Some(session_id));
+        let unclaimed = || candidates.iter().filter(|(_, l)| l.session.is_none()).min_by_key(|(_, l)| l.admitted);
+        let only = || candidates.first().filter(|_| candidates.len() == 1);
+        bound.or_else(unclaimed).or_else(only).map(|(id, _)| (*id).clone())
+    }
+
+    /// The live mission of `executor_id` bound to agent session `session_id`, if any.
+    pub fn bound_to(&self, executor_id: &str, session_id: &str) -> Option<String> {
+        let live = self.live.lock().expect("ledger lock");
+        live.by_id
+            .iter()
+            .find(|(_, l)| l.executor_id == executor_id && l.session.as_deref() == Some(session_id))
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Records a sign of life of a live mission's agent (its `updated_at` moves), nothing more.
+    pub async fn touch(&self, mission_id: &str) {
+        let Ok(slot) = self.store.reserve().await else { return };
+        let now = clock::now();
+        let touch = MissionPatch { updated_at: Some(now), ..MissionPatch::default() };
+        let queued = self.with(mission_id, |_| {
+            slot.submit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch: touch }])
+        });
+        let Some(commit) = queued else { return };
+        if let Err(e) = commit.await.unwrap_or(Err(StoreError::WriterGone)) {
+            tracing::warn!(error = %e, mission_id, "recording a sign of life of a mission failed");
+        }
+    }
+
+    /// Moves a mission still waiting for its start from `from` to `to` (a dispatch failing over);
+    /// false when `from` reported on it meanwhile (it has it after all) or it is gone.
+    pub fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> bool {
+        let mut live = self.live.lock().expect("ledger lock");
+        let waiting =
+            live.by_id.get(mission_id).is_some_and(|l| l.executor_id == from && l.state == MissionState::Assigned);
+        if waiting {
+            live.reassign(mission_id, to);
+        }
+        waiting
     }
 
     pub fn insert(&self, mission_id: &str, live: Live) {
@@ -184,7 +269,8 @@ impl Ledger {
         };
         match stored.await {
             Ok((Some(m), hitl)) if !m.state.is_terminal() && m.state != MissionState::Queued => {
-                let live = Live { hitl, ..Live::new(m.executor_id.as_deref().unwrap_or_default(), m.state) };
+                let owner = m.executor_id.as_deref().unwrap_or_default();
+                let live = Live { hitl, session: m.pty_session_ref, ..Live::new(owner, m.state) };
                 self.insert(mission_id, live)
             }
             Ok(_) => {}
@@ -231,6 +317,9 @@ impl Ledger {
             }
             let (said, to) = judge(live)?;
             let recorded = said.record(executor_id, mission_id, to, now);
+            if let Some((_, patch)) = &recorded.patch {
+                live.patched(patch);
+            }
             let event = recorded.event.clone();
             let mut changes = Change::recorded(recorded);
             if let (Some(open), true) = (&live.hitl, to.is_terminal()) {

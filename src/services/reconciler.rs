@@ -11,24 +11,70 @@
 //!
 //! And for each listed mission serve does not see as the executor's live mission (unknown, ended, or
 //! another executor's), the executor is sent `mission.aborted {aborted_by: "system"}`.
+//!
+//! What a resync sends goes to the socket that carried it, and only what the executor can act on: an
+//! agentic-sandbox executor, which reads nothing but HITL answers, is sent nothing (it restates every
+//! mission it ever ran on every connect, and each frame sent counts against a 64-slot inbound channel
+//! whose overflow silently ends its HITL handling). A mission is answered to an executor once, however
+//! often it is listed again, and the answers leave in small paced bursts.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::dispatcher::Dispatcher;
 use super::ledger::Ledger;
+use super::links::Origin;
 use super::registry::Registry;
+use super::sandboxes::Sandboxes;
 use crate::clock;
 use crate::config::HubConfig;
+use crate::domain::capabilities::{Abilities, Ability};
 use crate::domain::resync::{on_resync, Decision, Owned, Stranger};
 use crate::domain::{capabilities, AbortedBy, MissionState, ServeEvent};
 use crate::store::{Change, Store};
 
 /// Listed ids that are not the executor's live missions answered per resync (the rest are logged).
 const MAX_STRANGERS: usize = 256;
+/// A resync's answers leave at most this many frames at a time, [`BURST_PAUSE`] apart: a peer that
+/// reads its socket into a small queue (the agentic-sandbox executor's holds 64) keeps up.
+const BURST: usize = 16;
+const BURST_PAUSE: Duration = Duration::from_millis(100);
+/// (executor, mission) pairs remembered as answered, so that a mission restated on every connect is
+/// answered once; the oldest are forgotten first.
+const REMEMBERED_ANSWERS: usize = 65_536;
+
+/// Which listed strangers were already answered to which executor.
+#[derive(Default)]
+struct Answered {
+    pairs: HashSet<(String, String)>,
+    order: VecDeque<(String, String)>,
+}
+
+impl Answered {
+    /// Remembers the pair; false when it was already answered.
+    fn first_time(&mut self, executor_id: &str, mission_id: &str) -> bool {
+        let pair = (executor_id.to_owned(), mission_id.to_owned());
+        if !self.pairs.insert(pair.clone()) {
+            return false;
+        }
+        if self.order.len() == REMEMBERED_ANSWERS {
+            if let Some(oldest) = self.order.pop_front() {
+                self.pairs.remove(&oldest);
+            }
+        }
+        self.order.push_back(pair);
+        true
+    }
+}
+
+/// An executor's resync waiting to be reconciled: what it listed, and the socket it came on.
+struct Resync {
+    listed: Vec<String>,
+    origin: Origin,
+}
 
 /// Brings serve's view of an executor's missions in line with the executor's: its resyncs, its
 /// disconnections past their grace, and serve's own restart.
@@ -38,6 +84,13 @@ pub struct Reconciler {
     store: Store,
     /// Replays a dispatch the executor never received.
     dispatcher: Arc<Dispatcher>,
+    /// Which executors are agentic-sandbox executors (they act on nothing a resync would send).
+    sandboxes: Arc<Sandboxes>,
+    answered: Mutex<Answered>,
+    /// Each executor's resyncs are reconciled in order, on a task of their own per executor (one while
+    /// it has resyncs waiting): off the socket, whose acknowledgements do not wait behind a reconcile's
+    /// reads, commits and replayed dispatches.
+    resyncs: Mutex<HashMap<String, mpsc::UnboundedSender<Resync>>>,
     disconnect_grace: Duration,
     restart_grace: Duration,
     /// When this process started serving (the restart grace counts from it).
@@ -54,6 +107,7 @@ impl Reconciler {
         ledger: Arc<Ledger>,
         store: Store,
         dispatcher: Arc<Dispatcher>,
+        sandboxes: Arc<Sandboxes>,
         stopping: watch::Receiver<bool>,
     ) -> Reconciler {
         Reconciler {
@@ -61,6 +115,9 @@ impl Reconciler {
             ledger,
             store,
             dispatcher,
+            sandboxes,
+            answered: Mutex::default(),
+            resyncs: Mutex::default(),
             disconnect_grace: Duration::from_secs(hub.disconnect_grace_s),
             restart_grace: Duration::from_secs(hub.restart_grace_s),
             started_at: Instant::now(),
@@ -68,8 +125,46 @@ impl Reconciler {
         }
     }
 
-    /// Applies the resync decisions for an executor whose socket opened at `link_opened`.
-    pub async fn reconcile(&self, executor_id: &str, listed: Vec<String>, link_opened: Instant) {
+    /// Queues a committed resync of an executor, which came on socket `origin`, to be reconciled after
+    /// those queued before it.
+    pub fn resync(self: &Arc<Self>, executor_id: &str, listed: Vec<String>, origin: Origin) {
+        let mut resyncs = self.resyncs.lock().expect("resyncs lock");
+        let mut job = Resync { listed, origin };
+        if let Some(queue) = resyncs.get(executor_id) {
+            match queue.send(job) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => job = back,
+            }
+        }
+        let (queue, jobs) = mpsc::unbounded_channel();
+        let _ = queue.send(job);
+        resyncs.insert(executor_id.to_owned(), queue);
+        tokio::spawn(Arc::clone(self).reconcile_in_turn(executor_id.to_owned(), jobs));
+    }
+
+    /// An executor's resyncs, one after the other; the task ends when none is waiting (under the lock
+    /// that queues them, so that none is left behind).
+    async fn reconcile_in_turn(self: Arc<Self>, executor_id: String, mut jobs: mpsc::UnboundedReceiver<Resync>) {
+        loop {
+            let job = match jobs.try_recv() {
+                Ok(job) => job,
+                Err(_) => {
+                    let mut resyncs = self.resyncs.lock().expect("resyncs lock");
+                    match jobs.try_recv() {
+                        Ok(job) => job,
+                        Err(_) => {
+                            resyncs.remove(&executor_id);
+                            return;
+                        }
+                    }
+                }
+            };
+            self.reconcile(&executor_id, job.listed, job.origin).await;
+        }
+    }
+
+    /// Applies the resync decisions for an executor, whose resync came on socket `origin`.
+    async fn reconcile(&self, executor_id: &str, listed: Vec<String>, origin: Origin) {
         let owned_rows = self.ledger.owned_with_handover(executor_id);
         let owned: Vec<Owned<'_>> = owned_rows
             .iter()
@@ -89,7 +184,7 @@ impl Reconciler {
         }
         let listed: Vec<String> =
             listed.iter().filter(|id| owned_ids.contains(id.as_str()) || answered.contains(id)).cloned().collect();
-        let mut strangers = std::collections::HashMap::new();
+        let mut strangers = HashMap::new();
         for id in listed.iter().filter(|id| !owned_ids.contains(id.as_str())) {
             let kind = match self.store.mission(id).await {
                 Ok(Some(m)) if m.executor_id.as_deref() == Some(executor_id) => Stranger::Ended,
@@ -103,33 +198,87 @@ impl Reconciler {
             strangers.insert(id.clone(), kind);
         }
         let decisions =
-            on_resync(&owned, &listed, link_opened, |id| strangers.get(id).copied().unwrap_or(Stranger::Unknown));
+            on_resync(&owned, &listed, origin.opened, |id| strangers.get(id).copied().unwrap_or(Stranger::Unknown));
+        let abilities = self.abilities(executor_id);
+        let mut tally = Tally::default();
+        let mut frames = Vec::new();
         for decision in decisions {
-            tracing::info!(executor_id, ?decision, "resync");
+            tracing::debug!(executor_id, ?decision, "resync");
+            tally.count(&decision);
             match decision {
-                Decision::Resume(id) => self.resume_suspended(executor_id, &id).await,
+                Decision::Resume(id) => frames.extend(self.resume_suspended(executor_id, &id, abilities).await),
                 Decision::Replay(id) => self.replay_dispatch(executor_id, &id).await,
                 Decision::Lost(id) => {
                     let error = Some("the executor's resync did not list this mission".to_owned());
                     let said = ServeEvent::ending(MissionState::Failed, "executor_lost", error);
                     self.end_for_executor(executor_id, &id, MissionState::Failed, said).await;
                 }
-                Decision::Abort(id, why) => self.abort_stranger(executor_id, &id, why).await,
+                Decision::Abort(id, why) => frames.extend(self.abort_stranger(executor_id, &id, why, abilities).await),
             }
         }
+        tracing::info!(
+            executor_id,
+            link_id = origin.link_id,
+            listed = listed.len(),
+            resumed = tally.resumed,
+            replayed = tally.replayed,
+            lost = tally.lost,
+            strangers = tally.strangers,
+            frames = frames.len(),
+            "resync reconciled"
+        );
+        self.answer(executor_id, origin.link_id, frames);
     }
 
-    async fn resume_suspended(&self, executor_id: &str, mission_id: &str) {
+    /// What the executor acts on, as serve knows it now.
+    fn abilities(&self, executor_id: &str) -> Abilities {
+        let linked = self.sandboxes.linked(executor_id);
+        let unknown = Ability::Presumed("is not registered");
+        self.registry.abilities(executor_id, linked).unwrap_or(Abilities {
+            pause_resume: unknown,
+            abort: unknown,
+            reads_answers: false,
+        })
+    }
+
+    /// Sends a resync's answers on the socket that carried it, [`BURST`] frames at a time: the first
+    /// burst now, the others [`BURST_PAUSE`] apart from a task of their own.
+    fn answer(&self, executor_id: &str, link_id: u64, frames: Vec<String>) {
+        let mut bursts = frames.chunks(BURST).map(<[String]>::to_vec);
+        let sent = move |burst: Vec<String>, registry: &Registry, executor_id: &str| {
+            let all = burst.into_iter().all(|frame| registry.send_on(executor_id, link_id, frame));
+            if !all {
+                tracing::debug!(executor_id, link_id, "resync answers not sent: the socket is gone or full");
+            }
+            all
+        };
+        let Some(first) = bursts.next() else { return };
+        let rest: Vec<Vec<String>> = bursts.collect();
+        if !sent(first, &self.registry, executor_id) || rest.is_empty() {
+            return;
+        }
+        let registry = Arc::clone(&self.registry);
+        let executor_id = executor_id.to_owned();
+        tokio::spawn(async move {
+            for burst in rest {
+                tokio::time::sleep(BURST_PAUSE).await;
+                if !sent(burst, &registry, &executor_id) {
+                    return;
+                }
+            }
+        });
+    }
+
+    /// Resumes a listed suspended mission; the frame telling the executor, if it acts on it.
+    async fn resume_suspended(&self, executor_id: &str, mission_id: &str, abilities: Abilities) -> Option<String> {
         let said = ServeEvent::Resumed { from: MissionState::Suspended };
-        let resumed = self
+        let (_, event) = self
             .ledger
             .transition_as_serve(executor_id, mission_id, |live| {
                 (live.state == MissionState::Suspended).then(|| (said, live.resume_target()))
             })
-            .await;
-        if let Some((_, event)) = resumed {
-            self.registry.send(executor_id, event.frame());
-        }
+            .await?;
+        (!matches!(abilities.pause_resume, Ability::Unable(_))).then(|| event.frame())
     }
 
     /// Sends the stored dispatch again to the executor that never received it.
@@ -169,7 +318,21 @@ impl Reconciler {
             .is_some()
     }
 
-    async fn abort_stranger(&self, executor_id: &str, mission_id: &str, why: Stranger) {
+    /// A listed mission that is not the executor's: the abort frame to send, the first time it is
+    /// listed to this executor, if the executor acts on aborts.
+    async fn abort_stranger(
+        &self,
+        executor_id: &str,
+        mission_id: &str,
+        why: Stranger,
+        abilities: Abilities,
+    ) -> Option<String> {
+        if matches!(abilities.abort, Ability::Unable(_)) {
+            return None;
+        }
+        if !self.answered.lock().expect("answered lock").first_time(executor_id, mission_id) {
+            return None;
+        }
         let now = clock::now();
         let said = ServeEvent::Aborted { by: AbortedBy::System, reason: why.reason() };
         // Only an unknown id gets its own record: an ended or foreign mission's history is not the
@@ -177,10 +340,10 @@ impl Reconciler {
         if why == Stranger::Unknown {
             let row = said.row(executor_id, Some(mission_id), now);
             if self.store.commit(vec![Change::AppendEvent(row)]).await.is_err() {
-                return;
+                return None;
             }
         }
-        self.registry.send(executor_id, said.frame(executor_id, mission_id, now));
+        Some(said.frame(executor_id, mission_id, now))
     }
 
     /// Arms the disconnect grace of an executor whose last socket closed (`epoch` identifies this
@@ -224,6 +387,26 @@ impl Reconciler {
             if let Some(epoch) = self.registry.disconnect_epoch(&executor_id) {
                 self.watch_disconnect(&executor_id, epoch);
             }
+        }
+    }
+}
+
+/// How a resync was reconciled, for its one summary line.
+#[derive(Default)]
+struct Tally {
+    resumed: usize,
+    replayed: usize,
+    lost: usize,
+    strangers: usize,
+}
+
+impl Tally {
+    fn count(&mut self, decision: &Decision) {
+        match decision {
+            Decision::Resume(_) => self.resumed += 1,
+            Decision::Replay(_) => self.replayed += 1,
+            Decision::Lost(_) => self.lost += 1,
+            Decision::Abort(..) => self.strangers += 1,
         }
     }
 }

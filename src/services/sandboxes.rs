@@ -5,7 +5,7 @@
 //! Its `SandboxEvent` frames (`{"type": ...}`) are stored in the event log as `sandbox.<type>`, where
 //! operators see them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
@@ -16,8 +16,8 @@ use super::ledger::Ledger;
 use super::registry::Registry;
 use crate::clock;
 use crate::contract::EventType;
-use crate::domain::sandbox_sessions::{Inferred, Tracker, INFERRED};
-use crate::domain::{on_executor_event, session_prefix, MissionState, NewEvent, Outcome, SandboxRecord, ServeEvent};
+use crate::domain::sandbox_sessions::{sessions_mentioned, Inferred, Tracker, INFERRED};
+use crate::domain::{on_executor_event, MissionState, NewEvent, Outcome, SandboxRecord, ServeEvent};
 use crate::error::{Error, Result};
 use crate::store::{Change, Store};
 use crate::tokens;
@@ -246,31 +246,49 @@ impl Sandboxes {
         (out, None)
     }
 
+    /// Whether an executor is an agentic-sandbox executor: a sandbox of its id was registered (it may
+    /// have deregistered since: the client deletes its sandbox before every re-registration) from the
+    /// address the executor registered from. The client registers both, with one id, on one connection.
+    pub fn linked(&self, executor_id: &str) -> bool {
+        let from = self
+            .inner
+            .lock()
+            .expect("sandboxes lock")
+            .entries
+            .get(executor_id)
+            .and_then(|e| e.row.registered_from.clone());
+        from.is_some_and(|from| self.speaks_for(executor_id, &from))
+    }
+
+    /// Whether a sandbox registered from `from` speaks for the executor of its id.
+    fn speaks_for(&self, sandbox_id: &str, from: &str) -> bool {
+        self.registry.reach(sandbox_id).is_some_and(|r| r.registered_from.as_deref() == Some(from))
+    }
+
     /// Records what a sandbox frame made known about the missions of the executor it is linked to.
     async fn infer(&self, sandbox_id: &str, sandbox_from: Option<&str>, frame: &Value) {
         let inferred = {
             let mut sessions = self.sessions.lock().expect("sandbox sessions lock");
             sessions.entry(sandbox_id.to_owned()).or_default().observe(frame)
         };
-        if inferred.is_empty() {
+        let mentioned = sessions_mentioned(frame);
+        if inferred.is_empty() && mentioned.is_empty() {
             return;
         }
-        let linked = self.registry.reach(sandbox_id).is_some_and(|r| r.registered_from.as_deref() == sandbox_from);
-        if !linked {
+        if !sandbox_from.is_some_and(|from| self.speaks_for(sandbox_id, from)) {
             tracing::debug!(sandbox_id, "sandbox session events for no executor of the same machine");
             return;
         }
         let executor_id = sandbox_id;
+        let mut moved = HashSet::new();
         for fact in inferred {
             let (prefix, session_id) = match &fact {
                 Inferred::Started { prefix, session_id } | Inferred::Ended { prefix, session_id, .. } => {
                     (prefix, session_id)
                 }
             };
-            let owned = self.ledger.owned_by(executor_id);
-            let mut matching = owned.iter().filter(|(id, _)| session_prefix(id) == prefix.as_bytes());
-            let (Some((mission_id, _)), None) = (matching.next(), matching.next()) else {
-                tracing::debug!(sandbox_id, %session_id, %prefix, "sandbox session matches no single live mission");
+            let Some(mission_id) = self.ledger.session_mission(executor_id, session_id, prefix.as_bytes()) else {
+                tracing::debug!(sandbox_id, %session_id, %prefix, "sandbox session matches no live mission");
                 continue;
             };
             let said = match fact {
@@ -288,7 +306,7 @@ impl Sandboxes {
             let event = said.event_type();
             let recorded = self
                 .ledger
-                .transition_as_serve(executor_id, mission_id, |live| {
+                .transition_as_serve(executor_id, &mission_id, |live| {
                     let Outcome::Move(to) = on_executor_event(live.state, event) else { return None };
                     // A start only moves a mission still waiting for one.
                     let applies = event != EventType::MissionStarted || live.state == MissionState::Assigned;
@@ -298,6 +316,14 @@ impl Sandboxes {
                 .map(|(state, _)| state);
             if let Some(state) = recorded {
                 tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
+                moved.insert(mission_id);
+            }
+        }
+        // Whatever else the frame says of a mission's session is a sign of its agent's life: an operator
+        // sees when a mission last showed one (its `updated_at`).
+        for session_id in mentioned {
+            if let Some(mission_id) = self.ledger.bound_to(executor_id, &session_id).filter(|m| !moved.contains(m)) {
+                self.ledger.touch(&mission_id).await;
             }
         }
     }

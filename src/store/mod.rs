@@ -26,7 +26,7 @@ use tokio::sync::broadcast;
 pub use crate::domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
-pub use records::{Change, CommitSlot, MissionQuery, Pending};
+pub use records::{Change, CommitSlot, LiveMission, MissionQuery, Pending};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -100,8 +100,8 @@ pub trait Storage: Send + Sync {
     /// Every executor ever registered, oldest registration first.
     fn executors(&self) -> BoxFuture<'_, Result<Vec<ExecutorRecord>>>;
 
-    /// `(mission_id, executor_id, state)` of every mission that is not terminal: the working set.
-    fn live_missions(&self) -> BoxFuture<'_, Result<Vec<(String, String, MissionState)>>>;
+    /// Every mission that is not terminal (the working set), oldest first.
+    fn live_missions(&self) -> BoxFuture<'_, Result<Vec<LiveMission>>>;
 
     /// The latest 16 `mission.progress` events of every live mission, oldest first, as
     /// `(mission_id, ts, data)`: after a restart they recognise a resend the crash left unacknowledged.

@@ -27,7 +27,8 @@ use super::rows::{
 use crate::contract::EventType;
 use crate::domain::MissionState;
 use crate::store::{
-    Compaction, ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionQuery, Result, SandboxRecord, StoredEvent,
+    Compaction, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionQuery, Result, SandboxRecord,
+    StoredEvent,
 };
 
 /// `'done', 'failed', 'aborted'`: the states of a mission that is over.
@@ -43,8 +44,13 @@ fn states(which: impl Fn(MissionState) -> bool) -> String {
     names.join(", ")
 }
 
-static LIVE_MISSIONS: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT mission_id, executor_id, state FROM missions WHERE state NOT IN ({})", *NOT_LIVE));
+static LIVE_MISSIONS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT mission_id, executor_id, state, pty_session_ref FROM missions WHERE state NOT IN ({}) \
+             ORDER BY created_at, mission_id",
+        *NOT_LIVE
+    )
+});
 
 static RECENT_PROGRESS_OF_LIVE: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -118,9 +124,16 @@ where
         rows.iter().map(located("executors", "executor_id", executor_from_row)).collect()
     }
 
-    pub(super) async fn live_missions(&self) -> Result<Vec<(String, String, MissionState)>> {
+    pub(super) async fn live_missions(&self) -> Result<Vec<LiveMission>> {
         let rows = sqlx::query(&LIVE_MISSIONS).fetch_all(&self.pool).await?;
-        let live = |r: &DB::Row| Ok((r.text("mission_id")?, r.text("executor_id")?, parse_state(r.text("state")?)?));
+        let live = |r: &DB::Row| {
+            Ok(LiveMission {
+                mission_id: r.text("mission_id")?,
+                executor_id: r.text("executor_id")?,
+                state: parse_state(r.text("state")?)?,
+                pty_session_ref: r.text_opt("pty_session_ref")?,
+            })
+        };
         rows.iter().map(located("missions", "mission_id", live)).collect()
     }
 

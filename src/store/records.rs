@@ -13,6 +13,16 @@ use crate::domain::{
     ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord,
 };
 
+/// A mission that is not terminal, as the working set is rebuilt from it at start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveMission {
+    pub mission_id: String,
+    pub executor_id: String,
+    pub state: MissionState,
+    /// The agent session it is bound to, if one was reported.
+    pub pty_session_ref: Option<String>,
+}
+
 /// One change; a unit of changes commits atomically.
 #[derive(Clone, Debug)]
 pub enum Change {

@@ -14,7 +14,7 @@ use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{Feed, WriterHandle};
 use super::{
-    CommitSlot, Compaction, ExecutorRecord, HitlRequest, Mission, MissionQuery, MissionState, Result, SandboxRecord,
+    CommitSlot, Compaction, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery, Result, SandboxRecord,
     Storage, StoredEvent,
 };
 
@@ -49,7 +49,7 @@ where
         Box::pin(self.reads.executors())
     }
 
-    fn live_missions(&self) -> BoxFuture<'_, Result<Vec<(String, String, MissionState)>>> {
+    fn live_missions(&self) -> BoxFuture<'_, Result<Vec<LiveMission>>> {
         Box::pin(self.reads.live_missions())
     }
 

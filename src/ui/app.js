@@ -122,7 +122,9 @@ async function api(method, path, body) {
   if (text) {
     try { data = JSON.parse(text); } catch { data = { error: 'unreadable_answer', message: text.slice(0, 200) }; }
   }
-  return { status: r.status, ok: r.ok, data };
+  // A persistent warning (`299 aiwg-serve "text"`), e.g. a dispatch whose id collides with another's.
+  const warning = (r.headers.get('Warning') || '').replace(/^299 \S+ "(.*)"$/, '$1') || null;
+  return { status: r.status, ok: r.ok, data, warning };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -792,7 +794,7 @@ function dispatchPage() {
     } else {
       result.replaceChildren(h('p', { class: 'error' }, `Not dispatched: ${describeError(r)}`));
     }
-    if (d.warnings) result.append(h('ul', {}, d.warnings.map((w) => h('li', {}, w))));
+    if (r.warning) result.append(h('ul', {}, h('li', {}, r.warning)));
     if (r.ok) missionId.value = newMissionId();
   }
 

@@ -194,7 +194,7 @@ async fn executors_list_shows_capabilities() {
     let out = cli(&server.base, &["executors", "list"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let row = stdout(&out).lines().nth(1).map(str::to_owned).unwrap_or_default();
-    assert!(row.starts_with(&e.id) && row.ends_with("  hitl,runtime:codex"), "{}", stdout(&out));
+    assert!(row.starts_with(&e.id) && row.ends_with("  hitl,runtime:codex,x-acks"), "{}", stdout(&out));
 }
 
 /// Finding 2: a queued mission was reported `assigned to executor -`.

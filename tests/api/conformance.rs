@@ -76,6 +76,7 @@ async fn every_check_fails_against_the_fault_it_is_for() {
         (Flaw::KeepsDeregistered, "register/deregister"),
         (Flaw::LetsAnyoneEndMissions, "strict/foreign_mission_refused"),
         (Flaw::ReopensEndedMissions, "strict/terminal_state_final"),
+        (Flaw::RefusesUndeclaredPause, "controls/pause_then_resume"),
         (Flaw::PretendsToPause, "strict/honest_controls"),
     ];
     let runs = cases.iter().map(|(flaw, check)| async move {

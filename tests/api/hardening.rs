@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use futures_util::SinkExt;
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::support::{dispatch_body, dispatch_to, mission_id, ExecSocket, ScriptedExecutor, TestServer, WAIT};
@@ -303,14 +303,28 @@ async fn a_resync_of_made_up_ids_costs_a_bounded_amount() {
     let frame = ws.envelope("executor.resync", None, json!({"owned_mission_ids": ids}));
     let started = std::time::Instant::now();
     assert_eq!(ws.send_json(&frame).await["ack"], true);
-    // The answer to the next frame comes after the resync's consequences are applied.
+    // Reconciled after the acknowledgement, on a task of its own; a second resync is reconciled after
+    // the first (in order), and lists nothing.
     let marker = ws.envelope("executor.resync", None, json!({"owned_mission_ids": []}));
     assert_eq!(ws.send_json(&marker).await["ack"], true);
-    let page = server.client.get("/api/v1/events?follow=false&since=0&limit=1000").await.body;
-    let aborts =
-        page["events"].as_array().unwrap().iter().filter(|e| e["envelope"]["event"] == "mission.aborted").count();
-    assert_eq!(aborts, 256, "only the first 256 made-up ids are answered");
+    let aborts = |page: &Value| {
+        page["events"].as_array().unwrap().iter().filter(|e| e["envelope"]["event"] == "mission.aborted").count()
+    };
+    let events = "/api/v1/events?follow=false&since=0&limit=1000";
+    let page = server.eventually(events, "the made-up ids answered", |page| aborts(page) >= 256).await;
+    assert_eq!(aborts(&page), 256, "only the first 256 made-up ids are answered");
+    // The 256 abort frames reach the socket the resync came on, in paced bursts.
+    for _ in 0..256 {
+        assert_eq!(ws.next_pushed().await["event"], "mission.aborted");
+    }
     assert!(started.elapsed() < WAIT, "bounded work");
+    // Listed again, they are not answered again: the next frame pushed is the answer to a later resync
+    // (resyncs of one executor are reconciled in order).
+    assert_eq!(ws.send_json(&frame).await["ack"], true);
+    let fresh = ws.envelope("executor.resync", None, json!({"owned_mission_ids": ["m-listed-once"]}));
+    assert_eq!(ws.send_json(&fresh).await["ack"], true);
+    assert_eq!(ws.next_pushed().await["mission_id"], "m-listed-once");
+    assert_eq!(aborts(&server.client.get(events).await.body), 257);
 
     let too_many: Vec<String> = (0..10_001).map(|i| format!("m-{i}")).collect();
     let frame = ws.envelope("executor.resync", None, json!({"owned_mission_ids": too_many}));

@@ -34,9 +34,12 @@ async fn sandbox_registrations_are_capped_in_size_count_and_origin_and_listed_by
     let second = server.client.get(&format!("/api/v1/sandboxes?limit=2&cursor={cursor}")).await.body;
     assert_eq!(ids(&second), [json!("s-3")]);
     assert!(second.get("next_cursor").is_none());
-    for bad in ["limit=0", "limit=1001", "cursor=nope", "offset=3"] {
+    for bad in ["limit=0", "limit=1001", "cursor=nope"] {
         server.client.get(&format!("/api/v1/sandboxes?{bad}")).await.assert_error(400, "invalid_query");
     }
+    // A parameter it does not know is ignored (tolerant in what it accepts, as upstream is).
+    let all = server.client.get("/api/v1/sandboxes?offset=3").await;
+    assert_eq!((all.status, ids(&all.body).len()), (200, 3), "{}", all.body);
 }
 
 #[tokio::test]
@@ -62,6 +65,23 @@ async fn executor_identities_are_capped_and_listed_by_page() {
     // One listing's cursor means nothing to another.
     server.client.get(&format!("/api/v1/sandboxes?cursor={cursor}")).await.assert_error(400, "invalid_query");
     server.client.get("/api/v1/executors?limit=5000").await.assert_error(400, "invalid_query");
+    // Without a limit, the whole list; an unknown parameter (a client's cache-buster) is ignored.
+    let all = server.client.get("/api/v1/executors?_=1764777600").await;
+    assert_eq!((all.status, ids(&all.body).len()), (200, 3), "{}", all.body);
+    assert!(all.body.get("next_cursor").is_none(), "{}", all.body);
+}
+
+/// A client written for upstream does not page: with 600 executors registered it must get all 600.
+#[tokio::test]
+async fn a_client_that_does_not_page_gets_every_executor() {
+    let server = TestServer::start().await;
+    let registrations = (0..600).map(|_| ScriptedExecutor::register(&server, &[]));
+    let known = futures_util::future::join_all(registrations).await;
+    let listed = server.client.get("/api/v1/executors").await.body;
+    let listed: std::collections::HashSet<&str> =
+        listed["executors"].as_array().unwrap().iter().filter_map(|e| e["executor_id"].as_str()).collect();
+    assert_eq!(listed.len(), 600);
+    assert!(known.iter().all(|e| listed.contains(e.id.as_str())));
 }
 
 #[tokio::test]

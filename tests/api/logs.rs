@@ -136,3 +136,40 @@ async fn no_token_reaches_a_debug_log() {
         assert!(!line.contains(&e.token) && !line.contains(secret), "a token in the log: {line}");
     }
 }
+
+/// Issue 42, findings 3 and 7: every socket close serve makes is at INFO with its code (the 4000 closes
+/// of superseded sockets were in no log), and a resync is one INFO line with its counts, however many
+/// missions it restates (1,377 lines in one run), the details at DEBUG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closes_are_logged_with_their_code_and_a_resync_is_one_line() {
+    let serve = Serve::start("info").await;
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let r = Client::new(&serve.base).post("/api/v1/executors/register", &e.register_payload()).await;
+    e.token = r.body["token"].as_str().unwrap().to_owned();
+    let url = format!("{}/ws/executors/{}?token={}", serve.base.replacen("http://", "ws://", 1), e.id, e.token);
+    let mut first = ExecSocket::open(&url, &e.id).await;
+    let made_up: Vec<String> = (0..40).map(|i| format!("m-made-up-{i}")).collect();
+    let resync = first.envelope("executor.resync", None, serde_json::json!({"owned_mission_ids": made_up}));
+    assert_eq!(first.send_json(&resync).await["ack"], true);
+    for _ in 0..40 {
+        first.next_pushed().await;
+    }
+    // Past hub.max_sockets_per_executor (4), the quietest socket is closed with 4000.
+    let mut others = Vec::new();
+    for _ in 0..4 {
+        others.push(ExecSocket::open(&url, &e.id).await);
+    }
+    let closed = first.closed().await;
+    assert_eq!(closed.code, 4000);
+    let lines = serve.stop().await;
+    let messages = |m: &str| lines.iter().filter(|l| l["fields"]["message"] == m).collect::<Vec<_>>();
+    let resyncs = messages("resync reconciled");
+    assert_eq!(resyncs.len(), 1, "{lines:?}");
+    assert_eq!((resyncs[0]["level"].as_str(), resyncs[0]["fields"]["strangers"].as_i64()), (Some("INFO"), Some(40)));
+    assert!(lines.iter().all(|l| l["fields"]["message"] != "resync"), "no line per decision at INFO");
+    let closes = messages("closing executor socket");
+    assert!(
+        closes.iter().any(|l| l["level"] == "INFO" && l["fields"]["code"] == 4000),
+        "the 4000 close is logged: {closes:?}"
+    );
+}

@@ -32,7 +32,7 @@ async fn hitl_round_trip_reaches_the_executor_and_the_mission_completes() {
         post(&server, &format!("/api/v1/missions/{id}/hitl_response"), json!({"hitl_id": "h-1", "response": "yes"}))
             .await;
     assert_eq!(r.status, 202, "{}", r.body);
-    assert_eq!(r.body, json!({"mission_id": id, "state": "running", "delivered": true}));
+    assert_eq!(r.body, json!({"mission_id": id, "state": "running", "delivered": true, "confirmed": true}));
     let frame = ws.next_pushed().await;
     assert_eq!(frame["event"], "mission.hitl_responded");
     assert_eq!(frame["mission_id"], id.as_str());
@@ -134,7 +134,8 @@ async fn pause_resume_and_abort_reach_the_executor_and_are_recorded() {
     let server = TestServer::start().await;
     let (_e, mut ws, id) = running(&server).await;
     let r = post(&server, &format!("/api/v1/missions/{id}/pause"), json!(null)).await;
-    assert_eq!((r.status, r.body.clone()), (202, json!({"mission_id": id, "state": "paused", "delivered": true})));
+    let paused = json!({"mission_id": id, "state": "paused", "delivered": true, "confirmed": true});
+    assert_eq!((r.status, r.body.clone()), (202, paused));
     let frame = ws.next_pushed().await;
     assert_eq!(
         (frame["event"].as_str(), frame["data"].clone()),
@@ -192,32 +193,61 @@ async fn controls_on_unknown_and_offline_missions() {
 
 /// Issue 12, finding 3: pause and resume used to answer `202 delivered: true` for an executor that has
 /// no pause at all, and resuming a mission that never started put it in `running`.
+/// Drop-in: an executor written for upstream says nothing about controls and handles the frames the
+/// contract names. Pause then resume answer 202 and reach it, as upstream does; serve says it cannot
+/// confirm they were acted on. (Refusing them with `control_unsupported` broke such executors.)
 #[tokio::test]
-async fn controls_an_executor_cannot_carry_out_are_not_reported_done() {
+async fn an_executor_that_declares_nothing_is_paused_and_resumed_as_the_contract_says() {
     let server = TestServer::start().await;
-    // Like the agentic-sandbox executor: no pause, no abort.
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
     let id = dispatch_to(&server, &mut e).await;
     ws.ack("mission.started", &id, json!({"state": "running"})).await;
-
-    for action in ["pause", "resume"] {
+    for (action, state, event) in [("pause", "paused", "mission.paused"), ("resume", "running", "mission.resumed")] {
         let r = post(&server, &format!("/api/v1/missions/{id}/{action}"), json!(null)).await;
-        let message = if action == "pause" {
-            r.assert_error(409, "control_unsupported")
-        } else {
-            r.assert_error(409, "illegal_transition")
-        };
-        assert!(action == "resume" || message.contains("x-pause-resume"), "{message}");
+        assert_eq!(
+            (r.status, &r.body["state"], &r.body["delivered"], &r.body["confirmed"]),
+            (202, &json!(state), &json!(true), &json!(false)),
+            "{}",
+            r.body
+        );
+        assert!(r.body["note"].as_str().unwrap().contains("x-pause-resume"), "{}", r.body);
+        assert_eq!(ws.next_pushed().await["event"], event);
+        assert_eq!(server.mission(&id).await["state"], state);
     }
-    assert_eq!(server.mission(&id).await["state"], "running");
     let r = post(&server, &format!("/api/v1/missions/{id}/abort"), json!(null)).await;
     assert_eq!(
-        (r.status, &r.body["state"], &r.body["delivered"]),
-        (202, &json!("aborted"), &json!(false)),
+        (r.status, &r.body["delivered"], &r.body["confirmed"]),
+        (202, &json!(true), &json!(false)),
         "{}",
         r.body
     );
     assert!(r.body["note"].as_str().unwrap().contains("x-abort"), "{}", r.body);
+    assert_eq!(ws.next_pushed().await["event"], "mission.aborted");
+}
+
+/// Honest where serve knows: an executor that declares it cannot pause gets neither pause nor resume
+/// (409 `control_unsupported`, resume included, nothing sent, the mission as it was); its abort is still
+/// final in serve's record.
+#[tokio::test]
+async fn controls_an_executor_declares_it_cannot_carry_out_are_refused() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl", "x-no-pause-resume"]).await;
+    let id = dispatch_to(&server, &mut e).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    for action in ["pause", "resume"] {
+        let message = post(&server, &format!("/api/v1/missions/{id}/{action}"), json!(null))
+            .await
+            .assert_error(409, "control_unsupported");
+        assert!(message.contains("declares x-no-pause-resume") && message.contains("stays running"), "{message}");
+    }
+    assert_eq!(server.mission(&id).await["state"], "running");
+    let r = post(&server, &format!("/api/v1/missions/{id}/abort"), json!(null)).await;
+    assert_eq!(
+        (r.status, &r.body["state"], &r.body["confirmed"]),
+        (202, &json!("aborted"), &json!(false)),
+        "{}",
+        r.body
+    );
     // Nothing but the abort was sent: the first frame pushed is it.
     assert_eq!(ws.next_pushed().await["event"], "mission.aborted");
 }

@@ -153,7 +153,9 @@ async fn requests_it_cannot_run_are_refused_before_anything_runs() {
     let (status, text) = status_and_text(rt.post("/execute", &no_bash).await).await;
     assert_eq!((status, text.as_str()), (422, "the shell adapter runs only when the lease lists Bash"));
     let no_lease = request(json!({"prompt": "echo hi > ran"}));
-    assert_eq!(rt.post("/execute", &no_lease).await.status(), 422);
+    let (status, text) = status_and_text(rt.post("/execute", &no_lease).await).await;
+    assert_eq!(status, 422);
+    assert!(text.contains("no tool policy") && text.contains("--default-lease TOOLS"), "says how to allow it: {text}");
     let no_prompt = request(json!({"prompt": 7, "lease": {"tools": ["Bash"]}}));
     assert_eq!(rt.post("/execute", &no_prompt).await.status(), 400);
     let mut careful = request(bash("echo hi > ran"));
@@ -246,6 +248,26 @@ async fn agent_events_are_acknowledged() {
     assert_eq!((ack["ok"].as_bool(), ack["detail"].as_str()), (Some(true), Some("received friend_request")));
     assert!(ack["acked_at"].as_u64().unwrap() > 0);
     assert_eq!(rt.post("/agent-events", &json!({"event": {}})).await.status(), 422);
+    // An event type the kernel does not send is refused as the reference runtime refuses it.
+    let mut unknown = event.clone();
+    unknown["event"]["event_type"] = json!("surprise");
+    let (status, text) = status_and_text(rt.post("/agent-events", &unknown).await).await;
+    assert_eq!(status, 422);
+    assert!(text.contains("unknown variant `surprise`"), "{text}");
+}
+
+/// Issue 42, finding 9: the kernel's default task (`task run-real`) carries no lease, and was refused.
+/// Deny by default stays; an operator may name the tools such a task gets (`--default-lease`); a task
+/// that carries its own lease is judged by it, never widened.
+#[tokio::test]
+async fn a_task_without_a_lease_takes_the_operators_default_lease() {
+    let rt = Runtime::start(&["--default-lease", "Read,Bash"]).await;
+    let answer = rt.execute(&request(json!({"prompt": "echo hi > ran"}))).await;
+    assert!(rt.workdir.path().join("ran").exists(), "the default lease let it run: {answer:?}");
+    let own = request(json!({"prompt": "echo hi > own", "lease": {"tools": ["Read"]}}));
+    let (status, text) = status_and_text(rt.post("/execute", &own).await).await;
+    assert_eq!((status, text.as_str()), (422, "the shell adapter runs only when the lease lists Bash"));
+    assert!(!rt.workdir.path().join("own").exists());
 }
 
 #[tokio::test]

@@ -27,7 +27,8 @@ async fn register_issues_a_random_token_and_lists_the_executor() {
     let mine = list["executors"].as_array().unwrap().iter().find(|x| x["executor_id"] == e.id.as_str()).unwrap();
     assert_eq!(mine["connected"], false);
     assert_eq!(mine["active_mission_count"], 0);
-    assert_eq!(mine["capabilities"], json!(["isolation:vm", "runtime:claude-code", "platform:linux/x64", "hitl"]));
+    let declared = json!(["isolation:vm", "runtime:claude-code", "platform:linux/x64", "hitl", "x-acks"]);
+    assert_eq!(mine["capabilities"], declared);
     assert!(mine.get("last_event_ts").is_none() && mine.get("disconnected_at").is_none());
     let one = server.client.get(&format!("/api/v1/executors/{}", e.id)).await;
     assert_eq!(one.status, 200);

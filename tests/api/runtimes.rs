@@ -372,8 +372,8 @@ async fn an_abort_cancels_the_call_in_flight() {
     let (runtime, id) = stalled_mission(&server).await;
     let r = server.client.post(&format!("/api/v1/missions/{id}/abort"), &json!({})).await;
     // Honest: serve drops its call, but the protocol cannot stop the runtime's own work.
-    assert_eq!((r.status, r.body["delivered"].as_bool()), (202, Some(false)), "{}", r.body);
-    assert!(r.body["note"].as_str().unwrap().contains("its agent may still be running"), "{}", r.body);
+    assert_eq!((r.status, r.body["confirmed"].as_bool()), (202, Some(false)), "{}", r.body);
+    assert!(r.body["note"].as_str().unwrap().contains("cannot stop the runtime's own work"), "{}", r.body);
     runtime.wait_for_hangup("/execute").await;
     assert_eq!(ended(&server, &id).await["state"], "aborted");
     assert_eq!(runtime.count("/verify"), 0);
@@ -388,7 +388,8 @@ async fn a_task_with_a_policy_binding_a_kernel_refuses_is_refused_at_dispatch() 
         (json!({"verification": {"policy_id": "vp.schema_only.v1", "policy_hash": "ab"}}), 422, "invalid_task"),
         (json!({"verification": {"policy_id": "vp.schema_only.v1", "policy_version": "2"}}), 422, "invalid_task"),
         (json!({"crosscheck": {"executions": 2, "quorum": 3}}), 422, "invalid_task"),
-        (json!({"verification": {"policy_id": "vp.nope"}}), 400, "schema_violation"),
+        // Unknown policies are refused like every binding a kernel refuses (issue 42, finding 11).
+        (json!({"verification": {"policy_id": "vp.nope"}}), 422, "invalid_task"),
         (json!({"timeout_ms": 0}), 400, "schema_violation"),
         (json!({"surprise": 1}), 400, "schema_violation"),
         // Valid, but no runtime is there: a task goes to runtimes only.
@@ -552,4 +553,92 @@ async fn a_runtime_gone_between_probes_fails_its_mission_with_the_probe_error() 
     for counted in ["health:ok\"} 1", "capabilities:ok\"} 1", "health:unreachable\"} 1"] {
         assert!(text.contains(&format!("aiwg_runtime_calls_total{{outcome=\"{counted}")), "{counted}: {text}");
     }
+}
+
+/// Issue 42, finding 8: real runtimes put the attempt in `check_summary`, so whole outputs of one task
+/// never agree and a cross-check of real runtimes never reached its quorum. A task says what must agree
+/// (`agree_on`, JSON pointers); the candidate is still hashed whole.
+#[tokio::test]
+async fn a_crosscheck_agrees_on_what_the_task_names() {
+    let server = server().await;
+    let runtimes = [ScriptedRuntime::start().await, ScriptedRuntime::start().await];
+    for (i, r) in runtimes.iter().enumerate() {
+        add(&server, &format!("rt-{i}"), r).await;
+    }
+    // Each runtime answers as the reference one does: `check_summary` names the attempt.
+    let body = |agree_on: Option<Value>| {
+        let mut crosscheck = json!({"executions": 2, "quorum": 2});
+        if let Some(pointers) = agree_on {
+            crosscheck["agree_on"] = pointers;
+        }
+        json!({"mission_id": mission_id(), "objective": "o", "completion": "c", "task": {"crosscheck": crosscheck}})
+    };
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body(None)).await;
+    let whole = r.body["mission_id"].as_str().unwrap().to_owned();
+    ends_with(&server, &whole, "failed", "crosscheck_no_quorum").await;
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body(Some(json!(["/answer"])))).await;
+    let answer = r.body["mission_id"].as_str().unwrap().to_owned();
+    assert_eq!(ended(&server, &answer).await["state"], "done");
+    let data = last_data(&server, &answer).await;
+    assert_eq!(data["agreeing"].as_array().unwrap().len(), 2, "{data}");
+    let digests: Vec<&str> =
+        data["executions"].as_array().unwrap().iter().map(|e| e["output_ref"]["digest"].as_str().unwrap()).collect();
+    assert_ne!(digests[0], digests[1], "each candidate is still hashed whole");
+    // A pointer that is not one is refused at dispatch, like every task a kernel would refuse.
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body(Some(json!(["answer"])))).await;
+    assert!(r.assert_error(422, "invalid_task").contains("not a JSON pointer"), "{}", r.body);
+}
+
+/// Issue 42, finding 10: a failed agent run under `vp.schema_only.v1` ended `done` with exit code 0 while
+/// its output said 4. The policy decides done or failed, as a kernel's does; the output's exit code is
+/// the mission's.
+#[tokio::test]
+async fn the_outputs_exit_code_is_the_missions() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.set_output(json!({"answer": "the agent failed", "exit_code": 4}));
+    let id = dispatch(&server, None, "rt").await;
+    let m = ended(&server, &id).await;
+    assert_eq!((&m["state"], &m["exit_code"]), (&json!("done"), &json!(4)), "{m}");
+    // A policy that fails it records the code too.
+    let thresholds =
+        json!({"verification": {"policy_id": "vp.schema_thresholds.v1", "policy_params": {"min_confidence": 0.99}}});
+    let id = dispatch(&server, Some(thresholds), "rt").await;
+    let m = ended(&server, &id).await;
+    assert_eq!((&m["state"], &m["exit_code"]), (&json!("failed"), &json!(4)), "{m}");
+}
+
+/// Issue 42, finding 11: `check` judged a runtime whose `/capabilities` is `{}` unhealthy where a kernel's
+/// `executors check` (one `GET /health`) says ok; it says apart what `/capabilities` answered. After a
+/// failed `/verify`, `/capabilities` is asked again for the inconclusive verdict's provider and model.
+#[tokio::test]
+async fn check_is_one_get_health_and_capabilities_are_said_apart() {
+    let server = TestServer::start_with(|c| {
+        c.runtimes.call_timeout_ms = 400;
+        c.runtimes.probe_interval_ms = 600_000;
+        c.runtimes.probe_max_interval_ms = 600_000;
+    })
+    .await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.script("/capabilities", [Behavior::Json(json!({})), Behavior::Json(json!({}))]);
+    let r = server.client.post("/api/v1/runtimes/rt/check", &json!(null)).await;
+    assert_eq!((r.status, &r.body["healthy"]), (200, &json!(true)), "{}", r.body);
+    assert!(r.body.get("error").is_none(), "{}", r.body);
+    assert!(r.body["capabilities_error"].as_str().unwrap().contains("missing field"), "{}", r.body);
+    let out = crate::cli::cli(&server.base, &["runtimes", "check", "rt"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", crate::cli::stderr(&out));
+    assert!(crate::cli::stdout(&out).contains("healthy (GET /health), but its /capabilities cannot be read"));
+
+    // A failed /verify: the inconclusive verdict names the provider and model a fresh /capabilities gives.
+    runtime.set_capabilities(json!({"task_types": ["swarm"], "profiles": ["default"], "provider_family": "fresh",
+                                    "model_id": "asked-again"}));
+    runtime.script("/verify", [Behavior::status(500, "boom")]);
+    let before = runtime.count("/capabilities");
+    let id = dispatch(&server, None, "rt").await;
+    let data = ends_with(&server, &id, "failed", "verification_inconclusive").await;
+    let verdict = &data["executions"][0]["verifier_result"];
+    assert_eq!((&verdict["provider_family"], &verdict["model_id"]), (&json!("fresh"), &json!("asked-again")), "{data}");
+    assert_eq!(runtime.count("/capabilities") - before, 2, "once before /execute, once after the failed /verify");
 }

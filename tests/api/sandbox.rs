@@ -1,65 +1,59 @@
-//! The agentic-sandbox executor as observed on the wire, replayed against the real server: legacy
-//! sandbox registration first, two sockets, old sockets left open, DELETE before every re-register,
-//! resync with reconnected/resumed pairs, HITL answers read from `text`, suspension on SIGTERM, restart.
+//! The agentic-sandbox executor as observed on the wire, replayed against the real server by a peer
+//! that behaves as the real one does (`support::agentic`): legacy sandbox registration first, two
+//! sockets, old sockets left open, DELETE before every re-register, resync with reconnected/resumed
+//! pairs, HITL answers read from `text`, suspension on SIGTERM, restart; no acknowledgement read, a
+//! 64-frame inbound channel whose overflow ends its HITL handling, and a forwarder per socket that drops
+//! an event when serve closes its socket.
 
 use aiwg_serve::contract::Schema;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::support::agentic::AgenticPeer;
 use crate::support::{mission_id, ExecSocket, ScriptedExecutor, TestServer};
 
-/// What the client registers, as observed (`grpc_endpoint` without a scheme, non-vocabulary capabilities).
-fn sandbox_registration(instance_id: &str) -> Value {
-    json!({"name": "peer-test", "instance_id": instance_id, "grpc_endpoint": "127.0.0.1:18120",
-           "ws_endpoint": "ws://127.0.0.1:18121", "http_endpoint": "http://127.0.0.1:18122",
-           "capabilities": ["vm", "pty"], "version": "2026.8.5"})
+fn mission_path(id: &str) -> String {
+    format!("/api/v1/missions/{id}")
 }
 
-/// One boot of the client: both registrations (no Authorization header), both sockets, resync first.
-struct Boot {
-    sandbox: ExecSocket,
-    executor: ExecSocket,
+/// Dispatches a fresh mission (the agentic peer is the only executor) and waits until its REST
+/// listener has it; returns its id.
+async fn dispatch_to_peer(server: &TestServer, peer: &mut AgenticPeer, id: &str) {
+    let body = json!({"mission_id": id, "objective": format!("work on {id}"), "completion": "exits 0"});
+    let r = server.client.post("/api/v1/sessions/sess-1/dispatch", &body).await;
+    assert_eq!((r.status, r.body["executor_id"].as_str()), (202, Some(peer.id())), "{}", r.body);
+    peer.rest.next_dispatch().await;
 }
 
-async fn boot(server: &TestServer, e: &mut ScriptedExecutor, owned: &[&str]) -> Boot {
-    let r = server.client.post("/api/sandboxes/register", &sandbox_registration(&e.id)).await;
-    assert!((200..300).contains(&r.status), "{}", r.body);
-    let (sandbox_id, sandbox_token) = (r.body["sandbox_id"].as_str().unwrap(), r.body["token"].as_str().unwrap());
-    assert_eq!(sandbox_id, e.id, "the instance id is the sandbox id");
-    let mut payload = e.register_payload();
-    payload["name"] = json!("agentic-sandbox-peer-test");
-    payload["version"] = json!("2026.8.5");
-    payload["capabilities"] = json!([
-        "isolation:vm",
-        "isolation:container",
-        "runtime:claude-code",
-        "platform:linux/x64",
-        "resumable",
-        "hitl"
-    ]);
-    let r = server.client.post("/api/v1/executors/register", &payload).await;
-    assert_eq!(r.status, 201, "{}", r.body);
-    e.token = r.body["token"].as_str().unwrap().to_owned();
-    let sandbox =
-        ExecSocket::open(&server.ws_url(&format!("/ws/sandbox/{sandbox_id}?token={sandbox_token}")), &e.id).await;
-    let mut executor = e.connect(server).await;
-    let mut resync =
-        executor.envelope("executor.resync", None, json!({"owned_mission_ids": owned, "protocol_version": "1.0.0"}));
-    resync["ts"] = json!("2026-08-05T10:00:00.000Z");
-    assert_eq!(executor.send_json(&resync).await["ack"], true);
-    Boot { sandbox, executor }
+/// The peer's own `mission.assigned`, as it sends it right after the 202, waited for until stored.
+async fn assigned(server: &TestServer, peer: &mut AgenticPeer, id: &str) {
+    peer.emit("mission.assigned", id, json!({"state": "assigned", "estimated_start": aiwg_serve::clock::stamp()}))
+        .await;
+    server
+        .eventually(&mission_path(id), "the peer's mission.assigned stored", |m| {
+            m["recent_events"].as_array().is_some_and(|e| e.iter().any(|e| e["event"] == "mission.assigned"))
+        })
+        .await;
+}
+
+/// The rejected-frame count of one error code, from `/metrics`.
+async fn rejected(server: &TestServer, code: &str) -> u64 {
+    let metrics = server.client.get("/metrics").await.body;
+    let text = metrics.as_str().unwrap_or_default();
+    let key = format!("aiwg_frames_rejected_total{{code=\"{code}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(key.as_str())).map_or(0, |n| n.trim().parse().unwrap())
 }
 
 #[tokio::test]
 async fn the_agentic_sandbox_boot_reconnect_and_shutdown_sequence_works_end_to_end() {
     let server = TestServer::start().await;
-    let mut e = ScriptedExecutor::listen(&[]).await;
-    let mut first = boot(&server, &mut e, &[]).await;
-    server.eventually(&format!("/api/v1/executors/{}", e.id), "connected", |b| b["connected"] == true).await;
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
+    let executor = format!("/api/v1/executors/{}", peer.id());
+    server.eventually(&executor, "connected", |b| b["connected"] == true).await;
 
     // Sandbox events are stored and shown to operators.
     let session_start = json!({"type": "session_start", "agent_id": "agent-1", "session_id": "s-1", "command": "tmux"});
-    first.sandbox.send_only(Message::text(session_start.to_string())).await.unwrap();
+    peer.sandbox(session_start.clone()).await;
     let listed = server
         .eventually("/api/v1/sandboxes", "sandbox event seen", |b| {
             b["sandboxes"][0]["last_event_type"] == "session_start"
@@ -78,101 +72,65 @@ async fn the_agentic_sandbox_boot_reconnect_and_shutdown_sequence_works_end_to_e
     assert_eq!(item["envelope"]["data"], session_start);
     Schema::load().unwrap().validate("stream_item", &item).unwrap();
 
-    // Dispatch, answered 202 by the executor's REST; mission.assigned arrives on the (only) socket.
+    // Dispatch, answered 202 by the executor's REST with serve's token; mission.assigned on the socket.
     let id = mission_id();
-    let body = json!({"mission_id": id, "objective": "fix the bug", "completion": "tests pass"});
-    let r = server.client.post("/api/v1/sessions/sess-1/dispatch", &body).await;
-    assert_eq!((r.status, r.body["executor_id"].as_str()), (202, Some(e.id.as_str())), "{}", r.body);
-    let received = e.next_dispatch().await;
-    assert_eq!(received.path, "/api/v1/sessions/sess-1/dispatch");
-    assert_eq!(received.authorization.unwrap(), format!("Bearer {}", e.token));
-    first
-        .executor
-        .ack("mission.assigned", &id, json!({"state": "assigned", "estimated_start": "2026-08-05T10:00:01.000Z"}))
-        .await;
+    dispatch_to_peer(&server, &mut peer, &id).await;
+    assigned(&server, &mut peer, &id).await;
 
     // A sandbox-socket cycle: DELETE (no auth), both registrations again (new tokens), new sockets while
     // the old executor socket stays open; resync lists the mission, then reconnected/resumed pairs.
-    let r = server.client.delete(&format!("/api/sandboxes/{}", e.id), None).await;
-    assert!((200..300).contains(&r.status));
     assert!((200..300).contains(&server.client.delete("/api/sandboxes/not-a-sandbox", None).await.status));
-    let old_token = e.token.clone();
-    let mut second = boot(&server, &mut e, &[&id]).await;
-    assert_ne!(e.token, old_token, "no Authorization header: a new token, the newest wins");
-    second.executor.ack("mission.reconnected", &id, json!({"checkpoint_id": ""})).await;
-    second.executor.ack("mission.resumed", &id, json!({"state": "running", "resumed_from": "suspended"})).await;
-    assert_eq!(server.mission(&id).await["state"], "running");
+    let old_token = peer.rest.token.clone();
+    peer.cycle(&server, &[&id]).await;
+    assert_ne!(peer.rest.token, old_token, "no Authorization header: a new token, the newest wins");
+    peer.emit("mission.reconnected", &id, json!({"checkpoint_id": ""})).await;
+    peer.emit("mission.resumed", &id, json!({"state": "running", "resumed_from": "suspended"})).await;
+    server.eventually(&mission_path(&id), "running", |m| m["state"] == "running").await;
 
-    // Events keep coming on the old socket too; HITL answers reach the executor as `text`.
-    first
-        .executor
-        .ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Proceed?", "context": "pty"}))
-        .await;
+    // Events come on either socket; a HITL answer reaches the executor as `text`, once (its sockets all
+    // feed one channel).
+    peer.emit("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Proceed?", "context": "pty"})).await;
+    server.eventually(&mission_path(&id), "hitl-required", |m| m["state"] == "hitl-required").await;
     let r = server
         .client
         .post(&format!("/api/v1/missions/{id}/hitl_response"), &json!({"hitl_id": "h-1", "response": "yes"}))
         .await;
     assert_eq!((r.status, r.body["delivered"].as_bool()), (202, Some(true)), "{}", r.body);
-    for socket in [&mut first.executor, &mut second.executor] {
-        let answer = socket.next_pushed().await;
-        assert_eq!((answer["data"]["hitl_id"].as_str(), answer["data"]["text"].as_str()), (Some("h-1"), Some("yes")));
-    }
+    assert_eq!(peer.next_hitl_answer().await, Some(("h-1".into(), "yes".into())));
 
     // Dispatch with the new token works (serve calls the executor with the newest token).
     let next = mission_id();
-    let r = server
-        .client
-        .post("/api/v1/sessions/sess-1/dispatch", &json!({"mission_id": next, "objective": "o", "completion": "c"}))
-        .await;
-    assert_eq!(r.status, 202);
-    assert_eq!(e.next_dispatch().await.authorization.unwrap(), format!("Bearer {}", e.token));
+    dispatch_to_peer(&server, &mut peer, &next).await;
 
-    // SIGTERM: suspended (one on the old socket, one on the new), sockets dropped without Close frames.
-    first
-        .executor
-        .ack(
-            "mission.suspended",
-            &id,
-            json!({"state": "suspended", "checkpoint_id": format!("auto-{id}"), "reason": "mgmt_server_shutdown"}),
-        )
-        .await;
-    second
-        .executor
-        .ack(
-            "mission.suspended",
-            &next,
-            json!({"state": "suspended", "checkpoint_id": format!("auto-{next}"), "reason": "mgmt_server_shutdown"}),
-        )
-        .await;
-    drop(first);
-    drop(second);
-    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
-    assert_eq!(server.mission(&id).await["state"], "suspended");
-
-    // Restart: same executor_id, no DELETE, resync lists both, reconnected/resumed pairs.
-    let mut third = boot(&server, &mut e, &[&id, &next]).await;
+    // SIGTERM: suspended for every mission it holds, sockets dropped without Close frames.
     for m in [&id, &next] {
-        let resumed = third.executor.next_pushed().await;
-        assert_eq!(resumed["event"], "mission.resumed", "serve resumes what was suspended: {resumed}");
-        assert_eq!(resumed["data"]["resumed_from"], "suspended");
-        let _ = m;
+        let data =
+            json!({"state": "suspended", "checkpoint_id": format!("auto-{m}"), "reason": "mgmt_server_shutdown"});
+        peer.emit("mission.suspended", m, data).await;
+    }
+    server.eventually(&mission_path(&next), "suspended", |m| m["state"] == "suspended").await;
+    server.eventually(&mission_path(&id), "suspended", |m| m["state"] == "suspended").await;
+    peer.stop();
+    server.eventually(&executor, "disconnected", |b| b["connected"] == false).await;
+
+    // Restart: same executor_id, no DELETE, resync lists both, reconnected/resumed pairs. Serve resumes
+    // what was suspended; it sends the peer nothing (it acts on nothing but HITL answers).
+    peer.restart(&server, &[&id, &next]).await;
+    for m in [&id, &next] {
+        peer.emit("mission.reconnected", m, json!({"checkpoint_id": ""})).await;
+        peer.emit("mission.resumed", m, json!({"state": "running", "resumed_from": "suspended"})).await;
     }
     for m in [&id, &next] {
-        third.executor.ack("mission.reconnected", m, json!({"checkpoint_id": ""})).await;
-        third.executor.ack("mission.resumed", m, json!({"state": "running", "resumed_from": "suspended"})).await;
-    }
-    for m in [&id, &next] {
-        let mission = server.mission(m).await;
-        assert_eq!(mission["state"], "running");
+        let mission = server.eventually(&mission_path(m), "running", |m| m["state"] == "running").await;
         assert_eq!(mission["checkpoint_id"], format!("auto-{m}"));
     }
     // The quarantine path of the real client: failed_preserved with extra keys is a failure.
-    third
-        .executor
-        .ack("mission.failed", &next, json!({"state": "failed_preserved", "reason": "mission_quarantined", "error": "crash loop", "failure_count": 3, "threshold": 3}))
-        .await;
-    assert_eq!(server.mission(&next).await["state"], "failed");
-    third.sandbox.close().await;
+    let quarantined = json!({"state": "failed_preserved", "reason": "mission_quarantined", "error": "crash loop",
+                             "failure_count": 3, "threshold": 3});
+    peer.emit("mission.failed", &next, quarantined).await;
+    server.eventually(&mission_path(&next), "failed", |m| m["state"] == "failed").await;
+    assert_eq!(peer.hitl_answers(), Some(Vec::new()), "nothing else reached its HITL handler");
+    assert_eq!(peer.received(), 1, "serve sent it the one HITL answer, nothing more");
 }
 
 #[tokio::test]
@@ -192,35 +150,19 @@ async fn sandbox_registration_is_lenient_but_its_socket_needs_its_token() {
     assert_eq!(server.client.get("/api/v1/sandboxes").await.body, json!({"sandboxes": []}));
 }
 
-fn sandbox_frame(frame: Value) -> Message {
-    Message::text(frame.to_string())
-}
-
 /// What the sandbox socket says about one agent session (`mission-` + the first 8 bytes of the id).
-fn session_listing(session_id: &str, mission_id: &str) -> Message {
-    sandbox_frame(json!({"type": "agent_sessions", "agent_id": "fake-agent-1", "sessions": [{
+fn session_listing(session_id: &str, mission_id: &str) -> Value {
+    json!({"type": "agent_sessions", "agent_id": "fake-agent-1", "sessions": [{
         "session_id": session_id, "session_name": format!("mission-{}", &mission_id[..8]), "session_type": "background",
-        "command": "work", "created_at_secs": 0, "has_screen": false}]}))
+        "command": "work", "created_at_secs": 0, "has_screen": false}]})
 }
 
-fn session_start(session_id: &str) -> Message {
-    sandbox_frame(
-        json!({"type": "session_start", "agent_id": "fake-agent-1", "session_id": session_id, "command": "tmux"}),
-    )
+fn session_start(session_id: &str) -> Value {
+    json!({"type": "session_start", "agent_id": "fake-agent-1", "session_id": session_id, "command": "tmux"})
 }
 
-fn session_end(session_id: &str, exit_code: i64) -> Message {
-    sandbox_frame(
-        json!({"type": "session_end", "agent_id": "fake-agent-1", "session_id": session_id, "exit_code": exit_code}),
-    )
-}
-
-async fn dispatch(server: &TestServer, e: &mut ScriptedExecutor) -> String {
-    let id = mission_id();
-    let body = json!({"mission_id": id, "objective": "work", "completion": "exits 0"});
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
-    id
+fn session_end(session_id: &str, exit_code: i64) -> Value {
+    json!({"type": "session_end", "agent_id": "fake-agent-1", "session_id": session_id, "exit_code": exit_code})
 }
 
 /// Issue 12: the sandbox's real traffic (agentic-sandbox-wire.jsonl), replayed through the real server,
@@ -229,89 +171,92 @@ async fn dispatch(server: &TestServer, e: &mut ScriptedExecutor) -> String {
 #[tokio::test]
 async fn the_sandbox_sessions_end_its_missions() {
     let server = TestServer::start().await;
-    let mut e = ScriptedExecutor::listen(&[]).await;
-    let mut first = boot(&server, &mut e, &[]).await;
-    let assigned = |estimated: &str| json!({"state": "assigned", "estimated_start": estimated});
-    let mission = |id: &String| format!("/api/v1/missions/{id}");
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
 
     // Exit 0, in the order most sessions show: assigned, start, listing, end.
-    let ok = dispatch(&server, &mut e).await;
-    first.executor.ack("mission.assigned", &ok, assigned("2026-11-30T09:26:05.220Z")).await;
-    first.sandbox.send_only(session_start("s-ok")).await.unwrap();
-    first.sandbox.send_only(session_listing("s-ok", &ok)).await.unwrap();
-    server.eventually(&mission(&ok), "started from the session", |m| m["state"] == "running").await;
-    first.sandbox.send_only(session_end("s-ok", 0)).await.unwrap();
-    let m = server.eventually(&mission(&ok), "done from the session", |m| m["state"] == "done").await;
+    let ok = mission_id();
+    dispatch_to_peer(&server, &mut peer, &ok).await;
+    assigned(&server, &mut peer, &ok).await;
+    peer.sandbox(session_start("s-ok")).await;
+    peer.sandbox(session_listing("s-ok", &ok)).await;
+    server.eventually(&mission_path(&ok), "started from the session", |m| m["state"] == "running").await;
+    peer.sandbox(session_end("s-ok", 0)).await;
+    let m = server.eventually(&mission_path(&ok), "done from the session", |m| m["state"] == "done").await;
     assert_eq!(m["exit_code"], 0);
     assert_eq!(m["pty_session_ref"], "s-ok");
 
-    // Exit 3, with the session starting before the executor's mission.assigned (13 of 68 in one run).
-    let bad = dispatch(&server, &mut e).await;
-    first.sandbox.send_only(session_start("s-bad")).await.unwrap();
-    first.sandbox.send_only(session_listing("s-bad", &bad)).await.unwrap();
-    server.eventually(&mission(&bad), "started", |m| m["state"] == "running").await;
-    let late = first.executor.event("mission.assigned", &bad, assigned("2026-11-30T09:26:14.012Z")).await;
-    assert_eq!(late["error"], "illegal_transition", "an assigned after the start is refused: {late}");
-    first.sandbox.send_only(session_end("s-bad", 3)).await.unwrap();
-    let m = server.eventually(&mission(&bad), "failed from the session", |m| m["state"] == "failed").await;
+    // Exit 3, with the session starting before the executor's mission.assigned (13 of 68 in one run):
+    // the late assigned is a duplicate, not an error (issue 42, finding 6).
+    let bad = mission_id();
+    dispatch_to_peer(&server, &mut peer, &bad).await;
+    peer.sandbox(session_start("s-bad")).await;
+    peer.sandbox(session_listing("s-bad", &bad)).await;
+    server.eventually(&mission_path(&bad), "started", |m| m["state"] == "running").await;
+    peer.emit("mission.assigned", &bad, json!({"state": "assigned", "estimated_start": "2026-11-30T09:26:14.012Z"}))
+        .await;
+    peer.sandbox(session_end("s-bad", 3)).await;
+    let m = server.eventually(&mission_path(&bad), "failed from the session", |m| m["state"] == "failed").await;
     assert_eq!(m["exit_code"], 3);
     assert!(m["error"].as_str().unwrap().starts_with("inferred by serve from sandbox session s-bad"), "{m}");
+    assert_eq!(rejected(&server, "illegal_transition").await, 0, "the late mission.assigned was not refused");
 
-    // HITL: the executor socket asks; pause is refused honestly (the sandbox has no pause).
-    let asking = dispatch(&server, &mut e).await;
-    first.executor.ack("mission.assigned", &asking, assigned("2026-11-30T09:26:22.225Z")).await;
-    first.sandbox.send_only(session_start("s-ask")).await.unwrap();
-    first.sandbox.send_only(session_listing("s-ask", &asking)).await.unwrap();
-    server.eventually(&mission(&asking), "started", |m| m["state"] == "running").await;
-    first
-        .executor
-        .ack("mission.hitl_required", &asking, json!({"hitl_id": "h-9", "prompt": "Deploy?", "context": "c"}))
-        .await;
-    let r = server.client.post(&format!("{}/pause", mission(&asking)), &json!(null)).await;
-    r.assert_error(409, "control_unsupported");
+    // HITL: the executor socket asks; pause and resume are refused honestly (the sandbox has no pause).
+    let asking = mission_id();
+    dispatch_to_peer(&server, &mut peer, &asking).await;
+    assigned(&server, &mut peer, &asking).await;
+    peer.sandbox(session_start("s-ask")).await;
+    peer.sandbox(session_listing("s-ask", &asking)).await;
+    server.eventually(&mission_path(&asking), "started", |m| m["state"] == "running").await;
+    peer.emit("mission.hitl_required", &asking, json!({"hitl_id": "h-9", "prompt": "Deploy?", "context": "c"})).await;
+    server.eventually(&mission_path(&asking), "asking", |m| m["state"] == "hitl-required").await;
+    for action in ["pause", "resume"] {
+        let message = server
+            .client
+            .post(&format!("{}/{action}", mission_path(&asking)), &json!(null))
+            .await
+            .assert_error(409, "control_unsupported");
+        assert!(message.contains("agentic-sandbox"), "{message}");
+    }
 
     // SIGTERM: suspended for every mission it holds, ended ones included; sockets dropped.
     for id in [&ok, &bad, &asking] {
         let data =
             json!({"state": "suspended", "checkpoint_id": format!("auto-{id}"), "reason": "mgmt_server_shutdown"});
-        first.executor.event("mission.suspended", id, data).await;
+        peer.emit("mission.suspended", id, data).await;
     }
-    drop(first);
-    server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;
-    assert_eq!(server.mission(&asking).await["state"], "suspended");
+    server.eventually(&mission_path(&asking), "suspended", |m| m["state"] == "suspended").await;
+    peer.stop();
+    server.eventually(&format!("/api/v1/executors/{}", peer.id()), "disconnected", |b| b["connected"] == false).await;
 
     // Restart: resync lists all three, then reconnected + resumed for each.
-    let mut second = boot(&server, &mut e, &[&ok, &bad, &asking]).await;
+    peer.restart(&server, &[&ok, &bad, &asking]).await;
     for id in [&ok, &bad, &asking] {
-        second.executor.event("mission.reconnected", id, json!({"checkpoint_id": ""})).await;
-        second.executor.event("mission.resumed", id, json!({"state": "running", "resumed_from": "suspended"})).await;
+        peer.emit("mission.reconnected", id, json!({"checkpoint_id": ""})).await;
+        peer.emit("mission.resumed", id, json!({"state": "running", "resumed_from": "suspended"})).await;
     }
+    let m = server.eventually(&mission_path(&asking), "asking again", |m| m["state"] == "hitl-required").await;
+    assert_eq!(m["hitl"]["hitl_id"], "h-9", "the agent still waits for its answer: {m}");
     assert_eq!(server.mission(&ok).await["state"], "done");
     assert_eq!(server.mission(&bad).await["state"], "failed");
-    let m = server.mission(&asking).await;
-    assert_eq!(m["state"], "hitl-required", "the agent still waits for its answer: {m}");
     let r = server
         .client
-        .post(&format!("{}/hitl_response", mission(&asking)), &json!({"hitl_id": "h-9", "response": "yes"}))
+        .post(&format!("{}/hitl_response", mission_path(&asking)), &json!({"hitl_id": "h-9", "response": "yes"}))
         .await;
     assert_eq!((r.status, &r.body["state"]), (202, &json!("running")), "{}", r.body);
+    assert_eq!(peer.next_hitl_answer().await, Some(("h-9".into(), "yes".into())));
 
     // The third restart quarantines everything, the mission that exited 0 included: it stays done.
     let quarantine = json!({"state": "failed_preserved", "reason": "mission_quarantined", "error": "repeated reconnect/resume",
                             "failure_count": 3, "threshold": 3});
-    let refused = second.executor.event("mission.failed", &ok, quarantine).await;
-    assert_eq!(refused["error"], "illegal_transition", "{refused}");
+    peer.emit("mission.failed", &ok, quarantine).await;
+    // Had the executor reported the end itself, after serve inferred it: a duplicate, not an error.
+    peer.emit("mission.failed", &bad, json!({"state": "failed", "reason": "exit", "exit_code": 3})).await;
+    // And the session end of the HITL mission ends it.
+    peer.sandbox(session_end("s-ask", 0)).await;
+    server.eventually(&mission_path(&asking), "done", |m| m["state"] == "done").await;
     let m = server.mission(&ok).await;
     assert_eq!((&m["state"], &m["exit_code"]), (&json!("done"), &json!(0)));
-    // Had the executor reported the end itself, after serve inferred it: a duplicate, not an error.
-    let own = second
-        .executor
-        .event("mission.failed", &bad, json!({"state": "failed", "reason": "exit", "exit_code": 3}))
-        .await;
-    assert_eq!(own["duplicate"], true, "{own}");
-    // And the session end of the HITL mission ends it.
-    second.sandbox.send_only(session_end("s-ask", 0)).await.unwrap();
-    server.eventually(&mission(&asking), "done", |m| m["state"] == "done").await;
+    assert_eq!(server.mission(&bad).await["state"], "failed");
 }
 
 /// Issue 12, finding 2: a restart that re-announces 51 ended missions used to close the executor
@@ -319,31 +264,26 @@ async fn the_sandbox_sessions_end_its_missions() {
 #[tokio::test]
 async fn restating_many_ended_missions_is_not_a_flood() {
     let server = TestServer::start().await;
-    let mut e = ScriptedExecutor::listen(&[]).await;
-    let first = boot(&server, &mut e, &[]).await;
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
     let mut ended = Vec::new();
     for _ in 0..51 {
-        let id = dispatch(&server, &mut e).await;
+        let id = mission_id();
+        dispatch_to_peer(&server, &mut peer, &id).await;
         assert_eq!(server.client.post(&format!("/api/v1/missions/{id}/abort"), &json!(null)).await.status, 202);
         ended.push(id);
     }
-    drop(first);
     let owned: Vec<&str> = ended.iter().map(String::as_str).collect();
-    let mut second = boot(&server, &mut e, &owned).await;
+    peer.restart(&server, &owned).await;
     for id in &ended {
-        second
-            .executor
-            .send_json(&second.executor.envelope("mission.reconnected", Some(id), json!({"checkpoint_id": ""})))
-            .await;
-        second
-            .executor
-            .send_json(&second.executor.envelope("mission.resumed", Some(id), json!({"state": "running"})))
-            .await;
+        peer.emit("mission.reconnected", id, json!({"checkpoint_id": ""})).await;
+        peer.emit("mission.resumed", id, json!({"state": "running"})).await;
     }
-    // Still open and still heard: a fresh mission's events are acknowledged, and it is still connected.
-    let id = dispatch(&server, &mut e).await;
-    assert_eq!(second.executor.event("mission.assigned", &id, json!({"state": "assigned"})).await["ack"], true);
-    assert_eq!(server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body["connected"], true);
+    // Still open and still heard: a fresh mission's events are taken, and it is still connected.
+    let id = mission_id();
+    dispatch_to_peer(&server, &mut peer, &id).await;
+    assigned(&server, &mut peer, &id).await;
+    assert_eq!(server.client.get(&format!("/api/v1/executors/{}", peer.id())).await.body["connected"], true);
+    assert_eq!(peer.open_sockets(), 1);
 }
 
 /// Issue 12, findings 5 and 7: ids the sandbox cannot handle are refused at dispatch, ids that would
@@ -363,12 +303,19 @@ async fn mission_ids_are_checked_and_agent_pins_forwarded() {
 
     let first = server.client.post("/api/v1/sessions/s/dispatch", &dispatch("mission-0001")).await;
     assert_eq!(first.status, 202, "{}", first.body);
-    assert!(first.body.get("warnings").is_none(), "{}", first.body);
+    assert!(first.header("warning").is_none(), "{:?}", first.headers);
     e.next_dispatch().await;
     let second = server.client.post("/api/v1/sessions/s/dispatch", &dispatch("mission-0002")).await;
     assert_eq!(second.status, 202, "{}", second.body);
-    let warning = second.body["warnings"][0].as_str().unwrap_or_else(|| panic!("a warning: {}", second.body));
-    assert!(warning.contains("mission-0001") && warning.contains("first 8 bytes"), "{warning}");
+    let warning = second.header("warning").unwrap_or_else(|| panic!("a warning: {:?}", second.headers));
+    assert!(
+        warning.starts_with("299 aiwg-serve \"mission id mission-0002 shares its first 8 bytes with 1"),
+        "{warning}"
+    );
+    assert!(warning.contains("(mission-0001)"), "{warning}");
+    // The body stays upstream's dispatch_response: nothing it does not allow.
+    let upstream = crate::support::upstream::Upstream::load();
+    assert_eq!(upstream.errors("dispatch_response", &second.body), Vec::<String>::new(), "{}", second.body);
     e.next_dispatch().await;
 
     let mut pinned = dispatch(&mission_id());
@@ -379,13 +326,13 @@ async fn mission_ids_are_checked_and_agent_pins_forwarded() {
 }
 
 /// Issue 12, finding 6: every sandbox socket cycle left one more executor socket open, pinged forever.
-/// Past `hub.max_sockets_per_executor` the oldest is closed with 4000, and what the executor still sent
-/// on it is committed.
+/// Past `hub.max_sockets_per_executor` the one quiet the longest (here the oldest) is closed with 4000,
+/// and what the executor still sent on it is committed.
 #[tokio::test]
 async fn old_sockets_are_closed_past_the_limit_without_losing_their_frames() {
     let server = TestServer::start_with(|c| c.hub.max_sockets_per_executor = 2).await;
     let (mut e, mut oldest) = ScriptedExecutor::online(&server, &[]).await;
-    let id = dispatch(&server, &mut e).await;
+    let id = crate::support::dispatch_to(&server, &mut e).await;
     let _second = e.connect(&server).await;
     let mut newest = e.connect(&server).await;
     // The executor had this in flight on its oldest socket when serve closed it.
@@ -404,4 +351,166 @@ async fn old_sockets_are_closed_past_the_limit_without_losing_their_frames() {
     assert!(newest.ack("mission.started", &id, json!({"state": "running"})).await > 0);
     let status = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
     assert_eq!(status["connected"], true);
+}
+
+/// Issue 42, finding 2: the real client lists every mission it ever ran in each resync; serve answered
+/// each ended one with `mission.aborted` on every live socket, the client's 64-frame channel overflowed,
+/// and its HITL handling ended for good: answers were "delivered" and never reached the agent. Serve sends
+/// it nothing it cannot act on (no aborts, no acks, no resumes), and each frame on one socket only.
+#[tokio::test]
+async fn hitl_answers_reach_the_agentic_sandbox_after_resyncs_restate_many_ended_missions() {
+    let server = TestServer::start().await;
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
+    let mut ended = Vec::new();
+    for _ in 0..70 {
+        let id = mission_id();
+        dispatch_to_peer(&server, &mut peer, &id).await;
+        peer.emit("mission.assigned", &id, json!({"state": "assigned"})).await;
+        let r = server.client.post(&format!("/api/v1/missions/{id}/abort"), &json!(null)).await;
+        assert_eq!((r.status, &r.body["delivered"]), (202, &json!(false)), "{}", r.body);
+        assert!(r.body["note"].as_str().unwrap().contains("may still be running"), "{}", r.body);
+        ended.push(id);
+    }
+    let owned: Vec<&str> = ended.iter().map(String::as_str).collect();
+    peer.restart(&server, &owned).await;
+    for _ in 0..3 {
+        peer.cycle(&server, &owned).await;
+    }
+    for id in &owned {
+        peer.emit("mission.reconnected", id, json!({"checkpoint_id": ""})).await;
+        peer.emit("mission.resumed", id, json!({"state": "running", "resumed_from": "suspended"})).await;
+    }
+    let id = mission_id();
+    dispatch_to_peer(&server, &mut peer, &id).await;
+    peer.emit("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Go on?"})).await;
+    server.eventually(&mission_path(&id), "asking", |m| m["state"] == "hitl-required").await;
+    let r = server
+        .client
+        .post(&format!("/api/v1/missions/{id}/hitl_response"), &json!({"hitl_id": "h-1", "response": "go"}))
+        .await;
+    assert_eq!((r.status, &r.body["delivered"]), (202, &json!(true)), "{}", r.body);
+    assert_eq!(peer.next_hitl_answer().await, Some(("h-1".into(), "go".into())), "the handler is alive");
+    assert_eq!(peer.received(), 1, "the answer, once, and nothing else");
+}
+
+/// Issue 42, finding 3: the client opens a new executor socket on every cycle and never closes the old
+/// ones; each one serve closes makes it drop a later event (2 of 6 HITL requests were lost after 8
+/// cycles). An agentic-sandbox executor keeps many more sockets before one is closed.
+#[tokio::test]
+async fn socket_cycles_of_the_agentic_sandbox_lose_no_event() {
+    let server = TestServer::start().await;
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
+    let mut missions = Vec::new();
+    for _ in 0..6 {
+        let id = mission_id();
+        dispatch_to_peer(&server, &mut peer, &id).await;
+        missions.push(id);
+    }
+    let owned: Vec<&str> = missions.iter().map(String::as_str).collect();
+    for _ in 0..8 {
+        peer.cycle(&server, &owned).await;
+    }
+    for (n, id) in missions.iter().enumerate() {
+        peer.emit("mission.hitl_required", id, json!({"hitl_id": format!("h-{n}"), "prompt": "Proceed?"})).await;
+    }
+    for id in &missions {
+        server.eventually(&mission_path(id), "asking", |m| m["state"] == "hitl-required").await;
+    }
+    assert!(peer.dropped.is_empty(), "events dropped: {:?}", peer.dropped);
+    assert_eq!((peer.open_sockets(), peer.closes.lock().unwrap().len()), (9, 0));
+}
+
+/// Issue 42, finding 4: missions whose ids share their first 8 characters never ended, the first
+/// included: a session was matched by its name's prefix only, found two missions and took neither. A
+/// session goes to the mission bound to it, else to the first unclaimed mission of its prefix.
+#[tokio::test]
+async fn sessions_of_missions_sharing_a_prefix_end_each_its_own() {
+    let server = TestServer::start().await;
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
+    let (first, second) = ("m-shared-first".to_owned(), "m-shared-second".to_owned());
+    for id in [&first, &second] {
+        dispatch_to_peer(&server, &mut peer, id).await;
+        assigned(&server, &mut peer, id).await;
+    }
+    peer.sandbox(session_start("s-1")).await;
+    peer.sandbox(session_listing("s-1", &first)).await;
+    let m = server.eventually(&mission_path(&first), "first started", |m| m["state"] == "running").await;
+    assert_eq!(m["pty_session_ref"], "s-1");
+    assert_eq!(server.mission(&second).await["state"], "assigned", "one session, one mission");
+    peer.sandbox(session_start("s-2")).await;
+    peer.sandbox(session_listing("s-2", &second)).await;
+    let m = server.eventually(&mission_path(&second), "second started", |m| m["state"] == "running").await;
+    assert_eq!(m["pty_session_ref"], "s-2");
+    // Ends in the other order: each session ends its own mission.
+    peer.sandbox(session_end("s-2", 3)).await;
+    peer.sandbox(session_end("s-1", 0)).await;
+    let m = server.eventually(&mission_path(&first), "first done", |m| m["state"] == "done").await;
+    assert_eq!(m["exit_code"], 0);
+    let m = server.eventually(&mission_path(&second), "second failed", |m| m["state"] == "failed").await;
+    assert_eq!(m["exit_code"], 3);
+}
+
+/// Issue 42, finding 5: a lost agent leaves its mission running and silent. Its sandbox's session frames
+/// are signs of life (the mission's `updated_at` moves), and the CLI says how long a live mission has
+/// been silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missions_session_frames_are_signs_of_life_and_the_cli_says_how_long_it_was_silent() {
+    let server = TestServer::start().await;
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
+    let id = mission_id();
+    dispatch_to_peer(&server, &mut peer, &id).await;
+    peer.sandbox(session_start("s-live")).await;
+    peer.sandbox(session_listing("s-live", &id)).await;
+    let before = server.eventually(&mission_path(&id), "running", |m| m["state"] == "running").await;
+    let before = before["updated_at"].as_str().unwrap().to_owned();
+    // Another listing of the session, later: the sandbox says the agent is still there.
+    peer.sandbox(session_listing("s-live", &id)).await;
+    let listed = server
+        .eventually("/api/v1/events?follow=false&since=0&limit=1000", "the second listing stored", |page| {
+            page["events"]
+                .as_array()
+                .is_some_and(|e| e.iter().filter(|i| i["envelope"]["event"] == "sandbox.agent_sessions").count() == 2)
+        })
+        .await;
+    let at = listed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|i| i["envelope"]["event"] == "sandbox.agent_sessions")
+        .unwrap()["envelope"]["ts"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let m = server
+        .eventually(&mission_path(&id), "touched by the listing", |m| {
+            m["updated_at"].as_str().is_some_and(|u| u >= at.as_str())
+        })
+        .await;
+    assert!(m["updated_at"].as_str().unwrap() >= before.as_str());
+    assert_eq!(m["state"], "running", "a sign of life changes nothing else");
+
+    let out = crate::cli::cli(&server.base, &["missions", "show", &id], &[]).await;
+    let shown = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(shown.lines().any(|l| l.starts_with("silent for:") && l.contains("s (no event")), "{shown}");
+    let out = crate::cli::cli(&server.base, &["missions", "list"], &[]).await;
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(table.lines().next().unwrap().ends_with("SILENT"), "{table}");
+}
+
+/// Issue 42, finding 3: over the limit, the socket closed is the one that has carried no event for the
+/// longest, not the oldest: a peer that still sends on an old socket may still read from it.
+#[tokio::test]
+async fn the_socket_closed_over_the_limit_is_the_one_quiet_the_longest() {
+    let server = TestServer::start_with(|c| c.hub.max_sockets_per_executor = 2).await;
+    let (mut e, mut oldest) = ScriptedExecutor::online(&server, &[]).await;
+    let id = crate::support::dispatch_to(&server, &mut e).await;
+    let mut quiet = e.connect(&server).await;
+    // The oldest socket carries an event after the newer one opened: the newer one is the quietest.
+    oldest.ack("mission.started", &id, json!({"state": "running"})).await;
+    let mut newest = e.connect(&server).await;
+    let closed = quiet.closed().await;
+    assert_eq!((closed.code, closed.reason.as_str()), (4000, "superseded by a newer socket"));
+    assert!(oldest.ack("mission.progress", &id, json!({"summary": "old socket, still open"})).await > 0);
+    assert!(newest.ack("mission.progress", &id, json!({"summary": "new socket"})).await > 0);
 }

@@ -5,34 +5,12 @@ use std::path::Path;
 use aiwg_serve::contract::Schema;
 use serde_json::{json, Value};
 
+use crate::support::upstream::Upstream;
 use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
 
 fn fixture(path: &str) -> Value {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(path);
     serde_json::from_str(&std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))).unwrap()
-}
-
-/// Upstream's schema, compiled per `$defs` entry.
-struct Upstream(jsonschema::ValidatorMap);
-
-impl Upstream {
-    fn load() -> Upstream {
-        let mut doc = fixture("upstream/executor-v1.upstream.json");
-        // Its `$schema` misspells the 2020-12 meta-schema URI; drop it and say which draft it means.
-        doc.as_object_mut().unwrap().remove("$schema");
-        Upstream(
-            jsonschema::options()
-                .with_draft(jsonschema::Draft::Draft202012)
-                .should_validate_formats(true)
-                .build_map(&doc)
-                .expect("upstream schema compiles"),
-        )
-    }
-
-    fn errors(&self, def: &str, value: &Value) -> Vec<String> {
-        let v = self.0.get(&format!("#/$defs/{def}")).unwrap_or_else(|| panic!("upstream has no {def}"));
-        v.iter_errors(value).map(|e| format!("{} at {}", e, e.instance_path())).collect()
-    }
 }
 
 fn ours(schema: &Schema, def: &str, value: &Value) {
@@ -150,7 +128,9 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
     e.next_dispatch().await;
     let ack = ws.event("mission.started", &id, json!({"state": "running", "pty_session_id": "p"})).await;
     ours(&schema, "ack_frame", &ack);
-    let refused = ws.event("mission.assigned", &id, json!({"state": "assigned"})).await;
+    let late = ws.event("mission.assigned", &id, json!({"state": "assigned"})).await;
+    ours(&schema, "ack_frame", &late);
+    let refused = ws.event("mission.completed", "m-not-its-own", json!({"state": "done"})).await;
     ours(&schema, "error_frame", &refused);
     ws.ack("mission.progress", &id, json!({"summary": "s", "extra": 1})).await;
     ws.ack("mission.failed", &id, json!({"state": "failed_preserved", "failure_count": 2})).await;

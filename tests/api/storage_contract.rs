@@ -156,8 +156,8 @@ mod cases {
     use aiwg_serve::contract::{RegisterPayload, TransportEndpoints};
     use aiwg_serve::domain::{MissionState, RuntimeKind, RuntimeRecord};
     use aiwg_serve::store::{
-        Change, Compaction, ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionQuery, NewEvent,
-        Pending, SandboxRecord, Store, StoreError, StoredEvent,
+        Change, Compaction, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch, MissionQuery,
+        NewEvent, Pending, SandboxRecord, Store, StoreError, StoredEvent,
     };
     use aiwg_serve::wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
@@ -705,8 +705,14 @@ mod cases {
 
         let live = |store: Store| async move {
             let mut live = store.live_missions().await.unwrap();
-            live.sort_by(|a, b| a.0.cmp(&b.0));
+            live.sort_by(|a, b| a.mission_id.cmp(&b.mission_id));
             live
+        };
+        let row = |id: &str, state: MissionState, session: Option<&str>| LiveMission {
+            mission_id: id.to_owned(),
+            executor_id: "e1".to_owned(),
+            state,
+            pty_session_ref: session.map(str::to_owned),
         };
         let expected = |extra: &[(&str, MissionState)]| {
             let states = [
@@ -716,10 +722,9 @@ mod cases {
                 MissionState::HitlRequired,
                 MissionState::Suspended,
             ];
-            let mut all: Vec<(String, String, MissionState)> =
-                states.iter().map(|s| (s.as_str().to_owned(), "e1".to_owned(), *s)).collect();
-            all.extend(extra.iter().map(|(id, s)| (id.to_string(), "e1".to_owned(), *s)));
-            all.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut all: Vec<LiveMission> = states.iter().map(|s| row(s.as_str(), *s, None)).collect();
+            all.extend(extra.iter().map(|(id, s)| row(id, *s, None)));
+            all.sort_by(|a, b| a.mission_id.cmp(&b.mission_id));
             all
         };
         assert_eq!(live(store.clone()).await, expected(&[]));
@@ -730,6 +735,12 @@ mod cases {
         store.commit(vec![patch("q1", assigned)]).await.unwrap();
         assert_eq!(live(store.clone()).await, expected(&[("q1", MissionState::Assigned)]));
         assert_eq!(store.queued_missions().await.unwrap(), vec![q2]);
+        // The session a mission is bound to comes back with it (a sandbox session is matched by it).
+        let bound = MissionPatch { pty_session_ref: Some("s-1".into()), ..Default::default() };
+        store.commit(vec![patch("running", bound)]).await.unwrap();
+        let listed = live(store.clone()).await;
+        let running = listed.iter().find(|m| m.mission_id == "running").unwrap();
+        assert_eq!(running, &row("running", MissionState::Running, Some("s-1")));
     }
 
     pub(super) async fn recent_progress_of_live_missions_is_their_last_sixteen(store: Store) {
@@ -944,7 +955,7 @@ mod cases {
         hitl: Vec<HitlRequest>,
         sandboxes: Vec<SandboxRecord>,
         queued: Vec<Mission>,
-        live: Vec<(String, String, MissionState)>,
+        live: Vec<LiveMission>,
         counts: Vec<(&'static str, i64)>,
     }
 

@@ -58,6 +58,34 @@ async fn the_same_loopback_address_may_re_register_without_its_token() {
     assert_eq!(server.client.post("/api/v1/executors/register", &e.register_payload()).await.status, 201);
 }
 
+/// Issue 42, finding 12: another process of the same host re-registered a connected executor's id
+/// without its token, with its own endpoints, and received its dispatches. While the executor is
+/// connected, a tokenless reclaim keeps its endpoints (what the agentic-sandbox executor does on every
+/// cycle); another endpoint is refused, with how to free the identity, and changes nothing.
+#[tokio::test]
+async fn a_tokenless_reclaim_of_a_connected_executor_keeps_its_endpoints() {
+    let server = TestServer::start().await;
+    let (mut e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    let thief = ScriptedExecutor::listen(&[]).await;
+    let mut stolen = e.register_payload();
+    stolen["transport_endpoints"] = thief.register_payload()["transport_endpoints"].clone();
+    let message = server.client.post("/api/v1/executors/register", &stolen).await.assert_error(409, "conflict");
+    assert!(message.contains("other transport_endpoints") && message.contains("executors remove"), "{message}");
+    let listed = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
+    assert_eq!(listed["transport_endpoints"], e.register_payload()["transport_endpoints"], "nothing changed");
+    // The executor still gets its dispatches, with its own token.
+    let id = crate::support::dispatch_to(&server, &mut e).await;
+    assert_eq!(server.mission(&id).await["executor_id"], e.id.as_str());
+    // With its token it may move; without, the same endpoints are taken (a new token issued).
+    let moved = server
+        .client
+        .post_with("/api/v1/executors/register", &stolen, &[("authorization", &format!("Bearer {}", e.token))])
+        .await;
+    assert_eq!(moved.status, 201, "{}", moved.body);
+    let back = server.client.post("/api/v1/executors/register", &stolen).await;
+    assert_eq!(back.status, 201, "{}", back.body);
+}
+
 /// Issue 10's `executors remove`: a stale identity that lost its token is released by an operator (and
 /// only once it is disconnected), so that the executor (or anyone) can register that id again.
 #[tokio::test]

@@ -94,7 +94,9 @@ impl ScriptedExecutor {
         ScriptedExecutor {
             id: uuid::Uuid::new_v4().to_string(),
             token: String::new(),
-            capabilities: capabilities.iter().map(|c| c.to_string()).collect(),
+            // It reads serve's answers to its frames (the harness waits on them); an executor that does
+            // not is played by taking `x-acks` out of its payload.
+            capabilities: capabilities.iter().copied().chain(["x-acks"]).map(str::to_owned).collect(),
             rest,
             answer,
             readiness,

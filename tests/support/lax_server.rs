@@ -29,13 +29,15 @@ pub enum Flaw {
     KeepsDeregistered,
     LetsAnyoneEndMissions,
     ReopensEndedMissions,
+    /// Refuses pause for an executor that says nothing about it (what broke drop-in compatibility).
+    RefusesUndeclaredPause,
     PretendsToPause,
 }
 
 #[derive(Default)]
 struct World {
-    /// executor id -> (token, REST endpoint)
-    executors: HashMap<String, (String, String)>,
+    /// executor id -> (token, REST endpoint, declares it cannot pause)
+    executors: HashMap<String, (String, String, bool)>,
     /// mission id -> (owner, state)
     missions: HashMap<String, (String, String)>,
     sockets: HashMap<String, mpsc::UnboundedSender<String>>,
@@ -53,8 +55,7 @@ pub async fn start(flaw: Flaw) -> String {
         .route("/ws/executors/{id}", get(socket))
         .route("/api/v1/sessions/{s}/dispatch", post(dispatch))
         .route("/api/v1/missions/{id}", get(mission))
-        .route("/api/v1/missions/{id}/hitl_response", post(hitl_response))
-        .route("/api/v1/missions/{id}/pause", post(pause))
+        .route("/api/v1/missions/{id}/{control}", post(control))
         .with_state(shared);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
@@ -72,7 +73,8 @@ async fn register(State(s): State<Shared>, Json(p): Json<Value>) -> Response {
     let known = world.executors.contains_key(&id);
     let token = world.executors.get(&id).map(|e| e.0.clone()).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let rest = p["transport_endpoints"]["rest"].as_str().unwrap_or_default().to_owned();
-    world.executors.insert(id.clone(), (token.clone(), rest));
+    let unable = p["capabilities"].as_array().is_some_and(|c| c.contains(&json!("x-no-pause-resume")));
+    world.executors.insert(id.clone(), (token.clone(), rest, unable));
     let shown = if known && s.0 == Flaw::RenamesOnReregister { format!("{id}-again") } else { id };
     (StatusCode::CREATED, Json(json!({"executor_id": shown, "token": token, "registered_at": "2026-01-01T00:00:00Z"})))
         .into_response()
@@ -176,7 +178,7 @@ async fn mission(State(s): State<Shared>, Path(id): Path<String>) -> Response {
     }
 }
 
-async fn hitl_response(State(s): State<Shared>, Path(id): Path<String>, Json(body): Json<Value>) -> StatusCode {
+fn hitl_response(s: Shared, id: String, body: Value) -> StatusCode {
     let world = s.1.lock().unwrap();
     let Some((owner, _)) = world.missions.get(&id) else { return StatusCode::NOT_FOUND };
     if s.0 != Flaw::DropsHitlAnswers {
@@ -189,9 +191,34 @@ async fn hitl_response(State(s): State<Shared>, Path(id): Path<String>, Json(bod
     StatusCode::ACCEPTED
 }
 
-async fn pause(State(s): State<Shared>) -> Response {
-    if s.0 == Flaw::PretendsToPause {
-        return (StatusCode::ACCEPTED, Json(json!({"delivered": true}))).into_response();
+/// Pause, resume and abort reach the executor's socket; pause and resume are refused for an executor
+/// that declares it cannot pause. HITL answers reach it too.
+async fn control(
+    State(s): State<Shared>,
+    Path((id, control)): Path<(String, String)>,
+    body: Option<Json<Value>>,
+) -> Response {
+    if control == "hitl_response" {
+        return hitl_response(s, id, body.map(|Json(b)| b).unwrap_or_default()).into_response();
     }
-    (StatusCode::CONFLICT, Json(json!({"error": "control_unsupported"}))).into_response()
+    let world = s.1.lock().unwrap();
+    let Some((owner, _)) = world.missions.get(&id) else { return StatusCode::NOT_FOUND.into_response() };
+    let unable = world.executors.get(owner).is_some_and(|e| e.2);
+    let refused = match s.0 {
+        Flaw::PretendsToPause => false,
+        Flaw::RefusesUndeclaredPause => true,
+        _ => unable,
+    };
+    if control != "abort" && refused {
+        return (StatusCode::CONFLICT, Json(json!({"error": "control_unsupported"}))).into_response();
+    }
+    let event = match control.as_str() {
+        "pause" => "mission.paused",
+        "resume" => "mission.resumed",
+        _ => "mission.aborted",
+    };
+    if let Some(socket) = world.sockets.get(owner) {
+        let _ = socket.send(json!({"event": event, "mission_id": id, "executor_id": owner, "data": {}}).to_string());
+    }
+    (StatusCode::ACCEPTED, Json(json!({"mission_id": id}))).into_response()
 }

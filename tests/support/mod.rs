@@ -2,6 +2,7 @@
 //! SQLite store, a small HTTP client, and scripted executors that are real HTTP + WebSocket peers.
 #![allow(dead_code)]
 
+pub mod agentic;
 pub mod conformant;
 pub mod executor;
 pub mod http;
@@ -9,6 +10,7 @@ pub mod lax_server;
 pub mod postgres;
 pub mod process;
 pub mod runtime;
+pub mod upstream;
 pub mod webdriver;
 
 use std::path::PathBuf;

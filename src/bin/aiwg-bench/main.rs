@@ -240,6 +240,9 @@ async fn main() -> ExitCode {
     if wanted("ingest") {
         rows.extend(workloads::ingestion(dir.path(), &scale, args.profile.as_deref(), &mut failures).await);
     }
+    if wanted("answers") {
+        rows.extend(workloads::answer_cost(dir.path(), &scale).await);
+    }
     if wanted("kill") {
         rows.extend(workloads::kill9(dir.path(), &scale, &mut failures).await);
     }

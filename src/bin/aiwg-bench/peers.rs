@@ -140,7 +140,17 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// An executor that reads serve's acknowledgements (`x-acks`): the workloads count an event once it
+    /// is acknowledged, which serve does only after its commit.
     pub async fn register(serve: &Serve, rest: SocketAddr, capabilities: &[&str]) -> Peer {
+        let mut reading: Vec<&str> = capabilities.to_vec();
+        reading.push("x-acks");
+        Peer::register_declaring(serve, rest, &reading).await
+    }
+
+    /// An executor that declares exactly `capabilities` (without `x-acks`, serve sends it no answer to
+    /// its frames, as upstream does).
+    pub async fn register_declaring(serve: &Serve, rest: SocketAddr, capabilities: &[&str]) -> Peer {
         let id = uuid::Uuid::new_v4().to_string();
         let body = json!({"executor_id": id, "name": "bench", "version": "1", "spec_version": "1.0.0",
             "transport_endpoints": {"rest": format!("http://{rest}"), "ws": format!("ws://{rest}")},
@@ -271,6 +281,30 @@ pub async fn stream_progress(
     }
     let _ = sink.close().await;
     got
+}
+
+/// Streams `count` progress events for a mission as an executor that reads no answer does (one written
+/// for upstream): as fast as the socket takes them. Returns the socket, to be held open until serve has
+/// committed them (the caller watches serve's count).
+pub async fn stream_progress_unanswered(peer: &Peer, socket: Socket, mission_id: &str, count: usize) -> Socket {
+    let frame = peer.envelope_text(
+        "mission.progress",
+        Some(mission_id),
+        json!({"iteration": 0, "summary": "benchmark progress line of a typical length"}),
+    );
+    let at = frame.find(r#""iteration":0"#).expect("iteration in the frame") + r#""iteration":"#.len();
+    let (head, tail) = (&frame[..at], &frame[at + 1..]);
+    let mut socket = socket;
+    for sent in 0..count {
+        if socket.feed(Message::text(format!("{head}{sent}{tail}"))).await.is_err() {
+            break;
+        }
+        if sent % 64 == 63 && socket.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = socket.flush().await;
+    socket
 }
 
 /// CPU time (user + system) of a process so far.

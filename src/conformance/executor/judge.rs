@@ -109,7 +109,7 @@ pub(super) fn transitions(frames: &[Frame], missions: &[String]) -> Result<(), S
         }
         match on_executor_event(*state, event) {
             Outcome::Move(to) => *state = to,
-            Outcome::Stay | Outcome::TerminalRepeat => {}
+            Outcome::Stay | Outcome::TerminalRepeat | Outcome::Late => {}
             Outcome::Illegal => {
                 return Err(format!("frame #{i}: {} while mission {mission} was {state}", event.as_str()));
             }

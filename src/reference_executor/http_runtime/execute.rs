@@ -86,10 +86,22 @@ impl HttpRuntime {
                 "inputs.prompt must be a string: it is the agent's objective".to_owned(),
             ));
         };
-        let allowlist = self
-            .adapter
-            .allowlist_for(&request.inputs["lease"])
-            .map_err(|refused| (StatusCode::UNPROCESSABLE_ENTITY, refused.0))?;
+        // A task with no lease takes the operator's --default-lease, if any; otherwise the adapter
+        // refuses it (deny by default), and the refusal says how to allow it.
+        let lease = match (&request.inputs["lease"], &self.args.default_lease) {
+            (Value::Null, Some(default)) => default,
+            (lease, _) => lease,
+        };
+        let allowlist = self.adapter.allowlist_for(lease).map_err(|refused| {
+            let hint = match (&request.inputs["lease"], &self.args.default_lease) {
+                (Value::Null, None) => {
+                    "; a task may carry inputs.lease {\"tools\": [...]}, or start this runtime with --default-lease \
+                     TOOLS for tasks that carry none"
+                }
+                _ => "",
+            };
+            (StatusCode::UNPROCESSABLE_ENTITY, format!("{}{hint}", refused.0))
+        })?;
         Ok(Job {
             execution_id: request.execution_id.clone(),
             task_id: request.task_id.clone(),

@@ -143,11 +143,35 @@ struct AgentEventHead {
     event_type: String,
 }
 
+/// The agent event types a kernel sends (`wattswarm-protocol.md` §8); the reference runtime refuses any
+/// other with 422, as its typed decoding does.
+const AGENT_EVENT_TYPES: [&str; 11] = [
+    "friend_request",
+    "dm_received",
+    "payment_request",
+    "payment_update",
+    "task_claim_received",
+    "task_claim_decision_received",
+    "task_result_received",
+    "task_completion_decision_received",
+    "task_settled_received",
+    "topic_message_requires_reply",
+    "third_party_result",
+];
+
 /// `POST /agent-events`: acknowledged, as the reference runtime does, with no decision (this runtime
-/// acts on no event).
-async fn agent_event(Json(callback): Json<AgentEventCallback>) -> Json<Value> {
-    let detail = format!("received {}", callback.event.event_type);
-    Json(json!({"ok": true, "acked_at": clock::now().timestamp_millis(), "detail": detail}))
+/// acts on no event); an unknown event type is refused as it refuses one.
+async fn agent_event(Json(callback): Json<AgentEventCallback>) -> Response {
+    let event_type = callback.event.event_type;
+    if !AGENT_EVENT_TYPES.contains(&event_type.as_str()) {
+        let expected = AGENT_EVENT_TYPES.map(|t| format!("`{t}`")).join(", ");
+        return text(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("Failed to deserialize the JSON body into the target type: event.event_type: unknown variant `{event_type}`, expected one of {expected}"),
+        );
+    }
+    let detail = format!("received {event_type}");
+    Json(json!({"ok": true, "acked_at": clock::now().timestamp_millis(), "detail": detail})).into_response()
 }
 
 #[cfg(test)]

@@ -114,6 +114,8 @@ impl Executor {
             // SIGSTOP/SIGCONT and SIGTERM on the mission's process group (see README).
             crate::domain::capabilities::PAUSE_RESUME.to_owned(),
             crate::domain::capabilities::ABORT.to_owned(),
+            // It counts acknowledgements: on stop it waits until serve has every event it sent.
+            crate::domain::capabilities::ACKS.to_owned(),
         ];
         if self.state.is_some() {
             caps.push("resumable".into());

@@ -137,15 +137,7 @@ impl Dispatcher {
     /// Moves a still-untouched mission to the next candidate. If the previous one has reported on it
     /// meanwhile, it has the mission and keeps it.
     fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> HandOver {
-        let moved = self.ledger.with(mission_id, |live| {
-            if live.executor_id == from && live.state == MissionState::Assigned {
-                live.executor_id = to.to_owned();
-                true
-            } else {
-                false
-            }
-        });
-        if moved == Some(true) {
+        if self.ledger.hand_over(mission_id, from, to) {
             self.registry.adjust_active(from, -1);
             self.registry.adjust_active(to, 1);
             HandOver::Done

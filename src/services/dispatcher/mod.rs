@@ -68,8 +68,9 @@ pub struct Dispatched {
     pub estimated_start: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub queued_reason: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    /// Said in a `Warning` header, not the body: upstream's `dispatch_response` allows no other key.
+    #[serde(skip)]
+    pub warning: Option<String>,
 }
 
 /// Candidates ordered per dispatch: enough to find `dispatch.max_attempts` ready ones among executors
@@ -84,7 +85,7 @@ impl Dispatched {
             status: DispatchStatus::Assigned,
             estimated_start,
             queued_reason: None,
-            warnings: Vec::new(),
+            warning: None,
         }
     }
 }
@@ -195,22 +196,26 @@ impl Dispatcher {
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mut dispatched = self.hand_out(&mission_id, session_id, &body, attempts, record).await?;
         if let Some(executor_id) = &dispatched.executor_id {
-            dispatched.warnings.extend(self.session_collisions(&mission_id, executor_id));
+            dispatched.warning = self.session_collision_warning(&mission_id, executor_id);
         }
         Ok(dispatched)
     }
 
     /// Live missions of the executor whose ids share this one's first 8 bytes: executors that name a
     /// session after them (the agentic-sandbox executor) would bind both missions to one session.
-    fn session_collisions(&self, mission_id: &str, executor_id: &str) -> Option<String> {
-        let mut others = self.ledger.sharing_session_prefix(mission_id, executor_id);
-        others.sort();
-        (!others.is_empty()).then(|| {
+    fn session_collision_warning(&self, mission_id: &str, executor_id: &str) -> Option<String> {
+        let found = self.ledger.session_collisions(mission_id, executor_id);
+        let more = found.total - found.named.len();
+        let others = match more {
+            0 => found.named.join(", "),
+            _ => format!("{} and {more} more", found.named.join(", ")),
+        };
+        (found.total > 0).then(|| {
             format!(
-                "mission id {mission_id} shares its first 8 bytes with live mission(s) {} on executor {executor_id}: \
-                 an executor that names sessions after them (the agentic-sandbox executor) runs only one; start ids \
-                 with random characters (m-<uuid>)",
-                others.join(", ")
+                "mission id {mission_id} shares its first 8 bytes with {} other live mission(s) on executor \
+                 {executor_id} ({others}): an executor that names sessions after them (the agentic-sandbox \
+                 executor) runs only one; start ids with random characters (m-<uuid>)",
+                found.total
             )
         })
     }

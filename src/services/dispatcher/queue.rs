@@ -104,7 +104,7 @@ impl Dispatcher {
             status: DispatchStatus::Queued,
             estimated_start: None,
             queued_reason: Some(reason),
-            warnings: Vec::new(),
+            warning: None,
         })
     }
 

@@ -14,8 +14,9 @@ use std::sync::{Mutex, RwLock};
 pub(crate) use listing::ExecutorStatus;
 pub(crate) use runtimes::RuntimeView;
 
-use super::links::{Link, Outbound};
-use crate::contract::RegisterPayload;
+use super::links::{Link, Outbound, SUPERSEDED};
+use crate::contract::{RegisterPayload, TransportEndpoints};
+use crate::domain::capabilities::{Abilities, Known};
 use crate::domain::reclaim::{decide_token, Held, TokenDecision};
 use crate::domain::routing::RoutingView;
 use crate::domain::{ExecutorRecord, ServeEvent};
@@ -57,13 +58,26 @@ struct Entry {
     /// An HTTP runtime's health as the latest probe found it (`None` for a WebSocket executor). A
     /// runtime's one link is serve's own driver of its missions, so it says nothing about the runtime.
     health: Option<bool>,
+    /// Its sockets all feed one inbound queue (the agentic-sandbox executor's, 64 frames deep): a frame
+    /// is sent on one of them, not on each.
+    one_inbound: bool,
 }
 
 impl Entry {
     fn new(row: ExecutorRecord, token: Option<String>) -> Entry {
         let last_event = Mutex::new(row.last_event_ts.clone());
         let health = row.runtime.as_ref().map(|_| false);
-        Entry { row, token, links: Vec::new(), active_missions: 0, ever_connected: false, epoch: 0, last_event, health }
+        Entry {
+            row,
+            token,
+            links: Vec::new(),
+            active_missions: 0,
+            ever_connected: false,
+            epoch: 0,
+            last_event,
+            health,
+            one_inbound: false,
+        }
     }
 
     /// Can take missions now: a WebSocket executor with a socket, a runtime whose latest probe passed.
@@ -75,12 +89,15 @@ impl Entry {
         self.row.deregistered_at.is_none()
     }
 
-    fn held(&self) -> Held<'_> {
+    /// What the reclaim rule needs to know of the identity, registered again with `endpoints`.
+    fn held(&self, endpoints: &TransportEndpoints) -> Held<'_> {
         Held {
             live: self.live(),
             token_hash: &self.row.token_hash,
             registered_from: self.row.registered_from.as_deref(),
             seen_non_loopback: self.row.seen_non_loopback,
+            connected: self.connected(),
+            same_endpoints: self.row.identity.transport_endpoints == *endpoints,
         }
     }
 
@@ -146,7 +163,7 @@ impl Registry {
                      (aiwg-serve executors remove ID)"
                 )));
             }
-            let decision = decide_token(existing.map(|e| e.held()), bearer, peer)
+            let decision = decide_token(existing.map(|e| e.held(&p.transport_endpoints)), bearer, peer)
                 .map_err(|refusal| Error::Conflict(refusal.message(&p.executor_id)))?;
             let (token, rotated_for_non_loopback) = match (decision, bearer) {
                 (TokenDecision::Keep, Some(b)) => (b.to_owned(), false),
@@ -297,16 +314,37 @@ impl Registry {
         inner.executors.get(executor_id).is_some_and(|e| e.row.identity.capabilities.iter().any(|c| c == capability))
     }
 
+    /// What a registered executor acts on, as far as serve knows; `sandbox_linked` is what the
+    /// sandboxes know of it (`Sandboxes::linked`).
+    pub(crate) fn abilities(&self, executor_id: &str, sandbox_linked: bool) -> Option<Abilities> {
+        let inner = self.inner.read().expect("registry lock");
+        inner.executors.get(executor_id).map(|e| {
+            let capabilities = &e.row.identity.capabilities;
+            Known { capabilities, http_runtime: e.row.runtime.is_some(), sandbox_linked }.abilities()
+        })
+    }
+
     /// Adds a live socket. `None` (and nothing added) when the executor is gone meanwhile; otherwise
     /// whether it is a reconnect (the executor had a socket before, in this process).
-    /// Past `max_links`, the oldest socket is told to close (4000): it stays attached, and keeps the
-    /// executor connected, until its task has finished reading what the executor still sent on it.
-    pub fn attach(&self, executor_id: &str, link: Link, max_links: usize) -> Option<bool> {
+    /// Past `max_links`, the socket that has carried no event for the longest is told to close (4000):
+    /// it stays attached, and keeps the executor connected, until its task has finished reading what
+    /// the executor still sent on it. Each close is logged.
+    /// `one_inbound`: the executor's sockets feed one inbound queue (see [`Registry::send`]).
+    pub fn attach(&self, executor_id: &str, link: Link, max_links: usize, one_inbound: bool) -> Option<bool> {
         let mut inner = self.inner.write().expect("registry lock");
         let e = inner.executors.get_mut(executor_id).filter(|e| e.live())?;
         e.epoch += 1;
-        let open = e.links.iter().filter(|l| !l.superseded()).count();
-        for old in e.links.iter().filter(|l| !l.superseded()).take((open + 1).saturating_sub(max_links.max(1))) {
+        e.one_inbound = one_inbound;
+        let mut open: Vec<&Link> = e.links.iter().filter(|l| !l.superseded()).collect();
+        open.sort_by_key(|l| l.quiet_order());
+        for old in open.iter().take((open.len() + 1).saturating_sub(max_links.max(1))) {
+            tracing::info!(
+                executor_id,
+                link_id = old.id(),
+                code = SUPERSEDED.0,
+                max_links,
+                "closing the executor's socket quiet the longest: it holds more than its limit"
+            );
             old.supersede();
         }
         e.links.push(link);
@@ -349,11 +387,23 @@ impl Registry {
         inner.executors.get(executor_id).filter(|e| e.live()).map(|e| e.epoch)
     }
 
-    /// Sends a text frame to every live socket of an executor; returns how many took it.
+    /// Sends a text frame to every live socket of an executor (which one it reads is not known), or,
+    /// when its sockets feed one inbound queue, to the newest that takes it; returns how many took it.
     pub fn send(&self, executor_id: &str, frame: String) -> usize {
         let inner = self.inner.read().expect("registry lock");
         let frame = Outbound::Text(frame);
-        inner.executors.get(executor_id).map_or(0, |e| e.links.iter().filter(|l| l.send(frame.clone())).count())
+        let Some(e) = inner.executors.get(executor_id) else { return 0 };
+        match e.one_inbound {
+            true => usize::from(e.links.iter().rev().any(|l| l.send(frame.clone()))),
+            false => e.links.iter().filter(|l| l.send(frame.clone())).count(),
+        }
+    }
+
+    /// Sends a text frame to one socket of an executor; whether it took it.
+    pub fn send_on(&self, executor_id: &str, link_id: u64, frame: String) -> bool {
+        let inner = self.inner.read().expect("registry lock");
+        let link = inner.executors.get(executor_id).and_then(|e| e.links.iter().find(|l| l.id() == link_id));
+        link.is_some_and(|l| l.send(Outbound::Text(frame)))
     }
 
     /// Remembers the timestamp of the executor's latest accepted event.

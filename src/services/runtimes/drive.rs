@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use super::{Endpoint, Inflight, Runtimes};
 use crate::contract::{DispatchPayload, EventType};
-use crate::domain::runtime_task::{settle, status_word, Execution, Settlement, Task};
+use crate::domain::runtime_task::{agreement, settle, status_word, Execution, Settlement, Task};
 use crate::domain::{MissionState, ServeEvent};
 use crate::error::Result;
 use crate::runtime_client::{CallError, RuntimeClient};
@@ -179,8 +179,9 @@ impl Runtimes {
         self.record(job, EventType::MissionStarted, started, MissionState::Running, |s| s == MissionState::Assigned)
             .await;
         let candidate = self.execute(job, base, runtime, report).await?;
-        let (verdict, status) = self.verify(job, base, &caps, &candidate, report).await?;
+        let (verdict, status) = self.verify(job, base, &candidate, report).await?;
         let digest = candidate.output_ref.digest.clone();
+        let agreement = agreement(&candidate.output, &job.task.agree_on, &digest);
         let summary = format!(
             "{runtime}: verdict {} (score {}, reason codes {:?}, {})",
             status_word(status),
@@ -191,7 +192,13 @@ impl Runtimes {
         let data = json!({"phase": "verified", "summary": summary, "runtime": runtime,
                           "verifier_result": report["verifier_result"].clone()});
         self.progress(job, data).await;
-        Ok(Execution::Judged { runtime: runtime.to_owned(), digest, status, reason_codes: verdict.reason_codes })
+        Ok(Execution::Judged {
+            runtime: runtime.to_owned(),
+            digest,
+            agreement,
+            status,
+            reason_codes: verdict.reason_codes,
+        })
     }
 
     /// Step 1: the runtime answers, and has the profile.
@@ -256,13 +263,13 @@ impl Runtimes {
         })
     }
 
-    /// Step 4: the verdict, or an inconclusive one when `/verify` failed; `Err` when the runtime's
-    /// verdict breaks a rule.
+    /// Step 4: the verdict, or an inconclusive one when `/verify` failed (its provider and model read
+    /// from a fresh `/capabilities`, `unknown` if that fails too, as a kernel does); `Err` when the
+    /// runtime's verdict breaks a rule.
     async fn verify(
         &self,
         job: &Job<'_>,
         base: &str,
-        caps: &RuntimeCapabilities,
         candidate: &Candidate,
         report: &mut Value,
     ) -> std::result::Result<(VerifyResponse, VerificationStatus), Stop> {
@@ -296,7 +303,15 @@ impl Runtimes {
             }
             Err(e) => {
                 report["verify_error"] = json!(e.to_string());
-                let verdict = inconclusive(job.mission_id, candidate, caps, e.is_timeout());
+                let caps = self.client.capabilities(base, self.timeout(task.timeout_ms)).await;
+                self.count(Endpoint::Capabilities, &caps);
+                let caps = caps.unwrap_or_else(|_| RuntimeCapabilities {
+                    task_types: Vec::new(),
+                    profiles: Vec::new(),
+                    provider_family: "unknown".into(),
+                    model_id: "unknown".into(),
+                });
+                let verdict = inconclusive(job.mission_id, candidate, &caps, e.is_timeout());
                 report["verifier_result"] = verifier_result(&verdict, &task.binding);
                 (verdict, VerificationStatus::Inconclusive)
             }
@@ -316,7 +331,10 @@ impl Runtimes {
                     str::to_owned,
                 );
                 let agreeing: Vec<Value> = agreeing.iter().map(|i| runs[*i].report["runtime"].clone()).collect();
-                let data = json!({"state": "done", "exit_code": 0, "summary": summary, "output": output,
+                // The policy decides done or failed, as a kernel's does; the agent's own exit code, when its
+                // output has one, is the mission's.
+                let exit_code = output_exit_code(&output).unwrap_or(0);
+                let data = json!({"state": "done", "exit_code": exit_code, "summary": summary, "output": output,
                                   "output_ref": first["output_ref"], "verifier_result": first["verifier_result"],
                                   "agreeing": agreeing, "executions": reports});
                 (EventType::MissionCompleted, MissionState::Done, data)
@@ -329,8 +347,11 @@ impl Runtimes {
                         verdict.into_iter().chain(r.get("reason_code").cloned())
                     })
                     .collect();
-                let data = json!({"state": "failed", "reason": reason, "error": error, "reason_codes": codes,
-                                  "executions": reports});
+                let mut data = json!({"state": "failed", "reason": reason, "error": error, "reason_codes": codes,
+                                      "executions": reports});
+                if let Some(code) = reports.iter().find_map(|r| output_exit_code(&r["candidate_output"])) {
+                    data["exit_code"] = json!(code);
+                }
                 (EventType::MissionFailed, MissionState::Failed, data)
             }
         };
@@ -412,6 +433,11 @@ fn inconclusive(task_id: &str, candidate: &Candidate, caps: &RuntimeCapabilities
         provider_family: caps.provider_family.clone(),
         model_id: caps.model_id.clone(),
     }
+}
+
+/// The agent's exit code in a runtime's output (`output.exit_code`), when it reports one.
+fn output_exit_code(output: &Value) -> Option<i64> {
+    output.get("exit_code").and_then(Value::as_i64)
 }
 
 fn now_ms() -> u64 {

@@ -3,7 +3,7 @@
 //!
 //! A runtime lives in the registry like any executor (same listing, same routing, same missions and
 //! event log), with capabilities derived from its `/capabilities` (`domain::runtime_task`) and a
-//! health found by probes (`probe.rs`: `/health` then `/capabilities`, in the background, backing off
+//! health found by probes (`probe.rs`: `/health` decides it, then `/capabilities`, in the background, backing off
 //! while it fails): an unhealthy runtime is not routed to. Its one link is this service: frames serve
 //! sends the runtime (an abort) arrive here and cancel the call in flight.
 //!
@@ -36,6 +36,7 @@ use crate::metrics::Metrics;
 use crate::runtime_client::{CallError, RuntimeClient};
 use crate::store::Store;
 use crate::wattswarm::wire::RuntimeCapabilities;
+use probe::Probed;
 
 /// Link ids of runtimes' driver links: far above socket ids, which count up from 1.
 static NEXT_LINK: AtomicU64 = AtomicU64::new(1 << 62);
@@ -77,13 +78,21 @@ pub struct RuntimeStatus {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub draining: bool,
     pub registered_at: String,
-    /// What the call that just ran found wrong (`add` and `check` only).
+    /// What the probe that just ran found wrong with `/health` (`add` and `check` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the probe that just ran found wrong with `/capabilities`, apart (`add` and `check` only): a
+    /// kernel calls such a runtime healthy, but it cannot be matched by profile until it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capabilities_error: Option<String>,
 }
 
 impl RuntimeStatus {
-    fn of(v: RuntimeView, error: Option<String>) -> RuntimeStatus {
+    fn of(v: RuntimeView, probed: Option<Probed>) -> RuntimeStatus {
+        let (error, capabilities_error) = match probed {
+            Some(p) => (p.health.err(), p.capabilities.and_then(|c| c.err())),
+            None => (None, None),
+        };
         RuntimeStatus {
             name: v.name,
             executor_id: v.id,
@@ -95,6 +104,7 @@ impl RuntimeStatus {
             draining: v.draining,
             registered_at: clock::format(v.registered_at),
             error,
+            capabilities_error,
         }
     }
 }
@@ -135,19 +145,20 @@ impl Runtimes {
         let id = runtime_id(name);
         let runtime = RuntimeRecord { base_url: base_url.to_owned(), kind, capabilities: None };
         let created = self.registry.put_runtime(&id, name, runtime, self.link(&id), self.max_executors).await?;
-        let error = self.probe_now(&id).await.err();
+        let probed = self.probe_now(&id).await;
         self.wake_prober.notify_one();
         let view = self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
-        Ok((created, RuntimeStatus::of(view, error)))
+        Ok((created, RuntimeStatus::of(view, Some(probed))))
     }
 
-    /// Probes a runtime now (`/health`, then `/capabilities`) and records what it found.
+    /// Probes a runtime now, as a kernel's `executors check` does (one `GET /health` decides health),
+    /// then asks `/capabilities` and says apart what it answered; records what it found.
     pub async fn check(&self, name: &str) -> Result<RuntimeStatus> {
         let id = runtime_id(name);
         self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
-        let error = self.probe_now(&id).await.err();
+        let probed = self.probe_now(&id).await;
         let view = self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
-        Ok(RuntimeStatus::of(view, error))
+        Ok(RuntimeStatus::of(view, Some(probed)))
     }
 
     pub fn list(&self) -> Vec<RuntimeStatus> {

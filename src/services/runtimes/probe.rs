@@ -1,5 +1,6 @@
-//! Runtimes' health, found by probing: `/health` (any 2xx, as kernels judge it), then `/capabilities`
-//! (which routing needs: a runtime whose capabilities cannot be read cannot be matched). A healthy
+//! Runtimes' health, found by probing: `/health` alone decides it (any 2xx, as a kernel's `executors
+//! check` judges it: one `GET /health`), then `/capabilities`, whose answer routing needs (a runtime
+//! whose capabilities cannot be read cannot be matched by profile) and is said apart. A healthy
 //! runtime is probed every `probe_interval_ms`; a failing one after a back-off that doubles up to
 //! `probe_max_interval_ms`. A probe is one call, not retried: the back-off is the retry.
 
@@ -15,6 +16,13 @@ use super::{Endpoint, Runtimes};
 /// cannot say it is healthy within it is not.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What one probe found: `/health` (which alone decides health), and `/capabilities` when it was asked
+/// (only of a healthy runtime).
+pub(super) struct Probed {
+    pub health: Result<(), String>,
+    pub capabilities: Option<Result<(), String>>,
+}
+
 /// When a runtime is probed next, and the back-off it is on.
 struct Due {
     at: Instant,
@@ -22,36 +30,42 @@ struct Due {
 }
 
 impl Runtimes {
-    /// Probes a runtime (by executor id) once and records what it found; `Err` says what failed.
-    pub(super) async fn probe_now(&self, id: &str) -> Result<(), String> {
-        let Some(view) = self.registry.runtime(id) else { return Err(format!("runtime {id} is gone")) };
+    /// Probes a runtime (by executor id) once and records what it found.
+    pub(super) async fn probe_now(&self, id: &str) -> Probed {
+        let Some(view) = self.registry.runtime(id) else {
+            return Probed { health: Err(format!("runtime {id} is gone")), capabilities: None };
+        };
         let name = view.name.as_str();
         let base = &view.runtime.base_url;
         let timeout = PROBE_TIMEOUT.min(self.timeout(None));
         let health = self.client.health(base, timeout).await;
         self.count(Endpoint::Health, &health);
-        let probed = match health {
+        let health = health.map_err(|e| e.to_string());
+        let (caps, capabilities) = match health {
             Ok(()) => {
                 let caps = self.client.capabilities(base, timeout).await;
                 self.count(Endpoint::Capabilities, &caps);
-                caps.map_err(|e| e.to_string())
+                match caps {
+                    Ok(caps) => (Some(caps), Some(Ok(()))),
+                    Err(e) => (None, Some(Err(e.to_string()))),
+                }
             }
-            Err(e) => Err(e.to_string()),
+            Err(_) => (None, None),
         };
-        let (healthy, caps, outcome) = match probed {
-            Ok(caps) => (true, Some(caps), Ok(())),
-            Err(e) => (false, None, Err(e)),
-        };
+        let healthy = health.is_ok();
         match self.registry.runtime_probed(id, healthy, caps).await {
             Ok(true) if healthy => {
                 tracing::info!(runtime = name, "runtime healthy");
                 self.wake_queue.notify_one();
             }
-            Ok(true) => tracing::warn!(runtime = name, error = ?outcome.as_ref().err(), "runtime unhealthy"),
+            Ok(true) => tracing::warn!(runtime = name, error = ?health.as_ref().err(), "runtime unhealthy"),
             Ok(false) => {}
             Err(e) => tracing::error!(runtime = name, error = %e, "a runtime's capabilities were not stored"),
         }
-        outcome
+        if let Some(Err(e)) = &capabilities {
+            tracing::warn!(runtime = name, error = %e, "runtime healthy, but its /capabilities cannot be read");
+        }
+        Probed { health, capabilities }
     }
 
     /// The background prober: each runtime when it is due, until serve stops.
@@ -88,7 +102,7 @@ impl Runtimes {
             if entry.at > now {
                 continue;
             }
-            entry.backoff = match self.probe_now(&id).await {
+            entry.backoff = match self.probe_now(&id).await.health {
                 Ok(()) => interval,
                 Err(_) => (entry.backoff * 2).min(max),
             };

@@ -32,6 +32,7 @@ pub async fn dispatch(dir: &Path, scale: &Scale) -> Vec<Row> {
     let latency =
         open_loop(&client, "/api/v1/sessions/bench/dispatch", scale.open_loop_rate, scale.open_loop_seconds, shape)
             .await;
+    let (first, last) = shared_prefix(&client, scale.dispatches).await;
     drop(sockets);
     serve.stop();
 
@@ -45,7 +46,29 @@ pub async fn dispatch(dir: &Path, scale: &Scale) -> Vec<Row> {
         Row::new(&format!("dispatch latency p99 at {}/s", scale.open_loop_rate), latency.ms(0.99), "ms")
             .target_below(10.0),
         Row::new(&format!("dispatch latency p50 at {}/s", scale.open_loop_rate), latency.ms(0.5), "ms"),
+        // Ids sharing their first 8 bytes (`m-issue-1234`) are ordinary; each dispatch checks the
+        // executor's live missions of its prefix, and the check must not grow with them.
+        Row::new("dispatch, ids sharing a prefix: last fifth vs first", last, "missions/s")
+            .baseline("first fifth", first)
+            .target_ratio(0.8),
     ]
+}
+
+/// Dispatches whose ids all share their first 8 bytes, every mission staying live: the rate of the
+/// first fifth and of the last.
+async fn shared_prefix(client: &Arc<Client>, total: usize) -> (f64, f64) {
+    let fifth = (total / 5).max(1);
+    let mut rates = Vec::new();
+    for part in 0..5 {
+        let body = move |i: usize| {
+            json!({"mission_id": format!("m-issue-{}-{}", part * fifth + i, uuid::Uuid::new_v4().simple()),
+                   "objective": "benchmark", "completion": "c"})
+        };
+        let (rate, _) =
+            closed_loop(std::slice::from_ref(client), "/api/v1/sessions/bench/dispatch", fifth, 64, body).await;
+        rates.push(rate);
+    }
+    (rates[0], rates[4])
 }
 
 /// A dispatch body without a filter: serve picks an executor.

@@ -109,6 +109,80 @@ impl Peak {
     }
 }
 
+/// What answering every frame costs serve (issue 42: acks go only to executors that read them): serve's
+/// CPU per committed event when every executor reads acks (`x-acks`), and when none does (executors
+/// written for upstream), alternated twice in one serve; the committed count is serve's own metric.
+pub async fn answer_cost(dir: &Path, scale: &Scale) -> Vec<Row> {
+    let serve = Serve::start(&dir.join("answers"), &[]);
+    let rest = RestPeer::start().await;
+    let client = serve.client();
+    let per = scale.ingest_events_per_executor;
+    let mut answered = Vec::new();
+    let mut silent = Vec::new();
+    for round in 0..2 {
+        let base = 100_000 * (round + 1);
+        answered.push(cpu_per_event(&serve, &rest, &client, scale, base, true).await);
+        silent.push(cpu_per_event(&serve, &rest, &client, scale, base + 50_000, false).await);
+    }
+    serve.stop();
+    let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+    let (with, without) = (best(&answered), best(&silent));
+    vec![
+        Row::new("serve CPU per event, executors that read acks", with, "us/ev")
+            .note(format!("{} executors x {per} events, best of 2 alternated: {answered:.2?}", scale.ingest_executors)),
+        Row::new("serve CPU per event, executors that read none", without, "us/ev")
+            .baseline("with acks", with)
+            .note(format!("best of 2 alternated: {silent:.2?}")),
+    ]
+}
+
+/// One flood of `scale.ingest_executors` x `ingest_events_per_executor` progress events, from executors
+/// that read acks or from ones that read nothing; serve's CPU microseconds per committed event.
+async fn cpu_per_event(serve: &Serve, rest: &RestPeer, client: &Client, scale: &Scale, base: usize, acks: bool) -> f64 {
+    let per = scale.ingest_events_per_executor;
+    let mut streams = Vec::new();
+    for i in 0..scale.ingest_executors {
+        let peer = match acks {
+            true => peers::Peer::register(serve, rest.addr, &[]).await,
+            false => peers::Peer::register_declaring(serve, rest.addr, &[]).await,
+        };
+        let socket = peer.connect(serve).await;
+        super::wait_connected(client, &peer.id).await;
+        let id = mission_id(base + i);
+        super::dispatch_to(client, &peer.id, &id).await;
+        streams.push((peer, socket, id));
+    }
+    let committed = "aiwg_events_ingested_total";
+    let before = super::metric(client, committed).await;
+    let cpu_before = peers::cpu_time(serve.pid());
+    let tasks: Vec<_> = streams
+        .into_iter()
+        .map(|(peer, socket, id)| {
+            tokio::spawn(async move {
+                match acks {
+                    true => {
+                        peers::stream_progress(&peer, socket, &id, per, 256, None).await;
+                        None
+                    }
+                    false => Some(peers::stream_progress_unanswered(&peer, socket, &id, per).await),
+                }
+            })
+        })
+        .collect();
+    let mut held = Vec::new();
+    for t in tasks {
+        held.push(t.await.unwrap());
+    }
+    let total = (per * scale.ingest_executors) as f64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while super::metric(client, committed).await - before < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cpu = peers::cpu_time(serve.pid()).saturating_sub(cpu_before);
+    drop(held);
+    cpu.as_secs_f64() * 1e6 / total
+}
+
 /// With `profile`, serve is sampled by `perf` into that file during the peak (see `profile`).
 pub(super) async fn peak_rate(
     serve: &Serve,

@@ -25,7 +25,7 @@ use sqlx::ConnectOptions;
 pub use dispatch::dispatch;
 pub use fleet::{cold_start, idle_fleet, reconnect_storm};
 pub use hitl::hitl_round_trip;
-pub use ingest::{ingestion, kill9};
+pub use ingest::{answer_cost, ingestion, kill9};
 pub use polling::polling;
 pub use postgres::{ingestion_pg, kill9_pg};
 pub use replicas::{dispatch_replicas, storm_after_kill9};
