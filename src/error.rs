@@ -74,6 +74,10 @@ pub enum Error {
     /// A follower replica found no leader to forward to (none yet, or it does not answer).
     #[error("{0}")]
     LeaderUnavailable(String),
+    /// The store is failing (a full disk, a database that does not answer): what was asked is not done,
+    /// and can be asked again.
+    #[error("{0}")]
+    StorageUnavailable(String),
     #[error("this route does not accept that method")]
     MethodNotAllowed,
     #[error("this route is a WebSocket: send an upgrade request")]
@@ -119,6 +123,7 @@ impl Error {
             }
             Error::NoExecutorAvailable { .. } => ("no_executor_available", S::SERVICE_UNAVAILABLE),
             Error::LeaderUnavailable(_) => ("leader_unavailable", S::SERVICE_UNAVAILABLE),
+            Error::StorageUnavailable(_) => ("storage_unavailable", S::SERVICE_UNAVAILABLE),
             Error::EventsCompacted { .. } => ("events_compacted", S::GONE),
             Error::ExecutorUnreachable(_) => ("executor_unreachable", S::BAD_GATEWAY),
             Error::ExecutorForwardFailed(_) => ("executor_forward_failed", S::BAD_GATEWAY),

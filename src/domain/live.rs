@@ -32,6 +32,27 @@ pub struct Live {
     pub admitted: u64,
 }
 
+/// What a queued change of a live mission replaced in its projection, put back if the change's commit
+/// fails: memory is never left ahead of the store.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Undo {
+    /// A progress report changed nothing but the reports remembered: its key is forgotten again (kept,
+    /// it would make the executor's resend of the lost report a "duplicate", never stored).
+    Progress(u64),
+    /// Anything else: the projection as it was.
+    Projection(Box<Projection>),
+}
+
+/// The part of a live mission's projection that its events change (its owner changes only by hand-over).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projection {
+    pub state: MissionState,
+    pub terminal_data: Option<Value>,
+    pub hitl: Option<HitlRequest>,
+    pub paused_from: Option<MissionState>,
+    pub session: Option<String>,
+}
+
 /// Progress events remembered per live mission for recognising a resend.
 const RECENT_PROGRESS: usize = 16;
 
@@ -75,6 +96,43 @@ impl Live {
             self.recent_progress.pop_front();
         }
         self.recent_progress.push_back(key);
+    }
+
+    /// The undo point of a change about to be made to the projection.
+    pub fn undo_point(&self) -> Undo {
+        Undo::Projection(Box::new(Projection {
+            state: self.state,
+            terminal_data: self.terminal_data.clone(),
+            hitl: self.hitl.clone(),
+            paused_from: self.paused_from,
+            session: self.session.clone(),
+        }))
+    }
+
+    /// Puts back what a change whose commit failed replaced.
+    pub fn undo(&mut self, undo: Undo) {
+        match undo {
+            Undo::Progress(key) => {
+                if let Some(at) = self.recent_progress.iter().rposition(|k| *k == key) {
+                    self.recent_progress.remove(at);
+                }
+            }
+            Undo::Projection(p) => {
+                let Projection { state, terminal_data, hitl, paused_from, session } = *p;
+                (self.state, self.terminal_data, self.hitl, self.paused_from, self.session) =
+                    (state, terminal_data, hitl, paused_from, session);
+            }
+        }
+    }
+
+    /// The projection as the store has it (after a failed commit whose undo could not be trusted):
+    /// `recent` are the keys of its latest progress reports, oldest first.
+    pub fn rebuilt(&mut self, projection: Projection, recent: impl IntoIterator<Item = u64>) {
+        self.undo(Undo::Projection(Box::new(projection)));
+        self.recent_progress.clear();
+        for key in recent {
+            self.remember_progress(key);
+        }
     }
 
     /// Where a resume takes this mission now (see [`super::state::resume_target`]).
@@ -121,4 +179,39 @@ const SESSION_PREFIX_BYTES: usize = 8;
 /// The part of a mission id an executor may name a session after (see [`SESSION_PREFIX_BYTES`]).
 pub fn session_prefix(mission_id: &str) -> &[u8] {
     &mission_id.as_bytes()[..mission_id.len().min(SESSION_PREFIX_BYTES)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A change's undo puts back exactly what it replaced; a progress report's forgets only its key.
+    #[test]
+    fn an_undo_puts_back_what_its_change_replaced() {
+        let mut live = Live::new("e1", MissionState::Running);
+        live.remember_progress(1);
+        let before = live.clone();
+        let undo = live.undo_point();
+        live.move_to(MissionState::Paused);
+        live.terminal_data = Some(json!({"x": 1}));
+        live.session = Some("s".into());
+        live.undo(undo);
+        assert_eq!(live, before);
+        live.remember_progress(2);
+        live.remember_progress(3);
+        live.undo(Undo::Progress(2));
+        assert_eq!(live.recent_progress, [1, 3]);
+        live.rebuilt(
+            Projection {
+                state: MissionState::Suspended,
+                terminal_data: None,
+                hitl: None,
+                paused_from: None,
+                session: None,
+            },
+            [7, 8],
+        );
+        assert_eq!((live.state, live.recent_progress.clone()), (MissionState::Suspended, [7, 8].into()));
+    }
 }

@@ -24,7 +24,7 @@ pub use effects::{hitl_effect, is_repeat, patch_for};
 pub use event::{NewEvent, StoredEvent};
 pub use executor::{ExecutorRecord, RuntimeKind, RuntimeRecord, SandboxRecord};
 pub use hitl::{HitlOutcome, HitlRequest};
-pub use live::{progress_key, session_prefix, Handover, Live};
+pub use live::{progress_key, session_prefix, Handover, Live, Projection, Undo};
 pub use mission::{Mission, MissionPatch};
 pub use serve_events::{AbortedBy, Recorded, ServeEvent};
 pub use state::{on_control, on_executor_event, resume_target, Control, MissionState, Outcome};

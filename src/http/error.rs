@@ -32,7 +32,7 @@ impl IntoResponse for Error {
 
         let mut response = (status, Json(body)).into_response();
         match self {
-            Error::NoExecutorAvailable { .. } | Error::TooManyRequests(_) => {
+            Error::NoExecutorAvailable { .. } | Error::TooManyRequests(_) | Error::StorageUnavailable(_) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));
             }
             // A follower finds the new leader within a second of the old one going.

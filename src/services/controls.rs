@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::dispatcher::Dispatcher;
-use super::ledger::Ledger;
+use super::ledger::{Decided, Ledger, REBUILD_WAIT};
 use super::registry::Registry;
 use super::sandboxes::Sandboxes;
 use crate::clock;
@@ -33,6 +33,9 @@ use crate::domain::capabilities::{Abilities, Ability};
 use crate::domain::{on_control, AbortedBy, Control, HitlOutcome, HitlRequest, Live, MissionState, ServeEvent};
 use crate::error::{Error, Result};
 use crate::store::{Change, Pending, Store};
+
+/// Why a control of a mission being re-read after a failed commit is refused, once its wait ran out.
+const REREAD: &str = "the mission is being re-read from the store after a storage failure; try again";
 
 /// The 202 body of a control or HITL response.
 #[derive(Debug, Serialize)]
@@ -91,7 +94,7 @@ struct Verdict {
 }
 
 /// An action queued for commit.
-struct Decided {
+struct Queued {
     commit: Pending,
     owner: String,
     abilities: Abilities,
@@ -113,10 +116,17 @@ impl Controls {
 
     pub async fn operate(self: &Arc<Self>, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
         let now = clock::now();
+        if !self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {
+            return Err(Error::StorageUnavailable(REREAD.into()));
+        }
         let slot = self.store.reserve().await?;
-        let decided = self.ledger.with(mission_id, |live| {
+        let decided = self.ledger.decide(mission_id, |live| {
             let owner = self.facts(live);
-            let v = decide_action(live, owner, mission_id, action, now)?;
+            let v = match decide_action(live, owner, mission_id, action, now) {
+                Ok(v) => v,
+                Err(why) => return (Err(why), None),
+            };
+            let undo = live.undo_point();
             let commit = slot.submit(v.changes);
             live.move_to(v.to);
             if v.to.is_terminal() {
@@ -126,18 +136,13 @@ impl Controls {
                 live.hitl = None;
             }
             let abilities = owner.abilities;
-            Ok(Decided {
-                commit,
-                owner: live.executor_id.clone(),
-                abilities,
-                to: v.to,
-                frame: v.frame,
-                answered: v.answered,
-            })
+            let owner = live.executor_id.clone();
+            (Ok(Queued { commit, owner, abilities, to: v.to, frame: v.frame, answered: v.answered }), Some(undo))
         });
-        let d = match decided {
-            Some(Ok(d)) => d,
-            Some(Err(Expired(request))) => {
+        let (d, ticket) = match decided {
+            Decided::Done((Ok(d), Some(ticket))) => (d, ticket),
+            Decided::Done((Ok(_), None)) => unreachable!("a queued action has an undo point"),
+            Decided::Done((Err(Expired(request)), _)) => {
                 self.expire_hitl(mission_id, &request.hitl_id).await;
                 return Err(Error::Conflict(format!(
                     "HITL request {} expired at {}; the mission failed (hitl_expired)",
@@ -145,8 +150,9 @@ impl Controls {
                     request.expires_at.unwrap_or_default()
                 )));
             }
-            Some(Err(Refused(e))) => return Err(e),
-            None => {
+            Decided::Done((Err(Refused(e)), _)) => return Err(e),
+            Decided::Rebuilding => return Err(Error::StorageUnavailable(REREAD.into())),
+            Decided::NotLive => {
                 return match self.store.mission(mission_id).await? {
                     Some(m) if m.state == MissionState::Queued => self.act_on_queued(mission_id, action).await,
                     Some(m) => Err(refusal(action, m.state)),
@@ -154,7 +160,7 @@ impl Controls {
                 }
             }
         };
-        self.ledger.conclude(d.commit, mission_id, &d.owner, Some(d.to)).await?;
+        self.ledger.conclude(d.commit, ticket, Some(d.to)).await?;
         let ability = match action {
             Action::Pause | Action::Resume => d.abilities.pause_resume,
             Action::Abort => d.abilities.abort,
@@ -293,21 +299,31 @@ impl Controls {
     pub async fn expire_hitl(&self, mission_id: &str, hitl_id: &str) {
         let error = Some(format!("HITL request {hitl_id} expired unanswered"));
         let said = ServeEvent::ending(MissionState::Failed, "hitl_expired", error);
+        // A mission being re-read after a failed commit is waited for; the store failing all along, the
+        // deadline is tried again later.
+        if !self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {
+            return;
+        }
         let Ok(slot) = self.store.reserve().await else { return };
         let now = clock::now();
-        let decided = self.ledger.with(mission_id, |live| {
-            let request =
-                live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id && live.state == MissionState::HitlRequired)?;
+        let decided = self.ledger.decide(mission_id, |live| {
+            let Some(request) =
+                live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id && live.state == MissionState::HitlRequired)
+            else {
+                return (None, None);
+            };
+            let expired = HitlRequest { outcome: HitlOutcome::Expired, ..request.clone() };
+            let undo = live.undo_point();
             let recorded = said.record(&live.executor_id, mission_id, MissionState::Failed, now);
             live.terminal_data = Some(recorded.event.data.clone());
             let mut changes = Change::recorded(recorded);
-            changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Expired, ..request.clone() })));
+            changes.push(Change::PutHitl(Box::new(expired)));
             live.state = MissionState::Failed;
             live.hitl = None;
-            Some((slot.submit(changes), live.executor_id.clone()))
+            (Some((slot.submit(changes), live.executor_id.clone())), Some(undo))
         });
-        let Some(Some((commit, owner))) = decided else { return };
-        if self.ledger.conclude(commit, mission_id, &owner, Some(MissionState::Failed)).await.is_err() {
+        let Decided::Done((Some((commit, owner)), Some(ticket))) = decided else { return };
+        if self.ledger.conclude(commit, ticket, Some(MissionState::Failed)).await.is_err() {
             return;
         }
         tracing::info!(mission_id, hitl_id, "HITL request expired; mission failed");

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::ledger::Ledger;
+use super::ledger::{Decided, Ledger};
 use super::registry::{Registered, Registry};
 use crate::config::Config;
 use crate::contract::{spec_support, RegisterPayload, SpecSupport, SPEC_VERSION};
@@ -176,32 +176,30 @@ impl Fleet {
             .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
         let now = clock::now();
         let (to, said) = ServeEvent::executor_gone(resumable, "executor_deregistered");
-        let mut settled = Vec::new();
+        let mut tickets = Vec::new();
         for (mission_id, _) in self.ledger.owned_by(executor_id) {
-            let moved = self.ledger.with(&mission_id, |live| {
+            let moved = self.ledger.decide(&mission_id, |live| {
                 if live.state.is_terminal() || live.state == to {
-                    return false;
+                    return (false, None);
                 }
+                let undo = live.undo_point();
                 live.move_to(to);
                 live.terminal_data = to.is_terminal().then(|| said.data());
-                true
+                (true, Some(undo))
             });
-            if moved == Some(true) {
+            if let Decided::Done((true, Some(ticket))) = moved {
                 changes.extend(Change::recorded(said.record(executor_id, &mission_id, to, now)));
-                settled.push(mission_id);
+                tickets.push(ticket);
             }
         }
-        if let Err(e) = self.store.commit(changes).await {
-            for mission_id in &settled {
-                self.ledger.reload(mission_id).await;
-            }
-            return Err(e.into());
+        let committed = self.store.commit(changes).await;
+        if committed.is_ok() {
+            self.registry.apply_deregister(executor_id, release);
         }
-        self.registry.apply_deregister(executor_id, release);
-        for mission_id in settled {
-            self.ledger.settle(&mission_id, executor_id, Some(to));
+        for ticket in tickets {
+            self.ledger.resolve(ticket, committed.is_ok(), Some(to));
         }
-        Ok(())
+        committed.map(drop).map_err(Into::into)
     }
 
     /// Drain (or undrain) an executor: no new missions while draining; its current ones go on.

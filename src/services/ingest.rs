@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::controls::Controls;
-use super::ledger::Ledger;
+use super::ledger::{Decided, Ledger, Ticket, REBUILD_WAIT};
 use super::links::Origin;
 use super::reconciler::Reconciler;
 use super::registry::Registry;
@@ -20,10 +20,13 @@ use crate::clock;
 use crate::contract::{progress, Envelope, EventType, Schema};
 use crate::domain::{
     capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch,
-    MissionState, NewEvent, Outcome,
+    MissionState, NewEvent, Outcome, Undo,
 };
 use crate::error::Error;
-use crate::store::{Change, Pending, Store, StoreError};
+use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
+
+/// Why a frame for a mission being re-read after a failed commit is refused, once its wait ran out.
+const REREAD: &str = "the mission is being re-read from the store after a storage failure; send the event again later";
 
 /// Missions one `executor.resync` may list: far more than any executor runs at once.
 const MAX_RESYNC_IDS: usize = 10_000;
@@ -65,7 +68,8 @@ pub struct PendingCommit {
     commit: Pending,
     executor_id: String,
     ts: String,
-    mission: Option<(String, Option<MissionState>)>,
+    /// A mission event: its change of the projection, to resolve, and the state it moved to.
+    mission: Option<(Ticket, Option<MissionState>)>,
     /// A HITL request with a deadline, to be watched once committed.
     deadline: Option<Box<HitlRequest>>,
     /// An `executor.resync`: the listed missions and the socket that carried it.
@@ -130,6 +134,15 @@ impl Accepted {
         changes
     }
 
+    /// How to undo the event's effect on `live` if its commit fails: a progress report only added its
+    /// key; anything else may have changed the projection.
+    fn undo_point(&self, live: &Live) -> Undo {
+        match (self.progress, self.moved, self.hitl_puts.is_empty(), self.patch.pty_session_ref.is_none()) {
+            (Some(key), None, true, true) => Undo::Progress(key),
+            _ => live.undo_point(),
+        }
+    }
+
     /// The projection once the event is queued.
     fn apply(&self, live: &mut Live, data: &Value) {
         if let Some(to) = self.moved {
@@ -174,11 +187,6 @@ impl Ingest {
         let (row, event, reference) = read(&self.schema, executor_id, text)?;
         let refuse = |error: Error| Refusal { error, reference: reference.clone() };
         let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: row.ts.clone() };
-        // A place in the writer's queue, without a future when there is room (the usual case).
-        let slot = match self.store.try_reserve() {
-            Some(slot) => slot,
-            None => self.store.reserve().await.map_err(|e| refuse(e.into()))?,
-        };
         // The row moves into the ledger's critical section; the acknowledgement keeps its time.
         let row_ts = row.ts.clone();
         let pending = |commit, mission, deadline, resync| {
@@ -195,6 +203,7 @@ impl Ingest {
         let Some(mission_id) = row.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
             // executor.resync: recorded, then reconciled once committed.
             let listed = resync_listing(&row.data).map_err(refuse)?;
+            let slot = self.slot().await.map_err(refuse)?;
             let commit = slot.submit(vec![Change::AppendEvent(row), seen]);
             return Ok(pending(commit, None, None, Some((listed, origin))));
         };
@@ -205,26 +214,57 @@ impl Ingest {
         let judged = Judged { executor_id, event, resumable };
         let now = clock::now();
         let mut row = Some(row);
-        let decided = self.ledger.with(&mission_id, |live| {
-            let row = row.take().expect("taken once");
-            match decide(live, judged, &row, &mission_id, now)? {
-                Decision::Duplicate => Ok(None),
-                Decision::Accept(a) => {
-                    a.apply(live, &row.data);
-                    let (moved, deadline) = (a.moved, a.deadline(event));
-                    Ok(Some((slot.submit(a.changes(row, &mission_id, seen)), moved, deadline)))
+        let mut waited = false;
+        loop {
+            let mut slot = Some(self.slot().await.map_err(refuse)?);
+            let decided = self.ledger.decide(&mission_id, |live| {
+                let row_ref = row.as_ref().expect("kept until queued");
+                match decide(live, judged, row_ref, &mission_id, now) {
+                    Err(e) => (Err(e), None),
+                    Ok(Decision::Duplicate) => (Ok(None), None),
+                    Ok(Decision::Accept(a)) => {
+                        let row = row.take().expect("queued once");
+                        let undo = a.undo_point(live);
+                        a.apply(live, &row.data);
+                        let (moved, deadline) = (a.moved, a.deadline(event));
+                        let slot = slot.take().expect("one slot");
+                        (
+                            Ok(Some((slot.submit(a.changes(row, &mission_id, seen.clone())), moved, deadline))),
+                            Some(undo),
+                        )
+                    }
                 }
-            }
-        });
-        match decided {
-            Some(Ok(Some((commit, moved, deadline)))) => Ok(pending(commit, Some((mission_id, moved)), deadline, None)),
-            Some(Ok(None)) => Ok(Ingested::Duplicate(reference)),
-            Some(Err(e)) => Err(refuse(e)),
-            None => self
-                .not_live(executor_id, event, &mission_id, row.map(|r| r.data))
-                .await
-                .map_err(refuse)
-                .map(|()| Ingested::Duplicate(reference.clone())),
+            });
+            return match decided {
+                Decided::Done((Ok(Some((commit, moved, deadline))), Some(ticket))) => {
+                    Ok(pending(commit, Some((ticket, moved)), deadline, None))
+                }
+                Decided::Done((Ok(_), _)) => Ok(Ingested::Duplicate(reference)),
+                Decided::Done((Err(e), _)) => Err(refuse(e)),
+                // Its projection is re-read after a failed commit: judged once it is (the socket stops
+                // reading meanwhile), refused as a storage failure if the store stays down.
+                Decided::Rebuilding if !waited => {
+                    waited = true;
+                    if self.ledger.rebuilt(&mission_id, REBUILD_WAIT).await {
+                        continue;
+                    }
+                    Err(refuse(Error::StorageUnavailable(REREAD.into())))
+                }
+                Decided::Rebuilding => Err(refuse(Error::StorageUnavailable(REREAD.into()))),
+                Decided::NotLive => self
+                    .not_live(executor_id, event, &mission_id, row.map(|r| r.data))
+                    .await
+                    .map_err(refuse)
+                    .map(|()| Ingested::Duplicate(reference.clone())),
+            };
+        }
+    }
+
+    /// A place in the writer's queue, without a future when there is room (the usual case).
+    async fn slot(&self) -> Result<CommitSlot<'_>, Error> {
+        match self.store.try_reserve() {
+            Some(slot) => Ok(slot),
+            None => Ok(self.store.reserve().await?),
         }
     }
 
@@ -248,7 +288,11 @@ impl Ingest {
 
     /// Waits for a queued frame's commit, applies its outcome, and says what to answer.
     pub async fn finish(&self, p: PendingCommit) -> Answer {
-        match p.commit.await.unwrap_or(Err(StoreError::WriterGone)) {
+        let outcome = p.commit.await.unwrap_or(Err(StoreError::WriterGone));
+        if let Some((ticket, moved)) = p.mission {
+            self.ledger.resolve(ticket, outcome.is_ok(), moved);
+        }
+        match outcome {
             Ok(seqs) => {
                 self.registry.seen(&p.executor_id, &p.ts);
                 if let Some(request) = p.deadline {
@@ -257,16 +301,10 @@ impl Ingest {
                 if let Some((listed, origin)) = p.resync {
                     self.reconciler.resync(&p.executor_id, listed, origin);
                 }
-                if let Some((mission_id, moved)) = &p.mission {
-                    self.ledger.settle(mission_id, &p.executor_id, *moved);
-                }
                 Answer::Ack { seq: seqs.first().copied(), reference: p.reference }
             }
             Err(e) => {
                 tracing::error!(error = %e, executor_id = %p.executor_id, "event commit failed");
-                if let Some((mission_id, _)) = &p.mission {
-                    self.ledger.reload(mission_id).await;
-                }
                 Answer::Refused(Refusal { error: e.into(), reference: p.reference })
             }
         }

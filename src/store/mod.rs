@@ -107,6 +107,9 @@ pub trait Storage: Send + Sync {
     /// `(mission_id, ts, data)`: after a restart they recognise a resend the crash left unacknowledged.
     fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<(String, String, Value)>>>;
 
+    /// The latest 16 `mission.progress` events of one mission, oldest first, as `(ts, data)`.
+    fn recent_progress<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Vec<(String, Value)>>>;
+
     /// Every sandbox ever registered, oldest registration first.
     fn sandboxes(&self) -> BoxFuture<'_, Result<Vec<SandboxRecord>>>;
 

@@ -64,6 +64,14 @@ static RECENT_PROGRESS_OF_LIVE: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+static RECENT_PROGRESS_OF: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT ts, data FROM (SELECT ts, data, seq FROM mission_events WHERE mission_id = $1 AND event = '{}' \
+         ORDER BY seq DESC LIMIT 16) AS newest ORDER BY seq",
+        EventType::MissionProgress.as_str()
+    )
+});
+
 static QUEUED_MISSIONS: LazyLock<String> =
     LazyLock::new(|| format!("SELECT * FROM missions WHERE state = '{}' ORDER BY id", MissionState::Queued.as_str()));
 
@@ -141,6 +149,12 @@ where
         let rows = sqlx::query(&RECENT_PROGRESS_OF_LIVE).fetch_all(&self.pool).await?;
         let recent =
             |r: &DB::Row| Ok((r.text("mission_id")?, r.text("ts")?, parse_json(&r.text("data")?, "event data")?));
+        rows.iter().map(located("events", "mission_id", recent)).collect()
+    }
+
+    pub(super) async fn recent_progress(&self, mission_id: &str) -> Result<Vec<(String, Value)>> {
+        let rows = sqlx::query(&RECENT_PROGRESS_OF).bind(mission_id).fetch_all(&self.pool).await?;
+        let recent = |r: &DB::Row| Ok((r.text("ts")?, parse_json(&r.text("data")?, "event data")?));
         rows.iter().map(located("events", "mission_id", recent)).collect()
     }
 

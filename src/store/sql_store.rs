@@ -49,6 +49,10 @@ where
         Box::pin(self.reads.executors())
     }
 
+    fn recent_progress<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Vec<(String, Value)>>> {
+        Box::pin(self.reads.recent_progress(mission_id))
+    }
+
     fn live_missions(&self) -> BoxFuture<'_, Result<Vec<LiveMission>>> {
         Box::pin(self.reads.live_missions())
     }

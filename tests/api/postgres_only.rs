@@ -168,3 +168,66 @@ async fn claim_holder(admin: &mut sqlx::PgConnection) -> i32 {
     .await
     .unwrap()
 }
+
+/// Issue 35, finding 1: PostgreSQL gone for a few seconds (here: its database refusing every connection
+/// and its sessions ended) with a live mission and frames in flight. Nothing is acknowledged that was
+/// not stored; once it is back, the mission goes on where it was, its completion is taken, and its
+/// executor's count comes back to 0. (A failed re-read of the mission used to drop it for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_wedges_no_mission() {
+    let server = TestServer::start().await;
+    let Some(db) = server.database() else { return };
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
+    let id = dispatch_to(&server, &mut e).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let mut admin = postgres_admin().await;
+    let name = db.url.rsplit('/').next().unwrap().to_owned();
+    let outage = |allow: bool| format!("ALTER DATABASE {name} ALLOW_CONNECTIONS {allow}");
+    sqlx::query(&outage(false)).execute(&mut admin).await.unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+
+    // During the outage: two transitions, the second decided on top of the first, and progress, all
+    // fail and are said to have failed. The mission must then be re-read, which fails as long as the
+    // database is away (and is retried, not given up).
+    let frames = [
+        ws.envelope("mission.hitl_required", Some(&id), json!({"hitl_id": "h-1", "prompt": "Go on?"})),
+        ws.envelope("mission.resumed", Some(&id), json!({"state": "running"})),
+        ws.envelope("mission.progress", Some(&id), json!({"summary": "during"})),
+    ];
+    for f in &frames {
+        ws.send_only(tokio_tungstenite::tungstenite::Message::text(f.to_string())).await.unwrap();
+    }
+    for f in &frames {
+        let answer = ws.next_answer().await;
+        assert!(answer["error"].is_string(), "nothing acknowledged while nothing is stored ({}): {answer}", f["event"]);
+    }
+    sqlx::query(&outage(true)).execute(&mut admin).await.unwrap();
+
+    // Back: the mission is where it was before the failed transition, and goes on to its end.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let asked = loop {
+        let answer = ws.event("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Go on?"})).await;
+        if answer["ack"] == true || tokio::time::Instant::now() > deadline {
+            break answer;
+        }
+    };
+    assert_eq!(asked["ack"], true, "the store is back: {asked}");
+    let m = server.eventually(&format!("/api/v1/missions/{id}"), "asking", |m| m["state"] == "hitl-required").await;
+    assert_eq!(m["hitl"]["hitl_id"], "h-1");
+    ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    let executor = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
+    assert_eq!(executor["active_mission_count"], 0, "{executor}");
+}
+
+/// A connection to the PostgreSQL server's own `postgres` database, from which a test database can be
+/// made to refuse connections.
+async fn postgres_admin() -> sqlx::PgConnection {
+    use sqlx::Connection;
+    let server =
+        std::env::var("AIWG_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    sqlx::PgConnection::connect(&server).await.expect("the PostgreSQL server")
+}

@@ -255,16 +255,66 @@ impl InjectedFault {
         }
     }
 
+    /// Makes the commit of every event whose data holds `marker` fail, and only those: one bad unit
+    /// among good ones (a batch with it fails, and is retried unit by unit).
+    pub async fn poison(server: &TestServer, marker: &str) -> InjectedFault {
+        InjectedFault::poison_slowly(server, marker, false).await
+    }
+
+    /// As [`InjectedFault::poison`]; `slow`: the failing commit first takes a while (about 0.3 s), so
+    /// that what the executor sends next is decided while it fails.
+    pub async fn poison_slowly(server: &TestServer, marker: &str, slow: bool) -> InjectedFault {
+        use sqlx::Connection;
+        let url = &server.config.store.database_url;
+        if url.is_empty() {
+            let path = server.data_dir().join("aiwg-serve.db");
+            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .expect("second connection");
+            // SQLite cannot sleep: a slow failure counts to a few million first.
+            let slow = match slow {
+                true => {
+                    "AND (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) \
+                         SELECT count(*) FROM c) > 0"
+                }
+                false => "",
+            };
+            let sql = format!(
+                "CREATE TRIGGER fault_events BEFORE INSERT ON events WHEN NEW.data LIKE '%{marker}%' {slow} \
+                 BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+            );
+            sqlx::query(&sql).execute(&mut conn).await.expect("create trigger");
+            InjectedFault::Sqlite(conn)
+        } else {
+            let mut conn = sqlx::PgConnection::connect(url).await.expect("second connection");
+            let pause = if slow { 0.3 } else { 0.0 };
+            let sql = format!(
+                "CREATE OR REPLACE FUNCTION injected_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 IF NEW.data::text LIKE '%{marker}%' THEN PERFORM pg_sleep({pause}); RAISE EXCEPTION 'injected fault'; \
+                 END IF; \
+                 RETURN NEW; END $$"
+            );
+            sqlx::raw_sql(&sql).execute(&mut conn).await.expect("create fault function");
+            let trigger =
+                "CREATE TRIGGER fault_events BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION injected_fault()";
+            sqlx::query(trigger).execute(&mut conn).await.expect("create trigger");
+            InjectedFault::Postgres(conn)
+        }
+    }
+
     pub async fn heal(self) {
         match self {
             InjectedFault::Sqlite(mut conn) => {
                 for (name, _, _) in FAULT_TRIGGERS {
-                    sqlx::query(&format!("DROP TRIGGER {name}")).execute(&mut conn).await.expect("drop trigger");
+                    sqlx::query(&format!("DROP TRIGGER IF EXISTS {name}"))
+                        .execute(&mut conn)
+                        .await
+                        .expect("drop trigger");
                 }
             }
             InjectedFault::Postgres(mut conn) => {
                 for (name, _, table) in FAULT_TRIGGERS {
-                    let sql = format!("DROP TRIGGER {name} ON {table}");
+                    let sql = format!("DROP TRIGGER IF EXISTS {name} ON {table}");
                     sqlx::query(&sql).execute(&mut conn).await.expect("drop trigger");
                 }
             }

@@ -10,6 +10,7 @@ use crate::clock;
 use crate::domain::{AbortedBy, Handover, Live, MissionPatch, MissionState, ServeEvent};
 use crate::error::{Error, Result};
 use crate::forward::ForwardError;
+use crate::services::ledger::Decided;
 use crate::store::Change;
 
 impl Dispatcher {
@@ -28,7 +29,6 @@ impl Dispatcher {
             &mission_id,
             Live { handover: Handover::InFlight, ..Live::new(&attempts[0], MissionState::Assigned) },
         );
-        self.registry.adjust_active(&attempts[0], 1);
         if self.registry.is_runtime(&attempts[0]) {
             // Serve drives a runtime itself: nothing to forward, so nothing to fail over from here (a
             // runtime that fails is the mission's failure, with its reason).
@@ -84,7 +84,12 @@ impl Dispatcher {
             routing: Some(json!(record)),
             ..MissionPatch::default()
         };
-        self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
+        if let Err(e) = self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await
+        {
+            // Memory never ahead of the store: the mission is the previous candidate's again.
+            self.ledger.hand_over(mission_id, next, previous);
+            return Err(e.into());
+        }
         Ok(None)
     }
 
@@ -138,8 +143,6 @@ impl Dispatcher {
     /// meanwhile, it has the mission and keeps it.
     fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> HandOver {
         if self.ledger.hand_over(mission_id, from, to) {
-            self.registry.adjust_active(from, -1);
-            self.registry.adjust_active(to, 1);
             HandOver::Done
         } else {
             HandOver::TakenBy
@@ -164,24 +167,27 @@ impl Dispatcher {
         };
         let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
         let data = said.data();
-        let claimed = self.ledger.with(mission_id, |live| {
+        let claimed = self.ledger.decide(mission_id, |live| {
             if live.state != MissionState::Assigned {
-                return false;
+                return (false, None);
             }
+            let undo = live.undo_point();
             live.state = MissionState::Failed;
             live.terminal_data = Some(data.clone());
-            true
+            (true, Some(undo))
         });
-        if claimed != Some(true) {
+        let ticket = match claimed {
+            Decided::Done((true, Some(ticket))) => ticket,
             // The executor reported on the mission while we waited: it took it after all.
-            return Ok(Dispatched::assigned(mission_id, executor_id, None));
-        }
+            _ => return Ok(Dispatched::assigned(mission_id, executor_id, None)),
+        };
         let now = clock::now();
         let mut changes = Change::recorded(said.record(executor_id, mission_id, MissionState::Failed, now));
         let patch = MissionPatch { routing: Some(json!(record)), ..MissionPatch::default() };
         changes.push(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
-        self.store.commit(changes).await?;
-        self.ledger.settle(mission_id, executor_id, Some(MissionState::Failed));
+        let committed = self.store.commit(changes).await;
+        self.ledger.resolve(ticket, committed.is_ok(), Some(MissionState::Failed));
+        committed?;
         Err(error)
     }
 }
