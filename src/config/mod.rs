@@ -79,6 +79,9 @@ pub struct ServerConfig {
     /// Open client connections (HTTP and WebSocket) at most; 0 derives it from the file-descriptor limit
     /// (see `serve::accept::connection_limit`). Above it, new connections wait in the listen backlog.
     pub max_connections: usize,
+    /// Reverse proxies in front of serve, by address: only their `X-Forwarded-For` and `Forwarded`
+    /// name a client (see `serve::client`).
+    pub behind_proxy: Vec<std::net::IpAddr>,
 }
 
 /// Several serves on one PostgreSQL database (README, "Running several replicas"): one leads, the
@@ -128,6 +131,21 @@ pub struct DispatchConfig {
     /// Hosts an executor's `transport_endpoints.rest` may name (empty: any); serve sends dispatches,
     /// with the executor's token, and readiness questions there.
     pub executor_hosts: Vec<String>,
+    /// Whose word an executor's isolation is when routing prefers the strongest.
+    pub isolation: IsolationTrust,
+    /// With `isolation = "vouched"`: the isolation the operator vouches for, by executor id or name.
+    pub vouched_isolation: std::collections::BTreeMap<String, String>,
+}
+
+/// Whose word an executor's isolation (`isolation:vm`, ...) is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IsolationTrust {
+    /// The executor's own capabilities, as upstream takes them.
+    #[default]
+    Claimed,
+    /// Only `dispatch.vouched_isolation`; executors not listed count as host.
+    Vouched,
 }
 
 /// HTTP agent runtimes (the WattSwarm executor protocol), which serve calls itself.
@@ -164,6 +182,7 @@ impl Default for ServerConfig {
             header_read_timeout_ms: 10_000,
             idle_timeout_s: 60,
             max_connections: 0,
+            behind_proxy: Vec::new(),
         }
     }
 }
@@ -197,6 +216,8 @@ impl Default for DispatchConfig {
             max_attempts: 3,
             queue_when_unavailable: false,
             executor_hosts: Vec::new(),
+            isolation: IsolationTrust::Claimed,
+            vouched_isolation: Default::default(),
         }
     }
 }

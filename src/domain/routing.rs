@@ -4,6 +4,9 @@
 //! `executor_id` must still have every requested capability) and are `resumable` when the mission is
 //! `long_running`. Among them: strongest isolation first (microvm/vm > container > host/none, as upstream
 //! prefers sandboxes), then fewest active missions, then round-robin.
+//!
+//! An executor's isolation is its own word (its `isolation:*` capabilities), unless the operator chose
+//! to count only what they vouch for ([`Trust::Vouched`]); the routing record says which.
 
 use serde::Serialize;
 
@@ -12,6 +15,7 @@ use super::readiness::ExecutorClass;
 /// What routing needs to know about one executor.
 pub struct RoutingView<'a> {
     pub executor_id: &'a str,
+    pub name: &'a str,
     pub capabilities: &'a [String],
     pub connected: bool,
     pub draining: bool,
@@ -26,6 +30,38 @@ pub(crate) struct Request<'a> {
     pub capabilities: &'a [String],
     pub long_running: bool,
     pub unattended: bool,
+    pub trust: Trust<'a>,
+}
+
+/// Whose word an executor's isolation is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Trust<'a> {
+    /// The executor's own `isolation:*` capabilities (as upstream takes them): any executor may claim a
+    /// VM and be preferred for every mission.
+    Claimed,
+    /// Only what the operator vouches for, by executor id or name (`dispatch.vouched_isolation`); an
+    /// executor not listed counts as host.
+    Vouched(&'a std::collections::BTreeMap<String, String>),
+}
+
+impl Trust<'_> {
+    /// An executor's isolation rank (see [`isolation_rank`]) as this trust counts it.
+    fn rank(self, v: &RoutingView<'_>) -> u8 {
+        match self {
+            Trust::Claimed => isolation_rank(v.capabilities),
+            Trust::Vouched(vouched) => vouched
+                .get(v.executor_id)
+                .or_else(|| vouched.get(v.name))
+                .map_or(1, |kind| isolation_rank(&[format!("isolation:{kind}")])),
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Trust::Claimed => "as the executors claim it",
+            Trust::Vouched(_) => "as the operator vouches for it",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -78,6 +114,14 @@ pub(crate) fn isolation_rank(capabilities: &[String]) -> u8 {
         })
         .max()
         .unwrap_or(1)
+}
+
+fn rank_name(rank: u8) -> &'static str {
+    match rank {
+        3 => "vm",
+        2 => "container",
+        _ => "host",
+    }
 }
 
 /// The concurrency cap an executor declares with `x-max-missions:N`, if any.
@@ -139,7 +183,7 @@ pub(crate) fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize
     let n = views.len().max(1);
     let offset = rotation % n;
     let preference = |(pos, v): &(usize, &RoutingView<'_>)| {
-        (std::cmp::Reverse(isolation_rank(v.capabilities)), v.active_missions, (pos + n - offset) % n)
+        (std::cmp::Reverse(req.trust.rank(v)), v.active_missions, (pos + n - offset) % n)
     };
     if keep < eligible.len() {
         eligible.select_nth_unstable_by_key(keep, preference);
@@ -149,7 +193,9 @@ pub(crate) fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize
     let reason = match (eligible.first(), req.pin) {
         (Some(_), Some(_)) => "pinned by executor_filter.executor_id".to_owned(),
         (Some((_, v)), None) => format!(
-            "strongest isolation among {} eligible, then fewest active missions ({}), then round-robin",
+            "strongest isolation ({}: {}) among {} eligible, then fewest active missions ({}), then round-robin",
+            req.trust.word(),
+            rank_name(req.trust.rank(v)),
             eligible.len(),
             v.active_missions
         ),
@@ -176,6 +222,7 @@ mod tests {
                 .iter()
                 .map(|(id, caps, connected, active)| RoutingView {
                     executor_id: id,
+                    name: id,
                     capabilities: caps,
                     connected: *connected,
                     draining: id.starts_with("draining"),
@@ -190,7 +237,25 @@ mod tests {
     }
 
     fn req<'a>(pin: Option<&'a str>, caps: &'a [String], long_running: bool) -> Request<'a> {
-        Request { pin, capabilities: caps, long_running, unattended: false }
+        Request { pin, capabilities: caps, long_running, unattended: false, trust: Trust::Claimed }
+    }
+
+    /// Claimed, an executor's word ranks it; vouched, only the operator's list does (by id or name),
+    /// and an executor not on it is host, whatever it claims.
+    #[test]
+    fn isolation_is_ranked_by_whose_word_counts() {
+        let fleet = Fleet(vec![ex("claims-vm", &["isolation:vm"], true, 0), ex("quiet", &["isolation:host"], true, 0)]);
+        let views = fleet.views();
+        let mut vouched = std::collections::BTreeMap::new();
+        assert_eq!(Trust::Claimed.rank(&views[0]), 3);
+        assert_eq!(Trust::Vouched(&vouched).rank(&views[0]), 1, "claimed, not vouched for");
+        vouched.insert("quiet".to_owned(), "container".to_owned());
+        assert_eq!(Trust::Vouched(&vouched).rank(&views[1]), 2);
+        let caps: Vec<String> = Vec::new();
+        let request = Request { trust: Trust::Vouched(&vouched), ..req(None, &caps, false) };
+        let plan = plan(&request, &views, 0, 8);
+        assert_eq!(plan.ordered, ["quiet", "claims-vm"]);
+        assert!(plan.reason.contains("as the operator vouches for it: container"), "{}", plan.reason);
     }
 
     #[test]
@@ -200,7 +265,8 @@ mod tests {
             ex("declared-interactive", &["x-class:interactive_local"], true, 0),
             ex("ci", &["x-class:unattended_machine"], true, 0),
         ]);
-        let unattended = Request { pin: None, capabilities: &[], long_running: false, unattended: true };
+        let unattended =
+            Request { pin: None, capabilities: &[], long_running: false, unattended: true, trust: Trust::Claimed };
         let p = plan(&unattended, &fleet.views(), 0, usize::MAX);
         assert_eq!(p.ordered, ["ci"]);
         assert_eq!(p.rejected.len(), 2);

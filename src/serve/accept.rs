@@ -32,9 +32,10 @@ use tokio::time::Instant;
 use tower::Service;
 
 use super::activity::{Activity, InFlight};
+use super::client::Believed;
 use crate::config::Config;
 use crate::error::Error;
-use crate::tokens::{self, TokenHash};
+use crate::tokens;
 
 /// Largest request target we serve; longer ones are answered 414 `uri_too_long`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -74,15 +75,13 @@ pub(super) fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// The bounds of the HTTP edge, prepared from the configuration.
-#[derive(Clone, Copy, Debug)]
+/// The bounds of the HTTP edge, prepared from the configuration, and whose word a client's address is.
+#[derive(Clone)]
 pub(super) struct Limits {
     header_read: Duration,
     idle: Duration,
     pub(super) max_connections: usize,
-    /// Replicas' shared secret: a request that carries it comes from a follower, whose
-    /// `X-Forwarded-For` names the client (see [`super::relay`]).
-    replica_secret: Option<TokenHash>,
+    believed: Believed,
 }
 
 impl Limits {
@@ -103,7 +102,10 @@ impl Limits {
             header_read: Duration::from_millis(config.server.header_read_timeout_ms),
             idle: Duration::from_secs(config.server.idle_timeout_s),
             max_connections,
-            replica_secret: (!config.replica.secret.is_empty()).then(|| tokens::hash(&config.replica.secret)),
+            believed: Believed {
+                replica_secret: (!config.replica.secret.is_empty()).then(|| tokens::hash(&config.replica.secret)),
+                proxies: config.server.behind_proxy.iter().copied().collect(),
+            },
         }
     }
 }
@@ -188,9 +190,9 @@ pub(super) async fn serve_http(
         }
         let activity = Arc::new(Activity::new());
         let io = ClientConn { tcp, activity: activity.clone(), _slot: slot };
-        let service = edge_service(routes.clone(), peer, limits.replica_secret, activity.clone());
+        let service = edge_service(routes.clone(), peer, limits.believed.clone(), activity.clone());
         let connection = http.serve_connection(TokioIo::new(io), service).with_upgrades();
-        tokio::spawn(serve_connection(connection, activity, limits, stop.clone(), open.clone()));
+        tokio::spawn(serve_connection(connection, activity, limits.clone(), stop.clone(), open.clone()));
     }
     // No new connections from here on (connecting clients are refused), then wait for the open ones.
     drop(listener);
@@ -316,13 +318,13 @@ where
     }
 }
 
-/// The router as hyper's service for one connection: the peer's address for `ConnectInfo` (the client's,
-/// from a follower that forwards with the replicas' secret), our limits on the head, and the connection
-/// marked busy until the answer is written.
+/// The router as hyper's service for one connection: the client's address for `ConnectInfo` (as far as
+/// serve believes it, see [`Believed`]), our limits on the head, and the connection marked busy until the
+/// answer is written.
 fn edge_service(
     routes: watch::Receiver<Router>,
     peer: SocketAddr,
-    replica_secret: Option<TokenHash>,
+    believed: Believed,
     activity: Arc<Activity>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
@@ -335,8 +337,8 @@ fn edge_service(
         let routed = match check_head(&request) {
             Ok(()) => {
                 let mut request = request.map(Body::new);
-                let client = super::relay::forwarded_client(request.headers_mut(), replica_secret.as_ref());
-                request.extensions_mut().insert(ConnectInfo(client.unwrap_or(peer)));
+                let client = believed.client(request.headers_mut(), peer);
+                request.extensions_mut().insert(ConnectInfo(client));
                 let mut router = routes.borrow().clone();
                 Ok(router.call(request))
             }

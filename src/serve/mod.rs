@@ -3,6 +3,7 @@
 
 mod accept;
 mod activity;
+mod client;
 mod relay;
 mod replica;
 
@@ -93,6 +94,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let listener = listen(bind).map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
     let limits = Limits::from_config(&config);
+    let max_connections = limits.max_connections;
     let (_routes, routes) = watch::channel(leading.router());
     // A serve whose database another serve took (its session was lost meanwhile) stops: it may decide
     // nothing more, and its supervisor's restart tells the operator.
@@ -108,7 +110,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
         leading.stop().await;
         tracing::info!("stopped");
     });
-    tracing::info!(%addr, store = %store_name(&config), max_connections = limits.max_connections, "aiwg-serve listening");
+    tracing::info!(%addr, store = %store_name(&config), max_connections, "aiwg-serve listening");
     Ok(Handle { addr, stop, task })
 }
 

@@ -208,6 +208,36 @@ async fn sandboxes_are_preferred_over_host_executors() {
     let (ctr, _b) = ScriptedExecutor::online(&server, &["isolation:container"]).await;
     let r = dispatch(&server, &dispatch_body(&mission_id())).await;
     assert_eq!(r.body["executor_id"], ctr.id.as_str());
+    let id = r.body["mission_id"].as_str().unwrap().to_owned();
+    let reason = server.mission(&id).await["routing"]["reason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("as the executors claim it: container"), "the record says it was claimed: {reason}");
+}
+
+/// Issue 35, finding 3: isolation is the executor's word; an operator may count only what they vouch for
+/// (`dispatch.isolation = "vouched"`): an executor claiming a VM is then host, unless listed (by id or
+/// name).
+#[tokio::test]
+async fn with_vouched_isolation_only_the_operators_word_counts() {
+    let server = TestServer::start_with(|c| {
+        c.dispatch.isolation = aiwg_serve::config::IsolationTrust::Vouched;
+        c.dispatch.vouched_isolation.insert("builder-1".into(), "container".into());
+    })
+    .await;
+    let (_claims_vm, _a) = ScriptedExecutor::online(&server, &["isolation:vm"]).await;
+    let mut vouched = ScriptedExecutor::listen(&["isolation:host"]).await;
+    let mut payload = vouched.register_payload();
+    payload["name"] = json!("builder-1");
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
+    vouched.token = r.body["token"].as_str().unwrap().to_owned();
+    let _b = vouched.connect(&server).await;
+    server.eventually(&format!("/api/v1/executors/{}", vouched.id), "connected", |e| e["connected"] == true).await;
+    for _ in 0..3 {
+        let r = dispatch(&server, &dispatch_body(&mission_id())).await;
+        assert_eq!(r.body["executor_id"], vouched.id.as_str(), "the vouched container beats a claimed vm");
+        let id = r.body["mission_id"].as_str().unwrap().to_owned();
+        let reason = server.mission(&id).await["routing"]["reason"].as_str().unwrap().to_owned();
+        assert!(reason.contains("as the operator vouches for it: container"), "{reason}");
+    }
 }
 
 #[tokio::test]

@@ -142,3 +142,20 @@ async fn malformed_register_payloads_are_refused_and_store_nothing() {
     });
     assert_eq!(register(&server, &ok).await.status, 201);
 }
+
+/// Issue 35, finding 3: a WebSocket executor registered as `x-kind:http-runtime` / `x-runtime:<name>`
+/// received task missions meant for HTTP runtimes (prompt included, verification skipped) and missions
+/// pinned to a runtime by name. The names serve assigns to what it drives itself are serve's alone.
+#[tokio::test]
+async fn capabilities_serve_assigns_to_runtimes_are_refused_at_register() {
+    let server = TestServer::start().await;
+    for reserved in ["x-kind:http-runtime", "x-runtime:rt", "x-runtime-kind:local", "x-profile:default", "x-model:m"] {
+        let e = ScriptedExecutor::listen(&[reserved]).await;
+        let r = register(&server, &e.register_payload()).await;
+        let message = r.assert_error(403, "forbidden");
+        assert!(message.contains(reserved) && message.contains("serve assigns"), "{message}");
+        assert_eq!(server.client.get(&format!("/api/v1/executors/{}", e.id)).await.status, 404, "nothing stored");
+    }
+    let e = ScriptedExecutor::listen(&["x-kind", "x-runtimes-fan"]).await;
+    assert_eq!(register(&server, &e.register_payload()).await.status, 201, "only the assigned prefixes");
+}

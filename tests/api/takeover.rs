@@ -109,3 +109,35 @@ async fn an_operator_releases_a_stale_identity() {
     let r = elsewhere.post("/api/v1/executors/register", &e.register_payload()).await;
     assert_eq!(r.status, 201, "released: {}", r.body);
 }
+
+/// Issue 35, finding 4: behind a reverse proxy on the same host, every client looked like 127.0.0.1: a
+/// client of the network took over executors without a token, the per-address limit was off, and the
+/// first-non-loopback rotation never happened. Untrusted, the proxy's clients count as not loopback;
+/// trusted (`server.behind_proxy`), its `X-Forwarded-For` names each one.
+#[tokio::test]
+async fn behind_a_proxy_on_the_same_host_clients_are_not_the_operators_host() {
+    let server = TestServer::start_with(|c| c.server.registrations_per_minute = 5).await;
+    let proxied = Client::new(&crate::support::proxy::start(&server.base, "203.0.113.9").await);
+    let (e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    // A tokenless re-register through the proxy is a takeover attempt from the network.
+    proxied.post("/api/v1/executors/register", &e.register_payload()).await.assert_error(409, "conflict");
+    // The per-address limit applies to what comes through it.
+    let mut statuses = Vec::new();
+    for _ in 0..7 {
+        let other = ScriptedExecutor::listen(&[]).await;
+        statuses.push(proxied.post("/api/v1/executors/register", &other.register_payload()).await.status);
+    }
+    // Five a minute, the refused takeover attempt included.
+    assert_eq!(statuses, [201, 201, 201, 201, 429, 429, 429]);
+
+    // Trusted, the proxy's word names the client: the first registration from it, with the token,
+    // rotates the token, as it would without the proxy.
+    let server = TestServer::start_with(|c| c.server.behind_proxy = vec!["127.0.0.1".parse().unwrap()]).await;
+    let proxied = Client::new(&crate::support::proxy::start(&server.base, "203.0.113.9").await);
+    let (e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    let bearer = format!("Bearer {}", e.token);
+    let r = proxied.post_with("/api/v1/executors/register", &e.register_payload(), &[("authorization", &bearer)]).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.header("x-aiwg-warning").is_some_and(|w| w.contains("Token rotated")), "{:?}", r.headers);
+    assert_ne!(r.body["token"], e.token.as_str());
+}

@@ -9,6 +9,7 @@ pub mod http;
 pub mod lax_server;
 pub mod postgres;
 pub mod process;
+pub mod proxy;
 pub mod runtime;
 pub mod upstream;
 pub mod webdriver;

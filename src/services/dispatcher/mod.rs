@@ -20,7 +20,7 @@ use tokio::sync::{watch, Notify};
 use super::ledger::Ledger;
 use super::registry::Registry;
 use super::runtimes::Runtimes;
-use crate::config::DispatchConfig;
+use crate::config::{DispatchConfig, IsolationTrust};
 use crate::contract::DispatchPayload;
 use crate::domain::readiness;
 use crate::domain::routing::{self, Rejection};
@@ -303,11 +303,16 @@ impl Dispatcher {
         if payload.task.is_some() && !filter.capabilities.iter().any(|c| c == capabilities::HTTP_RUNTIME) {
             filter.capabilities.push(capabilities::HTTP_RUNTIME.to_owned());
         }
+        let trust = match self.config.isolation {
+            IsolationTrust::Claimed => routing::Trust::Claimed,
+            IsolationTrust::Vouched => routing::Trust::Vouched(&self.config.vouched_isolation),
+        };
         let request = routing::Request {
             pin: filter.executor_id.as_deref(),
             capabilities: &filter.capabilities,
             long_running: payload.long_running,
             unattended: payload.unattended,
+            trust,
         };
         let rotation = self.rotation.fetch_add(1, Ordering::Relaxed);
         self.registry.with_routing_views(request.pin, |views, offline| routing::Plan {

@@ -449,6 +449,7 @@ impl Registry {
             })
             .map(|e| RoutingView {
                 executor_id: &e.row.identity.executor_id,
+                name: &e.row.identity.name,
                 capabilities: &e.row.identity.capabilities,
                 connected: e.connected(),
                 draining: e.row.draining,
