@@ -4,7 +4,7 @@
 pub mod progress;
 mod schema;
 
-pub use schema::{Schema, SchemaDetail};
+pub use schema::{refuse_nul, Schema, SchemaDetail};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

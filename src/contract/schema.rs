@@ -98,13 +98,7 @@ impl Schema {
     /// the definition says: PostgreSQL cannot store it in text, and no field of the contract means it,
     /// so both stores refuse it alike instead of one storing what the other fails on.
     pub fn validate(&self, def: &str, value: &Value) -> Result<(), Vec<SchemaDetail>> {
-        if let Some(instance_path) = nul_at(value) {
-            return Err(vec![SchemaDetail {
-                instance_path,
-                keyword: "nul".into(),
-                message: "a string may not contain U+0000 (NUL)".into(),
-            }]);
-        }
+        refuse_nul(value)?;
         let validator = self.validator(def).unwrap_or_else(|e| panic!("{e}: a programming error"));
         // The common case, a valid document, stops at the first check instead of building every error.
         if validator.is_valid(value) {
@@ -166,6 +160,19 @@ impl DataShape {
 }
 
 /// The JSON pointer of the first string or key holding U+0000, if any.
+/// Refuses a value with a string (or key) holding U+0000, where it is (what [`Schema::validate`] does
+/// first; also for bodies no definition describes, as a sandbox's registration).
+pub fn refuse_nul(value: &Value) -> Result<(), Vec<SchemaDetail>> {
+    match nul_at(value) {
+        Some(instance_path) => Err(vec![SchemaDetail {
+            instance_path,
+            keyword: "nul".into(),
+            message: "a string may not contain U+0000 (NUL)".into(),
+        }]),
+        None => Ok(()),
+    }
+}
+
 fn nul_at(value: &Value) -> Option<String> {
     match value {
         Value::String(s) if s.contains('\0') => Some(String::new()),

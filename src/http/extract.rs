@@ -78,7 +78,11 @@ impl FromRequest<Arc<App>> for JsonBody {
                 Error::InvalidJson(rejection.body_text())
             }
         })?;
-        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| Error::InvalidJson(e.to_string()))
+        let body: Value = serde_json::from_slice(&bytes).map_err(|e| Error::InvalidJson(e.to_string()))?;
+        // What no schema describes is refused a U+0000 all the same (a sandbox's name holding one was a
+        // 500 on PostgreSQL, and failed its whole batch).
+        crate::contract::refuse_nul(&body).map_err(|details| Error::SchemaViolation { what: "the body", details })?;
+        Ok(JsonBody(body))
     }
 }
 

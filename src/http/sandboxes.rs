@@ -11,7 +11,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::extract::{JsonBody, Operator, Page, PathId, SocketUpgrade};
+use super::extract::{Bearer, JsonBody, Operator, Page, PathId, SocketUpgrade};
 use crate::app::App;
 use crate::error::Result;
 use crate::hub;
@@ -36,8 +36,14 @@ async fn register(
     Ok((StatusCode::CREATED, Json(registered)).into_response())
 }
 
-async fn deregister(State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Json<Value>> {
-    let deregistered = app.sandboxes.deregister(&id).await?;
+async fn deregister(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Bearer(bearer): Bearer,
+    PathId(id): PathId,
+) -> Result<Json<Value>> {
+    let operator = app.fleet.is_operator_token(bearer.as_deref());
+    let deregistered = app.sandboxes.deregister(&id, peer.ip(), operator).await?;
     Ok(Json(json!({"sandbox_id": id, "deregistered": deregistered})))
 }
 

@@ -59,18 +59,23 @@ impl Fleet {
             return Ok(());
         }
         let token = bearer.ok_or(Error::Unauthorized("an operator bearer token is required"))?;
-        let hash = tokens::hash(token);
-        // Every configured token is compared, so timing does not tell which (or whether one) matched.
-        let matched = self.operator_tokens.iter().fold(false, |acc, t| tokens::hashes_equal(t, &hash) | acc);
-        if matched {
+        if self.is_operator_token(Some(token)) {
             Ok(())
-        } else if self.registry.is_token_of_an_executor(&hash) {
+        } else if self.registry.is_token_of_an_executor(&tokens::hash(token)) {
             Err(Error::Forbidden("executor tokens cannot be used on operator routes".into()))
         } else {
             Err(Error::TokenInvalid(
                 "the bearer token is not a valid operator token: check --token or AIWG_SERVE_TOKEN",
             ))
         }
+    }
+
+    /// Whether `bearer` is one of the configured operator tokens (none configured: no token is).
+    pub fn is_operator_token(&self, bearer: Option<&str>) -> bool {
+        let Some(token) = bearer.filter(|_| !self.operator_tokens.is_empty()) else { return false };
+        let hash = tokens::hash(token);
+        // Every configured token is compared, so timing does not tell which (or whether one) matched.
+        self.operator_tokens.iter().fold(false, |acc, t| tokens::hashes_equal(t, &hash) | acc)
     }
 
     /// Registration is open, so one address may only register so often (loopback excepted).

@@ -2,10 +2,12 @@
 //! stays.
 //!
 //! An ended mission keeps its whole history for `retention.keep_days`; then its `mission.progress`
-//! events are compacted away. What stays: the mission's row (state, exit code, error, routing decision,
+//! events are compacted away. Events of no mission (executors' registrations and resyncs, sandboxes'
+//! frames) are kept as long, but each executor's latest stays. What stays: the mission's row (state, exit code, error, routing decision,
 //! when it was compacted), its first and last events, and every event of another kind (HITL requests
 //! and answers, pauses, resumes, aborts, suspensions). Above `retention.max_store_bytes`, ended missions
-//! are compacted oldest end first whatever their age. Live missions are never touched.
+//! are compacted oldest end first whatever their age, and then the events of no mission. Live missions
+//! are never touched.
 //!
 //! A pass runs every `retention.interval_s`, on demand ([`Retention::pass`], `POST
 //! /api/v1/store/compact`), and, when a cap is set, as soon as the store is found above it (its size is
@@ -94,18 +96,28 @@ impl Retention {
         });
     }
 
-    /// One pass: missions past their retention, then, while the store is above its cap, the oldest
-    /// ended missions whatever their age.
+    /// One pass: missions past their retention and the events of no mission past it, then, while the
+    /// store is above its cap, the oldest of either whatever their age.
     pub async fn pass(&self) -> Result<Pass> {
         let _one = self.running.lock().await;
         let mut pass = Pass::default();
         let keep = chrono::Duration::milliseconds((self.config.keep_days * 86_400_000.0) as i64);
+        pass.events += self.remove_loose(Some(crate::clock::now() - keep)).await?;
         loop {
             let size = self.store.size_bytes().await?;
             pass.store_bytes = size;
             let over_cap = self.config.max_store_bytes > 0 && size > self.config.max_store_bytes as i64;
             let ended_before = (!over_cap).then(|| crate::clock::now() - keep);
             let missions = self.store.compactable_missions(ended_before, MISSIONS_PER_ROUND).await?;
+            if missions.is_empty() && over_cap {
+                // Above the cap with no mission left to compact: the events of no mission go, oldest first,
+                // each executor's latest kept.
+                let removed = self.remove_loose_unit(None).await?;
+                if removed > 0 {
+                    pass.events += removed;
+                    continue;
+                }
+            }
             if missions.is_empty() {
                 let was_full = self.full.swap(over_cap, std::sync::atomic::Ordering::Relaxed);
                 if over_cap && !was_full {
@@ -128,6 +140,28 @@ impl Retention {
         }
     }
 
+    /// Removes the events of no mission committed before `before`, a unit at a time; how many.
+    async fn remove_loose(&self, before: Option<chrono::DateTime<chrono::Utc>>) -> Result<usize> {
+        let mut removed = 0;
+        loop {
+            let n = self.remove_loose_unit(before).await?;
+            removed += n;
+            if n < UNIT as usize {
+                return Ok(removed);
+            }
+        }
+    }
+
+    /// One unit of [`Retention::remove_loose`]; how many it removed.
+    async fn remove_loose_unit(&self, before: Option<chrono::DateTime<chrono::Utc>>) -> Result<usize> {
+        let seqs = self.store.loose_events(before, UNIT).await?;
+        let n = seqs.len();
+        if n > 0 {
+            self.store.commit(vec![Change::CompactEvents { mission_id: None, seqs, done: false }]).await?;
+        }
+        Ok(n)
+    }
+
     /// Removes a mission's compactable events, a unit at a time, and marks it compacted; the events
     /// removed.
     async fn compact(&self, mission_id: &str) -> Result<usize> {
@@ -136,7 +170,8 @@ impl Retention {
             let seqs = self.store.compactable_events(mission_id, UNIT).await?;
             let done = seqs.len() < UNIT as usize;
             removed += seqs.len();
-            self.store.commit(vec![Change::CompactEvents { mission_id: mission_id.to_owned(), seqs, done }]).await?;
+            let mission_id = Some(mission_id.to_owned());
+            self.store.commit(vec![Change::CompactEvents { mission_id, seqs, done }]).await?;
             if done {
                 return Ok(removed);
             }

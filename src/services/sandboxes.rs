@@ -25,6 +25,10 @@ use crate::tokens;
 /// The longest `type` of a sandbox frame that is stored; anything else is not a SandboxEvent.
 const MAX_TYPE_LEN: usize = 64;
 
+/// How long a deregistered sandbox is kept before another registration may take its place (the
+/// agentic-sandbox client deregisters before every re-registration, a second later).
+const FORGET_AFTER: chrono::Duration = chrono::Duration::minutes(10);
+
 /// A registration stores at most this much of what the sandbox sent (the real client sends ~300 bytes).
 pub(crate) const MAX_REGISTRATION_BYTES: usize = 16 * 1024;
 
@@ -46,6 +50,17 @@ struct Inner {
     entries: HashMap<String, Entry>,
     /// Sandbox ids in first-registration order: the listing's stable order (positions are cursors).
     order: Vec<String>,
+}
+
+impl Inner {
+    /// The sandbox deregistered longest ago, if before `before`.
+    fn forgettable(&self, before: chrono::DateTime<chrono::Utc>) -> Option<String> {
+        self.entries
+            .values()
+            .filter_map(|e| e.row.deregistered_at.filter(|at| *at < before).map(|at| (at, &e.row.sandbox_id)))
+            .min()
+            .map(|(_, id)| id.clone())
+    }
 }
 
 struct Entry {
@@ -116,6 +131,7 @@ impl Sandboxes {
         let token = tokens::issue();
         let from = peer.to_string();
         let _serial = self.writes.lock().await;
+        let mut forgotten = None;
         let row = {
             let inner = self.inner.lock().expect("sandboxes lock");
             let known = inner.entries.get(&sandbox_id);
@@ -125,13 +141,19 @@ impl Sandboxes {
                         "sandbox {sandbox_id} was registered from another address; it can only be registered again from there"
                     )))
                 }
-                None if inner.entries.values().filter(|e| e.row.deregistered_at.is_none()).count()
-                    >= self.max_sandboxes =>
-                {
-                    return Err(Error::TooManyRequests(format!(
-                        "{} sandboxes are registered, the limit (server.max_sandboxes)",
-                        self.max_sandboxes
-                    )))
+                None if inner.entries.len() >= self.max_sandboxes => {
+                    // Deregistered sandboxes count until forgotten (registering new ids and deleting them
+                    // grew the store without bound): the one deregistered longest ago makes room, once it
+                    // has been so for a while.
+                    forgotten = inner.forgettable(clock::now() - FORGET_AFTER);
+                    if forgotten.is_none() {
+                        return Err(Error::TooManyRequests(format!(
+                            "{} sandboxes are known, the limit (server.max_sandboxes); a deregistered one is \
+                             forgotten {} minutes after its deregistration",
+                            self.max_sandboxes,
+                            FORGET_AFTER.num_minutes()
+                        )));
+                    }
                 }
                 _ => {}
             }
@@ -145,8 +167,15 @@ impl Sandboxes {
                 deregistered_at: None,
             }
         };
-        self.store.commit(vec![Change::PutSandbox(Box::new(row.clone()))]).await?;
+        let mut changes: Vec<Change> = forgotten.iter().cloned().map(Change::ForgetSandbox).collect();
+        changes.push(Change::PutSandbox(Box::new(row.clone())));
+        self.store.commit(changes).await?;
         let mut inner = self.inner.lock().expect("sandboxes lock");
+        if let Some(id) = &forgotten {
+            inner.entries.remove(id);
+            inner.order.retain(|o| o != id);
+            self.sessions.lock().expect("sandbox sessions lock").remove(id);
+        }
         match inner.entries.get_mut(&sandbox_id) {
             Some(e) => e.row = row,
             None => {
@@ -157,13 +186,20 @@ impl Sandboxes {
         Ok(SandboxRegistered { sandbox_id, token })
     }
 
-    /// Marks a sandbox deregistered. Unknown ids are fine: the client sends this before every
-    /// re-registration and ignores the answer.
-    pub async fn deregister(&self, sandbox_id: &str) -> Result<bool> {
+    /// Marks a sandbox deregistered: asked from the address it was registered from (the client sends
+    /// this, without any token, before every re-registration, and ignores the answer), or by an operator.
+    /// Unknown ids are fine.
+    pub async fn deregister(&self, sandbox_id: &str, from: IpAddr, operator: bool) -> Result<bool> {
         let _serial = self.writes.lock().await;
         let row = {
             let inner = self.inner.lock().expect("sandboxes lock");
             match inner.entries.get(sandbox_id).filter(|e| e.row.deregistered_at.is_none()) {
+                Some(e) if !operator && e.row.registered_from.as_deref() != Some(from.to_string().as_str()) => {
+                    return Err(Error::Forbidden(format!(
+                        "sandbox {sandbox_id} was registered from another address: only that address, or an \
+                         operator's token, deregisters it"
+                    )))
+                }
                 Some(e) => SandboxRecord { deregistered_at: Some(clock::now()), ..e.row.clone() },
                 None => return Ok(false),
             }

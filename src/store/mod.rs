@@ -166,6 +166,15 @@ pub trait Storage: Send + Sync {
     /// events other than its first and last event.
     fn compactable_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<i64>>>;
 
+    /// Events that belong to no mission (registrations, resyncs, sandboxes' frames) retention may remove,
+    /// oldest first, at most `limit`: committed before `before` (any, when `None`), but never an
+    /// executor's latest such event.
+    fn loose_events(
+        &self,
+        before: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<i64>>>;
+
     /// How far compaction has reached into the log.
     fn compaction(&self) -> BoxFuture<'_, Result<Compaction>>;
 

@@ -292,6 +292,28 @@ where
         rows.iter().map(|r| r.text("mission_id")).collect()
     }
 
+    pub(super) async fn loose_events(
+        &self,
+        before: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> Result<Vec<i64>> {
+        let mut sql = String::from(
+            "SELECT e.seq FROM events e WHERE e.mission_id IS NULL AND e.seq < (SELECT MAX(l.seq) FROM events l \
+             WHERE l.mission_id IS NULL AND l.executor_id = e.executor_id)",
+        );
+        let before = before.map(crate::clock::format);
+        sql.push_str(match before {
+            Some(_) => " AND e.received_at < $1 ORDER BY e.seq LIMIT $2",
+            None => " ORDER BY e.seq LIMIT $1",
+        });
+        let mut query = sqlx::query(&sql);
+        if let Some(before) = before {
+            query = query.bind(before);
+        }
+        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| r.int("seq")).collect()
+    }
+
     pub(super) async fn compactable_events(&self, mission_id: &str, limit: u32) -> Result<Vec<i64>> {
         let rows = sqlx::query(
             "SELECT seq FROM mission_events WHERE mission_id = $1 AND event = 'mission.progress' \

@@ -45,11 +45,15 @@ pub enum Change {
     AppendEvent(NewEvent),
     PutHitl(Box<HitlRequest>),
     PutSandbox(Box<SandboxRecord>),
+    /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
+    ForgetSandbox(String),
     /// Removes events of an ended mission (retention; `seqs` are its own, as
-    /// [`Storage::compactable_events`](super::Storage::compactable_events) names them) and moves the
-    /// compaction horizon up to the highest; `done` marks the mission compacted at the commit time.
+    /// [`Storage::compactable_events`](super::Storage::compactable_events) names them), or with no
+    /// mission events that belong to none (as [`Storage::loose_events`](super::Storage::loose_events)
+    /// names them), and moves the compaction horizon up to the highest; `done` marks the mission compacted
+    /// at the commit time.
     CompactEvents {
-        mission_id: String,
+        mission_id: Option<String>,
         seqs: Vec<i64>,
         done: bool,
     },

@@ -147,11 +147,17 @@ impl<'a, B: Builder<'a>> Script<B> {
         }
     }
 
-    /// An executor, sandbox or HITL request upsert; other changes are not upserts and write nothing.
+    /// An executor, sandbox or HITL request upsert (or a sandbox forgotten): the changes written one by
+    /// one, as they come; other changes write nothing here.
     pub(super) fn push_upsert(&mut self, change: &'a Change) {
         match change {
             Change::PutExecutor(e) => self.put_executor(e),
             Change::PutSandbox(s) => self.put_sandbox(s),
+            Change::ForgetSandbox(id) => {
+                self.push("DELETE FROM sandboxes WHERE deregistered_at IS NOT NULL AND sandbox_id = ")
+                    .bind(id.as_str());
+                self.end();
+            }
             Change::PutHitl(h) => self.put_hitl(h),
             _ => {}
         }
@@ -344,10 +350,14 @@ impl<'a, B: Builder<'a>> Script<B> {
         self.push(") AS v WHERE executors.executor_id = v.column1").end();
     }
 
-    /// Removes events of one mission (at most [`Builder::ROWS`]); the mission in the condition keeps a
-    /// wrong sequence number from removing another mission's event.
-    pub(super) fn delete_events(&mut self, mission_id: &'a str, seqs: &[i64]) {
-        self.push("DELETE FROM events WHERE mission_id = ").bind(mission_id).push(" AND seq IN (");
+    /// Removes events of one mission, or of none (at most [`Builder::ROWS`]); the mission in the
+    /// condition keeps a wrong sequence number from removing another mission's event.
+    pub(super) fn delete_events(&mut self, mission_id: Option<&'a str>, seqs: &[i64]) {
+        match mission_id {
+            Some(mission_id) => self.push("DELETE FROM events WHERE mission_id = ").bind(mission_id),
+            None => self.push("DELETE FROM events WHERE mission_id IS NULL"),
+        };
+        self.push(" AND seq IN (");
         self.list(seqs.iter().copied());
         self.push(")").end();
     }

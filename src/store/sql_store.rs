@@ -111,6 +111,14 @@ where
         Box::pin(self.reads.compactable_missions(ended_before, limit))
     }
 
+    fn loose_events(
+        &self,
+        before: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<i64>>> {
+        Box::pin(self.reads.loose_events(before, limit))
+    }
+
     fn compactable_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<i64>>> {
         Box::pin(self.reads.compactable_events(mission_id, limit))
     }

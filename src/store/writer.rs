@@ -352,7 +352,7 @@ pub(super) struct Gathered<'a> {
     /// Each executor's latest event timestamp.
     seen: HashMap<&'a str, &'a str>,
     /// Compactions: the mission, the events it loses, and whether that ends its compaction.
-    compactions: Vec<(&'a str, &'a [i64], bool)>,
+    compactions: Vec<(Option<&'a str>, &'a [i64], bool)>,
 }
 
 impl<'a> Gathered<'a> {
@@ -390,7 +390,7 @@ impl<'a> Gathered<'a> {
                         return Ok(Err(StoreError::DuplicateMission(m.mission_id.clone())));
                     }
                 }
-                Change::PutExecutor(_) | Change::PutHitl(_) | Change::PutSandbox(_) => {
+                Change::PutExecutor(_) | Change::PutHitl(_) | Change::PutSandbox(_) | Change::ForgetSandbox(_) => {
                     statements.upsert(change).await?
                 }
                 Change::ExecutorSeen { executor_id, ts } => {
@@ -398,7 +398,7 @@ impl<'a> Gathered<'a> {
                 }
                 Change::PatchMission { mission_id, patch } => self.patch(mission_id, patch),
                 Change::CompactEvents { mission_id, seqs, done } => {
-                    self.compactions.push((mission_id.as_str(), seqs.as_slice(), *done))
+                    self.compactions.push((mission_id.as_deref(), seqs.as_slice(), *done))
                 }
                 Change::AppendEvent(ev) => {
                     let (encoding, text) = encoded.next().expect("one encoding per appended event");
@@ -449,9 +449,9 @@ impl<'a> Gathered<'a> {
         }
         for (mission_id, seqs, done) in &self.compactions {
             for chunk in seqs.chunks(rows) {
-                scripts.next().delete_events(mission_id, chunk);
+                scripts.next().delete_events(*mission_id, chunk);
             }
-            if *done {
+            if let (Some(mission_id), true) = (mission_id, done) {
                 scripts.next().compacted(mission_id, now);
             }
         }

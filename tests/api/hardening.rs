@@ -7,7 +7,7 @@ use futures_util::SinkExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::{dispatch_body, dispatch_to, mission_id, ExecSocket, ScriptedExecutor, TestServer, WAIT};
+use crate::support::{dispatch_body, dispatch_to, mission_id, Client, ExecSocket, ScriptedExecutor, TestServer, WAIT};
 
 /// Finding 6: an executor that stops reading used to stay `connected: true` past its ping deadline,
 /// because the socket task blocked in a send and its keepalive never ran; controls said `delivered`.
@@ -409,5 +409,95 @@ async fn a_nul_character_is_refused_at_the_edge_on_every_backend() {
     // A path id and a query value.
     server.client.get("/api/v1/missions/m%00x").await.assert_error(400, "invalid_path");
     server.client.get("/api/v1/missions?executor_id=e%00x").await.assert_error(400, "invalid_query");
+    assert_eq!(server.client.get("/readyz").await.status, 200, "no storage fault on the way");
+}
+
+/// Issue 35, finding 5: what a caller without a token can make serve keep grows no more. A capability
+/// is at most 128 characters (a megabyte each was accepted); re-registering an unchanged identity records
+/// no new `executor.registered` (200 re-registrations kept 200 full copies); a sandbox id registered and
+/// deleted still counts against `server.max_sandboxes` until it is forgotten.
+#[tokio::test]
+async fn what_registrations_can_make_serve_keep_is_bounded() {
+    let server = TestServer::start_with(|c| c.server.max_sandboxes = 3).await;
+    let long = format!("x-{}", "a".repeat(127));
+    let e = ScriptedExecutor::listen(&[&long]).await;
+    let r = server.client.post("/api/v1/executors/register", &e.register_payload()).await;
+    r.assert_error(400, "schema_violation");
+    assert!(r.body["details"].to_string().contains("/capabilities/0"), "{}", r.body);
+
+    let e = ScriptedExecutor::register(&server, &["hitl"]).await;
+    let bearer = format!("Bearer {}", e.token);
+    for _ in 0..20 {
+        let r = server
+            .client
+            .post_with("/api/v1/executors/register", &e.register_payload(), &[("authorization", &bearer)])
+            .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+    }
+    let mut renamed = e.register_payload();
+    renamed["name"] = json!("renamed");
+    assert_eq!(
+        server.client.post_with("/api/v1/executors/register", &renamed, &[("authorization", &bearer)]).await.status,
+        201
+    );
+    let page = server.client.get("/api/v1/events?follow=false&since=0&limit=1000").await.body;
+    let registered: Vec<&Value> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["envelope"]["event"] == "executor.registered" && i["envelope"]["executor_id"] == e.id.as_str())
+        .collect();
+    assert_eq!(registered.len(), 2, "the first registration and the rename: {registered:?}");
+
+    let sandbox = |id: &str| json!({"name": "s", "instance_id": id, "http_endpoint": "http://127.0.0.1:18122"});
+    for id in ["s-1", "s-2", "s-3"] {
+        assert_eq!(server.client.post("/api/sandboxes/register", &sandbox(id)).await.status, 201);
+        assert_eq!(server.client.delete(&format!("/api/sandboxes/{id}"), None).await.status, 200);
+    }
+    let r = server.client.post("/api/sandboxes/register", &sandbox("s-4")).await;
+    assert!(r.assert_error(429, "too_many_requests").contains("forgotten"), "{}", r.body);
+    // A known sandbox registers again (what the agentic-sandbox client does after its DELETE).
+    assert_eq!(server.client.post("/api/sandboxes/register", &sandbox("s-2")).await.status, 201);
+}
+
+/// Issue 35, finding 6: `DELETE /api/sandboxes/{id}` had no check at all: anyone tore any live sandbox
+/// down. Only the address it was registered from (the client's own DELETE, with no token), or an
+/// operator's token.
+#[tokio::test]
+async fn a_sandbox_is_deleted_only_from_where_it_registered_or_by_an_operator() {
+    let operator = "operator-token-0123456789abcdef";
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![operator.into()]).await;
+    let sandbox = json!({"name": "s", "instance_id": "s-1", "http_endpoint": "http://127.0.0.1:18122"});
+    assert_eq!(server.client.post("/api/sandboxes/register", &sandbox).await.status, 201);
+    let elsewhere = Client::from_address(&server.base, "127.0.0.2".parse().unwrap());
+    let r = elsewhere.delete("/api/sandboxes/s-1", None).await;
+    assert!(r.assert_error(403, "forbidden").contains("registered from another address"), "{}", r.body);
+    let auth = format!("Bearer {operator}");
+    let listed = server.client.get_with("/api/v1/sandboxes", &[("authorization", &auth)]).await.body;
+    assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 1, "still registered");
+    let r = elsewhere.delete("/api/sandboxes/s-1", Some(operator)).await;
+    assert_eq!((r.status, &r.body["deregistered"]), (200, &json!(true)), "{}", r.body);
+    // Its own address needs no token, as before (the client sends none).
+    assert_eq!(server.client.post("/api/sandboxes/register", &sandbox).await.status, 201);
+    assert_eq!(server.client.delete("/api/sandboxes/s-1", None).await.body["deregistered"], true);
+    assert_eq!(elsewhere.delete("/api/sandboxes/never-registered", None).await.status, 200, "unknown ids are fine");
+}
+
+/// Issue 35, finding 7: a U+0000 in a sandbox registration's `name` or `instance_id` was a 500 on
+/// PostgreSQL, and failed its whole batch: refused at the edge, on every backend.
+#[tokio::test]
+async fn a_nul_in_a_sandbox_registration_is_refused() {
+    let server = TestServer::start().await;
+    for (field, path) in [("name", "/name"), ("instance_id", "/instance_id")] {
+        let mut body = json!({"name": "s", "instance_id": "s-1", "http_endpoint": "http://127.0.0.1:18122"});
+        body[field] = json!("bad\u{0}value");
+        let r = server.client.post("/api/sandboxes/register", &body).await;
+        r.assert_error(400, "schema_violation");
+        assert_eq!(
+            (r.body["details"][0]["keyword"].as_str(), r.body["details"][0]["instance_path"].as_str()),
+            (Some("nul"), Some(path))
+        );
+    }
+    assert_eq!(server.client.get("/api/v1/sandboxes").await.body["sandboxes"], json!([]));
     assert_eq!(server.client.get("/readyz").await.status, 200, "no storage fault on the way");
 }

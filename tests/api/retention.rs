@@ -2,7 +2,7 @@
 //! until the store is under its cap, live missions keep every event, compacted missions keep what the
 //! policy promises, and the event stream says where it can resume instead of skipping.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support::{dispatch_to, ExecSocket, ScriptedExecutor, TestServer};
 
@@ -213,4 +213,34 @@ async fn under_a_steady_stream_the_store_keeps_itself_under_its_cap() {
         server.eventually("/healthz", "the file under the cap", |_| file_size() <= CAP).await;
     }
     assert_eq!(kept(&server, &live).await.len(), 1 + 2 * MISSIONS * 2, "the live mission keeps every event");
+}
+
+/// Issue 35, finding 5: sandbox frames and resyncs belong to no mission, so retention and the store's
+/// cap never removed them (data dir 254 -> 419 MiB under a 20 MiB cap). Past their retention they go,
+/// each executor's latest kept.
+#[tokio::test]
+async fn events_of_no_mission_are_removed_past_their_retention_but_each_executors_latest() {
+    let server = TestServer::start_with(|c| c.retention.keep_days = 0.0).await;
+    let (_e, mut socket) = ScriptedExecutor::online(&server, &[]).await;
+    for n in 0..5 {
+        let resync = socket.envelope("executor.resync", None, json!({"owned_mission_ids": [], "n": n}));
+        assert_eq!(socket.send_json(&resync).await["ack"], true);
+    }
+    let loose = |page: &Value| {
+        page["events"].as_array().unwrap().iter().filter(|i| i["envelope"]["event"] == "executor.resync").count()
+    };
+    let events = "/api/v1/events?follow=false&since=0&limit=1000";
+    assert_eq!(loose(&server.client.get(events).await.body), 5);
+    let r = server.client.post("/api/v1/store/compact", &json!(null)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body["events"].as_u64().unwrap() >= 4, "{}", r.body);
+    // What is left, read from the compaction horizon (below it, the stream says 410 and where to resume).
+    let refused = server.client.get(events).await;
+    refused.assert_error(410, "events_compacted");
+    let since = refused.body["resume_since"].as_i64().unwrap();
+    let kept = server.client.get(&format!("/api/v1/events?follow=false&since={since}&limit=1000")).await.body;
+    assert_eq!(loose(&kept), 1, "the executor's latest is kept: {kept}");
+    let registered =
+        kept["events"].as_array().unwrap().iter().filter(|i| i["envelope"]["event"] == "executor.registered");
+    assert_eq!(registered.count(), 0, "older than it: {kept}");
 }

@@ -45,6 +45,7 @@ macro_rules! storage_contract {
                 a_closed_store_refuses_commits,
                 a_batch_larger_than_one_statement_commits_whole,
                 compaction_removes_an_ended_missions_progress_but_its_first_and_last_events,
+                events_of_no_mission_are_removed_but_each_executors_latest,
             );
 
             #[tokio::test]
@@ -774,6 +775,31 @@ mod cases {
         assert_eq!(store.missing_migrations().await.unwrap(), Vec::<i64>::new());
     }
 
+    /// Events of no mission (registrations, resyncs, sandbox frames) are found oldest first, never an
+    /// executor's latest, and removed without touching missions' events.
+    pub(super) async fn events_of_no_mission_are_removed_but_each_executors_latest(store: Store) {
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
+        store.commit(vec![insert(&mission("m", "s", Some("e1"), MissionState::Running))]).await.unwrap();
+        let mut loose = Vec::new();
+        for (n, executor) in ["e1", "e2", "e1", "e1", "e2"].into_iter().enumerate() {
+            loose
+                .extend(store.commit(vec![append(&event("executor.resync", executor, None, n as i64))]).await.unwrap());
+            store.commit(vec![append(&event("mission.progress", "e1", Some("m"), n as i64))]).await.unwrap();
+        }
+        let future = chrono::Utc::now() + chrono::Duration::days(1);
+        let past = chrono::Utc::now() - chrono::Duration::days(1);
+        // e1's latest (loose[3]) and e2's latest (loose[4]) stay.
+        assert_eq!(store.loose_events(None, 10).await.unwrap(), [loose[0], loose[1], loose[2]]);
+        assert_eq!(store.loose_events(Some(future), 2).await.unwrap(), [loose[0], loose[1]]);
+        assert_eq!(store.loose_events(Some(past), 10).await.unwrap(), Vec::<i64>::new(), "none is that old");
+        let remove = Change::CompactEvents { mission_id: None, seqs: vec![loose[0], loose[1]], done: false };
+        store.commit(vec![remove]).await.unwrap();
+        assert_eq!(store.loose_events(None, 10).await.unwrap(), [loose[2]]);
+        let all = seqs(&store.events_after(0, None, None, 100).await.unwrap());
+        assert_eq!(all.len(), 8, "three loose and five of the mission left: {all:?}");
+        assert_eq!(store.compaction().await.unwrap().horizon, loose[1]);
+    }
+
     pub(super) async fn compaction_removes_an_ended_missions_progress_but_its_first_and_last_events(store: Store) {
         store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
         let ended = MissionPatch { completed_at: Some(ts(30)), ..Default::default() };
@@ -814,7 +840,7 @@ mod cases {
         assert_eq!(store.compactable_events("old", 2).await.unwrap(), [2, 3]);
         assert_eq!(store.compactable_events("live", 10).await.unwrap(), Vec::<i64>::new(), "first and last kept");
 
-        let compact = |seqs: Vec<i64>, done| Change::CompactEvents { mission_id: "old".into(), seqs, done };
+        let compact = |seqs: Vec<i64>, done| Change::CompactEvents { mission_id: Some("old".into()), seqs, done };
         store.commit(vec![compact(vec![2, 3], false)]).await.unwrap();
         assert_eq!(store.compactable_missions(None, 10).await.unwrap(), ["old"], "not done yet");
         // A sequence number of another mission is not removed through this one.
@@ -935,7 +961,7 @@ mod cases {
         // for good (a reopen files nothing back).
         let middle = theirs[1..19].to_vec();
         assert_eq!(store.compactable_events("old", 100).await.unwrap(), middle);
-        let compact = Change::CompactEvents { mission_id: "old".into(), seqs: middle, done: true };
+        let compact = Change::CompactEvents { mission_id: Some("old".into()), seqs: middle, done: true };
         store.commit(vec![compact]).await.unwrap();
         let left = |store: Store| async move { seqs(&store.events_after(0, Some("old"), None, 100).await.unwrap()) };
         assert_eq!(left(store.clone()).await, [theirs[0], theirs[19]]);

@@ -153,9 +153,10 @@ impl Registry {
     ) -> Result<Registered> {
         let _serial = self.writes.lock().await;
         let now = clock::now();
-        let (row, token, rotated_for_non_loopback) = {
+        let (row, token, rotated_for_non_loopback, same_identity) = {
             let inner = self.inner.read().expect("registry lock");
             let existing = inner.executors.get(&p.executor_id);
+            let same_identity = existing.is_some_and(|e| e.live() && e.row.identity == *p);
             not_a_runtime(existing, &p.executor_id)?;
             if existing.is_none() && inner.executors.len() >= max_executors {
                 return Err(Error::TooManyRequests(format!(
@@ -170,10 +171,16 @@ impl Registry {
                 (TokenDecision::Issue { rotated_for_non_loopback }, _) => (tokens::issue(), rotated_for_non_loopback),
                 (TokenDecision::Keep, None) => unreachable!("a kept token is a presented one"),
             };
-            (registered_row(existing, p, &token, peer, now), token, rotated_for_non_loopback)
+            (registered_row(existing, p, &token, peer, now), token, rotated_for_non_loopback, same_identity)
         };
-        let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(&row.identity.executor_id, None, now);
-        self.store.commit(vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)]).await?;
+        // A re-registration that changes nothing of the identity is not an event: the agentic-sandbox
+        // executor re-registers on every socket cycle, and each full `executor.registered` was kept.
+        let mut changes = vec![Change::PutExecutor(Box::new(row.clone()))];
+        if !same_identity {
+            let event = ServeEvent::Registered(Box::new(row.identity.clone()));
+            changes.push(Change::AppendEvent(event.row(&row.identity.executor_id, None, now)));
+        }
+        self.store.commit(changes).await?;
         let registered = Registered {
             executor_id: row.identity.executor_id.clone(),
             token: token.clone(),
