@@ -85,6 +85,23 @@ impl DataDir {
     }
 }
 
+/// Bytes free for this process on the filesystem that holds `path` (`None` when it cannot be read):
+/// readiness names a full disk, which fails every commit.
+pub(crate) fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and `stat` points to writable
+    // memory of the structure's size; statvfs writes it whole when it returns 0, and only then is it read.
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    Some(stat.f_bavail as u64 * stat.f_frsize as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

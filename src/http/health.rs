@@ -2,8 +2,8 @@
 //! `GET /readyz`; `GET /metrics` and its JSON sibling for dashboards, `GET /api/v1/overview`.
 //!
 //! Liveness says the process answers HTTP, nothing more: a supervisor restarts a server that fails it.
-//! Readiness says it can do its work now: the store writer commits, the schema is migrated, and it is
-//! not shutting down. A load balancer stops sending traffic to a server that fails it, which is what a
+//! Readiness says it can do its work now: the store writer commits (its real commits, not only an empty
+//! one), its disk has room, the schema is migrated, and it is not shutting down. A load balancer stops sending traffic to a server that fails it, which is what a
 //! server draining its in-flight requests on shutdown wants.
 
 use std::sync::Arc;
@@ -23,6 +23,9 @@ use crate::error::Result;
 
 /// How long each readiness check may take before it counts as failed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Below this much free space on the data directory's filesystem, SQLite's commits (and WAL checkpoints)
+/// are about to fail: readiness says so before they do.
+const LOW_DISK: u64 = 4 * 1024 * 1024;
 
 pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
@@ -58,9 +61,16 @@ async fn openapi() -> Response {
 /// message naming each failed check. Open to anyone, like `/healthz`: probes carry no token.
 async fn ready(State(app): State<Arc<App>>) -> Response {
     let writer = match tokio::time::timeout(CHECK_TIMEOUT, app.status.writer_commits()).await {
-        Ok(Ok(_)) => Ok(()),
+        // An empty unit commits even on a full disk: what the writer's real commits did decides.
+        Ok(Ok(_)) => app.status.store_failing().map_or(Ok(()), Err),
         Ok(Err(e)) => Err(format!("the store writer does not commit: {e}")),
         Err(_) => Err(format!("the store writer did not answer within {}s", CHECK_TIMEOUT.as_secs())),
+    };
+    let disk = match app.status.free_bytes() {
+        Some(free) if free < LOW_DISK => {
+            Err(format!("the data directory's filesystem is full: {free} bytes free (SQLite needs room to commit)"))
+        }
+        _ => Ok(()),
     };
     let migrations = match tokio::time::timeout(CHECK_TIMEOUT, app.status.missing_migrations()).await {
         Ok(Ok(missing)) if missing.is_empty() => Ok(()),
@@ -74,7 +84,8 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
     };
     let mut checks = Map::new();
     let mut failed = Vec::new();
-    for (name, outcome) in [("store_writer", writer), ("migrations", migrations), ("serving", serving)] {
+    for (name, outcome) in [("store_writer", writer), ("disk", disk), ("migrations", migrations), ("serving", serving)]
+    {
         match outcome {
             Ok(()) => checks.insert(name.into(), json!("ok")),
             Err(why) => {

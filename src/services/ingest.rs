@@ -304,7 +304,8 @@ impl Ingest {
                 Answer::Ack { seq: seqs.first().copied(), reference: p.reference }
             }
             Err(e) => {
-                tracing::error!(error = %e, executor_id = %p.executor_id, "event commit failed");
+                // The writer logs a failing store once; the executor is told in its answer.
+                tracing::debug!(error = %e, executor_id = %p.executor_id, "event commit failed");
                 Answer::Refused(Refusal { error: e.into(), reference: p.reference })
             }
         }

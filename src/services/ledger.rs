@@ -399,7 +399,7 @@ impl Ledger {
     ) -> std::result::Result<Vec<i64>, StoreError> {
         let outcome = commit.await.unwrap_or(Err(StoreError::WriterGone));
         if let Err(e) = &outcome {
-            tracing::error!(error = %e, mission_id = %ticket.mission_id, "a mission change was not committed");
+            tracing::debug!(error = %e, mission_id = %ticket.mission_id, "a mission change was not committed");
         }
         self.resolve(ticket, outcome.is_ok(), to);
         outcome

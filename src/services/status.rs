@@ -101,6 +101,16 @@ impl Status {
         self.store.commit(Vec::new()).await.map(drop)
     }
 
+    /// Readiness: why the store fails to commit, when it does.
+    pub fn store_failing(&self) -> Option<String> {
+        self.store.failing()
+    }
+
+    /// Readiness: bytes free where the store keeps its data, when that is on this host.
+    pub fn free_bytes(&self) -> Option<u64> {
+        self.store.free_bytes()
+    }
+
     /// Readiness: the migrations this build knows that the store lacks.
     pub async fn missing_migrations(&self) -> crate::store::Result<Vec<i64>> {
         self.store.missing_migrations().await

@@ -182,6 +182,12 @@ pub trait Storage: Send + Sync {
     /// database size.
     fn size_bytes(&self) -> BoxFuture<'_, Result<i64>>;
 
+    /// Why the store fails to commit now, when its last attempts failed (readiness).
+    fn failing(&self) -> Option<String>;
+
+    /// Bytes free on the filesystem that holds the data, where it is on this host (readiness).
+    fn free_bytes(&self) -> Option<u64>;
+
     /// The migrations this binary embeds that the database does not record as applied (readiness).
     fn missing_migrations(&self) -> BoxFuture<'_, Result<Vec<i64>>>;
 

@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 
 use super::reads::Reads;
 use super::rows::Cols;
-use super::writer::{Feed, WriterHandle};
+use super::writer::{Feed, Health, WriterHandle};
 use super::{
     CommitSlot, Compaction, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery, Result, SandboxRecord,
     Storage, StoredEvent,
@@ -22,6 +22,9 @@ pub(super) struct SqlStore<DB: Database> {
     pub(super) reads: Reads<DB>,
     pub(super) writer: WriterHandle,
     pub(super) feed: Feed,
+    pub(super) health: Arc<Health>,
+    /// Where the data lives on this host (SQLite's directory), for the free space readiness reports.
+    pub(super) directory: Option<std::path::PathBuf>,
 }
 
 /// How long closing waits for the read pool's connections.
@@ -125,6 +128,14 @@ where
 
     fn compaction(&self) -> BoxFuture<'_, Result<Compaction>> {
         Box::pin(self.reads.compaction())
+    }
+
+    fn failing(&self) -> Option<String> {
+        self.health.failing()
+    }
+
+    fn free_bytes(&self) -> Option<u64> {
+        self.directory.as_deref().and_then(crate::datadir::free_bytes)
     }
 
     fn size_bytes(&self) -> BoxFuture<'_, Result<i64>> {

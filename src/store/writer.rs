@@ -102,6 +102,56 @@ pub struct WriterTask {
     done: oneshot::Receiver<()>,
 }
 
+/// Whether the writer's commits fail now (a full disk, a database that does not answer): set by a batch
+/// none of whose units could be committed, cleared by the next commit. An outage is logged once as it
+/// starts (the batches failing meanwhile at DEBUG) and once as it ends, not once per batch.
+#[derive(Debug, Default)]
+pub(crate) struct Health(std::sync::Mutex<Option<Failing>>);
+
+#[derive(Debug)]
+struct Failing {
+    since: std::time::Instant,
+    error: String,
+    refused: usize,
+}
+
+impl Health {
+    fn failed(&self, error: &StoreError, refused: usize) {
+        let mut failing = self.0.lock().expect("writer health lock");
+        match failing.as_mut() {
+            Some(f) => {
+                f.refused += refused;
+                tracing::debug!(%error, refused, "the store still fails to commit");
+            }
+            None => {
+                tracing::error!(%error, refused, "the store fails to commit; what is sent meanwhile is refused");
+                let since = std::time::Instant::now();
+                *failing = Some(Failing { since, error: error.to_string(), refused });
+            }
+        }
+    }
+
+    fn committed(&self) {
+        if let Some(f) = self.0.lock().expect("writer health lock").take() {
+            let seconds = f.since.elapsed().as_secs();
+            tracing::info!(refused = f.refused, seconds, "the store commits again");
+        }
+    }
+
+    /// What is failing, when the last commit attempts failed.
+    pub(crate) fn failing(&self) -> Option<String> {
+        let failing = self.0.lock().expect("writer health lock");
+        failing.as_ref().map(|f| {
+            format!(
+                "the store has failed to commit for {} s ({} units refused): {}",
+                f.since.elapsed().as_secs(),
+                f.refused,
+                f.error
+            )
+        })
+    }
+}
+
 impl WriterTask {
     /// Starts the writer on a thread of its own, over an adapter's committer, once the committer is
     /// ready there ([`Committer::prepare`], whose failure is returned).
@@ -110,6 +160,7 @@ impl WriterTask {
         rx: mpsc::Receiver<Msg>,
         feed: P,
         metrics: Arc<Metrics>,
+        health: Arc<Health>,
     ) -> Result<WriterTask> {
         // The writer has a thread of its own. As one task among hundreds of socket tasks it waited in the
         // runtime's queue at every step (each database round trip, each new batch): events spent a
@@ -124,7 +175,7 @@ impl WriterTask {
                     match committer.prepare().await {
                         Ok(()) => {
                             let _ = ready.send(Ok(()));
-                            run(committer, rx, feed, metrics).await;
+                            run(committer, rx, feed, metrics, health).await;
                         }
                         Err(e) => {
                             let _ = ready.send(Err(e));
@@ -182,6 +233,7 @@ async fn run<C: Committer, P: Publisher>(
     mut rx: mpsc::Receiver<Msg>,
     feed: P,
     metrics: Arc<Metrics>,
+    health: Arc<Health>,
 ) {
     let mut batch: Vec<(Unit, Reply)> = Vec::new();
     let mut stopping = false;
@@ -209,7 +261,7 @@ async fn run<C: Committer, P: Publisher>(
         }
         let started = std::time::Instant::now();
         metrics.commit_batch_units.observe(batch.len() as f64);
-        commit_batch(&mut committer, &mut batch, &feed).await;
+        commit_batch(&mut committer, &mut batch, &feed, &health).await;
         metrics.commit_latency.observe_duration(started.elapsed());
         committer.between_batches().await;
     }
@@ -226,10 +278,20 @@ async fn run<C: Committer, P: Publisher>(
     committer.close().await;
 }
 
-async fn commit_batch<C: Committer, P: Publisher>(committer: &mut C, batch: &mut Vec<(Unit, Reply)>, feed: &P) {
+async fn commit_batch<C: Committer, P: Publisher>(
+    committer: &mut C,
+    batch: &mut Vec<(Unit, Reply)>,
+    feed: &P,
+    health: &Health,
+) {
     let units: Vec<&Unit> = batch.iter().map(|(u, _)| u).collect();
+    // An empty unit (readiness's probe) commits even on a full disk: it says nothing of the store's health.
+    let writes = units.iter().any(|u| !u.changes.is_empty());
     match committer.commit(&units).await {
         Ok((results, committed)) => {
+            if writes {
+                health.committed();
+            }
             feed.publish(&units, &committed);
             for ((unit, reply), result) in batch.drain(..).zip(results) {
                 let _ = reply.send((result, unit));
@@ -243,16 +305,30 @@ async fn commit_batch<C: Committer, P: Publisher>(committer: &mut C, batch: &mut
             }
         }
         Err(e) => {
-            tracing::error!(error = %e, units = batch.len(), "batch commit failed; retrying unit by unit");
+            // One bad unit fails its batch; the others are committed alone. When none is, the store itself
+            // fails (its health says so, once).
+            tracing::debug!(error = %e, units = batch.len(), "batch commit failed; retrying unit by unit");
+            let refused = batch.len();
+            let mut any_committed = false;
             for (unit, reply) in batch.drain(..) {
                 let result = match committer.commit(&[&unit]).await {
                     Ok((mut r, committed)) => {
+                        any_committed = true;
                         feed.publish(&[&unit], &committed);
                         r.pop().unwrap_or(Ok(Vec::new()))
                     }
                     Err(e) => Err(e),
                 };
+                if let Err(refusal) = &result {
+                    tracing::debug!(error = %refusal, "a unit was not committed");
+                }
                 let _ = reply.send((result, unit));
+            }
+            match any_committed {
+                true => health.committed(),
+                // A refusal of what one unit asks is not the store failing.
+                false if matches!(e, StoreError::DuplicateMission(_)) => {}
+                false => health.failed(&e, refused),
             }
         }
     }
@@ -464,5 +540,23 @@ impl<'a> Gathered<'a> {
     /// Where the gathered events are among the units, committed at `received_at`.
     pub(super) fn committed(self, received_at: chrono::DateTime<chrono::Utc>) -> Committed {
         Committed { events: self.positions, received_at }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_fails_once_accumulates_refusals_and_clears_on_a_commit() {
+        let health = Health::default();
+        assert_eq!(health.failing(), None);
+        health.failed(&StoreError::WriterGone, 3);
+        health.failed(&StoreError::Corrupt("later".into()), 2);
+        let failing = health.failing().expect("failing after a failed batch");
+        assert!(failing.contains("5 units refused"), "{failing}");
+        assert!(failing.contains("the store writer has stopped"), "the first error is kept: {failing}");
+        health.committed();
+        assert_eq!(health.failing(), None);
     }
 }

@@ -140,6 +140,10 @@ async fn a_storage_outage_wedges_no_mission() {
     assert_eq!(answer["error"], "internal", "{answer}");
     server.client.post(&format!("/api/v1/missions/{other}/abort"), &json!(null)).await.assert_error(500, "internal");
     assert_eq!(server.mission(&id).await["state"], "running");
+    // Readiness names the failing store (an empty commit, which still succeeds, does not hide it).
+    let ready = server.client.get("/readyz").await;
+    assert!(ready.assert_error(503, "not_ready").contains("the store has failed to commit"), "{}", ready.body);
+    assert_eq!(server.client.get("/api/v1/missions").await.status, 200, "reads do not wait on the failing writer");
     fault.heal().await;
     // The same completion, sent again, ends it; the operator's abort, asked again, is done.
     ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
@@ -147,6 +151,7 @@ async fn a_storage_outage_wedges_no_mission() {
     assert_eq!((r.status, &r.body["state"]), (202, &json!("aborted")), "{}", r.body);
     let executor = server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body;
     assert_eq!(executor["active_mission_count"], 0, "{executor}");
+    assert_eq!(server.client.get("/readyz").await.status, 200, "ready again once it commits");
 }
 
 /// Issue 35, finding 2, the harder half: a change decided on top of one whose commit then fails cannot

@@ -20,7 +20,10 @@ async fn a_running_server_is_ready_and_alive() {
     let r = server.client.get("/readyz").await;
     assert_eq!(
         (r.status, r.body),
-        (200, json!({"status": "ready", "checks": {"store_writer": "ok", "migrations": "ok", "serving": "ok"}}))
+        (
+            200,
+            json!({"status": "ready", "checks": {"store_writer": "ok", "disk": "ok", "migrations": "ok", "serving": "ok"}})
+        )
     );
     assert_eq!(r.headers.get("cache-control").unwrap(), "no-store");
     assert_eq!(server.client.get("/healthz").await.body, json!({"status": "ok"}));

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::reads::Reads;
 use super::sql_store::SqlStore;
-use super::writer::{self, Feed, WriterHandle, WriterTask};
+use super::writer::{self, Feed, Health, WriterHandle, WriterTask};
 use super::{Result, Store, StoreError};
 use crate::metrics::Metrics;
 
@@ -111,8 +111,10 @@ pub async fn open(
     let tail = tail::start(reads.clone(), feed.clone(), writer_pid.clone(), claim == Claim::Shared);
     let (deposed, deposed_rx) = watch::channel(false);
     let committer = commit::PgCommitter { options, claim, conn: None, pid: writer_pid, unknown: false, deposed };
-    let task = WriterTask::spawn(committer, rx, tail, metrics).await?;
-    Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task, Deposed(deposed_rx)))
+    let health = Arc::new(Health::default());
+    let task = WriterTask::spawn(committer, rx, tail, metrics, health.clone()).await?;
+    let store = SqlStore { reads, writer: WriterHandle::new(tx), feed, health, directory: None };
+    Ok((Arc::new(store), task, Deposed(deposed_rx)))
 }
 
 /// Takes the database for this store on the writer's session, or says who holds it.

@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 
 use super::reads::Reads;
 use super::sql_store::SqlStore;
-use super::writer::{self, Feed, WriterHandle};
+use super::writer::{self, Feed, Health, WriterHandle};
 use super::{Result, Store, Synchronous};
 use crate::metrics::Metrics;
 
@@ -87,9 +87,11 @@ pub async fn open(
     let feed = Feed::new(feed_capacity, last_seq);
     let committer =
         commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled, incremental, reclaim: false, index };
-    let task = WriterTask::spawn(committer, rx, feed.clone(), metrics).await?;
+    let health = Arc::new(Health::default());
+    let task = WriterTask::spawn(committer, rx, feed.clone(), metrics, health.clone()).await?;
     let reads = Reads { pool, migrations: super::migrate::SQLITE, size: SIZE };
-    Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed }), task))
+    let directory = Some(data_dir.to_owned());
+    Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed, health, directory }), task))
 }
 
 /// Brings a database to this binary's schema, applying the migrations it lacks: serve's store at start,
