@@ -39,6 +39,9 @@ pub enum Error {
     InvalidQuery(String),
     #[error("{0}")]
     InvalidPath(String),
+    /// A body that did not arrive in full within `server.body_read_timeout_ms` of the request's head.
+    #[error("the body did not arrive within {0} ms of the request's head")]
+    RequestTimeout(u64),
     #[error("the request target is longer than the {0}-byte limit")]
     UriTooLong(usize),
     #[error("{0}")]
@@ -109,6 +112,7 @@ impl Error {
             Error::IllegalTransition(_) => ("illegal_transition", S::CONFLICT),
             Error::ExecutorNotConnected(_) => ("executor_not_connected", S::CONFLICT),
             Error::ControlUnsupported(_) => ("control_unsupported", S::CONFLICT),
+            Error::RequestTimeout(_) => ("request_timeout", S::REQUEST_TIMEOUT),
             Error::PayloadTooLarge(_) => ("payload_too_large", S::PAYLOAD_TOO_LARGE),
             Error::UriTooLong(_) => ("uri_too_long", S::URI_TOO_LONG),
             Error::HeadersTooLarge(_) => ("headers_too_large", S::REQUEST_HEADER_FIELDS_TOO_LARGE),

@@ -102,8 +102,13 @@ impl Config {
         if self.server.max_body_bytes < 1024 || self.hub.max_frame_bytes < 1024 {
             return bad("server.max_body_bytes and hub.max_frame_bytes must be at least 1024".into());
         }
-        if self.server.header_read_timeout_ms == 0 || self.server.idle_timeout_s == 0 {
-            return bad("server.header_read_timeout_ms and server.idle_timeout_s must be positive".into());
+        let server = &self.server;
+        if [server.header_read_timeout_ms, server.body_read_timeout_ms, server.idle_timeout_s, server.drain_timeout_s]
+            .contains(&0)
+        {
+            return bad("server.header_read_timeout_ms, body_read_timeout_ms, idle_timeout_s and drain_timeout_s \
+                 must be positive"
+                .into());
         }
         let url = &self.store.database_url;
         if !url.is_empty() && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {

@@ -73,6 +73,12 @@ pub struct ServerConfig {
     /// Time a connection has to send a complete request head, from its opening or from the first byte
     /// of the head (slowloris).
     pub header_read_timeout_ms: u64,
+    /// Time a request's body has to arrive in full, from its head (a client trickling a body holds a
+    /// connection slot no longer).
+    pub body_read_timeout_ms: u64,
+    /// Time a stopping serve gives the requests in progress to finish before it closes their
+    /// connections anyway.
+    pub drain_timeout_s: u64,
     /// Time an HTTP keep-alive connection may wait for its next request. Upgraded WebSockets are not
     /// HTTP connections any more: the hub's ping deadline governs them.
     pub idle_timeout_s: u64,
@@ -180,6 +186,8 @@ impl Default for ServerConfig {
             max_sandboxes: 1_000,
             registrations_per_minute: 120,
             header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 10_000,
+            drain_timeout_s: 20,
             idle_timeout_s: 60,
             max_connections: 0,
             behind_proxy: Vec::new(),

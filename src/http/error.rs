@@ -39,6 +39,10 @@ impl IntoResponse for Error {
             Error::LeaderUnavailable(_) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
+            // The rest of the body may still trickle in: the connection is not reused (RFC 9110, 15.5.9).
+            Error::RequestTimeout(_) => {
+                response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             Error::Unauthorized(_) | Error::TokenInvalid(_) => {
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }

@@ -71,7 +71,11 @@ impl FromRequest<Arc<App>> for JsonBody {
             )));
         }
         let limit = app.config.server.max_body_bytes;
-        let bytes = Bytes::from_request(req, app).await.map_err(|rejection| {
+        // The connection is busy, so no idle or head deadline runs while its body arrives: this one bounds
+        // how long a trickling client holds a connection slot (and a stopping serve).
+        let deadline = app.config.server.body_read_timeout_ms;
+        let read = tokio::time::timeout(std::time::Duration::from_millis(deadline), Bytes::from_request(req, app));
+        let bytes = read.await.map_err(|_| Error::RequestTimeout(deadline))?.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 Error::PayloadTooLarge(limit)
             } else {

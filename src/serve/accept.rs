@@ -7,7 +7,8 @@
 //! within `header_read_timeout_ms`, the next request within `idle_timeout_s`), and our own limits on the
 //! request head, answered as JSON. What it keeps from `axum::serve`: HTTP/1.1 with upgrades (serve never
 //! spoke HTTP/2), TCP_NODELAY, `ConnectInfo<SocketAddr>`, and a graceful stop that lets requests in
-//! progress finish and waits for every connection before the sockets are drained.
+//! progress finish and waits for every connection before the sockets are drained; unlike it, that wait
+//! has a deadline (`server.drain_timeout_s`), after which the connections still open are closed.
 
 use std::convert::Infallible;
 use std::io;
@@ -27,7 +28,8 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::Service;
 
@@ -80,6 +82,7 @@ pub(super) fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
 pub(super) struct Limits {
     header_read: Duration,
     idle: Duration,
+    drain: Duration,
     pub(super) max_connections: usize,
     believed: Believed,
 }
@@ -101,6 +104,7 @@ impl Limits {
         Limits {
             header_read: Duration::from_millis(config.server.header_read_timeout_ms),
             idle: Duration::from_secs(config.server.idle_timeout_s),
+            drain: Duration::from_secs(config.server.drain_timeout_s),
             max_connections,
             believed: Believed {
                 replica_secret: (!config.replica.secret.is_empty()).then(|| tokens::hash(&config.replica.secret)),
@@ -143,7 +147,7 @@ fn connection_limit(configured: usize, descriptors: Option<u64>) -> usize {
 }
 
 /// Accepts and serves client connections until `stop`, then lets every connection finish (requests in
-/// progress are answered, idle connections closed) and returns. Each request goes to the router `routes`
+/// progress are answered, idle connections closed) within the drain deadline and returns. Each request goes to the router `routes`
 /// holds when it arrives: a replica swaps its own services for forwarding to the leader and back.
 pub(super) async fn serve_http(
     listener: TcpListener,
@@ -153,8 +157,7 @@ pub(super) async fn serve_http(
 ) {
     let http = http1_builder();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
-    // Each connection task holds a sender: `recv` answers `None` once all of them have ended.
-    let (open, mut all_closed) = mpsc::channel::<Infallible>(1);
+    let mut connections = JoinSet::new();
     let mut errors = AcceptErrors::new();
     loop {
         // A free slot first: above the limit, connections wait in the backlog, costing no descriptor.
@@ -183,6 +186,8 @@ pub(super) async fn serve_http(
             }
         };
         errors.recovered();
+        // Reaped as they end, so the set holds only the connections still served.
+        while connections.try_join_next().is_some() {}
         // Acks, pushes and answers are small writes that must leave at once: Nagle's algorithm would
         // hold them for the peer's delayed ACK (~40 ms).
         if let Err(e) = tcp.set_nodelay(true) {
@@ -192,12 +197,21 @@ pub(super) async fn serve_http(
         let io = ClientConn { tcp, activity: activity.clone(), _slot: slot };
         let service = edge_service(routes.clone(), peer, limits.believed.clone(), activity.clone());
         let connection = http.serve_connection(TokioIo::new(io), service).with_upgrades();
-        tokio::spawn(serve_connection(connection, activity, limits.clone(), stop.clone(), open.clone()));
+        connections.spawn(serve_connection(connection, activity, limits.clone(), stop.clone()));
     }
-    // No new connections from here on (connecting clients are refused), then wait for the open ones.
+    // No new connections from here on (connecting clients are refused), then wait for the open ones, as
+    // long as the drain deadline allows: a client trickling a body, or a handler that does not end, must
+    // not keep serve from stopping.
     drop(listener);
-    drop(open);
-    let _ = all_closed.recv().await;
+    let drained = tokio::time::timeout(limits.drain, async { while connections.join_next().await.is_some() {} });
+    if drained.await.is_err() {
+        tracing::warn!(
+            connections = connections.len(),
+            drain_timeout_s = limits.drain.as_secs(),
+            "requests still in progress at the drain deadline; closing their connections"
+        );
+        connections.shutdown().await;
+    }
 }
 
 /// HTTP/1.1 with hyper's limits above ours, and no header timer of hyper's.
@@ -258,13 +272,8 @@ fn is_connection_error(e: &io::Error) -> bool {
 
 /// Serves one connection until it ends, is upgraded (the socket then lives on in the hub, still holding
 /// its connection slot), or misses its deadline; on `stop`, finishes the request in progress and closes.
-async fn serve_connection<C>(
-    connection: C,
-    activity: Arc<Activity>,
-    limits: Limits,
-    mut stop: watch::Receiver<bool>,
-    _open: mpsc::Sender<Infallible>,
-) where
+async fn serve_connection<C>(connection: C, activity: Arc<Activity>, limits: Limits, mut stop: watch::Receiver<bool>)
+where
     C: std::future::Future<Output = Result<(), hyper::Error>> + GracefulStop,
 {
     let mut connection = std::pin::pin!(connection);

@@ -330,3 +330,80 @@ async fn oversized_heads_are_json_errors_up_to_hypers_own_limits() {
         assert_eq!(closed_by_server(&mut tcp).await.as_secs(), 0, "closed at once");
     }
 }
+
+/// A registration whose body is announced in full and trickled: the head, then part of the body.
+async fn trickling_registration(server: &TestServer) -> TcpStream {
+    let mut tcp = connect(server).await;
+    let head = "POST /api/v1/executors/register HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                Content-Type: application/json\r\nContent-Length: 4000\r\n\r\n{\"executor_id\": ";
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
+}
+
+/// Issue 35, finding 10: 40 trickling registrations at `max_connections = 40` held every slot, and
+/// `/healthz` timed out. A body has `server.body_read_timeout_ms` from its head: then 408
+/// `request_timeout`, the connection closed, its slot free for the client waiting behind it.
+#[tokio::test]
+async fn a_trickled_body_is_refused_at_its_deadline_and_frees_its_slot() {
+    const LIMIT: usize = 4;
+    let server = TestServer::start_with(|c| {
+        c.server.max_connections = LIMIT;
+        c.server.body_read_timeout_ms = 400;
+        c.server.header_read_timeout_ms = 30_000;
+        c.server.idle_timeout_s = 30;
+    })
+    .await;
+    let mut tricklers = Vec::new();
+    for _ in 0..LIMIT {
+        tricklers.push(trickling_registration(&server).await);
+    }
+    // Every slot is held by a body still arriving: a probe waits...
+    let mut probe = connect(&server).await;
+    probe.write_all(&get("/healthz")).await.unwrap();
+    let began = Instant::now();
+    // ...while the tricklers keep sending a byte now and then, which does not extend their deadline.
+    for trickler in &mut tricklers {
+        trickler.write_all(b" ").await.unwrap();
+    }
+    for trickler in &mut tricklers {
+        let (status, head, body) = answered_within(trickler, WAIT).await.expect("answered at the body deadline");
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((status, body["error"].as_str()), (408, Some("request_timeout")), "{body}");
+        assert!(body["message"].as_str().unwrap().contains("400 ms"), "{body}");
+        assert!(head.to_ascii_lowercase().contains("connection: close"), "{head}");
+        closed_by_server(trickler).await;
+    }
+    let (status, _, _) = answered_within(&mut probe, WAIT).await.expect("served once a trickler is gone");
+    assert_eq!(status, 200);
+    assert!(began.elapsed() < Duration::from_secs(5), "served after {:?}", began.elapsed());
+    // Nothing was registered from the halves of bodies.
+    assert_eq!(server.client.get("/api/v1/executors").await.body["executors"], json!([]));
+}
+
+/// Issue 35, finding 10: SIGTERM never completed while one client trickled a request body. Past
+/// `server.drain_timeout_s` the connections still busy are closed and serve stops; a request answered
+/// promptly before the stop is unaffected.
+#[tokio::test]
+async fn a_stopping_serve_closes_what_is_still_busy_at_the_drain_deadline() {
+    let server = TestServer::start_with(|c| {
+        c.server.body_read_timeout_ms = 60_000;
+        c.server.drain_timeout_s = 1;
+    })
+    .await;
+    let mut trickler = trickling_registration(&server).await;
+    // The head is in: the request is under way when the stop comes.
+    let mut keep_alive = connect(&server).await;
+    keep_alive.write_all(&get("/healthz")).await.unwrap();
+    assert_eq!(read_response(&mut keep_alive).await.0, 200);
+    let began = Instant::now();
+    tokio::time::timeout(WAIT, server.stop()).await.expect("serve stops within the drain deadline");
+    let took = began.elapsed();
+    assert!(took >= Duration::from_millis(900), "the busy request had its drain time: stopped after {took:?}");
+    assert!(took < Duration::from_secs(5), "stopped after {took:?}");
+    // The trickler's connection is closed; the idle keep-alive one was closed at once.
+    let mut sink = [0u8; 64];
+    let read = tokio::time::timeout(WAIT, trickler.read(&mut sink)).await.expect("closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    let read = tokio::time::timeout(WAIT, keep_alive.read(&mut sink)).await.expect("closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+}
