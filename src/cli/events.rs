@@ -46,67 +46,52 @@ pub(super) async fn run(client: &Client, out: &Output, args: EventsArgs) -> Resu
             summary(&e["data"])
         ))
     };
-    let page = |since: i64, limit: u32| {
-        let path = format!("/api/v1/events?follow=false&limit={limit}&since={since}{filter}");
+    // One page of the log: its events, where the next starts, whether more follow already.
+    let page = |query: String| {
+        let path = format!("/api/v1/events?follow=false&{query}{filter}");
         async move {
             let page = client.get(&path).await?;
-            Ok::<_, Failure>(page["events"].as_array().cloned().unwrap_or_default())
+            let events = page["events"].as_array().cloned().unwrap_or_default();
+            Ok::<_, Failure>((
+                events,
+                page["next_since"].as_i64().unwrap_or(0),
+                page["more"].as_bool().unwrap_or(false),
+            ))
         }
     };
-    let mut since = match args.tail {
+    let since = match args.tail {
+        // The last n events, found by the server, in as many pages as their size takes.
         Some(n) => {
-            let start = tail_start(n, &page).await?;
-            let tail = page(start, n).await?;
-            tail.iter().try_for_each(print)?;
-            Some(tail.last().and_then(|e| e["seq"].as_i64()).unwrap_or(start))
+            let (mut events, mut next, mut more) = page(format!("tail={n}&limit={n}")).await?;
+            let mut left = n as usize;
+            loop {
+                left -= events.len();
+                events.iter().try_for_each(print)?;
+                if left == 0 || !more {
+                    break Some(next);
+                }
+                (events, next, more) = page(format!("since={next}&limit={left}")).await?;
+            }
         }
         None => args.since,
     };
     if args.follow {
         let mut stream = client.events(&format!("/api/v1/events?{}", filter.trim_start_matches('&')), since);
         loop {
-            let (name, item) = stream.next().await?;
-            if name == "end" {
-                let (reason, resume) = (text(&item, "reason"), text(&item, "resume_since"));
-                return Err(Failure::Exit(1, format!("stream ended ({reason}); resume with --since {resume}")));
-            }
+            let (_, item) = stream.next().await?;
             print(&item)?;
         }
     }
     if args.tail.is_some() {
         return Ok(());
     }
+    let mut since = since.unwrap_or(0);
     loop {
-        let items = page(since.unwrap_or(0), 1000).await?;
-        let Some(last) = items.last() else { return Ok(()) };
-        since = last["seq"].as_i64();
-        items.iter().try_for_each(print)?;
-    }
-}
-
-/// The sequence number after which exactly the last `n` events (of the filter) follow. The log is read
-/// oldest first only, so this searches for the last point with `n` events after it: doubling, then
-/// bisecting, each probe one page of at most `n` events.
-async fn tail_start<F, Fut>(n: u32, page: &F) -> Result<i64, Failure>
-where
-    F: Fn(i64, u32) -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<Value>, Failure>>,
-{
-    let full = |since: i64| async move { Ok::<_, Failure>(page(since, n).await?.len() >= n as usize) };
-    if !full(0).await? {
-        return Ok(0);
-    }
-    // Invariant: at least n events follow `lo`, fewer than n follow `hi`.
-    let (mut lo, mut hi) = (0i64, 1i64);
-    while full(hi).await? {
-        (lo, hi) = (hi, hi.saturating_mul(2));
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        match full(mid).await? {
-            true => lo = mid,
-            false => hi = mid,
+        let (events, next, more) = page(format!("since={since}&limit=1000")).await?;
+        events.iter().try_for_each(print)?;
+        if !more {
+            return Ok(());
         }
+        since = next;
     }
-    Ok(lo)
 }

@@ -1,14 +1,17 @@
 //! The operator event stream: `GET /ws/events` (WebSocket) and `GET /api/v1/events` (Server-Sent
 //! Events). Both take `?since=N` (or `Last-Event-ID` for SSE), `?mission_id=`, `?executor_id=`, and, for
 //! clients that cannot set headers (browsers), `?token=` instead of a bearer header.
-//! `GET /api/v1/events?follow=false` answers one JSON page instead (`limit`, default 100, at most 1000),
-//! for scripts that read the log without following it.
+//! `GET /api/v1/events?follow=false` answers one JSON page instead (`limit`, default 100, at most 1000;
+//! `max_bytes` of event data, 4 MiB by default; `tail=N` to start at the last N events), for scripts and
+//! the dashboard that read the log without following it.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::body::{Body, Bytes};
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -36,17 +39,17 @@ struct StreamParams {
     token: Option<String>,
     follow: Option<bool>,
     limit: Option<u32>,
-}
-
-/// One page of the log: the events after `since` and where the next page starts.
-#[derive(serde::Serialize)]
-struct Page {
-    events: Vec<log::Item>,
-    next_since: i64,
+    max_bytes: Option<usize>,
+    tail: Option<u32>,
 }
 
 const PAGE_DEFAULT: u32 = 100;
 const PAGE_MAX: u32 = 1000;
+/// A page's event data, past its first event (which may be up to a frame, 1 MiB): what one reader
+/// makes serve hold at once, however large the events.
+const PAGE_BYTES_DEFAULT: usize = 4 << 20;
+const PAGE_BYTES_MIN: usize = 1024;
+const PAGE_BYTES_MAX: usize = 16 << 20;
 
 /// Authorizes the follower and reads where it starts and what it wants.
 fn open(
@@ -74,7 +77,7 @@ async fn sse(
     Params(p): Params<StreamParams>,
 ) -> Result<Response> {
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let (follow, limit) = (p.follow.unwrap_or(true), p.limit);
+    let (follow, limit, max_bytes, tail) = (p.follow.unwrap_or(true), p.limit, p.max_bytes, p.tail);
     let (since, filter) = open(&app, p, bearer, last_event_id)?;
     app.feed.resumable(since, &filter).await?;
     if !follow {
@@ -82,11 +85,24 @@ async fn sse(
         if !(1..=PAGE_MAX).contains(&limit) {
             return Err(Error::InvalidQuery(format!("limit must be between 1 and {PAGE_MAX}")));
         }
-        let since = since.unwrap_or(0);
-        let events = app.feed.page(since, &filter, limit).await?;
-        let next_since = events.last().map_or(since, |e| e.seq);
-        let page = Page { events, next_since };
-        return Ok(axum::Json(page).into_response());
+        let max_bytes = max_bytes.unwrap_or(PAGE_BYTES_DEFAULT);
+        if !(PAGE_BYTES_MIN..=PAGE_BYTES_MAX).contains(&max_bytes) {
+            return Err(Error::InvalidQuery(format!(
+                "max_bytes must be between {PAGE_BYTES_MIN} and {PAGE_BYTES_MAX}"
+            )));
+        }
+        let start = match (tail, since) {
+            (Some(_), Some(_)) => return Err(Error::InvalidQuery("tail and since exclude each other".into())),
+            (Some(n), None) if !(1..=PAGE_MAX).contains(&n) => {
+                return Err(Error::InvalidQuery(format!("tail must be between 1 and {PAGE_MAX}")))
+            }
+            (Some(n), None) => log::Start::Tail(n),
+            (None, since) => log::Start::After(since.unwrap_or(0)),
+        };
+        return Ok(page_body(app.feed.page(start, &filter, limit, max_bytes).await?));
+    }
+    if tail.is_some() || max_bytes.is_some() {
+        return Err(Error::InvalidQuery("tail and max_bytes are for pages (follow=false)".into()));
     }
     let items = app.feed.follow(since, filter);
     let events = stream::unfold(items, |mut items| async move {
@@ -94,6 +110,21 @@ async fn sse(
         Some((Ok::<_, Infallible>(sse_event(next)), items))
     });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()).into_response())
+}
+
+/// A page as JSON, `{"events": [...], "next_since": N, "more": bool}`, written one event at a time: the
+/// page's events are in memory once (as read), not again as one serialized document.
+fn page_body(page: log::Page) -> Response {
+    let log::Page { events, next_since, more } = page;
+    let head = stream::once(async { Bytes::from_static(b"{\"events\":[") });
+    let items = stream::iter(events.into_iter().enumerate()).map(move |(i, item)| {
+        let mut chunk = if i == 0 { Vec::new() } else { vec![b','] };
+        serde_json::to_writer(&mut chunk, &item).expect("items serialize");
+        Bytes::from(chunk)
+    });
+    let tail = stream::once(async move { Bytes::from(format!("],\"next_since\":{next_since},\"more\":{more}}}")) });
+    let body = Body::from_stream(head.chain(items).chain(tail).map(Ok::<_, Infallible>));
+    ([(CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 fn sse_event(next: Next) -> Event {

@@ -12,10 +12,12 @@ use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::contract::Envelope;
-use crate::store::{Store, StoredEvent};
+use crate::store::{EventQuery, Store, StoredEvent};
 
-/// Events read from the database per query while catching up.
+/// Events read from the database per query while catching up, and their data's bytes at most (past the
+/// first): what a follower holds in memory at once, however large its executors' events are.
 const BACKLOG_PAGE: u32 = 500;
+const BACKLOG_BYTES: usize = 4 << 20;
 /// Items buffered between the follower task and the connection writing them out.
 const HANDOFF: usize = 256;
 
@@ -47,6 +49,29 @@ impl From<&StoredEvent> for Item {
     }
 }
 
+impl From<StoredEvent> for Item {
+    fn from(e: StoredEvent) -> Item {
+        Item { seq: e.seq, received_at: crate::clock::format(e.received_at), envelope: e.envelope }
+    }
+}
+
+/// Where a page of the log starts.
+#[derive(Clone, Copy, Debug)]
+pub enum Start {
+    /// After this sequence number.
+    After(i64),
+    /// Where exactly the last `n` events of the filter begin.
+    Tail(u32),
+}
+
+/// One page of the log: its events, where the next page starts, and whether there is more to read now.
+#[derive(Debug)]
+pub struct Page {
+    pub events: Vec<Item>,
+    pub next_since: i64,
+    pub more: bool,
+}
+
 /// Why a stream ended, and where to resume.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct End {
@@ -75,11 +100,24 @@ impl Feed {
         Feed { store, shutdown }
     }
 
-    /// Up to `limit` events after `since`, oldest first.
-    pub async fn page(&self, since: i64, filter: &Filter, limit: u32) -> crate::error::Result<Vec<Item>> {
-        let events =
-            self.store.events_after(since, filter.mission_id.as_deref(), filter.executor_id.as_deref(), limit).await?;
-        Ok(events.iter().map(Item::from).collect())
+    /// Events of the filter from `start`, oldest first: `limit` at most, and past the first no more than
+    /// `max_bytes` of event data.
+    pub async fn page(
+        &self,
+        start: Start,
+        filter: &Filter,
+        limit: u32,
+        max_bytes: usize,
+    ) -> crate::error::Result<Page> {
+        let (mission_id, executor_id) = (filter.mission_id.as_deref(), filter.executor_id.as_deref());
+        let since = match start {
+            Start::After(since) => since,
+            Start::Tail(n) => self.store.tail_start(mission_id, executor_id, n).await?,
+        };
+        let query = EventQuery::after(since, limit).mission(mission_id).executor(executor_id).bytes(max_bytes);
+        let page = self.store.events_after(query).await?;
+        let next_since = page.events.last().map_or(since, |e| e.seq);
+        Ok(Page { events: page.events.into_iter().map(Item::from).collect(), next_since, more: page.more })
     }
 
     /// Refuses to resume a stream of the whole log (or of an executor's events) below the compaction
@@ -136,11 +174,13 @@ async fn run(
 ) -> Option<End> {
     if backlog {
         loop {
-            let page = store
-                .events_after(last, filter.mission_id.as_deref(), filter.executor_id.as_deref(), BACKLOG_PAGE)
-                .await;
+            let query = EventQuery::after(last, BACKLOG_PAGE)
+                .mission(filter.mission_id.as_deref())
+                .executor(filter.executor_id.as_deref())
+                .bytes(BACKLOG_BYTES);
+            let page = store.events_after(query).await;
             let page = match page {
-                Ok(page) => page,
+                Ok(page) => page.events,
                 Err(e) => {
                     tracing::error!(error = %e, "event stream backlog read failed");
                     return Some(End { reason: EndReason::StorageError, resume_since: last });
@@ -148,7 +188,7 @@ async fn run(
             };
             let Some(tail) = page.last() else { break };
             let tail = tail.seq;
-            for e in &page {
+            for e in page {
                 tx.send(Next::Event(Item::from(e))).await.ok()?;
             }
             last = tail;

@@ -36,7 +36,7 @@ impl Status {
     async fn store_stats(&self) -> Result<StoreStats> {
         let last_seq = self.store.last_seq();
         let compaction = self.store.compaction().await?;
-        let oldest = self.store.events_after(0, None, None, 1).await?;
+        let oldest = self.store.events_after(crate::store::EventQuery::after(0, 1)).await?.events;
         Ok(StoreStats {
             bytes: self.store.size_bytes().await?,
             events: last_seq - compaction.removed,

@@ -26,7 +26,7 @@ use tokio::sync::broadcast;
 pub use crate::domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
-pub use records::{Change, CommitSlot, LiveMission, MissionQuery, Pending};
+pub use records::{Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -135,15 +135,18 @@ pub trait Storage: Send + Sync {
     /// Every event committed from now on, in sequence order.
     fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>>;
 
-    /// Up to `limit` events after `after_seq`, in order, optionally only those of one mission and/or
-    /// executor.
-    fn events_after<'a>(
+    /// A page of the log (see [`EventQuery`]): the sizes of the events are read before the events, so
+    /// that no more is read than the page holds.
+    fn events_after<'a>(&'a self, q: EventQuery<'a>) -> BoxFuture<'a, Result<EventPage>>;
+
+    /// The sequence number after which exactly the last `n` events of the filter follow (0 when there
+    /// are no more than `n`).
+    fn tail_start<'a>(
         &'a self,
-        after_seq: i64,
         mission_id: Option<&'a str>,
         executor_id: Option<&'a str>,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<StoredEvent>>>;
+        n: u32,
+    ) -> BoxFuture<'a, Result<i64>>;
 
     /// HITL requests still open: pending ones, and answered ones not yet delivered.
     fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>>;

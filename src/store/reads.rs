@@ -16,6 +16,7 @@
 
 use std::sync::LazyLock;
 
+use futures_util::TryStreamExt;
 use serde_json::Value;
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
@@ -27,8 +28,8 @@ use super::rows::{
 use crate::contract::EventType;
 use crate::domain::MissionState;
 use crate::store::{
-    Compaction, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionQuery, Result, SandboxRecord,
-    StoredEvent,
+    Compaction, EventPage, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionQuery,
+    Result, SandboxRecord, StoredEvent,
 };
 
 /// `'done', 'failed', 'aborted'`: the states of a mission that is over.
@@ -98,6 +99,47 @@ static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
         HitlOutcome::Answered.as_str()
     )
 });
+
+/// The filters of an event read, and only those: one mission's events are read through its index
+/// (`mission_events`), the whole log's through the sequence numbers.
+struct EventFilter<'a> {
+    table: &'static str,
+    /// ` AND column = $N` for each filter given.
+    conditions: String,
+    values: Vec<&'a str>,
+    /// The number of the placeholder after the filters'.
+    next: usize,
+}
+
+impl<'a> EventFilter<'a> {
+    /// `bound`: the placeholders the query takes before the filters'.
+    fn new(mission_id: Option<&'a str>, executor_id: Option<&'a str>, bound: usize) -> EventFilter<'a> {
+        let table = if mission_id.is_some() { "mission_events" } else { "events" };
+        let mut filter = EventFilter { table, conditions: String::new(), values: Vec::new(), next: bound + 1 };
+        for (column, value) in [("mission_id", mission_id), ("executor_id", executor_id)] {
+            if let Some(value) = value {
+                filter.conditions.push_str(&format!(" AND {column} = ${}", filter.next));
+                filter.values.push(value);
+                filter.next += 1;
+            }
+        }
+        filter
+    }
+
+    fn bind<'q, DB: Database>(
+        &self,
+        mut query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
+    ) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+    where
+        'a: 'q,
+        &'q str: Encode<'q, DB> + Type<DB>,
+    {
+        for value in &self.values {
+            query = query.bind(*value);
+        }
+        query
+    }
+}
 
 /// The read side of an adapter: its pool, and every read the port asks for. The bounds say what a
 /// database must decode and bind for the SQL above; SQLite and PostgreSQL both do.
@@ -243,30 +285,48 @@ where
         Ok(counts)
     }
 
-    pub(super) async fn events_after(
-        &self,
-        after_seq: i64,
-        mission_id: Option<&str>,
-        executor_id: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<StoredEvent>> {
-        // The filters given, and only those; one mission's events are read through its index
-        // (`mission_events`), the whole log's through the sequence numbers.
-        let mut sql =
-            format!("SELECT * FROM {} WHERE seq > $1", if mission_id.is_some() { "mission_events" } else { "events" });
-        let filters = [("mission_id", mission_id), ("executor_id", executor_id)];
-        let mut n = 1;
-        for (column, _) in filters.iter().filter(|(_, v)| v.is_some()) {
-            n += 1;
-            sql.push_str(&format!(" AND {column} = ${n}"));
+    pub(super) async fn events_after(&self, q: EventQuery<'_>) -> Result<EventPage> {
+        let filter = EventFilter::new(q.mission_id, q.executor_id, 1);
+        // The sizes first (octet_length reads a value's length, not the value): which events fit the page,
+        // and whether one more follows.
+        let sql = format!(
+            "SELECT seq, CAST(octet_length(data) AS BIGINT) AS size FROM {} WHERE seq > $1{} ORDER BY seq LIMIT ${}",
+            filter.table, filter.conditions, filter.next
+        );
+        let query = filter.bind(sqlx::query(&sql).bind(q.after));
+        let sizes = query.bind(i64::from(q.limit) + 1).fetch_all(&self.pool).await?;
+        let (mut taken, mut bytes, mut last) = (0usize, 0usize, None);
+        for row in sizes.iter().take(q.limit as usize) {
+            let size = usize::try_from(row.int("size")?).unwrap_or(0);
+            if taken > 0 && bytes.saturating_add(size) > q.max_bytes {
+                break;
+            }
+            (taken, bytes, last) = (taken + 1, bytes + size, Some(row.int("seq")?));
         }
-        sql.push_str(&format!(" ORDER BY seq LIMIT ${}", n + 1));
-        let mut query = sqlx::query(&sql).bind(after_seq);
-        for value in filters.into_iter().filter_map(|(_, v)| v) {
-            query = query.bind(value);
+        let more = sizes.len() > taken;
+        let Some(last) = last else { return Ok(EventPage { events: Vec::new(), more }) };
+        // Then the events up to the last that fits, each row dropped once parsed.
+        let sql = format!(
+            "SELECT * FROM {} WHERE seq > $1{} AND seq <= ${} ORDER BY seq",
+            filter.table, filter.conditions, filter.next
+        );
+        let mut events = Vec::with_capacity(taken);
+        let query = filter.bind(sqlx::query(&sql).bind(q.after)).bind(last);
+        let mut rows = query.fetch(&self.pool);
+        while let Some(row) = rows.try_next().await? {
+            events.push(event_from_row(&row)?);
         }
-        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
-        rows.iter().map(event_from_row).collect()
+        Ok(EventPage { events, more })
+    }
+
+    pub(super) async fn tail_start(&self, mission_id: Option<&str>, executor_id: Option<&str>, n: u32) -> Result<i64> {
+        let filter = EventFilter::new(mission_id, executor_id, 0);
+        let sql = format!(
+            "SELECT seq FROM {} WHERE TRUE{} ORDER BY seq DESC LIMIT 1 OFFSET ${}",
+            filter.table, filter.conditions, filter.next
+        );
+        let row = filter.bind(sqlx::query(&sql)).bind(i64::from(n)).fetch_optional(&self.pool).await?;
+        row.map_or(Ok(0), |r| r.int("seq"))
     }
 
     pub(super) async fn compactable_missions(

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use super::writer::Unit;
 use super::Result;
 use crate::domain::{
-    ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord,
+    ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord, StoredEvent,
 };
 
 /// A mission that is not terminal, as the working set is rebuilt from it at start.
@@ -119,4 +119,44 @@ pub struct MissionQuery {
     /// Only missions dispatched before this one (the cursor of the previous page).
     pub before_id: Option<i64>,
     pub limit: u32,
+}
+
+/// A page of the event log: the events after `after` (optionally of one mission and/or one executor), in
+/// order, at most `limit` of them and, past the first, at most `max_bytes` of event data. An executor
+/// decides how large its events are (up to a frame, 1 MiB): a count alone let one page of a mission's
+/// history cost gigabytes.
+#[derive(Clone, Copy, Debug)]
+pub struct EventQuery<'a> {
+    pub after: i64,
+    pub mission_id: Option<&'a str>,
+    pub executor_id: Option<&'a str>,
+    pub limit: u32,
+    pub max_bytes: usize,
+}
+
+impl<'a> EventQuery<'a> {
+    /// Every event after `after`, `limit` at most, with no byte bound (set one with [`EventQuery::bytes`]
+    /// wherever the events' size is not already known to be small).
+    pub fn after(after: i64, limit: u32) -> EventQuery<'a> {
+        EventQuery { after, mission_id: None, executor_id: None, limit, max_bytes: usize::MAX }
+    }
+
+    pub fn mission(self, mission_id: Option<&'a str>) -> EventQuery<'a> {
+        EventQuery { mission_id, ..self }
+    }
+
+    pub fn executor(self, executor_id: Option<&'a str>) -> EventQuery<'a> {
+        EventQuery { executor_id, ..self }
+    }
+
+    pub fn bytes(self, max_bytes: usize) -> EventQuery<'a> {
+        EventQuery { max_bytes, ..self }
+    }
+}
+
+/// What an [`EventQuery`] read: its events, and whether more follow the last of them.
+#[derive(Debug, Default)]
+pub struct EventPage {
+    pub events: Vec<StoredEvent>,
+    pub more: bool,
 }

@@ -14,8 +14,8 @@ use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{Feed, Health, WriterHandle};
 use super::{
-    CommitSlot, Compaction, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery, Result, SandboxRecord,
-    Storage, StoredEvent,
+    CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery,
+    Result, SandboxRecord, Storage, StoredEvent,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -96,14 +96,17 @@ where
         self.feed.tx.subscribe()
     }
 
-    fn events_after<'a>(
+    fn events_after<'a>(&'a self, q: EventQuery<'a>) -> BoxFuture<'a, Result<EventPage>> {
+        Box::pin(self.reads.events_after(q))
+    }
+
+    fn tail_start<'a>(
         &'a self,
-        after_seq: i64,
         mission_id: Option<&'a str>,
         executor_id: Option<&'a str>,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<StoredEvent>>> {
-        Box::pin(self.reads.events_after(after_seq, mission_id, executor_id, limit))
+        n: u32,
+    ) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(self.reads.tail_start(mission_id, executor_id, n))
     }
 
     fn compactable_missions(

@@ -20,7 +20,13 @@ const MARKS = {
 // How often a page re-reads what an event changed, at most: "within a second", without a read per event
 // under a flood of progress events.
 const REFRESH_MS = 250;
+// A mission's timeline holds this many events, or this much event data, at most; it is read in pages of
+// at most TIMELINE_PAGE_BYTES (an executor's events can be 1 MiB each), and one event shows at most
+// EVENT_SHOWN characters of its data.
 const TIMELINE_MAX = 10000;
+const TIMELINE_BYTES = 16 * 1024 * 1024;
+const TIMELINE_PAGE_BYTES = 1024 * 1024;
+const EVENT_SHOWN = 16 * 1024;
 const EVENTS_KEPT = 500;
 
 const view = document.getElementById('view');
@@ -67,6 +73,21 @@ function time(ts) {
 
 function json(value) {
   return JSON.stringify(value, null, 2);
+}
+
+// An item whose data is large keeps only the part shown of it: the Events page holds hundreds.
+function slim(item) {
+  const text = JSON.stringify(item.envelope.data ?? null);
+  if (text.length <= EVENT_SHOWN) return item;
+  const data = { shown: `${text.slice(0, EVENT_SHOWN)}…`, characters: text.length };
+  return { ...item, envelope: { ...item.envelope, data } };
+}
+
+// An event's data as shown: the beginning of a large one, and how much there is (the CLI prints it all).
+function shown(data) {
+  const text = json(data);
+  if (text.length <= EVENT_SHOWN) return text;
+  return `${text.slice(0, EVENT_SHOWN)}\n… ${text.length - EVENT_SHOWN} more characters (aiwg-serve events --json)`;
 }
 
 function describeError(r) {
@@ -328,8 +349,8 @@ function eventRow(item, inLog) {
     h('strong', {}, e.event),
     ` from ${e.executor_id}`,
     inLog && e.mission_id ? [' on ', missionLink(e.mission_id)] : '',
-    hasData && !inLog && h('pre', {}, json(e.data)),
-    hasData && inLog && h('details', {}, h('summary', {}, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat), h('pre', {}, json(e.data))),
+    hasData && !inLog && h('pre', {}, shown(e.data)),
+    hasData && inLog && h('details', {}, h('summary', {}, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat), h('pre', {}, shown(e.data))),
   );
 }
 
@@ -602,14 +623,18 @@ function missionPage(id) {
 
   async function loadTimeline() {
     let since = 0;
+    let bytes = 0;
     for (;;) {
-      const q = new URLSearchParams({ follow: 'false', mission_id: id, since: String(since), limit: '1000' });
+      const q = new URLSearchParams({
+        follow: 'false', mission_id: id, since: String(since), limit: '1000', max_bytes: String(TIMELINE_PAGE_BYTES),
+      });
       const r = await api('GET', `/api/v1/events?${q}`);
       if (!alive || !r.ok) return;
       r.data.events.forEach(addEvent);
+      bytes += r.data.events.reduce((n, item) => n + JSON.stringify(item.envelope.data ?? null).length, 0);
       since = r.data.next_since;
-      if (r.data.events.length < 1000) break;
-      if (seen.size >= TIMELINE_MAX) {
+      if (!r.data.more) break;
+      if (seen.size >= TIMELINE_MAX || bytes >= TIMELINE_BYTES) {
         timelineNote.textContent = `The first ${seen.size} events; the rest: aiwg-serve events --mission ${id}`;
         break;
       }
@@ -842,8 +867,9 @@ function eventsPage() {
   };
   const row = (item) => eventRow(item, true);
   const render = () => list.replaceChildren(...kept.filter(matches).reverse().map(row));
-  const add = (item) => {
-    if (kept.length && item.seq <= kept[kept.length - 1].seq) return;
+  const add = (incoming) => {
+    if (kept.length && incoming.seq <= kept[kept.length - 1].seq) return;
+    const item = slim(incoming);
     kept.push(item);
     if (kept.length > EVENTS_KEPT) kept.shift();
     if (matches(item)) list.prepend(row(item));
@@ -862,22 +888,29 @@ function eventsPage() {
     gone,
     list,
   );
+  // The last 200 sequence numbers of the log, in pages of bounded size.
   async function backlog() {
-    const read = (since) => {
-      const q = new URLSearchParams({ follow: 'false', since: String(since), limit: '200' });
-      return api('GET', `/api/v1/events?${q}`);
+    const read = (since, limit) => {
+      const q = { follow: 'false', since: String(since), limit: String(limit), max_bytes: String(TIMELINE_PAGE_BYTES) };
+      return api('GET', `/api/v1/events?${new URLSearchParams(q)}`);
     };
-    let r = await read(Math.max(0, live.since - 200, compactedBefore));
+    let r = await read(Math.max(0, live.since - 200, compactedBefore), 200);
     // Part of the last 200 was compacted away: the backlog starts at the first event still kept.
     if (r.status === 410 && Number.isInteger(r.data.resume_since)) {
       compactedBefore = Math.max(compactedBefore, r.data.resume_since);
-      r = await read(compactedBefore);
+      r = await read(compactedBefore, 200);
     }
-    if (!alive || !r.ok) return;
+    const got = [];
+    for (;;) {
+      if (!alive || !r.ok) return;
+      got.push(...r.data.events.map(slim));
+      if (!r.data.more || got.length >= 200) break;
+      r = await read(r.data.next_since, 200 - got.length);
+    }
     sayCompacted();
     // Live items that arrived while this read was in flight are newer: keep the order by sequence.
     const newer = kept.splice(0);
-    for (const item of [...r.data.events, ...newer]) {
+    for (const item of [...got, ...newer]) {
       if (!kept.length || item.seq > kept[kept.length - 1].seq) kept.push(item);
     }
     render();

@@ -242,6 +242,38 @@ async fn the_page_recovers_after_serve_restarts_and_misses_nothing() {
     assert!(seqs.windows(2).all(|w| w[0] > w[1]), "newest first: {seqs:?}");
 }
 
+/// Issue 35, finding 8: the page read a mission's history a thousand events a page, whatever their size,
+/// and showed each event whole. Now it reads 1 MiB pages until `more` is false, and shows the beginning
+/// of a large event with how much more there is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_events_are_read_in_pages_and_shown_in_part() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = dispatch_to(&server, &mut e).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    for step in 0..4 {
+        ws.ack("mission.progress", &id, json!({"summary": format!("step {step} {}", "y".repeat(700 * 1024))})).await;
+    }
+    ws.ack("mission.progress", &id, json!({"summary": "the small last step"})).await;
+    browser.goto(&format!("{}/#/missions/{id}", server.base)).await;
+    browser.wait_text("#timeline", "the small last step").await;
+    let shown = browser
+        .script(
+            "return [...document.querySelectorAll('#timeline li[data-event=\"mission.progress\"] pre')]\
+             .map(p => p.textContent.length)",
+            vec![],
+        )
+        .await;
+    let lengths: Vec<u64> = shown.as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).collect();
+    assert_eq!(lengths.len(), 5, "every event, across pages: {lengths:?}");
+    assert!(lengths[..4].iter().all(|n| (16 * 1024..20 * 1024).contains(n)), "shown in part: {lengths:?}");
+    browser.wait_text("#timeline", "more characters").await;
+    browser.goto(&format!("{}/#/events", server.base)).await;
+    browser.wait_text("#events", "the small last step").await;
+    browser.wait_text("#events", "step 0").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_away_while_events_were_compacted_picks_up_at_the_first_kept() {
     let Some(browser) = Browser::start().await else { return };

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use aiwg_serve::store::postgres::{self, Claim};
-use aiwg_serve::store::{Change, NewEvent, Store};
+use aiwg_serve::store::{Change, EventQuery, NewEvent, Store};
 use serde_json::json;
 
 use crate::support::postgres::{backend_is_postgres, TestDatabase};
@@ -69,7 +69,7 @@ async fn writers_sharing_a_database_commit_one_gap_free_log() {
     let polled = tokio::spawn(async move {
         let (mut seen, mut pages) = (0i64, 0);
         while seen < total as i64 {
-            let page = reader.events_after(seen, None, None, 50).await.unwrap();
+            let page = reader.events_after(EventQuery::after(seen, 50)).await.unwrap().events;
             for e in &page {
                 assert_eq!(e.seq, seen + 1, "after {seen} the log showed {}: a later number committed first", e.seq);
                 seen = e.seq;

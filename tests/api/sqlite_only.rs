@@ -8,7 +8,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use aiwg_serve::store::sqlite;
-use aiwg_serve::store::{Change, NewEvent, Synchronous};
+use aiwg_serve::store::{Change, EventQuery, NewEvent, Synchronous};
 use serde_json::json;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
@@ -156,7 +156,14 @@ async fn a_database_from_before_the_index_is_migrated_with_its_events() {
     let (store, writer) = sqlite::open(dir.path(), Synchronous::Normal, 1024, Default::default()).await.unwrap();
     assert_eq!(store.missing_migrations().await.unwrap(), Vec::<i64>::new());
     let m1: Vec<i64> = (1..=30).filter(|s| s % 3 == 1).collect();
-    let read: Vec<i64> = store.events_after(0, Some("m1"), None, 100).await.unwrap().iter().map(|e| e.seq).collect();
+    let read: Vec<i64> = store
+        .events_after(EventQuery::after(0, 100).mission(Some("m1")))
+        .await
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| e.seq)
+        .collect();
     assert_eq!(read, m1);
     let mut conn = look(dir.path()).await;
     let (mark, seqs) = filed(&mut conn).await;

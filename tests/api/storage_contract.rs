@@ -35,6 +35,8 @@ macro_rules! storage_contract {
                 mission_counts_list_every_state,
                 recent_events_are_the_newest_of_a_mission_oldest_first,
                 events_after_reads_the_log_in_order_with_filters_and_limit,
+                event_pages_stop_at_their_byte_budget_and_say_whether_more_follow,
+                the_tail_starts_where_the_last_n_events_of_the_filter_begin,
                 hitl_requests_are_found_by_outcome,
                 executors_round_trip_and_keep_their_first_registration,
                 executor_seen_records_the_latest_event_time,
@@ -157,8 +159,8 @@ mod cases {
     use aiwg_serve::contract::{RegisterPayload, TransportEndpoints};
     use aiwg_serve::domain::{MissionState, RuntimeKind, RuntimeRecord};
     use aiwg_serve::store::{
-        Change, Compaction, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch, MissionQuery,
-        NewEvent, Pending, SandboxRecord, Store, StoreError, StoredEvent,
+        Change, Compaction, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch,
+        MissionQuery, NewEvent, Pending, SandboxRecord, Store, StoreError, StoredEvent,
     };
     use aiwg_serve::wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
@@ -276,7 +278,7 @@ mod cases {
     }
 
     async fn all_events(store: &Store) -> Vec<StoredEvent> {
-        store.events_after(0, None, None, 10_000).await.unwrap()
+        store.events_after(EventQuery::after(0, 10_000)).await.unwrap().events
     }
 
     fn seqs(events: &[StoredEvent]) -> Vec<i64> {
@@ -331,7 +333,7 @@ mod cases {
             assert_eq!((got.seq, &got.envelope), (expected_seq, &sent.envelope()));
             assert!(got.received_at.timestamp() > 0, "stamped with its commit time");
             // Published only once committed: readable as it arrives, as it will be read from the log.
-            let stored = store.events_after(got.seq - 1, None, None, 1).await.unwrap();
+            let stored = store.events_after(EventQuery::after(got.seq - 1, 1)).await.unwrap().events;
             assert_eq!(stored, vec![(*got).clone()]);
         }
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)), "nothing more: {:?}", rx.try_recv());
@@ -432,7 +434,8 @@ mod cases {
             MissionPatch { updated_at: aiwg_serve::clock::parse("2000-01-01T00:00:00.000Z"), ..Default::default() };
         let progress = event("mission.progress", "e1", Some("m1"), 1);
         let seq = store.commit(vec![append(&progress), patch("m1", touch)]).await.unwrap();
-        let committed_at = store.events_after(seq[0] - 1, None, None, 1).await.unwrap().remove(0).received_at;
+        let committed_at =
+            store.events_after(EventQuery::after(seq[0] - 1, 1)).await.unwrap().events.remove(0).received_at;
         let touched = store.mission("m1").await.unwrap().unwrap();
         assert_eq!(touched, Mission { updated_at: committed_at, ..merged });
     }
@@ -554,7 +557,11 @@ mod cases {
         let read = |after: i64, mission: Option<&'static str>, executor: Option<&'static str>, limit: u32| {
             let store = store.clone();
             async move {
-                let events = store.events_after(after, mission, executor, limit).await.unwrap();
+                let events = store
+                    .events_after(EventQuery::after(after, limit).mission(mission).executor(executor))
+                    .await
+                    .unwrap()
+                    .events;
                 events.into_iter().map(|e| (e.seq, e.envelope)).collect::<Vec<_>>()
             }
         };
@@ -568,6 +575,60 @@ mod cases {
         assert_eq!(read(0, None, Some("e2"), 100).await, picked(&[3, 5, 6]));
         assert_eq!(read(0, Some("m1"), Some("e2"), 100).await, picked(&[6]));
         assert_eq!(read(0, Some("m2"), Some("e1"), 100).await, picked(&[]));
+    }
+
+    /// Issue 35, finding 8: one page over 600 events of 1 MiB returned 572 MiB. The first event is
+    /// always read (a page that fits none would never advance), then only as many as the budget holds.
+    pub(super) async fn event_pages_stop_at_their_byte_budget_and_say_whether_more_follow(store: Store) {
+        let sized = |n: i64, mission: &str, bytes: usize| NewEvent {
+            data: json!({"pad": "x".repeat(bytes)}),
+            ..event("mission.progress", "e1", Some(mission), n)
+        };
+        // 4 events of ~10 kB on m1 (their data serialises to 10 bytes more), one small on m2 between them.
+        let mut sent = vec![sized(1, "m1", 10_000), sized(2, "m1", 10_000), sized(3, "m2", 10)];
+        sent.extend([sized(4, "m1", 10_000), sized(5, "m1", 10_000)]);
+        store.commit(sent.iter().map(append).collect()).await.unwrap();
+        let page = |after: i64, limit: u32, bytes: usize, mission: Option<&'static str>| {
+            let store = store.clone();
+            async move {
+                let query = EventQuery::after(after, limit).mission(mission).bytes(bytes);
+                let page = store.events_after(query).await.unwrap();
+                (page.events.iter().map(|e| e.seq).collect::<Vec<_>>(), page.more)
+            }
+        };
+        assert_eq!(page(0, 100, usize::MAX, None).await, (vec![1, 2, 3, 4, 5], false));
+        assert_eq!(page(0, 100, 25_000, None).await, (vec![1, 2, 3], true), "10,010 + 10,010 + 20 fit 25,000");
+        assert_eq!(page(0, 100, 20_040, None).await, (vec![1, 2, 3], true), "exactly at the budget still fits");
+        assert_eq!(page(0, 100, 20_039, None).await, (vec![1, 2], true));
+        assert_eq!(page(0, 100, 100, None).await, (vec![1], true), "the first event even over the budget");
+        assert_eq!(page(0, 2, usize::MAX, None).await, (vec![1, 2], true), "cut by the count");
+        assert_eq!(page(3, 2, usize::MAX, None).await, (vec![4, 5], false), "the count reached at the end");
+        assert_eq!(page(5, 100, 100, None).await, (vec![], false));
+        // Through a mission's index: the budget counts that mission's events only.
+        assert_eq!(page(0, 100, 25_000, Some("m1")).await, (vec![1, 2], true));
+        assert_eq!(page(2, 100, 25_000, Some("m1")).await, (vec![4, 5], false));
+        assert_eq!(page(0, 100, 100, Some("m2")).await, (vec![3], false));
+    }
+
+    pub(super) async fn the_tail_starts_where_the_last_n_events_of_the_filter_begin(store: Store) {
+        assert_eq!(store.tail_start(None, None, 3).await.unwrap(), 0, "an empty log");
+        let sent = [
+            event("mission.started", "e1", Some("m1"), 1),
+            event("executor.resync", "e1", None, 2),
+            event("mission.started", "e2", Some("m2"), 3),
+            event("mission.progress", "e1", Some("m1"), 4),
+            event("executor.resync", "e2", None, 5),
+            event("mission.progress", "e2", Some("m1"), 6),
+        ];
+        store.commit(sent.iter().map(append).collect()).await.unwrap();
+        assert_eq!(store.tail_start(None, None, 1).await.unwrap(), 5);
+        assert_eq!(store.tail_start(None, None, 3).await.unwrap(), 3);
+        assert_eq!(store.tail_start(None, None, 6).await.unwrap(), 0);
+        assert_eq!(store.tail_start(None, None, 100).await.unwrap(), 0);
+        assert_eq!(store.tail_start(Some("m1"), None, 2).await.unwrap(), 1, "m1's last two: 4 and 6");
+        assert_eq!(store.tail_start(None, Some("e2"), 2).await.unwrap(), 3, "e2's last two: 5 and 6");
+        assert_eq!(store.tail_start(Some("m1"), Some("e1"), 1).await.unwrap(), 1, "m1 by e1: 1 and 4");
+        assert_eq!(store.tail_start(Some("m9"), None, 1).await.unwrap(), 0);
     }
 
     pub(super) async fn hitl_requests_are_found_by_outcome(store: Store) {
@@ -795,7 +856,7 @@ mod cases {
         let remove = Change::CompactEvents { mission_id: None, seqs: vec![loose[0], loose[1]], done: false };
         store.commit(vec![remove]).await.unwrap();
         assert_eq!(store.loose_events(None, 10).await.unwrap(), [loose[2]]);
-        let all = seqs(&store.events_after(0, None, None, 100).await.unwrap());
+        let all = seqs(&store.events_after(EventQuery::after(0, 100)).await.unwrap().events);
         assert_eq!(all.len(), 8, "three loose and five of the mission left: {all:?}");
         assert_eq!(store.compaction().await.unwrap().horizon, loose[1]);
     }
@@ -849,7 +910,7 @@ mod cases {
         assert_eq!(store.compactable_events("old", 10).await.unwrap(), Vec::<i64>::new());
         let left = |mission: &'static str| {
             let store = store.clone();
-            async move { seqs(&store.events_after(0, Some(mission), None, 100).await.unwrap()) }
+            async move { seqs(&store.events_after(EventQuery::after(0, 100).mission(Some(mission))).await.unwrap().events) }
         };
         assert_eq!(left("old").await, [1, 4, 6], "first, HITL and last kept");
         assert_eq!(left("live").await, live_seqs, "the other mission keeps everything");
@@ -947,9 +1008,18 @@ mod cases {
         assert_eq!(envelopes(store.recent_events("live", 15).await.unwrap()), expected(5..20), "the newest, across");
         assert_eq!(envelopes(store.recent_events("live", 100).await.unwrap()), expected(0..20));
         let after = mine[7].0;
-        assert_eq!(envelopes(store.events_after(after, Some("live"), None, 5).await.unwrap()), expected(8..13));
         assert_eq!(
-            envelopes(store.events_after(after, Some("live"), Some("e1"), 100).await.unwrap()),
+            envelopes(store.events_after(EventQuery::after(after, 5).mission(Some("live"))).await.unwrap().events),
+            expected(8..13)
+        );
+        assert_eq!(
+            envelopes(
+                store
+                    .events_after(EventQuery::after(after, 100).mission(Some("live")).executor(Some("e1")))
+                    .await
+                    .unwrap()
+                    .events
+            ),
             expected(8..20),
             "with the executor too"
         );
@@ -963,7 +1033,9 @@ mod cases {
         assert_eq!(store.compactable_events("old", 100).await.unwrap(), middle);
         let compact = Change::CompactEvents { mission_id: Some("old".into()), seqs: middle, done: true };
         store.commit(vec![compact]).await.unwrap();
-        let left = |store: Store| async move { seqs(&store.events_after(0, Some("old"), None, 100).await.unwrap()) };
+        let left = |store: Store| async move {
+            seqs(&store.events_after(EventQuery::after(0, 100).mission(Some("old"))).await.unwrap().events)
+        };
         assert_eq!(left(store.clone()).await, [theirs[0], theirs[19]]);
         let harness = harness.reopen().await;
         let store = harness.store();

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::store::reads::Reads;
 use crate::store::writer::{Committed, Feed, Publisher, Unit};
-use crate::store::{Result, StoredEvent};
+use crate::store::{EventQuery, Result, StoredEvent};
 
 /// The channel other writers' commits are announced on.
 pub(super) const CHANNEL: &str = "aiwg_events";
@@ -32,8 +32,9 @@ pub(super) const CHANNEL: &str = "aiwg_events";
 /// How often the end of the log is read in case a notification was lost.
 const POLL: Duration = Duration::from_secs(1);
 
-/// Events read from the log per query while catching up.
+/// Events read from the log per query while catching up, and their data's bytes at most (past the first).
 const PAGE: u32 = 1000;
+const PAGE_BYTES: usize = 4 << 20;
 
 /// A batch this writer committed: its range, and its events when someone followed as it committed
 /// (`None`: nobody did, and anyone who subscribes later starts after it).
@@ -160,7 +161,7 @@ async fn send_range(
         _ => {
             let mut after = published;
             while after < last {
-                let page = reads.events_after(after, None, None, PAGE).await?;
+                let page = reads.events_after(EventQuery::after(after, PAGE).bytes(PAGE_BYTES)).await?.events;
                 let Some(tail) = page.last() else { break };
                 after = tail.seq;
                 send(feed, page.into_iter().filter(|e| e.seq <= last));
