@@ -31,9 +31,13 @@ impl std::fmt::Display for CallError {
     }
 }
 
-/// Delays before reconnecting a dropped event stream; when every one has been spent without a single
-/// event coming through, the follower gives up.
+/// Delays before reconnecting a dropped event stream, the last repeated. A stream that never opened gives
+/// up when every one has been spent (serve is not there: say so at once); one that was open keeps trying
+/// for [`RECONNECT_PATIENCE`] without an event coming through.
 const RECONNECT_DELAYS_MS: [u64; 6] = [0, 250, 500, 1000, 2000, 5000];
+/// Longer than a deploy takes: serve drains for up to `server.drain_timeout_s` (20 s), then the new one
+/// starts. An operator's `watch` used to die at every deploy.
+const RECONNECT_PATIENCE: Duration = Duration::from_secs(120);
 
 #[derive(Clone)]
 pub struct Client {
@@ -120,6 +124,8 @@ impl Client {
             last_event_id: since.map(|s| s.to_string()),
             stream: None,
             failures: 0,
+            opened: false,
+            lost_at: None,
         }
     }
 }
@@ -170,7 +176,8 @@ fn cause(e: &reqwest::Error) -> String {
 type EventStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
 
 /// A followed event stream. It survives a dropped connection (a proxy's idle timeout, a restart of
-/// serve) by reconnecting with `Last-Event-ID`, so nothing is missed or repeated.
+/// serve) and every end serve gives it (lagging, serve shutting down, a storage error) by reconnecting
+/// with `Last-Event-ID`, so nothing is missed or repeated.
 pub(crate) struct Events {
     client: Client,
     path: String,
@@ -178,16 +185,26 @@ pub(crate) struct Events {
     stream: Option<EventStream>,
     /// Reconnects since the last event that came through.
     failures: usize,
+    /// Whether a stream was ever open: then serve exists, and an outage is waited out.
+    opened: bool,
+    /// When the stream was lost, while it is.
+    lost_at: Option<std::time::Instant>,
 }
 
 impl Events {
-    /// The next event: `(event name, data as JSON)`. A stream cut off for lagging resumes where serve
-    /// says; `end` comes back only when serve ends the stream for good (it shuts down).
+    /// The next event: `(event name, data as JSON)`. A stream serve ends resumes where serve says: at
+    /// once when it lagged, after a pause when serve is stopping (its successor is starting).
     pub(crate) async fn next(&mut self) -> Result<(String, Value), CallError> {
         loop {
             if self.stream.is_none() {
                 match self.open().await {
-                    Ok(s) => self.stream = Some(s),
+                    Ok(s) => {
+                        self.stream = Some(s);
+                        if self.lost_at.take().is_some() {
+                            eprintln!("the event stream is back; following on");
+                        }
+                        self.opened = true;
+                    }
                     Err(e @ CallError::Refused { .. }) => return Err(e),
                     Err(e) => {
                         self.back_off(e).await?;
@@ -203,12 +220,19 @@ impl Events {
                         self.last_event_id = Some(event.id.clone());
                     }
                     let (name, data) = item(event);
-                    if name == "end" && data["reason"] == "lagged" {
-                        self.last_event_id = data["resume_since"].as_i64().map(|s| s.to_string());
-                        self.stream = None;
-                        continue;
+                    if name != "end" {
+                        return Ok((name, data));
                     }
-                    return Ok((name, data));
+                    self.stream = None;
+                    if let Some(resume) = data["resume_since"].as_i64() {
+                        self.last_event_id = Some(resume.to_string());
+                    }
+                    let reason = data["reason"].as_str().unwrap_or("unknown").to_owned();
+                    if reason != "lagged" {
+                        eprintln!("the event stream ended ({reason}); reconnecting");
+                        let cause = format!("the event stream ended ({reason})");
+                        self.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
+                    }
                 }
                 Some(Err(e)) => {
                     self.stream = None;
@@ -241,11 +265,17 @@ impl Events {
         Ok(Box::pin(response.bytes_stream().eventsource()))
     }
 
-    /// Waits before the next reconnect, or gives up with `error` when the delays are spent.
+    /// Waits before the next reconnect, or gives up with `error`: when the delays are spent if no stream
+    /// ever opened, after [`RECONNECT_PATIENCE`] without an event if one did.
     async fn back_off(&mut self, error: CallError) -> Result<(), CallError> {
-        let delay = RECONNECT_DELAYS_MS.get(self.failures).ok_or(error)?;
+        let lost_at = *self.lost_at.get_or_insert_with(std::time::Instant::now);
+        let spent = self.failures >= RECONNECT_DELAYS_MS.len();
+        if (spent && !self.opened) || lost_at.elapsed() > RECONNECT_PATIENCE {
+            return Err(error);
+        }
+        let delay = RECONNECT_DELAYS_MS[self.failures.min(RECONNECT_DELAYS_MS.len() - 1)];
         self.failures += 1;
-        tokio::time::sleep(Duration::from_millis(*delay)).await;
+        tokio::time::sleep(Duration::from_millis(delay)).await;
         Ok(())
     }
 }

@@ -336,9 +336,6 @@ async fn wait_for(client: &Client, mission_id: &str, timeout: Option<Duration>) 
         let tty = std::io::stderr().is_terminal();
         loop {
             let (name, item) = events.next().await?;
-            if name == "end" {
-                return Err(Failure::Exit(1, format!("the event stream ended: {}", text(&item, "reason"))));
-            }
             let line = format!("{mission_id}: {name} {}", summary(&item["envelope"]["data"]));
             if tty {
                 eprint!("\r\x1b[2K{line}");

@@ -78,6 +78,63 @@ async fn missions_watch_follows_to_the_end_and_exits_by_it() {
     assert!(stderr(&out).contains(&format!("mission {failed} ended with mission.failed")), "{}", stderr(&out));
 }
 
+/// Field finding: an operator's `watch` died at every deploy. A graceful stop ends serve's streams with
+/// `server_shutdown`, which the CLI took for the end of the watch (exit 1, the mission still running).
+/// `missions watch` and `events --follow` now wait for serve to come back and follow on from where they
+/// were, missing nothing and repeating nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_and_follow_survive_a_graceful_restart() {
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = mission_id();
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
+    e.next_dispatch().await;
+    let started = ws.ack("mission.started", &id, json!({"state": "running"})).await;
+
+    let mut watch =
+        command(&["--server", &server.base, "missions", "watch", &id]).stderr(Stdio::piped()).spawn().unwrap();
+    let mut watched = BufReader::new(watch.stderr.take().unwrap()).lines();
+    let follow = ["--server", &server.base, "--json", "events", "--follow", "--mission", &id, "--since", "0"];
+    let mut follower = command(&follow).stdout(Stdio::piped()).spawn().unwrap();
+    let mut followed = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let next_seq = async |lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>| {
+        let line = tokio::time::timeout(WAIT, lines.next_line()).await.expect("a line in time").unwrap().unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()["seq"].as_i64().unwrap()
+    };
+    let mut seen = Vec::new();
+    while seen.last() != Some(&started) {
+        seen.push(next_seq(&mut followed).await);
+    }
+    loop {
+        let line = tokio::time::timeout(WAIT, watched.next_line()).await.expect("in time").unwrap().unwrap();
+        if line.contains("mission.started") {
+            break;
+        }
+    }
+
+    let server = server.restart_on_same_port().await;
+    let mut ws = e.connect(&server).await;
+    let progress = ws.ack("mission.progress", &id, json!({"summary": "after the restart"})).await;
+    let completed = ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    let out = tokio::time::timeout(WAIT, watch.wait_with_output()).await.expect("watch ends with the mission").unwrap();
+    let mut rest = String::new();
+    // The process has ended: its stderr is read to the end.
+    while let Some(line) = watched.next_line().await.unwrap() {
+        rest.push_str(&line);
+        rest.push('\n');
+    }
+    assert_eq!(out.status.code(), Some(0), "{rest}");
+    assert!(rest.contains("reconnecting") && rest.contains(&format!("{id}: mission.completed")), "{rest}");
+    // The follower: every event after the restart, once, in order (serve's own resumed-mission events
+    // included).
+    while seen.last() != Some(&completed) {
+        seen.push(next_seq(&mut followed).await);
+    }
+    assert!(seen.contains(&progress), "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "nothing repeated: {seen:?}");
+    follower.kill().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_tail_prints_the_last_n_and_follows_on() {
     let server = TestServer::start().await;
