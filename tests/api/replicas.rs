@@ -184,24 +184,29 @@ async fn a_leader_whose_session_is_lost_while_another_takes_the_claim_steps_down
 #[tokio::test]
 async fn a_forwarded_client_address_is_believed_only_with_the_replicas_secret() {
     let Some((_db, leader, follower)) = two_replicas().await else { return };
-    // A sandbox id belongs to the address that registered it (127.0.0.1 here); another address is refused.
+    // A sandbox id belongs to the address that registered it; another address is refused.
     let path = "/api/sandboxes/register";
-    let sandbox = json!({"name": "s", "instance_id": "s-1", "http_endpoint": "http://127.0.0.1:18122"});
-    assert_eq!(leader.client.post(path, &sandbox).await.status, 201);
+    let sandbox = |id: &str| json!({"name": "s", "instance_id": id, "http_endpoint": "http://127.0.0.1:18122"});
+    assert_eq!(leader.client.post(path, &sandbox("s-1")).await.status, 201, "s-1 belongs to 127.0.0.1");
     let elsewhere = ("x-forwarded-for", "127.0.0.2");
-    // A client that claims another address, without the secret or with a wrong one, is who it is.
+    // With the secret (what a follower sends), the forwarded address is the client's.
+    let r = leader.client.post_with(path, &sandbox("s-1"), &[elsewhere, ("x-aiwg-replica", SECRET)]).await;
+    r.assert_error(409, "conflict");
+    let r = leader.client.post_with(path, &sandbox("s-2"), &[elsewhere, ("x-aiwg-replica", SECRET)]).await;
+    assert_eq!(r.status, 201, "s-2 belongs to 127.0.0.2: {}", r.body);
+    // Without the secret, or with a wrong one, the address a client names is not believed: it is neither
+    // the address it claims nor loopback (a proxy serve was not told about is evidently in front).
     for secret in [None, Some("not-the-replica-secret")] {
         let mut headers = vec![elsewhere];
         headers.extend(secret.map(|s| ("x-aiwg-replica", s)));
-        let r = leader.client.post_with(path, &sandbox, &headers).await;
-        assert_eq!(r.status, 201, "{secret:?}: {}", r.body);
+        for id in ["s-1", "s-2"] {
+            leader.client.post_with(path, &sandbox(id), &headers).await.assert_error(409, "conflict");
+        }
     }
-    // With the secret (what a follower sends), the forwarded address is the client's.
-    let r = leader.client.post_with(path, &sandbox, &[elsewhere, ("x-aiwg-replica", SECRET)]).await;
-    r.assert_error(409, "conflict");
-    // A follower forwards its own client's address, whatever that client claims.
-    let r = follower.client.post_with(path, &sandbox, &[elsewhere]).await;
-    assert_eq!(r.status, 201, "{}", r.body);
+    // A follower forwards its own client's address, as it believes it: the plain loopback client owns
+    // s-1, the one claiming 127.0.0.2 owns neither.
+    assert_eq!(follower.client.post(path, &sandbox("s-1")).await.status, 201);
+    follower.client.post_with(path, &sandbox("s-2"), &[elsewhere]).await.assert_error(409, "conflict");
     leader.stop().await;
     follower.stop().await;
 }
