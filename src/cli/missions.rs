@@ -171,7 +171,16 @@ fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
                 out.line(format!("  {:<13} {v}", format!("{key}:")))?;
             }
         }
-        out.line(format!("  answer with:  {}", respond_command(out, &text(m, "mission_id"), &text(hitl, "hitl_id"))))?;
+        match m["state"].as_str() {
+            Some("hitl-required") => out.line(format!(
+                "  answer with:  {}",
+                respond_command(out, &text(m, "mission_id"), &text(hitl, "hitl_id"))
+            ))?,
+            Some(state) => {
+                out.line(format!("  answerable once the mission is waiting for it again (it is {state})"))?
+            }
+            None => {}
+        }
     }
     let events = m["recent_events"].as_array().cloned().unwrap_or_default();
     if !events.is_empty() {

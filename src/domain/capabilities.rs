@@ -78,6 +78,19 @@ pub(crate) struct Abilities {
     pub abort: Ability,
     /// Serve's answers to its frames (acks, error frames) are sent to it.
     pub reads_answers: bool,
+    /// It still knows the HITL questions it asked before it last shut down (the agentic-sandbox keeps
+    /// them in memory only, and drops an answer to one it forgot).
+    pub remembers_questions: bool,
+}
+
+impl Abilities {
+    /// An executor serve does not know (removed meanwhile): whatever is sent to it is presumed.
+    pub(crate) const UNREGISTERED: Abilities = Abilities {
+        pause_resume: Ability::Presumed("is not registered"),
+        abort: Ability::Presumed("is not registered"),
+        reads_answers: false,
+        remembers_questions: true,
+    };
 }
 
 impl Known<'_> {
@@ -111,7 +124,7 @@ impl Known<'_> {
         } else {
             Ability::Presumed(unconfirmed!("x-abort"))
         };
-        Abilities { pause_resume, abort, reads_answers: self.declares(ACKS) }
+        Abilities { pause_resume, abort, reads_answers: self.declares(ACKS), remembers_questions: !self.sandbox_linked }
     }
 }
 
@@ -134,17 +147,17 @@ mod tests {
         assert!(matches!(runtime_abort, Presumed(why) if why.contains("cannot stop")), "{runtime_abort:?}");
         #[rustfmt::skip]
         let cases = [
-            // (capabilities, runtime, sandbox) -> (pause/resume, abort, answers)
-            (&nothing, false, false, (pause, abort, false)),
-            (&declares, false, false, (Declared, Declared, true)),
-            (&cannot, false, false, (Unable("declares x-no-pause-resume"), Declared, false)),
-            (&declares, true, false, (Unable(RUNTIME), runtime_abort, true)),
-            (&declares, false, true, (sandbox, sandbox, true)),
-            (&nothing, false, true, (sandbox, sandbox, false)),
+            // (capabilities, runtime, sandbox) -> (pause/resume, abort, answers, remembers questions)
+            (&nothing, false, false, (pause, abort, false, true)),
+            (&declares, false, false, (Declared, Declared, true, true)),
+            (&cannot, false, false, (Unable("declares x-no-pause-resume"), Declared, false, true)),
+            (&declares, true, false, (Unable(RUNTIME), runtime_abort, true, true)),
+            (&declares, false, true, (sandbox, sandbox, true, false)),
+            (&nothing, false, true, (sandbox, sandbox, false, false)),
         ];
         for (i, (capabilities, http_runtime, sandbox_linked, expected)) in cases.into_iter().enumerate() {
             let a = Known { capabilities, http_runtime, sandbox_linked }.abilities();
-            assert_eq!((a.pause_resume, a.abort, a.reads_answers), expected, "case {i}");
+            assert_eq!((a.pause_resume, a.abort, a.reads_answers, a.remembers_questions), expected, "case {i}");
         }
     }
 

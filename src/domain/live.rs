@@ -16,6 +16,9 @@ pub struct Live {
     pub terminal_data: Option<Value>,
     /// The HITL request waiting for an operator, if any.
     pub hitl: Option<HitlRequest>,
+    /// The executor suspended the mission (it shut down) while that request was open: an executor that
+    /// keeps its questions in memory only (the agentic-sandbox) has forgotten it, and drops its answer.
+    pub hitl_outlived: bool,
     /// The state a pause or suspension interrupted, where a resume returns it (memory only: after a
     /// restart a resume returns to running, or to hitl-required with a pending request).
     pub paused_from: Option<MissionState>,
@@ -49,6 +52,7 @@ pub struct Projection {
     pub state: MissionState,
     pub terminal_data: Option<Value>,
     pub hitl: Option<HitlRequest>,
+    pub hitl_outlived: bool,
     pub paused_from: Option<MissionState>,
     pub session: Option<String>,
 }
@@ -104,6 +108,7 @@ impl Live {
             state: self.state,
             terminal_data: self.terminal_data.clone(),
             hitl: self.hitl.clone(),
+            hitl_outlived: self.hitl_outlived,
             paused_from: self.paused_from,
             session: self.session.clone(),
         }))
@@ -118,9 +123,10 @@ impl Live {
                 }
             }
             Undo::Projection(p) => {
-                let Projection { state, terminal_data, hitl, paused_from, session } = *p;
-                (self.state, self.terminal_data, self.hitl, self.paused_from, self.session) =
-                    (state, terminal_data, hitl, paused_from, session);
+                let Projection { state, terminal_data, hitl, hitl_outlived, paused_from, session } = *p;
+                (self.state, self.terminal_data, self.hitl, self.hitl_outlived) =
+                    (state, terminal_data, hitl, hitl_outlived);
+                (self.paused_from, self.session) = (paused_from, session);
             }
         }
     }
@@ -164,6 +170,7 @@ impl Live {
             state,
             terminal_data: None,
             hitl: None,
+            hitl_outlived: false,
             paused_from: None,
             handover: Handover::Earlier,
             recent_progress: VecDeque::new(),
@@ -207,6 +214,7 @@ mod tests {
                 state: MissionState::Suspended,
                 terminal_data: None,
                 hitl: None,
+                hitl_outlived: false,
                 paused_from: None,
                 session: None,
             },

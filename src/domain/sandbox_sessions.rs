@@ -37,17 +37,21 @@ const MAX_SESSIONS: usize = 512;
 #[derive(Debug, Default)]
 struct Session {
     name: Option<String>,
+    /// A live mission is bound to it already (its start was recorded, perhaps before serve restarted and
+    /// forgot the session's name): its end needs no name to find its mission.
+    bound: bool,
     started: bool,
     exit_code: Option<i64>,
     start_reported: bool,
     end_reported: bool,
 }
 
-/// A fact about a mission's session, ready to be matched and recorded.
+/// A fact about a mission's session, ready to be matched and recorded: by the mission bound to the
+/// session, else by the mission-id prefix its name carries (`None` when only the binding tells).
 #[derive(Debug, PartialEq)]
 pub(crate) enum Inferred {
-    Started { prefix: String, session_id: String },
-    Ended { prefix: String, session_id: String, exit_code: i64 },
+    Started { prefix: Option<String>, session_id: String },
+    Ended { prefix: Option<String>, session_id: String, exit_code: i64 },
 }
 
 /// One sandbox's agent sessions as its frames told them. Pure: frames in, inferences out.
@@ -58,8 +62,10 @@ pub(crate) struct Tracker {
 }
 
 impl Tracker {
-    /// Takes one SandboxEvent frame; returns what it makes known, each fact once.
-    pub(crate) fn observe(&mut self, frame: &Value) -> Vec<Inferred> {
+    /// Takes one SandboxEvent frame; returns what it makes known, each fact once. `bound` says whether a
+    /// live mission is bound to a session (after a restart, the only thing that still ties a running
+    /// session to its mission: the sandbox does not list a session again once it has ended).
+    pub(crate) fn observe(&mut self, frame: &Value, bound: impl Fn(&str) -> bool) -> Vec<Inferred> {
         let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
         let mut touched = Vec::new();
         match frame.get("type").and_then(Value::as_str) {
@@ -90,6 +96,13 @@ impl Tracker {
             }
             _ => {}
         }
+        for id in &touched {
+            if bound(id) {
+                if let Some(session) = self.sessions.get_mut(id) {
+                    session.bound = true;
+                }
+            }
+        }
         touched.into_iter().flat_map(|id| self.due(&id)).collect()
     }
 
@@ -105,14 +118,16 @@ impl Tracker {
         self.sessions.entry(id.to_owned()).or_default()
     }
 
-    /// The facts about a session not reported yet, once its name ties it to a mission.
+    /// The facts about a session not reported yet, once its name or its binding ties it to a mission.
     fn due(&mut self, id: &str) -> Vec<Inferred> {
         let Some(session) = self.sessions.get_mut(id) else { return Vec::new() };
-        let Some(prefix) = session.name.as_deref().and_then(|n| n.strip_prefix("mission-")).filter(|p| !p.is_empty())
-        else {
+        let prefix = session.name.as_deref().and_then(|n| n.strip_prefix("mission-")).filter(|p| !p.is_empty());
+        let prefix = prefix.map(str::to_owned);
+        if prefix.is_none() && !session.bound {
             return Vec::new();
-        };
-        let prefix = prefix.to_owned();
+        }
+        // A bound session's start is what bound it.
+        session.start_reported |= session.bound;
         let mut out = Vec::new();
         if session.started && !session.start_reported && !session.end_reported {
             session.start_reported = true;
@@ -149,6 +164,10 @@ mod tests {
     use crate::domain::session_prefix;
     use serde_json::json;
 
+    fn unbound(_: &str) -> bool {
+        false
+    }
+
     fn sessions(id: &str, name: &str) -> Value {
         json!({"type": "agent_sessions", "agent_id": "a", "sessions": [{"session_id": id, "session_name": name}]})
     }
@@ -157,36 +176,55 @@ mod tests {
     fn the_real_order_start_listing_end() {
         let mut t = Tracker::default();
         assert_eq!(
-            t.observe(&json!({"type": "session_start", "agent_id": "a", "session_id": "s1", "command": "tmux"})),
+            t.observe(
+                &json!({"type": "session_start", "agent_id": "a", "session_id": "s1", "command": "tmux"}),
+                unbound
+            ),
             []
         );
         assert_eq!(
-            t.observe(&sessions("s1", "mission-m-cb4266")),
-            [Inferred::Started { prefix: "m-cb4266".into(), session_id: "s1".into() }]
+            t.observe(&sessions("s1", "mission-m-cb4266"), unbound),
+            [Inferred::Started { prefix: Some("m-cb4266".into()), session_id: "s1".into() }]
         );
         assert_eq!(
-            t.observe(&json!({"type": "session_end", "agent_id": "a", "session_id": "s1", "exit_code": 3})),
-            [Inferred::Ended { prefix: "m-cb4266".into(), session_id: "s1".into(), exit_code: 3 }]
+            t.observe(&json!({"type": "session_end", "agent_id": "a", "session_id": "s1", "exit_code": 3}), unbound),
+            [Inferred::Ended { prefix: Some("m-cb4266".into()), session_id: "s1".into(), exit_code: 3 }]
         );
         // The listing that follows the end says nothing new.
-        assert_eq!(t.observe(&sessions("s1", "mission-m-cb4266")), []);
+        assert_eq!(t.observe(&sessions("s1", "mission-m-cb4266"), unbound), []);
     }
 
     #[test]
     fn an_end_before_the_name_waits_for_it_and_a_listing_alone_starts_nothing() {
         let mut t = Tracker::default();
-        assert_eq!(t.observe(&sessions("s0", "mission-other")), [], "never reported by a session_start");
-        t.observe(&json!({"type": "session_start", "session_id": "s2"}));
-        assert_eq!(t.observe(&json!({"type": "session_end", "session_id": "s2", "exit_code": 0})), []);
-        let facts = t.observe(&sessions("s2", "mission-abc"));
-        let (prefix, session_id) = (String::from("abc"), String::from("s2"));
+        assert_eq!(t.observe(&sessions("s0", "mission-other"), unbound), [], "never reported by a session_start");
+        t.observe(&json!({"type": "session_start", "session_id": "s2"}), unbound);
+        assert_eq!(t.observe(&json!({"type": "session_end", "session_id": "s2", "exit_code": 0}), unbound), []);
+        let facts = t.observe(&sessions("s2", "mission-abc"), unbound);
+        let (prefix, session_id) = (Some(String::from("abc")), String::from("s2"));
         let started = Inferred::Started { prefix: prefix.clone(), session_id: session_id.clone() };
         assert_eq!(facts, [started, Inferred::Ended { prefix, session_id, exit_code: 0 }], "both, in order");
         // Sessions that are not missions, and malformed frames, say nothing.
-        t.observe(&json!({"type": "session_start", "session_id": "s3"}));
-        assert_eq!(t.observe(&sessions("s3", "operator-shell")), []);
-        assert_eq!(t.observe(&json!({"type": "session_end", "session_id": "s3", "exit_code": "0"})), []);
-        assert_eq!(t.observe(&json!({"type": "agent_sessions", "sessions": "nope"})), []);
+        t.observe(&json!({"type": "session_start", "session_id": "s3"}), unbound);
+        assert_eq!(t.observe(&sessions("s3", "operator-shell"), unbound), []);
+        assert_eq!(t.observe(&json!({"type": "session_end", "session_id": "s3", "exit_code": "0"}), unbound), []);
+        assert_eq!(t.observe(&json!({"type": "agent_sessions", "sessions": "nope"}), unbound), []);
+    }
+
+    /// After a restart the tracker knows nothing of a session that started before, and the sandbox never
+    /// lists a session again once it has ended: the mission bound to it is what ties its end to it.
+    #[test]
+    fn the_end_of_a_bound_session_needs_no_name() {
+        let mut t = Tracker::default();
+        let bound = |id: &str| id == "s1";
+        let end = |id: &str| json!({"type": "session_end", "session_id": id, "exit_code": 0});
+        assert_eq!(
+            t.observe(&end("s1"), bound),
+            [Inferred::Ended { prefix: None, session_id: "s1".into(), exit_code: 0 }],
+            "no start inferred: the binding is the recorded start"
+        );
+        assert_eq!(t.observe(&end("s1"), bound), [], "once");
+        assert_eq!(t.observe(&end("s2"), bound), [], "an unbound session still waits for its name");
     }
 
     #[test]
@@ -202,7 +240,7 @@ mod tests {
     fn memory_is_bounded() {
         let mut t = Tracker::default();
         for i in 0..MAX_SESSIONS + 10 {
-            t.observe(&json!({"type": "session_start", "session_id": format!("s{i}")}));
+            t.observe(&json!({"type": "session_start", "session_id": format!("s{i}")}), unbound);
         }
         assert_eq!(t.sessions.len(), MAX_SESSIONS);
         assert!(!t.sessions.contains_key("s0"));

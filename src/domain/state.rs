@@ -97,6 +97,8 @@ pub fn on_executor_event(state: MissionState, event: EventType) -> Outcome {
             (S::Done, E::MissionCompleted) | (S::Failed, E::MissionFailed) | (S::Aborted, E::MissionAborted) => {
                 TerminalRepeat
             }
+            // The agentic-sandbox's `mission.assigned` crosses its session's end on the other socket.
+            (_, E::MissionAssigned) => Late,
             _ => Illegal,
         };
     }
@@ -202,7 +204,7 @@ mod tests {
         (E::ExecutorRegistered, "........."),
         (E::ExecutorDeregistered, "........."),
         (E::ExecutorResync, "........."),
-        (E::MissionAssigned, ".=llll..."),
+        (E::MissionAssigned, ".=lllllll"),
         (E::MissionStarted, ".R=......"),
         (E::MissionProgress, ".====...."),
         (E::MissionHitlRequired, ".hh.h...."),
@@ -292,7 +294,10 @@ mod tests {
         for state in MissionState::ALL.into_iter().filter(|s| s.is_terminal()) {
             for event in EventType::ALL {
                 assert!(
-                    matches!(on_executor_event(state, event), Outcome::Illegal | Outcome::TerminalRepeat),
+                    matches!(
+                        on_executor_event(state, event),
+                        Outcome::Illegal | Outcome::TerminalRepeat | Outcome::Late
+                    ),
                     "{state} + {event} must not move"
                 );
             }

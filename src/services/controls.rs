@@ -98,6 +98,8 @@ struct Queued {
     commit: Pending,
     owner: String,
     abilities: Abilities,
+    /// The question answered was asked before the executor last shut down.
+    outlived: bool,
     to: MissionState,
     frame: String,
     answered: Option<HitlRequest>,
@@ -135,9 +137,10 @@ impl Controls {
             if v.answered.is_some() || v.to.is_terminal() {
                 live.hitl = None;
             }
-            let abilities = owner.abilities;
+            let (abilities, outlived) = (owner.abilities, live.hitl_outlived);
             let owner = live.executor_id.clone();
-            (Ok(Queued { commit, owner, abilities, to: v.to, frame: v.frame, answered: v.answered }), Some(undo))
+            let queued = Queued { commit, owner, abilities, outlived, to: v.to, frame: v.frame, answered: v.answered };
+            (Ok(queued), Some(undo))
         });
         let (d, ticket) = match decided {
             Decided::Done((Ok(d), Some(ticket))) => (d, ticket),
@@ -164,6 +167,10 @@ impl Controls {
         let ability = match action {
             Action::Pause | Action::Resume => d.abilities.pause_resume,
             Action::Abort => d.abilities.abort,
+            Action::Answer { .. } if d.outlived && !d.abilities.remembers_questions => Ability::Presumed(
+                "restarted after this question was asked, and keeps its questions in memory only: it has most \
+                 likely dropped the answer and its agent still waits (abort the mission, or ask the agent again)",
+            ),
             Action::Answer { .. } => Ability::Declared,
         };
         // Nothing is sent that the executor cannot act on: every frame counts against a peer's inbound
@@ -188,10 +195,8 @@ impl Controls {
     /// What the owner of a live mission can take, as serve knows it now.
     fn facts(&self, live: &Live) -> Owner {
         let id = &live.executor_id;
-        let unknown = Ability::Presumed("is not registered");
-        let presumed = Abilities { pause_resume: unknown, abort: unknown, reads_answers: false };
         Owner {
-            abilities: self.registry.abilities(id, self.sandboxes.linked(id)).unwrap_or(presumed),
+            abilities: self.registry.abilities(id, self.sandboxes.linked(id)).unwrap_or(Abilities::UNREGISTERED),
             connected: self.registry.is_connected(id),
         }
     }
@@ -224,7 +229,21 @@ fn decide_action(
     let to = match on_control(live.state, action.control()) {
         Some(_) if matches!(action, Action::Resume) => live.resume_target(),
         Some(to) => to,
-        None => return Err(Refused(refusal(action, live.state))),
+        // The question is still open, but the executor shut down meanwhile (suspended) or an operator
+        // paused the mission: what stands in the way is said, not just the state.
+        None => {
+            let asked = |id: &str| live.hitl.as_ref().is_some_and(|h| h.hitl_id == id);
+            return Err(Refused(match action {
+                Action::Answer { hitl_id, .. } if asked(hitl_id) && !owner.connected => {
+                    Error::ExecutorNotConnected(format!(
+                        "executor {} of mission {mission_id} is not connected (the mission is {}): HITL request \
+                         {hitl_id} can be answered once the executor is back and resumes it",
+                        live.executor_id, live.state
+                    ))
+                }
+                _ => refusal(action, live.state),
+            }));
+        }
     };
     let answered = match action {
         Action::Answer { hitl_id, response } => Some(answer(live, mission_id, hitl_id, response, now)?),
@@ -412,8 +431,12 @@ mod tests {
     fn now() -> DateTime<Utc> {
         crate::clock::parse("2026-11-30T12:00:00.000Z").unwrap()
     }
-    const DECLARED: Abilities =
-        Abilities { pause_resume: Ability::Declared, abort: Ability::Declared, reads_answers: true };
+    const DECLARED: Abilities = Abilities {
+        pause_resume: Ability::Declared,
+        abort: Ability::Declared,
+        reads_answers: true,
+        remembers_questions: true,
+    };
     const ABLE: Owner = Owner { abilities: DECLARED, connected: true };
 
     fn verdict(live: &Live, owner: Owner, action: Action<'_>) -> std::result::Result<Verdict, Error> {

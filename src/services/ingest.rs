@@ -149,6 +149,13 @@ impl Accepted {
             live.move_to(to);
             live.terminal_data = to.is_terminal().then(|| data.clone());
         }
+        let id = |h: &Option<HitlRequest>| h.as_ref().map(|h| h.hitl_id.clone());
+        if id(&live.hitl) != id(&self.hitl) {
+            live.hitl_outlived = false;
+        }
+        if self.moved == Some(MissionState::Suspended) && self.hitl.is_some() {
+            live.hitl_outlived = true;
+        }
         live.hitl = self.hitl.clone();
         live.patched(&self.patch);
         if let Some(key) = self.progress {
@@ -269,7 +276,8 @@ impl Ingest {
     }
 
     /// An event for a mission that is not live: ended (the store answers for it, terminal states never
-    /// change) or not the executor's. `Ok` only for a repeat of its terminal event.
+    /// change) or not the executor's. `Ok` only for a repeat of its terminal event, or a late
+    /// `mission.assigned`.
     async fn not_live(
         &self,
         executor_id: &str,
@@ -280,6 +288,7 @@ impl Ingest {
         match self.store.mission(mission_id).await? {
             Some(m) if m.executor_id.as_deref() == Some(executor_id) => match on_executor_event(m.state, event) {
                 Outcome::TerminalRepeat if data.is_some_and(|d| is_repeat(m.terminal_data.as_ref(), &d)) => Ok(()),
+                Outcome::Late => Ok(()),
                 _ => Err(illegal(event, mission_id, m.state)),
             },
             _ => Err(not_owned(mission_id)),

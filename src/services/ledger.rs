@@ -438,6 +438,8 @@ impl Ledger {
                     state: m.state,
                     terminal_data: None,
                     hitl,
+                    // Memory only: what a re-read cannot tell is assumed not to have happened.
+                    hitl_outlived: false,
                     paused_from: None,
                     session: m.pty_session_ref,
                 };

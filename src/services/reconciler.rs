@@ -233,12 +233,7 @@ impl Reconciler {
     /// What the executor acts on, as serve knows it now.
     fn abilities(&self, executor_id: &str) -> Abilities {
         let linked = self.sandboxes.linked(executor_id);
-        let unknown = Ability::Presumed("is not registered");
-        self.registry.abilities(executor_id, linked).unwrap_or(Abilities {
-            pause_resume: unknown,
-            abort: unknown,
-            reads_answers: false,
-        })
+        self.registry.abilities(executor_id, linked).unwrap_or(Abilities::UNREGISTERED)
     }
 
     /// Sends a resync's answers on the socket that carried it, [`BURST`] frames at a time: the first

@@ -304,8 +304,9 @@ impl Sandboxes {
     /// Records what a sandbox frame made known about the missions of the executor it is linked to.
     async fn infer(&self, sandbox_id: &str, sandbox_from: Option<&str>, frame: &Value) {
         let inferred = {
+            let bound = |session_id: &str| self.ledger.bound_to(sandbox_id, session_id).is_some();
             let mut sessions = self.sessions.lock().expect("sandbox sessions lock");
-            sessions.entry(sandbox_id.to_owned()).or_default().observe(frame)
+            sessions.entry(sandbox_id.to_owned()).or_default().observe(frame, bound)
         };
         let mentioned = sessions_mentioned(frame);
         if inferred.is_empty() && mentioned.is_empty() {
@@ -323,8 +324,12 @@ impl Sandboxes {
                     (prefix, session_id)
                 }
             };
-            let Some(mission_id) = self.ledger.session_mission(executor_id, session_id, prefix.as_bytes()) else {
-                tracing::debug!(sandbox_id, %session_id, %prefix, "sandbox session matches no live mission");
+            let mission_id = match prefix {
+                Some(prefix) => self.ledger.session_mission(executor_id, session_id, prefix.as_bytes()),
+                None => self.ledger.bound_to(executor_id, session_id),
+            };
+            let Some(mission_id) = mission_id else {
+                tracing::debug!(sandbox_id, %session_id, ?prefix, "sandbox session matches no live mission");
                 continue;
             };
             let said = match fact {

@@ -184,6 +184,10 @@ async fn the_sandbox_sessions_end_its_missions() {
     let m = server.eventually(&mission_path(&ok), "done from the session", |m| m["state"] == "done").await;
     assert_eq!(m["exit_code"], 0);
     assert_eq!(m["pty_session_ref"], "s-ok");
+    // The executor's own mission.assigned can cross the session's end on the other socket: after the end,
+    // a duplicate too.
+    peer.emit("mission.assigned", &ok, json!({"state": "assigned", "estimated_start": aiwg_serve::clock::stamp()}))
+        .await;
 
     // Exit 3, with the session starting before the executor's mission.assigned (13 of 68 in one run):
     // the late assigned is a duplicate, not an error (issue 42, finding 6).
@@ -198,12 +202,13 @@ async fn the_sandbox_sessions_end_its_missions() {
     let m = server.eventually(&mission_path(&bad), "failed from the session", |m| m["state"] == "failed").await;
     assert_eq!(m["exit_code"], 3);
     assert!(m["error"].as_str().unwrap().starts_with("inferred by serve from sandbox session s-bad"), "{m}");
-    assert_eq!(rejected(&server, "illegal_transition").await, 0, "the late mission.assigned was not refused");
 
     // HITL: the executor socket asks; pause and resume are refused honestly (the sandbox has no pause).
     let asking = mission_id();
     dispatch_to_peer(&server, &mut peer, &asking).await;
     assigned(&server, &mut peer, &asking).await;
+    // Stored, so every frame sent before it on the executor socket has been judged.
+    assert_eq!(rejected(&server, "illegal_transition").await, 0, "the late mission.assigned were not refused");
     peer.sandbox(session_start("s-ask")).await;
     peer.sandbox(session_listing("s-ask", &asking)).await;
     server.eventually(&mission_path(&asking), "started", |m| m["state"] == "running").await;
@@ -227,6 +232,15 @@ async fn the_sandbox_sessions_end_its_missions() {
     server.eventually(&mission_path(&asking), "suspended", |m| m["state"] == "suspended").await;
     peer.stop();
     server.eventually(&format!("/api/v1/executors/{}", peer.id()), "disconnected", |b| b["connected"] == false).await;
+    // Answered meanwhile: nobody is there to take it, and serve says so (field finding: it said
+    // `conflict`, as if the question were gone).
+    let early = json!({"hitl_id": "h-9", "response": "too early"});
+    let message = server
+        .client
+        .post(&format!("{}/hitl_response", mission_path(&asking)), &early)
+        .await
+        .assert_error(409, "executor_not_connected");
+    assert!(message.contains("once the executor is back"), "{message}");
 
     // Restart: resync lists all three, then reconnected + resumed for each.
     peer.restart(&server, &[&ok, &bad, &asking]).await;
@@ -238,12 +252,29 @@ async fn the_sandbox_sessions_end_its_missions() {
     assert_eq!(m["hitl"]["hitl_id"], "h-9", "the agent still waits for its answer: {m}");
     assert_eq!(server.mission(&ok).await["state"], "done");
     assert_eq!(server.mission(&bad).await["state"], "failed");
+    // But the peer keeps its questions in memory only: after its restart it drops the answer (field
+    // finding: serve said `confirmed: true`). Serve still sends it, and says what will become of it.
     let r = server
         .client
         .post(&format!("{}/hitl_response", mission_path(&asking)), &json!({"hitl_id": "h-9", "response": "yes"}))
         .await;
-    assert_eq!((r.status, &r.body["state"]), (202, &json!("running")), "{}", r.body);
-    assert_eq!(peer.next_hitl_answer().await, Some(("h-9".into(), "yes".into())));
+    assert_eq!(
+        (r.status, &r.body["state"], &r.body["delivered"], &r.body["confirmed"]),
+        (202, &json!("running"), &json!(true), &json!(false)),
+        "{}",
+        r.body
+    );
+    assert!(r.body["note"].as_str().unwrap().contains("restarted after this question was asked"), "{}", r.body);
+    assert_eq!(peer.next_forgotten_answer().await, ("h-9".into(), "yes".into()));
+    // A question asked after the restart is remembered, and its answer confirmed.
+    peer.emit("mission.hitl_required", &asking, json!({"hitl_id": "h-10", "prompt": "Really?", "context": "c"})).await;
+    server.eventually(&mission_path(&asking), "asking anew", |m| m["hitl"]["hitl_id"] == "h-10").await;
+    let r = server
+        .client
+        .post(&format!("{}/hitl_response", mission_path(&asking)), &json!({"hitl_id": "h-10", "response": "yes"}))
+        .await;
+    assert_eq!((r.status, &r.body["confirmed"]), (202, &json!(true)), "{}", r.body);
+    assert_eq!(peer.next_hitl_answer().await, Some(("h-10".into(), "yes".into())));
 
     // The third restart quarantines everything, the mission that exited 0 included: it stays done.
     let quarantine = json!({"state": "failed_preserved", "reason": "mission_quarantined", "error": "repeated reconnect/resume",
@@ -257,6 +288,47 @@ async fn the_sandbox_sessions_end_its_missions() {
     let m = server.mission(&ok).await;
     assert_eq!((&m["state"], &m["exit_code"]), (&json!("done"), &json!(0)));
     assert_eq!(server.mission(&bad).await["state"], "failed");
+}
+
+/// Field finding (real peers, round two): serve restarted while agent sessions ran; their ends were
+/// stored but ended nothing, and the missions stayed `running` until the sandbox quarantined them to
+/// `failed` although their agents exited 0. After a restart serve knows nothing of a session's name, and
+/// the sandbox never lists an ended session again: the mission bound to the session (its
+/// `pty_session_ref`, stored when the start was inferred) is what ties the end to it.
+#[tokio::test]
+async fn a_session_that_ends_after_serve_restarted_ends_its_mission() {
+    let server = TestServer::start().await;
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
+    let (ok, bad) = (mission_id(), mission_id());
+    for (id, session) in [(&ok, "s-live-ok"), (&bad, "s-live-bad")] {
+        dispatch_to_peer(&server, &mut peer, id).await;
+        assigned(&server, &mut peer, id).await;
+        peer.sandbox(session_start(session)).await;
+        peer.sandbox(session_listing(session, id)).await;
+        server.eventually(&mission_path(id), "started from the session", |m| m["state"] == "running").await;
+    }
+
+    peer.stop();
+    let server = server.restart_on_same_port().await;
+    peer.restart(&server, &[&ok, &bad]).await;
+    for id in [&ok, &bad] {
+        peer.emit("mission.reconnected", id, json!({"checkpoint_id": ""})).await;
+    }
+    // The listing after an end no longer names the ended session: only the binding can tell.
+    peer.sandbox(session_end("s-live-ok", 0)).await;
+    peer.sandbox(json!({"type": "agent_sessions", "agent_id": "fake-agent-1", "sessions": []})).await;
+    peer.sandbox(session_end("s-live-bad", 2)).await;
+    let m = server.eventually(&mission_path(&ok), "done from the session", |m| m["state"] == "done").await;
+    assert_eq!((&m["exit_code"], &m["pty_session_ref"]), (&json!(0), &json!("s-live-ok")));
+    let m = server.eventually(&mission_path(&bad), "failed from the session", |m| m["state"] == "failed").await;
+    assert_eq!((&m["exit_code"], &m["error_code"]), (&json!(2), &m["error_code"]));
+    assert!(m["error"].as_str().unwrap().contains("s-live-bad: it ended with exit code 2"), "{m}");
+    // The sandbox's later quarantine cannot overwrite the end its agent reported.
+    let quarantine = json!({"state": "failed_preserved", "reason": "mission_quarantined", "error": "repeated reconnect/resume",
+                            "failure_count": 3, "threshold": 3});
+    peer.emit("mission.failed", &ok, quarantine).await;
+    peer.emit("mission.progress", &ok, json!({"summary": "a frame after, to know the quarantine was taken"})).await;
+    assert_eq!(server.mission(&ok).await["state"], "done");
 }
 
 /// Issue 12, finding 2: a restart that re-announces 51 ended missions used to close the executor

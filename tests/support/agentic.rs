@@ -12,6 +12,10 @@
 //!   serve closes one, that socket's forwarder still takes one event off the queue, fails to send it,
 //!   and drops it.
 //!
+//! - **Its HITL questions live in memory only.** An answer to a question the process asked before it
+//!   restarted finds no pending request and is dropped (the real one logs "no matching pending
+//!   request"): [`AgenticPeer::next_forgotten_answer`].
+//!
 //! It registers its sandbox and its executor without any token, opens a sandbox socket and a new
 //! executor socket on every cycle, restates the missions it holds in every `executor.resync`, reads
 //! no acknowledgement, and answers serve's pings.
@@ -48,6 +52,10 @@ struct Inbound {
     dead: bool,
     /// Frames received in all, since the start.
     received: usize,
+    /// The HITL questions this process asked and still waits on.
+    asked: std::collections::HashSet<String>,
+    /// Answers to questions it did not know (asked before a restart), dropped.
+    forgotten: Vec<(String, String)>,
 }
 
 /// One executor socket's forwarder: its write half, whether serve closed the socket, and its reader
@@ -114,9 +122,11 @@ impl AgenticPeer {
         self.next = 0;
     }
 
-    /// The process started again: a first boot, its resync listing `owned`.
+    /// The process started again: a first boot, its resync listing `owned`. Its pending questions are
+    /// forgotten.
     pub async fn restart(&mut self, server: &TestServer, owned: &[&str]) {
         self.stop();
+        self.inbound.0.lock().unwrap().asked.clear();
         self.connect(server, owned).await;
     }
 
@@ -158,6 +168,9 @@ impl AgenticPeer {
     /// An event for `mission_id` through the shared outbound queue: the next forwarder takes it. A
     /// forwarder whose socket serve closed takes it and drops it (then is gone).
     pub async fn emit(&mut self, event: &str, mission_id: &str, data: Value) {
+        if let ("mission.hitl_required", Some(id)) = (event, data["hitl_id"].as_str()) {
+            self.inbound.0.lock().unwrap().asked.insert(id.to_owned());
+        }
         let envelope =
             json!({"event": event, "executor_id": self.rest.id, "mission_id": mission_id, "ts": stamp(), "data": data});
         let at = self.next % self.forwarders.len();
@@ -182,15 +195,15 @@ impl AgenticPeer {
         socket.send_only(Message::text(frame.to_string())).await.expect("sandbox frame sent");
     }
 
-    /// The HITL handler runs: it takes every queued frame and acts on the HITL answers among them
-    /// (returned as `(hitl_id, text)`). `None` when it is gone: more than [`INBOUND_CAPACITY`] frames
-    /// had queued since it last ran.
+    /// The HITL handler runs: it takes every queued frame and acts on the answers among them to
+    /// questions it asked (returned as `(hitl_id, text)`); answers to others it drops. `None` when it is
+    /// gone: more than [`INBOUND_CAPACITY`] frames had queued since it last ran.
     pub fn hitl_answers(&self) -> Option<Vec<(String, String)>> {
         let mut inbound = self.inbound.0.lock().unwrap();
         if inbound.dead {
             return None;
         }
-        let answers = inbound
+        let all: Vec<(String, String)> = inbound
             .frames
             .drain(..)
             .filter(|f| f["event"] == "mission.hitl_responded")
@@ -199,7 +212,27 @@ impl AgenticPeer {
                 (field("hitl_id"), field("text"))
             })
             .collect();
-        Some(answers)
+        let (known, unknown): (Vec<_>, Vec<_>) = all.into_iter().partition(|(id, _)| inbound.asked.contains(id));
+        for (id, _) in &known {
+            inbound.asked.remove(id);
+        }
+        inbound.forgotten.extend(unknown);
+        Some(known)
+    }
+
+    /// Waits until the HITL handler has dropped an answer to a question it did not know.
+    pub async fn next_forgotten_answer(&self) -> (String, String) {
+        let wait = async {
+            loop {
+                let rung = self.inbound.1.notified();
+                self.hitl_answers();
+                if let Some(first) = self.inbound.0.lock().unwrap().forgotten.pop() {
+                    return first;
+                }
+                rung.await;
+            }
+        };
+        tokio::time::timeout(WAIT, wait).await.expect("the answer reaches the peer in time")
     }
 
     /// Waits until the HITL handler has an answer to act on (`None`: the handler is gone).
