@@ -54,6 +54,18 @@ pub(crate) fn capabilities_of(name: &str, r: &RuntimeRecord) -> Vec<String> {
     caps
 }
 
+/// The kernel's sample contract's task type and profile, a task's when it names none.
+const DEFAULT_TASK_TYPE: &str = "swarm";
+const DEFAULT_PROFILE: &str = "default";
+
+/// What a runtime needs to take a dispatch's task: to be a runtime, and to list the task's profile (a
+/// kernel refuses a runtime without it, and so does the drive, after the call: routed by it, a task goes
+/// only where it can run).
+pub(crate) fn required_capabilities(spec: &TaskSpec) -> [String; 2] {
+    let profile = spec.profile.as_deref().unwrap_or(DEFAULT_PROFILE);
+    [HTTP_RUNTIME.to_owned(), format!("x-profile:{}", token(profile))]
+}
+
 /// A runtime's name as a capability suffix.
 fn token(name: &str) -> String {
     let t: String = name
@@ -103,8 +115,8 @@ impl Task {
         }
         let (policy, binding) = binding(&spec)?;
         Ok(Task {
-            task_type: spec.task_type.unwrap_or_else(|| "swarm".into()),
-            profile: spec.profile.unwrap_or_else(|| "default".into()),
+            task_type: spec.task_type.unwrap_or_else(|| DEFAULT_TASK_TYPE.into()),
+            profile: spec.profile.unwrap_or_else(|| DEFAULT_PROFILE.into()),
             inputs: spec.inputs.unwrap_or_else(|| default_inputs(body)),
             output_schema: spec.output_schema.unwrap_or_else(default_output_schema),
             policy,

@@ -355,15 +355,39 @@ async fn every_rule_a_kernel_applies_to_a_verdict_is_applied() {
     assert_eq!(data["executions"][0]["local_evaluation"]["reason_codes"], json!([101]));
 }
 
+/// Field finding (real WattSwarm runtimes): a task's profile was not routed by, so a task for a profile one
+/// runtime of four listed went round-robin and failed `profile_not_supported` on three. It now goes only
+/// to runtimes listing it; and a runtime that dropped it after its last probe still fails the mission
+/// before any `/execute`, as a kernel's check does.
 #[tokio::test]
-async fn a_profile_the_runtime_lacks_fails_the_mission_before_any_execute() {
-    let server = server().await;
-    let runtime = ScriptedRuntime::start().await;
-    add(&server, "rt", &runtime).await;
-    let id = dispatch(&server, Some(json!({"profile": "careful"})), "rt").await;
+async fn a_tasks_profile_routes_it_and_a_runtime_that_lost_it_fails_before_any_execute() {
+    let server = TestServer::start_with(|c| c.runtimes.probe_interval_ms = 600_000).await;
+    let (plain, careful) = (ScriptedRuntime::start().await, ScriptedRuntime::start().await);
+    let both = |provider: &str| {
+        json!({"task_types": ["swarm"], "profiles": ["default", "careful"], "provider_family": provider,
+               "model_id": "m"})
+    };
+    careful.set_capabilities(both("careful"));
+    add(&server, "plain", &plain).await;
+    add(&server, "careful", &careful).await;
+    for _ in 0..3 {
+        let id = dispatch(&server, Some(json!({"profile": "careful"})), "careful").await;
+        assert_eq!(ended(&server, &id).await["state"], "done");
+    }
+    // Nobody lists it: refused at once, the reason naming what is missing.
+    let body = json!({"mission_id": mission_id(), "objective": "o", "completion": "c", "task": {"profile": "nobody"}});
+    let message =
+        server.client.post("/api/v1/sessions/s/dispatch", &body).await.assert_error(503, "no_executor_available");
+    assert!(message.contains("x-profile:nobody"), "{message}");
+
+    // Listed at the last probe, gone at the call.
+    careful.set_capabilities(json!({"task_types": ["swarm"], "profiles": ["default"], "provider_family": "careful",
+                                    "model_id": "m"}));
+    let id = dispatch(&server, Some(json!({"profile": "careful"})), "careful").await;
     let data = ends_with(&server, &id, "failed", "profile_not_supported").await;
-    assert_eq!(data["error"], "profile 'careful' not supported by executor 'rt'");
-    assert_eq!(runtime.count("/execute"), 0);
+    assert_eq!(data["error"], "profile 'careful' not supported by executor 'careful'");
+    assert_eq!(careful.count("/execute"), 3, "nothing executed");
+    assert_eq!(plain.count("/execute"), 0, "the plain runtime was never given a careful task");
 }
 
 #[tokio::test]

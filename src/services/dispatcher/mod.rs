@@ -24,7 +24,7 @@ use crate::config::{DispatchConfig, IsolationTrust};
 use crate::contract::DispatchPayload;
 use crate::domain::readiness;
 use crate::domain::routing::{self, Rejection};
-use crate::domain::runtime_task::Task;
+use crate::domain::runtime_task::{self, Task};
 use crate::domain::{capabilities, Mission, MissionState};
 use crate::error::{Error, Result};
 use crate::forward::Forwarder;
@@ -300,8 +300,10 @@ impl Dispatcher {
     /// The routing plan for a dispatch payload against the executors as they are now.
     pub(crate) fn place(&self, payload: &DispatchPayload) -> routing::Plan {
         let mut filter = payload.executor_filter.clone().unwrap_or_default();
-        if payload.task.is_some() && !filter.capabilities.iter().any(|c| c == capabilities::HTTP_RUNTIME) {
-            filter.capabilities.push(capabilities::HTTP_RUNTIME.to_owned());
+        for needed in payload.task.iter().flat_map(runtime_task::required_capabilities) {
+            if !filter.capabilities.contains(&needed) {
+                filter.capabilities.push(needed);
+            }
         }
         let trust = match self.config.isolation {
             IsolationTrust::Claimed => routing::Trust::Claimed,
