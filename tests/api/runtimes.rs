@@ -570,13 +570,22 @@ async fn a_runtime_gone_between_probes_fails_its_mission_with_the_probe_error() 
     let data = ends_with(&server, &id, "failed", "runtime_unreachable").await;
     assert!(data["error"].as_str().unwrap().starts_with("runtime /health request:"), "{data}");
     assert_eq!(data["reason_codes"], json!([0]));
-
     // Every call is counted by endpoint and outcome.
     let metrics = server.client.get("/metrics").await;
     let text = metrics.body.as_str().unwrap_or_default().to_owned();
     for counted in ["health:ok\"} 1", "capabilities:ok\"} 1", "health:unreachable\"} 1"] {
         assert!(text.contains(&format!("aiwg_runtime_calls_total{{outcome=\"{counted}")), "{counted}: {text}");
     }
+    // Field finding: the dead runtime stayed "healthy" until its next probe and took the next missions
+    // too. What the drive found counts as a probe: it is routed to no more, and the next task goes to a
+    // runtime that answers.
+    let status = server.client.get("/api/v1/runtimes/rt").await;
+    assert_eq!(status.body["healthy"], false, "{}", status.body);
+    let other = ScriptedRuntime::start().await;
+    add(&server, "other", &other).await;
+    let body = json!({"mission_id": mission_id(), "objective": "o", "completion": "c", "task": {}});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!(r.body["executor_id"].as_str(), Some(executor_id(&server, "other").await.as_str()), "{}", r.body);
 }
 
 /// Issue 42, finding 8: real runtimes put the attempt in `check_summary`, so whole outputs of one task

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use super::{Endpoint, Inflight, Runtimes};
 use crate::contract::{DispatchPayload, EventType};
-use crate::domain::runtime_task::{agreement, settle, status_word, Execution, Settlement, Task};
+use crate::domain::runtime_task::{agreement, runtime_id, settle, status_word, Execution, Settlement, Task};
 use crate::domain::{MissionState, ServeEvent};
 use crate::error::Result;
 use crate::runtime_client::{CallError, RuntimeClient};
@@ -206,6 +206,13 @@ impl Runtimes {
         let t = self.timeout(task.timeout_ms);
         let health = RuntimeClient::probe(|| self.client.health(base, t)).await;
         self.count(Endpoint::Health, &health);
+        if health.is_err() {
+            // As good as a failed probe: no more missions go there until the prober finds it back (it
+            // would have taken every mission until its next probe).
+            if let Ok(true) = self.registry.runtime_probed(&runtime_id(runtime), false, None).await {
+                tracing::warn!(runtime, "runtime unhealthy: it did not answer a mission's /health");
+            }
+        }
         health.map_err(|e| Stop { reason: "runtime_unreachable", ..Stop::call(e) })?;
         let caps = RuntimeClient::probe(|| self.client.capabilities(base, t)).await;
         self.count(Endpoint::Capabilities, &caps);
