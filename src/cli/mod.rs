@@ -156,8 +156,37 @@ fn enc(s: &str) -> String {
 fn summary(data: &Value) -> String {
     for key in ["summary", "prompt", "reason", "response", "phase"] {
         if let Some(s) = data.get(key).and_then(Value::as_str) {
-            return s.chars().take(100).collect();
+            return shortened(s, 100);
         }
     }
     String::new()
+}
+
+/// At most `max` characters of `text`: its beginning and its end, where a sentence says how it came out
+/// ("... it ended with exit code 3"), with an ellipsis between.
+fn shortened(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let head = (max - 1) * 2 / 3;
+    let tail = max - 1 - head;
+    let start: String = text.chars().take(head).collect();
+    let end: String = text.chars().skip(count - tail).collect();
+    format!("{start}…{end}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shortened;
+
+    #[test]
+    fn a_long_summary_keeps_its_beginning_and_its_end() {
+        let inferred = format!("inferred by serve from sandbox session {}: it ended with exit code 3", "0".repeat(36));
+        let short = shortened(&inferred, 100);
+        assert_eq!(short.chars().count(), 100);
+        assert!(short.starts_with("inferred by serve") && short.ends_with("it ended with exit code 3"), "{short}");
+        assert_eq!(shortened("brief", 100), "brief");
+        assert_eq!(shortened("é".repeat(101).as_str(), 100).chars().count(), 100, "characters, not bytes");
+    }
 }

@@ -55,6 +55,12 @@ pub(crate) fn read_error_close(e: &axum::Error) -> Option<(u16, &'static str)> {
     match std::error::Error::source(e).and_then(|inner| inner.downcast_ref::<WsError>()) {
         Some(WsError::Capacity(_)) => Some((1009, "frame too large")),
         Some(WsError::Utf8(_)) => Some((1007, "invalid UTF-8 in a text frame")),
+        // A peer that went away without a close frame (a process that exited: the agentic-sandbox never
+        // sends one) broke no rule worth a 1002: its socket is just gone.
+        Some(WsError::Protocol(tokio_tungstenite::tungstenite::error::ProtocolError::ResetWithoutClosingHandshake)) => {
+            tracing::debug!("the peer closed the connection without a close frame");
+            None
+        }
         Some(WsError::Protocol(_)) => Some((1002, "protocol error")),
         _ => {
             tracing::debug!(error = %e, "socket read error");
