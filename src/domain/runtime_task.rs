@@ -3,8 +3,8 @@
 //! mission. The protocol's own rules (wire types, policies, hashes, what a kernel accepts) are in
 //! `crate::wattswarm`; the calls are made by `services::runtimes`.
 //!
-//! A runtime's executor id is a UUID derived from its name ([`runtime_id`]): executor ids are UUIDs on
-//! the wire, and an operator names a runtime.
+//! A runtime's executor id is a random UUID given when it is first added (executor ids are UUIDs on
+//! the wire); an operator addresses it by its name (see `services::registry::runtimes`).
 //!
 //! Capabilities (what `executor_filter.capabilities` matches): `x-kind:http-runtime`, `x-runtime:<name>`
 //! (to pin one by name), `x-runtime-kind:local|remote`, and from the latest `/capabilities`:
@@ -26,16 +26,6 @@ use crate::contract::{DispatchPayload, TaskSpec};
 use crate::wattswarm::policy::{require_binding, PolicyId};
 use crate::wattswarm::task::{default_output_schema, sample_contract};
 use crate::wattswarm::wire::{PolicyBinding, TaskContract, VerificationStatus};
-
-/// A runtime's executor id: a version 8 UUID made of the SHA-256 of its name, so that executor ids stay
-/// UUIDs (the contract's schema; dashboards and clients written for it check) and adding a name again
-/// finds the same runtime.
-pub(crate) fn runtime_id(name: &str) -> String {
-    let digest = sha2::Sha256::digest(format!("aiwg-serve runtime {name}").as_bytes());
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    uuid::Builder::from_custom_bytes(bytes).into_uuid().to_string()
-}
 
 /// The capabilities a runtime is routed by (see the module's opening).
 pub(crate) fn capabilities_of(name: &str, r: &RuntimeRecord) -> Vec<String> {
@@ -384,15 +374,6 @@ mod tests {
                 && c.chars().all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || "_:-".contains(ch))
         };
         assert!(caps.iter().all(pattern), "{caps:?}");
-    }
-
-    #[test]
-    fn a_runtimes_id_is_a_uuid_of_its_name() {
-        let id = runtime_id("rt");
-        let parsed = uuid::Uuid::parse_str(&id).unwrap();
-        assert_eq!(parsed.get_version_num(), 8);
-        assert_eq!(id, runtime_id("rt"));
-        assert_ne!(id, runtime_id("rt2"));
     }
 
     fn payload(task: Value) -> (DispatchPayload, Value) {

@@ -145,7 +145,7 @@ async fn a_mission_runs_on_a_runtime_as_a_kernel_would_run_it() {
     let rt = executor_id(&server, "rt-1").await;
     assert!(evs.iter().all(|e| e["executor_id"] == rt.as_str()));
     assert_eq!(added["executor_id"], rt.as_str());
-    assert_eq!(uuid::Uuid::parse_str(&rt).unwrap().get_version_num(), 8, "an executor id is a UUID");
+    assert_eq!(uuid::Uuid::parse_str(&rt).unwrap().get_version_num(), 4, "an executor id is a random UUID");
     let done = &evs[3]["data"];
     assert_eq!(done["output"], output);
     assert_eq!(done["summary"], "default::say hello");
@@ -191,13 +191,24 @@ async fn adding_is_an_upsert_by_name_with_names_urls_and_ids_checked() {
     ] {
         server.client.post("/api/v1/runtimes", &body).await.assert_error(422, code);
     }
-    // A WebSocket executor cannot take a runtime's id (a UUID of its name, the same at every add).
+    // A WebSocket executor cannot take a runtime's id; nor can it take it first (issue 35, finding 11: the
+    // id was a UUID of the name, so anyone could register it before the runtime was added): an id is
+    // random, and the name finds it.
     let rt = executor_id(&server, "rt").await;
-    assert_eq!(again.body["executor_id"], rt.as_str());
+    assert_eq!(again.body["executor_id"], rt.as_str(), "the same runtime at every add");
     let mut payload = ScriptedExecutor::listen(&[]).await.register_payload();
     payload["executor_id"] = json!(rt);
     let r = server.client.post("/api/v1/executors/register", &payload).await;
     assert!(r.assert_error(409, "conflict").contains("is an HTTP agent runtime"), "{}", r.body);
+    let squatter = ScriptedExecutor::register(&server, &[]).await;
+    let added = server.client.post("/api/v1/runtimes", &json!({"name": "fresh", "base_url": a.url()})).await;
+    assert_eq!(added.status, 201, "{}", added.body);
+    assert_ne!(added.body["executor_id"], squatter.id.as_str());
+    let removed = server.client.delete("/api/v1/runtimes/fresh", None).await;
+    assert_eq!(removed.status, 204, "{}", removed.body);
+    let readded = server.client.post("/api/v1/runtimes", &json!({"name": "fresh", "base_url": a.url()})).await;
+    assert_eq!(readded.status, 201, "{}", readded.body);
+    assert_ne!(readded.body["executor_id"], added.body["executor_id"], "a removed runtime's id is not reused");
     server.client.get("/api/v1/runtimes/nope").await.assert_error(404, "not_found");
     server.client.post("/api/v1/runtimes/nope/check", &Value::Null).await.assert_error(404, "not_found");
 

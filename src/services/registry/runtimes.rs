@@ -17,7 +17,7 @@ use crate::{clock, tokens};
 /// A runtime as operators list it and as the prober sees it.
 #[derive(Clone, Debug)]
 pub(crate) struct RuntimeView {
-    /// Its executor id (a UUID of its name).
+    /// Its executor id (a random UUID given when it was first added).
     pub id: String,
     pub name: String,
     pub runtime: RuntimeRecord,
@@ -28,25 +28,25 @@ pub(crate) struct RuntimeView {
 }
 
 impl Registry {
-    /// Adds a runtime `name` as executor `id`, or updates it (upsert, as WattSwarm registries do; its
-    /// missions, drain and health are kept unless the URL changed). A live WebSocket executor of that id
-    /// is not replaced. `link` becomes the runtime's link if it has none. Returns whether it is new.
+    /// Adds a runtime `name`, or updates the one of that name (upsert, as WattSwarm registries do; its
+    /// missions, drain and health are kept unless the URL changed). A new one gets a random executor id:
+    /// an id derived from the name could be registered first by any WebSocket executor, squatting the
+    /// runtime. `link` makes the runtime's link (of its id) if it has none. Returns its id and whether
+    /// it is new.
     pub(crate) async fn put_runtime(
         &self,
-        id: &str,
         name: &str,
         runtime: RuntimeRecord,
-        link: Link,
+        link: impl FnOnce(&str) -> Link,
         max_executors: usize,
-    ) -> Result<bool> {
+    ) -> Result<(String, bool)> {
         let _serial = self.writes.lock().await;
         let now = clock::now();
         let (row, created) = {
             let inner = self.inner.read().expect("registry lock");
+            let id = named(&inner, name).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let id = id.as_str();
             let existing = inner.executors.get(id).filter(|e| e.live());
-            if existing.is_some_and(|e| e.row.runtime.is_none()) {
-                return Err(Error::Conflict(format!("{id} is a registered WebSocket executor")));
-            }
             if !inner.executors.contains_key(id) && inner.executors.len() >= max_executors {
                 return Err(Error::TooManyRequests(format!(
                     "{max_executors} executor identities are known, the limit (server.max_executors)"
@@ -54,29 +54,30 @@ impl Registry {
             }
             (runtime_row(existing, id, name, runtime, now), existing.is_none())
         };
-        let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(id, None, now);
+        let id = row.identity.executor_id.clone();
+        let event = ServeEvent::Registered(Box::new(row.identity.clone())).row(&id, None, now);
         self.store.commit(vec![Change::PutExecutor(Box::new(row.clone())), Change::AppendEvent(event)]).await?;
         let mut inner = self.inner.write().expect("registry lock");
         let same_url =
             |e: &Entry| e.row.runtime.as_ref().map(|r| &r.base_url) == row.runtime.as_ref().map(|r| &r.base_url);
-        match inner.executors.get_mut(id) {
+        match inner.executors.get_mut(&id) {
             Some(e) => {
                 if !same_url(e) || !e.live() {
                     e.health = Some(false);
                 }
                 e.row = row;
                 if e.links.is_empty() {
-                    e.links.push(link);
+                    e.links.push(link(&id));
                 }
             }
             None => {
                 let mut entry = Entry::new(row, None);
-                entry.links.push(link);
-                inner.order.push(id.to_owned());
-                inner.executors.insert(id.to_owned(), entry);
+                entry.links.push(link(&id));
+                inner.order.push(id.clone());
+                inner.executors.insert(id.clone(), entry);
             }
         }
-        Ok(created)
+        Ok((id, created))
     }
 
     /// Gives a runtime loaded from the store its driver link (at start).
@@ -131,9 +132,15 @@ impl Registry {
     }
 
     /// A live runtime by name.
-    pub(crate) fn runtime(&self, name: &str) -> Option<RuntimeView> {
+    pub(crate) fn runtime(&self, id: &str) -> Option<RuntimeView> {
         let inner = self.inner.read().expect("registry lock");
-        inner.executors.get(name).filter(|e| e.live()).and_then(view)
+        inner.executors.get(id).filter(|e| e.live()).and_then(view)
+    }
+
+    /// The live runtime an operator named `name` (names are unique among runtimes).
+    pub(crate) fn runtime_named(&self, name: &str) -> Option<RuntimeView> {
+        let inner = self.inner.read().expect("registry lock");
+        named(&inner, name).and_then(|id| inner.executors.get(&id)).and_then(view)
     }
 
     pub(crate) fn is_runtime(&self, id: &str) -> bool {
@@ -146,6 +153,15 @@ impl Registry {
         let inner = self.inner.read().expect("registry lock");
         inner.order.iter().filter_map(|id| inner.executors.get(id)).filter(|e| e.live()).filter_map(view).collect()
     }
+}
+
+/// The id of the live runtime named `name`.
+fn named(inner: &super::Inner, name: &str) -> Option<String> {
+    inner
+        .executors
+        .values()
+        .find(|e| e.live() && e.row.runtime.is_some() && e.row.identity.name == name)
+        .map(|e| e.row.identity.executor_id.clone())
 }
 
 fn view(e: &Entry) -> Option<RuntimeView> {

@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use super::{Endpoint, Inflight, Runtimes};
 use crate::contract::{DispatchPayload, EventType};
-use crate::domain::runtime_task::{agreement, runtime_id, settle, status_word, Execution, Settlement, Task};
+use crate::domain::runtime_task::{agreement, settle, status_word, Execution, Settlement, Task};
 use crate::domain::{MissionState, ServeEvent};
 use crate::error::Result;
 use crate::runtime_client::{CallError, RuntimeClient};
@@ -209,7 +209,8 @@ impl Runtimes {
         if health.is_err() {
             // As good as a failed probe: no more missions go there until the prober finds it back (it
             // would have taken every mission until its next probe).
-            if let Ok(true) = self.registry.runtime_probed(&runtime_id(runtime), false, None).await {
+            let id = self.registry.runtime_named(runtime).map(|v| v.id).unwrap_or_default();
+            if let Ok(true) = self.registry.runtime_probed(&id, false, None).await {
                 tracing::warn!(runtime, "runtime unhealthy: it did not answer a mission's /health");
             }
         }

@@ -29,7 +29,6 @@ use super::registry::{Registry, RuntimeView};
 use crate::clock;
 use crate::config::RuntimesConfig;
 use crate::contract::EventType;
-use crate::domain::runtime_task::runtime_id;
 use crate::domain::{RuntimeKind, RuntimeRecord};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -142,9 +141,8 @@ impl Runtimes {
     pub async fn add(self: &Arc<Self>, name: &str, base_url: &str, kind: RuntimeKind) -> Result<(bool, RuntimeStatus)> {
         check_name(name)?;
         check_url(base_url)?;
-        let id = runtime_id(name);
         let runtime = RuntimeRecord { base_url: base_url.to_owned(), kind, capabilities: None };
-        let created = self.registry.put_runtime(&id, name, runtime, self.link(&id), self.max_executors).await?;
+        let (id, created) = self.registry.put_runtime(name, runtime, |id| self.link(id), self.max_executors).await?;
         let probed = self.probe_now(&id).await;
         self.wake_prober.notify_one();
         let view = self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
@@ -154,8 +152,7 @@ impl Runtimes {
     /// Probes a runtime now, as a kernel's `executors check` does (one `GET /health` decides health),
     /// then asks `/capabilities` and says apart what it answered; records what it found.
     pub async fn check(&self, name: &str) -> Result<RuntimeStatus> {
-        let id = runtime_id(name);
-        self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
+        let id = self.registry.runtime_named(name).ok_or_else(|| not_found(name))?.id;
         let probed = self.probe_now(&id).await;
         let view = self.registry.runtime(&id).ok_or_else(|| not_found(name))?;
         Ok(RuntimeStatus::of(view, Some(probed)))
@@ -166,7 +163,7 @@ impl Runtimes {
     }
 
     pub fn get(&self, name: &str) -> Result<RuntimeStatus> {
-        self.registry.runtime(&runtime_id(name)).map(|v| RuntimeStatus::of(v, None)).ok_or_else(|| not_found(name))
+        self.registry.runtime_named(name).map(|v| RuntimeStatus::of(v, None)).ok_or_else(|| not_found(name))
     }
 
     /// At start: every runtime gets its link back, the prober runs, and the missions that were being
