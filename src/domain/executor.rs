@@ -5,6 +5,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::contract::RegisterPayload;
+
+/// An executor's (or sandbox's) id as serve keeps it: a UUID in its lower-case hyphenated form, however
+/// it was written (upper case, `urn:uuid:`, braces); anything else as given. Without this one executor
+/// registered twice, once per spelling, and its sockets, routes and pins found one or the other.
+pub fn canonical_id(id: &str) -> String {
+    match uuid::Uuid::try_parse(id) {
+        Ok(uuid) => uuid.hyphenated().to_string(),
+        Err(_) => id.to_owned(),
+    }
+}
 use crate::wattswarm::wire::RuntimeCapabilities;
 
 #[derive(Clone, Debug, PartialEq)]

@@ -23,6 +23,7 @@ use serde::Deserialize;
 
 use super::extract::{Bearer, Params};
 use crate::app::App;
+use crate::domain::canonical_id;
 use crate::error::{Error, Result};
 use crate::services::feed::{self as log, Filter, Next};
 
@@ -67,7 +68,7 @@ fn open(
                 Error::InvalidQuery(format!("since {s:?} is not a sequence number (an integer >= 0)"))
             })?),
         };
-    Ok((since, Filter { mission_id: p.mission_id, executor_id: p.executor_id }))
+    Ok((since, Filter { mission_id: p.mission_id, executor_id: p.executor_id.as_deref().map(canonical_id) }))
 }
 
 async fn sse(

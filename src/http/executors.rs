@@ -12,9 +12,10 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::etag;
-use super::extract::{Bearer, Contract, Operator, Page, PathId, SocketUpgrade};
+use super::extract::{Bearer, Contract, ExecutorId, Operator, Page, SocketUpgrade};
 use crate::app::App;
 use crate::contract::RegisterPayload;
+use crate::domain::canonical_id;
 use crate::error::{Error, Result};
 use crate::hub;
 use crate::services::registry::ExecutorStatus;
@@ -34,9 +35,10 @@ async fn register(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Bearer(bearer): Bearer,
-    Contract { body, .. }: Contract<RegisterPayload>,
+    Contract { mut body, .. }: Contract<RegisterPayload>,
 ) -> Result<Response> {
     app.fleet.admit_registration(peer.ip())?;
+    body.executor_id = canonical_id(&body.executor_id);
     let (registered, warning) = app.fleet.register(&body, peer.ip(), bearer.as_deref()).await?;
     let mut response = (
         StatusCode::CREATED,
@@ -77,38 +79,47 @@ async fn list(_: Operator, State(app): State<Arc<App>>, headers: HeaderMap, uri:
     Ok(etag::respond(&headers, &ExecutorList { executors, next_cursor: Page::cursor('e', next) }))
 }
 
-async fn show(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId, headers: HeaderMap) -> Result<Response> {
+async fn show(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    ExecutorId(id): ExecutorId,
+    headers: HeaderMap,
+) -> Result<Response> {
     let status = app.registry.status(&id).ok_or_else(|| Error::NotFound(format!("executor {id} is not registered")))?;
     Ok(etag::respond(&headers, &status))
 }
 
-async fn drain(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+async fn drain(_: Operator, State(app): State<Arc<App>>, ExecutorId(id): ExecutorId) -> Result<Response> {
     app.fleet.set_draining(&id, true).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": true}))).into_response())
 }
 
-async fn undrain(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+async fn undrain(_: Operator, State(app): State<Arc<App>>, ExecutorId(id): ExecutorId) -> Result<Response> {
     app.fleet.set_draining(&id, false).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
 }
 
-async fn readiness(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+async fn readiness(_: Operator, State(app): State<Arc<App>>, ExecutorId(id): ExecutorId) -> Result<Response> {
     Ok(Json(app.dispatcher.readiness_of(&id).await?).into_response())
 }
 
-async fn remove(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+async fn remove(_: Operator, State(app): State<Arc<App>>, ExecutorId(id): ExecutorId) -> Result<Response> {
     app.fleet.remove_executor(&id).await?;
     Ok((StatusCode::OK, Json(json!({"executor_id": id, "removed": true}))).into_response())
 }
 
-async fn deregister(State(app): State<Arc<App>>, PathId(id): PathId, Bearer(bearer): Bearer) -> Result<StatusCode> {
+async fn deregister(
+    State(app): State<Arc<App>>,
+    ExecutorId(id): ExecutorId,
+    Bearer(bearer): Bearer,
+) -> Result<StatusCode> {
     app.fleet.deregister(&id, bearer.as_deref()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 async fn socket(
     State(app): State<Arc<App>>,
-    PathId(id): PathId,
+    ExecutorId(id): ExecutorId,
     SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
     Ok(match app.registry.authenticate(&id, token.as_deref()) {

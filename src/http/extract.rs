@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::app::App;
 use crate::contract::{DispatchPayload, HitlResponsePayload, RegisterPayload};
+use crate::domain::canonical_id;
 use crate::error::Error;
 use crate::tokens;
 
@@ -143,6 +144,18 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
                 rejection.body_text()
             ))),
         }
+    }
+}
+
+/// An executor's or sandbox's id in the path, in the form serve keeps it ([`canonical_id`]).
+pub(super) struct ExecutorId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ExecutorId {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let PathId(id) = PathId::from_request_parts(parts, state).await?;
+        Ok(ExecutorId(canonical_id(&id)))
     }
 }
 

@@ -14,7 +14,7 @@ use super::extract::{Contract, Operator, Params, PathId};
 use crate::app::App;
 use crate::clock;
 use crate::contract::HitlResponsePayload;
-use crate::domain::MissionState;
+use crate::domain::{canonical_id, MissionState};
 use crate::error::{Error, Result};
 use crate::services::controls::{Action, ControlOutcome};
 use crate::store::MissionQuery;
@@ -100,7 +100,7 @@ async fn list(
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_PAGE}")));
     }
-    let query =
-        MissionQuery { state, executor_id: p.executor_id, session_id: p.session_id, updated_since, before_id, limit };
+    let executor_id = p.executor_id.as_deref().map(canonical_id);
+    let query = MissionQuery { state, executor_id, session_id: p.session_id, updated_since, before_id, limit };
     Ok(etag::respond(&headers, &app.status.missions(query).await?))
 }

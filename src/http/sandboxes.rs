@@ -11,7 +11,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::extract::{Bearer, JsonBody, Operator, Page, PathId, SocketUpgrade};
+use super::extract::{Bearer, ExecutorId, JsonBody, Operator, Page, SocketUpgrade};
 use crate::app::App;
 use crate::error::Result;
 use crate::hub;
@@ -40,7 +40,7 @@ async fn deregister(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Bearer(bearer): Bearer,
-    PathId(id): PathId,
+    ExecutorId(id): ExecutorId,
 ) -> Result<Json<Value>> {
     let operator = app.fleet.is_operator_token(bearer.as_deref());
     let deregistered = app.sandboxes.deregister(&id, peer.ip(), operator).await?;
@@ -49,7 +49,7 @@ async fn deregister(
 
 async fn socket(
     State(app): State<Arc<App>>,
-    PathId(id): PathId,
+    ExecutorId(id): ExecutorId,
     SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
     Ok(match app.sandboxes.authenticate(&id, token.as_deref()) {

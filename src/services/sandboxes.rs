@@ -17,7 +17,7 @@ use super::registry::Registry;
 use crate::clock;
 use crate::contract::EventType;
 use crate::domain::sandbox_sessions::{sessions_mentioned, Inferred, Tracker, INFERRED};
-use crate::domain::{on_executor_event, MissionState, NewEvent, Outcome, SandboxRecord, ServeEvent};
+use crate::domain::{canonical_id, on_executor_event, MissionState, NewEvent, Outcome, SandboxRecord, ServeEvent};
 use crate::error::{Error, Result};
 use crate::store::{Change, Store};
 use crate::tokens;
@@ -126,7 +126,7 @@ impl Sandboxes {
             return Err(Error::PayloadTooLarge(MAX_REGISTRATION_BYTES));
         }
         let text = |k: &str| fields.get(k).and_then(Value::as_str).filter(|s| !s.is_empty() && s.len() <= 256);
-        let sandbox_id = text("instance_id").map(str::to_owned).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let sandbox_id = text("instance_id").map(canonical_id).unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         let name = text("name").unwrap_or("sandbox").to_owned();
         let token = tokens::issue();
         let from = peer.to_string();

@@ -159,3 +159,45 @@ async fn capabilities_serve_assigns_to_runtimes_are_refused_at_register() {
     let e = ScriptedExecutor::listen(&["x-kind", "x-runtimes-fan"]).await;
     assert_eq!(register(&server, &e.register_payload()).await.status, 201, "only the assigned prefixes");
 }
+
+/// Issue 35, finding 11: the upper-case and `urn:uuid:` spellings of one executor id registered as two
+/// executors. Serve keeps the lower-case hyphenated form, whatever spelling reaches it: registration,
+/// its socket, the operator's routes and a pinned dispatch all find the one executor.
+#[tokio::test]
+async fn every_spelling_of_an_executor_id_is_the_same_executor() {
+    let server = TestServer::start().await;
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let canonical = e.id.clone();
+    let (upper, urn) = (canonical.to_uppercase(), format!("urn:uuid:{canonical}"));
+    let mut payload = e.register_payload();
+    payload["executor_id"] = json!(upper);
+    let r = register(&server, &payload).await;
+    assert_eq!((r.status, r.body["executor_id"].as_str()), (201, Some(canonical.as_str())), "{}", r.body);
+    e.token = r.body["token"].as_str().unwrap().to_owned();
+    payload["executor_id"] = json!(urn);
+    let again = server
+        .client
+        .post_with("/api/v1/executors/register", &payload, &[("authorization", &format!("Bearer {}", e.token))])
+        .await;
+    assert_eq!(again.status, 201, "{}", again.body);
+    assert_eq!(again.body["token"], e.token.as_str(), "the same identity: its token kept");
+    let listed = server.executors().await["executors"].as_array().unwrap().clone();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["executor_id"], canonical.as_str());
+
+    let mut ws = crate::support::ExecSocket::open(
+        &server.ws_url(&format!("/ws/executors/{upper}?token={}", e.token)),
+        &canonical,
+    )
+    .await;
+    assert_eq!(ws.ping(b"up").await, b"up");
+    for spelling in [&upper, &urn] {
+        let shown = server.client.get(&format!("/api/v1/executors/{}", spelling.replace(':', "%3A"))).await;
+        assert_eq!((shown.status, &shown.body["connected"]), (200, &json!(true)), "{spelling}: {}", shown.body);
+    }
+    let id = crate::support::mission_id();
+    let body = json!({"mission_id": id, "objective": "o", "completion": "c", "executor_filter": {"executor_id": urn}});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!((r.status, r.body["executor_id"].as_str()), (202, Some(canonical.as_str())), "{}", r.body);
+    e.next_dispatch().await;
+}

@@ -300,6 +300,7 @@ impl Dispatcher {
     /// The routing plan for a dispatch payload against the executors as they are now.
     pub(crate) fn place(&self, payload: &DispatchPayload) -> routing::Plan {
         let mut filter = payload.executor_filter.clone().unwrap_or_default();
+        filter.executor_id = filter.executor_id.as_deref().map(crate::domain::canonical_id);
         for needed in payload.task.iter().flat_map(runtime_task::required_capabilities) {
             if !filter.capabilities.contains(&needed) {
                 filter.capabilities.push(needed);
