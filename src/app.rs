@@ -83,6 +83,7 @@ impl App {
             store.clone(),
             dispatcher.clone(),
             sandboxes.clone(),
+            metrics.clone(),
         ));
         let schema = Arc::new(schema);
         let ingest = Arc::new(Ingest::new(

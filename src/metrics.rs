@@ -110,6 +110,8 @@ pub struct Metrics {
     pub(crate) commit_batch_units: Histogram,
     pub(crate) commit_latency: Histogram,
     pub(crate) executor_sockets: Gauge,
+    /// HITL requests whose deadline is watched (at most one per live mission).
+    pub(crate) hitl_deadlines: Gauge,
     pub(crate) executor_reconnects: Counter,
     /// Calls to HTTP agent runtimes, by `<endpoint>:<outcome>`.
     pub(crate) runtime_calls: Labelled,
@@ -125,6 +127,7 @@ impl Default for Metrics {
             commit_batch_units: Histogram::new(SIZE_BOUNDS),
             commit_latency: Histogram::new(LATENCY_BOUNDS),
             executor_sockets: Gauge::default(),
+            hitl_deadlines: Gauge::default(),
             executor_reconnects: Counter::default(),
             runtime_calls: Labelled::default(),
         }
@@ -187,6 +190,12 @@ impl Metrics {
             self.forward_failures.snapshot(),
         );
         gauge(out, "aiwg_executor_sockets", "Open executor WebSockets.", self.executor_sockets.get().to_string());
+        gauge(
+            out,
+            "aiwg_hitl_deadlines_watched",
+            "Open HITL requests whose deadline is watched (one per mission at most).",
+            self.hitl_deadlines.get().to_string(),
+        );
         counter(
             out,
             "aiwg_executor_reconnects_total",

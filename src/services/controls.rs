@@ -19,7 +19,8 @@
 //! the answer says the agent may still be running. A resume returns the mission to where it was
 //! (`domain::resume_target`).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -32,6 +33,7 @@ use crate::clock;
 use crate::domain::capabilities::{Abilities, Ability};
 use crate::domain::{on_control, AbortedBy, Control, HitlOutcome, HitlRequest, Live, MissionState, ServeEvent};
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::store::{Change, Pending, Store};
 
 /// Why a control of a mission being re-read after a failed commit is refused, once its wait ran out.
@@ -82,6 +84,17 @@ pub struct Controls {
     dispatcher: Arc<Dispatcher>,
     /// Which executors are agentic-sandbox executors (they act on nothing but HITL answers).
     sandboxes: Arc<Sandboxes>,
+    /// The timer of each mission's open HITL request with a deadline: one per mission, replaced by the
+    /// mission's next request and dropped when the request is answered or the mission ends (a timer per
+    /// superseded request used to sleep on until its deadline: 20,000 requests held 36 MiB).
+    deadlines: Mutex<HashMap<String, Deadline>>,
+    metrics: Arc<Metrics>,
+}
+
+/// A watched HITL deadline: the request it is for, and its sleeping task.
+struct Deadline {
+    hitl_id: String,
+    timer: tokio::task::AbortHandle,
 }
 
 /// What an action records and sends, decided under the ledger lock.
@@ -112,8 +125,9 @@ impl Controls {
         store: Store,
         dispatcher: Arc<Dispatcher>,
         sandboxes: Arc<Sandboxes>,
+        metrics: Arc<Metrics>,
     ) -> Controls {
-        Controls { registry, ledger, store, dispatcher, sandboxes }
+        Controls { registry, ledger, store, dispatcher, sandboxes, deadlines: Mutex::default(), metrics }
     }
 
     pub async fn operate(self: &Arc<Self>, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
@@ -164,6 +178,9 @@ impl Controls {
             }
         };
         self.ledger.conclude(d.commit, ticket, Some(d.to)).await?;
+        if d.answered.is_some() || d.to.is_terminal() {
+            self.unwatch(mission_id, None, true);
+        }
         let ability = match action {
             Action::Pause | Action::Resume => d.abilities.pause_resume,
             Action::Abort => d.abilities.abort,
@@ -306,11 +323,34 @@ impl Controls {
     pub fn watch_hitl_deadline(self: &Arc<Self>, request: HitlRequest) {
         let Some(at) = request.expires_at else { return };
         let wait = (at - Utc::now()).to_std().unwrap_or_default();
-        let controls = Arc::clone(self);
-        tokio::spawn(async move {
+        let controls = Arc::downgrade(self);
+        let (mission_id, hitl_id) = (request.mission_id.clone(), request.hitl_id.clone());
+        let mut deadlines = self.deadlines.lock().expect("deadlines lock");
+        let timer = tokio::spawn(async move {
             tokio::time::sleep(wait).await;
+            let Some(controls) = controls.upgrade() else { return };
+            controls.unwatch(&request.mission_id, Some(&request.hitl_id), false);
             controls.expire_hitl(&request.mission_id, &request.hitl_id).await;
         });
+        let replaced = deadlines.insert(mission_id, Deadline { hitl_id, timer: timer.abort_handle() });
+        match replaced {
+            Some(earlier) => earlier.timer.abort(),
+            None => self.metrics.hitl_deadlines.add(1),
+        }
+    }
+
+    /// Stops watching a mission's HITL deadline (any request's, or only `hitl_id`'s): it was answered,
+    /// or the mission ended. `abort`: the timer is another task's (a firing timer unwatches itself).
+    pub fn unwatch(&self, mission_id: &str, hitl_id: Option<&str>, abort: bool) {
+        let mut deadlines = self.deadlines.lock().expect("deadlines lock");
+        if deadlines.get(mission_id).is_some_and(|d| hitl_id.is_none_or(|id| id == d.hitl_id)) {
+            if let Some(gone) = deadlines.remove(mission_id) {
+                self.metrics.hitl_deadlines.add(-1);
+                if abort {
+                    gone.timer.abort();
+                }
+            }
+        }
     }
 
     /// Fails a mission whose HITL request expired unanswered (reason `hitl_expired`) and tells its

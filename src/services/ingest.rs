@@ -298,12 +298,17 @@ impl Ingest {
     /// Waits for a queued frame's commit, applies its outcome, and says what to answer.
     pub async fn finish(&self, p: PendingCommit) -> Answer {
         let outcome = p.commit.await.unwrap_or(Err(StoreError::WriterGone));
+        let mut ended = false;
         if let Some((ticket, moved)) = p.mission {
             self.ledger.resolve(ticket, outcome.is_ok(), moved);
+            ended = moved.is_some_and(MissionState::is_terminal);
         }
         match outcome {
             Ok(seqs) => {
                 self.registry.seen(&p.executor_id, &p.ts);
+                if let (true, Some(mission_id)) = (ended, &p.reference.mission_id) {
+                    self.controls.unwatch(mission_id, None, true);
+                }
                 if let Some(request) = p.deadline {
                     self.controls.watch_hitl_deadline(*request);
                 }

@@ -110,6 +110,33 @@ async fn an_expired_hitl_request_fails_the_mission_and_stops_the_executor() {
         .assert_error(409, "illegal_transition");
 }
 
+/// Issue 35, finding 11: the expiry timer of every superseded HITL request slept on until its deadline
+/// (20,000 requests held 36 MiB). A mission has one timer at most: replaced by its next request, gone
+/// with the answer and with the mission's end.
+#[tokio::test]
+async fn a_missions_hitl_deadline_is_watched_once_and_forgotten_when_moot() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = running(&server).await;
+    let watched = || async {
+        let metrics = server.client.get("/metrics").await.body;
+        let line = metrics.as_str().unwrap().lines().find_map(|l| l.strip_prefix("aiwg_hitl_deadlines_watched "));
+        line.expect("the gauge is exported").trim().parse::<i64>().unwrap()
+    };
+    let tomorrow = aiwg_serve::clock::format(chrono::Utc::now() + chrono::Duration::days(1));
+    let ask = |n: usize| json!({"hitl_id": format!("h-{n}"), "prompt": "?", "expires_at": tomorrow});
+    for n in 0..50 {
+        ws.ack("mission.hitl_required", &id, ask(n)).await;
+    }
+    assert_eq!(watched().await, 1, "one timer, however many requests superseded each other");
+    let path = format!("/api/v1/missions/{id}/hitl_response");
+    assert_eq!(post(&server, &path, json!({"hitl_id": "h-49", "response": "yes"})).await.status, 202);
+    assert_eq!(watched().await, 0, "answered");
+    ws.ack("mission.hitl_required", &id, ask(50)).await;
+    assert_eq!(watched().await, 1);
+    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
+    assert_eq!(watched().await, 0, "the mission ended");
+}
+
 #[tokio::test]
 async fn answering_an_already_expired_request_fails_the_mission_at_once() {
     let server = TestServer::start().await;
