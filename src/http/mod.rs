@@ -69,11 +69,17 @@ pub(crate) fn redacted(uri: &axum::http::Uri) -> String {
     let query: Vec<String> = query
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((name, _)) if name.eq_ignore_ascii_case("token") => format!("{name}=REDACTED"),
+            // The name as the query extractor decodes it: `%74oken` is `token` too.
+            Some((name, _)) if is_token(name) => format!("{name}=REDACTED"),
             _ => pair.to_owned(),
         })
         .collect();
     format!("{}?{}", uri.path(), query.join("&"))
+}
+
+/// Whether a raw query parameter name decodes to `token` (in any case).
+fn is_token(raw_name: &str) -> bool {
+    form_urlencoded::parse(raw_name.as_bytes()).next().is_some_and(|(name, _)| name.eq_ignore_ascii_case("token"))
 }
 
 #[cfg(test)]
@@ -81,6 +87,8 @@ mod tests {
     #[test]
     fn tokens_are_redacted_from_logged_uris() {
         let cases = [
+            ("/ws/executors/e?%74oken=secret", "/ws/executors/e?%74oken=REDACTED"),
+            ("/api/v1/events?t%6Fk%65n=secret&since=1", "/api/v1/events?t%6Fk%65n=REDACTED&since=1"),
             ("/ws/executors/e?token=exec_tk_secret", "/ws/executors/e?token=REDACTED"),
             ("/api/v1/events?since=4&TOKEN=op&mission_id=m", "/api/v1/events?since=4&TOKEN=REDACTED&mission_id=m"),
             ("/api/v1/missions?state=running", "/api/v1/missions?state=running"),

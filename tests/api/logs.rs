@@ -128,12 +128,19 @@ async fn no_token_reaches_a_debug_log() {
     let r = client.get(&format!("/api/v1/events?follow=false&token={secret}")).await;
     assert_eq!(r.status, 200, "{}", r.body);
     client.get_with("/api/v1/overview", &[("authorization", &format!("Bearer {secret}"))]).await;
+    // Issue 35, finding 11: a name percent-encoded is still the token parameter, and still redacted.
+    let encoded = "operator-secret-encoded-987654";
+    let r = client.get(&format!("/api/v1/events?follow=false&%74oken={encoded}")).await;
+    assert_eq!(r.status, 200, "{}", r.body);
     while serve.next().await.expect("serve logs the socket")["fields"]["message"] != "executor socket open" {}
     let lines = serve.stop().await;
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
     assert!(text.iter().any(|l| l.contains("/api/v1/events?follow=false&token=REDACTED")), "requests are logged");
     for line in &text {
-        assert!(!line.contains(&e.token) && !line.contains(secret), "a token in the log: {line}");
+        assert!(
+            !line.contains(&e.token) && !line.contains(secret) && !line.contains(encoded),
+            "a token in the log: {line}"
+        );
     }
 }
 
