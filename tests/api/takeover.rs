@@ -141,3 +141,31 @@ async fn behind_a_proxy_on_the_same_host_clients_are_not_the_operators_host() {
     assert!(r.header("x-aiwg-warning").is_some_and(|w| w.contains("Token rotated")), "{:?}", r.headers);
     assert_ne!(r.body["token"], e.token.as_str());
 }
+
+/// Issue 35, finding 11: the per-address registration limit did nothing against IPv6, where one host
+/// commonly holds a whole /64. Clients named by a trusted proxy, from one /64 and then another.
+#[tokio::test]
+async fn an_ipv6_client_is_limited_by_its_64() {
+    let server = TestServer::start_with(|c| {
+        c.server.registrations_per_minute = 3;
+        c.server.behind_proxy = vec!["127.0.0.1".parse().unwrap()];
+    })
+    .await;
+    let mut statuses = Vec::new();
+    for n in 1..=6 {
+        let e = ScriptedExecutor::listen(&[]).await;
+        let client = format!("2001:db8:7:7::{n}");
+        let r = server
+            .client
+            .post_with("/api/v1/executors/register", &e.register_payload(), &[("x-forwarded-for", &client)])
+            .await;
+        statuses.push(r.status);
+    }
+    assert_eq!(statuses, [201, 201, 201, 429, 429, 429]);
+    let e = ScriptedExecutor::listen(&[]).await;
+    let r = server
+        .client
+        .post_with("/api/v1/executors/register", &e.register_payload(), &[("x-forwarded-for", "2001:db8:7:8::1")])
+        .await;
+    assert_eq!(r.status, 201, "another /64: {}", r.body);
+}
