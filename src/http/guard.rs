@@ -45,15 +45,21 @@ impl Guard {
         }
     }
 
-    /// `Ok` when a request with these headers may proceed.
+    /// `Ok` when a request with these headers may proceed. Every field is read as strictly as a browser
+    /// writes it: one `Host` of `name[:port]`, `Sec-Fetch-Site` in any case, every `Origin` field.
     pub(super) fn check(&self, method: &Method, headers: &HeaderMap) -> Result<(), Error> {
-        let host = headers.get(HOST).and_then(|h| h.to_str().ok());
+        let hosts: Vec<&str> = headers.get_all(HOST).iter().map(|h| h.to_str().unwrap_or("")).collect();
+        let host = match hosts.as_slice() {
+            [] => None,
+            [one] => Some(*one),
+            _ => return Err(Error::Forbidden("a request names one Host, not several".into())),
+        };
         if self.open {
             if let Some(host) = host {
-                let name = host_name(host);
-                if !self.is_own_name(&name) {
+                let own = host_name(host).filter(|name| self.is_own_name(name));
+                if own.is_none() {
                     return Err(Error::Forbidden(format!(
-                        "host {name:?} is not a name this server answers to while its operator routes are open \
+                        "host {host:?} is not a name this server answers to while its operator routes are open \
                          (add it to server.allowed_hosts)"
                     )));
                 }
@@ -61,11 +67,15 @@ impl Guard {
         }
         let changes_state = !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS);
         if changes_state || headers.contains_key(UPGRADE) {
-            let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
-            if matches!(site, Some("cross-site" | "same-site")) {
-                return Err(Error::Forbidden("cross-site browser requests are refused".into()));
+            // A browser says `same-origin` or `none` (typed by the user) of what may change state here;
+            // anything else, in any case, is another site's page.
+            for site in headers.get_all("sec-fetch-site") {
+                let site = site.to_str().unwrap_or("").trim().to_ascii_lowercase();
+                if !matches!(site.as_str(), "same-origin" | "none") {
+                    return Err(Error::Forbidden("cross-site browser requests are refused".into()));
+                }
             }
-            if let Some(origin) = headers.get(ORIGIN) {
+            for origin in headers.get_all(ORIGIN) {
                 let origin = origin.to_str().unwrap_or("null");
                 if !self.is_own_origin(origin, host) {
                     return Err(Error::Forbidden(format!("requests from origin {origin:?} are refused")));
@@ -88,18 +98,36 @@ impl Guard {
     fn is_own_origin(&self, origin: &str, host: Option<&str>) -> bool {
         let Some((_, authority)) = origin.split_once("://") else { return false };
         let authority = authority.to_ascii_lowercase();
-        host.is_some_and(|h| h.eq_ignore_ascii_case(&authority))
-            || self.allowed_hosts.iter().any(|h| *h == host_name(&authority))
+        let Some(name) = host_name(&authority) else { return false };
+        host.is_some_and(|h| h.eq_ignore_ascii_case(&authority)) || self.allowed_hosts.iter().any(|h| *h == name)
     }
 }
 
 /// The name part of a `Host` or origin authority, lower case: `[::1]:7337` -> `[::1]`, `a:1` -> `a`.
-fn host_name(authority: &str) -> String {
-    let name = match authority.rfind(':') {
-        Some(i) if !authority[i..].contains(']') => &authority[..i],
-        _ => authority,
+/// `None` when it is not `name[:port]` (a host name, an IPv4 literal or a bracketed IPv6 one, and a
+/// decimal port): `localhost:1@evil.example` names `evil.example` to some parsers and `localhost` to a
+/// careless one.
+fn host_name(authority: &str) -> Option<String> {
+    let (name, port) = match authority.strip_prefix('[') {
+        Some(rest) => {
+            let (literal, after) = rest.split_once(']')?;
+            literal.parse::<std::net::Ipv6Addr>().ok()?;
+            let port = match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':')?),
+            };
+            (&authority[..literal.len() + 2], port)
+        }
+        None => match authority.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (authority, None),
+        },
     };
-    name.to_ascii_lowercase()
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    let name_ok = !name.is_empty()
+        && (name.starts_with('[')
+            || name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_'));
+    (port_ok && name_ok).then(|| name.to_ascii_lowercase())
 }
 
 pub(super) async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
@@ -158,10 +186,26 @@ mod tests {
 
     #[test]
     fn host_names() {
-        assert_eq!(host_name("127.0.0.1:7337"), "127.0.0.1");
-        assert_eq!(host_name("[::1]:7337"), "[::1]");
-        assert_eq!(host_name("[::1]"), "[::1]");
-        assert_eq!(host_name("LocalHost"), "localhost");
+        let name = |a: &str| host_name(a);
+        assert_eq!(name("127.0.0.1:7337").as_deref(), Some("127.0.0.1"));
+        assert_eq!(name("[::1]:7337").as_deref(), Some("[::1]"));
+        assert_eq!(name("[::1]").as_deref(), Some("[::1]"));
+        assert_eq!(name("LocalHost").as_deref(), Some("localhost"));
+        // Issue 35, finding 11: what is not `name[:port]` names nothing.
+        for bad in [
+            "localhost:1@evil.example",
+            "localhost:",
+            "localhost:x",
+            "[::1]x",
+            "[nope]:1",
+            "",
+            "a b",
+            "::1",
+            "localhost:123456",
+            "evil.example/localhost",
+        ] {
+            assert_eq!(name(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -48,6 +48,10 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
+/// End-to-end fields the leader judges a request by, relayed even when `Connection` names them.
+const JUDGED_BY: [HeaderName; 6] =
+    [header::HOST, header::ORIGIN, header::AUTHORIZATION, header::CONTENT_TYPE, header::CONTENT_LENGTH, header::COOKIE];
+
 /// The client a request comes from when a follower relayed it: the address in `X-Forwarded-For`, if
 /// `X-Aiwg-Replica` carries the replicas' secret. The secret is removed from the request either way, so
 /// that nothing past the edge (a log, a handler) sees it.
@@ -157,13 +161,16 @@ async fn forward(
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Fields `Connection` names are hop-by-hop as well.
+    // Fields `Connection` names are hop-by-hop as well, but for those the leader's guard and
+    // authentication judge the request by: a client naming `Origin` there would have the follower drop
+    // the one field that gives its page away.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .filter(|name| !JUDGED_BY.contains(name) && !name.as_str().starts_with("sec-fetch-"))
         .collect();
     for name in HOP_BY_HOP.iter().chain(&named) {
         headers.remove(name);

@@ -102,6 +102,36 @@ async fn a_rebound_host_name_is_refused_while_operator_routes_are_open() {
     assert_eq!(r.status, 200, "{}", r.body);
 }
 
+/// Issue 35, finding 11: the guard read its fields more loosely than browsers and proxies write them: a
+/// `Host` of `localhost:1@evil.example` passed as `localhost`, `Sec-Fetch-Site: Cross-Site` passed, and
+/// only the first of several `Origin` fields was looked at.
+#[tokio::test]
+async fn the_guard_reads_hosts_sites_and_origins_strictly() {
+    let server = TestServer::start().await;
+    let (mut e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    for host in ["localhost:1@evil.example", "localhost:x", "127.0.0.1:7337/evil", "[::1]evil"] {
+        let r = server.client.get_with("/api/v1/missions", &[("host", host)]).await;
+        r.assert_error(403, "forbidden");
+    }
+    let path = "/api/v1/sessions/x/dispatch";
+    for site in ["Cross-Site", "SAME-SITE", "cross-site ", "something-new"] {
+        let r = server
+            .client
+            .request(Method::POST, path, Some(bytes(&dispatch_body(&mission_id()))), &[("sec-fetch-site", site)])
+            .await;
+        r.assert_error(403, "forbidden");
+    }
+    let two = [("origin", server.base.as_str()), ("origin", "https://evil.example")];
+    let r = server.client.request(Method::POST, path, Some(bytes(&dispatch_body(&mission_id()))), &two).await;
+    r.assert_error(403, "forbidden");
+    assert!(e.no_dispatch_pending(), "no refused request reached the executor");
+    assert_eq!(server.client.get("/api/v1/missions").await.body["missions"], json!([]));
+    // What a browser sends from serve's own page still goes through.
+    let own = [("origin", server.base.as_str()), ("sec-fetch-site", "same-origin")];
+    let r = server.client.request(Method::POST, path, Some(bytes(&dispatch_body(&mission_id()))), &own).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+}
+
 fn bytes(v: &serde_json::Value) -> axum::body::Bytes {
     axum::body::Bytes::from(v.to_string())
 }

@@ -435,3 +435,24 @@ async fn kill_9_of_the_leader_of_three_replicas_loses_nothing_and_missions_go_on
     assert_eq!(all, (1..=last).collect::<Vec<_>>());
     drop(replicas);
 }
+
+/// Issue 35, finding 11: a follower dropped the fields a request's `Connection` named before relaying
+/// it, so a page naming `Origin` there reached the leader's guard without one. The fields the leader
+/// judges a request by are relayed whatever `Connection` says.
+#[tokio::test]
+async fn a_follower_relays_what_the_guard_judges_whatever_connection_names() {
+    let Some((_db, leader, follower)) = two_replicas().await else { return };
+    let body = axum::body::Bytes::from(dispatch_body(&mission_id()).to_string());
+    let headers = [("connection", "origin, sec-fetch-site"), ("origin", "https://evil.example")];
+    let r = follower
+        .client
+        .request(axum::http::Method::POST, "/api/v1/sessions/x/dispatch", Some(body.clone()), &headers)
+        .await;
+    r.assert_error(403, "forbidden");
+    let headers = [("connection", "sec-fetch-site"), ("sec-fetch-site", "cross-site")];
+    let r =
+        follower.client.request(axum::http::Method::POST, "/api/v1/sessions/x/dispatch", Some(body), &headers).await;
+    r.assert_error(403, "forbidden");
+    leader.stop().await;
+    follower.stop().await;
+}
