@@ -99,7 +99,7 @@ impl Guard {
         let Some((_, authority)) = origin.split_once("://") else { return false };
         let authority = authority.to_ascii_lowercase();
         let Some(name) = host_name(&authority) else { return false };
-        host.is_some_and(|h| h.eq_ignore_ascii_case(&authority)) || self.allowed_hosts.iter().any(|h| *h == name)
+        host.is_some_and(|h| h.eq_ignore_ascii_case(&authority)) || self.allowed_hosts.contains(&name)
     }
 }
 
