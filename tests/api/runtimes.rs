@@ -20,6 +20,17 @@ async fn server() -> TestServer {
     .await
 }
 
+/// A server whose background prober runs seldom: what a test sees of a runtime's health is what the
+/// test's own calls and missions found.
+async fn quiet_server() -> TestServer {
+    TestServer::start_with(|c| {
+        c.runtimes.call_timeout_ms = 400;
+        c.runtimes.probe_interval_ms = 600_000;
+        c.runtimes.probe_max_interval_ms = 600_000;
+    })
+    .await
+}
+
 /// Adds `runtime` as `name` and asserts the answer.
 async fn add(server: &TestServer, name: &str, runtime: &ScriptedRuntime) -> Value {
     let r = server.client.post("/api/v1/runtimes", &json!({"name": name, "base_url": runtime.url()})).await;
@@ -372,7 +383,7 @@ async fn every_rule_a_kernel_applies_to_a_verdict_is_applied() {
 /// before any `/execute`, as a kernel's check does.
 #[tokio::test]
 async fn a_tasks_profile_routes_it_and_a_runtime_that_lost_it_fails_before_any_execute() {
-    let server = TestServer::start_with(|c| c.runtimes.probe_interval_ms = 600_000).await;
+    let server = quiet_server().await;
     let (plain, careful) = (ScriptedRuntime::start().await, ScriptedRuntime::start().await);
     let both = |provider: &str| {
         json!({"task_types": ["swarm"], "profiles": ["default", "careful"], "provider_family": provider,
@@ -526,12 +537,7 @@ async fn the_cli_adds_lists_and_checks_runtimes() {
     use crate::cli::{cli, stderr, stdout};
     // Probes far apart: the scripted unhealthy answer below is for the CLI's check, and a background
     // probe taking it first would leave the check a healthy runtime (it did, one run in many).
-    let server = TestServer::start_with(|c| {
-        c.runtimes.call_timeout_ms = 400;
-        c.runtimes.probe_interval_ms = 600_000;
-        c.runtimes.probe_max_interval_ms = 600_000;
-    })
-    .await;
+    let server = quiet_server().await;
     let runtime = ScriptedRuntime::start_at("/rt").await;
     let out = cli(&server.base, &["runtimes", "add", "rt", &runtime.url(), "--kind", "remote"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -568,12 +574,7 @@ async fn the_cli_adds_lists_and_checks_runtimes() {
 #[tokio::test]
 async fn a_runtime_gone_between_probes_fails_its_mission_with_the_probe_error() {
     // Probes far apart, so the background prober does not notice first.
-    let server = TestServer::start_with(|c| {
-        c.runtimes.call_timeout_ms = 400;
-        c.runtimes.probe_interval_ms = 600_000;
-        c.runtimes.probe_max_interval_ms = 600_000;
-    })
-    .await;
+    let server = quiet_server().await;
     let runtime = ScriptedRuntime::start().await;
     add(&server, "rt", &runtime).await;
     runtime.refuse_connections().await;
@@ -658,12 +659,7 @@ async fn the_outputs_exit_code_is_the_missions() {
 /// failed `/verify`, `/capabilities` is asked again for the inconclusive verdict's provider and model.
 #[tokio::test]
 async fn check_is_one_get_health_and_capabilities_are_said_apart() {
-    let server = TestServer::start_with(|c| {
-        c.runtimes.call_timeout_ms = 400;
-        c.runtimes.probe_interval_ms = 600_000;
-        c.runtimes.probe_max_interval_ms = 600_000;
-    })
-    .await;
+    let server = quiet_server().await;
     let runtime = ScriptedRuntime::start().await;
     add(&server, "rt", &runtime).await;
     runtime.script("/capabilities", [Behavior::Json(json!({})), Behavior::Json(json!({}))]);

@@ -222,38 +222,47 @@ const FAULT_TRIGGERS: [(&str, &str, &str); 3] = [
 ];
 
 impl InjectedFault {
-    pub async fn inject(server: &TestServer) -> InjectedFault {
+    /// A connection of the test's own to the server's store, beside the server's.
+    async fn connect(server: &TestServer) -> InjectedFault {
         use sqlx::Connection;
         let url = &server.config.store.database_url;
         if url.is_empty() {
             let path = server.data_dir().join("aiwg-serve.db");
-            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
-                .await
-                .expect("second connection");
-            for (name, op, table) in FAULT_TRIGGERS {
-                let sql = format!(
-                    "CREATE TRIGGER {name} BEFORE {op} ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
-                );
-                sqlx::query(&sql).execute(&mut conn).await.expect("create trigger");
-            }
-            InjectedFault::Sqlite(conn)
+            let url = format!("sqlite://{}", path.display());
+            InjectedFault::Sqlite(sqlx::SqliteConnection::connect(&url).await.expect("second connection"))
         } else {
-            let mut conn = sqlx::PgConnection::connect(url).await.expect("second connection");
-            sqlx::raw_sql(
-                "CREATE OR REPLACE FUNCTION injected_fault() RETURNS trigger LANGUAGE plpgsql \
-                 AS $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$",
-            )
-            .execute(&mut conn)
-            .await
-            .expect("create fault function");
-            for (name, op, table) in FAULT_TRIGGERS {
-                let sql = format!(
-                    "CREATE TRIGGER {name} BEFORE {op} ON {table} FOR EACH ROW EXECUTE FUNCTION injected_fault()"
-                );
-                sqlx::query(&sql).execute(&mut conn).await.expect("create trigger");
-            }
-            InjectedFault::Postgres(conn)
+            InjectedFault::Postgres(sqlx::PgConnection::connect(url).await.expect("second connection"))
         }
+    }
+
+    pub async fn inject(server: &TestServer) -> InjectedFault {
+        let mut fault = InjectedFault::connect(server).await;
+        match &mut fault {
+            InjectedFault::Sqlite(conn) => {
+                for (name, op, table) in FAULT_TRIGGERS {
+                    let sql = format!(
+                        "CREATE TRIGGER {name} BEFORE {op} ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+                    );
+                    sqlx::query(&sql).execute(&mut *conn).await.expect("create trigger");
+                }
+            }
+            InjectedFault::Postgres(conn) => {
+                sqlx::raw_sql(
+                    "CREATE OR REPLACE FUNCTION injected_fault() RETURNS trigger LANGUAGE plpgsql \
+                     AS $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$",
+                )
+                .execute(&mut *conn)
+                .await
+                .expect("create fault function");
+                for (name, op, table) in FAULT_TRIGGERS {
+                    let sql = format!(
+                        "CREATE TRIGGER {name} BEFORE {op} ON {table} FOR EACH ROW EXECUTE FUNCTION injected_fault()"
+                    );
+                    sqlx::query(&sql).execute(&mut *conn).await.expect("create trigger");
+                }
+            }
+        }
+        fault
     }
 
     /// Makes the commit of every event whose data holds `marker` fail, and only those: one bad unit
@@ -265,42 +274,38 @@ impl InjectedFault {
     /// As [`InjectedFault::poison`]; `slow`: the failing commit first takes a while (about 0.3 s), so
     /// that what the executor sends next is decided while it fails.
     pub async fn poison_slowly(server: &TestServer, marker: &str, slow: bool) -> InjectedFault {
-        use sqlx::Connection;
-        let url = &server.config.store.database_url;
-        if url.is_empty() {
-            let path = server.data_dir().join("aiwg-serve.db");
-            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
-                .await
-                .expect("second connection");
-            // SQLite cannot sleep: a slow failure counts to a few million first.
-            let slow = match slow {
-                true => {
-                    "AND (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) \
-                         SELECT count(*) FROM c) > 0"
-                }
-                false => "",
-            };
-            let sql = format!(
-                "CREATE TRIGGER fault_events BEFORE INSERT ON events WHEN NEW.data LIKE '%{marker}%' {slow} \
-                 BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
-            );
-            sqlx::query(&sql).execute(&mut conn).await.expect("create trigger");
-            InjectedFault::Sqlite(conn)
-        } else {
-            let mut conn = sqlx::PgConnection::connect(url).await.expect("second connection");
-            let pause = if slow { 0.3 } else { 0.0 };
-            let sql = format!(
-                "CREATE OR REPLACE FUNCTION injected_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-                 IF NEW.data::text LIKE '%{marker}%' THEN PERFORM pg_sleep({pause}); RAISE EXCEPTION 'injected fault'; \
-                 END IF; \
-                 RETURN NEW; END $$"
-            );
-            sqlx::raw_sql(&sql).execute(&mut conn).await.expect("create fault function");
-            let trigger =
-                "CREATE TRIGGER fault_events BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION injected_fault()";
-            sqlx::query(trigger).execute(&mut conn).await.expect("create trigger");
-            InjectedFault::Postgres(conn)
+        let mut fault = InjectedFault::connect(server).await;
+        match &mut fault {
+            InjectedFault::Sqlite(conn) => {
+                // SQLite cannot sleep: a slow failure counts to a few million first.
+                let slow = match slow {
+                    true => {
+                        "AND (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) \
+                             SELECT count(*) FROM c) > 0"
+                    }
+                    false => "",
+                };
+                let sql = format!(
+                    "CREATE TRIGGER fault_events BEFORE INSERT ON events WHEN NEW.data LIKE '%{marker}%' {slow} \
+                     BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
+                );
+                sqlx::query(&sql).execute(&mut *conn).await.expect("create trigger");
+            }
+            InjectedFault::Postgres(conn) => {
+                let pause = if slow { 0.3 } else { 0.0 };
+                let sql = format!(
+                    "CREATE OR REPLACE FUNCTION injected_fault() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                     IF NEW.data::text LIKE '%{marker}%' THEN PERFORM pg_sleep({pause}); RAISE EXCEPTION 'injected fault'; \
+                     END IF; \
+                     RETURN NEW; END $$"
+                );
+                sqlx::raw_sql(&sql).execute(&mut *conn).await.expect("create fault function");
+                let trigger =
+                    "CREATE TRIGGER fault_events BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION injected_fault()";
+                sqlx::query(trigger).execute(&mut *conn).await.expect("create trigger");
+            }
         }
+        fault
     }
 
     pub async fn heal(self) {
