@@ -17,6 +17,7 @@ mod http_runtime;
 mod runtime;
 mod spawn;
 mod state;
+mod worktrees;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -68,9 +69,13 @@ pub struct ExecutorArgs {
     /// Most missions at once (declared as x-max-missions:N)
     #[arg(long)]
     pub(crate) max_missions: Option<usize>,
-    /// Working directory of the missions; a git repository gets one worktree per mission
+    /// Working directory of the missions; in a git repository each mission gets its own worktree,
+    /// removed when the mission ends
     #[arg(long)]
     pub(crate) workdir: Option<PathBuf>,
+    /// Keep the worktree of a mission that did not end done, to look into, for HOURS (then pruned)
+    #[arg(long, value_name = "HOURS", num_args = 0..=1, default_missing_value = "24")]
+    pub(crate) keep_failed_worktrees: Option<u64>,
     /// How to check a mission's completion criterion after the agent exits
     #[arg(long, value_enum, default_value = "none")]
     pub(crate) completion_check: CompletionCheck,
@@ -112,6 +117,10 @@ impl ExecutorArgs {
     /// Where the agents run: `--workdir`, else where the executor was started.
     fn workdir(&self) -> PathBuf {
         self.workdir.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")))
+    }
+
+    fn keep_failed_worktrees(&self) -> Option<Duration> {
+        self.keep_failed_worktrees.map(|hours| Duration::from_secs(hours.saturating_mul(3600)))
     }
 
     fn kill_grace(&self) -> Duration {

@@ -1,15 +1,16 @@
 //! Starting an agent process: a sanitised environment, its own process group (so that pause, resume
-//! and abort reach every process it starts), and a git worktree per mission when the working directory
-//! is a repository.
+//! and abort reach every process it starts), in its own git worktree when the working directory is a
+//! repository (see `worktrees`).
 
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
 use super::adapters::Adapter;
+use super::worktrees::{Workdir, Worktrees};
 
 /// Variables that make an interpreter run foreign code, or point it at foreign code.
 const INTERPRETER_HOOKS: &[&str] = &[
@@ -103,12 +104,12 @@ pub(crate) async fn terminate_group(pgid: u32, grace: Duration) {
 /// sanitised environment with the run's variables, and the adapter's defaults where ours has none.
 pub(crate) async fn prepare(
     adapter: &Adapter,
+    worktrees: &Worktrees,
     base: &Path,
-    worktrees: &Path,
     run_id: &str,
     run_env: &[(&str, &str)],
-) -> (PathBuf, Vec<(String, String)>) {
-    let dir = workdir_for(base, worktrees, run_id).await;
+) -> (Workdir, Vec<(String, String)>) {
+    let dir = worktrees.create(base, run_id).await;
     let mut vars = run_env.to_vec();
     vars.extend(adapter.env_defaults.iter().filter(|(k, _)| std::env::var_os(k).is_none()).copied());
     (dir, sanitised_env(std::env::vars(), adapter.keeps_provider_keys, &vars))
@@ -122,37 +123,6 @@ pub(crate) async fn completion_status(
     env: &[(String, String)],
 ) -> std::io::Result<ExitStatus> {
     command("sh", &["-c", criterion], env, dir, Stdio::null).status().await
-}
-
-/// A detached worktree for the mission when `dir` is in a git repository; otherwise `dir` itself.
-async fn workdir_for(dir: &Path, worktrees: &Path, mission_id: &str) -> PathBuf {
-    let inside = Command::new("git")
-        .args(["rev-parse", "--is-inside-work-tree"])
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .output()
-        .await;
-    if !inside.is_ok_and(|o| o.status.success() && o.stdout.starts_with(b"true")) {
-        return dir.to_path_buf();
-    }
-    let safe: String =
-        mission_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-    let target = worktrees.join(safe);
-    let added = Command::new("git")
-        .args(["worktree", "add", "--detach"])
-        .arg(&target)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await;
-    if added.is_ok_and(|s| s.success()) {
-        target
-    } else {
-        tracing::warn!(mission_id, dir = %dir.display(), "git worktree add failed; running in the directory itself");
-        dir.to_path_buf()
-    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! missions it owns, written atomically (temp file + rename).
 
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -27,13 +29,13 @@ pub(crate) struct StateDir {
 }
 
 impl StateDir {
+    /// The state dir, private to this user: it holds the executor's token.
     pub(crate) fn open(dir: &Path) -> std::io::Result<StateDir> {
-        std::fs::create_dir_all(dir)?;
-        Ok(StateDir { dir: dir.to_path_buf() })
+        Ok(StateDir { dir: private_dir(dir)? })
     }
 
-    pub(crate) fn worktrees(&self) -> PathBuf {
-        self.dir.join("worktrees")
+    pub(crate) fn path(&self) -> &Path {
+        &self.dir
     }
 
     pub(crate) fn identity(&self) -> Option<Identity> {
@@ -133,10 +135,38 @@ fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
     }
 }
 
+/// Written whole or not at all (temp file and rename), readable by this user only: from its first byte,
+/// as the temp file is created 0600 (one a crash left behind, perhaps wider, is replaced).
 fn write<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(value).expect("state serializes"))?;
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    file.write_all(&serde_json::to_vec_pretty(value).expect("state serializes"))?;
+    file.sync_all()?;
+    drop(file);
     std::fs::rename(tmp, path)
+}
+
+/// `path` as a directory only this user can enter: created 0700, or an existing one of ours tightened;
+/// one that is a link or belongs to someone else (a shared temp directory) is refused.
+pub(crate) fn private_dir(path: &Path) -> std::io::Result<PathBuf> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(path)?;
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.is_dir() || meta.uid() != uid() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{} is not a directory of this user", path.display()),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(path.to_path_buf())
+}
+
+pub(crate) fn uid() -> u32 {
+    // SAFETY: getuid takes no arguments and cannot fail.
+    unsafe { libc::getuid() }
 }
 
 #[cfg(test)]

@@ -384,8 +384,11 @@ async fn missions_survive_an_executor_restart_honestly() {
     proc_state(pid, "gone", |s| s.is_none() || s == Some('Z')).await;
 
     let cwd = tempfile::tempdir().unwrap();
-    let restarted =
-        ExecutorProcess { child: e.child_restart(&server, &state_dir, cwd.path()), name: e.name.clone(), _cwd: cwd };
+    let restarted = ExecutorProcess {
+        child: e.child_restart(&server, &state_dir, cwd.path(), &[]),
+        name: e.name.clone(),
+        _cwd: cwd,
+    };
     assert_eq!(restarted.wait_connected(&server).await, first_id, "the same identity comes back");
     let m = server.eventually(&format!("/api/v1/missions/{id}"), "settled", |m| m["state"] == "failed").await;
     assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["reason"], "executor_restarted");
@@ -394,7 +397,7 @@ async fn missions_survive_an_executor_restart_honestly() {
 }
 
 impl ExecutorProcess {
-    fn child_restart(&mut self, server: &TestServer, state_dir: &str, cwd: &std::path::Path) -> Child {
+    fn child_restart(&mut self, server: &TestServer, state_dir: &str, cwd: &std::path::Path, extra: &[&str]) -> Child {
         Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
             .current_dir(cwd)
             .args([
@@ -408,6 +411,7 @@ impl ExecutorProcess {
                 "--state-dir",
                 state_dir,
             ])
+            .args(extra)
             .env("AIWG_SERVE_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -426,28 +430,124 @@ fn unknown_adapters_are_refused_by_name() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no CLI-hosted executor for adapter 'gemini-local'"));
 }
 
+/// A git repository with one commit, as an operator's checkout.
+struct Repo {
+    dir: tempfile::TempDir,
+}
+
+impl Repo {
+    fn new() -> Repo {
+        let repo = Repo { dir: tempfile::tempdir().unwrap() };
+        repo.git(&["init", "-q"]);
+        repo.git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"]);
+        repo
+    }
+
+    fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git").args(args).current_dir(self.dir.path()).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The working trees `git worktree list` shows, the main checkout first.
+    fn worktrees(&self) -> Vec<String> {
+        self.git(&["worktree", "list", "--porcelain"])
+            .lines()
+            .filter_map(|l| l.strip_prefix("worktree ").map(str::to_owned))
+            .collect()
+    }
+
+    fn path(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o777
+}
+
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The field finding: 14 missions left 14 worktrees in the operator's checkout and 52 MB in /tmp, and
+/// the token was world-readable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_git_workdir_gets_a_worktree_per_mission() {
+async fn a_missions_worktree_lives_as_long_as_the_mission_and_the_state_is_private() {
     let server = TestServer::start().await;
-    let repo = tempfile::tempdir().unwrap();
-    let git = |args: &[&str]| {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(repo.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(ok.success(), "git {args:?}");
-    };
-    git(&["init", "-q"]);
-    git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"]);
-    let state = tempfile::tempdir().unwrap();
-    let (wd, sd) = (repo.path().display().to_string(), state.path().display().to_string());
-    let _e = ExecutorProcess::start(&server, "shell", &["--workdir", &wd, "--state-dir", &sd], &[], None).await;
+    let repo = Repo::new();
+    let scratch = tempfile::tempdir().unwrap();
+    let state = scratch.path().join("state");
+    let sd = state.display().to_string();
+    let wd = repo.path();
+    let mut e = ExecutorProcess::start(&server, "shell", &["--workdir", &wd, "--state-dir", &sd], &[], None).await;
+    assert_eq!((mode(&state), mode(&state.join("identity.json"))), (0o700, 0o600), "the token is private");
+    assert_eq!(mode(&state.join("worktrees")), 0o700);
+
     let id = mission_id();
-    let m = run_to_end(&server, &body(&id, "pwd", json!(["Bash"]))).await;
-    let pwd =
-        m["recent_events"].as_array().unwrap().iter().find_map(|e| e["data"]["summary"].as_str()).unwrap().to_owned();
-    assert!(pwd.starts_with(&format!("{sd}/worktrees/")) && pwd.ends_with(&id), "ran in {pwd}");
+    let m = run_to_end(&server, &body(&id, "pwd > ran-in; pwd", json!(["Bash"]))).await;
+    assert_eq!(m["state"], "done", "{m}");
+    let pwd = m["recent_events"].as_array().unwrap().iter().find_map(|e| e["data"]["summary"].as_str()).unwrap();
+    assert_eq!(pwd, format!("{sd}/worktrees/{id}"), "each mission runs in its own worktree");
+    let failed = run_to_end(&server, &body(&mission_id(), "echo left > behind; exit 3", json!(["Bash"]))).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    assert_eq!(repo.worktrees(), [wd.as_str()], "a worktree goes with its mission, failed or done");
+    assert_eq!(entries(&state.join("worktrees")), Vec::<String>::new());
+    assert_eq!(mode(&state.join("identity.json")), 0o600, "still private once rewritten");
+
+    // A crash leaves a running mission's worktree behind; the next start removes it.
+    let id = mission_id();
+    let r =
+        server.client.post("/api/v1/sessions/s/dispatch", &body(&id, "echo pid=$$; sleep 60", json!(["Bash"]))).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let pid = pid_of(&server, &id).await;
+    assert_eq!(repo.worktrees().len(), 2, "the running mission has its worktree");
+    e.child.kill().unwrap();
+    e.child.wait().unwrap();
+    Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let restarted = ExecutorProcess {
+        child: e.child_restart(&server, &sd, cwd.path(), &["--workdir", &wd]),
+        name: e.name.clone(),
+        _cwd: cwd,
+    };
+    restarted.wait_connected(&server).await;
+    assert_eq!(repo.worktrees(), [wd.as_str()], "what the crashed run left is removed at start");
+    assert_eq!(entries(&state.join("worktrees")), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_missions_worktree_is_kept_only_when_asked_and_swept_after_its_executor_died() {
+    let server = TestServer::start().await;
+    let repo = Repo::new();
+    let wd = repo.path();
+    // Without a state dir the worktrees live in the temporary directory, under one root per process.
+    let tmp = tempfile::tempdir().unwrap();
+    let tmpdir = tmp.path().display().to_string();
+    let env = [("TMPDIR", tmpdir.as_str())];
+    let mut e =
+        ExecutorProcess::start(&server, "shell", &["--workdir", &wd, "--keep-failed-worktrees"], &env, None).await;
+    let failed = mission_id();
+    assert_eq!(run_to_end(&server, &body(&failed, "exit 3", json!(["Bash"]))).await["state"], "failed");
+    assert_eq!(run_to_end(&server, &body(&mission_id(), "true", json!(["Bash"]))).await["state"], "done");
+    let shared = entries(tmp.path());
+    assert!(shared.len() == 1 && shared[0].starts_with("aiwg-executor-"), "{shared:?}");
+    let shared = tmp.path().join(&shared[0]);
+    assert_eq!(mode(&shared), 0o700);
+    let root = shared.join(e.child.id().to_string());
+    assert_eq!(entries(&root), [failed.clone(), format!("{failed}.kept")], "only the failed one is kept");
+    assert_eq!(repo.worktrees(), [wd.clone(), root.join(&failed).display().to_string()]);
+
+    e.child.kill().unwrap();
+    e.child.wait().unwrap();
+    // The next executor keeps no failed worktree: what the dead one kept goes, and its root with it.
+    let next = ExecutorProcess::start(&server, "shell", &["--workdir", &wd], &env, None).await;
+    assert_eq!(repo.worktrees(), [wd.as_str()]);
+    assert_eq!(entries(&shared), [next.child.id().to_string()], "the dead executor's root is gone");
 }

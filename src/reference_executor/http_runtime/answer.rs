@@ -67,12 +67,19 @@ pub(super) struct Run {
     pub(super) completion: Option<Completion>,
 }
 
+impl Run {
+    /// The agent exited 0 and the completion check, when there was one, passed.
+    pub(super) fn succeeded(&self) -> bool {
+        self.exit.succeeded() && matches!(self.completion, None | Some(Completion::Met))
+    }
+}
+
 /// The answer to `/execute`. Confidence is all or nothing: the runtime knows only whether the agent
 /// (and the completion check) succeeded, not how good its answer is. The output holds only what the run
 /// came to, never how long it took: runs that agree must produce the same output (serve's cross-checks
 /// compare outputs by digest), so the time is evidence.
 pub(super) fn build(run: &Run, policy: &EvidencePolicy) -> ExecuteResponse {
-    let succeeded = run.exit.succeeded() && matches!(run.completion, None | Some(Completion::Met));
+    let succeeded = run.succeeded();
     let stderr = tail_text(&run.stderr, EVIDENCE_BYTES);
     let took = format!("{} ran {} ms", run.adapter, run.elapsed_ms);
     let content = if stderr.is_empty() { took } else { format!("{took}\n{stderr}") };

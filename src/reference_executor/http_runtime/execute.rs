@@ -123,12 +123,22 @@ impl HttpRuntime {
         // The agent sees the execution as its mission and the task as its session, as in WebSocket mode.
         let run_env = [("AIWG_MISSION_ID", job.execution_id.as_str()), ("AIWG_SESSION_HINT", job.task_id.as_str())];
         let base = self.args.workdir();
-        let (dir, env) = spawn::prepare(&self.adapter, &base, &self.worktrees, &job.execution_id, &run_env).await;
+        let (dir, env) = spawn::prepare(&self.adapter, &self.worktrees, &base, &job.execution_id, &run_env).await;
+        let run = self.run_agent(job, &dir.path, &env).await;
+        self.worktrees.release(dir, run.as_ref().is_ok_and(Run::succeeded)).await;
+        match run {
+            Ok(run) => Outcome::Answered(answer::build(&run, &job.evidence_policy)),
+            Err(unstartable) => Outcome::Unstartable(unstartable),
+        }
+    }
+
+    /// Starts the agent in `dir`, waits for it, and checks its completion; or why it could not start.
+    async fn run_agent(&self, job: &Job, dir: &std::path::Path, env: &[(String, String)]) -> Result<Run, String> {
         let argv = (self.adapter.argv)(&job.allowlist, &job.objective);
         let began = tokio::time::Instant::now();
-        let mut child = match spawn::start(self.adapter.binary, &argv, &env, &dir) {
+        let mut child = match spawn::start(self.adapter.binary, &argv, env, dir) {
             Ok(child) => child,
-            Err(e) => return Outcome::Unstartable(format!("cannot start {}: {e}", self.adapter.binary)),
+            Err(e) => return Err(format!("cannot start {}: {e}", self.adapter.binary)),
         };
         if let Some(pgid) = child.id() {
             if !self.runs.started(&job.execution_id, pgid) {
@@ -144,11 +154,10 @@ impl HttpRuntime {
         let exit = Exit::of(child.wait().await);
         let elapsed_ms = began.elapsed().as_millis();
         let completion = match (exit.succeeded(), self.args.completion_check) {
-            (true, CompletionCheck::Shell) => Some(completion(&job.completion, &dir, &env).await),
+            (true, CompletionCheck::Shell) => Some(completion(&job.completion, dir, env).await),
             _ => None,
         };
-        let run = Run { adapter: self.adapter.name, exit, elapsed_ms, stdout, stderr, completion };
-        Outcome::Answered(answer::build(&run, &job.evidence_policy))
+        Ok(Run { adapter: self.adapter.name, exit, elapsed_ms, stdout, stderr, completion })
     }
 }
 

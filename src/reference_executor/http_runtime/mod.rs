@@ -27,6 +27,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::adapters::Adapter;
+use super::worktrees::Worktrees;
 use super::{serve_until, spawn, ExecutorArgs, StopSignals};
 use crate::clock;
 use crate::wattswarm::wire::RuntimeCapabilities;
@@ -43,8 +44,8 @@ pub(super) struct HttpRuntime {
     args: ExecutorArgs,
     adapter: Arc<Adapter>,
     capabilities: RuntimeCapabilities,
-    /// Where the worktrees of the runs go when the working directory is a git repository.
-    worktrees: std::path::PathBuf,
+    /// Where the runs get their own worktrees when the working directory is a git repository.
+    worktrees: Worktrees,
     runs: Runs<Arc<Outcome>>,
 }
 
@@ -69,7 +70,13 @@ pub(super) async fn run(args: ExecutorArgs, adapter: Arc<Adapter>, addr: SocketA
             return ExitCode::FAILURE;
         }
     };
-    let worktrees = std::env::temp_dir().join(format!("aiwg-runtime-{}", uuid::Uuid::new_v4().simple()));
+    let worktrees = match Worktrees::open(None, args.keep_failed_worktrees()).await {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("aiwg-serve executor: cannot prepare the worktrees: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = Arc::new(HttpRuntime { args, adapter, capabilities, worktrees, runs: Runs::new(KEEP_FINISHED) });
     let (stop, stopped) = watch::channel(false);
     let server = serve_until(listener, router(Arc::clone(&runtime)), stopped);
@@ -82,6 +89,7 @@ pub(super) async fn run(args: ExecutorArgs, adapter: Arc<Adapter>, addr: SocketA
         .await;
     let _ = stop.send(true);
     let _ = tokio::time::timeout(DRAIN, server).await;
+    runtime.worktrees.close();
     ExitCode::SUCCESS
 }
 

@@ -1,7 +1,7 @@
 //! One mission's task: start the agent in its working directory, follow its output (progress and HITL
 //! requests), and report how it ended, unless serve or a shutdown ended it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitStatus;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use tokio::process::Child;
 
 use super::{spawn, Executor, PROGRESS_EVERY, SUMMARY_CHARS};
 use crate::clock;
+use crate::reference_executor::worktrees::Workdir;
 use crate::reference_executor::CompletionCheck;
 
 impl Executor {
@@ -23,44 +24,54 @@ impl Executor {
         payload: Value,
         allowlist: Vec<String>,
     ) {
-        let objective = payload["objective"].as_str().unwrap_or_default().to_owned();
         self.emit("mission.assigned", &mission_id, json!({"state": "assigned", "estimated_start": clock::now()}));
         let (dir, env) = self.prepare(&mission_id, &session).await;
-        let argv = (self.adapter.argv)(&allowlist, &objective);
-        let mut child = match spawn::start(self.adapter.binary, &argv, &env, &dir) {
-            Ok(child) => child,
-            Err(e) => return self.finish(&mission_id, spawn_failure(self.adapter.binary, &e)).await,
-        };
-        self.started(&mission_id, &mut child).await;
-        let stdout = child.stdout.take().map(BufReader::new);
-        let stderr = child.stderr.take().map(BufReader::new);
-        let (last_out, last_err) = tokio::join!(self.follow_stdout(&mission_id, stdout), last_line(stderr));
-        let status = child.wait().await;
-        let ended_by = self.running.lock().expect("running lock").get(&mission_id).and_then(|r| r.ended_by);
-        if let Some(by) = ended_by {
-            if by != "shutdown" {
-                self.finish(
-                    &mission_id,
-                    json!({"state": "aborted", "aborted_by": by, "reason": "process group terminated"}),
-                )
-                .await;
-            } else {
+        let outcome = self.run_agent(&mission_id, &payload, &allowlist, &dir.path, &env).await;
+        // Freed before the end is reported: once serve has the end, nothing of the mission is left here.
+        let succeeded = outcome.as_ref().is_some_and(|o| o["state"] == "done");
+        self.worktrees.release(dir, succeeded).await;
+        match outcome {
+            Some(outcome) => self.finish(&mission_id, outcome).await,
+            // The executor is stopping: it reported the mission suspended (or failed) already.
+            None => {
                 self.running.lock().expect("running lock").remove(&mission_id);
             }
-            return;
         }
-        let outcome = self.outcome(status, &payload, &dir, &env, last_out, last_err).await;
-        self.finish(&mission_id, outcome).await;
+    }
+
+    /// Runs the agent to its end: how the mission ended, as the data of its final event; `None` when
+    /// the executor's shutdown ended it.
+    async fn run_agent(
+        &self,
+        mission_id: &str,
+        payload: &Value,
+        allowlist: &[String],
+        dir: &Path,
+        env: &[(String, String)],
+    ) -> Option<Value> {
+        let objective = payload["objective"].as_str().unwrap_or_default();
+        let argv = (self.adapter.argv)(allowlist, objective);
+        let mut child = match spawn::start(self.adapter.binary, &argv, env, dir) {
+            Ok(child) => child,
+            Err(e) => return Some(spawn_failure(self.adapter.binary, &e)),
+        };
+        self.started(mission_id, &mut child).await;
+        let stdout = child.stdout.take().map(BufReader::new);
+        let stderr = child.stderr.take().map(BufReader::new);
+        let (last_out, last_err) = tokio::join!(self.follow_stdout(mission_id, stdout), last_line(stderr));
+        let status = child.wait().await;
+        let ended_by = self.running.lock().expect("running lock").get(mission_id).and_then(|r| r.ended_by);
+        match ended_by {
+            Some("shutdown") => None,
+            Some(by) => Some(json!({"state": "aborted", "aborted_by": by, "reason": "process group terminated"})),
+            None => Some(self.outcome(status, payload, dir, env, last_out, last_err).await),
+        }
     }
 
     /// The mission's working directory (its own git worktree in a repository) and environment.
-    async fn prepare(&self, mission_id: &str, session: &str) -> (PathBuf, Vec<(String, String)>) {
-        let worktrees = match &self.state {
-            Some(s) => s.worktrees(),
-            None => std::env::temp_dir().join(format!("aiwg-executor-{}", self.id)),
-        };
+    async fn prepare(&self, mission_id: &str, session: &str) -> (Workdir, Vec<(String, String)>) {
         let mission_env = [("AIWG_MISSION_ID", mission_id), ("AIWG_SESSION_HINT", session)];
-        spawn::prepare(&self.adapter, &self.args.workdir(), &worktrees, mission_id, &mission_env).await
+        spawn::prepare(&self.adapter, &self.worktrees, &self.args.workdir(), mission_id, &mission_env).await
     }
 
     /// The agent runs: its process group and stdin are kept for pause, resume, abort and HITL answers.

@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::adapters::Adapter;
 use super::state::{Identity, Records, StateDir};
+use super::worktrees::Worktrees;
 use super::{spawn, ExecutorArgs, StopSignals};
 use crate::cli::client::{CallError, Client};
 use crate::contract::SPEC_VERSION;
@@ -54,6 +55,7 @@ pub(crate) struct Executor {
     rest: SocketAddr,
     state: Option<StateDir>,
     records: Records,
+    worktrees: Worktrees,
     running: Mutex<HashMap<String, Running>>,
     /// Events for serve, sent by the socket task while it is connected and kept here while it is not.
     ///
@@ -74,6 +76,9 @@ pub(crate) struct Executor {
 impl Executor {
     pub(crate) async fn start(args: ExecutorArgs, adapter: Arc<Adapter>) -> Result<Arc<Executor>, String> {
         let (state, identity, records) = open_state(args.state_dir.clone()).await?;
+        let worktrees = Worktrees::open(state.as_ref().map(StateDir::path), args.keep_failed_worktrees())
+            .await
+            .map_err(|e| format!("cannot prepare the worktrees: {e}"))?;
         let listener =
             tokio::net::TcpListener::bind(args.bind).await.map_err(|e| format!("cannot bind {}: {e}", args.bind))?;
         let rest = listener.local_addr().map_err(|e| e.to_string())?;
@@ -87,6 +92,7 @@ impl Executor {
             rest,
             state,
             records,
+            worktrees,
             running: Mutex::new(HashMap::new()),
             outbound,
             outbound_rx: tokio::sync::Mutex::new(outbound_rx),
@@ -191,6 +197,14 @@ impl Executor {
         signals.received().await;
         tracing::info!("signal received; suspending missions and deregistering");
         self.suspend_all().await;
+        // The missions' tasks release their worktrees once their agents are gone.
+        let _ = tokio::time::timeout(FLUSH_WAIT, async {
+            while !self.running.lock().expect("running lock").is_empty() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        self.worktrees.close();
         let _ = self.stop.send(true);
         // Let the socket loop flush, then deregister (which closes our sockets on serve's side).
         tokio::time::sleep(Duration::from_millis(50)).await;
