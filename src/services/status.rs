@@ -12,6 +12,9 @@ use crate::views::{MissionPage, MissionStatus, MissionSummary, Overview};
 
 /// Events shown with a mission (the contract's "last N events").
 pub(crate) const RECENT_EVENTS: u32 = 50;
+/// At most this much event data in a mission's detail: an executor may send events of up to 1 MiB, and
+/// fifty of them made one read of a mission cost 45 MB. The whole history pages through `/api/v1/events`.
+const RECENT_EVENTS_BYTES: usize = 1 << 20;
 
 pub struct Status {
     store: Store,
@@ -72,7 +75,7 @@ impl Status {
             .mission(mission_id)
             .await?
             .ok_or_else(|| Error::NotFound(format!("mission {mission_id} not found")))?;
-        let events = self.store.recent_events(mission_id, RECENT_EVENTS).await?;
+        let events = self.store.recent_events(mission_id, RECENT_EVENTS, RECENT_EVENTS_BYTES).await?;
         Ok(MissionStatus::from_row(row, events))
     }
 

@@ -48,8 +48,51 @@ pub enum StoreError {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+impl StoreError {
+    /// Why the store cannot serve now, when the failure is its surroundings' (a full disk, a database
+    /// that does not answer) rather than a fault in the data: the caller may retry once it is fixed.
+    fn unavailable(&self) -> Option<&'static str> {
+        match self {
+            StoreError::WriterGone => Some("the store is shutting down"),
+            StoreError::Interrupted(_) => Some("the connection to the database was lost"),
+            StoreError::Db(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => Some("the database does not answer"),
+            StoreError::Db(sqlx::Error::Io(_)) => Some("the connection to the database failed"),
+            StoreError::Db(sqlx::Error::Database(e)) => {
+                if let Some(e) = e.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+                    use sqlx::error::DatabaseError;
+                    // Extended result codes keep the primary one in their low byte.
+                    let primary = e.code().and_then(|c| c.parse::<i32>().ok()).map(|c| c & 0xff);
+                    return match primary {
+                        Some(13) => Some("the data directory's disk is full"),
+                        Some(10) => Some("the data directory cannot be read or written (I/O error)"),
+                        Some(14) => Some("the database file cannot be opened"),
+                        Some(5) => Some("the database is busy"),
+                        _ => None,
+                    };
+                }
+                // PostgreSQL's classes: 53 insufficient resources (disk full, out of memory, too many
+                // connections), 57P operator intervention (shutting down), 08 connection, 58 system I/O.
+                let code = e.code().unwrap_or_default();
+                match code.get(..2) {
+                    Some("53") if code == "53100" => Some("the database's disk is full"),
+                    Some("53") => Some("the database is out of resources"),
+                    Some("57") | Some("08") => Some("the database does not answer"),
+                    Some("58") => Some("the database cannot read or write (I/O error)"),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
 impl From<StoreError> for crate::error::Error {
     fn from(e: StoreError) -> crate::error::Error {
+        if let Some(why) = e.unavailable() {
+            // The cause goes to the log; the caller learns what it can act on (retry, free the disk).
+            tracing::error!(error = %e, "storage unavailable");
+            return crate::error::Error::StorageUnavailable(format!("the store is failing: {why}; retry"));
+        }
         match e {
             StoreError::DuplicateMission(id) => crate::error::Error::Conflict(format!("mission {id} already exists")),
             other => crate::error::Error::Store(Box::new(other)),
@@ -118,8 +161,14 @@ pub trait Storage: Send + Sync {
 
     fn mission<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<Mission>>>;
 
-    /// The newest `limit` events of a mission, oldest first.
-    fn recent_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<StoredEvent>>>;
+    /// The newest `limit` events of a mission that fit in `max_bytes` of data (the newest always),
+    /// oldest first.
+    fn recent_events<'a>(
+        &'a self,
+        mission_id: &'a str,
+        limit: u32,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>>>;
 
     /// A page of missions, newest dispatch first, with the cursor (`id`) of each row. The rows carry
     /// neither payload (`null`) nor routing and terminal data (`None`): a listing does not show them.
@@ -196,4 +245,31 @@ pub trait Storage: Send + Sync {
 
     /// Stops the writer once what is queued is committed, and closes the read side.
     fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Executor};
+
+    use super::StoreError;
+    use crate::error::Error;
+
+    /// A full disk, as SQLite reports it (a page limit makes it one without filling a real disk): a
+    /// 503 the caller may retry, not a 500; a fault in the data stays `internal`.
+    #[tokio::test]
+    async fn a_full_disk_is_storage_unavailable_and_a_constraint_is_not() {
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        conn.execute("PRAGMA max_page_count = 3; CREATE TABLE t (v BLOB PRIMARY KEY)").await.unwrap();
+        let full = sqlx::query("INSERT INTO t VALUES (zeroblob(100000))").execute(&mut conn).await.unwrap_err();
+        match Error::from(StoreError::Db(full)) {
+            Error::StorageUnavailable(message) => {
+                assert_eq!(message, "the store is failing: the data directory's disk is full; retry")
+            }
+            other => panic!("{other:?}"),
+        }
+        sqlx::query("INSERT INTO t VALUES (x'01')").execute(&mut conn).await.unwrap();
+        let duplicate = sqlx::query("INSERT INTO t VALUES (x'01')").execute(&mut conn).await.unwrap_err();
+        assert_eq!(Error::from(StoreError::Db(duplicate)).code(), "internal");
+        assert_eq!(Error::from(StoreError::Db(sqlx::Error::PoolTimedOut)).code(), "storage_unavailable");
+    }
 }

@@ -219,15 +219,36 @@ where
         row.as_ref().map(located("missions", "mission_id", mission_from_row)).transpose()
     }
 
-    pub(super) async fn recent_events(&self, mission_id: &str, limit: u32) -> Result<Vec<StoredEvent>> {
-        let rows = sqlx::query(
-            "SELECT * FROM (SELECT * FROM mission_events WHERE mission_id = $1 ORDER BY seq DESC LIMIT $2) AS newest \
-             ORDER BY seq",
+    pub(super) async fn recent_events(
+        &self,
+        mission_id: &str,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        // The sizes first, newest first (the executor decides how big an event is: 50 of 1 MiB would
+        // be read whole otherwise): the oldest event that still fits is where the events start.
+        let sizes = sqlx::query(
+            "SELECT seq, CAST(octet_length(data) AS BIGINT) AS size FROM mission_events WHERE mission_id = $1 \
+             ORDER BY seq DESC LIMIT $2",
         )
         .bind(mission_id)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
+        let (mut bytes, mut first) = (0usize, None);
+        for row in &sizes {
+            let size = usize::try_from(row.int("size")?).unwrap_or(0);
+            if first.is_some() && bytes.saturating_add(size) > max_bytes {
+                break;
+            }
+            (bytes, first) = (bytes + size, Some(row.int("seq")?));
+        }
+        let Some(first) = first else { return Ok(Vec::new()) };
+        let rows = sqlx::query("SELECT * FROM mission_events WHERE mission_id = $1 AND seq >= $2 ORDER BY seq")
+            .bind(mission_id)
+            .bind(first)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(event_from_row).collect()
     }
 

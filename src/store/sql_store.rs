@@ -76,8 +76,13 @@ where
         Box::pin(self.reads.mission(mission_id))
     }
 
-    fn recent_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<StoredEvent>>> {
-        Box::pin(self.reads.recent_events(mission_id, limit))
+    fn recent_events<'a>(
+        &'a self,
+        mission_id: &'a str,
+        limit: u32,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>>> {
+        Box::pin(self.reads.recent_events(mission_id, limit, max_bytes))
     }
 
     fn missions<'a>(&'a self, q: &'a MissionQuery) -> BoxFuture<'a, Result<Vec<(i64, Mission)>>> {

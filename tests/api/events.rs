@@ -176,6 +176,13 @@ async fn pages_of_large_events_stop_at_their_byte_budget() {
         events.iter().map(|e| e["envelope"]["data"]["summary"].as_str().unwrap_or("-")).collect();
     let heads: Vec<&str> = summaries.iter().map(|s| &s[..1]).collect();
     assert_eq!((heads, more), (vec!["8", "9", "-"], false));
+    // The mission's detail (its latest events) is bounded too: 1 MiB holds one large event and the
+    // completion, not the last fifty (the adversary's 45 MB read).
+    let detail = server.mission(&id).await;
+    let recent: Vec<&str> =
+        detail["recent_events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(recent, ["mission.progress", "mission.completed"]);
+    assert!(detail.to_string().len() < 1024 * 1024 + 10_000);
     // A follower from the start gets all of it through the same bounded reads.
     let mut sse = server.client.sse(&format!("/api/v1/events?since=0&mission_id={id}"), &[]).await;
     let mut followed = Vec::new();

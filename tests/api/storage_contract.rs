@@ -534,13 +534,25 @@ mod cases {
             let seqs = store.commit(vec![append(&own), append(&other), append(&executor_only)]).await.unwrap();
             mine.push((seqs[0], own.envelope()));
         }
-        let recent = store.recent_events("m1", 3).await.unwrap();
+        let recent = store.recent_events("m1", 3, usize::MAX).await.unwrap();
         let got: Vec<_> = recent.iter().map(|e| (e.seq, e.envelope.clone())).collect();
         assert_eq!(got, mine[3..].to_vec());
-        let got: Vec<_> =
-            store.recent_events("m1", 100).await.unwrap().into_iter().map(|e| (e.seq, e.envelope)).collect();
+        let got: Vec<_> = store
+            .recent_events("m1", 100, usize::MAX)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.seq, e.envelope))
+            .collect();
         assert_eq!(got, mine);
-        assert_eq!(store.recent_events("m3", 10).await.unwrap(), vec![]);
+        assert_eq!(store.recent_events("m3", 10, usize::MAX).await.unwrap(), vec![]);
+        // Bounded by bytes too: the newest that fit, and always the newest one.
+        let size = event("mission.progress", "e1", Some("m1"), 6).data.to_string().len();
+        let got: Vec<_> =
+            store.recent_events("m1", 100, 2 * size).await.unwrap().into_iter().map(|e| (e.seq, e.envelope)).collect();
+        assert_eq!(got, mine[4..].to_vec());
+        let got: Vec<_> = store.recent_events("m1", 100, 1).await.unwrap().into_iter().map(|e| e.seq).collect();
+        assert_eq!(got, [mine[5].0], "the newest even when it alone is over the budget");
     }
 
     pub(super) async fn events_after_reads_the_log_in_order_with_filters_and_limit(store: Store) {
@@ -1005,8 +1017,12 @@ mod cases {
         let expected = |range: std::ops::Range<usize>| {
             mine[range].iter().map(|(seq, ev)| (*seq, ev.envelope())).collect::<Vec<_>>()
         };
-        assert_eq!(envelopes(store.recent_events("live", 15).await.unwrap()), expected(5..20), "the newest, across");
-        assert_eq!(envelopes(store.recent_events("live", 100).await.unwrap()), expected(0..20));
+        assert_eq!(
+            envelopes(store.recent_events("live", 15, usize::MAX).await.unwrap()),
+            expected(5..20),
+            "the newest, across"
+        );
+        assert_eq!(envelopes(store.recent_events("live", 100, usize::MAX).await.unwrap()), expected(0..20));
         let after = mine[7].0;
         assert_eq!(
             envelopes(store.events_after(EventQuery::after(after, 5).mission(Some("live"))).await.unwrap().events),
@@ -1041,7 +1057,11 @@ mod cases {
         let store = harness.store();
         assert_eq!(left(store.clone()).await, [theirs[0], theirs[19]], "after another reopen");
         assert_eq!(store.compactable_events("old", 100).await.unwrap(), Vec::<i64>::new());
-        assert_eq!(envelopes(store.recent_events("live", 100).await.unwrap()), expected(0..20), "the other untouched");
+        assert_eq!(
+            envelopes(store.recent_events("live", 100, usize::MAX).await.unwrap()),
+            expected(0..20),
+            "the other untouched"
+        );
     }
 
     /// Everything a store reads back.
