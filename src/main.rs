@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use aiwg_serve::cli;
 use aiwg_serve::config::{Config, Overrides};
@@ -102,8 +103,51 @@ enum Command {
     },
 }
 
+/// `--version`: the release and, when built from a checkout, the commit (what a bug report needs).
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| match aiwg_serve::metrics::GIT_COMMIT {
+    Some(commit) => format!("{} ({commit})", env!("CARGO_PKG_VERSION")),
+    None => env!("CARGO_PKG_VERSION").to_owned(),
+});
+
+/// The command line, its `--help` (and that of the commands that follow missions) ending with the exit codes.
+fn command() -> clap::Command {
+    let codes = cli::exit_codes();
+    let with_codes = |c: clap::Command| c.after_help(codes.clone());
+    let command = with_codes(Cli::command()).version(VERSION.as_str());
+    ["dispatch", "missions", "executors", "runtimes", "events", "store"]
+        .into_iter()
+        .fold(command, |command, name| command.mut_subcommand(name, with_codes))
+        .mut_subcommand("missions", |missions| missions.mut_subcommand("watch", with_codes))
+}
+
+impl Command {
+    /// The global flags this command takes no notice of: refused when given, rather than silently
+    /// ignored (`serve --token X` looked like it set serve's token).
+    fn ignores(&self) -> &'static [&'static str] {
+        match self {
+            Command::Serve { .. } | Command::Backup { .. } | Command::Completions { .. } => {
+                &["server", "token", "ca_cert", "json"]
+            }
+            Command::Executor(_) => &["token", "ca_cert", "json"],
+            _ => &[],
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if let Some(flag) =
+        cli.command.ignores().iter().find(|id| matches.value_source(id) == Some(ValueSource::CommandLine))
+    {
+        let name = matches.subcommand_name().unwrap_or_default();
+        let message =
+            format!("--{} is for the operator commands; `{name}` takes no notice of it", flag.replace('_', "-"));
+        command().error(clap::error::ErrorKind::ArgumentConflict, message).exit();
+    }
     init_logs(cli.log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -126,7 +170,7 @@ fn main() -> ExitCode {
         Command::Conformance { command } => {
             return runtime.block_on(aiwg_serve::conformance::run(&cli.global, command));
         }
-        Command::Completions { shell } => return cli::completions(shell, Cli::command()),
+        Command::Completions { shell } => return cli::completions(shell, command()),
         Command::Backup { file, data_dir, config } => return runtime.block_on(backup(file, data_dir, config)),
     };
     runtime.block_on(cli::run(cli.global, operator))

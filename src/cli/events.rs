@@ -7,12 +7,16 @@ use super::client::Client;
 use super::output::Output;
 use super::{enc, summary, text, Failure};
 
+/// How many of the latest events `events` prints when not told where to start.
+const DEFAULT_TAIL: u32 = 50;
+
 #[derive(Args, Debug)]
 pub struct EventsArgs {
     /// Keep following new events
     #[arg(long)]
     pub(crate) follow: bool,
-    /// Start after this sequence number (default: from the beginning, or from now with --follow)
+    /// Start after this sequence number (0: from the beginning). Default: the last 50 events, or from
+    /// now with --follow
     #[arg(long, conflicts_with = "tail")]
     pub(crate) since: Option<i64>,
     /// Only the last N events (1-1000), then stop, or go on with --follow
@@ -59,7 +63,10 @@ pub(super) async fn run(client: &Client, out: &Output, args: EventsArgs) -> Resu
             ))
         }
     };
-    let since = match args.tail {
+    // Without a starting point, the latest page: a long-lived store holds millions of events, and the
+    // whole log is what `--since 0` asks for.
+    let tail = args.tail.or((args.since.is_none() && !args.follow).then_some(DEFAULT_TAIL));
+    let since = match tail {
         // The last n events, found by the server, in as many pages as their size takes.
         Some(n) => {
             let (mut events, mut next, mut more) = page(format!("tail={n}&limit={n}")).await?;
@@ -82,7 +89,7 @@ pub(super) async fn run(client: &Client, out: &Output, args: EventsArgs) -> Resu
             print(&item)?;
         }
     }
-    if args.tail.is_some() {
+    if tail.is_some() {
         return Ok(());
     }
     let mut since = since.unwrap_or(0);

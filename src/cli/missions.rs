@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::client::{CallError, Client};
 use super::output::Output;
-use super::{enc, summary, text, Failure};
+use super::{enc, summary, text, Exit, Failure};
 
 #[derive(Subcommand, Debug)]
 pub enum MissionsCommand {
@@ -77,9 +77,9 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: MissionsCommand) -> 
         MissionsCommand::Watch { mission_id, timeout } => {
             follow_to_end(client, out, &mission_id, timeout.map(Duration::from_secs)).await
         }
-        MissionsCommand::Pause { mission_id } => control(client, out, &mission_id, "pause", None).await,
-        MissionsCommand::Resume { mission_id } => control(client, out, &mission_id, "resume", None).await,
-        MissionsCommand::Abort { mission_id } => abort(client, out, &mission_id).await,
+        MissionsCommand::Pause { mission_id } => control(client, out, &mission_id, "pause").await,
+        MissionsCommand::Resume { mission_id } => control(client, out, &mission_id, "resume").await,
+        MissionsCommand::Abort { mission_id } => control(client, out, &mission_id, "abort").await,
         MissionsCommand::Respond { mission_id, hitl_id, text } => {
             respond(client, out, &mission_id, &hitl_id, text).await
         }
@@ -216,17 +216,6 @@ fn shell_quote(s: &str) -> String {
     }
 }
 
-async fn control(
-    client: &Client,
-    out: &Output,
-    mission_id: &str,
-    action: &str,
-    body: Option<Value>,
-) -> Result<(), Failure> {
-    let answer = client.post(&control_path(mission_id, action), &body.unwrap_or(Value::Null)).await?;
-    print_control(out, mission_id, &answer)
-}
-
 /// Answers a HITL request. An answer that names no pending request is refused by serve (409 conflict);
 /// then the mission is read, to name the request that is pending (with the command that answers it), or
 /// to say that none is.
@@ -257,7 +246,7 @@ async fn respond(
         ),
         None => format!("mission {mission_id} has no pending HITL request (it is {})", text(&mission, "state")),
     };
-    Err(Failure::Exit(1, format!("{refusal}\n{hint}")))
+    Err(Failure::Exit(Exit::Refused, format!("{refusal}\n{hint}")))
 }
 
 fn control_path(mission_id: &str, action: &str) -> String {
@@ -298,10 +287,16 @@ fn silent_for(m: &Value, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
     })
 }
 
-/// Abort, idempotently: a mission that is aborted already is what the caller wanted, so a retried
-/// script succeeds. A mission that ended otherwise (done, failed) is still a refusal.
-async fn abort(client: &Client, out: &Output, mission_id: &str) -> Result<(), Failure> {
-    let refusal = match client.post(&control_path(mission_id, "abort"), &Value::Null).await {
+/// Pause, resume or abort, idempotently: a mission already in the state asked for is what the caller
+/// wanted, so a retried script succeeds (`already paused`). Any other refusal stays one: a mission that
+/// ended otherwise (done, failed) cannot be aborted, one that is queued cannot be paused.
+async fn control(client: &Client, out: &Output, mission_id: &str, action: &str) -> Result<(), Failure> {
+    let wanted = match action {
+        "pause" => "paused",
+        "resume" => "running",
+        _ => "aborted",
+    };
+    let refusal = match client.post(&control_path(mission_id, action), &Value::Null).await {
         Ok(answer) => return print_control(out, mission_id, &answer),
         Err(CallError::Refused { status: 409, code, message }) if code == "illegal_transition" => {
             CallError::Refused { status: 409, code, message }
@@ -309,17 +304,17 @@ async fn abort(client: &Client, out: &Output, mission_id: &str) -> Result<(), Fa
         Err(e) => return Err(e.into()),
     };
     let mission = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await?;
-    if mission["state"] != "aborted" {
+    if mission["state"] != wanted {
         return Err(refusal.into());
     }
     match out.json {
-        true => out.json(&json!({"mission_id": mission_id, "state": "aborted", "already": true})),
-        false => out.line(format!("mission {mission_id}: already {}", out.state("aborted"))),
+        true => out.json(&json!({"mission_id": mission_id, "state": wanted, "already": true})),
+        false => out.line(format!("mission {mission_id}: already {}", out.state(wanted))),
     }
 }
 
 /// Follows a mission to its end (a progress line on stderr), shows it, and exits by how it ended: 0 if
-/// done, 1 if failed or aborted.
+/// done, [`Exit::Failed`] if failed or aborted; a timeout or Ctrl-C stops following only.
 pub(super) async fn follow_to_end(
     client: &Client,
     out: &Output,
@@ -334,7 +329,10 @@ pub(super) async fn follow_to_end(
     }
     match final_event.as_str() {
         "mission.completed" => Ok(()),
-        other => Err(Failure::Exit(1, format!("mission {mission_id} ended with {other}: {}", text(&mission, "error")))),
+        other => Err(Failure::Exit(
+            Exit::Failed,
+            format!("mission {mission_id} ended with {other}: {}", text(&mission, "error")),
+        )),
     }
 }
 
@@ -360,10 +358,19 @@ async fn wait_for(client: &Client, mission_id: &str, timeout: Option<Duration>) 
             }
         }
     };
-    match timeout {
-        Some(t) => tokio::time::timeout(t, follow).await.unwrap_or_else(|_| {
-            Err(Failure::Exit(1, format!("mission {mission_id} did not end within {}s", t.as_secs())))
-        }),
-        None => follow.await,
+    let goes_on = |why: String| {
+        format!("{why}; mission {mission_id} goes on (`aiwg-serve missions abort {mission_id}` stops it)")
+    };
+    let waited = timeout.map_or(0, |t| t.as_secs());
+    let timeout = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        ended = follow => ended,
+        () = timeout => Err(Failure::Exit(Exit::TimedOut, goes_on(format!("it did not end within {waited}s")))),
+        _ = tokio::signal::ctrl_c() => Err(Failure::Exit(Exit::Interrupted, goes_on("\nstopped following".into()))),
     }
 }

@@ -1,10 +1,8 @@
 //! The operator's command line: a REST client of a running serve, for humans (tables, a progress line,
 //! colour on a terminal) and scripts (`--json`, exit codes).
 //!
-//! Exit codes: 0 success (also when whoever reads stdout goes away, as `| head` does); 1 the server
-//! refused, or a followed mission ended failed or aborted, or the wait timed out; 2 bad usage; 3 the
-//! server could not be reached.
-
+//! Exit codes are [`Exit`]'s, listed in `--help`: a script waiting on a mission must tell a failed
+//! mission from a refused request, an unreachable server and a wait that timed out (the mission goes on).
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
 //! follows the mission as `missions watch` does), `events` and `store`; what they share (the failure, the exit,
@@ -62,10 +60,58 @@ pub enum Operator {
     Store(StoreCommand),
 }
 
+/// How a command that did not succeed ended: one row per exit code (0 is success, also when whoever
+/// reads stdout goes away, as `| head` does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    Failed,
+    Usage,
+    Unreachable,
+    Refused,
+    TimedOut,
+    Interrupted,
+}
+
+impl Exit {
+    const ALL: [Exit; 6] =
+        [Exit::Failed, Exit::Usage, Exit::Unreachable, Exit::Refused, Exit::TimedOut, Exit::Interrupted];
+
+    fn code(self) -> u8 {
+        match self {
+            Exit::Failed => 1,
+            Exit::Usage => 2,
+            Exit::Unreachable => 3,
+            Exit::Refused => 4,
+            Exit::TimedOut => 5,
+            Exit::Interrupted => 130,
+        }
+    }
+
+    fn meaning(self) -> &'static str {
+        match self {
+            Exit::Failed => "the mission followed ended failed or aborted (or what was checked is not healthy)",
+            Exit::Usage => "bad usage: a flag or value the command does not take",
+            Exit::Unreachable => "the server could not be reached",
+            Exit::Refused => "the server refused the request (the message says why: 4xx, 5xx)",
+            Exit::TimedOut => "--timeout passed before the mission ended; the mission goes on",
+            Exit::Interrupted => "interrupted (Ctrl-C) while following; the mission goes on",
+        }
+    }
+}
+
+/// The exit codes, as `--help` ends with them.
+pub fn exit_codes() -> String {
+    let mut help = String::from("Exit codes:\n  0    success; a followed mission ended done\n");
+    for exit in Exit::ALL {
+        help.push_str(&format!("  {:<4} {}\n", exit.code(), exit.meaning()));
+    }
+    help
+}
+
 /// Why a command stopped early.
 enum Failure {
     /// Print the message and exit with the code.
-    Exit(u8, String),
+    Exit(Exit, String),
     /// Whoever read our stdout went away (`| head`): there is nothing left to do, and that is success.
     StdoutClosed,
 }
@@ -74,31 +120,31 @@ impl From<CallError> for Failure {
     fn from(e: CallError) -> Failure {
         match &e {
             CallError::Unreachable { cause, .. } if cause == "connection refused" => Failure::Exit(
-                3,
+                Exit::Unreachable,
                 format!(
                     "{e}\nIs it running? Start one with `aiwg-serve serve`, or point --server (AIWG_SERVE_URL) at it."
                 ),
             ),
-            CallError::Unreachable { .. } => Failure::Exit(3, e.to_string()),
+            CallError::Unreachable { .. } => Failure::Exit(Exit::Unreachable, e.to_string()),
             // The server's sentence for a wrong token is addressed to executors ("re-register"); an
             // operator's fix is the token they pass.
             CallError::Refused { status: 401, code, .. } if code == "token_invalid" => Failure::Exit(
-                1,
+                Exit::Refused,
                 "401 token_invalid: the server did not accept the operator token: check --token or \
                  AIWG_SERVE_TOKEN against its server.operator_tokens"
                     .into(),
             ),
             CallError::Refused { status: 401, code, .. } if code == "unauthorized" => Failure::Exit(
-                1,
+                Exit::Refused,
                 "401 unauthorized: this server requires an operator token: pass --token or set AIWG_SERVE_TOKEN".into(),
             ),
-            CallError::Refused { .. } => Failure::Exit(1, e.to_string()),
+            CallError::Refused { .. } => Failure::Exit(Exit::Refused, e.to_string()),
         }
     }
 }
 
 fn usage(message: String) -> Failure {
-    Failure::Exit(2, message)
+    Failure::Exit(Exit::Usage, message)
 }
 
 pub async fn run(global: Global, command: Operator) -> ExitCode {
@@ -124,9 +170,9 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
 fn finish(result: Result<(), Failure>) -> ExitCode {
     match result {
         Ok(()) | Err(Failure::StdoutClosed) => ExitCode::SUCCESS,
-        Err(Failure::Exit(code, message)) => {
+        Err(Failure::Exit(exit, message)) => {
             eprintln!("aiwg-serve: {message}");
-            ExitCode::from(code)
+            ExitCode::from(exit.code())
         }
     }
 }
@@ -178,7 +224,18 @@ fn shortened(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::shortened;
+    use super::{exit_codes, shortened, Exit};
+
+    #[test]
+    fn the_help_lists_every_exit_code_once() {
+        let help = exit_codes();
+        let mut codes: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), Exit::ALL.len(), "one code per way to end");
+        assert_eq!(help.lines().count(), 2 + Exit::ALL.len(), "{help}");
+        assert!(help.contains("  5    --timeout passed before the mission ended; the mission goes on"), "{help}");
+    }
 
     #[test]
     fn a_long_summary_keeps_its_beginning_and_its_end() {

@@ -6,7 +6,7 @@ use std::io::{ErrorKind, IsTerminal, Write};
 
 use serde_json::Value;
 
-use super::Failure;
+use super::{Exit, Failure};
 
 const BOLD: &str = "\x1b[1m";
 const GREEN: &str = "\x1b[32m";
@@ -34,7 +34,7 @@ impl Output {
         let mut stdout = std::io::stdout().lock();
         stdout.write_all(bytes).and_then(|()| stdout.flush()).map_err(|e| match e.kind() {
             ErrorKind::BrokenPipe => Failure::StdoutClosed,
-            _ => Failure::Exit(1, format!("cannot write to stdout: {e}")),
+            _ => Failure::Exit(Exit::Failed, format!("cannot write to stdout: {e}")),
         })
     }
 

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use super::client::Client;
 use super::output::Output;
-use super::{enc, text, Failure};
+use super::{enc, text, Exit, Failure};
 
 #[derive(Subcommand, Debug)]
 pub enum RuntimesCommand {
@@ -61,7 +61,7 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: RuntimesCommand) -> 
             report(out, &answer, "checked")?;
             match answer["healthy"] == true {
                 true => Ok(()),
-                false => Err(Failure::Exit(1, format!("runtime {name} is not healthy"))),
+                false => Err(Failure::Exit(Exit::Failed, format!("runtime {name} is not healthy"))),
             }
         }
     }

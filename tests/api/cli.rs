@@ -5,6 +5,7 @@ use std::os::fd::FromRawFd;
 use std::process::{Output, Stdio};
 
 use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
 use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer, WAIT};
@@ -85,6 +86,95 @@ async fn dispatch_wait_follows_the_mission_to_its_end() {
     assert!(stderr(&out).contains("mission.progress saying hello"), "progress lines: {}", stderr(&out));
 }
 
+/// Issue 36: a bug report quotes `--version`; from a checkout it names the commit built.
+#[tokio::test]
+async fn the_version_names_the_commit() {
+    let out = finish(command(&["--version"])).await;
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let expected = match head {
+        Some(commit) => format!("aiwg-serve {} ({commit})\n", env!("CARGO_PKG_VERSION")),
+        None => format!("aiwg-serve {}\n", env!("CARGO_PKG_VERSION")),
+    };
+    assert_eq!(stdout(&out), expected);
+}
+
+/// Issue 36: `serve --token X` was silently ignored; a flag a command takes no notice of is refused,
+/// wherever it is written, while the same setting from the environment (an operator's shell) is not.
+#[tokio::test]
+async fn flags_a_command_ignores_are_refused() {
+    for args in [&["serve", "--token", "x"][..], &["--token", "x", "serve"], &["completions", "bash", "--json"]] {
+        let out = finish(command(args)).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let name = if args.contains(&"serve") { "serve" } else { "completions" };
+        let flag = if args.contains(&"--json") { "--json" } else { "--token" };
+        let expected = format!("{flag} is for the operator commands; `{name}` takes no notice of it");
+        assert!(stderr(&out).contains(&expected), "{args:?}: {}", stderr(&out));
+    }
+    let mut from_env = command(&["completions", "bash"]);
+    from_env.env("AIWG_SERVE_TOKEN", "x");
+    assert_eq!(finish(from_env).await.status.code(), Some(0));
+}
+
+/// Issue 36: a script waiting on a mission tells apart a failed mission (1), a refused request (4), a
+/// wait that timed out (5) and Ctrl-C (130); the last two leave the mission going, and say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_ends_by_exit_codes_a_script_can_tell_apart() {
+    for help in [&["--help"][..], &["dispatch", "--help"], &["missions", "watch", "--help"]] {
+        let out = finish(command(help)).await;
+        let text = stdout(&out);
+        assert!(
+            text.contains("Exit codes:") && text.contains("  4    the server refused the request"),
+            "{help:?}: {text}"
+        );
+    }
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = mission_id();
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+
+    let out = cli(&server.base, &["missions", "watch", &id, "--timeout", "1"], &[]).await;
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("it did not end within 1s; mission {id} goes on")), "{}", stderr(&out));
+
+    let mut watch = command(&["--server", &server.base, "missions", "watch", &id]);
+    let mut child = watch.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let following = tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("mission.started") {
+                return;
+            }
+        }
+        panic!("watch ended before it showed the mission");
+    });
+    following.await.expect("watch shows the mission");
+    send_signal(child.id().unwrap(), "INT");
+    let status = tokio::time::timeout(WAIT, child.wait()).await.unwrap().unwrap();
+    let mut rest = String::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        rest.push_str(&line);
+    }
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains(&format!("stopped following; mission {id} goes on")), "{rest}");
+    assert_eq!(server.mission(&id).await["state"], "running", "following stopped, not the mission");
+
+    let out = cli(&server.base, &["missions", "show", "m-no-such-mission"], &[]).await;
+    assert_eq!(out.status.code(), Some(4), "a refusal: {}", stderr(&out));
+}
+
+fn send_signal(pid: u32, name: &str) {
+    let sent = std::process::Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().unwrap();
+    assert!(sent.success());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_mission_makes_dispatch_wait_exit_1() {
     let server = TestServer::start().await;
@@ -136,10 +226,13 @@ async fn listing_showing_controlling_and_answering() {
 
     let out = cli(&server.base, &["missions", "pause", &id], &[]).await;
     assert_eq!(stdout(&out).trim(), format!("mission {id}: paused (delivered to the executor)"));
+    // Repeated, as a retried script would: the state it asked for is what it gets, and success.
+    let out = cli(&server.base, &["missions", "pause", &id], &[]).await;
+    assert_eq!((out.status.code(), stdout(&out)), (Some(0), format!("mission {id}: already paused\n")));
     let out = cli(&server.base, &["missions", "abort", &id], &[]).await;
     assert_eq!(out.status.code(), Some(0));
     let out = cli(&server.base, &["missions", "resume", &id], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).contains("409 illegal_transition"), "{}", stderr(&out));
 
     let out = cli(&server.base, &["--json", "events", "--since", "0", "--mission", &id], &[]).await;
@@ -159,7 +252,7 @@ async fn tokens_and_unreachable_servers() {
     let token = "operator-token-for-the-cli";
     let server = TestServer::start_with(|c| c.server.operator_tokens = vec![token.into()]).await;
     let out = cli(&server.base, &["missions", "list"], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).contains("401 unauthorized"), "{}", stderr(&out));
     let out = cli(&server.base, &["missions", "list"], &[("AIWG_SERVE_TOKEN", token)]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -215,7 +308,7 @@ async fn a_schema_violation_prints_the_details() {
     let server = TestServer::start().await;
     let out =
         cli(&server.base, &["dispatch", "--objective", "", "--completion", "c", "--lease-tools", "Bash"], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     let lines: Vec<String> = stderr(&out).lines().map(str::to_owned).collect();
     assert!(lines[0].starts_with("aiwg-serve: 400 schema_violation: "), "{lines:?}");
     assert!(lines[1].starts_with("  at /objective: ") && lines[1].ends_with(" (minLength)"), "{lines:?}");
@@ -226,13 +319,15 @@ async fn a_schema_violation_prints_the_details() {
 async fn a_closed_stdout_ends_the_command_quietly() {
     let server = TestServer::start().await;
     let _online = ScriptedExecutor::online(&server, &[]).await;
+    let server_flag = ["--server", server.base.as_str()];
     for args in [&["events", "--since", "0"][..], &["executors", "list"], &["completions", "bash"]] {
         // A pipe whose reading end is closed before the CLI starts: its first write meets EPIPE.
         let mut fds = [0; 2];
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         unsafe { libc::close(fds[0]) };
         let write_end = unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) };
-        let mut command = command(&["--server", &server.base]);
+        // Completions talk to no server (and refuse the flag).
+        let mut command = command(if args[0] == "completions" { &[] } else { &server_flag });
         command.args(args).stdout(Stdio::from(write_end));
         let out = finish(command).await;
         assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()), "{args:?}");
@@ -273,7 +368,7 @@ async fn the_executor_takes_server_and_refuses_misspelt_flags() {
 async fn a_wrong_operator_token_says_what_to_check() {
     let server = TestServer::start_with(|c| c.server.operator_tokens = vec!["operator-token-for-the-cli".into()]).await;
     let out = cli(&server.base, &["--token", "not-the-operator-token", "missions", "list"], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert_eq!(
         stderr(&out),
         "aiwg-serve: 401 token_invalid: the server did not accept the operator token: check --token or \
@@ -442,6 +537,6 @@ async fn aborting_an_aborted_mission_succeeds_and_a_done_one_does_not() {
     let out = cli(&server.base, &["missions", "abort", &aborted], &[]).await;
     assert_eq!((out.status.code(), stdout(&out)), (Some(0), format!("mission {aborted}: already aborted\n")));
     let out = cli(&server.base, &["missions", "abort", &done], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).starts_with("aiwg-serve: 409 illegal_transition"), "{}", stderr(&out));
 }

@@ -24,7 +24,7 @@ async fn drain_and_undrain_an_executor() {
     assert_eq!(stdout(&out), format!("executor {}: accepting missions again\n", e.id));
     assert_eq!(server.executors().await["executors"][0].get("draining"), None);
     let out = cli(&server.base, &["executors", "drain", "no-such-executor"], &[]).await;
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,14 +151,20 @@ async fn events_tail_prints_the_last_n_and_follows_on() {
     let seqs = |out: &std::process::Output| -> Vec<i64> {
         stdout(out).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_i64().unwrap()).collect()
     };
-    let all = seqs(&cli(&server.base, &["--json", "events"], &[]).await);
+    let all = seqs(&cli(&server.base, &["--json", "events", "--since", "0"], &[]).await);
     let out = cli(&server.base, &["--json", "events", "--tail", "3"], &[]).await;
     assert_eq!(seqs(&out), all[all.len() - 3..]);
-    let mine = seqs(&cli(&server.base, &["--json", "events", "--mission", &one], &[]).await);
+    let mine = seqs(&cli(&server.base, &["--json", "events", "--since", "0", "--mission", &one], &[]).await);
     let out = cli(&server.base, &["--json", "events", "--tail", "2", "--mission", &one], &[]).await;
     assert_eq!(seqs(&out), mine[mine.len() - 2..]);
     let out = cli(&server.base, &["--json", "events", "--tail", "1000"], &[]).await;
     assert_eq!(seqs(&out), all, "fewer events than asked for: all of them");
+    // Without a starting point: the latest 50, not the whole log.
+    for i in 0..50 {
+        ws.ack("mission.progress", &other, json!({"summary": format!("more {i}")})).await;
+    }
+    let all = seqs(&cli(&server.base, &["--json", "events", "--since", "0"], &[]).await);
+    assert_eq!(seqs(&cli(&server.base, &["--json", "events"], &[]).await), all[all.len() - 50..]);
 
     let mut follower = command(&["--server", &server.base, "--json", "events", "--tail", "1", "--follow"])
         .stdout(Stdio::piped())
@@ -230,7 +236,7 @@ async fn remove_a_stale_executor_and_list_every_page() {
     let server = TestServer::start_with(|c| c.server.max_executors = 700).await;
     let (e, ws) = ScriptedExecutor::online(&server, &[]).await;
     let out = cli(&server.base, &["executors", "remove", &e.id], &[]).await;
-    assert_eq!(out.status.code(), Some(1), "a connected executor is not removed");
+    assert_eq!(out.status.code(), Some(4), "a connected executor is not removed");
     assert!(stderr(&out).contains("409 conflict"), "{}", stderr(&out));
     ws.close().await;
     server.eventually(&format!("/api/v1/executors/{}", e.id), "disconnected", |b| b["connected"] == false).await;

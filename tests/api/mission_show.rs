@@ -91,7 +91,7 @@ async fn respond_with_a_wrong_hitl_id_names_the_pending_one() {
     let server = TestServer::start().await;
     let (id, _chosen, _ws, _other) = mission_waiting_for_hitl(&server).await;
     let out = cli(&server.base, &["missions", "respond", &id, "--hitl-id", "h-stale", "yes"], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert_eq!(
         stderr(&out),
         format!(
@@ -106,7 +106,7 @@ async fn respond_with_a_wrong_hitl_id_names_the_pending_one() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Nothing pending any more: it says so.
     let out = cli(&server.base, &["missions", "respond", &id, "--hitl-id", "h-ship", "again"], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(
         stderr(&out).ends_with(&format!("\nmission {id} has no pending HITL request (it is running)\n")),
         "{}",

@@ -564,7 +564,7 @@ async fn the_cli_adds_lists_and_checks_runtimes() {
     );
     assert!(stderr(&out).contains("runtime rt is not healthy"), "{}", stderr(&out));
     let out = cli(&server.base, &["runtimes", "check", "nope"], &[]).await;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).contains("404 not_found"), "{}", stderr(&out));
     let out = cli(&server.base, &["runtimes", "remove", "rt"], &[]).await;
     assert_eq!((out.status.code(), stdout(&out)), (Some(0), "runtime rt: removed\n".to_owned()), "{}", stderr(&out));
