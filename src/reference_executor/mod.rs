@@ -119,6 +119,15 @@ impl ExecutorArgs {
         self.workdir.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")))
     }
 
+    /// Every mission would fail in a working directory that is not there: refused at start instead.
+    fn check_workdir(&self) -> Result<(), String> {
+        let dir = self.workdir();
+        match std::fs::read_dir(&dir) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("--workdir {}: {e}; the missions would run nowhere", dir.display())),
+        }
+    }
+
     fn keep_failed_worktrees(&self) -> Option<Duration> {
         self.keep_failed_worktrees.map(|hours| Duration::from_secs(hours.saturating_mul(3600)))
     }
@@ -187,6 +196,10 @@ pub async fn run(args: ExecutorArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(why) = args.check_workdir() {
+        eprintln!("aiwg-serve executor: {why}");
+        return ExitCode::from(2);
+    }
     if let Some(addr) = args.http_runtime {
         return http_runtime::run(args, adapter, addr).await;
     }

@@ -430,6 +430,59 @@ fn unknown_adapters_are_refused_by_name() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("no CLI-hosted executor for adapter 'gemini-local'"));
 }
 
+/// Issue 36: an executor that could run nothing started "ready" and failed every mission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executor_checks_itself_at_start() {
+    let out = Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+        .args(["executor", "--adapter", "shell", "--workdir", "/nonexistent/aiwg-work"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(said.contains("--workdir /nonexistent/aiwg-work: No such file or directory"), "{said}");
+
+    // Without its binary it still registers (it may be installed while the executor runs), says why it
+    // is not ready, and serve hears the same.
+    let server = TestServer::start().await;
+    let empty = Stubs::new(&[]);
+    let name = format!("exec-{}", uuid::Uuid::new_v4().simple());
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
+        .args(["executor", "--serve", &server.base, "--adapter", "claude-local", "--name", &name])
+        .current_dir(empty.dir.path())
+        .env("PATH", empty.dir.path())
+        .env("AIWG_SERVE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stderr.take().unwrap()));
+    let warned = tokio::time::timeout(WAIT, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("not ready") {
+                return line;
+            }
+        }
+        panic!("the executor ended without a word");
+    });
+    let line = warned.await.expect("the executor says it is not ready");
+    assert!(line.contains("claude not on PATH"), "{line}");
+    let listed = server
+        .eventually("/api/v1/executors", "registered", |b| {
+            b["executors"].as_array().unwrap().iter().any(|e| e["name"] == name.as_str())
+        })
+        .await;
+    let id = listed["executors"].as_array().unwrap().iter().find(|e| e["name"] == name.as_str()).unwrap()
+        ["executor_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let readiness = server.client.get(&format!("/api/v1/executors/{id}/readiness")).await;
+    assert_eq!(readiness.status, 200, "{}", readiness.body);
+    assert_eq!(readiness.body["report"]["ready"], false, "{}", readiness.body);
+    assert!(readiness.body.to_string().contains("claude not on PATH"), "{}", readiness.body);
+}
+
 /// A git repository with one commit, as an operator's checkout.
 struct Repo {
     dir: tempfile::TempDir,

@@ -100,6 +100,12 @@ impl Executor {
             hitl_counter: AtomicUsize::new(0),
             stop,
         });
+        // Registered anyway: readiness is what serve asks before each dispatch, and the gap may close
+        // (the binary installed, a credential bound) while the executor runs. The operator hears it now.
+        let report = rest::report(&executor.adapter).await;
+        for gap in &report.gaps {
+            tracing::warn!(gap = %gap.detail, "not ready: serve passes this executor over until this is fixed");
+        }
         rest::serve(listener, Arc::clone(&executor));
         executor.register().await?;
         let ws = Arc::clone(&executor);

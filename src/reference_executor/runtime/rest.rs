@@ -53,7 +53,7 @@ fn is_executable(path: &std::path::Path) -> bool {
 
 /// The adapter's report on this machine, made on the blocking pool: looking for its binary on PATH
 /// reads the file system.
-async fn report(adapter: &Arc<Adapter>) -> Report {
+pub(super) async fn report(adapter: &Arc<Adapter>) -> Report {
     let adapter = Arc::clone(adapter);
     tokio::task::spawn_blocking(move || (adapter.readiness)(&RealHost)).await.expect("the readiness report panicked")
 }

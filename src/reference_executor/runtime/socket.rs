@@ -28,6 +28,9 @@ impl Executor {
     /// serve's frames; reconnect with backoff, re-registering when the token was refused.
     pub(super) async fn socket_loop(self: Arc<Self>) {
         let mut attempt = 0u32;
+        // Whether the socket was ever up: a later connection is a reconnection, which an operator
+        // reading the log after a deploy or a network blip wants to see.
+        let mut connected_before = false;
         let mut stopped = self.stop.subscribe();
         loop {
             if *stopped.borrow() {
@@ -41,6 +44,11 @@ impl Executor {
             );
             match tokio_tungstenite::connect_async_with_config(&url, None, true).await {
                 Ok((socket, _)) => {
+                    match connected_before {
+                        true => tracing::info!(attempts = attempt, "reconnected to serve"),
+                        false => tracing::info!("connected to serve"),
+                    }
+                    connected_before = true;
                     attempt = 0;
                     match self.converse(socket, &mut stopped).await {
                         Ended::Stopped => return,
