@@ -107,7 +107,9 @@ async fn check(path: &Path) -> Result<(i64, i64, i64), BackupError> {
         return Err(failed(verdict));
     }
     let mut counts = [0i64; 3];
-    for (n, table) in counts.iter_mut().zip(["missions", "events", "executors"]) {
+    // Executors as the listing counts them: a deregistered one keeps its row (its missions keep an owner).
+    let counted = ["missions", "events", "executors WHERE deregistered_at IS NULL"];
+    for (n, table) in counts.iter_mut().zip(counted) {
         *n = sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table}"))
             .fetch_one(&mut conn)
             .await

@@ -178,6 +178,19 @@ fn known_keys(table: &toml::Table, defaults: &toml::Table, path: &Path) -> Resul
     let mut keys = Vec::new();
     for (section, value) in table {
         let Some(known) = defaults.get(section).and_then(toml::Value::as_table) else {
+            // `bind = ...` above every section: a key of a section, written where no section applies.
+            let owners: Vec<String> = defaults
+                .iter()
+                .filter(|(_, keys)| keys.as_table().is_some_and(|k| k.contains_key(section)))
+                .map(|(owner, _)| format!("{owner}.{section} (under [{owner}])"))
+                .collect();
+            if !value.is_table() && !owners.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "{section} in {} is outside any section; it belongs in {}",
+                    path.display(),
+                    owners.join(" or ")
+                )));
+            }
             let hint = did_you_mean(section, defaults.keys().map(|k| (k.clone(), format!("[{k}]"))));
             return Err(ConfigError::Invalid(format!("unknown section [{section}] in {}{hint}", path.display())));
         };
@@ -392,6 +405,15 @@ mod tests {
         std::fs::write(&file, "[hubb]\nping_interval_s = 7\n").unwrap();
         let err = Config::load(Some(&file), Vec::new(), Overrides::default()).unwrap_err().to_string();
         assert_eq!(err, format!("config: unknown section [hubb] in {}; did you mean [hub]?", file.display()));
+        std::fs::write(&file, "bind = \"127.0.0.1:7400\"\n").unwrap();
+        let err = Config::load(Some(&file), Vec::new(), Overrides::default()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "config: bind in {} is outside any section; it belongs in server.bind (under [server])",
+                file.display()
+            )
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -47,7 +47,9 @@ pub fn router(app: Arc<App>) -> Router {
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(|request: &axum::extract::Request| {
-                    tracing::debug_span!("request", method = %request.method(), uri = %redacted(request.uri()))
+                    // In tower_http's target, so that `info,tower_http=debug` (the README's setting) shows
+                    // each request's method and path beside its status and latency, not the latter alone.
+                    tracing::debug_span!(target: "tower_http::trace", "request", method = %request.method(), uri = %redacted(request.uri()))
                 })
                 .on_request(())
                 .on_response(DefaultOnResponse::new().level(Level::DEBUG))

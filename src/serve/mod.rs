@@ -110,7 +110,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
         leading.stop().await;
         tracing::info!("stopped");
     });
-    tracing::info!(%addr, store = %store_name(&config), max_connections, "aiwg-serve listening");
+    tracing::info!(%addr, dashboard = %format!("http://{addr}/"), store = %store_name(&config), max_connections, "aiwg-serve listening");
     Ok(Handle { addr, stop, task })
 }
 

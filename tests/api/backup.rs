@@ -26,6 +26,15 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
     ws.ack("mission.started", &done, json!({"state": "running"})).await;
     ws.ack("mission.completed", &done, json!({"state": "done", "exit_code": 0, "summary": "shipped"})).await;
     let before = server.mission(&done).await;
+    // A deregistered executor keeps its row, but the summary counts executors as the listing does.
+    let (gone, _gone_ws) = ScriptedExecutor::online(&server, &[]).await;
+    let r = server.client.delete(&format!("/api/v1/executors/{}", gone.id), Some(&gone.token)).await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(server.executors().await["executors"].as_array().unwrap().len(), 1);
+    let events = server.client.get("/api/v1/events?follow=false&since=0&limit=1000").await.body["events"]
+        .as_array()
+        .unwrap()
+        .len();
 
     let out_dir = tempfile::tempdir().unwrap();
     let file = out_dir.path().join("aiwg.backup.db");
@@ -35,7 +44,7 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
     assert_eq!(
         stdout(&out),
         format!(
-            "backed up {} to {} ({bytes} bytes: 1 missions, 3 events, 1 executors)\n",
+            "backed up {} to {} ({bytes} bytes: 1 missions, {events} events, 1 executors)\n",
             server.data_dir().join("aiwg-serve.db").display(),
             file.display()
         )

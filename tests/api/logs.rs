@@ -31,6 +31,8 @@ impl Serve {
             let line = serve.next().await.expect("serve logs that it listens");
             if line["fields"]["message"] == "aiwg-serve listening" {
                 serve.base = format!("http://{}", line["fields"]["addr"].as_str().unwrap());
+                // Where an operator points a browser, said where they look first.
+                assert_eq!(line["fields"]["dashboard"].as_str(), Some(format!("{}/", serve.base).as_str()));
                 return serve;
             }
         }
@@ -62,7 +64,14 @@ fn errors(lines: &[Value]) -> Vec<&Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_is_one_debug_line_in_json_and_not_an_error() {
-    let serve = Serve::start("debug,sqlx=warn").await;
+    // The README's setting shows the requests alone, each with its method and path.
+    for filter in ["debug,sqlx=warn", "info,tower_http=debug"] {
+        one_debug_line_per_request(filter).await;
+    }
+}
+
+async fn one_debug_line_per_request(filter: &str) {
+    let serve = Serve::start(filter).await;
     let client = Client::new(&serve.base);
     client
         .post("/api/v1/sessions/s/dispatch", &dispatch_body(&mission_id()))
@@ -71,15 +80,24 @@ async fn a_503_is_one_debug_line_in_json_and_not_an_error() {
     assert_eq!(client.get("/readyz").await.status, 200);
     let lines = serve.stop().await;
     assert_eq!(errors(&lines), Vec::<&Value>::new());
-    let requests: Vec<(&str, i64)> = lines
+    let requests: Vec<(&str, &str, i64)> = lines
         .iter()
         .filter(|l| l["target"].as_str().is_some_and(|t| t.starts_with("tower_http")))
         .map(|l| {
             assert_eq!(l["level"], "DEBUG", "{l}");
-            (l["span"]["uri"].as_str().unwrap(), l["fields"]["status"].as_i64().unwrap())
+            assert!(l["fields"]["latency"].is_string(), "{l}");
+            (
+                l["span"]["method"].as_str().unwrap(),
+                l["span"]["uri"].as_str().unwrap(),
+                l["fields"]["status"].as_i64().unwrap(),
+            )
         })
         .collect();
-    assert_eq!(requests, [("/api/v1/sessions/s/dispatch", 503), ("/readyz", 200)], "one line per request");
+    assert_eq!(
+        requests,
+        [("POST", "/api/v1/sessions/s/dispatch", 503), ("GET", "/readyz", 200)],
+        "{filter}: one line per request"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
