@@ -22,7 +22,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::registry::Registry;
@@ -32,7 +31,7 @@ use crate::domain::{
     Projection, ServeEvent, Undo,
 };
 use crate::error::Result;
-use crate::store::{Change, LiveMission, Pending, Store, StoreError};
+use crate::store::{Change, LiveMission, Pending, ProgressSeen, Store, StoreError};
 
 /// The live missions, and what every service does to one: decide and queue a change, resolve it once
 /// its commit is known, record a transition serve decides itself.
@@ -172,7 +171,7 @@ impl Ledger {
         Ok(ledger)
     }
 
-    fn project(rows: Vec<LiveMission>, pending: Vec<HitlRequest>, progress: Vec<(String, String, Value)>) -> Missions {
+    fn project(rows: Vec<LiveMission>, pending: Vec<HitlRequest>, progress: Vec<ProgressSeen>) -> Missions {
         let mut live = Missions::default();
         for row in rows {
             let projected = Live { session: row.pty_session_ref, ..Live::new(&row.executor_id, row.state) };
@@ -183,9 +182,9 @@ impl Ledger {
                 e.live.hitl = Some(h);
             }
         }
-        for (mission_id, ts, data) in progress {
-            if let Some(e) = live.by_id.get_mut(&mission_id) {
-                e.live.remember_progress(progress_key(&ts, &data));
+        for seen in progress {
+            if let Some(e) = live.by_id.get_mut(&seen.mission_id) {
+                e.live.remember_progress(seen.key);
             }
         }
         live

@@ -26,7 +26,7 @@ use tokio::sync::broadcast;
 pub use crate::domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
-pub use records::{Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending};
+pub use records::{Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending, ProgressSeen};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -146,9 +146,10 @@ pub trait Storage: Send + Sync {
     /// Every mission that is not terminal (the working set), oldest first.
     fn live_missions(&self) -> BoxFuture<'_, Result<Vec<LiveMission>>>;
 
-    /// The latest 16 `mission.progress` events of every live mission, oldest first, as
-    /// `(mission_id, ts, data)`: after a restart they recognise a resend the crash left unacknowledged.
-    fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<(String, String, Value)>>>;
+    /// The latest 16 `mission.progress` events of every live mission, oldest first, as the keys that
+    /// recognise a resend the crash left unacknowledged. Read row by row: holding them all at once
+    /// (up to 1 MiB each, for every live mission) took a restart to 245 MB on 200 events of 900 KB.
+    fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<ProgressSeen>>>;
 
     /// The latest 16 `mission.progress` events of one mission, oldest first, as `(ts, data)`.
     fn recent_progress<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Vec<(String, Value)>>>;

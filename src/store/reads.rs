@@ -26,10 +26,10 @@ use super::rows::{
     sandbox_from_row, Cols,
 };
 use crate::contract::EventType;
-use crate::domain::MissionState;
+use crate::domain::{progress_key, MissionState};
 use crate::store::{
     Compaction, EventPage, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionQuery,
-    Result, SandboxRecord, StoredEvent,
+    ProgressSeen, Result, SandboxRecord, StoredEvent,
 };
 
 /// `'done', 'failed', 'aborted'`: the states of a mission that is over.
@@ -187,11 +187,17 @@ where
         rows.iter().map(located("missions", "mission_id", live)).collect()
     }
 
-    pub(super) async fn recent_progress_of_live(&self) -> Result<Vec<(String, String, Value)>> {
-        let rows = sqlx::query(&RECENT_PROGRESS_OF_LIVE).fetch_all(&self.pool).await?;
-        let recent =
-            |r: &DB::Row| Ok((r.text("mission_id")?, r.text("ts")?, parse_json(&r.text("data")?, "event data")?));
-        rows.iter().map(located("events", "mission_id", recent)).collect()
+    pub(super) async fn recent_progress_of_live(&self) -> Result<Vec<ProgressSeen>> {
+        let key = |r: &DB::Row| {
+            let data = parse_json(&r.text("data")?, "event data")?;
+            Ok(ProgressSeen { mission_id: r.text("mission_id")?, key: progress_key(&r.text("ts")?, &data) })
+        };
+        let mut seen = Vec::new();
+        let mut rows = sqlx::query(&RECENT_PROGRESS_OF_LIVE).fetch(&self.pool);
+        while let Some(row) = rows.try_next().await? {
+            seen.push(located("events", "mission_id", key)(&row)?);
+        }
+        Ok(seen)
     }
 
     pub(super) async fn recent_progress(&self, mission_id: &str) -> Result<Vec<(String, Value)>> {

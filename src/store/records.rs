@@ -23,6 +23,14 @@ pub struct LiveMission {
     pub pty_session_ref: Option<String>,
 }
 
+/// A recent `mission.progress` of a live mission, as the key that recognises its resend
+/// ([`progress_key`](crate::domain::progress_key)): the events themselves are not kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgressSeen {
+    pub mission_id: String,
+    pub key: u64,
+}
+
 /// One change; a unit of changes commits atomically.
 #[derive(Clone, Debug)]
 pub enum Change {

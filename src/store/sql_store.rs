@@ -15,7 +15,7 @@ use super::rows::Cols;
 use super::writer::{Feed, Health, WriterHandle};
 use super::{
     CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery,
-    Result, SandboxRecord, Storage, StoredEvent,
+    ProgressSeen, Result, SandboxRecord, Storage, StoredEvent,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -60,7 +60,7 @@ where
         Box::pin(self.reads.live_missions())
     }
 
-    fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<(String, String, Value)>>> {
+    fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<ProgressSeen>>> {
         Box::pin(self.reads.recent_progress_of_live())
     }
 

@@ -160,7 +160,7 @@ mod cases {
     use aiwg_serve::domain::{MissionState, RuntimeKind, RuntimeRecord};
     use aiwg_serve::store::{
         Change, Compaction, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch,
-        MissionQuery, NewEvent, Pending, SandboxRecord, Store, StoreError, StoredEvent,
+        MissionQuery, NewEvent, Pending, ProgressSeen, SandboxRecord, Store, StoreError, StoredEvent,
     };
     use aiwg_serve::wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
@@ -235,6 +235,11 @@ mod cases {
             data: json!({"n": n, "text": format!("event {n}")}),
             raw: None,
         }
+    }
+
+    /// A progress event as `recent_progress_of_live` recognises it.
+    fn seen(mission_id: &str, ev: &NewEvent) -> ProgressSeen {
+        ProgressSeen { mission_id: mission_id.into(), key: aiwg_serve::domain::progress_key(&ev.ts, &ev.data) }
     }
 
     fn append(ev: &NewEvent) -> Change {
@@ -832,12 +837,12 @@ mod cases {
             let mut unit = vec![append(&progress), append(&started)];
             unit.extend(["m2", "m3"].map(|m| append(&event("mission.progress", "e1", Some(m), n))));
             if n > 4 {
-                expected.push(("m1".to_owned(), progress.ts.clone(), progress.data.clone()));
+                expected.push(seen("m1", &progress));
             }
             if n % 10 == 0 {
                 let other = event("mission.progress", "e1", Some("m4"), n);
                 unit.push(append(&other));
-                expected.push(("m4".to_owned(), other.ts.clone(), other.data.clone()));
+                expected.push(seen("m4", &other));
             }
             store.commit(unit).await.unwrap();
         }
@@ -1039,8 +1044,7 @@ mod cases {
             expected(8..20),
             "with the executor too"
         );
-        let recent: Vec<_> =
-            mine[4..].iter().map(|(_, ev)| ("live".to_owned(), ev.ts.clone(), ev.data.clone())).collect();
+        let recent: Vec<_> = mine[4..].iter().map(|(_, ev)| seen("live", ev)).collect();
         assert_eq!(store.recent_progress_of_live().await.unwrap(), recent, "the last sixteen, across");
 
         // Retention across the mark: everything but the first and last, on both sides of it, and gone
