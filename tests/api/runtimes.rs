@@ -7,6 +7,7 @@ use aiwg_serve::wattswarm::hash::{json_bytes, sha256_hex};
 use aiwg_serve::wattswarm::policy::PolicyId;
 use serde_json::{json, Value};
 
+use crate::support::executor::Answer;
 use crate::support::runtime::{Behavior, ScriptedRuntime};
 use crate::support::{mission_id, ScriptedExecutor, TestServer};
 
@@ -99,6 +100,29 @@ async fn stalled_mission(server: &TestServer) -> (ScriptedRuntime, String) {
     let id = dispatch(server, Some(json!({"timeout_ms": 60000})), "rt").await;
     runtime.wait_for("/execute", 1).await;
     (runtime, id)
+}
+
+/// Issue 36, finding 5: when a WebSocket executor refused a mission, the next candidate, a runtime, was
+/// "passed over: unreachable: serve does not know this executor's current token", judged by a socket
+/// it never has. The mission goes on to the runtime and is done there.
+#[tokio::test]
+async fn a_mission_a_websocket_executor_refuses_goes_on_to_a_runtime() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    let rt = executor_id(&server, "rt").await;
+    // Preferred by routing (the strongest isolation it claims), and refusing.
+    let (e, _ws) = ScriptedExecutor::online(&server, &["isolation:microvm"]).await;
+    e.answer_with(Answer::Status(500));
+    let id = mission_id();
+    let body = json!({"mission_id": id, "objective": "say hello", "completion": "an answer"});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!((r.status, r.body["executor_id"].as_str()), (202, Some(rt.as_str())), "{}", r.body);
+    let m = ended(&server, &id).await;
+    assert_eq!(m["state"], "done", "{m}");
+    let routing = m["routing"].to_string();
+    assert!(routing.contains(&e.id) && !routing.contains("current token"), "{routing}");
+    assert_eq!(runtime.requests_to("/execute").len(), 1);
 }
 
 #[tokio::test]

@@ -29,14 +29,6 @@ impl Dispatcher {
             &mission_id,
             Live { handover: Handover::InFlight, ..Live::new(&attempts[0], MissionState::Assigned) },
         );
-        if self.registry.is_runtime(&attempts[0]) {
-            // Serve drives a runtime itself: nothing to forward, so nothing to fail over from here (a
-            // runtime that fails is the mission's failure, with its reason).
-            let first = attempts[0].clone();
-            let runtimes = attempts.into_iter().filter(|a| self.registry.is_runtime(a)).collect();
-            self.runtimes.take(&mission_id, body, runtimes);
-            return self.taken(&mission_id, &first, crate::forward::Accepted::default()).await;
-        }
         let bytes = Bytes::from(body.to_string());
         let mut last_failure = ForwardError::Unreachable("no attempt made".into());
         for (i, executor_id) in attempts.iter().enumerate() {
@@ -47,6 +39,14 @@ impl Dispatcher {
                 {
                     return Ok(taken);
                 }
+            }
+            if self.registry.is_runtime(executor_id) {
+                // Serve drives a runtime itself, with the runtimes left among the candidates: nothing
+                // to forward (nor a socket's token to judge it by), and a runtime that fails is the
+                // mission's failure, with its reason.
+                let runtimes = attempts[i..].iter().filter(|a| self.registry.is_runtime(a)).cloned().collect();
+                self.runtimes.take(&mission_id, body, runtimes);
+                return self.taken(&mission_id, executor_id, crate::forward::Accepted::default()).await;
             }
             match self.forward_to(executor_id, session_id, bytes.clone()).await {
                 Ok(accepted) => return self.taken(&mission_id, executor_id, accepted).await,
