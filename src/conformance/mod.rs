@@ -97,6 +97,12 @@ pub async fn run(global: &Global, command: ConformanceCommand) -> ExitCode {
                 replay::upstream(&target, &schema, &mut report).await;
             }
             let required = if profile == Profile::Strict { Level::Strict } else { Level::Hitl };
+            // On stderr, so that stdout stays the report (JSON with --json).
+            eprintln!(
+                "aiwg-serve conformance: its executors are deregistered; its missions are under session {} \
+                 (upstream's fixtures: their own sessions)",
+                target.session
+            );
             finish(global, &report, junit, required)
         }
         ConformanceCommand::Replay { file, url, junit } => replay_file(global, &schema, &file, url, junit).await,
@@ -135,11 +141,8 @@ async fn replay_file(
 }
 
 fn target(global: &Global, url: Option<String>) -> peer::Target {
-    peer::Target {
-        base: url.unwrap_or_else(|| global.server.clone()).trim_end_matches('/').to_owned(),
-        operator: global.token.clone(),
-        http: reqwest::Client::builder().no_proxy().build().expect("an HTTP client without TLS roots to load builds"),
-    }
+    let base = url.unwrap_or_else(|| global.server.clone()).trim_end_matches('/').to_owned();
+    peer::Target::new(base, global.token.clone())
 }
 
 /// Prints the report (and writes its JUnit file); the exit code says whether every check required

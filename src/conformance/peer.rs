@@ -21,11 +21,22 @@ pub(super) const WAIT: Duration = Duration::from_secs(10);
 /// How long a closing socket waits for the server's close frame.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// The server under test and how to reach it.
+/// The server under test and how to reach it, and what the suite left there.
 pub(super) struct Target {
     pub base: String,
     pub operator: Option<String>,
     pub http: reqwest::Client,
+    /// The session every mission of this run is dispatched under (`aiwg-conformance-<run>`): an
+    /// operator tells the suite's missions from real ones by it.
+    pub session: String,
+    /// The executors this run registered, deregistered when it ends ([`Target::leave`]).
+    registered: std::sync::Mutex<Vec<Registered>>,
+}
+
+/// An executor the suite registered: what deregistering it takes.
+struct Registered {
+    id: String,
+    token: String,
 }
 
 /// An answer: status and body (JSON, or the text as a JSON string).
@@ -35,6 +46,38 @@ pub(super) struct Answer {
 }
 
 impl Target {
+    pub(super) fn new(base: String, operator: Option<String>) -> Target {
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        Target {
+            base,
+            operator,
+            http: reqwest::Client::builder()
+                .no_proxy()
+                .build()
+                .expect("an HTTP client without TLS roots to load builds"),
+            session: format!("aiwg-conformance-{}", &run[..8]),
+            registered: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Remembers an executor the suite registered (its latest token), to deregister it at the end.
+    pub(super) fn registered(&self, id: &str, token: &str) {
+        let mut registered = self.registered.lock().expect("registered lock");
+        registered.retain(|r| r.id != id);
+        registered.push(Registered { id: id.to_owned(), token: token.to_owned() });
+    }
+
+    /// Leaves the server as the suite found it, as far as executors go: every one it registered and
+    /// did not deregister yet is deregistered (their missions end as the server ends them; they stay
+    /// listed under [`Target::session`]).
+    pub(super) async fn leave(&self) {
+        let registered = std::mem::take(&mut *self.registered.lock().expect("registered lock"));
+        for r in registered {
+            let path = format!("/api/v1/executors/{}", r.id);
+            let _ = self.call(reqwest::Method::DELETE, &path, None, Some(&r.token)).await;
+        }
+    }
+
     pub(super) async fn call(
         &self,
         method: reqwest::Method,
@@ -123,6 +166,7 @@ impl Peer {
         match (r.status, r.body["token"].as_str()) {
             (200 | 201, Some(token)) if r.body["executor_id"] == peer.id.as_str() => {
                 peer.token = token.to_owned();
+                target.registered(&peer.id, token);
                 Ok(peer)
             }
             _ => Err(format!("POST /api/v1/executors/register answered {} {}", r.status, r.body)),

@@ -75,6 +75,7 @@ pub(super) async fn run(target: &Target, strict: bool) -> Report {
     report.record(NO_EXECUTOR, outcome(no_executor_fits(target).await));
     missions(target, &mut peer, strict, &mut report).await;
     report.record(DEREGISTER, outcome(deregister(target, &peer).await));
+    target.leave().await;
     report
 }
 
@@ -135,6 +136,10 @@ async fn unknown_major_refused(target: &Target) -> Result<(), String> {
     let mut payload = register_payload(&uuid::Uuid::new_v4().to_string(), "127.0.0.1:9".parse().unwrap(), &[]);
     payload["spec_version"] = json!("2.0.0");
     let r = target.call(Method::POST, "/api/v1/executors/register", Some(&payload), None).await?;
+    if let (Some(id), Some(token)) = (r.body["executor_id"].as_str(), r.body["token"].as_str()) {
+        // Taken although it should not be: still the suite's to take away.
+        target.registered(id, token);
+    }
     match r.status {
         400..=499 => Ok(()),
         status => {
@@ -152,6 +157,9 @@ const PEER_CAPABILITIES: &[&str] = &["hitl", "x-acks"];
 async fn identity_kept(target: &Target, peer: &Peer) -> Result<(), String> {
     let payload = register_payload(&peer.id, peer.rest, PEER_CAPABILITIES);
     let r = target.call(Method::POST, "/api/v1/executors/register", Some(&payload), Some(&peer.token)).await?;
+    if let Some(token) = r.body["token"].as_str() {
+        target.registered(&peer.id, token);
+    }
     match (r.status, r.body["executor_id"].as_str()) {
         (200 | 201, Some(id)) if id == peer.id => Ok(()),
         _ => Err(format!("re-registering {} with its token was answered {} {}", peer.id, r.status, r.body)),
@@ -174,7 +182,7 @@ async fn socket_needs_the_token(target: &Target, peer: &Peer) -> Result<(), Stri
 async fn dispatch(target: &Target, mission_id: &str, filter: Value) -> Result<super::peer::Answer, String> {
     let body = json!({"mission_id": mission_id, "objective": "conformance: report the lifecycle",
                       "completion": "the suite sees it", "executor_filter": filter});
-    target.operator(Method::POST, "/api/v1/sessions/conformance/dispatch", Some(&body)).await
+    target.operator(Method::POST, &format!("/api/v1/sessions/{}/dispatch", target.session), Some(&body)).await
 }
 
 /// A dispatch pinned to the executor reaches its REST endpoint untouched and is answered 202.

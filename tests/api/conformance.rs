@@ -32,6 +32,14 @@ async fn our_server_passes_both_profiles() {
     assert!(report["results"].as_array().unwrap().iter().all(|r| !r["section"].as_str().unwrap().is_empty()));
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains(&format!("tests=\"{}\" failures=\"0\" skipped=\"0\"", results.len())), "{xml}");
+    // It leaves no executor behind, and its missions carry the session it names (issue 36: 3 ghost
+    // executors and 8 unmarked missions after a run).
+    assert_eq!(server.executors().await["executors"], serde_json::json!([]), "every executor deregistered");
+    let said = stderr(&out);
+    let session = said.split("missions are under session ").nth(1).and_then(|s| s.split(' ').next()).unwrap();
+    assert!(session.starts_with("aiwg-conformance-"), "{said}");
+    let mine = server.client.get(&format!("/api/v1/missions?session_id={session}&limit=100")).await;
+    assert!(mine.body["missions"].as_array().unwrap().len() >= 3, "{}", mine.body);
 
     // The contract profile skips the strict checks, saying why, and still passes.
     let out = cli(&server.base, &["conformance", "server"], &[]).await;
