@@ -53,13 +53,17 @@ static LIVE_MISSIONS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// The window runs over sequence numbers only, and the data of the sixteen it keeps per mission is read
+/// by key afterwards: a window over the rows with their data had the database materialise every progress
+/// event of every live mission (200 of 900 KB made a restart take 213 MB of anonymous memory, the
+/// adversary's RSS of 245 MB).
 static RECENT_PROGRESS_OF_LIVE: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT mission_id, ts, data FROM (SELECT e.mission_id, e.ts, e.data, e.seq, \
-         ROW_NUMBER() OVER (PARTITION BY e.mission_id ORDER BY e.seq DESC) AS newest \
-         FROM mission_events e WHERE e.event = '{progress}' \
-         AND e.mission_id IN (SELECT mission_id FROM missions WHERE state NOT IN ({not_live}))) AS recent \
-         WHERE newest <= 16 ORDER BY seq",
+        "SELECT mission_id, ts, data FROM events WHERE seq IN (SELECT seq FROM (SELECT m.seq, \
+         ROW_NUMBER() OVER (PARTITION BY m.mission_id ORDER BY m.seq DESC) AS newest \
+         FROM mission_events m WHERE m.event = '{progress}' \
+         AND m.mission_id IN (SELECT mission_id FROM missions WHERE state NOT IN ({not_live}))) AS recent \
+         WHERE newest <= 16) ORDER BY seq",
         progress = EventType::MissionProgress.as_str(),
         not_live = *NOT_LIVE,
     )
