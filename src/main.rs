@@ -96,7 +96,8 @@ enum Command {
         #[arg(long, env = "AIWG_SERVE_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Print a shell completion script, e.g. `aiwg-serve completions bash > ~/.local/share/bash-completion/completions/aiwg-serve`.
+    /// Print a shell completion script (bash, zsh, fish), e.g. into
+    /// ~/.local/share/bash-completion/completions/aiwg-serve (create the directory first)
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,

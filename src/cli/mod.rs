@@ -181,8 +181,21 @@ fn finish(result: Result<(), Failure>) -> ExitCode {
 pub fn completions(shell: clap_complete::Shell, mut command: clap::Command) -> ExitCode {
     let mut script = Vec::new();
     let name = command.get_name().to_owned();
-    clap_complete::generate(shell, &mut command, name, &mut script);
+    clap_complete::generate(shell, &mut command, name.clone(), &mut script);
+    if shell == clap_complete::Shell::Bash {
+        script = repaired_bash(&String::from_utf8_lossy(&script), &name).into_bytes();
+    }
     finish(Output::new(false).bytes(&script))
+}
+
+/// clap_complete's bash script names a hyphenated binary's subcommands two ways: the loop that walks
+/// the words typed says `aiwg__serve__subcmd__missions`, the table of what to offer says
+/// `aiwg__subcmd__serve__subcmd__missions`, so nothing below the top level completed. The table's names
+/// are made the loop's (the test runs the script in bash).
+fn repaired_bash(script: &str, name: &str) -> String {
+    let walked = name.replace('-', "__");
+    let tabled = name.replace('-', "__subcmd__");
+    script.replace(&format!("{tabled}__subcmd__"), &format!("{walked}__subcmd__"))
 }
 
 fn text(v: &Value, key: &str) -> String {

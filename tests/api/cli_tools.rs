@@ -195,6 +195,31 @@ async fn completions_for_each_shell() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Issue 36: below the top level, bash completed nothing. The script, run in bash as bash runs it for
+/// a TAB: what it offers after each line typed.
+#[tokio::test]
+async fn bash_completes_below_the_top_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("aiwg-serve.bash");
+    std::fs::write(&script, finish(command(&["completions", "bash"])).await.stdout).unwrap();
+    let offered = |line: &str| {
+        let probe = format!(
+            "source {}; COMP_WORDS=({line}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1)); COMP_LINE='{line}'; \
+             COMP_POINT=${{#COMP_LINE}}; _aiwg__serve aiwg-serve \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\"; \
+             echo \"${{COMPREPLY[*]}}\"",
+            script.display()
+        );
+        let out = std::process::Command::new("bash").args(["-c", &probe]).output().expect("bash runs");
+        assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(offered("aiwg-serve mis"), "missions");
+    assert_eq!(offered("aiwg-serve missions w"), "watch");
+    assert_eq!(offered("aiwg-serve executors und"), "undrain");
+    assert_eq!(offered("aiwg-serve missions watch --ti"), "--timeout");
+    assert_eq!(offered("aiwg-serve conformance server --pro"), "--profile");
+}
+
 /// Colour on a terminal, never through a pipe or with NO_COLOR set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn colour_only_on_a_terminal_without_no_color() {
