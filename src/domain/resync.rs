@@ -56,8 +56,10 @@ pub(crate) fn on_resync(
             (true, MissionState::Suspended) => decisions.push(Decision::Resume(id)),
             (true, _) => {}
             (false, MissionState::Assigned) if m.handover.before(link_opened) => decisions.push(Decision::Replay(id)),
-            (false, MissionState::Assigned) => {}
             (false, s) if s.is_terminal() || s == MissionState::Queued => {}
+            // Handed over after the socket opened: the resync could not list it (a resync reconciled
+            // late, after the mission was dispatched and got going, failed it as lost).
+            (false, _) if !m.handover.before(link_opened) => {}
             (false, _) => decisions.push(Decision::Lost(id)),
         }
     }
@@ -93,6 +95,9 @@ mod tests {
             owned("paused-lost", MissionState::Paused, Handover::Earlier),
             owned("hitl-lost", MissionState::HitlRequired, Handover::Earlier),
             owned("suspended-lost", MissionState::Suspended, Handover::Earlier),
+            owned("running-after-open", MissionState::Running, after),
+            owned("hitl-after-open", MissionState::HitlRequired, after),
+            owned("running-before-open-lost", MissionState::Running, before),
         ];
         let listed: Vec<String> =
             ["suspended-listed", "running-listed", "stranger-a", "stranger-b"].iter().map(|s| s.to_string()).collect();
@@ -110,6 +115,7 @@ mod tests {
                 Decision::Lost("paused-lost".into()),
                 Decision::Lost("hitl-lost".into()),
                 Decision::Lost("suspended-lost".into()),
+                Decision::Lost("running-before-open-lost".into()),
                 Decision::Abort("stranger-a".into(), Stranger::Ended),
                 Decision::Abort("stranger-b".into(), Stranger::Foreign),
             ]
