@@ -74,6 +74,10 @@ pub enum Error {
         horizon + 1
     )]
     EventsCompacted { horizon: i64 },
+    /// An operator's reference (a name, an id prefix) fits several executors or missions; the message
+    /// lists them.
+    #[error("{0}")]
+    Ambiguous(String),
     /// A follower replica found no leader to forward to (none yet, or it does not answer).
     #[error("{0}")]
     LeaderUnavailable(String),
@@ -110,6 +114,7 @@ impl Error {
             Error::MethodNotAllowed => ("method_not_allowed", S::METHOD_NOT_ALLOWED),
             Error::Conflict(_) => ("conflict", S::CONFLICT),
             Error::IllegalTransition(_) => ("illegal_transition", S::CONFLICT),
+            Error::Ambiguous(_) => ("ambiguous", S::CONFLICT),
             Error::ExecutorNotConnected(_) => ("executor_not_connected", S::CONFLICT),
             Error::ControlUnsupported(_) => ("control_unsupported", S::CONFLICT),
             Error::RequestTimeout(_) => ("request_timeout", S::REQUEST_TIMEOUT),

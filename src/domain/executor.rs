@@ -17,6 +17,42 @@ pub fn canonical_id(id: &str) -> String {
 }
 use crate::wattswarm::wire::RuntimeCapabilities;
 
+/// What an operator's reference to something (an executor, a mission) named among the ones there are.
+#[derive(Debug, PartialEq)]
+pub enum Named<T> {
+    One(T),
+    /// Several fit: the caller lists them (at most [`LISTED`]) so that the operator can pick one.
+    Several(Vec<T>),
+    Nothing,
+}
+
+/// How many candidates an ambiguous reference lists.
+pub const LISTED: usize = 10;
+
+/// The shortest id prefix taken for an id: shorter ones name too much to be meant.
+pub const MIN_PREFIX: usize = 4;
+
+/// Which executor `reference` names among `(id, name)` pairs: its id in any spelling, else its name when
+/// one executor has it, else a unique start of its id (at least [`MIN_PREFIX`] characters, any case).
+/// Operators type what the tables show (`builder-1`, `b1c4b006`), not whole UUIDs.
+pub fn resolve_executor<'a>(reference: &str, executors: &[(&'a str, &'a str)]) -> Named<&'a str> {
+    let id = canonical_id(reference);
+    if let Some((found, _)) = executors.iter().find(|(candidate, _)| *candidate == id) {
+        return Named::One(found);
+    }
+    let named: Vec<&str> = executors.iter().filter(|(_, name)| *name == reference).map(|(id, _)| *id).collect();
+    let prefix = reference.to_ascii_lowercase();
+    let started: Vec<&str> = match prefix.len() >= MIN_PREFIX {
+        true => executors.iter().filter(|(id, _)| id.starts_with(&prefix)).map(|(id, _)| *id).collect(),
+        false => Vec::new(),
+    };
+    match (named.as_slice(), started.as_slice()) {
+        ([one], _) | ([], [one]) => Named::One(one),
+        ([], []) => Named::Nothing,
+        ([], several) | (several, _) => Named::Several(several.iter().take(LISTED).copied().collect()),
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutorRecord {
     pub identity: RegisterPayload,
@@ -72,4 +108,28 @@ pub struct SandboxRecord {
     pub registered_at: DateTime<Utc>,
     pub registered_from: Option<String>,
     pub deregistered_at: Option<DateTime<Utc>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{resolve_executor, Named};
+
+    const A: &str = "b1c4b006-0000-4000-8000-000000000001";
+    const B: &str = "b1c4b006-0000-4000-8000-000000000002";
+    const C: &str = "c0ffee00-0000-4000-8000-000000000003";
+
+    #[test]
+    fn an_executor_is_named_by_id_name_or_unique_prefix() {
+        let fleet = [(A, "builder-1"), (B, "builder-2"), (C, "builder-2")];
+        assert_eq!(resolve_executor(A, &fleet), Named::One(A));
+        assert_eq!(resolve_executor(&A.to_uppercase(), &fleet), Named::One(A), "any spelling of the id");
+        assert_eq!(resolve_executor("builder-1", &fleet), Named::One(A));
+        assert_eq!(resolve_executor("builder-2", &fleet), Named::Several(vec![B, C]), "a name two executors share");
+        assert_eq!(resolve_executor("C0FFEE", &fleet), Named::One(C));
+        assert_eq!(resolve_executor("b1c4b006", &fleet), Named::Several(vec![A, B]));
+        assert_eq!(resolve_executor("c0f", &fleet), Named::Nothing, "too short to be a prefix");
+        assert_eq!(resolve_executor("builder-3", &fleet), Named::Nothing);
+        // A name that is also the start of another's id: the name wins (it is what the tables show).
+        assert_eq!(resolve_executor("c0ffee", &[(A, "c0ffee"), (C, "x")]), Named::One(A));
+    }
 }

@@ -22,7 +22,10 @@ mod state;
 
 pub use effects::{hitl_effect, is_repeat, patch_for};
 pub use event::{NewEvent, StoredEvent};
-pub use executor::{canonical_id, ExecutorRecord, RuntimeKind, RuntimeRecord, SandboxRecord};
+pub use executor::{
+    canonical_id, resolve_executor, ExecutorRecord, Named, RuntimeKind, RuntimeRecord, SandboxRecord, LISTED,
+    MIN_PREFIX,
+};
 pub use hitl::{HitlOutcome, HitlRequest};
 pub use live::{progress_key, session_prefix, Handover, Live, Projection, Undo};
 pub use mission::{Mission, MissionPatch};

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::etag;
-use super::extract::{Bearer, Contract, ExecutorId, Operator, Page, SocketUpgrade};
+use super::extract::{Bearer, Contract, ExecutorId, ExecutorRef, Operator, Page, SocketUpgrade};
 use crate::app::App;
 use crate::contract::RegisterPayload;
 use crate::domain::canonical_id;
@@ -82,28 +82,28 @@ async fn list(_: Operator, State(app): State<Arc<App>>, headers: HeaderMap, uri:
 async fn show(
     _: Operator,
     State(app): State<Arc<App>>,
-    ExecutorId(id): ExecutorId,
+    ExecutorRef(id): ExecutorRef,
     headers: HeaderMap,
 ) -> Result<Response> {
     let status = app.registry.status(&id).ok_or_else(|| Error::NotFound(format!("executor {id} is not registered")))?;
     Ok(etag::respond(&headers, &status))
 }
 
-async fn drain(_: Operator, State(app): State<Arc<App>>, ExecutorId(id): ExecutorId) -> Result<Response> {
+async fn drain(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
     app.fleet.set_draining(&id, true).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": true}))).into_response())
 }
 
-async fn undrain(_: Operator, State(app): State<Arc<App>>, ExecutorId(id): ExecutorId) -> Result<Response> {
+async fn undrain(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
     app.fleet.set_draining(&id, false).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
 }
 
-async fn readiness(_: Operator, State(app): State<Arc<App>>, ExecutorId(id): ExecutorId) -> Result<Response> {
+async fn readiness(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
     Ok(Json(app.dispatcher.readiness_of(&id).await?).into_response())
 }
 
-async fn remove(_: Operator, State(app): State<Arc<App>>, ExecutorId(id): ExecutorId) -> Result<Response> {
+async fn remove(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
     app.fleet.remove_executor(&id).await?;
     Ok((StatusCode::OK, Json(json!({"executor_id": id, "removed": true}))).into_response())
 }

@@ -159,6 +159,31 @@ impl<S: Send + Sync> FromRequestParts<S> for ExecutorId {
     }
 }
 
+/// The executor an operator means in the path: its id, its name when unique, or a unique start of its
+/// id (`executors drain builder-1`); several that fit are 409 `ambiguous`, listed.
+pub(super) struct ExecutorRef(pub String);
+
+impl FromRequestParts<Arc<App>> for ExecutorRef {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
+        let PathId(reference) = PathId::from_request_parts(parts, app).await?;
+        Ok(ExecutorRef(app.registry.resolve(&reference)?))
+    }
+}
+
+/// The mission an operator means in the path: its id, or a unique start of it.
+pub(super) struct MissionRef(pub String);
+
+impl FromRequestParts<Arc<App>> for MissionRef {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
+        let PathId(reference) = PathId::from_request_parts(parts, app).await?;
+        Ok(MissionRef(app.status.resolve_mission(&reference).await?))
+    }
+}
+
 /// A route's query parameters. Anything that does not parse is one JSON error, `invalid_query` (400),
 /// where axum's own `Query` would answer in plain text; so is a value holding U+0000 (`%00`).
 pub(super) struct Params<T>(pub T);

@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::etag;
-use super::extract::{Contract, Operator, Params, PathId};
+use super::extract::{Contract, MissionRef, Operator, Params};
 use crate::app::App;
 use crate::clock;
 use crate::contract::HitlResponsePayload;
@@ -39,28 +39,33 @@ async fn act(app: &Arc<App>, id: &str, action: Action<'_>) -> Result<Accepted> {
     Ok((StatusCode::ACCEPTED, Json(app.controls.operate(id, action).await?)))
 }
 
-async fn pause(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Accepted> {
+async fn pause(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
     act(&app, &id, Action::Pause).await
 }
 
-async fn resume(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Accepted> {
+async fn resume(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
     act(&app, &id, Action::Resume).await
 }
 
-async fn abort(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Accepted> {
+async fn abort(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
     act(&app, &id, Action::Abort).await
 }
 
 async fn hitl_response(
     _: Operator,
     State(app): State<Arc<App>>,
-    PathId(id): PathId,
+    MissionRef(id): MissionRef,
     Contract { body, .. }: Contract<HitlResponsePayload>,
 ) -> Result<Accepted> {
     act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }).await
 }
 
-async fn show(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId, headers: HeaderMap) -> Result<Response> {
+async fn show(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    MissionRef(id): MissionRef,
+    headers: HeaderMap,
+) -> Result<Response> {
     Ok(etag::respond(&headers, &app.status.mission_detail(&id).await?))
 }
 

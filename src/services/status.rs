@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::dispatcher::Dispatcher;
 use super::registry::Registry;
+use crate::domain::{LISTED, MIN_PREFIX};
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot, StoreStats};
 use crate::store::{MissionQuery, Store};
@@ -67,6 +68,26 @@ impl Status {
             queue_oldest_age_s: oldest.as_secs_f64(),
             store: None,
         })
+    }
+
+    /// The id of the mission an operator means by `reference`: its id, or a unique start of it (at least
+    /// [`MIN_PREFIX`] characters), as the tables show them shortened.
+    pub async fn resolve_mission(&self, reference: &str) -> Result<String> {
+        let long_enough = reference.chars().count() >= MIN_PREFIX;
+        let limit = if long_enough { LISTED as u32 + 1 } else { 0 };
+        let mut named = self.store.missions_named(reference, limit).await?;
+        match named.as_slice() {
+            [_] => Ok(named.remove(0)),
+            [_, ..] => {
+                let more = if named.len() > LISTED { ", ..." } else { "" };
+                named.truncate(LISTED);
+                Err(Error::Ambiguous(format!(
+                    "'{reference}' starts more than one mission id: {}{more}; use the whole id (or more of it)",
+                    named.join(", ")
+                )))
+            }
+            _ => Err(Error::NotFound(format!("mission {reference} not found"))),
+        }
     }
 
     pub async fn mission_status(&self, mission_id: &str) -> Result<MissionStatus> {

@@ -162,6 +162,11 @@ pub trait Storage: Send + Sync {
 
     fn mission<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<Mission>>>;
 
+    /// The missions `reference` may name: the one whose id it is, alone; otherwise up to `limit` whose
+    /// ids start with it, in id order (a scan, for an operator's typed prefix: the exact id is looked up
+    /// by key first; `limit` 0 looks for the exact id only).
+    fn missions_named<'a>(&'a self, reference: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<String>>>;
+
     /// The newest `limit` events of a mission that fit in `max_bytes` of data (the newest always),
     /// oldest first.
     fn recent_events<'a>(

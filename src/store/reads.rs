@@ -229,6 +229,27 @@ where
         row.as_ref().map(located("missions", "mission_id", mission_from_row)).transpose()
     }
 
+    pub(super) async fn missions_named(&self, reference: &str, limit: u32) -> Result<Vec<String>> {
+        let exact = sqlx::query("SELECT mission_id FROM missions WHERE mission_id = $1")
+            .bind(reference)
+            .fetch_optional(&self.pool)
+            .await?;
+        if exact.is_some() || limit == 0 {
+            return Ok(exact.map(|_| reference.to_owned()).into_iter().collect());
+        }
+        let length = i64::try_from(reference.chars().count()).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT mission_id FROM missions WHERE substr(mission_id, 1, CAST($2 AS INTEGER)) = $1 \
+             ORDER BY mission_id LIMIT $3",
+        )
+        .bind(reference)
+        .bind(length)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| r.text("mission_id")).collect()
+    }
+
     pub(super) async fn recent_events(
         &self,
         mission_id: &str,

@@ -76,6 +76,10 @@ where
         Box::pin(self.reads.mission(mission_id))
     }
 
+    fn missions_named<'a>(&'a self, reference: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(self.reads.missions_named(reference, limit))
+    }
+
     fn recent_events<'a>(
         &'a self,
         mission_id: &'a str,

@@ -281,3 +281,58 @@ async fn remove_a_stale_executor_and_list_every_page() {
     assert_eq!(listed["executors"].as_array().unwrap().len(), 600);
     assert!(listed.get("next_cursor").is_none());
 }
+
+/// Issue 36, finding 3: `executors drain builder-1`, `executors drain b1c4b006` and `missions show
+/// m-5c281c48` were all 404. An executor is named by its id, its name when unique, or a unique start of
+/// its id; a mission by its id or a unique start of it; what fits several is 409 `ambiguous`, listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_and_missions_are_named_as_an_operator_types_them() {
+    let server = TestServer::start().await;
+    let mut named = Vec::new();
+    for name in ["builder-1", "twin", "twin"] {
+        let mut e = ScriptedExecutor::listen(&[]).await;
+        let mut payload = e.register_payload();
+        payload["name"] = json!(name);
+        let r = server.client.post("/api/v1/executors/register", &payload).await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        e.token = r.body["token"].as_str().unwrap().to_owned();
+        named.push(e);
+    }
+    let builder = &named[0].id;
+    let out = cli(&server.base, &["executors", "drain", "builder-1"], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(server.client.get(&format!("/api/v1/executors/{builder}")).await.body["draining"], true);
+    let out = cli(&server.base, &["executors", "undrain", &builder[..8].to_uppercase()], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "a prefix, in any case: {}", stderr(&out));
+    assert_eq!(server.client.get(&format!("/api/v1/executors/{builder}")).await.body.get("draining"), None);
+    let out = cli(&server.base, &["executors", "drain", "twin"], &[]).await;
+    assert_eq!(out.status.code(), Some(4));
+    let said = stderr(&out);
+    assert!(said.contains("409 ambiguous") && said.contains(&named[1].id) && said.contains(&named[2].id), "{said}");
+    server.client.get("/api/v1/executors/twin").await.assert_error(409, "ambiguous");
+    server.client.get("/api/v1/executors/no-such-one").await.assert_error(404, "not_found");
+
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let shared = format!("m-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let (first, second) = (format!("{shared}a1"), format!("{shared}b2"));
+    // An id that is the start of another's.
+    let longer = format!("{first}x");
+    for id in [&first, &second, &longer] {
+        assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(id)).await.status, 202);
+        e.next_dispatch().await;
+        ws.ack("mission.started", id, json!({"state": "running"})).await;
+    }
+    let shown = |out: std::process::Output| serde_json::from_slice::<Value>(&out.stdout).unwrap()["mission_id"].clone();
+    let out = cli(&server.base, &["--json", "missions", "show", &format!("{shared}b")], &[]).await;
+    assert_eq!(shown(out), second.as_str());
+    // The whole id is taken as it is, although another starts with it.
+    let out = cli(&server.base, &["--json", "missions", "show", &first], &[]).await;
+    assert_eq!(shown(out), first.as_str());
+    let out = cli(&server.base, &["missions", "show", &shared], &[]).await;
+    assert_eq!(out.status.code(), Some(4));
+    assert!(stderr(&out).contains(&format!("{first}, {longer}, {second}")), "{}", stderr(&out));
+    let out = cli(&server.base, &["missions", "abort", &format!("{shared}b")], &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(server.mission(&second).await["state"], "aborted");
+    server.client.get("/api/v1/missions/m-x").await.assert_error(404, "not_found");
+}

@@ -19,7 +19,7 @@ use crate::contract::{RegisterPayload, TransportEndpoints};
 use crate::domain::capabilities::{Abilities, Known};
 use crate::domain::reclaim::{decide_token, Held, TokenDecision};
 use crate::domain::routing::RoutingView;
-use crate::domain::{ExecutorRecord, ServeEvent};
+use crate::domain::{resolve_executor, ExecutorRecord, Named, ServeEvent};
 use crate::error::{Error, Result};
 use crate::net::is_loopback;
 use crate::store::{Change, Store};
@@ -435,6 +435,38 @@ impl Registry {
             registered_from: e.row.registered_from.clone(),
             token: e.token.clone(),
         })
+    }
+
+    /// The id of the registered executor an operator means by `reference`: its id, its name when
+    /// unique, or a unique start of its id ([`resolve_executor`]).
+    pub fn resolve(&self, reference: &str) -> Result<String> {
+        let inner = self.inner.read().expect("registry lock");
+        let fleet: Vec<(&str, &str)> = inner
+            .order
+            .iter()
+            .filter_map(|id| inner.executors.get(id))
+            .filter(|e| e.live())
+            .map(|e| (e.row.identity.executor_id.as_str(), e.row.identity.name.as_str()))
+            .collect();
+        let names = |ids: &[&str]| -> String {
+            ids.iter()
+                .map(|id| match inner.executors.get(*id) {
+                    Some(e) => format!("{id} ({})", e.row.identity.name),
+                    None => (*id).to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match resolve_executor(reference, &fleet) {
+            Named::One(id) => Ok(id.to_owned()),
+            Named::Several(ids) => Err(Error::Ambiguous(format!(
+                "'{reference}' names more than one executor: {}; use an id (or a longer prefix of one)",
+                names(&ids)
+            ))),
+            Named::Nothing => Err(Error::NotFound(format!(
+                "no registered executor has the id, the name or an id starting with '{reference}'"
+            ))),
+        }
     }
 
     /// Runs `f` over the executors a dispatch may go to (connected ones, and the pinned one whatever its
