@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::etag;
-use super::extract::{Contract, MissionRef, Operator, Params};
+use super::extract::{Contract, MissionRef, Operator, Params, PathId};
 use crate::app::App;
 use crate::clock;
 use crate::contract::HitlResponsePayload;
@@ -54,9 +54,11 @@ async fn abort(_: Operator, State(app): State<Arc<App>>, MissionRef(id): Mission
 async fn hitl_response(
     _: Operator,
     State(app): State<Arc<App>>,
-    MissionRef(id): MissionRef,
+    PathId(reference): PathId,
     Contract { body, .. }: Contract<HitlResponsePayload>,
 ) -> Result<Accepted> {
+    // The body is judged (415 for a browser's text/plain) before the mission is looked up.
+    let id = app.status.resolve_mission(&reference).await?;
     act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }).await
 }
 

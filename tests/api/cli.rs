@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
-use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer, WAIT};
+use crate::support::{checked_out_commit, dispatch_body, mission_id, ScriptedExecutor, TestServer, WAIT};
 
 /// `aiwg-serve <args>` with none of the operator's own environment leaking in.
 pub fn command(args: &[&str]) -> Command {
@@ -90,13 +90,7 @@ async fn dispatch_wait_follows_the_mission_to_its_end() {
 #[tokio::test]
 async fn the_version_names_the_commit() {
     let out = finish(command(&["--version"])).await;
-    let head = std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let head = checked_out_commit();
     let expected = match head {
         Some(commit) => format!("aiwg-serve {} ({commit})\n", env!("CARGO_PKG_VERSION")),
         None => format!("aiwg-serve {}\n", env!("CARGO_PKG_VERSION")),

@@ -125,13 +125,7 @@ async fn metrics_carry_process_and_build_information() {
     let build = format!("\naiwg_build_info{{version=\"{}\"{commit}}} 1\n", env!("CARGO_PKG_VERSION"));
     assert!(text.contains(&build), "{build:?} in:\n{text}");
     // From a git checkout the commit is known, and it is the one checked out.
-    let head = std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let head = crate::support::checked_out_commit();
     if let Some(head) = head {
         assert_eq!(aiwg_serve::metrics::GIT_COMMIT, Some(head.as_str()));
     }

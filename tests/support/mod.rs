@@ -188,6 +188,17 @@ pub async fn dispatch_to(server: &TestServer, e: &mut ScriptedExecutor) -> Strin
 
 /// A fresh mission id, ASCII and unique in its first 8 bytes (the agentic-sandbox executor keys sessions
 /// by them).
+/// The commit this checkout has out, as the build records it (12 characters); `None` outside git.
+pub fn checked_out_commit() -> Option<String> {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+}
+
 pub fn mission_id() -> String {
     format!("m-{}", uuid::Uuid::new_v4().simple())
 }
