@@ -15,10 +15,9 @@ use crate::domain::{HitlRequest, Mission, StoredEvent};
 /// HITL request waiting for an operator.
 #[derive(Debug, Serialize)]
 pub struct MissionStatus {
+    /// With the whole objective (the detail reads the whole payload).
     #[serde(flatten)]
     pub summary: MissionSummary,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub objective: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
     pub recent_events: Vec<Envelope>,
@@ -32,11 +31,9 @@ pub struct MissionStatus {
 impl MissionStatus {
     pub fn from_row(mut row: Mission, events: Vec<StoredEvent>) -> MissionStatus {
         let routing = row.routing.take();
-        let text = |key: &str| row.payload.get(key).and_then(Value::as_str).map(str::to_owned);
-        let (objective, completion) = (text("objective"), text("completion"));
+        let completion = row.payload.get("completion").and_then(Value::as_str).map(str::to_owned);
         MissionStatus {
             summary: MissionSummary::from(row),
-            objective,
             completion,
             recent_events: events.into_iter().map(|e| e.envelope).collect(),
             routing,
@@ -105,6 +102,14 @@ pub struct MissionSummary {
     /// events and every other kind kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compacted_at: Option<String>,
+    /// What the mission is for (a listing reads its first 120 characters only: each store adapter's
+    /// `LISTED_OBJECTIVE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objective: Option<String>,
+    /// Seconds from the dispatch to the end, once ended (a live one's is the reader's clock's to say:
+    /// a field that changed with every read would defeat the listing's ETag).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
 }
 
 impl From<Mission> for MissionSummary {
@@ -123,6 +128,8 @@ impl From<Mission> for MissionSummary {
             exit_code: r.exit_code,
             error: r.error,
             compacted_at: r.compacted_at.map(clock::format),
+            objective: r.payload.get("objective").and_then(Value::as_str).map(str::to_owned),
+            duration_s: r.completed_at.map(|end| (end - r.created_at).num_milliseconds().max(0) as f64 / 1000.0),
         }
     }
 }

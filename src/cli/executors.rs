@@ -76,13 +76,13 @@ async fn list_executors(client: &Client, out: &Output) -> Result<(), Failure> {
                 (false, _) => "no",
             };
             vec![
-                text(e, "executor_id"),
                 text(e, "name"),
+                text(e, "executor_id"),
                 connected.into(),
                 text(e, "active_mission_count"),
                 if caps.is_empty() { "-".into() } else { caps.join(",") },
             ]
         })
         .collect();
-    out.table(&["EXECUTOR", "NAME", "CONNECTED", "ACTIVE", "CAPABILITIES"], rows)
+    out.table(&["NAME", "EXECUTOR", "CONNECTED", "ACTIVE", "CAPABILITIES"], rows)
 }

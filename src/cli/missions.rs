@@ -1,6 +1,7 @@
 //! `aiwg-serve missions`: list and show missions, follow one to its end (also for `dispatch --wait`),
 //! and the controls (pause, resume, abort, answer a HITL request).
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -9,14 +10,17 @@ use serde_json::{json, Value};
 
 use super::client::{CallError, Client};
 use super::output::Output;
-use super::{enc, summary, text, Exit, Failure};
+use super::{enc, shortened, summary, text, Exit, Failure};
 
 #[derive(Subcommand, Debug)]
 pub enum MissionsCommand {
     /// List missions, newest first, a page at a time
     List {
-        #[arg(long)]
-        state: Option<String>,
+        /// Only missions in these states (comma-separated or repeated)
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(
+            crate::domain::MissionState::ALL.iter().map(|s| s.as_str())))]
+        state: Vec<String>,
+        /// Only missions of this executor: its id, name or id prefix
         #[arg(long)]
         executor: Option<String>,
         #[arg(long)]
@@ -59,6 +63,11 @@ pub enum MissionsCommand {
 pub(super) async fn run(client: &Client, out: &Output, cmd: MissionsCommand) -> Result<(), Failure> {
     match cmd {
         MissionsCommand::List { state, executor, session, limit, cursor, all } => {
+            let executor = match executor {
+                Some(reference) => Some(executor_id(client, &reference).await?),
+                None => None,
+            };
+            let state = (!state.is_empty()).then(|| state.join(","));
             let mut query = vec![format!("limit={limit}")];
             for (k, v) in [("state", state), ("executor_id", executor), ("session_id", session)] {
                 if let Some(v) = v {
@@ -96,6 +105,7 @@ async fn list_missions(
     all: bool,
 ) -> Result<(), Failure> {
     let mut rows = Vec::new();
+    let names = if out.json { HashMap::new() } else { executor_names(client).await? };
     loop {
         let at = cursor.as_deref().map(|c| format!("&cursor={}", enc(c))).unwrap_or_default();
         let page = client.get(&format!("/api/v1/missions?{query}{at}")).await?;
@@ -105,12 +115,21 @@ async fn list_missions(
         } else {
             let now = chrono::Utc::now();
             rows.extend(page["missions"].as_array().into_iter().flatten().map(|m| {
-                let mut row: Vec<String> = ["mission_id", "state", "executor_id", "session_id", "updated_at"]
-                    .iter()
-                    .map(|k| text(m, k))
-                    .collect();
-                row.push(silent_for(m, now).unwrap_or_else(|| "-".into()));
-                row
+                let executor = m["executor_id"].as_str().map_or("-".to_owned(), |id| match names.get(id) {
+                    Some(name) => name.clone(),
+                    None => id.chars().take(8).collect(),
+                });
+                let objective = m["objective"].as_str().map_or("-".to_owned(), |o| shortened(o, OBJECTIVE_CHARS));
+                vec![
+                    text(m, "mission_id"),
+                    text(m, "state"),
+                    executor,
+                    text(m, "session_id"),
+                    text(m, "created_at"),
+                    duration(m, now),
+                    objective,
+                    silent_for(m, now).unwrap_or_else(|| "-".into()),
+                ]
             }));
         }
         match (&cursor, all) {
@@ -122,7 +141,9 @@ async fn list_missions(
     }
     match out.json {
         true => Ok(()),
-        false => out.table(&["MISSION", "STATE", "EXECUTOR", "SESSION", "UPDATED", "SILENT"], rows),
+        false => {
+            out.table(&["MISSION", "STATE", "EXECUTOR", "SESSION", "CREATED", "DURATION", "OBJECTIVE", "SILENT"], rows)
+        }
     }
 }
 
@@ -278,13 +299,53 @@ fn silent_for(m: &Value, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
         return None;
     }
     let since = crate::clock::parse(m["updated_at"].as_str()?)?;
-    let secs = (now - since).num_seconds().max(0);
-    Some(match secs {
+    Some(human((now - since).num_seconds()))
+}
+
+/// How long a mission took (ended: what serve says) or has taken so far (live: by this clock).
+fn duration(m: &Value, now: chrono::DateTime<chrono::Utc>) -> String {
+    if let Some(secs) = m["duration_s"].as_f64() {
+        return human(secs as i64);
+    }
+    match m["created_at"].as_str().and_then(crate::clock::parse) {
+        Some(created) => format!("{} so far", human((now - created).num_seconds())),
+        None => "-".into(),
+    }
+}
+
+/// Seconds as a person reads them: `42s`, `3m 05s`, `2h 10m`, `1d 04h`.
+fn human(secs: i64) -> String {
+    let secs = secs.max(0);
+    match secs {
         0..=59 => format!("{secs}s"),
         60..=3599 => format!("{}m {:02}s", secs / 60, secs % 60),
         3600..=86399 => format!("{}h {:02}m", secs / 3600, secs % 3600 / 60),
         _ => format!("{}d {:02}h", secs / 86400, secs % 86400 / 3600),
-    })
+    }
+}
+
+/// How much of an objective a row of the table shows.
+const OBJECTIVE_CHARS: usize = 40;
+
+/// The id of the executor an operator names (id, name or id prefix), as serve resolves it; one serve
+/// does not know (deregistered, its missions kept) is taken as written.
+async fn executor_id(client: &Client, reference: &str) -> Result<String, Failure> {
+    match client.get(&format!("/api/v1/executors/{}", enc(reference))).await {
+        Ok(e) => Ok(text(&e, "executor_id")),
+        Err(CallError::Refused { status: 404, .. }) => Ok(reference.to_owned()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Every registered executor's name, by id: the table shows names, not UUIDs.
+async fn executor_names(client: &Client) -> Result<HashMap<String, String>, Failure> {
+    let listed = client.get("/api/v1/executors").await?;
+    Ok(listed["executors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| (text(e, "executor_id"), text(e, "name")))
+        .collect())
 }
 
 /// Pause, resume or abort, idempotently: a mission already in the state asked for is what the caller

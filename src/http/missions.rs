@@ -88,10 +88,18 @@ async fn list(
     headers: HeaderMap,
     Params(p): Params<ListParams>,
 ) -> Result<Response> {
-    let state = p
+    // One state or several, comma-separated; an unknown one is refused with the list of them.
+    let states = p
         .state
-        .map(|s| MissionState::parse(&s).ok_or_else(|| Error::InvalidQuery(format!("unknown state {s:?}"))))
-        .transpose()?;
+        .iter()
+        .flat_map(|s| s.split(','))
+        .map(|s| {
+            MissionState::parse(s.trim()).ok_or_else(|| {
+                let known: Vec<&str> = MissionState::ALL.iter().map(|s| s.as_str()).collect();
+                Error::InvalidQuery(format!("unknown state {s:?}; the states are {}", known.join(", ")))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let updated_since = p
         .updated_since
         .map(|s| {
@@ -108,6 +116,6 @@ async fn list(
         return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_PAGE}")));
     }
     let executor_id = p.executor_id.as_deref().map(canonical_id);
-    let query = MissionQuery { state, executor_id, session_id: p.session_id, updated_since, before_id, limit };
+    let query = MissionQuery { states, executor_id, session_id: p.session_id, updated_since, before_id, limit };
     Ok(etag::respond(&headers, &app.status.missions(query).await?))
 }

@@ -153,12 +153,21 @@ pub(super) struct Reads<DB: Database> {
     pub(super) migrations: migrate::Migrations,
     /// The adapter's query for the bytes its data takes, as one `bytes` column.
     pub(super) size: &'static str,
+    /// The adapter's expression for a listed mission's payload: a JSON object with the first 120
+    /// characters of its objective, not the whole dispatch (a page of 500 would read every lease and
+    /// objective whole).
+    pub(super) listed_objective: &'static str,
 }
 
 // By hand: a derive would ask `DB: Clone`, which database types are not.
 impl<DB: Database> Clone for Reads<DB> {
     fn clone(&self) -> Reads<DB> {
-        Reads { pool: self.pool.clone(), migrations: self.migrations, size: self.size }
+        Reads {
+            pool: self.pool.clone(),
+            migrations: self.migrations,
+            size: self.size,
+            listed_objective: self.listed_objective,
+        }
     }
 }
 
@@ -284,20 +293,24 @@ where
     }
 
     pub(super) async fn missions(&self, q: &MissionQuery) -> Result<Vec<(i64, Mission)>> {
-        let mut sql = String::from(
-            "SELECT id, mission_id, session_id, executor_id, state, 'null' AS payload, created_at, updated_at, \
+        let mut sql = format!(
+            "SELECT id, mission_id, session_id, executor_id, state, {objective} AS payload, created_at, updated_at, \
              completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, \
              NULL AS terminal_data, queued_reason, checkpoint_id, compacted_at \
              FROM missions WHERE 1 = 1",
+            objective = self.listed_objective,
         );
         let mut texts = Vec::new();
+        if !q.states.is_empty() {
+            let first = texts.len() + 1;
+            texts.extend(q.states.iter().map(|s| s.as_str().to_owned()));
+            let places: Vec<String> = (first..=texts.len()).map(|n| format!("${n}")).collect();
+            sql.push_str(&format!(" AND state IN ({})", places.join(", ")));
+        }
         let mut filter = |column: &str, op: &str, value: String| {
             texts.push(value);
             sql.push_str(&format!(" AND {column} {op} ${}", texts.len()));
         };
-        if let Some(state) = q.state {
-            filter("state", "=", state.as_str().to_owned());
-        }
         if let Some(executor_id) = &q.executor_id {
             filter("executor_id", "=", executor_id.clone());
         }

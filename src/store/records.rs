@@ -120,7 +120,8 @@ impl<'a> CommitSlot<'a> {
 /// Filters of `GET /api/v1/missions`; all optional, combined with AND.
 #[derive(Clone, Debug, Default)]
 pub struct MissionQuery {
-    pub state: Option<MissionState>,
+    /// Any of these states (none: every state).
+    pub states: Vec<MissionState>,
     pub executor_id: Option<String>,
     pub session_id: Option<String>,
     pub updated_since: Option<chrono::DateTime<chrono::Utc>>,

@@ -200,14 +200,32 @@ async fn listing_showing_controlling_and_answering() {
     let out = cli(&server.base, &["executors", "list"], &[]).await;
     assert_eq!(out.status.code(), Some(0));
     let table = stdout(&out);
-    assert!(table.starts_with("EXECUTOR"), "{table}");
+    assert!(table.starts_with("NAME"), "tables lead with names: {table}");
+    assert!(table.lines().nth(1).unwrap().starts_with("scripted-executor"), "{table}");
     assert!(table.lines().nth(1).unwrap().contains(&e.id) && table.contains("yes"), "{table}");
     let out = cli(&server.base, &["--json", "executors", "list"], &[]).await;
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed["executors"][0]["executor_id"], e.id.as_str());
 
     let out = cli(&server.base, &["missions", "list", "--state", "running"], &[]).await;
-    assert!(stdout(&out).lines().nth(1).unwrap().starts_with(&id), "{}", stdout(&out));
+    let row = stdout(&out).lines().nth(1).unwrap().to_owned();
+    // Issue 36: the executor by name, when it was dispatched, for how long so far, and what for.
+    assert!(row.starts_with(&id) && row.contains(" scripted-executor "), "{row}");
+    assert!(row.contains(" so far ") && row.contains("Add JWT validation to /auth/login"), "{row}");
+    let out =
+        cli(&server.base, &["missions", "list", "--state", "done,paused", "--executor", "scripted-executor"], &[])
+            .await;
+    assert_eq!(stdout(&out).lines().count(), 1, "several states, none of them the mission's: {}", stdout(&out));
+    let out = cli(&server.base, &["missions", "list", "--state", "running", "--state", "done"], &[]).await;
+    assert!(stdout(&out).contains(&id), "{}", stdout(&out));
+    let out = cli(&server.base, &["missions", "list", "--state", "runing"], &[]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("possible values: queued, assigned"), "{}", stderr(&out));
+    let r = server.client.get("/api/v1/missions?state=running,runing").await;
+    assert!(r.assert_error(400, "invalid_query").contains("the states are queued, assigned"), "{}", r.body);
+    let listed = server.client.get("/api/v1/missions?state=running").await;
+    assert_eq!(listed.body["missions"][0]["objective"], "Add JWT validation to /auth/login");
+    assert!(listed.body["missions"][0].get("duration_s").is_none(), "a live mission's is the reader's to say");
     let out = cli(&server.base, &["missions", "show", &id], &[]).await;
     assert!(stdout(&out).contains("mission.started"), "{}", stdout(&out));
 
@@ -225,6 +243,8 @@ async fn listing_showing_controlling_and_answering() {
     assert_eq!((out.status.code(), stdout(&out)), (Some(0), format!("mission {id}: already paused\n")));
     let out = cli(&server.base, &["missions", "abort", &id], &[]).await;
     assert_eq!(out.status.code(), Some(0));
+    let ended = server.client.get("/api/v1/missions").await.body["missions"][0].clone();
+    assert!(ended["duration_s"].as_f64().is_some_and(|d| d >= 0.0), "an ended mission says how long: {ended}");
     let out = cli(&server.base, &["missions", "resume", &id], &[]).await;
     assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).contains("409 illegal_transition"), "{}", stderr(&out));
@@ -281,7 +301,8 @@ async fn executors_list_shows_capabilities() {
     let out = cli(&server.base, &["executors", "list"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let row = stdout(&out).lines().nth(1).map(str::to_owned).unwrap_or_default();
-    assert!(row.starts_with(&e.id) && row.ends_with("  hitl,runtime:codex,x-acks"), "{}", stdout(&out));
+    assert!(row.starts_with("scripted-executor") && row.contains(&e.id), "{}", stdout(&out));
+    assert!(row.ends_with("  hitl,runtime:codex,x-acks"), "{}", stdout(&out));
 }
 
 /// Finding 2: a queued mission was reported `assigned to executor -`.

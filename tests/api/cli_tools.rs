@@ -226,10 +226,10 @@ async fn colour_only_on_a_terminal_without_no_color() {
     let server = TestServer::start().await;
     let _online = ScriptedExecutor::online(&server, &[]).await;
     let on_terminal = terminal_output(&server.base, &[]).await;
-    assert!(on_terminal.contains("\x1b[1mEXECUTOR"), "{on_terminal:?}");
+    assert!(on_terminal.contains("\x1b[1mNAME"), "{on_terminal:?}");
     assert!(on_terminal.contains("\x1b[32myes\x1b[0m"), "{on_terminal:?}");
     let no_color = terminal_output(&server.base, &[("NO_COLOR", "1")]).await;
-    assert!(no_color.starts_with("EXECUTOR") && !no_color.contains('\x1b'), "{no_color:?}");
+    assert!(no_color.starts_with("NAME") && !no_color.contains('\x1b'), "{no_color:?}");
     let piped = cli(&server.base, &["executors", "list"], &[]).await;
     assert!(!stdout(&piped).contains('\x1b'), "{}", stdout(&piped));
 }

@@ -164,7 +164,7 @@ mod cases {
     };
     use aiwg_serve::wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
-    use serde_json::{json, Value};
+    use serde_json::json;
     use tokio::sync::broadcast::error::TryRecvError;
 
     use super::Harness;
@@ -457,12 +457,14 @@ mod cases {
             ("m6", "s2", Some("e2"), Running),
         ];
         for (n, (id, session, executor, state)) in (1..).zip(specs) {
-            let row = Mission {
+            let mut row = Mission {
                 updated_at: ts(n),
                 routing: Some(json!({"chosen": executor})),
                 terminal_data: Some(json!({})),
                 ..mission(id, session, executor, state)
             };
+            // Characters of two bytes, past the 120 a listing carries.
+            row.payload["objective"] = json!(format!("{id}: {}", "é".repeat(130)));
             store.commit(vec![insert(&row)]).await.unwrap();
         }
         let list = |q: MissionQuery| {
@@ -481,11 +483,14 @@ mod cases {
         assert_eq!(ids(&everything), ["m6", "m5", "m4", "m3", "m2", "m1"]);
         for (_, row) in &everything {
             let stored = store.mission(&row.mission_id).await.unwrap().unwrap();
-            // A listing leaves out the payload, the routing and the terminal data.
-            let listed = Mission { payload: Value::Null, routing: None, terminal_data: None, ..stored };
+            // A listing leaves out the payload but its objective's first 120 characters, the routing and
+            // the terminal data.
+            let objective: String = stored.payload["objective"].as_str().unwrap().chars().take(120).collect();
+            let payload = json!({"objective": objective});
+            let listed = Mission { payload, routing: None, terminal_data: None, ..stored };
             assert_eq!(row, &listed);
         }
-        let by_state = list(MissionQuery { state: Some(Running), ..limit(10) }).await;
+        let by_state = list(MissionQuery { states: vec![Running], ..limit(10) }).await;
         assert_eq!(ids(&by_state), ["m6", "m3", "m1"]);
         let by_executor = list(MissionQuery { executor_id: Some("e1".into()), ..limit(10) }).await;
         assert_eq!(ids(&by_executor), ["m5", "m3", "m1"]);
@@ -493,9 +498,9 @@ mod cases {
         assert_eq!(ids(&by_session), ["m5", "m2", "m1"]);
         let since = list(MissionQuery { updated_since: Some(ts(3)), ..limit(10) }).await;
         assert_eq!(ids(&since), ["m6", "m5", "m4"], "strictly after");
-        let combined = list(MissionQuery { state: Some(Running), executor_id: Some("e1".into()), ..limit(10) }).await;
+        let combined = list(MissionQuery { states: vec![Running], executor_id: Some("e1".into()), ..limit(10) }).await;
         assert_eq!(ids(&combined), ["m3", "m1"]);
-        let none = list(MissionQuery { session_id: Some("s2".into()), state: Some(Done), ..limit(10) }).await;
+        let none = list(MissionQuery { session_id: Some("s2".into()), states: vec![Done], ..limit(10) }).await;
         assert_eq!(ids(&none), Vec::<String>::new());
 
         // Paging by cursor.

@@ -43,6 +43,8 @@ const MIGRATION_LOCK: (i32, i32) = (0x6169_7767, 2);
 const QUIET: (&str, &str) = ("client_min_messages", "warning");
 
 /// The database's size on disk (what autovacuum frees is reused by later writes).
+/// A listed mission's payload: the first 120 characters of its objective (see `Reads::listed_objective`).
+const LISTED_OBJECTIVE: &str = "json_build_object('objective', left(payload::json->>'objective', 120))::text";
 const SIZE: &str = "SELECT pg_database_size(current_database()) AS bytes";
 
 /// Read connections: the dashboard and listings read while executors stream.
@@ -106,7 +108,7 @@ pub async fn open(
         .await?;
     let (tx, rx) = mpsc::channel(writer::QUEUE);
     let feed = Feed::new(feed_capacity, last_seq);
-    let reads = Reads { pool, migrations: super::migrate::POSTGRES, size: SIZE };
+    let reads = Reads { pool, migrations: super::migrate::POSTGRES, size: SIZE, listed_objective: LISTED_OBJECTIVE };
     let writer_pid = Arc::new(AtomicU32::new(0));
     let tail = tail::start(reads.clone(), feed.clone(), writer_pid.clone(), claim == Claim::Shared);
     let (deposed, deposed_rx) = watch::channel(false);

@@ -36,6 +36,8 @@ pub use index::ROWS as INDEX_FILED_ROWS;
 
 /// The pages in use: the file less its free pages (which later writes reuse, and an incremental vacuum
 /// gives back).
+/// A listed mission's payload: the first 120 characters of its objective (see `Reads::listed_objective`).
+const LISTED_OBJECTIVE: &str = "json_object('objective', substr(json_extract(payload, '$.objective'), 1, 120))";
 const SIZE: &str = "SELECT (p.page_count - f.freelist_count) * s.page_size AS bytes \
                     FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s";
 
@@ -89,7 +91,7 @@ pub async fn open(
         commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled, incremental, reclaim: false, index };
     let health = Arc::new(Health::default());
     let task = WriterTask::spawn(committer, rx, feed.clone(), metrics, health.clone()).await?;
-    let reads = Reads { pool, migrations: super::migrate::SQLITE, size: SIZE };
+    let reads = Reads { pool, migrations: super::migrate::SQLITE, size: SIZE, listed_objective: LISTED_OBJECTIVE };
     let directory = Some(data_dir.to_owned());
     Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed, health, directory }), task))
 }
