@@ -93,6 +93,7 @@ impl App {
             store.clone(),
             reconciler.clone(),
             controls.clone(),
+            config.hitl.default_expiry(),
         ));
         let fleet = Arc::new(core.fleet());
         let connections = Arc::new(core.connections(controls.clone(), reconciler.clone(), sandboxes.clone()));

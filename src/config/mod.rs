@@ -31,6 +31,32 @@ pub struct Config {
     pub runtimes: RuntimesConfig,
     pub replica: ReplicaConfig,
     pub retention: RetentionConfig,
+    pub hitl: HitlConfig,
+}
+
+/// People in the loop.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HitlConfig {
+    /// Seconds a HITL request that names no `expires_at` waits for an answer before it expires (0:
+    /// forever). A forgotten question otherwise holds the mission, and the executor's slot, for good.
+    pub default_expiry_s: u64,
+}
+
+impl Default for HitlConfig {
+    fn default() -> HitlConfig {
+        HitlConfig { default_expiry_s: 86_400 }
+    }
+}
+
+impl HitlConfig {
+    /// The default deadline's length, if there is one.
+    pub fn default_expiry(&self) -> Option<chrono::Duration> {
+        match self.default_expiry_s {
+            0 => None,
+            s => Some(chrono::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX).min(100 * 365 * 86_400))),
+        }
+    }
 }
 
 /// How long the event log keeps what (README, "Retention").

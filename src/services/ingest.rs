@@ -19,8 +19,8 @@ use super::registry::Registry;
 use crate::clock;
 use crate::contract::{progress, Envelope, EventType, Schema};
 use crate::domain::{
-    capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch,
-    MissionState, NewEvent, Outcome, Undo,
+    capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlOutcome, HitlRequest, Live,
+    MissionPatch, MissionState, NewEvent, Outcome, Undo,
 };
 use crate::error::Error;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
@@ -113,6 +113,18 @@ struct Accepted {
 }
 
 impl Accepted {
+    /// A request this event opened without a deadline gets serve's (`hitl.default_expiry_s`): a
+    /// forgotten question must not hold its mission, and the executor's slot, for good. The event keeps
+    /// the executor's words; the request records the deadline serve set.
+    fn expire_by_default(&mut self, event: EventType, after: Option<chrono::Duration>, now: DateTime<Utc>) {
+        let (Some(after), EventType::MissionHitlRequired) = (after, event) else { return };
+        let opened =
+            self.hitl.iter_mut().chain(self.hitl_puts.iter_mut().filter(|h| h.outcome == HitlOutcome::Pending));
+        for request in opened.filter(|h| h.expires_at.is_none()) {
+            request.expires_at = Some(now + after);
+        }
+    }
+
     /// A HITL request with a deadline this event opened.
     fn deadline(&self, event: EventType) -> Option<Box<HitlRequest>> {
         self.hitl
@@ -174,6 +186,8 @@ pub struct Ingest {
     reconciler: Arc<Reconciler>,
     /// A committed HITL request with a deadline is watched.
     controls: Arc<Controls>,
+    /// The deadline of a HITL request that names none (`hitl.default_expiry_s`).
+    hitl_default_expiry: Option<chrono::Duration>,
 }
 
 impl Ingest {
@@ -184,8 +198,9 @@ impl Ingest {
         store: Store,
         reconciler: Arc<Reconciler>,
         controls: Arc<Controls>,
+        hitl_default_expiry: Option<chrono::Duration>,
     ) -> Ingest {
-        Ingest { schema, registry, ledger, store, reconciler, controls }
+        Ingest { schema, registry, ledger, store, reconciler, controls, hitl_default_expiry }
     }
 
     /// Judges one text frame from an executor and, when accepted, queues its commit.
@@ -229,7 +244,8 @@ impl Ingest {
                 match decide(live, judged, row_ref, &mission_id, now) {
                     Err(e) => (Err(e), None),
                     Ok(Decision::Duplicate) => (Ok(None), None),
-                    Ok(Decision::Accept(a)) => {
+                    Ok(Decision::Accept(mut a)) => {
+                        a.expire_by_default(event, self.hitl_default_expiry, now);
                         let row = row.take().expect("queued once");
                         let undo = a.undo_point(live);
                         a.apply(live, &row.data);

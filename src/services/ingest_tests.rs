@@ -135,3 +135,24 @@ fn a_resync_listing_is_bounded() {
     assert!(matches!(resync_listing(&json!({"owned_mission_ids": ids})), Err(Error::InvalidFrame(_))));
     assert_eq!(resync_listing(&json!({"owned_mission_ids": ["a", "b"]})).unwrap(), ["a", "b"]);
 }
+
+#[test]
+fn a_request_without_a_deadline_gets_the_default_one_and_one_with_a_deadline_keeps_it() {
+    let live = Live::new("e1", MissionState::Running);
+    let e = EventType::MissionHitlRequired;
+    let day = chrono::Duration::seconds(86_400);
+    let mut a = accepted(decide(&live, judged(e, true), &row(e, json!({"hitl_id": "h", "prompt": "p"})), "m1", now()));
+    a.expire_by_default(e, Some(day), now());
+    assert_eq!(a.hitl.as_ref().unwrap().expires_at, Some(now() + day));
+    assert_eq!(a.hitl_puts.last().unwrap().expires_at, Some(now() + day), "recorded with it");
+    assert!(a.deadline(e).is_some(), "and watched");
+
+    let own = json!({"hitl_id": "h", "prompt": "p", "expires_at": "2026-12-01T00:00:00Z"});
+    let mut a = accepted(decide(&live, judged(e, true), &row(e, own), "m1", now()));
+    a.expire_by_default(e, Some(day), now());
+    assert_eq!(a.hitl.unwrap().expires_at, crate::clock::parse("2026-12-01T00:00:00Z"));
+
+    let mut a = accepted(decide(&live, judged(e, true), &row(e, json!({"hitl_id": "h", "prompt": "p"})), "m1", now()));
+    a.expire_by_default(e, None, now());
+    assert_eq!(a.hitl.unwrap().expires_at, None, "0 in the configuration: no default");
+}

@@ -110,6 +110,26 @@ async fn an_expired_hitl_request_fails_the_mission_and_stops_the_executor() {
         .assert_error(409, "illegal_transition");
 }
 
+/// Issue 36: a question that names no deadline waited forever, holding its mission and the executor's
+/// slot. It gets `hitl.default_expiry_s`, shown with the pending request, and expires like any other.
+#[tokio::test]
+async fn a_hitl_request_without_a_deadline_gets_the_default_one() {
+    let server = TestServer::start_with(|c| c.hitl.default_expiry_s = 1).await;
+    let (_e, mut ws, id) = running(&server).await;
+    ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-forgotten", "prompt": "Anyone?"})).await;
+    let m = server.mission(&id).await;
+    let requested = aiwg_serve::clock::parse(m["hitl"]["requested_at"].as_str().unwrap()).unwrap();
+    let expires = aiwg_serve::clock::parse(m["hitl"]["expires_at"].as_str().expect("a deadline, shown")).unwrap();
+    assert_eq!((expires - requested).num_milliseconds(), 1000, "{m}");
+    assert!(
+        m["recent_events"].as_array().unwrap().last().unwrap()["data"].get("expires_at").is_none(),
+        "the event is the executor's"
+    );
+    let m = server.eventually(&format!("/api/v1/missions/{id}"), "hitl expiry", |m| m["state"] == "failed").await;
+    assert_eq!(m["error"], "HITL request h-forgotten expired unanswered");
+    assert_eq!(ws.next_pushed().await["data"]["reason"], "hitl_expired", "and the executor is told");
+}
+
 /// Issue 35, finding 11: the expiry timer of every superseded HITL request slept on until its deadline
 /// (20,000 requests held 36 MiB). A mission has one timer at most: replaced by its next request, gone
 /// with the answer and with the mission's end.
