@@ -30,9 +30,9 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: ExecutorsCommand) ->
             if out.json {
                 return out.json(&answer);
             }
-            return out.line(format!(
-                "executor {executor_id}: removed (token revoked, missions kept; the id may register again)"
-            ));
+            let id = answer["executor_id"].as_str().unwrap_or(&executor_id);
+            return out
+                .line(format!("executor {id}: removed (token revoked, missions kept; the id may register again)"));
         }
     };
     let path = format!("/api/v1/executors/{}/drain", enc(&id));
@@ -40,6 +40,8 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: ExecutorsCommand) ->
     if out.json {
         return out.json(&answer);
     }
+    // The executor serve resolved the name or prefix to.
+    let id = answer["executor_id"].as_str().unwrap_or(&id);
     match draining {
         true => out.line(format!("executor {id}: draining (no new missions; its current missions go on)")),
         false => out.line(format!("executor {id}: accepting missions again")),

@@ -274,10 +274,12 @@ fn control_path(mission_id: &str, action: &str) -> String {
     format!("/api/v1/missions/{}/{action}", enc(mission_id))
 }
 
-fn print_control(out: &Output, mission_id: &str, answer: &Value) -> Result<(), Failure> {
+fn print_control(out: &Output, reference: &str, answer: &Value) -> Result<(), Failure> {
     if out.json {
         return out.json(answer);
     }
+    // The mission serve resolved the reference to, not the prefix typed.
+    let mission_id = answer["mission_id"].as_str().unwrap_or(reference);
     let delivered = match (answer["delivered"] == true, answer["confirmed"] == true) {
         (true, true) => "delivered to the executor",
         (true, false) => "delivered to the executor, not confirmed",
@@ -379,9 +381,14 @@ async fn control(client: &Client, out: &Output, mission_id: &str, action: &str) 
 pub(super) async fn follow_to_end(
     client: &Client,
     out: &Output,
-    mission_id: &str,
+    reference: &str,
     timeout: Option<Duration>,
 ) -> Result<(), Failure> {
+    // The event stream filters by the whole id: a prefix (`watch m-5c28`) is resolved by serve first,
+    // or the follower would wait for events that never match.
+    let mission = client.get(&format!("/api/v1/missions/{}", enc(reference))).await?;
+    let mission_id = text(&mission, "mission_id");
+    let mission_id = mission_id.as_str();
     let final_event = wait_for(client, mission_id, timeout).await?;
     let mission = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await?;
     match out.json {

@@ -301,6 +301,7 @@ async fn executors_and_missions_are_named_as_an_operator_types_them() {
     let builder = &named[0].id;
     let out = cli(&server.base, &["executors", "drain", "builder-1"], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with(&format!("executor {builder}: draining")), "{}", stdout(&out));
     assert_eq!(server.client.get(&format!("/api/v1/executors/{builder}")).await.body["draining"], true);
     let out = cli(&server.base, &["executors", "undrain", &builder[..8].to_uppercase()], &[]).await;
     assert_eq!(out.status.code(), Some(0), "a prefix, in any case: {}", stderr(&out));
@@ -331,8 +332,21 @@ async fn executors_and_missions_are_named_as_an_operator_types_them() {
     let out = cli(&server.base, &["missions", "show", &shared], &[]).await;
     assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).contains(&format!("{first}, {longer}, {second}")), "{}", stderr(&out));
+    // Followed by a prefix too (the event stream filters by the whole id: it waited forever).
+    let watch = {
+        let (base, reference) = (server.base.clone(), format!("{shared}b"));
+        tokio::spawn(async move { cli(&base, &["missions", "watch", &reference], &[]).await })
+    };
     let out = cli(&server.base, &["missions", "abort", &format!("{shared}b")], &[]).await;
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with(&format!("mission {second}: aborted")),
+        "the id, not the prefix: {}",
+        stdout(&out)
+    );
+    let watched = watch.await.unwrap();
+    assert_eq!(watched.status.code(), Some(1), "it saw the abort: {}", stderr(&watched));
+    assert!(stderr(&watched).contains(&format!("mission {second} ended with mission.aborted")), "{}", stderr(&watched));
     assert_eq!(server.mission(&second).await["state"], "aborted");
     server.client.get("/api/v1/missions/m-x").await.assert_error(404, "not_found");
 }
