@@ -204,22 +204,12 @@ impl Executor {
         tracing::info!("signal received; suspending missions and deregistering");
         self.suspend_all().await;
         // The missions' tasks release their worktrees once their agents are gone.
-        let _ = tokio::time::timeout(FLUSH_WAIT, async {
-            while !self.running.lock().expect("running lock").is_empty() {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
+        settled_within(FLUSH_WAIT, || self.running.lock().expect("running lock").is_empty()).await;
         self.worktrees.close();
         let _ = self.stop.send(true);
         // Let the socket loop flush, then deregister (which closes our sockets on serve's side).
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let _ = tokio::time::timeout(FLUSH_WAIT, async {
-            while self.unacked.load(Ordering::SeqCst) > 0 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
+        settled_within(FLUSH_WAIT, || self.unacked.load(Ordering::SeqCst) == 0).await;
         let client = Client::new(&self.args.serve_url, self.token());
         if let Err(e) = client.delete(&format!("/api/v1/executors/{}", self.id)).await {
             tracing::warn!(error = %e, "deregistering failed");
@@ -288,6 +278,17 @@ fn arch_name() -> &'static str {
         "aarch64" => "arm64",
         other => other,
     }
+}
+
+/// Waits until `settled` holds, looking every 20 ms, for at most `bound`: a stop waits this long for its
+/// last steps (agents gone, events acknowledged), and goes on without them after.
+async fn settled_within(bound: Duration, settled: impl Fn() -> bool) {
+    let _ = tokio::time::timeout(bound, async {
+        while !settled() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
 }
 
 /// Full jitter: uniformly random up to an exponential ceiling, capped.
