@@ -64,6 +64,10 @@ pub enum Error {
     /// above its executions).
     #[error("{0}")]
     InvalidTask(String),
+    /// Every executor registered declares that it would refuse the mission as it is (its lease, its
+    /// completion check): nothing is stored, and the message says who would refuse what.
+    #[error("every executor would refuse this mission as it is: {0}")]
+    MissionRefused(String),
     /// An HTTP runtime's name or URL that cannot be used.
     #[error("{0}")]
     InvalidRuntime(String),
@@ -125,6 +129,7 @@ impl Error {
             Error::TooManyRequests(_) => ("too_many_requests", S::TOO_MANY_REQUESTS),
             Error::LeaseDeniesAllTools => ("lease_denies_all_tools", S::UNPROCESSABLE_ENTITY),
             Error::InvalidTask(_) => ("invalid_task", S::UNPROCESSABLE_ENTITY),
+            Error::MissionRefused(_) => ("mission_refused", S::UNPROCESSABLE_ENTITY),
             Error::InvalidRuntime(_) => ("invalid_runtime", S::UNPROCESSABLE_ENTITY),
             Error::UpgradeRequired => ("upgrade_required", S::UPGRADE_REQUIRED),
             Error::NoExecutorAvailable { resumable_required: true, .. } => {

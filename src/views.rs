@@ -11,8 +11,8 @@ use crate::domain::MissionState;
 use crate::domain::{HitlRequest, Mission, StoredEvent};
 
 /// `GET /api/v1/missions/{id}`: the contract's `mission_status_response`, plus our extensions: the
-/// routing decision, what the mission asked for (`objective`, `completion`, from its dispatch) and the
-/// HITL request waiting for an operator.
+/// routing decision, what the mission asked for (`objective`, `completion`, `completion_check`, from its
+/// dispatch) and the HITL request waiting for an operator.
 #[derive(Debug, Serialize)]
 pub struct MissionStatus {
     /// With the whole objective (the detail reads the whole payload).
@@ -20,6 +20,8 @@ pub struct MissionStatus {
     pub summary: MissionSummary,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_check: Option<String>,
     pub recent_events: Vec<Envelope>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<Value>,
@@ -31,10 +33,12 @@ pub struct MissionStatus {
 impl MissionStatus {
     pub fn from_row(mut row: Mission, events: Vec<StoredEvent>) -> MissionStatus {
         let routing = row.routing.take();
-        let completion = row.payload.get("completion").and_then(Value::as_str).map(str::to_owned);
+        let text = |key: &str| row.payload.get(key).and_then(Value::as_str).map(str::to_owned);
+        let (completion, completion_check) = (text("completion"), text("completion_check"));
         MissionStatus {
             summary: MissionSummary::from(row),
             completion,
+            completion_check,
             recent_events: events.into_iter().map(|e| e.envelope).collect(),
             routing,
             hitl: None,

@@ -15,9 +15,13 @@ pub struct DispatchArgs {
     /// What the agent should do
     #[arg(long)]
     pub(crate) objective: String,
-    /// How to tell it is done
+    /// How to tell it is done, in words (for the agent and for people; never run)
     #[arg(long)]
     pub(crate) completion: String,
+    /// A shell command that checks the work after the agent exits 0; non-zero fails the mission. Goes
+    /// only to executors that run checks (x-completion-check:shell)
+    #[arg(long, value_name = "COMMAND")]
+    pub(crate) check: Option<String>,
     /// A capability the executor must have (repeatable)
     #[arg(long = "capability")]
     pub(crate) capabilities: Vec<String>,
@@ -54,8 +58,8 @@ pub struct DispatchArgs {
     pub(crate) timeout: Option<u64>,
 }
 
-/// The lease flags, checked before anything is sent: without a lease every reference executor refuses
-/// the mission, and serve then records a failed mission behind a 502.
+/// The lease flags, checked before anything is sent: every reference executor refuses a mission without
+/// a lease (serve answers 422 `mission_refused` when it knows), so forgetting one is a usage error here.
 fn lease(args: &DispatchArgs) -> Result<Option<Value>, Failure> {
     if args.no_lease {
         return Ok(None);
@@ -86,6 +90,9 @@ pub(super) async fn run(client: &Client, out: &Output, args: DispatchArgs) -> Re
     });
     if let Some(lease) = lease {
         payload["lease"] = lease;
+    }
+    if let Some(check) = args.check {
+        payload["completion_check"] = json!(check);
     }
     if args.unattended {
         payload["unattended"] = json!(true);

@@ -149,10 +149,21 @@ async fn list_missions(
 
 fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
     let field = |key: &str, value: String| out.line(format!("{:<13} {value}", format!("{key}:")));
-    for key in ["mission_id", "state", "executor_id", "session_id", "objective", "completion", "queued_reason"] {
+    let keys = [
+        "mission_id",
+        "state",
+        "executor_id",
+        "session_id",
+        "objective",
+        "completion",
+        "completion_check",
+        "queued_reason",
+    ];
+    for key in keys {
         if !m[key].is_null() {
             let value = text(m, key);
-            field(key, if key == "state" { out.state(&value) } else { value })?;
+            let label = if key == "completion_check" { "check" } else { key };
+            field(label, if key == "state" { out.state(&value) } else { value })?;
         }
     }
     for key in ["created_at", "updated_at", "completed_at", "exit_code", "error"] {

@@ -163,6 +163,11 @@ pub struct DispatchPayload {
     /// Our extension (Vagaris): the lease's tool policy, forwarded untouched to the executor.
     #[serde(default)]
     pub lease: Option<Lease>,
+    /// Our extension: a shell command that checks the mission's completion, run by the executor after
+    /// the agent exits. `completion` stays prose; only executors declaring
+    /// [`crate::domain::capabilities::COMPLETION_CHECK`] are handed a mission with one.
+    #[serde(default)]
+    pub completion_check: Option<String>,
     /// Our extension (WattSwarm): the task an HTTP agent runtime is given. A mission that carries one
     /// goes only to runtimes; one without it may go to a runtime too, which then gets a task built from
     /// `objective` and `completion`.

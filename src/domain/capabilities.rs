@@ -19,6 +19,17 @@ pub(crate) const ABORT: &str = "x-abort";
 /// reads nothing: the agentic-sandbox executor counts every inbound frame against a 64-slot channel whose
 /// overflow silently ends its HITL handling. So answers go only to executors that ask for them.
 pub(crate) const ACKS: &str = "x-acks";
+/// An extension: the executor runs a mission's `completion_check` command (with `sh -c`, where the agent
+/// ran) after the agent exits. A mission that carries one goes only to executors declaring this: one
+/// that does not would either skip the check or refuse the mission.
+pub(crate) const COMPLETION_CHECK: &str = "x-completion-check:shell";
+/// An extension (Vagaris): the executor never runs a mission whose lease carries no tool list (every
+/// Vagaris adapter refuses to run open). Serve routes a mission without one elsewhere.
+pub(crate) const LEASE_REQUIRED: &str = "x-lease:required";
+/// An extension (Vagaris): `x-lease-needs:<tool>`, the lease must list this tool (case ignored: the
+/// capability grammar is lower case) or the executor refuses the mission, as the shell adapter does
+/// without Bash.
+pub(crate) const LEASE_NEEDS: &str = "x-lease-needs:";
 /// Serve's own mark of an HTTP agent runtime (the WattSwarm protocol), which it drives itself. A
 /// mission carrying a `task` asks for it; filters may ask for it too.
 pub(crate) const HTTP_RUNTIME: &str = "x-kind:http-runtime";

@@ -1,8 +1,10 @@
 //! Which executor gets a mission: candidate filtering and preference. Pure; no I/O.
 //!
 //! Candidates are registered executors with a live WebSocket that satisfy the whole filter (a pin by
-//! `executor_id` must still have every requested capability) and are `resumable` when the mission is
-//! `long_running`. Among them: strongest isolation first (microvm/vm > container > host/none, as upstream
+//! `executor_id` must still have every requested capability), are `resumable` when the mission is
+//! `long_running`, and do not declare that they would refuse the mission as it is (its lease, its
+//! completion check). Those that would are counted apart: when every executor would refuse, the
+//! dispatch is the caller's mistake, not a fleet that is busy. Among them: strongest isolation first (microvm/vm > container > host/none, as upstream
 //! prefers sandboxes), then fewest active missions, then round-robin.
 //!
 //! An executor's isolation is its own word (its `isolation:*` capabilities), unless the operator chose
@@ -30,6 +32,10 @@ pub(crate) struct Request<'a> {
     pub capabilities: &'a [String],
     pub long_running: bool,
     pub unattended: bool,
+    /// The tools the mission's lease lists; `None` when it carries no tool list.
+    pub lease_tools: Option<&'a [String]>,
+    /// The mission carries a `completion_check` command.
+    pub completion_check: bool,
     pub trust: Trust<'a>,
 }
 
@@ -78,11 +84,19 @@ pub(crate) struct Plan {
     pub reason: String,
     pub rejected: Vec<Rejection>,
     pub rejected_total: usize,
+    /// How many of the rejected would refuse the mission as it is, by what they declare.
+    pub refusing: usize,
     /// Registered executors not considered because they have no socket (not counted as rejected).
     pub offline: usize,
 }
 
 impl Plan {
+    /// Nobody takes the mission, and only because every executor that could would refuse it as it
+    /// is: no executor coming back or freeing up changes that.
+    pub(crate) fn refused_by_all(&self) -> bool {
+        self.ordered.is_empty() && self.offline == 0 && self.rejected_total > 0 && self.refusing == self.rejected_total
+    }
+
     /// One sentence for a 503: what stood in the way.
     pub(crate) fn why_none(&self) -> String {
         let offline = match self.offline {
@@ -129,10 +143,44 @@ pub(crate) fn max_missions(capabilities: &[String]) -> Option<usize> {
     capabilities.iter().find_map(|c| c.strip_prefix("x-max-missions:")).and_then(|n| n.parse().ok())
 }
 
-fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
-    if !v.connected {
-        return Some("not connected".into());
+/// Why an executor does not get a mission.
+enum Unfit {
+    /// It declares that it would refuse the mission as it is.
+    Refuses(String),
+    /// It cannot take it now, or lacks what the filter asks for.
+    Passed(String),
+}
+
+/// What the executor declares it would refuse in this mission, if anything. Checked before anything
+/// passing, so that an executor that is also draining counts as refusing.
+fn refusal(capabilities: &[String], req: &Request<'_>) -> Option<String> {
+    use super::capabilities::{COMPLETION_CHECK, LEASE_NEEDS, LEASE_REQUIRED};
+    if req.completion_check && !capabilities.iter().any(|c| c == COMPLETION_CHECK) {
+        return Some(format!("does not run completion checks (no {COMPLETION_CHECK})"));
     }
+    let listed = req.lease_tools.unwrap_or_default();
+    if listed.is_empty() && capabilities.iter().any(|c| c == LEASE_REQUIRED) {
+        return Some("never runs without a lease that lists tools".into());
+    }
+    let unlisted: Vec<&str> = capabilities
+        .iter()
+        .filter_map(|c| c.strip_prefix(LEASE_NEEDS))
+        .filter(|needed| !listed.iter().any(|t| t.eq_ignore_ascii_case(needed)))
+        .collect();
+    (!unlisted.is_empty()).then(|| format!("runs only when the lease lists {}", unlisted.join(", ")))
+}
+
+fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<Unfit> {
+    if !v.connected {
+        return Some(Unfit::Passed("not connected".into()));
+    }
+    if let Some(why) = refusal(v.capabilities, req) {
+        return Some(Unfit::Refuses(why));
+    }
+    passed_over(v, req).map(Unfit::Passed)
+}
+
+fn passed_over(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
     if v.draining {
         return Some("draining".into());
     }
@@ -159,14 +207,22 @@ fn rejection(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
 pub(crate) fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize, keep: usize) -> Plan {
     let mut rejected = Vec::new();
     let mut rejected_total = 0;
+    let mut refusing = 0;
     let mut eligible: Vec<(usize, &RoutingView<'_>)> = Vec::new();
     for (pos, v) in views.iter().enumerate() {
         if req.pin.is_some_and(|pin| pin != v.executor_id) {
             continue;
         }
         match rejection(v, req) {
-            Some(reason) => {
+            Some(unfit) => {
                 rejected_total += 1;
+                let reason = match unfit {
+                    Unfit::Refuses(why) => {
+                        refusing += 1;
+                        why
+                    }
+                    Unfit::Passed(why) => why,
+                };
                 if rejected.len() < MAX_LISTED_REJECTIONS {
                     rejected.push(Rejection { executor_id: v.executor_id.to_owned(), reason });
                 }
@@ -206,6 +262,7 @@ pub(crate) fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize
         reason,
         rejected,
         rejected_total,
+        refusing,
         offline: 0,
     }
 }
@@ -237,7 +294,15 @@ mod tests {
     }
 
     fn req<'a>(pin: Option<&'a str>, caps: &'a [String], long_running: bool) -> Request<'a> {
-        Request { pin, capabilities: caps, long_running, unattended: false, trust: Trust::Claimed }
+        Request {
+            pin,
+            capabilities: caps,
+            long_running,
+            unattended: false,
+            lease_tools: None,
+            completion_check: false,
+            trust: Trust::Claimed,
+        }
     }
 
     /// Claimed, an executor's word ranks it; vouched, only the operator's list does (by id or name),
@@ -265,8 +330,7 @@ mod tests {
             ex("declared-interactive", &["x-class:interactive_local"], true, 0),
             ex("ci", &["x-class:unattended_machine"], true, 0),
         ]);
-        let unattended =
-            Request { pin: None, capabilities: &[], long_running: false, unattended: true, trust: Trust::Claimed };
+        let unattended = Request { unattended: true, ..req(None, &[], false) };
         let p = plan(&unattended, &fleet.views(), 0, usize::MAX);
         assert_eq!(p.ordered, ["ci"]);
         assert_eq!(p.rejected.len(), 2);
@@ -370,6 +434,65 @@ mod tests {
         assert_eq!(reasons, ["at capacity (2 active missions)", "draining"]);
         assert_eq!(max_missions(&["x-max-missions:7".to_string()]), Some(7));
         assert_eq!(max_missions(&["x-max-missions:lots".to_string()]), None);
+    }
+
+    /// An executor's declared refusals keep a mission away from it, with why; only when every executor
+    /// would refuse (none offline, none merely busy) is nobody taking it the mission's fault.
+    #[test]
+    fn declared_refusals_are_routed_around_and_counted_apart() {
+        let fleet = Fleet(vec![
+            ex("shell", &["x-lease:required", "x-lease-needs:bash"], true, 0),
+            ex("claude", &["x-lease:required", "x-completion-check:shell"], true, 0),
+            ex("open", &[], true, 0),
+        ]);
+        let tools = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let route = |lease: Option<&[String]>, check: bool| {
+            let request = Request { lease_tools: lease, completion_check: check, ..req(None, &[], false) };
+            plan(&request, &fleet.views(), 0, usize::MAX)
+        };
+        let reasons =
+            |p: &Plan| p.rejected.iter().map(|r| format!("{}: {}", r.executor_id, r.reason)).collect::<Vec<_>>();
+
+        let p = route(None, false);
+        assert_eq!(p.ordered, ["open"]);
+        assert_eq!(
+            reasons(&p),
+            [
+                "shell: never runs without a lease that lists tools",
+                "claude: never runs without a lease that lists tools"
+            ]
+        );
+        assert_eq!((p.refusing, p.refused_by_all()), (2, false));
+
+        let read = tools(&["Read"]);
+        let p = route(Some(&read), false);
+        assert_eq!(p.ordered, ["claude", "open"]);
+        assert_eq!(reasons(&p), ["shell: runs only when the lease lists bash"]);
+        let bash = tools(&["Read", "BASH"]);
+        assert_eq!(route(Some(&bash), false).ordered, ["shell", "claude", "open"], "case is ignored");
+        let none: Vec<String> = Vec::new();
+        assert_eq!(route(Some(&none), false).ordered, ["open"], "an empty list lists no tools");
+
+        let p = route(Some(&bash), true);
+        assert_eq!(p.ordered, ["claude"]);
+        assert_eq!(
+            reasons(&p),
+            [
+                "shell: does not run completion checks (no x-completion-check:shell)",
+                "open: does not run completion checks (no x-completion-check:shell)"
+            ]
+        );
+
+        assert_eq!(route(Some(&read), true).ordered, ["claude"]);
+        let p = route(None, true);
+        assert!(p.ordered.is_empty());
+        assert!(p.refused_by_all(), "{p:?}");
+        let busy =
+            Fleet(vec![ex("draining-claude", &["x-completion-check:shell"], true, 0), ex("shell", &[], true, 0)]);
+        let request = Request { completion_check: true, ..req(None, &[], false) };
+        let p = plan(&request, &busy.views(), 0, usize::MAX);
+        assert_eq!((p.rejected_total, p.refusing, p.refused_by_all()), (2, 1, false), "one is only draining");
+        assert!(!Plan { offline: 1, ..route(None, true) }.refused_by_all(), "one offline might take it");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
@@ -115,14 +115,38 @@ pub(crate) async fn prepare(
     (dir, sanitised_env(std::env::vars(), adapter.keeps_provider_keys, &vars))
 }
 
-/// Runs a completion criterion with `sh -c` where the agent ran and with its environment; its output
-/// is not kept, only whether it holds.
-pub(crate) async fn completion_status(
-    criterion: &str,
-    dir: &Path,
-    env: &[(String, String)],
-) -> std::io::Result<ExitStatus> {
-    command("sh", &["-c", criterion], env, dir, Stdio::null).status().await
+/// What a mission's completion check found.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Completion {
+    Met,
+    NotMet(i32),
+    Unrunnable(String),
+}
+
+/// `sh` exits 127 for a command it cannot find.
+const COMMAND_NOT_FOUND: i32 = 127;
+
+impl Completion {
+    /// Why the check did not pass, in a phrase (`None` when it did): an operator reading "exit 127"
+    /// would have to know `sh`'s conventions, so a command that is not there is said.
+    pub(crate) fn failure(&self) -> Option<String> {
+        match self {
+            Completion::Met => None,
+            Completion::NotMet(COMMAND_NOT_FOUND) => Some(format!("command not found (exit {COMMAND_NOT_FOUND})")),
+            Completion::NotMet(code) => Some(format!("exit {code}")),
+            Completion::Unrunnable(why) => Some(format!("could not run: {why}")),
+        }
+    }
+}
+
+/// Runs a mission's completion check command with `sh -c` where the agent ran and with its
+/// environment; its output is not kept, only whether it holds.
+pub(crate) async fn check_completion(check: &str, dir: &Path, env: &[(String, String)]) -> Completion {
+    match command("sh", &["-c", check], env, dir, Stdio::null).status().await {
+        Ok(status) if status.success() => Completion::Met,
+        Ok(status) => Completion::NotMet(status.code().unwrap_or(-1)),
+        Err(e) => Completion::Unrunnable(e.to_string()),
+    }
 }
 
 #[cfg(test)]

@@ -188,6 +188,35 @@ async fn a_failed_mission_makes_dispatch_wait_exit_1() {
     assert!(stderr(&out).contains("ended with mission.failed"), "{}", stderr(&out));
 }
 
+/// `--check` is the completion check, its own field beside the prose, and shown as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatch_check_travels_as_its_own_field() {
+    let server = TestServer::start().await;
+    let (mut e, _ws) = ScriptedExecutor::online(&server, &["x-completion-check:shell"]).await;
+    let id = mission_id();
+    let args = [
+        "dispatch",
+        "--objective",
+        "o",
+        "--completion",
+        "the tests pass",
+        "--check",
+        "cargo test",
+        "--no-lease",
+        "--mission-id",
+        &id,
+    ];
+    let out = cli(&server.base, &args, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = e.next_dispatch().await.body;
+    assert_eq!(
+        (sent["completion"].as_str(), sent["completion_check"].as_str()),
+        (Some("the tests pass"), Some("cargo test"))
+    );
+    let shown = stdout(&cli(&server.base, &["missions", "show", &id], &[]).await);
+    assert!(shown.contains("completion:   the tests pass") && shown.contains("check:        cargo test"), "{shown}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listing_showing_controlling_and_answering() {
     let server = TestServer::start().await;

@@ -301,3 +301,62 @@ async fn a_mission_shows_its_last_50_events_oldest_first() {
     let iterations: Vec<i64> = events.iter().map(|e| e["data"]["iteration"].as_i64().unwrap()).collect();
     assert_eq!(iterations, (10..60).collect::<Vec<_>>());
 }
+
+/// What executors declare they would refuse (a lease without tools or without a tool they need, a
+/// completion check they do not run) keeps missions away from them; when every executor would refuse,
+/// the dispatch is 422 with nothing stored, queue or not. One that is merely draining keeps it a 503.
+#[tokio::test]
+async fn declared_refusals_route_around_and_refuse_only_when_everyone_would() {
+    let server = TestServer::start().await;
+    let (mut shell, _shell_ws) = ScriptedExecutor::online(&server, &["x-lease:required", "x-lease-needs:bash"]).await;
+    let (mut checker, _checker_ws) =
+        ScriptedExecutor::online(&server, &["x-lease:required", "x-completion-check:shell"]).await;
+
+    let with = |lease: Value, check: Option<&str>| {
+        let mut body = dispatch_body(&mission_id());
+        body["lease"] = lease;
+        if let Some(check) = check {
+            body["completion_check"] = json!(check);
+        }
+        body
+    };
+    let body = with(json!({"tools": ["Read"]}), None);
+    assert_eq!(dispatch(&server, &body).await.body["executor_id"], checker.id.as_str(), "the shell needs Bash");
+    assert_eq!(checker.next_dispatch().await.body["mission_id"], body["mission_id"]);
+    let routing = &server.mission(body["mission_id"].as_str().unwrap()).await["routing"];
+    assert_eq!(
+        routing["rejected"],
+        json!([{"executor_id": shell.id, "reason": "runs only when the lease lists bash"}])
+    );
+
+    let body = with(json!({"tools": ["bash"]}), Some("cargo test"));
+    assert_eq!(dispatch(&server, &body).await.body["executor_id"], checker.id.as_str(), "only one runs checks");
+    checker.next_dispatch().await;
+
+    for queue in [false, true] {
+        let mut body = with(json!({"tools": []}), Some("cargo test"));
+        body["queue"] = json!(queue);
+        let message = dispatch(&server, &body).await.assert_error(422, "mission_refused");
+        assert!(message.contains("never runs without a lease that lists tools"), "{message}");
+        assert!(message.contains("does not run completion checks"), "{message}");
+        let id = body["mission_id"].as_str().unwrap();
+        assert_eq!(server.client.get(&format!("/api/v1/missions/{id}")).await.status, 404, "nothing stored");
+    }
+    assert!(shell.no_dispatch_pending() && checker.no_dispatch_pending(), "nobody was asked");
+
+    // The checker draining: the shell would still refuse, but the checker only waits.
+    let drain = format!("/api/v1/executors/{}/drain", checker.id);
+    assert_eq!(server.client.post(&drain, &json!(null)).await.status, 202);
+    let body = with(json!({"tools": ["Bash"]}), Some("cargo test"));
+    dispatch(&server, &body).await.assert_error(503, "no_executor_available");
+
+    for bad in [json!(""), json!(7), json!("x".repeat(4097))] {
+        let mut body = with(json!({"tools": ["Bash"]}), None);
+        body["completion_check"] = bad;
+        dispatch(&server, &body).await.assert_error(400, "schema_violation");
+    }
+    let mut runtime_task = with(json!({"tools": ["Bash"]}), Some("true"));
+    runtime_task["task"] = json!({});
+    let message = dispatch(&server, &runtime_task).await.assert_error(422, "invalid_task");
+    assert!(message.contains("task.inputs.completion_check"), "{message}");
+}

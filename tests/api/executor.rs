@@ -187,18 +187,53 @@ async fn codex_refuses_a_lease_without_a_list_and_joins_tools_with_commas() {
     assert_eq!(m["state"], "done");
     assert_eq!(stubs.argv("codex"), ["--tool", "Read,Bash", "refactor"]);
 
+    // It declares x-lease:required, so serve knows the refusal before asking: 422 and nothing stored.
     let id = mission_id();
     let r = server
         .client
         .post("/api/v1/sessions/s/dispatch", &json!({"mission_id": id, "objective": "o", "completion": "c"}))
         .await;
-    let message = r.assert_error(502, "executor_forward_failed");
-    assert!(message.contains("lease carries no token allowlist for codex"), "the refusal names why: {message}");
-    let m = server.mission(&id).await;
-    assert!(
-        m["routing"]["rejected"][0]["reason"].as_str().unwrap().contains("lease carries no token allowlist"),
-        "{m}"
-    );
+    let message = r.assert_error(422, "mission_refused");
+    assert!(message.contains("never runs without a lease that lists tools"), "the refusal names why: {message}");
+    assert_eq!(server.client.get(&format!("/api/v1/missions/{id}")).await.status, 404, "nothing is stored");
+}
+
+/// A check command goes only to an executor that runs checks; one asked directly refuses it rather
+/// than report unchecked work as done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_check_is_never_skipped() {
+    let server = TestServer::start().await;
+    let state = tempfile::tempdir().unwrap();
+    let workdir = tempfile::tempdir().unwrap();
+    let (state_dir, wd) = (state.path().display().to_string(), workdir.path().display().to_string());
+    let e = ExecutorProcess::start(&server, "shell", &["--state-dir", &state_dir, "--workdir", &wd], &[], None).await;
+    let executor_id = e.wait_connected(&server).await;
+    let listed = server.client.get(&format!("/api/v1/executors/{executor_id}")).await.body;
+    let caps: Vec<&str> = listed["capabilities"].as_array().unwrap().iter().map(|c| c.as_str().unwrap()).collect();
+    assert!(caps.contains(&"x-lease-needs:bash") && !caps.contains(&"x-completion-check:shell"), "{caps:?}");
+
+    let id = mission_id();
+    let mut checked = body(&id, "touch ran", json!(["Bash"]));
+    checked["completion_check"] = json!("true");
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &checked).await;
+    let message = r.assert_error(422, "mission_refused");
+    assert!(message.contains("does not run completion checks (no x-completion-check:shell)"), "{message}");
+    assert_eq!(server.client.get(&format!("/api/v1/missions/{id}")).await.status, 404, "nothing is stored");
+
+    // Asked directly, as another control plane might, with the token serve issued it.
+    let identity: Value = serde_json::from_slice(&std::fs::read(state.path().join("identity.json")).unwrap()).unwrap();
+    let rest = listed["transport_endpoints"]["rest"].as_str().unwrap().trim_end_matches('/');
+    let direct = reqwest::Client::new()
+        .post(format!("{rest}/api/v1/sessions/s/dispatch"))
+        .bearer_auth(identity["token"].as_str().unwrap())
+        .json(&checked)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status(), 422);
+    let refusal: Value = direct.json().await.unwrap();
+    assert_eq!(refusal["error"], "completion_check_unsupported", "{refusal}");
+    assert!(!workdir.path().join("ran").exists(), "the refused mission did not run");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,16 +339,25 @@ async fn shell_missions_succeed_fail_ask_pause_resume_and_abort() {
         ExecutorProcess::start(&server, "shell", &["--workdir", &wd, "--completion-check", "shell"], &[], None).await;
     let bash = json!(["Bash"]);
 
-    let mut ok = body(&mission_id(), "echo hello; touch done.txt", bash.clone());
-    ok["completion"] = json!("test -f done.txt");
-    let m = run_to_end(&server, &ok).await;
+    let checked = |objective: &str, check: &str| {
+        let mut b = body(&mission_id(), objective, bash.clone());
+        b["completion_check"] = json!(check);
+        b
+    };
+    let m = run_to_end(&server, &checked("echo hello; touch done.txt", "test -f done.txt")).await;
     assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("done"), Some(0)), "{m}");
 
-    let mut unmet = body(&mission_id(), "echo nothing", bash.clone());
-    unmet["completion"] = json!("test -f never.txt");
-    let m = run_to_end(&server, &unmet).await;
-    assert_eq!(m["state"], "failed");
+    let m = run_to_end(&server, &checked("echo nothing", "test -f never.txt")).await;
+    assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("failed"), Some(1)), "{m}");
+    assert_eq!(m["error"], "the completion check `test -f never.txt` failed: exit 1");
     assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["reason"], "completion_not_met");
+    let m = run_to_end(&server, &checked("true", "no-such-checker --all")).await;
+    assert_eq!(m["error"], "the completion check `no-such-checker --all` failed: command not found (exit 127)");
+
+    // `completion` is prose: never run, whatever it says.
+    let mut prose = body(&mission_id(), "echo done", bash.clone());
+    prose["completion"] = json!("the objective is met");
+    assert_eq!(run_to_end(&server, &prose).await["state"], "done");
 
     let m = run_to_end(&server, &body(&mission_id(), "echo oops >&2; exit 3", bash.clone())).await;
     assert_eq!(
@@ -321,17 +365,19 @@ async fn shell_missions_succeed_fail_ask_pause_resume_and_abort() {
         (Some("failed"), Some(3), Some("oops"))
     );
 
-    let r = server.client.post("/api/v1/sessions/s/dispatch", &body(&mission_id(), "echo hi", json!(["Read"]))).await;
-    assert!(r.assert_error(502, "executor_forward_failed").contains("runs only when the lease lists Bash"));
+    // It declares x-lease-needs:bash: serve knows it would refuse, and stores nothing.
+    let id = mission_id();
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body(&id, "echo hi", json!(["Read"]))).await;
+    assert!(r.assert_error(422, "mission_refused").contains("runs only when the lease lists bash"));
+    assert_eq!(server.client.get(&format!("/api/v1/missions/{id}")).await.status, 404);
 
     // HITL: the prompt on stdout becomes a request, the answer arrives on stdin.
     let id = mission_id();
-    let mut hitl = body(
+    let hitl = body(
         &id,
         "echo '::hitl:: Deploy to prod?'; read answer; echo \"answer was $answer\"; touch done.txt",
         bash.clone(),
     );
-    hitl["completion"] = json!("true");
     assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &hitl).await.status, 202);
     let m = server.eventually(&format!("/api/v1/missions/{id}"), "hitl", |m| m["state"] == "hitl-required").await;
     let request =

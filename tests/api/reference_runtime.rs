@@ -162,6 +162,14 @@ async fn requests_it_cannot_run_are_refused_before_anything_runs() {
     careful.profile = "careful".into();
     let (status, text) = status_and_text(rt.post("/execute", &careful).await).await;
     assert_eq!((status, text.as_str()), (400, "profile 'careful' not supported"));
+    let unchecked =
+        request(json!({"prompt": "echo hi > ran", "lease": {"tools": ["Bash"]}, "completion_check": "true"}));
+    let (status, text) = status_and_text(rt.post("/execute", &unchecked).await).await;
+    assert_eq!(
+        (status, text.as_str()),
+        (422, "this runtime does not run completion checks (start it with --completion-check shell)"),
+        "a check it would skip is refused, never dropped"
+    );
 
     let mut no_contract = serde_json::to_value(request(bash("echo hi > ran"))).unwrap();
     no_contract.as_object_mut().unwrap().remove("task_contract");
@@ -188,14 +196,26 @@ async fn an_agent_that_cannot_start_is_a_bad_gateway() {
 #[tokio::test]
 async fn the_completion_check_decides_the_confidence() {
     let rt = Runtime::start(&["--completion-check", "shell"]).await;
-    let met = json!({"prompt": "touch done", "lease": {"tools": ["Bash"]}, "completion": "test -f done"});
-    let answer = rt.execute(&request(met)).await;
+    let inputs = |prompt: &str, check: &str| {
+        json!({"prompt": prompt, "lease": {"tools": ["Bash"]}, "completion": "the objective is met",
+               "completion_check": check})
+    };
+    let answer = rt.execute(&request(inputs("touch done", "test -f done"))).await;
     assert_eq!(answer.candidate_output["confidence"], 1.0);
-    let unmet = json!({"prompt": "true", "lease": {"tools": ["Bash"]}, "completion": "test -f missing"});
-    let answer = rt.execute(&request(unmet)).await;
+    assert!(answer.candidate_output["check_summary"].as_str().unwrap().ends_with("; completion check passed"));
+    let answer = rt.execute(&request(inputs("true", "test -f missing"))).await;
     assert_eq!(answer.candidate_output["confidence"], 0.0);
     let summary = answer.candidate_output["check_summary"].as_str().unwrap();
-    assert!(summary.ends_with("; completion check failed (exit 1)"), "{summary}");
+    assert!(summary.ends_with("; completion check failed: exit 1"), "{summary}");
+    let answer = rt.execute(&request(inputs("true", "no-such-checker --all"))).await;
+    let summary = answer.candidate_output["check_summary"].as_str().unwrap();
+    assert!(summary.ends_with("; completion check failed: command not found (exit 127)"), "{summary}");
+
+    // Prose is never run: the sentence would be `sh -c`'s exit 127, failing a run that succeeded.
+    let prose = json!({"prompt": "true", "lease": {"tools": ["Bash"]}, "completion": "the objective is met"});
+    let answer = rt.execute(&request(prose)).await;
+    assert_eq!(answer.candidate_output["confidence"], 1.0);
+    assert_eq!(answer.candidate_output["check_summary"], "shell exited 0");
 }
 
 #[tokio::test]

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::contract::{Lease, ToolPolicy};
+use crate::domain::capabilities::{LEASE_NEEDS, LEASE_REQUIRED};
 use crate::domain::readiness::{ExecutorClass, Report};
 pub(crate) use readiness::Host;
 use readiness::{claude_readiness, codex_readiness, shell_readiness, spine_readiness};
@@ -26,7 +27,11 @@ pub(crate) struct Adapter {
     /// The `runtime:` capability the executor declares.
     pub(crate) runtime: &'static str,
     /// The lease's tool policy (absent = no policy) to the binary's allowlist arguments, or a refusal.
+    /// Every adapter refuses a lease without a tool list (declared as `x-lease:required`).
     pub(crate) allowlist: fn(Option<&ToolPolicy>) -> Result<Vec<String>, Refused>,
+    /// Tools the lease must list (case ignored) or the adapter refuses, declared to serve as
+    /// `x-lease-needs:<tool>` so that it routes such missions elsewhere.
+    pub(crate) lease_needs: &'static [&'static str],
     /// The full argv (without the binary) for an objective and its allowlist arguments.
     pub(crate) argv: fn(&[String], &str) -> Vec<String>,
     /// The failure reason an exit code stands for, when it stands for one.
@@ -44,7 +49,28 @@ impl Adapter {
     /// lease never runs an agent open.
     pub(crate) fn allowlist_for(&self, lease: &Value) -> Result<Vec<String>, Refused> {
         let lease: Option<Lease> = serde_json::from_value(lease.clone()).ok();
-        (self.allowlist)(lease.as_ref().map(|l| &l.tools))
+        self.allow(lease.as_ref().map(|l| &l.tools))
+    }
+
+    /// The binary's allowlist arguments for a tool policy, or the refusal: the adapter's own, then a
+    /// tool it needs that the list does not name.
+    fn allow(&self, policy: Option<&ToolPolicy>) -> Result<Vec<String>, Refused> {
+        let allowlist = (self.allowlist)(policy)?;
+        let listed = match policy {
+            Some(ToolPolicy::List(list)) => list.as_slice(),
+            _ => &[],
+        };
+        match self.lease_needs.iter().find(|needed| !listed.iter().any(|t| t.eq_ignore_ascii_case(needed))) {
+            Some(needed) => Err(Refused(format!("the {} adapter runs only when the lease lists {needed}", self.name))),
+            None => Ok(allowlist),
+        }
+    }
+
+    /// What the adapter declares it refuses, for serve to route around: a lease without tools, and
+    /// each tool it needs.
+    pub(crate) fn lease_capabilities(&self) -> impl Iterator<Item = String> + '_ {
+        let needs = self.lease_needs.iter().map(|t| format!("{LEASE_NEEDS}{}", t.to_ascii_lowercase()));
+        std::iter::once(LEASE_REQUIRED.to_owned()).chain(needs)
     }
 }
 
@@ -102,6 +128,7 @@ fn claude_local() -> Adapter {
         },
         exit_reason: no_exit_reason,
         readiness: claude_readiness,
+        lease_needs: &[],
         keeps_provider_keys: true,
         env_defaults: &[],
     }
@@ -126,6 +153,7 @@ fn codex_local() -> Adapter {
         },
         exit_reason: no_exit_reason,
         readiness: codex_readiness,
+        lease_needs: &[],
         keeps_provider_keys: true,
         env_defaults: &[],
     }
@@ -147,6 +175,7 @@ fn spine_unattended() -> Adapter {
         },
         exit_reason: spine_exit_reason,
         readiness: spine_readiness,
+        lease_needs: &[],
         keeps_provider_keys: false,
         env_defaults: &[("VAGARY_GATEWAY_BASE", DEFAULT_GATEWAY)],
     }
@@ -159,14 +188,8 @@ fn shell() -> Adapter {
         binary: "sh",
         class: ExecutorClass::InteractiveLocal,
         runtime: "runtime:custom:shell",
-        allowlist: |p| {
-            let list = tools(p, "the shell")?;
-            if list.iter().any(|t| t == "Bash") {
-                Ok(Vec::new())
-            } else {
-                Err(Refused("the shell adapter runs only when the lease lists Bash".into()))
-            }
-        },
+        allowlist: |p| tools(p, "the shell").map(|_| Vec::new()),
+        lease_needs: &["Bash"],
         argv: |_, objective| vec!["-c".into(), objective.to_owned()],
         exit_reason: no_exit_reason,
         readiness: shell_readiness,
@@ -235,7 +258,7 @@ mod tests {
     }
 
     fn allow(adapter: &str, policy: Option<&ToolPolicy>) -> Result<Vec<String>, Refused> {
-        (Registry::default().get(adapter).unwrap().allowlist)(policy)
+        Registry::default().get(adapter).unwrap().allow(policy)
     }
 
     #[test]
@@ -260,6 +283,19 @@ mod tests {
             allow("shell", Some(&list(&["Read"]))),
             Err(Refused("the shell adapter runs only when the lease lists Bash".into()))
         );
+        assert!(allow("shell", Some(&list(&["bash"]))).is_ok(), "as serve routes it: case ignored");
+    }
+
+    /// What serve routes by is what the adapters refuse: a lease without tools for all of them, and
+    /// Bash missing for the shell.
+    #[test]
+    fn adapters_declare_what_they_refuse() {
+        let registry = Registry::default();
+        let declared = |name: &str| registry.get(name).unwrap().lease_capabilities().collect::<Vec<_>>();
+        assert_eq!(declared("shell"), ["x-lease:required", "x-lease-needs:bash"]);
+        for name in ["claude-local", "codex-local", "spine-unattended"] {
+            assert_eq!(declared(name), ["x-lease:required"], "{name}");
+        }
     }
 
     #[test]

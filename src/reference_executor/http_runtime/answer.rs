@@ -6,6 +6,7 @@ use std::process::ExitStatus;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use crate::reference_executor::spawn::Completion;
 use crate::wattswarm::checks::check_execute_answer;
 use crate::wattswarm::wire::{EvidencePolicy, ExecuteResponse, InlineEvidence};
 
@@ -47,14 +48,6 @@ impl Exit {
     pub(super) fn succeeded(&self) -> bool {
         *self == Exit::Code(0)
     }
-}
-
-/// What `--completion-check shell` found, when it ran.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum Completion {
-    Met,
-    NotMet(i32),
-    Unrunnable(String),
 }
 
 /// A finished run, as the answer reports it.
@@ -103,10 +96,9 @@ fn summary(run: &Run) -> String {
         Exit::Unknown(why) => summary.push_str(&format!(" ({why})")),
         Exit::Code(_) => {}
     }
-    match &run.completion {
-        Some(Completion::Met) => summary.push_str("; completion check passed"),
-        Some(Completion::NotMet(code)) => summary.push_str(&format!("; completion check failed (exit {code})")),
-        Some(Completion::Unrunnable(why)) => summary.push_str(&format!("; completion check could not run: {why}")),
+    match run.completion.as_ref().map(Completion::failure) {
+        Some(None) => summary.push_str("; completion check passed"),
+        Some(Some(why)) => summary.push_str(&format!("; completion check failed: {why}")),
         None => {}
     }
     summary
@@ -213,7 +205,7 @@ mod tests {
         assert_eq!(killed.candidate_output["check_summary"], "shell exited 137 (killed by signal 9)");
         let unmet = build(&run(Exit::Code(0), b"x", b"", Some(Completion::NotMet(1))), &policy());
         assert_eq!(unmet.candidate_output["confidence"], 0.0);
-        assert_eq!(unmet.candidate_output["check_summary"], "shell exited 0; completion check failed (exit 1)");
+        assert_eq!(unmet.candidate_output["check_summary"], "shell exited 0; completion check failed: exit 1");
         let met = build(&run(Exit::Code(0), b"x", b"", Some(Completion::Met)), &policy());
         assert_eq!(met.candidate_output["confidence"], 1.0);
         assert!(met.candidate_output["check_summary"].as_str().unwrap().ends_with("; completion check passed"));

@@ -10,7 +10,7 @@ use axum::Json;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::answer::{self, Completion, Exit, Run, ANSWER_BYTES, EVIDENCE_BYTES};
+use super::answer::{self, Exit, Run, ANSWER_BYTES, EVIDENCE_BYTES};
 use super::runs::Claim;
 use super::{text, HttpRuntime};
 use crate::reference_executor::{spawn, CompletionCheck};
@@ -39,7 +39,8 @@ struct Job {
     task_id: String,
     objective: String,
     allowlist: Vec<String>,
-    completion: String,
+    /// `inputs.completion_check`, run after the agent exits 0 (`inputs.completion` is prose).
+    completion_check: Option<String>,
     evidence_policy: EvidencePolicy,
 }
 
@@ -102,12 +103,19 @@ impl HttpRuntime {
             };
             (StatusCode::UNPROCESSABLE_ENTITY, format!("{}{hint}", refused.0))
         })?;
+        let completion_check = request.inputs.get("completion_check").and_then(Value::as_str).map(str::to_owned);
+        if completion_check.is_some() && self.args.completion_check == CompletionCheck::None {
+            return Err((
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "this runtime does not run completion checks (start it with --completion-check shell)".to_owned(),
+            ));
+        }
         Ok(Job {
             execution_id: request.execution_id.clone(),
             task_id: request.task_id.clone(),
             objective: prompt.to_owned(),
             allowlist,
-            completion: request.inputs["completion"].as_str().unwrap_or_default().to_owned(),
+            completion_check,
             evidence_policy: request.task_contract.evidence_policy.clone(),
         })
     }
@@ -153,18 +161,10 @@ impl HttpRuntime {
         );
         let exit = Exit::of(child.wait().await);
         let elapsed_ms = began.elapsed().as_millis();
-        let completion = match (exit.succeeded(), self.args.completion_check) {
-            (true, CompletionCheck::Shell) => Some(completion(&job.completion, dir, env).await),
+        let completion = match (exit.succeeded(), &job.completion_check) {
+            (true, Some(check)) => Some(spawn::check_completion(check, dir, env).await),
             _ => None,
         };
         Ok(Run { adapter: self.adapter.name, exit, elapsed_ms, stdout, stderr, completion })
-    }
-}
-
-async fn completion(criterion: &str, dir: &std::path::Path, env: &[(String, String)]) -> Completion {
-    match spawn::completion_status(criterion, dir, env).await {
-        Ok(status) if status.success() => Completion::Met,
-        Ok(status) => Completion::NotMet(status.code().unwrap_or(-1)),
-        Err(e) => Completion::Unrunnable(e.to_string()),
     }
 }

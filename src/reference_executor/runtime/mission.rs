@@ -13,7 +13,6 @@ use tokio::process::Child;
 use super::{spawn, Executor, PROGRESS_EVERY, SUMMARY_CHARS};
 use crate::clock;
 use crate::reference_executor::worktrees::Workdir;
-use crate::reference_executor::CompletionCheck;
 
 impl Executor {
     /// Runs one mission to its end and reports it.
@@ -161,18 +160,17 @@ impl Executor {
         last_out: Option<String>,
     ) -> Value {
         let summary = last_out.unwrap_or_else(|| "exited 0".into());
-        if self.args.completion_check == CompletionCheck::None {
-            return json!({"state": "done", "exit_code": 0, "summary": summary});
+        // `completion` is prose and never run; dispatch refused a check this executor does not run.
+        let done = json!({"state": "done", "exit_code": 0, "summary": summary});
+        let Some(check) = payload["completion_check"].as_str() else { return done };
+        let found = spawn::check_completion(check, dir, env).await;
+        let Some(why) = found.failure() else { return done };
+        let mut failed = json!({"state": "failed", "reason": "completion_not_met",
+                                "error": format!("the completion check `{check}` failed: {why}")});
+        if let spawn::Completion::NotMet(code) = found {
+            failed["exit_code"] = json!(code);
         }
-        let completion = payload["completion"].as_str().unwrap_or_default();
-        match spawn::completion_status(completion, dir, env).await {
-            Ok(s) if s.success() => json!({"state": "done", "exit_code": 0, "summary": summary}),
-            Ok(s) => json!({"state": "failed", "reason": "completion_not_met", "exit_code": s.code().unwrap_or(-1),
-                            "error": format!("the completion check `{completion}` failed")}),
-            Err(e) => {
-                json!({"state": "failed", "reason": "completion_not_met", "error": format!("cannot run the completion check: {e}")})
-            }
-        }
+        failed
     }
 
     /// Reports a mission's end and forgets it.

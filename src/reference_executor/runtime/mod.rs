@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, watch};
 use super::adapters::Adapter;
 use super::state::{Identity, Records, StateDir};
 use super::worktrees::Worktrees;
-use super::{spawn, ExecutorArgs, StopSignals};
+use super::{spawn, CompletionCheck, ExecutorArgs, StopSignals};
 use crate::cli::client::{CallError, Client};
 use crate::contract::SPEC_VERSION;
 use crate::tokens;
@@ -129,6 +129,10 @@ impl Executor {
             // It counts acknowledgements: on stop it waits until serve has every event it sent.
             crate::domain::capabilities::ACKS.to_owned(),
         ];
+        caps.extend(self.adapter.lease_capabilities());
+        if self.args.completion_check == CompletionCheck::Shell {
+            caps.push(crate::domain::capabilities::COMPLETION_CHECK.to_owned());
+        }
         if self.state.is_some() {
             caps.push("resumable".into());
         }

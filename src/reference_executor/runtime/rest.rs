@@ -15,8 +15,8 @@ use super::{Executor, Running};
 use crate::clock;
 use crate::domain::readiness::Report;
 use crate::reference_executor::adapters::{Adapter, Host};
-use crate::reference_executor::serve_until;
 use crate::reference_executor::state::MissionRecord;
+use crate::reference_executor::{serve_until, CompletionCheck};
 
 /// Serves the executor's routes on `listener` until the executor stops.
 pub(super) fn serve(listener: tokio::net::TcpListener, executor: Arc<Executor>) {
@@ -88,6 +88,14 @@ async fn dispatch(
         Ok(a) => a,
         Err(refused) => return refuse(StatusCode::UNPROCESSABLE_ENTITY, "lease_refused", refused.0),
     };
+    if !payload["completion_check"].is_null() && executor.args.completion_check == CompletionCheck::None {
+        // Running the mission and skipping its check would report done work that nobody checked.
+        return refuse(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "completion_check_unsupported",
+            "this executor does not run completion checks (start it with --completion-check shell)",
+        );
+    }
     if let Some(refusal) = admit(&executor, &mission_id) {
         return refusal;
     }

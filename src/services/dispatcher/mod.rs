@@ -21,7 +21,7 @@ use super::ledger::Ledger;
 use super::registry::Registry;
 use super::runtimes::Runtimes;
 use crate::config::{DispatchConfig, IsolationTrust};
-use crate::contract::DispatchPayload;
+use crate::contract::{DispatchPayload, ToolPolicy};
 use crate::domain::readiness;
 use crate::domain::routing::{self, Rejection};
 use crate::domain::runtime_task::{self, Task};
@@ -179,14 +179,26 @@ impl Dispatcher {
             return Err(Error::LeaseDeniesAllTools);
         }
         if payload.task.is_some() {
+            if payload.completion_check.is_some() {
+                return Err(Error::InvalidTask(
+                    "completion_check is run by WebSocket executors; a runtime's task carries its check in \
+                     task.inputs.completion_check"
+                        .into(),
+                ));
+            }
             Task::of(&payload, &body).map_err(Error::InvalidTask)?;
         }
         let (attempts, record) = match self.candidates(&payload).await {
             Ok(found) => found,
-            Err(reason) if payload.queue.unwrap_or(self.config.queue_when_unavailable) => {
+            // Nothing is stored: waiting would not help, and a failed mission would say an executor
+            // failed when none was asked.
+            Err(NoneFit { reason, refused_by_all: true }) => return Err(Error::MissionRefused(reason)),
+            Err(NoneFit { reason, .. }) if payload.queue.unwrap_or(self.config.queue_when_unavailable) => {
                 return self.enqueue(session_id, body, payload, reason).await;
             }
-            Err(reason) => return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason }),
+            Err(NoneFit { reason, .. }) => {
+                return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason })
+            }
         };
         let row = Mission {
             executor_id: Some(attempts[0].clone()),
@@ -225,19 +237,20 @@ impl Dispatcher {
     pub(crate) async fn candidates(
         &self,
         payload: &DispatchPayload,
-    ) -> std::result::Result<(Vec<String>, RoutingRecord), String> {
+    ) -> std::result::Result<(Vec<String>, RoutingRecord), NoneFit> {
         let needed = payload.executions();
         let tries = self.config.max_attempts.max(needed);
         let plan = self.screen_readiness(self.place(payload), payload.unattended, tries).await;
         if plan.ordered.is_empty() {
-            return Err(plan.why_none());
+            return Err(NoneFit { reason: plan.why_none(), refused_by_all: plan.refused_by_all() });
         }
         if plan.ordered.len() < needed {
-            return Err(format!(
+            let reason = format!(
                 "the cross-check needs {needed} runtimes that fit, and {} do ({})",
                 plan.ordered.len(),
                 plan.ordered.join(", ")
-            ));
+            );
+            return Err(NoneFit { reason, refused_by_all: false });
         }
         Ok(handout_plan(plan, tries))
     }
@@ -315,6 +328,11 @@ impl Dispatcher {
             capabilities: &filter.capabilities,
             long_running: payload.long_running,
             unattended: payload.unattended,
+            lease_tools: payload.lease.as_ref().and_then(|l| match &l.tools {
+                ToolPolicy::List(tools) => Some(tools.as_slice()),
+                ToolPolicy::Keyword(_) => None,
+            }),
+            completion_check: payload.completion_check.is_some(),
             trust,
         };
         let rotation = self.rotation.fetch_add(1, Ordering::Relaxed);
@@ -323,6 +341,14 @@ impl Dispatcher {
             ..routing::plan(&request, views, rotation, SCREENED_CANDIDATES)
         })
     }
+}
+
+/// Why no executor gets a dispatch now.
+pub(crate) struct NoneFit {
+    /// One sentence: what stood in the way.
+    reason: String,
+    /// Every executor would refuse the mission as it is (see [`routing::Plan::refused_by_all`]).
+    refused_by_all: bool,
 }
 
 /// What `readiness_of` found.
@@ -352,6 +378,7 @@ mod tests {
                 .map(|i| Rejection { executor_id: format!("r{i}"), reason: "busy".into() })
                 .collect(),
             rejected_total: rejected + 5,
+            refusing: 0,
             reason: "capabilities".into(),
             offline: 0,
         }
