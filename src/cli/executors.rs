@@ -31,8 +31,11 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: ExecutorsCommand) ->
                 return out.json(&answer);
             }
             let id = answer["executor_id"].as_str().unwrap_or(&executor_id);
-            return out
-                .line(format!("executor {id}: removed (token revoked, missions kept; the id may register again)"));
+            return match answer["already"].as_bool() == Some(true) {
+                true => out.line(format!("executor {id}: already removed")),
+                false => out
+                    .line(format!("executor {id}: removed (token revoked, missions kept; the id may register again)")),
+            };
         }
     };
     let path = format!("/api/v1/executors/{}/drain", enc(&id));

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::etag;
-use super::extract::{Bearer, Contract, ExecutorId, ExecutorRef, Operator, Page, SocketUpgrade};
+use super::extract::{Bearer, Contract, ExecutorId, ExecutorRef, Operator, Page, PathId, SocketUpgrade};
 use crate::app::App;
 use crate::contract::RegisterPayload;
 use crate::domain::canonical_id;
@@ -103,9 +103,10 @@ async fn readiness(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): Ex
     Ok(Json(app.dispatcher.readiness_of(&id).await?).into_response())
 }
 
-async fn remove(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
-    app.fleet.remove_executor(&id).await?;
-    Ok((StatusCode::OK, Json(json!({"executor_id": id, "removed": true}))).into_response())
+/// By id, name or prefix as the other operator routes, and also by the exact id of an executor that has
+/// left (to release its identity, or to answer that it is removed already): so not an `ExecutorRef`.
+async fn remove(_: Operator, State(app): State<Arc<App>>, PathId(reference): PathId) -> Result<Response> {
+    Ok(Json(app.fleet.remove_executor(&reference).await?).into_response())
 }
 
 async fn deregister(

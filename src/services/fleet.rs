@@ -17,6 +17,16 @@ use crate::limits::RateLimiter;
 use crate::store::{Change, Store};
 use crate::{clock, tokens};
 
+/// The answer to `POST /api/v1/executors/{id}/remove`.
+#[derive(Debug, serde::Serialize)]
+pub struct Removed {
+    pub executor_id: String,
+    pub removed: bool,
+    /// It had been removed already: nothing changed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub already: bool,
+}
+
 pub struct Fleet {
     registry: Arc<Registry>,
     ledger: Arc<Ledger>,
@@ -155,19 +165,42 @@ impl Fleet {
     /// `POST /api/v1/executors/{id}/remove` (operator): what a deregistration does, for an executor that
     /// will not do it itself (stale, lost its token), and the identity is released: anyone may register
     /// that id again, from anywhere, without a token. A connected executor is not removed under its feet.
-    pub async fn remove_executor(&self, executor_id: &str) -> Result<()> {
-        if !self.registry.is_live(executor_id) {
-            return Err(Error::NotFound(format!("executor {executor_id} is not registered")));
-        }
+    ///
+    /// Idempotent, as the other controls: an executor that has left already (by its exact id) has its
+    /// identity released if it still held one (the refusal of a registration from elsewhere tells the
+    /// operator to remove it), and a repeated removal answers that it is removed already.
+    pub async fn remove_executor(&self, reference: &str) -> Result<Removed> {
+        let executor_id = match self.registry.resolve(reference) {
+            Ok(id) => id,
+            Err(Error::NotFound(why)) => match self.registry.departed(reference) {
+                Some(departed) => return self.release_departed(departed).await,
+                None => return Err(Error::NotFound(why)),
+            },
+            Err(e) => return Err(e),
+        };
         // A runtime's health is serve's probe, not a peer that would carry on under a removed identity.
-        if self.registry.is_connected(executor_id) && !self.registry.is_runtime(executor_id) {
+        if self.registry.is_connected(&executor_id) && !self.registry.is_runtime(&executor_id) {
             return Err(Error::Conflict(format!(
                 "executor {executor_id} is connected: stop it (or let it deregister itself) before removing it"
             )));
         }
-        self.end_identity(executor_id, "operator_deleted", true).await?;
-        tracing::info!(executor_id, "executor removed by an operator; its identity is released");
-        Ok(())
+        self.end_identity(&executor_id, "operator_deleted", true).await?;
+        tracing::info!(%executor_id, "executor removed by an operator; its identity is released");
+        Ok(Removed { executor_id, removed: true, already: false })
+    }
+
+    async fn release_departed(&self, departed: super::registry::Departed) -> Result<Removed> {
+        let executor_id = departed.executor_id;
+        if departed.released {
+            return Ok(Removed { executor_id, removed: true, already: true });
+        }
+        let _serial = self.registry.serialized().await;
+        if let Some(changes) = self.registry.release_changes(&executor_id) {
+            self.store.commit(changes).await?;
+            self.registry.apply_release(&executor_id);
+            tracing::info!(%executor_id, "departed executor's identity released by an operator");
+        }
+        Ok(Removed { executor_id, removed: true, already: false })
     }
 
     /// Ends an executor's registration (`reason` for `executor.deregistered`), suspending or failing its

@@ -271,6 +271,8 @@ async fn remove_a_stale_executor_and_list_every_page() {
         stdout(&out),
         format!("executor {}: removed (token revoked, missions kept; the id may register again)\n", e.id)
     );
+    let out = cli(&server.base, &["executors", "remove", &e.id], &[]).await;
+    assert_eq!((out.status.code(), stdout(&out)), (Some(0), format!("executor {}: already removed\n", e.id)));
 
     // More than one page of executors: the listing shows them all.
     for _ in 0..600 {

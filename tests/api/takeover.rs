@@ -105,7 +105,34 @@ async fn an_operator_releases_a_stale_identity() {
     assert_eq!((r.status, &r.body), (200, &json!({"executor_id": e.id, "removed": true})));
     server.client.get(&format!("/api/v1/executors/{}", e.id)).await.assert_error(404, "not_found");
     assert_eq!(server.mission(&id).await["state"], "suspended", "its missions are kept, suspended");
-    server.client.post(&remove, &json!(null)).await.assert_error(404, "not_found");
+    let again = server.client.post(&remove, &json!(null)).await;
+    assert_eq!((again.status, &again.body), (200, &json!({"executor_id": e.id, "removed": true, "already": true})));
+    let r = elsewhere.post("/api/v1/executors/register", &e.register_payload()).await;
+    assert_eq!(r.status, 201, "released: {}", r.body);
+    server.client.post("/api/v1/executors/no-such-executor/remove", &json!(null)).await.assert_error(404, "not_found");
+}
+
+/// An executor that deregistered itself keeps its address: registering from elsewhere is refused, and
+/// the refusal says `executors remove`, which must then release it (it was a 404: the id was not live).
+#[tokio::test]
+async fn removing_an_executor_that_left_releases_its_identity() {
+    let server = TestServer::start().await;
+    let e = ScriptedExecutor::register(&server, &[]).await;
+    let gone = server.client.delete(&format!("/api/v1/executors/{}", e.id), Some(&e.token)).await;
+    assert_eq!(gone.status, 204, "{}", gone.body);
+    let elsewhere = Client::from_address(&server.base, "127.0.0.2".parse().unwrap());
+    let refused = elsewhere.post("/api/v1/executors/register", &e.register_payload()).await;
+    let message = refused.assert_error(409, "conflict");
+    assert!(message.contains(&format!("aiwg-serve executors remove {}", e.id)), "{message}");
+
+    let remove = format!("/api/v1/executors/{}/remove", e.id);
+    let r = server.client.post(&remove, &json!(null)).await;
+    assert_eq!((r.status, &r.body), (200, &json!({"executor_id": e.id, "removed": true})));
+    let r = server.client.post(&remove, &json!(null)).await;
+    assert_eq!(r.body["already"], true, "{}", r.body);
+    // A departed executor is found by its exact id only: its name may be someone else's now.
+    let by_name = format!("/api/v1/executors/{}/remove", e.register_payload()["name"].as_str().unwrap());
+    server.client.post(&by_name, &json!(null)).await.assert_error(404, "not_found");
     let r = elsewhere.post("/api/v1/executors/register", &e.register_payload()).await;
     assert_eq!(r.status, 201, "released: {}", r.body);
 }

@@ -116,6 +116,13 @@ pub struct Registered {
     pub rotated_for_non_loopback: bool,
 }
 
+/// An executor that has left, as [`Registry::departed`] finds it.
+pub struct Departed {
+    pub executor_id: String,
+    /// Its identity is free: it may register again from anywhere.
+    pub released: bool,
+}
+
 /// How to reach an executor's REST surface.
 pub struct Reach {
     pub rest: String,
@@ -236,6 +243,34 @@ impl Registry {
             e.token = Some(token.to_owned());
         }
         Ok(())
+    }
+
+    /// An executor that has left (deregistered itself, or was removed), by its exact id: names and
+    /// prefixes are for the live fleet, where a departed executor's name may be someone else's now.
+    /// `None` for a live or unknown one.
+    pub fn departed(&self, reference: &str) -> Option<Departed> {
+        let id = crate::domain::canonical_id(reference);
+        let inner = self.inner.read().expect("registry lock");
+        let entry = inner.executors.get(&id).filter(|e| !e.live())?;
+        Some(Departed { released: entry.row.registered_from.is_none(), executor_id: id })
+    }
+
+    /// The store change that frees a departed executor's identity (see [`Registry::departed`]): the
+    /// address it registered from is forgotten, so it may register again from anywhere. `None` when it
+    /// is live, unknown, or free already.
+    pub fn release_changes(&self, executor_id: &str) -> Option<Vec<Change>> {
+        let inner = self.inner.read().expect("registry lock");
+        let entry = inner.executors.get(executor_id).filter(|e| !e.live() && e.row.registered_from.is_some())?;
+        let row = ExecutorRecord { registered_from: None, ..entry.row.clone() };
+        Some(vec![Change::PutExecutor(Box::new(row))])
+    }
+
+    /// After the release is committed.
+    pub fn apply_release(&self, executor_id: &str) {
+        let mut inner = self.inner.write().expect("registry lock");
+        if let Some(entry) = inner.executors.get_mut(executor_id).filter(|e| !e.live()) {
+            entry.row.registered_from = None;
+        }
     }
 
     /// The store changes that deregister an executor (row revoked and hidden, `executor.deregistered`),
