@@ -180,7 +180,18 @@ impl FromRequestParts<Arc<App>> for MissionRef {
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
         let PathId(reference) = PathId::from_request_parts(parts, app).await?;
-        Ok(MissionRef(app.status.resolve_mission(&reference).await?))
+        Ok(MissionRef(MissionRef::resolve(app, reference).await?))
+    }
+}
+
+impl MissionRef {
+    /// The mission id a reference means. A live mission's id, as every control of one sends it, is
+    /// known without asking the store.
+    pub(super) async fn resolve(app: &App, reference: String) -> Result<String, Error> {
+        if app.controls.is_live(&reference) {
+            return Ok(reference);
+        }
+        app.status.resolve_mission(&reference).await
     }
 }
 

@@ -58,17 +58,18 @@ async fn hitl_response(
     Contract { body, .. }: Contract<HitlResponsePayload>,
 ) -> Result<Accepted> {
     // The body is judged (415 for a browser's text/plain) before the mission is looked up.
-    let id = app.status.resolve_mission(&reference).await?;
+    let id = MissionRef::resolve(&app, reference).await?;
     act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }).await
 }
 
+/// Not a `MissionRef`: the detail looks the id up as such first, and resolves a prefix only on a miss.
 async fn show(
     _: Operator,
     State(app): State<Arc<App>>,
-    MissionRef(id): MissionRef,
+    PathId(reference): PathId,
     headers: HeaderMap,
 ) -> Result<Response> {
-    Ok(etag::respond(&headers, &app.status.mission_detail(&id).await?))
+    Ok(etag::respond(&headers, &app.status.mission_detail(&reference).await?))
 }
 
 #[derive(Deserialize)]

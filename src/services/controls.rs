@@ -130,6 +130,11 @@ impl Controls {
         Controls { registry, ledger, store, dispatcher, sandboxes, deadlines: Mutex::default(), metrics }
     }
 
+    /// A mission this replica holds live (not ended), by its exact id.
+    pub fn is_live(&self, mission_id: &str) -> bool {
+        self.ledger.contains(mission_id)
+    }
+
     pub async fn operate(self: &Arc<Self>, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
         let now = clock::now();
         if !self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {

@@ -90,22 +90,24 @@ impl Status {
         }
     }
 
-    pub async fn mission_status(&self, mission_id: &str) -> Result<MissionStatus> {
-        let row = self
-            .store
-            .mission(mission_id)
-            .await?
-            .ok_or_else(|| Error::NotFound(format!("mission {mission_id} not found")))?;
-        let events = self.store.recent_events(mission_id, RECENT_EVENTS, RECENT_EVENTS_BYTES).await?;
-        Ok(MissionStatus::from_row(row, events))
-    }
-
     /// `GET /api/v1/missions/{id}`: the mission's status with its pending HITL request, if any (as
-    /// committed: the request an answer must name).
-    pub async fn mission_detail(&self, mission_id: &str) -> Result<MissionStatus> {
-        let status = self.mission_status(mission_id).await?;
-        let pending = self.store.pending_hitl(mission_id).await?;
-        Ok(status.with_hitl(pending))
+    /// committed: the request an answer must name). `reference` is its id, looked up as such first
+    /// (what dashboards and scripts send, polled all day: one query), or a unique start of one.
+    pub async fn mission_detail(&self, reference: &str) -> Result<MissionStatus> {
+        let row = match self.store.mission(reference).await? {
+            Some(row) => row,
+            None => {
+                let mission_id = self.resolve_mission(reference).await?;
+                self.store
+                    .mission(&mission_id)
+                    .await?
+                    .ok_or_else(|| Error::NotFound(format!("mission {mission_id} not found")))?
+            }
+        };
+        let mission_id = row.mission_id.clone();
+        let events = self.store.recent_events(&mission_id, RECENT_EVENTS, RECENT_EVENTS_BYTES).await?;
+        let pending = self.store.pending_hitl(&mission_id).await?;
+        Ok(MissionStatus::from_row(row, events).with_hitl(pending))
     }
 
     pub async fn missions(&self, query: MissionQuery) -> Result<MissionPage> {
