@@ -24,6 +24,10 @@ pub fn is_repeat(terminal: Option<&Value>, data: &Value) -> bool {
 /// (withdrawing an older one still open); leaving `hitl-required` for running or a terminal state
 /// withdraws the open one. Pausing and suspending keep it: the executor still waits for the answer.
 /// Returns the request open afterwards and the requests to record (opened or withdrawn).
+///
+/// A request that names no deadline gets `default_expiry` from now (`hitl.default_expiry_s`), so that
+/// a forgotten question does not hold its mission, and the executor's slot, for good. The event keeps
+/// the executor's words; the request records the deadline serve set.
 pub fn hitl_effect(
     live: &Live,
     event: EventType,
@@ -31,6 +35,7 @@ pub fn hitl_effect(
     data: &Value,
     mission_id: &str,
     now: DateTime<Utc>,
+    default_expiry: Option<chrono::Duration>,
 ) -> (Option<HitlRequest>, Vec<HitlRequest>) {
     let withdraw = |h: &HitlRequest| HitlRequest { outcome: HitlOutcome::Withdrawn, ..h.clone() };
     if event == EventType::MissionHitlRequired {
@@ -41,7 +46,9 @@ pub fn hitl_effect(
             hitl_id: data_str(d, "hitl_id").unwrap_or_default().to_owned(),
             prompt: data_str(d, "prompt").unwrap_or_default().to_owned(),
             context: data_str(d, "context").map(str::to_owned),
-            expires_at: data_str(d, "expires_at").and_then(clock::normalize),
+            expires_at: data_str(d, "expires_at")
+                .and_then(clock::normalize)
+                .or_else(|| default_expiry.map(|after| now + after)),
             requested_at: now.to_owned(),
             outcome: HitlOutcome::Pending,
             response: None,

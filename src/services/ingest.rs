@@ -19,8 +19,8 @@ use super::registry::Registry;
 use crate::clock;
 use crate::contract::{progress, Envelope, EventType, Schema};
 use crate::domain::{
-    capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlOutcome, HitlRequest, Live,
-    MissionPatch, MissionState, NewEvent, Outcome, Undo,
+    capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch,
+    MissionState, NewEvent, Outcome, Undo,
 };
 use crate::error::Error;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
@@ -84,12 +84,14 @@ pub enum Answer {
     Refused(Refusal),
 }
 
-/// Who sent a frame, what it is, and whether its sender may suspend missions.
+/// Who sent a frame, what it is, whether its sender may suspend missions, and the deadline a HITL
+/// request it opens gets when it names none.
 #[derive(Clone, Copy)]
 struct Judged<'a> {
     executor_id: &'a str,
     event: EventType,
     resumable: bool,
+    hitl_default_expiry: Option<chrono::Duration>,
 }
 
 /// What an accepted mission event does, decided under the ledger lock before anything is queued.
@@ -113,18 +115,6 @@ struct Accepted {
 }
 
 impl Accepted {
-    /// A request this event opened without a deadline gets serve's (`hitl.default_expiry_s`): a
-    /// forgotten question must not hold its mission, and the executor's slot, for good. The event keeps
-    /// the executor's words; the request records the deadline serve set.
-    fn expire_by_default(&mut self, event: EventType, after: Option<chrono::Duration>, now: DateTime<Utc>) {
-        let (Some(after), EventType::MissionHitlRequired) = (after, event) else { return };
-        let opened =
-            self.hitl.iter_mut().chain(self.hitl_puts.iter_mut().filter(|h| h.outcome == HitlOutcome::Pending));
-        for request in opened.filter(|h| h.expires_at.is_none()) {
-            request.expires_at = Some(now + after);
-        }
-    }
-
     /// A HITL request with a deadline this event opened.
     fn deadline(&self, event: EventType) -> Option<Box<HitlRequest>> {
         self.hitl
@@ -233,7 +223,7 @@ impl Ingest {
         let resumable =
             !matches!(event, EventType::MissionSuspended | EventType::MissionReconnected | EventType::MissionResumed)
                 || self.registry.has_capability(executor_id, capabilities::RESUMABLE);
-        let judged = Judged { executor_id, event, resumable };
+        let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry };
         let now = clock::now();
         let mut row = Some(row);
         let mut waited = false;
@@ -244,8 +234,7 @@ impl Ingest {
                 match decide(live, judged, row_ref, &mission_id, now) {
                     Err(e) => (Err(e), None),
                     Ok(Decision::Duplicate) => (Ok(None), None),
-                    Ok(Decision::Accept(mut a)) => {
-                        a.expire_by_default(event, self.hitl_default_expiry, now);
+                    Ok(Decision::Accept(a)) => {
                         let row = row.take().expect("queued once");
                         let undo = a.undo_point(live);
                         a.apply(live, &row.data);
@@ -438,7 +427,7 @@ fn decide(
     mission_id: &str,
     now: DateTime<Utc>,
 ) -> Result<Decision, Error> {
-    let Judged { executor_id, event, resumable } = frame;
+    let Judged { executor_id, event, resumable, hitl_default_expiry } = frame;
     if live.executor_id != executor_id {
         return Err(not_owned(mission_id));
     }
@@ -465,7 +454,7 @@ fn decide(
         return Ok(Decision::Duplicate);
     }
     let patch = patch_for(event, &row.data, moved, now);
-    let (hitl, hitl_puts) = hitl_effect(live, event, moved, &row.data, mission_id, now);
+    let (hitl, hitl_puts) = hitl_effect(live, event, moved, &row.data, mission_id, now, hitl_default_expiry);
     Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress }))
 }
 

@@ -20,7 +20,7 @@ fn row(event: EventType, data: Value) -> NewEvent {
 }
 
 fn judged(event: EventType, resumable: bool) -> Judged<'static> {
-    Judged { executor_id: "e1", event, resumable }
+    Judged { executor_id: "e1", event, resumable, hitl_default_expiry: None }
 }
 
 fn accepted(d: Result<Decision, Error>) -> Accepted {
@@ -141,18 +141,17 @@ fn a_request_without_a_deadline_gets_the_default_one_and_one_with_a_deadline_kee
     let live = Live::new("e1", MissionState::Running);
     let e = EventType::MissionHitlRequired;
     let day = chrono::Duration::seconds(86_400);
-    let mut a = accepted(decide(&live, judged(e, true), &row(e, json!({"hitl_id": "h", "prompt": "p"})), "m1", now()));
-    a.expire_by_default(e, Some(day), now());
+    let with_default = Judged { hitl_default_expiry: Some(day), ..judged(e, true) };
+    let ask = row(e, json!({"hitl_id": "h", "prompt": "p"}));
+    let a = accepted(decide(&live, with_default, &ask, "m1", now()));
     assert_eq!(a.hitl.as_ref().unwrap().expires_at, Some(now() + day));
     assert_eq!(a.hitl_puts.last().unwrap().expires_at, Some(now() + day), "recorded with it");
     assert!(a.deadline(e).is_some(), "and watched");
 
     let own = json!({"hitl_id": "h", "prompt": "p", "expires_at": "2026-12-01T00:00:00Z"});
-    let mut a = accepted(decide(&live, judged(e, true), &row(e, own), "m1", now()));
-    a.expire_by_default(e, Some(day), now());
+    let a = accepted(decide(&live, with_default, &row(e, own), "m1", now()));
     assert_eq!(a.hitl.unwrap().expires_at, crate::clock::parse("2026-12-01T00:00:00Z"));
 
-    let mut a = accepted(decide(&live, judged(e, true), &row(e, json!({"hitl_id": "h", "prompt": "p"})), "m1", now()));
-    a.expire_by_default(e, None, now());
+    let a = accepted(decide(&live, judged(e, true), &ask, "m1", now()));
     assert_eq!(a.hitl.unwrap().expires_at, None, "0 in the configuration: no default");
 }
