@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use serde_json::json;
 
 use crate::cli::{command, finish, stderr, stdout};
-use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_body, mission_id, running_mission, ScriptedExecutor, TestServer};
 
 async fn backup(data_dir: &std::path::Path, file: &std::path::Path) -> std::process::Output {
     let mut c = command(&["backup"]);
@@ -20,10 +20,7 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
         return a_postgresql_store_is_backed_up_with_its_own_tools(&server).await;
     }
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
-    let done = mission_id();
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&done)).await.status, 202);
-    e.next_dispatch().await;
-    ws.ack("mission.started", &done, json!({"state": "running"})).await;
+    let done = running_mission(&server, &mut e, &mut ws).await;
     ws.ack("mission.completed", &done, json!({"state": "done", "exit_code": 0, "summary": "shipped"})).await;
     let before = server.mission(&done).await;
     // A deregistered executor keeps its row, but the summary counts executors as the listing does.

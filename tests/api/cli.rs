@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
-use crate::support::{checked_out_commit, dispatch_body, mission_id, ScriptedExecutor, TestServer, WAIT};
+use crate::support::{
+    checked_out_commit, dispatch_body, mission_id, running_mission, ScriptedExecutor, TestServer, WAIT,
+};
 
 /// `aiwg-serve <args>` with none of the operator's own environment leaking in.
 pub fn command(args: &[&str]) -> Command {
@@ -129,10 +131,7 @@ async fn waiting_ends_by_exit_codes_a_script_can_tell_apart() {
     }
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
-    let id = mission_id();
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
-    e.next_dispatch().await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
 
     let out = cli(&server.base, &["missions", "watch", &id, "--timeout", "1"], &[]).await;
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
@@ -221,10 +220,7 @@ async fn dispatch_check_travels_as_its_own_field() {
 async fn listing_showing_controlling_and_answering() {
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl", "x-pause-resume", "x-abort"]).await;
-    let id = mission_id();
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
-    e.next_dispatch().await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
 
     let out = cli(&server.base, &["executors", "list"], &[]).await;
     assert_eq!(out.status.code(), Some(0));

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use crate::support::webdriver::Browser;
-use crate::support::{dispatch_body, dispatch_to, mission_id, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_body, dispatch_to, mission_id, running_mission, ScriptedExecutor, TestServer};
 
 fn shot(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/screenshots").join(format!("{name}.png"))
@@ -250,8 +250,7 @@ async fn large_events_are_read_in_pages_and_shown_in_part() {
     let Some(browser) = Browser::start().await else { return };
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     for step in 0..4 {
         ws.ack("mission.progress", &id, json!({"summary": format!("step {step} {}", "y".repeat(700 * 1024))})).await;
     }

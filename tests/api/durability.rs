@@ -5,7 +5,7 @@ use std::process::Command;
 use serde_json::json;
 
 use crate::support::process::Process;
-use crate::support::{dispatch_body, mission_id, Client, ExecSocket, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_body, mission_id, running_mission, Client, ExecSocket, ScriptedExecutor, TestServer};
 
 /// Waits until serve shows the executor connected.
 async fn connected(client: &Client, id: &str) {
@@ -79,10 +79,7 @@ async fn acknowledged_events_survive_kill_9_and_the_executor_keeps_its_identity(
 async fn a_graceful_restart_keeps_everything() {
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
-    let id = mission_id();
-    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &dispatch_body(&id)).await.status, 202);
-    e.next_dispatch().await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     let before = server.mission(&id).await;
     let server = server.restart().await;
     assert_eq!(ws.closed().await.code, 1001, "sockets are closed with 'going away' on shutdown");

@@ -7,7 +7,9 @@ use futures_util::SinkExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::support::{dispatch_body, dispatch_to, mission_id, Client, ExecSocket, ScriptedExecutor, TestServer, WAIT};
+use crate::support::{
+    dispatch_body, dispatch_to, mission_id, running_mission, Client, ExecSocket, ScriptedExecutor, TestServer, WAIT,
+};
 
 /// Finding 6: an executor that stops reading used to stay `connected: true` past its ping deadline,
 /// because the socket task blocked in a send and its keepalive never ran; controls said `delivered`.
@@ -19,8 +21,7 @@ async fn an_executor_that_stops_reading_is_dropped_at_its_deadline() {
     })
     .await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     let mut silent = ws.into_silent();
     let connected =
         || async { server.client.get(&format!("/api/v1/executors/{}", e.id)).await.body["connected"] == true };

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{dispatch_to, ExecSocket, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_to, running_mission, ExecSocket, ScriptedExecutor, TestServer};
 
 /// An online executor with one mission it has started.
 async fn running(server: &TestServer) -> (ScriptedExecutor, ExecSocket, String) {
@@ -247,8 +247,7 @@ async fn controls_on_unknown_and_offline_missions() {
 async fn an_executor_that_declares_nothing_is_paused_and_resumed_as_the_contract_says() {
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     for (action, state, event) in [("pause", "paused", "mission.paused"), ("resume", "running", "mission.resumed")] {
         let r = post(&server, &format!("/api/v1/missions/{id}/{action}"), json!(null)).await;
         assert_eq!(
@@ -279,8 +278,7 @@ async fn an_executor_that_declares_nothing_is_paused_and_resumed_as_the_contract
 async fn controls_an_executor_declares_it_cannot_carry_out_are_refused() {
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl", "x-no-pause-resume"]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     for action in ["pause", "resume"] {
         let message = post(&server, &format!("/api/v1/missions/{id}/{action}"), json!(null))
             .await

@@ -14,7 +14,7 @@ use aiwg_serve::store::{Change, EventQuery, NewEvent, Store};
 use serde_json::json;
 
 use crate::support::postgres::{backend_is_postgres, TestDatabase};
-use crate::support::{dispatch_to, ScriptedExecutor, TestServer, WAIT};
+use crate::support::{running_mission, ScriptedExecutor, TestServer, WAIT};
 
 const STORES: usize = 3;
 const WRITERS_PER_STORE: usize = 4;
@@ -118,8 +118,7 @@ async fn a_writer_whose_session_is_ended_opens_another_and_loses_nothing_acknowl
     let server = TestServer::start().await;
     let Some(db) = server.database() else { return };
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     let mut admin = db.connect().await;
     let writer = claim_holder(&mut admin).await;
 
@@ -178,8 +177,7 @@ async fn a_database_outage_wedges_no_mission() {
     let server = TestServer::start().await;
     let Some(db) = server.database() else { return };
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     let mut admin = postgres_admin().await;
     let name = db.url.rsplit('/').next().unwrap().to_owned();
     let outage = |allow: bool| format!("ALTER DATABASE {name} ALLOW_CONNECTIONS {allow}");

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{dispatch_to, ExecSocket, ScriptedExecutor, TestServer};
+use crate::support::{dispatch_to, running_mission, ExecSocket, ScriptedExecutor, TestServer};
 
 async fn resync(ws: &mut ExecSocket, owned: &[&str]) -> Value {
     let frame = ws.envelope("executor.resync", None, json!({"owned_mission_ids": owned, "protocol_version": "1.0.0"}));
@@ -20,8 +20,7 @@ fn event_names(m: &Value) -> Vec<String> {
 async fn a_suspended_mission_is_resumed_after_the_executor_comes_back() {
     let server = TestServer::start().await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &["resumable", "hitl"]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     ws.ack("mission.suspended", &id, json!({"state": "suspended", "checkpoint_id": "ck-7", "reason": "shutdown"}))
         .await;
     let m = server.mission(&id).await;
@@ -185,8 +184,7 @@ async fn after_a_restart_nobody_times_out_within_the_restart_grace() {
     })
     .await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
     let server = server.restart().await;
     assert_eq!(server.mission(&id).await["state"], "running", "not timed out at once");
     let m = server

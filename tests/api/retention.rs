@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::support::{dispatch_to, ExecSocket, ScriptedExecutor, TestServer};
+use crate::support::{running_mission, ExecSocket, ScriptedExecutor, TestServer};
 
 /// The cap: well under what the stream writes (about 2.5 MB of progress).
 const CAP: u64 = 1 << 20;
@@ -59,12 +59,10 @@ async fn a_store_given_a_cap_it_is_above_compacts_the_oldest_ended_missions_and_
     .await;
     let sqlite = server.config.store.database_url.is_empty();
     let (mut e, mut socket) = ScriptedExecutor::online(&server, &["hitl"]).await;
-    let live = dispatch_to(&server, &mut e).await;
-    socket.ack("mission.started", &live, json!({"state": "running"})).await;
+    let live = running_mission(&server, &mut e, &mut socket).await;
     let mut ended = Vec::new();
     for _ in 0..MISSIONS {
-        let id = dispatch_to(&server, &mut e).await;
-        socket.ack("mission.started", &id, json!({"state": "running"})).await;
+        let id = running_mission(&server, &mut e, &mut socket).await;
         progress(&mut socket, &id, PROGRESS / 2).await;
         socket.ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Go on?"})).await;
         let answer = server
@@ -158,11 +156,9 @@ async fn past_its_retention_an_ended_mission_is_compacted_by_the_background_pass
     })
     .await;
     let (mut e, mut socket) = ScriptedExecutor::online(&server, &[]).await;
-    let live = dispatch_to(&server, &mut e).await;
-    socket.ack("mission.started", &live, json!({"state": "running"})).await;
+    let live = running_mission(&server, &mut e, &mut socket).await;
     progress(&mut socket, &live, 3).await;
-    let id = dispatch_to(&server, &mut e).await;
-    socket.ack("mission.started", &id, json!({"state": "running"})).await;
+    let id = running_mission(&server, &mut e, &mut socket).await;
     progress(&mut socket, &id, 10).await;
     socket.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
     // No one asks: the pass of the next second finds it past a retention of zero days.
@@ -185,13 +181,11 @@ async fn under_a_steady_stream_the_store_keeps_itself_under_its_cap() {
     let file = server.data_dir().join("aiwg-serve.db");
     let file_size = || std::fs::metadata(&file).map_or(0, |m| m.len());
     let (mut e, mut socket) = ScriptedExecutor::online(&server, &[]).await;
-    let live = dispatch_to(&server, &mut e).await;
-    socket.ack("mission.started", &live, json!({"state": "running"})).await;
+    let live = running_mission(&server, &mut e, &mut socket).await;
     // Four times the cap in all, one mission after another, with a live mission streaming beside them.
     let mut largest = 0;
     for _ in 0..2 * MISSIONS {
-        let id = dispatch_to(&server, &mut e).await;
-        socket.ack("mission.started", &id, json!({"state": "running"})).await;
+        let id = running_mission(&server, &mut e, &mut socket).await;
         progress(&mut socket, &id, PROGRESS).await;
         socket.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
         progress(&mut socket, &live, 2).await;

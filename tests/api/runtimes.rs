@@ -11,25 +11,26 @@ use crate::support::executor::Answer;
 use crate::support::runtime::{Behavior, ScriptedRuntime};
 use crate::support::{mission_id, ScriptedExecutor, TestServer};
 
-/// A server whose runtime calls time out fast and whose prober looks often.
-async fn server() -> TestServer {
+/// A server whose runtime calls time out fast and whose prober looks every `probe_ms` (backing off to
+/// `max_ms`).
+async fn probing_every(probe_ms: u64, max_ms: u64) -> TestServer {
     TestServer::start_with(|c| {
         c.runtimes.call_timeout_ms = 400;
-        c.runtimes.probe_interval_ms = 50;
-        c.runtimes.probe_max_interval_ms = 100;
+        c.runtimes.probe_interval_ms = probe_ms;
+        c.runtimes.probe_max_interval_ms = max_ms;
     })
     .await
+}
+
+/// A server whose prober looks often.
+async fn server() -> TestServer {
+    probing_every(50, 100).await
 }
 
 /// A server whose background prober runs seldom: what a test sees of a runtime's health is what the
 /// test's own calls and missions found.
 async fn quiet_server() -> TestServer {
-    TestServer::start_with(|c| {
-        c.runtimes.call_timeout_ms = 400;
-        c.runtimes.probe_interval_ms = 600_000;
-        c.runtimes.probe_max_interval_ms = 600_000;
-    })
-    .await
+    probing_every(600_000, 600_000).await
 }
 
 /// Adds `runtime` as `name` and asserts the answer.

@@ -226,6 +226,18 @@ mod cases {
         Change::PatchMission { mission_id: mission_id.into(), patch }
     }
 
+    /// Six events of two executors and two missions, with executor events between them (seq 1..=6).
+    fn two_executors_log() -> [NewEvent; 6] {
+        [
+            event("mission.started", "e1", Some("m1"), 1),
+            event("executor.resync", "e1", None, 2),
+            event("mission.started", "e2", Some("m2"), 3),
+            event("mission.progress", "e1", Some("m1"), 4),
+            event("executor.resync", "e2", None, 5),
+            event("mission.progress", "e2", Some("m1"), 6),
+        ]
+    }
+
     fn event(name: &'static str, executor: &str, mission: Option<&str>, n: i64) -> NewEvent {
         NewEvent {
             event: name.into(),
@@ -566,14 +578,7 @@ mod cases {
     }
 
     pub(super) async fn events_after_reads_the_log_in_order_with_filters_and_limit(store: Store) {
-        let sent = [
-            event("mission.started", "e1", Some("m1"), 1),
-            event("executor.resync", "e1", None, 2),
-            event("mission.started", "e2", Some("m2"), 3),
-            event("mission.progress", "e1", Some("m1"), 4),
-            event("executor.resync", "e2", None, 5),
-            event("mission.progress", "e2", Some("m1"), 6),
-        ];
+        let sent = two_executors_log();
         store.commit(sent[..3].iter().map(append).collect()).await.unwrap();
         store.commit(sent[3..].iter().map(append).collect()).await.unwrap();
         let read = |after: i64, mission: Option<&'static str>, executor: Option<&'static str>, limit: u32| {
@@ -634,14 +639,7 @@ mod cases {
 
     pub(super) async fn the_tail_starts_where_the_last_n_events_of_the_filter_begin(store: Store) {
         assert_eq!(store.tail_start(None, None, 3).await.unwrap(), 0, "an empty log");
-        let sent = [
-            event("mission.started", "e1", Some("m1"), 1),
-            event("executor.resync", "e1", None, 2),
-            event("mission.started", "e2", Some("m2"), 3),
-            event("mission.progress", "e1", Some("m1"), 4),
-            event("executor.resync", "e2", None, 5),
-            event("mission.progress", "e2", Some("m1"), 6),
-        ];
+        let sent = two_executors_log();
         store.commit(sent.iter().map(append).collect()).await.unwrap();
         assert_eq!(store.tail_start(None, None, 1).await.unwrap(), 5);
         assert_eq!(store.tail_start(None, None, 3).await.unwrap(), 3);

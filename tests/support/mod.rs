@@ -186,6 +186,14 @@ pub async fn dispatch_to(server: &TestServer, e: &mut ScriptedExecutor) -> Strin
     id
 }
 
+/// A fresh mission pinned to `e`, received and reported started on `ws`: the preamble of every test
+/// about a running mission; returns its id.
+pub async fn running_mission(server: &TestServer, e: &mut ScriptedExecutor, ws: &mut ExecSocket) -> String {
+    let id = dispatch_to(server, e).await;
+    ws.ack("mission.started", &id, serde_json::json!({"state": "running"})).await;
+    id
+}
+
 /// A fresh mission id, ASCII and unique in its first 8 bytes (the agentic-sandbox executor keys sessions
 /// by them).
 /// The commit this checkout has out, as the build records it (12 characters); `None` outside git.
