@@ -107,8 +107,8 @@ impl Retention {
             let size = self.store.size_bytes().await?;
             pass.store_bytes = size;
             let over_cap = self.config.max_store_bytes > 0 && size > self.config.max_store_bytes as i64;
-            let ended_before = (!over_cap).then(|| crate::clock::now() - keep);
-            let missions = self.store.compactable_missions(ended_before, MISSIONS_PER_ROUND).await?;
+            let ended_by = (!over_cap).then(|| crate::clock::now() - keep);
+            let missions = self.store.compactable_missions(ended_by, MISSIONS_PER_ROUND).await?;
             if missions.is_empty() && over_cap {
                 // Above the cap with no mission left to compact: the events of no mission go, oldest first,
                 // each executor's latest kept.

@@ -212,11 +212,12 @@ pub trait Storage: Send + Sync {
     /// Answers not yet delivered for the missions of an executor, oldest first.
     fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRequest>>>;
 
-    /// Ended missions whose history is not compacted yet, oldest end first; with `ended_before`, only
-    /// those that ended before it (retention).
+    /// Ended missions whose history is not compacted yet, oldest end first; with `ended_by`, only
+    /// those that ended at or before it (retention: a mission that ended `keep_days` ago has been kept
+    /// that long, and with `keep_days = 0` one that ended this very millisecond is compactable).
     fn compactable_missions(
         &self,
-        ended_before: Option<chrono::DateTime<chrono::Utc>>,
+        ended_by: Option<chrono::DateTime<chrono::Utc>>,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<String>>>;
 

@@ -396,7 +396,7 @@ where
 
     pub(super) async fn compactable_missions(
         &self,
-        ended_before: Option<chrono::DateTime<chrono::Utc>>,
+        ended_by: Option<chrono::DateTime<chrono::Utc>>,
         limit: u32,
     ) -> Result<Vec<String>> {
         let mut sql = format!(
@@ -404,9 +404,9 @@ where
              AND state IN ({})",
             *ENDED
         );
-        let before = ended_before.map(crate::clock::format);
+        let before = ended_by.map(crate::clock::format);
         sql.push_str(match before {
-            Some(_) => " AND completed_at < $1 ORDER BY completed_at, id LIMIT $2",
+            Some(_) => " AND completed_at <= $1 ORDER BY completed_at, id LIMIT $2",
             None => " ORDER BY completed_at, id LIMIT $1",
         });
         let mut query = sqlx::query(&sql);

@@ -120,10 +120,10 @@ where
 
     fn compactable_missions(
         &self,
-        ended_before: Option<chrono::DateTime<chrono::Utc>>,
+        ended_by: Option<chrono::DateTime<chrono::Utc>>,
         limit: u32,
     ) -> BoxFuture<'_, Result<Vec<String>>> {
-        Box::pin(self.reads.compactable_missions(ended_before, limit))
+        Box::pin(self.reads.compactable_missions(ended_by, limit))
     }
 
     fn loose_events(

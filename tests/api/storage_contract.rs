@@ -911,11 +911,11 @@ mod cases {
         assert_eq!(store.compaction().await.unwrap(), Compaction::default());
         assert_eq!(store.compactable_missions(None, 10).await.unwrap(), ["old"], "live missions are never compacted");
         assert_eq!(
-            store.compactable_missions(Some(ts(30)), 10).await.unwrap(),
+            store.compactable_missions(Some(ts(29)), 10).await.unwrap(),
             Vec::<String>::new(),
-            "ended at 30, not before"
+            "ended at 30, not by 29"
         );
-        assert_eq!(store.compactable_missions(Some(ts(31)), 10).await.unwrap(), ["old"]);
+        assert_eq!(store.compactable_missions(Some(ts(30)), 10).await.unwrap(), ["old"], "by 30: at its end");
         // Progress events only, never the first or the last.
         assert_eq!(store.compactable_events("old", 10).await.unwrap(), [2, 3, 5]);
         assert_eq!(store.compactable_events("old", 2).await.unwrap(), [2, 3]);
