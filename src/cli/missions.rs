@@ -182,15 +182,20 @@ fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
     }
     if let Some(routing) = m.get("routing").filter(|r| r.is_object()) {
         let reason = routing["reason"].as_str().filter(|r| !r.is_empty());
-        let decision = match (routing["chosen"].as_str(), reason) {
-            (Some(chosen), Some(reason)) => format!("chose {chosen} ({reason})"),
+        // Names first, as the tables: a record kept before names were recorded shows the id alone.
+        let who = |name: &Value, id: &str| match name.as_str() {
+            Some(name) => format!("{name} ({id})"),
+            None => id.to_owned(),
+        };
+        let decision = match (routing["chosen"].as_str().map(|id| who(&routing["chosen_name"], id)), reason) {
+            (Some(chosen), Some(reason)) => format!("chose {chosen}: {reason}"),
             (Some(chosen), None) => format!("chose {chosen}"),
             (None, Some(reason)) => format!("no executor chosen ({reason})"),
             (None, None) => "no executor chosen".into(),
         };
         field("routing", decision)?;
         for r in routing["rejected"].as_array().into_iter().flatten() {
-            out.line(format!("  passed over {}: {}", text(r, "executor_id"), text(r, "reason")))?;
+            out.line(format!("  passed over {}: {}", who(&r["name"], &text(r, "executor_id")), text(r, "reason")))?;
         }
         if let Some(n) = routing["rejected_omitted"].as_u64() {
             out.line(format!("  and {n} more passed over"))?;

@@ -73,7 +73,20 @@ impl Trust<'_> {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub(crate) struct Rejection {
     pub executor_id: String,
+    /// Its name, for the people reading why (ids are for machines); absent for an unknown id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub reason: String,
+}
+
+impl Rejection {
+    /// Who, as an operator reads it: the name and the start of the id (names need not be unique).
+    pub(crate) fn who(&self) -> String {
+        match &self.name {
+            Some(name) => format!("{name} {}", self.executor_id.get(..8).unwrap_or(&self.executor_id)),
+            None => self.executor_id.clone(),
+        }
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -107,8 +120,7 @@ impl Plan {
         if self.rejected_total == 0 {
             return offline.unwrap_or_else(|| "no executor is registered".into());
         }
-        let listed: Vec<String> =
-            self.rejected.iter().take(3).map(|r| format!("{} ({})", r.executor_id, r.reason)).collect();
+        let listed: Vec<String> = self.rejected.iter().take(3).map(|r| format!("{} ({})", r.who(), r.reason)).collect();
         let more = self.rejected_total.saturating_sub(listed.len());
         let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
         let offline = offline.map(|o| format!("; {o}")).unwrap_or_default();
@@ -224,7 +236,11 @@ pub(crate) fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize
                     Unfit::Passed(why) => why,
                 };
                 if rejected.len() < MAX_LISTED_REJECTIONS {
-                    rejected.push(Rejection { executor_id: v.executor_id.to_owned(), reason });
+                    rejected.push(Rejection {
+                        executor_id: v.executor_id.to_owned(),
+                        name: Some(v.name.to_owned()),
+                        reason,
+                    });
                 }
             }
             None => eligible.push((pos, v)),
@@ -233,7 +249,7 @@ pub(crate) fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize
     if let Some(pin) = req.pin {
         if !views.iter().any(|v| v.executor_id == pin) {
             rejected_total += 1;
-            rejected.push(Rejection { executor_id: pin.to_owned(), reason: "not registered".into() });
+            rejected.push(Rejection { executor_id: pin.to_owned(), name: None, reason: "not registered".into() });
         }
     }
     let n = views.len().max(1);
@@ -391,7 +407,11 @@ mod tests {
         assert!(p.ordered.is_empty());
         assert_eq!(
             p.rejected,
-            [Rejection { executor_id: "b".into(), reason: "lacks capability runtime:codex".into() }]
+            [Rejection {
+                executor_id: "b".into(),
+                name: Some("b".into()),
+                reason: "lacks capability runtime:codex".into()
+            }]
         );
         let p = plan(&req(Some("zzz"), &[], false), &fleet.views(), 0, usize::MAX);
         assert_eq!(p.why_none(), "zzz (not registered)");
@@ -493,6 +513,28 @@ mod tests {
         let p = plan(&request, &busy.views(), 0, usize::MAX);
         assert_eq!((p.rejected_total, p.refusing, p.refused_by_all()), (2, 1, false), "one is only draining");
         assert!(!Plan { offline: 1, ..route(None, true) }.refused_by_all(), "one offline might take it");
+    }
+
+    /// Refusals and 503s name executors as people know them, with the start of the id (names need not
+    /// be unique); an id serve does not know stays whole.
+    #[test]
+    fn a_rejection_says_who_for_people() {
+        let r = Rejection {
+            executor_id: "64b2cb45-2973-446d-b272-a7c333bc9305".into(),
+            name: Some("plain".into()),
+            reason: "draining".into(),
+        };
+        assert_eq!(r.who(), "plain 64b2cb45");
+        assert_eq!(Rejection { name: None, ..r.clone() }.who(), "64b2cb45-2973-446d-b272-a7c333bc9305");
+        let p = Plan {
+            ordered: vec![],
+            reason: String::new(),
+            rejected: vec![r],
+            rejected_total: 1,
+            refusing: 0,
+            offline: 0,
+        };
+        assert_eq!(p.why_none(), "plain 64b2cb45 (draining)");
     }
 
     #[test]

@@ -584,9 +584,9 @@ function missionPage(id) {
     fill(
       routing,
       h('h2', { id: 'routing-h' }, 'Routing'),
-      h('p', {}, r.chosen ? ['Chosen: ', h('strong', {}, r.chosen)] : 'No executor chosen', r.reason ? ` (${r.reason})` : ''),
+      h('p', {}, r.chosen ? ['Chosen: ', h('strong', {}, r.chosen_name || r.chosen), r.chosen_name ? ` (${r.chosen})` : ''] : 'No executor chosen', r.reason ? ` (${r.reason})` : ''),
       r.rejected.length
-        ? h('ul', { class: 'rejected' }, r.rejected.map((x) => h('li', {}, h('strong', {}, x.executor_id), `: ${x.reason}`)))
+        ? h('ul', { class: 'rejected' }, r.rejected.map((x) => h('li', {}, h('strong', {}, x.name || x.executor_id), x.name ? ` (${x.executor_id})` : '', `: ${x.reason}`)))
         : h('p', {}, 'No candidate was passed over.'),
       r.rejected_omitted && h('p', { class: 'note' }, `and ${r.rejected_omitted} more passed over`),
     );

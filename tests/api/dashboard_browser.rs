@@ -81,7 +81,7 @@ async fn the_mission_page_shows_routing_events_and_honest_control_answers() {
     browser.wait_text("dd[data-field='state']", "running").await;
     browser.wait_text("#routing-h", "Routing").await;
     let routing = browser.find("section[aria-labelledby='routing-h']").await.text().await;
-    assert!(routing.contains(&format!("Chosen: {}", e.id)), "{routing}");
+    assert!(routing.contains(&format!("Chosen: scripted-executor ({})", e.id)), "the name, then the id: {routing}");
     assert!(
         routing.contains(&_other.id) && routing.contains("runtime:custom:shell"),
         "the rejected candidate and why: {routing}"

@@ -326,7 +326,7 @@ async fn declared_refusals_route_around_and_refuse_only_when_everyone_would() {
     let routing = &server.mission(body["mission_id"].as_str().unwrap()).await["routing"];
     assert_eq!(
         routing["rejected"],
-        json!([{"executor_id": shell.id, "reason": "runs only when the lease lists bash"}])
+        json!([{"executor_id": shell.id, "name": "scripted-executor", "reason": "runs only when the lease lists bash"}])
     );
 
     let body = with(json!({"tools": ["bash"]}), Some("cargo test"));

@@ -38,7 +38,9 @@ async fn the_mission_read_returns_objective_completion_and_the_pending_hitl_requ
     assert_eq!(m["objective"], "Add JWT validation to /auth/login");
     assert_eq!(m["completion"], "npm test exits 0");
     assert_eq!(m["routing"]["chosen"], chosen.id.as_str());
+    assert_eq!(m["routing"]["chosen_name"], "scripted-executor", "names beside ids, for people");
     assert_eq!(m["routing"]["rejected"][0]["executor_id"], other.id.as_str());
+    assert_eq!(m["routing"]["rejected"][0]["name"], "scripted-executor");
     let hitl = &m["hitl"];
     let requested_at = hitl["requested_at"].as_str().expect("requested_at").to_owned();
     assert_eq!(
@@ -72,8 +74,8 @@ async fn missions_show_prints_objective_routing_and_a_ready_to_paste_answer() {
     for expected in [
         "objective:    Add JWT validation to /auth/login".to_owned(),
         "completion:   npm test exits 0".to_owned(),
-        format!("routing:      chose {} ({routing_reason})", chosen.id),
-        format!("  passed over {}: {rejected_reason}", other.id),
+        format!("routing:      chose scripted-executor ({}): {routing_reason}", chosen.id),
+        format!("  passed over scripted-executor ({}): {rejected_reason}", other.id),
         "hitl:         h-ship asks: Ship it?".to_owned(),
         "  context:      all tests pass".to_owned(),
         "  expires_at:   2099-01-01T00:00:00.000Z".to_owned(),

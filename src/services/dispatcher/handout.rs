@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use axum::body::Bytes;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{Dispatched, Dispatcher, RoutingRecord};
 use crate::clock;
@@ -81,7 +81,7 @@ impl Dispatcher {
         record.passed_over(previous, failure, Some(next));
         let patch = MissionPatch {
             executor_id: Some(next.to_owned()),
-            routing: Some(json!(record)),
+            routing: Some(record.kept(&self.registry)),
             ..MissionPatch::default()
         };
         if let Err(e) = self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await
@@ -183,7 +183,7 @@ impl Dispatcher {
         };
         let now = clock::now();
         let mut changes = Change::recorded(said.record(executor_id, mission_id, MissionState::Failed, now));
-        let patch = MissionPatch { routing: Some(json!(record)), ..MissionPatch::default() };
+        let patch = MissionPatch { routing: Some(record.kept(&self.registry)), ..MissionPatch::default() };
         changes.push(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
         let committed = self.store.commit(changes).await;
         self.ledger.resolve(ticket, committed.is_ok(), Some(MissionState::Failed));

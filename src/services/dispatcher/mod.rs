@@ -95,6 +95,9 @@ impl Dispatched {
 pub(crate) struct RoutingRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     chosen: Option<String>,
+    /// The chosen executor's name, for people; filled in when the record is kept ([`RoutingRecord::kept`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chosen_name: Option<String>,
     reason: String,
     rejected: Vec<Rejection>,
     #[serde(skip_serializing_if = "is_zero")]
@@ -106,6 +109,7 @@ fn handout_plan(plan: routing::Plan, max_attempts: usize) -> (Vec<String>, Routi
     let attempts: Vec<String> = plan.ordered.into_iter().take(max_attempts).collect();
     let record = RoutingRecord {
         chosen: attempts.first().cloned(),
+        chosen_name: None,
         reason: plan.reason,
         rejected_omitted: plan.rejected_total - plan.rejected.len(),
         rejected: plan.rejected,
@@ -116,8 +120,18 @@ fn handout_plan(plan: routing::Plan, max_attempts: usize) -> (Vec<String>, Routi
 impl RoutingRecord {
     /// A candidate did not take the mission (`why`); `next` is tried now, or nobody is left.
     fn passed_over(&mut self, executor_id: &str, why: &impl std::fmt::Display, next: Option<&str>) {
-        self.rejected.push(Rejection { executor_id: executor_id.to_owned(), reason: why.to_string() });
+        self.rejected.push(Rejection { executor_id: executor_id.to_owned(), name: None, reason: why.to_string() });
         self.chosen = next.map(str::to_owned);
+    }
+
+    /// The record as the mission keeps it, with the executors' names beside their ids.
+    fn kept(&self, registry: &Registry) -> Value {
+        let mut record = self.clone();
+        record.chosen_name = record.chosen.as_deref().and_then(|id| registry.name(id));
+        for r in record.rejected.iter_mut().filter(|r| r.name.is_none()) {
+            r.name = registry.name(&r.executor_id);
+        }
+        json!(record)
     }
 }
 
@@ -202,7 +216,7 @@ impl Dispatcher {
         };
         let row = Mission {
             executor_id: Some(attempts[0].clone()),
-            routing: Some(json!(record)),
+            routing: Some(record.kept(&self.registry)),
             ..Mission::new(&mission_id, session_id, MissionState::Assigned, body.clone(), crate::clock::now())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
@@ -277,7 +291,7 @@ impl Dispatcher {
                 Err(gap) => {
                     tracing::info!(%executor_id, %gap, "executor passed over: not ready");
                     plan.rejected_total += 1;
-                    plan.rejected.push(Rejection { executor_id, reason: gap });
+                    plan.rejected.push(Rejection { executor_id, name: None, reason: gap });
                 }
             }
         }
@@ -375,7 +389,7 @@ mod tests {
         routing::Plan {
             ordered: ordered.iter().map(|s| s.to_string()).collect(),
             rejected: (0..rejected)
-                .map(|i| Rejection { executor_id: format!("r{i}"), reason: "busy".into() })
+                .map(|i| Rejection { executor_id: format!("r{i}"), name: None, reason: "busy".into() })
                 .collect(),
             rejected_total: rejected + 5,
             refusing: 0,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::{DispatchStatus, Dispatched, Dispatcher};
@@ -157,7 +157,7 @@ impl Dispatcher {
                 state: Some(MissionState::Assigned),
                 executor_id: attempts.first().cloned(),
                 updated_at: Some(clock::now()),
-                routing: Some(json!(record)),
+                routing: Some(record.kept(&self.registry)),
                 ..MissionPatch::default()
             };
             if let Err(e) =
@@ -203,6 +203,7 @@ impl Dispatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn waiting(id: &str, since: Instant) -> Waiting {
         let payload: DispatchPayload = serde_json::from_value(json!({"mission_id": id})).unwrap();

@@ -342,6 +342,11 @@ impl Registry {
     }
 
     /// Registered and with at least one live socket.
+    /// The name an executor registered with, live or not.
+    pub fn name(&self, executor_id: &str) -> Option<String> {
+        self.inner.read().expect("registry lock").executors.get(executor_id).map(|e| e.row.identity.name.clone())
+    }
+
     pub fn is_connected(&self, executor_id: &str) -> bool {
         let inner = self.inner.read().expect("registry lock");
         inner.executors.get(executor_id).is_some_and(|e| e.live() && e.connected())
