@@ -30,6 +30,12 @@ pub(crate) const LEASE_REQUIRED: &str = "x-lease:required";
 /// capability grammar is lower case) or the executor refuses the mission, as the shell adapter does
 /// without Bash.
 pub(crate) const LEASE_NEEDS: &str = "x-lease-needs:";
+
+/// Whether a lease's tool list names `tool`, as both sides of [`LEASE_NEEDS`] read it: serve when it
+/// routes, the executor when it runs. One rule, so that serve never sends what the executor refuses.
+pub(crate) fn lease_lists(listed: &[String], tool: &str) -> bool {
+    listed.iter().any(|t| t.eq_ignore_ascii_case(tool))
+}
 /// Serve's own mark of an HTTP agent runtime (the WattSwarm protocol), which it drives itself. A
 /// mission carrying a `task` asks for it; filters may ask for it too.
 pub(crate) const HTTP_RUNTIME: &str = "x-kind:http-runtime";

@@ -166,7 +166,7 @@ enum Unfit {
 /// What the executor declares it would refuse in this mission, if anything. Checked before anything
 /// passing, so that an executor that is also draining counts as refusing.
 fn refusal(capabilities: &[String], req: &Request<'_>) -> Option<String> {
-    use super::capabilities::{COMPLETION_CHECK, LEASE_NEEDS, LEASE_REQUIRED};
+    use super::capabilities::{lease_lists, COMPLETION_CHECK, LEASE_NEEDS, LEASE_REQUIRED};
     if req.completion_check && !capabilities.iter().any(|c| c == COMPLETION_CHECK) {
         return Some(format!("does not run completion checks (no {COMPLETION_CHECK})"));
     }
@@ -177,7 +177,7 @@ fn refusal(capabilities: &[String], req: &Request<'_>) -> Option<String> {
     let unlisted: Vec<&str> = capabilities
         .iter()
         .filter_map(|c| c.strip_prefix(LEASE_NEEDS))
-        .filter(|needed| !listed.iter().any(|t| t.eq_ignore_ascii_case(needed)))
+        .filter(|needed| !lease_lists(listed, needed))
         .collect();
     (!unlisted.is_empty()).then(|| format!("runs only when the lease lists {}", unlisted.join(", ")))
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::contract::{Lease, ToolPolicy};
-use crate::domain::capabilities::{LEASE_NEEDS, LEASE_REQUIRED};
+use crate::domain::capabilities::{lease_lists, LEASE_NEEDS, LEASE_REQUIRED};
 use crate::domain::readiness::{ExecutorClass, Report};
 pub(crate) use readiness::Host;
 use readiness::{claude_readiness, codex_readiness, shell_readiness, spine_readiness};
@@ -60,7 +60,7 @@ impl Adapter {
             Some(ToolPolicy::List(list)) => list.as_slice(),
             _ => &[],
         };
-        match self.lease_needs.iter().find(|needed| !listed.iter().any(|t| t.eq_ignore_ascii_case(needed))) {
+        match self.lease_needs.iter().find(|needed| !lease_lists(listed, needed)) {
             Some(needed) => Err(Refused(format!("the {} adapter runs only when the lease lists {needed}", self.name))),
             None => Ok(allowlist),
         }
