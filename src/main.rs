@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use aiwg_serve::cli;
-use aiwg_serve::config::{Config, Overrides};
+use aiwg_server::config::{Config, Overrides};
+
+mod cli;
 
 /// glibc's allocator spent about a third of serve's CPU under ingestion (perf), much of it freeing on
 /// one thread what another allocated (frames parsed by socket tasks, dropped by the writer). The
@@ -22,7 +23,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "aiwg-serve", version, about = "Control plane for AI-agent executors (executor.aiwg.io/v1)")]
 struct Cli {
     #[command(flatten)]
-    global: cli::Global,
+    global: aiwg_client::Global,
     /// Log lines on stderr: text for people, json (one object per line) for log shippers
     #[arg(long, global = true, env = "AIWG_SERVE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -81,11 +82,11 @@ enum Command {
     /// The contract's conformance suite, live: check a control plane by playing executors against it.
     Conformance {
         #[command(subcommand)]
-        command: aiwg_serve::conformance::ConformanceCommand,
+        command: aiwg_conformance::ConformanceCommand,
     },
     /// Run the reference executor: register with a serve and run its missions through an adapter.
-    Executor(aiwg_serve::reference_executor::ExecutorArgs),
-    /// Copy the store to FILE, consistently, also while serve runs (restore: see the README)
+    Executor(aiwg_executor::ExecutorArgs),
+    /// Copy the store to FILE, consistently, also while serve runs (restore: see docs/operations/backup-and-restore.md)
     Backup {
         /// Where to write the copy; an existing file is never overwritten
         file: PathBuf,
@@ -105,7 +106,7 @@ enum Command {
 }
 
 /// `--version`: the release and, when built from a checkout, the commit (what a bug report needs).
-static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| match aiwg_serve::metrics::GIT_COMMIT {
+static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| match aiwg_server::metrics::GIT_COMMIT {
     Some(commit) => format!("{} ({commit})", env!("CARGO_PKG_VERSION")),
     None => env!("CARGO_PKG_VERSION").to_owned(),
 });
@@ -167,9 +168,9 @@ fn main() -> ExitCode {
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),
-        Command::Executor(args) => return runtime.block_on(aiwg_serve::reference_executor::run(args)),
+        Command::Executor(args) => return runtime.block_on(aiwg_executor::run(args)),
         Command::Conformance { command } => {
-            return runtime.block_on(aiwg_serve::conformance::run(&cli.global, command));
+            return runtime.block_on(aiwg_conformance::run(&cli.global, command));
         }
         Command::Completions { shell } => return cli::completions(shell, command()),
         Command::Backup { file, data_dir, config } => return runtime.block_on(backup(file, data_dir, config)),
@@ -205,12 +206,12 @@ async fn backup(file: PathBuf, data_dir: Option<PathBuf>, config: Option<PathBuf
     if !config.store.database_url.is_empty() {
         // PostgreSQL has its own tools, which also copy a live database consistently.
         eprintln!(
-            "aiwg-serve: the store is PostgreSQL (store.database_url): back it up with pg_dump, see the README's \
-             \"Running several replicas\""
+            "aiwg-serve: the store is PostgreSQL (store.database_url): back it up with pg_dump, see \
+             docs/operations/backup-and-restore.md"
         );
         return ExitCode::from(2);
     }
-    match aiwg_serve::backup::backup(&config.server.data_dir, &file).await {
+    match aiwg_server::backup::backup(&config.server.data_dir, &file).await {
         Ok(done) => {
             println!("{done}");
             ExitCode::SUCCESS
@@ -238,7 +239,7 @@ async fn serve(overrides: Overrides, file: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let handle = match aiwg_serve::serve::start(config).await {
+    let handle = match aiwg_server::serve::start(config).await {
         Ok(h) => h,
         Err(e) => {
             eprintln!("aiwg-serve: {e}");

@@ -5,10 +5,10 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::client::Client;
 use super::missions::follow_to_end;
 use super::output::Output;
 use super::{enc, text, usage, Failure};
+use aiwg_client::Client;
 
 #[derive(Args, Debug)]
 pub struct DispatchArgs {

@@ -3,9 +3,9 @@
 use clap::Args;
 use serde_json::Value;
 
-use super::client::Client;
 use super::output::Output;
 use super::{enc, summary, text, Failure};
+use aiwg_client::Client;
 
 /// How many of the latest events `events` prints when not told where to start.
 const DEFAULT_TAIL: u32 = 50;

@@ -3,9 +3,9 @@
 use clap::Subcommand;
 use serde_json::Value;
 
-use super::client::Client;
 use super::output::Output;
 use super::{enc, text, Failure};
+use aiwg_client::Client;
 
 #[derive(Subcommand, Debug)]
 pub enum ExecutorsCommand {

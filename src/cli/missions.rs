@@ -8,9 +8,9 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use super::client::{CallError, Client};
 use super::output::Output;
 use super::{enc, shortened, summary, text, Exit, Failure};
+use aiwg_client::{CallError, Client};
 
 #[derive(Subcommand, Debug)]
 pub enum MissionsCommand {
@@ -18,7 +18,7 @@ pub enum MissionsCommand {
     List {
         /// Only missions in these states (comma-separated or repeated)
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(
-            crate::domain::MissionState::ALL.iter().map(|s| s.as_str())))]
+            aiwg_domain::MissionState::ALL.iter().map(|s| s.as_str())))]
         state: Vec<String>,
         /// Only missions of this executor: its id, name or id prefix
         #[arg(long)]
@@ -316,7 +316,7 @@ fn silent_for(m: &Value, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
     if matches!(state, "queued" | "done" | "failed" | "aborted") {
         return None;
     }
-    let since = crate::clock::parse(m["updated_at"].as_str()?)?;
+    let since = aiwg_contract::clock::parse(m["updated_at"].as_str()?)?;
     Some(human((now - since).num_seconds()))
 }
 
@@ -325,7 +325,7 @@ fn duration(m: &Value, now: chrono::DateTime<chrono::Utc>) -> String {
     if let Some(secs) = m["duration_s"].as_f64() {
         return human(secs as i64);
     }
-    match m["created_at"].as_str().and_then(crate::clock::parse) {
+    match m["created_at"].as_str().and_then(aiwg_contract::clock::parse) {
         Some(created) => format!("{} so far", human((now - created).num_seconds())),
         None => "-".into(),
     }

@@ -8,7 +8,6 @@
 //! follows the mission as `missions watch` does), `events` and `store`; what they share (the failure, the exit,
 //! how values print) is here.
 
-pub mod client;
 mod dispatch;
 mod events;
 mod executors;
@@ -17,13 +16,11 @@ mod output;
 mod runtimes;
 mod store;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
 use serde_json::Value;
 
-use client::{CallError, Client};
+use aiwg_client::{CallError, Client, Global, DEFAULT_SERVER};
 pub use dispatch::DispatchArgs;
 pub use events::EventsArgs;
 pub use executors::ExecutorsCommand;
@@ -31,25 +28,6 @@ pub use missions::MissionsCommand;
 use output::Output;
 pub use runtimes::RuntimesCommand;
 pub use store::StoreCommand;
-
-/// Where a serve listens unless told otherwise.
-const DEFAULT_SERVER: &str = "http://127.0.0.1:7337";
-
-#[derive(Args, Clone, Debug)]
-pub struct Global {
-    /// URL of the serve to talk to (https:// through a TLS proxy)
-    #[arg(long, global = true, env = "AIWG_SERVE_URL", default_value = DEFAULT_SERVER)]
-    pub(crate) server: String,
-    /// Operator bearer token, when the serve requires one
-    #[arg(long, global = true, env = "AIWG_SERVE_TOKEN", hide_env_values = true)]
-    pub(crate) token: Option<String>,
-    /// PEM certificate(s) to trust beside the built-in roots, for a TLS proxy with a private CA
-    #[arg(long, global = true, env = "AIWG_SERVE_CA_CERT")]
-    pub(crate) ca_cert: Option<PathBuf>,
-    /// Print JSON (one document per line) instead of tables
-    #[arg(long, global = true)]
-    pub(crate) json: bool,
-}
 
 pub enum Operator {
     Executors(ExecutorsCommand),
@@ -208,7 +186,7 @@ fn text(v: &Value, key: &str) -> String {
 
 /// Percent-encodes a path segment or query value.
 fn enc(s: &str) -> String {
-    crate::forward::encode_segment(s)
+    aiwg_contract::encode_segment(s)
 }
 
 /// A short, human description of an event's data.

@@ -4,9 +4,9 @@
 use clap::{Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
-use super::client::Client;
 use super::output::Output;
 use super::{enc, text, Exit, Failure};
+use aiwg_client::Client;
 
 #[derive(Subcommand, Debug)]
 pub enum RuntimesCommand {

@@ -1,4 +1,4 @@
-//! `aiwg-serve backup FILE`: a consistent copy of a live store, and the README's restore.
+//! `aiwg-serve backup FILE`: a consistent copy of a live store, and the restore of `docs/operations/backup-and-restore.md`.
 
 use std::os::unix::fs::PermissionsExt;
 
@@ -69,7 +69,7 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
     );
     assert_eq!(std::fs::metadata(&file).unwrap().len(), bytes);
 
-    // The README's restore: the copy becomes aiwg-serve.db of a data directory (no -wal, no -shm).
+    // The documented restore: the copy becomes aiwg-serve.db of a data directory (no -wal, no -shm).
     let restored_dir = tempfile::tempdir().unwrap();
     std::fs::copy(&file, restored_dir.path().join("aiwg-serve.db")).unwrap();
     let dir = restored_dir.path().to_path_buf();
@@ -84,7 +84,7 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
     restored.stop().await;
 }
 
-/// `backup` copies SQLite's file; a PostgreSQL store is backed up with `pg_dump` (README), and the
+/// `backup` copies SQLite's file; a PostgreSQL store is backed up with `pg_dump` (the documented way), and the
 /// command says so instead of copying some other file.
 async fn a_postgresql_store_is_backed_up_with_its_own_tools(server: &TestServer) {
     let out_dir = tempfile::tempdir().unwrap();

@@ -310,7 +310,7 @@ async fn tokens_and_unreachable_servers() {
 async fn the_client_returns_text_bodies_as_strings() {
     let server = TestServer::start().await;
     let _online = ScriptedExecutor::online(&server, &[]).await;
-    let client = aiwg_serve::cli::client::Client::new(&server.base, None);
+    let client = aiwg_client::Client::new(&server.base, None);
     let metrics = client.get("/metrics").await.expect("metrics answer");
     let text = metrics.as_str().expect("the metrics text as a string");
     assert!(text.contains("aiwg_executors_connected 1\n"), "{text}");

@@ -2,7 +2,7 @@
 //! scripted executors: what an operator sees and does. Each test skips, saying so, where no browser is
 //! installed, unless `AIWG_REQUIRE_BROWSER` is set (`.ci/run` installs one and sets it).
 //!
-//! Every page is saved as a screenshot under `target/screenshots/` (the README's come from there).
+//! Every page is saved as a screenshot under `target/screenshots/` (`docs/screenshots/` are copied from there).
 
 use std::path::PathBuf;
 

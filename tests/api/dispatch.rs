@@ -219,7 +219,7 @@ async fn sandboxes_are_preferred_over_host_executors() {
 #[tokio::test]
 async fn with_vouched_isolation_only_the_operators_word_counts() {
     let server = TestServer::start_with(|c| {
-        c.dispatch.isolation = aiwg_serve::config::IsolationTrust::Vouched;
+        c.dispatch.isolation = aiwg_server::config::IsolationTrust::Vouched;
         c.dispatch.vouched_isolation.insert("builder-1".into(), "container".into());
     })
     .await;

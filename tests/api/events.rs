@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use aiwg_serve::services::feed::{EndReason, Feed, Filter, Next};
-use aiwg_serve::store::{Change, NewEvent, Synchronous};
+use aiwg_server::services::feed::{EndReason, Feed, Filter, Next};
+use aiwg_server::store::{Change, NewEvent, Synchronous};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -198,7 +198,7 @@ async fn pages_of_large_events_stop_at_their_byte_budget() {
 async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let (store, _writer) =
-        aiwg_serve::store::sqlite::open(dir.path(), Synchronous::Normal, 8, Default::default()).await.unwrap();
+        aiwg_server::store::sqlite::open(dir.path(), Synchronous::Normal, 8, Default::default()).await.unwrap();
     let executor = uuid::Uuid::new_v4().to_string();
     let register = |n: i64| {
         Change::AppendEvent(NewEvent {

@@ -165,7 +165,7 @@ async fn sigterm_acknowledges_everything_it_committed_and_closes_with_1001() {
         .unwrap();
     // Killed if the test fails half-way: an orphan would hold the test run's pipes open.
     let mut child = KillOnDrop(Some(child));
-    let mut config = aiwg_serve::config::Config::default();
+    let mut config = aiwg_server::config::Config::default();
     config.server.data_dir = dir.path().to_owned();
     let server = TestServer::external(&format!("http://127.0.0.1:{port}"), config.clone());
     let deadline = tokio::time::Instant::now() + WAIT;

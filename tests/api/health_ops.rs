@@ -4,11 +4,11 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use aiwg_serve::app::App;
-use aiwg_serve::config::Config;
-use aiwg_serve::contract::Schema;
-use aiwg_serve::metrics::Metrics;
-use aiwg_serve::tasks::Sockets;
+use aiwg_contract::Schema;
+use aiwg_server::app::App;
+use aiwg_server::config::Config;
+use aiwg_server::metrics::Metrics;
+use aiwg_server::tasks::Sockets;
 use serde_json::json;
 use sqlx::Connection;
 
@@ -39,7 +39,7 @@ async fn readiness_fails_while_draining_without_migrations_and_once_the_writer_i
     config.server.data_dir = dir.path().to_path_buf();
     let metrics = Arc::new(Metrics::default());
     let (store, writer) =
-        aiwg_serve::store::sqlite::open(dir.path(), config.store.synchronous, 64, metrics.clone()).await.unwrap();
+        aiwg_server::store::sqlite::open(dir.path(), config.store.synchronous, 64, metrics.clone()).await.unwrap();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let app = Arc::new(
         App::new(config, Schema::load().unwrap(), store.clone(), metrics, Sockets::start().unwrap(), stopped)
@@ -48,7 +48,7 @@ async fn readiness_fails_while_draining_without_migrations_and_once_the_writer_i
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    let router = aiwg_serve::http::router(app);
+    let router = aiwg_server::http::router(app);
     tokio::spawn(async move {
         axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap()
     });
@@ -56,7 +56,7 @@ async fn readiness_fails_while_draining_without_migrations_and_once_the_writer_i
     assert_eq!(client.get("/readyz").await.status, 200);
 
     // A store whose schema lacks a migration this binary expects.
-    let db = dir.path().join(aiwg_serve::datadir::DATABASE);
+    let db = dir.path().join(aiwg_server::datadir::DATABASE);
     let mut second = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display())).await.unwrap();
     sqlx::query("DELETE FROM schema_migrations WHERE version = 3").execute(&mut second).await.unwrap();
     let r = client.get("/readyz").await;
@@ -121,12 +121,12 @@ async fn metrics_carry_process_and_build_information() {
     let started = sample(text, "process_start_time_seconds");
     assert!(started <= now + 1.0 && started > now - 24.0 * 3600.0, "started {started}, now {now}");
     assert!(sample(text, "process_cpu_seconds_total") >= 0.0);
-    let commit = aiwg_serve::metrics::GIT_COMMIT.map(|c| format!(",commit=\"{c}\"")).unwrap_or_default();
+    let commit = aiwg_server::metrics::GIT_COMMIT.map(|c| format!(",commit=\"{c}\"")).unwrap_or_default();
     let build = format!("\naiwg_build_info{{version=\"{}\"{commit}}} 1\n", env!("CARGO_PKG_VERSION"));
     assert!(text.contains(&build), "{build:?} in:\n{text}");
     // From a git checkout the commit is known, and it is the one checked out.
     let head = crate::support::checked_out_commit();
     if let Some(head) = head {
-        assert_eq!(aiwg_serve::metrics::GIT_COMMIT, Some(head.as_str()));
+        assert_eq!(aiwg_server::metrics::GIT_COMMIT, Some(head.as_str()));
     }
 }

@@ -64,7 +64,7 @@ fn errors(lines: &[Value]) -> Vec<&Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_is_one_debug_line_in_json_and_not_an_error() {
-    // The README's setting shows the requests alone, each with its method and path.
+    // The documented setting (`docs/operations/observability.md`) shows the requests alone, each with its method and path.
     for filter in ["debug,sqlx=warn", "info,tower_http=debug"] {
         one_debug_line_per_request(filter).await;
     }

@@ -138,7 +138,7 @@ fn text(v: &Value) -> String {
 
 /// A mission status validates against our schema, and against upstream's once our extensions are removed.
 fn validates_with_extensions(status: &Value, extensions: &[&str]) {
-    let ours = aiwg_serve::contract::Schema::load().unwrap();
+    let ours = aiwg_contract::Schema::load().unwrap();
     if let Err(details) = ours.validate("mission_status_response", status) {
         panic!("our schema rejects {status}: {details:?}");
     }

@@ -236,7 +236,7 @@ async fn under_a_small_descriptor_limit_serve_stays_reachable_and_never_spins() 
         }
         let mut child = command.spawn().unwrap();
         let base = format!("http://127.0.0.1:{port}");
-        let server = TestServer::external(&base, aiwg_serve::config::Config::default());
+        let server = TestServer::external(&base, aiwg_server::config::Config::default());
         let deadline = tokio::time::Instant::now() + WAIT;
         while server.client.try_get("/healthz").await.is_none() {
             assert!(tokio::time::Instant::now() < deadline, "serve did not come up");
@@ -301,18 +301,18 @@ fn cpu_seconds(pid: u32) -> f64 {
 #[tokio::test]
 async fn oversized_heads_are_json_errors_up_to_hypers_own_limits() {
     let server = TestServer::start().await;
-    let long = format!("/healthz?pad={}", "a".repeat(aiwg_serve::serve::MAX_URI_BYTES));
+    let long = format!("/healthz?pad={}", "a".repeat(aiwg_server::serve::MAX_URI_BYTES));
     let message = server.client.get(&long).await.assert_error(414, "uri_too_long");
     assert!(message.contains("8192"), "{message}");
     // Just under the limit is served.
-    let fits = format!("/healthz?pad={}", "a".repeat(aiwg_serve::serve::MAX_URI_BYTES - 20));
+    let fits = format!("/healthz?pad={}", "a".repeat(aiwg_server::serve::MAX_URI_BYTES - 20));
     assert_eq!(server.client.get(&fits).await.status, 200);
 
-    let names: Vec<String> = (0..=aiwg_serve::serve::MAX_HEADERS).map(|i| format!("x-h-{i}")).collect();
+    let names: Vec<String> = (0..=aiwg_server::serve::MAX_HEADERS).map(|i| format!("x-h-{i}")).collect();
     let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
     let message = server.client.get_with("/healthz", &many).await.assert_error(431, "headers_too_large");
     assert!(message.contains("header fields"), "{message}");
-    let big = "b".repeat(aiwg_serve::serve::MAX_HEAD_BYTES);
+    let big = "b".repeat(aiwg_server::serve::MAX_HEAD_BYTES);
     let message = server.client.get_with("/healthz", &[("x-big", &big)]).await.assert_error(431, "headers_too_large");
     assert!(message.contains("request head"), "{message}");
     assert_eq!(server.client.get_with("/healthz", &many[..50]).await.status, 200);

@@ -6,11 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use aiwg_serve::app::App;
-use aiwg_serve::config::Config;
-use aiwg_serve::contract::Schema;
-use aiwg_serve::metrics::Metrics;
-use aiwg_serve::tasks::Sockets;
+use aiwg_contract::Schema;
+use aiwg_server::app::App;
+use aiwg_server::config::Config;
+use aiwg_server::metrics::Metrics;
+use aiwg_server::tasks::Sockets;
 use axum::body::Bytes;
 use hyper::Method;
 use serde_json::{json, Value};
@@ -28,14 +28,14 @@ async fn router_routes() -> Routes {
     config.server.data_dir = dir.path().to_path_buf();
     let metrics = Arc::new(Metrics::default());
     let (store, writer) =
-        aiwg_serve::store::sqlite::open(dir.path(), config.store.synchronous, 16, metrics.clone()).await.unwrap();
+        aiwg_server::store::sqlite::open(dir.path(), config.store.synchronous, 16, metrics.clone()).await.unwrap();
     let (_stop, stopped) = tokio::sync::watch::channel(false);
     let app = Arc::new(
         App::new(config, Schema::load().unwrap(), store.clone(), metrics, Sockets::start().unwrap(), stopped)
             .await
             .unwrap(),
     );
-    let text = format!("{:?}", aiwg_serve::http::router(app));
+    let text = format!("{:?}", aiwg_server::http::router(app));
     store.close().await;
     writer.finished().await;
     let main = text.split("fallback_router").next().unwrap();
@@ -90,7 +90,7 @@ async fn the_document_matches_the_router_and_the_server() {
     assert_eq!((r.status, r.header("content-type")), (200, Some("application/json")));
     let doc = r.body;
     assert_eq!(doc["openapi"], "3.1.0");
-    assert_eq!(doc, serde_json::from_str::<Value>(aiwg_serve::openapi::document()).unwrap());
+    assert_eq!(doc, serde_json::from_str::<Value>(aiwg_server::openapi::document()).unwrap());
 
     let routes = router_routes().await;
     assert_eq!(documented(&doc), routes, "documented paths and methods (left) against the router (right)");

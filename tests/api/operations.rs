@@ -34,7 +34,7 @@ async fn a_second_serve_on_the_same_data_directory_refuses_to_start() {
     // In-process too, and the first one is untouched.
     let mut config = server.config.clone();
     config.server.bind = "127.0.0.1:0".parse().unwrap();
-    let refused = aiwg_serve::serve::start(config).await.err().expect("refused");
+    let refused = aiwg_server::serve::start(config).await.err().expect("refused");
     assert!(refused.to_string().contains("in use"), "{refused}");
     assert_eq!(server.client.get("/healthz").await.status, 200);
 
@@ -58,7 +58,7 @@ async fn a_corrupt_row_at_start_up_is_named() {
     .await;
     let mut config = config;
     config.server.bind = "127.0.0.1:0".parse().unwrap();
-    let refused = aiwg_serve::serve::start(config).await.err().expect("refuses to start").to_string();
+    let refused = aiwg_server::serve::start(config).await.err().expect("refuses to start").to_string();
     assert!(
         refused.contains("table executors") && refused.contains(&e.id) && refused.contains("capabilities"),
         "{refused}"

@@ -97,7 +97,7 @@ async fn bad_hitl_responses_are_refused_and_change_nothing() {
 async fn an_expired_hitl_request_fails_the_mission_and_stops_the_executor() {
     let server = TestServer::start().await;
     let (_e, mut ws, id) = running(&server).await;
-    let soon = aiwg_serve::clock::format(chrono::Utc::now() + chrono::Duration::milliseconds(300));
+    let soon = aiwg_contract::clock::format(chrono::Utc::now() + chrono::Duration::milliseconds(300));
     ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-exp", "prompt": "Quick?", "expires_at": soon})).await;
     let m = server.eventually(&format!("/api/v1/missions/{id}"), "hitl expiry", |m| m["state"] == "failed").await;
     assert_eq!(m["error"], "HITL request h-exp expired unanswered");
@@ -118,8 +118,8 @@ async fn a_hitl_request_without_a_deadline_gets_the_default_one() {
     let (_e, mut ws, id) = running(&server).await;
     ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-forgotten", "prompt": "Anyone?"})).await;
     let m = server.mission(&id).await;
-    let requested = aiwg_serve::clock::parse(m["hitl"]["requested_at"].as_str().unwrap()).unwrap();
-    let expires = aiwg_serve::clock::parse(m["hitl"]["expires_at"].as_str().expect("a deadline, shown")).unwrap();
+    let requested = aiwg_contract::clock::parse(m["hitl"]["requested_at"].as_str().unwrap()).unwrap();
+    let expires = aiwg_contract::clock::parse(m["hitl"]["expires_at"].as_str().expect("a deadline, shown")).unwrap();
     assert_eq!((expires - requested).num_milliseconds(), 1000, "{m}");
     assert!(
         m["recent_events"].as_array().unwrap().last().unwrap()["data"].get("expires_at").is_none(),
@@ -142,7 +142,7 @@ async fn a_missions_hitl_deadline_is_watched_once_and_forgotten_when_moot() {
         let line = metrics.as_str().unwrap().lines().find_map(|l| l.strip_prefix("aiwg_hitl_deadlines_watched "));
         line.expect("the gauge is exported").trim().parse::<i64>().unwrap()
     };
-    let tomorrow = aiwg_serve::clock::format(chrono::Utc::now() + chrono::Duration::days(1));
+    let tomorrow = aiwg_contract::clock::format(chrono::Utc::now() + chrono::Duration::days(1));
     let ask = |n: usize| json!({"hitl_id": format!("h-{n}"), "prompt": "?", "expires_at": tomorrow});
     for n in 0..50 {
         ws.ack("mission.hitl_required", &id, ask(n)).await;

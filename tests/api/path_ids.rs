@@ -10,7 +10,7 @@ use crate::support::TestServer;
 #[tokio::test]
 async fn a_path_id_that_is_not_utf8_is_a_json_error_on_every_route() {
     let server = TestServer::start().await;
-    let doc: Value = serde_json::from_str(aiwg_serve::openapi::document()).unwrap();
+    let doc: Value = serde_json::from_str(aiwg_server::openapi::document()).unwrap();
     let mut probed = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         if !path.contains("{id}") {

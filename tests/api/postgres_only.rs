@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use aiwg_serve::store::postgres::{self, Claim};
-use aiwg_serve::store::{Change, EventQuery, NewEvent, Store};
+use aiwg_server::store::postgres::{self, Claim};
+use aiwg_server::store::{Change, EventQuery, NewEvent, Store};
 use serde_json::json;
 
 use crate::support::postgres::{backend_is_postgres, TestDatabase};
@@ -152,7 +152,7 @@ async fn a_writer_whose_session_is_ended_opens_another_and_loses_nothing_acknowl
     assert_ne!(claim_holder(&mut admin).await, writer, "a new session holds the claim");
     let mut config = server.config.clone();
     config.server.bind = "127.0.0.1:0".parse().unwrap();
-    let refused = aiwg_serve::serve::start(config).await.err().expect("a second serve is still refused");
+    let refused = aiwg_server::serve::start(config).await.err().expect("a second serve is still refused");
     assert!(refused.to_string().contains("in use by another aiwg-serve"), "{refused}");
 }
 

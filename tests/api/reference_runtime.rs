@@ -4,11 +4,11 @@
 
 use std::process::Stdio;
 
-use aiwg_serve::wattswarm::checks::{check_execute_answer, check_verify_answer, output_ref};
-use aiwg_serve::wattswarm::hash::verifier_result_hash;
-use aiwg_serve::wattswarm::policy::{evaluate, PolicyId};
-use aiwg_serve::wattswarm::task::{default_output_schema, sample_contract};
-use aiwg_serve::wattswarm::wire::{Candidate, ExecuteRequest, ExecuteResponse, VerifyRequest, VerifyResponse};
+use aiwg_wattswarm::checks::{check_execute_answer, check_verify_answer, output_ref};
+use aiwg_wattswarm::hash::verifier_result_hash;
+use aiwg_wattswarm::policy::{evaluate, PolicyId};
+use aiwg_wattswarm::task::{default_output_schema, sample_contract};
+use aiwg_wattswarm::wire::{Candidate, ExecuteRequest, ExecuteResponse, VerifyRequest, VerifyResponse};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdout, Command};
@@ -70,7 +70,7 @@ impl Runtime {
 fn request(inputs: Value) -> ExecuteRequest {
     let execution_id = format!("exec-p-{}", uuid::Uuid::new_v4());
     let binding = PolicyId::SchemaOnly.binding(json!({}));
-    let now = aiwg_serve::clock::now().timestamp_millis() as u64;
+    let now = aiwg_contract::clock::now().timestamp_millis() as u64;
     let contract = sample_contract("task-1", inputs.clone(), default_output_schema(), binding, now);
     ExecuteRequest {
         task_id: "task-1".into(),

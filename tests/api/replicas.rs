@@ -14,8 +14,8 @@ use crate::support::{dispatch_body, dispatch_to, mission_id, Client, ExecSocket,
 const SECRET: &str = "replica-secret-for-the-tests";
 
 /// A replica's configuration on `db`.
-fn replica(db: &TestDatabase) -> aiwg_serve::config::Config {
-    let mut config = aiwg_serve::config::Config::default();
+fn replica(db: &TestDatabase) -> aiwg_server::config::Config {
+    let mut config = aiwg_server::config::Config::default();
     config.store.database_url = db.url.clone();
     config.replica.secret = SECRET.into();
     config.dispatch.forward_timeout_ms = 2000;
@@ -122,7 +122,7 @@ async fn a_hitl_deadline_armed_by_a_leader_that_stops_fires_once_on_the_next() {
     let (mut e, mut socket) = ScriptedExecutor::online(&follower, &["hitl", "x-abort"]).await;
     let id = dispatch_to(&follower, &mut e).await;
     socket.ack("mission.started", &id, json!({"state": "running"})).await;
-    let soon = aiwg_serve::clock::format(chrono::Utc::now() + chrono::Duration::milliseconds(1500));
+    let soon = aiwg_contract::clock::format(chrono::Utc::now() + chrono::Duration::milliseconds(1500));
     socket.ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Go?", "expires_at": soon})).await;
 
     // The replica that armed the deadline goes before it passes; the one that leads next fires it.

@@ -3,8 +3,8 @@
 //! event log and listings as WebSocket executors; every fault a kernel meets, with the mission left in a
 //! clear state and the exact number of requests the runtime saw.
 
-use aiwg_serve::wattswarm::hash::{json_bytes, sha256_hex};
-use aiwg_serve::wattswarm::policy::PolicyId;
+use aiwg_wattswarm::hash::{json_bytes, sha256_hex};
+use aiwg_wattswarm::policy::PolicyId;
 use serde_json::{json, Value};
 
 use crate::support::executor::Answer;

@@ -5,7 +5,7 @@
 //! 64-frame inbound channel whose overflow ends its HITL handling, and a forwarder per socket that drops
 //! an event when serve closes its socket.
 
-use aiwg_serve::contract::Schema;
+use aiwg_contract::Schema;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -27,7 +27,7 @@ async fn dispatch_to_peer(server: &TestServer, peer: &mut AgenticPeer, id: &str)
 
 /// The peer's own `mission.assigned`, as it sends it right after the 202, waited for until stored.
 async fn assigned(server: &TestServer, peer: &mut AgenticPeer, id: &str) {
-    peer.emit("mission.assigned", id, json!({"state": "assigned", "estimated_start": aiwg_serve::clock::stamp()}))
+    peer.emit("mission.assigned", id, json!({"state": "assigned", "estimated_start": aiwg_contract::clock::stamp()}))
         .await;
     server
         .eventually(&mission_path(id), "the peer's mission.assigned stored", |m| {
@@ -186,7 +186,7 @@ async fn the_sandbox_sessions_end_its_missions() {
     assert_eq!(m["pty_session_ref"], "s-ok");
     // The executor's own mission.assigned can cross the session's end on the other socket: after the end,
     // a duplicate too.
-    peer.emit("mission.assigned", &ok, json!({"state": "assigned", "estimated_start": aiwg_serve::clock::stamp()}))
+    peer.emit("mission.assigned", &ok, json!({"state": "assigned", "estimated_start": aiwg_contract::clock::stamp()}))
         .await;
 
     // Exit 3, with the session starting before the executor's mission.assigned (13 of 68 in one run):

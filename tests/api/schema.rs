@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use aiwg_serve::contract::Schema;
+use aiwg_contract::Schema;
 use serde_json::{json, Value};
 
 use crate::support::upstream::Upstream;

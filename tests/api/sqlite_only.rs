@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use aiwg_serve::store::sqlite;
-use aiwg_serve::store::{Change, EventQuery, NewEvent, Synchronous};
+use aiwg_server::store::sqlite;
+use aiwg_server::store::{Change, EventQuery, NewEvent, Synchronous};
 use serde_json::json;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
@@ -41,7 +41,7 @@ fn resync(n: usize) -> Change {
 async fn look(dir: &Path) -> SqliteConnection {
     SqliteConnectOptions::from_str("sqlite:")
         .unwrap()
-        .filename(dir.join(aiwg_serve::datadir::DATABASE))
+        .filename(dir.join(aiwg_server::datadir::DATABASE))
         .read_only(true)
         .connect()
         .await
@@ -109,7 +109,7 @@ async fn a_database_from_before_the_index_is_migrated_with_its_events() {
     {
         let mut conn = SqliteConnectOptions::from_str("sqlite:")
             .unwrap()
-            .filename(dir.path().join(aiwg_serve::datadir::DATABASE))
+            .filename(dir.path().join(aiwg_server::datadir::DATABASE))
             .create_if_missing(true)
             .connect()
             .await

@@ -3,8 +3,8 @@
 //! open it fresh and open it again) and one `storage_contract!` line, which stamps out one test per case.
 //! Each test binary runs the suite against its own backend: `api` SQLite's, `api_postgres` PostgreSQL's.
 
-use aiwg_serve::store::sqlite::{self, WriterTask};
-use aiwg_serve::store::{postgres, Store, Synchronous};
+use aiwg_server::store::sqlite::{self, WriterTask};
+use aiwg_server::store::{postgres, Store, Synchronous};
 
 use crate::support::postgres::{backend_is_postgres, TestDatabase};
 
@@ -156,13 +156,13 @@ impl Harness for PgHarness {
 
 /// The cases, each an adapter-agnostic function of a fresh store.
 mod cases {
-    use aiwg_serve::contract::{RegisterPayload, TransportEndpoints};
-    use aiwg_serve::domain::{MissionState, RuntimeKind, RuntimeRecord};
-    use aiwg_serve::store::{
+    use aiwg_contract::{RegisterPayload, TransportEndpoints};
+    use aiwg_domain::{MissionState, RuntimeKind, RuntimeRecord};
+    use aiwg_server::store::{
         Change, Compaction, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch,
         MissionQuery, NewEvent, Pending, ProgressSeen, SandboxRecord, Store, StoreError, StoredEvent,
     };
-    use aiwg_serve::wattswarm::wire::RuntimeCapabilities;
+    use aiwg_wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
     use serde_json::json;
     use tokio::sync::broadcast::error::TryRecvError;
@@ -172,7 +172,7 @@ mod cases {
 
     /// A time, as the records hold it.
     fn ts(second: u32) -> DateTime<Utc> {
-        aiwg_serve::clock::parse(&text(second)).unwrap()
+        aiwg_contract::clock::parse(&text(second)).unwrap()
     }
 
     /// A time as executors write it (an event's own `ts`, its latest event time, an estimated start).
@@ -251,7 +251,7 @@ mod cases {
 
     /// A progress event as `recent_progress_of_live` recognises it.
     fn seen(mission_id: &str, ev: &NewEvent) -> ProgressSeen {
-        ProgressSeen { mission_id: mission_id.into(), key: aiwg_serve::domain::progress_key(&ev.ts, &ev.data) }
+        ProgressSeen { mission_id: mission_id.into(), key: aiwg_domain::progress_key(&ev.ts, &ev.data) }
     }
 
     fn append(ev: &NewEvent) -> Change {
@@ -448,7 +448,7 @@ mod cases {
 
         // A commit that only touches a mission records its commit time.
         let touch =
-            MissionPatch { updated_at: aiwg_serve::clock::parse("2000-01-01T00:00:00.000Z"), ..Default::default() };
+            MissionPatch { updated_at: aiwg_contract::clock::parse("2000-01-01T00:00:00.000Z"), ..Default::default() };
         let progress = event("mission.progress", "e1", Some("m1"), 1);
         let seq = store.commit(vec![append(&progress), patch("m1", touch)]).await.unwrap();
         let committed_at =

@@ -294,5 +294,5 @@ async fn read(
 }
 
 fn stamp() -> String {
-    aiwg_serve::clock::stamp()
+    aiwg_contract::clock::stamp()
 }

@@ -74,7 +74,7 @@ struct Shared {
 
 impl Shared {
     fn envelope(&self, event: &str, mission: Option<&str>, data: Value) -> Value {
-        let mut e = json!({"event": event, "executor_id": self.id, "ts": aiwg_serve::clock::stamp(), "data": data});
+        let mut e = json!({"event": event, "executor_id": self.id, "ts": aiwg_contract::clock::stamp(), "data": data});
         if let Some(m) = mission {
             e["mission_id"] = json!(m);
         }

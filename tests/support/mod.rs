@@ -17,8 +17,8 @@ pub mod webdriver;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use aiwg_serve::config::Config;
-use aiwg_serve::serve::{self, Handle};
+use aiwg_server::config::Config;
+use aiwg_server::serve::{self, Handle};
 use serde_json::Value;
 
 pub use executor::{ExecSocket, ScriptedExecutor};

@@ -1,0 +1,388 @@
+//! The HTTP client of a serve that the CLI, the reference executor, the conformance suite and
+//! `aiwg-bench` share: where the serve is and who calls it ([`Global`], the command line's global
+//! options), JSON requests, and Server-Sent Events for following. reqwest with rustls, so that a serve behind a TLS-terminating
+//! proxy (`https://`) is reachable from a machine that has no OpenSSL.
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::time::Duration;
+
+use clap::Args;
+use eventsource_stream::{Event, EventStreamError, Eventsource};
+use futures_util::{Stream, StreamExt};
+use reqwest::header::{ACCEPT, AUTHORIZATION};
+use reqwest::{Method, RequestBuilder};
+use serde_json::Value;
+
+/// Where a serve listens unless told otherwise.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7337";
+
+#[derive(Args, Clone, Debug)]
+pub struct Global {
+    /// URL of the serve to talk to (https:// through a TLS proxy)
+    #[arg(long, global = true, env = "AIWG_SERVE_URL", default_value = DEFAULT_SERVER)]
+    pub server: String,
+    /// Operator bearer token, when the serve requires one
+    #[arg(long, global = true, env = "AIWG_SERVE_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// PEM certificate(s) to trust beside the built-in roots, for a TLS proxy with a private CA
+    #[arg(long, global = true, env = "AIWG_SERVE_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// Print JSON (one document per line) instead of tables
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// Why a call failed, as the CLI reports it.
+#[derive(Debug)]
+pub enum CallError {
+    /// Nothing answered at the server URL.
+    Unreachable { url: String, cause: String },
+    /// The server answered with an error body. `message` is the server's sentence, followed by one line
+    /// per entry of its `details` (which field failed which check, for schema violations).
+    Refused { status: u16, code: String, message: String },
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Unreachable { url, cause } => write!(f, "cannot reach the server at {url}: {cause}"),
+            CallError::Refused { status, code, message } => write!(f, "{status} {code}: {message}"),
+        }
+    }
+}
+
+/// Delays before reconnecting a dropped event stream, the last repeated. A stream that never opened gives
+/// up when every one has been spent (serve is not there: say so at once); one that was open keeps trying
+/// for [`RECONNECT_PATIENCE`] without an event coming through.
+const RECONNECT_DELAYS_MS: [u64; 6] = [0, 250, 500, 1000, 2000, 5000];
+/// Longer than a deploy takes: serve drains for up to `server.drain_timeout_s` (20 s), then the new one
+/// starts. An operator's `watch` used to die at every deploy.
+const RECONNECT_PATIENCE: Duration = Duration::from_secs(120);
+
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    pub fn new(base: &str, token: Option<String>) -> Client {
+        Client::with_ca_cert(base, token, None).expect("a client with the built-in roots always builds")
+    }
+
+    /// A client that also trusts the PEM certificate(s) in `ca_cert`, for a TLS proxy with a private CA.
+    pub fn with_ca_cert(base: &str, token: Option<String>, ca_cert: Option<&Path>) -> Result<Client, String> {
+        let mut builder = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            // The serve to talk to is named explicitly; a proxy from the environment would reroute the
+            // loopback default behind the operator's back.
+            .no_proxy();
+        if let Some(path) = ca_cert {
+            let pem =
+                std::fs::read(path).map_err(|e| format!("cannot read the CA certificate {}: {e}", path.display()))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| format!("{} is not a PEM certificate: {e}", path.display()))?;
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Client { base: base.trim_end_matches('/').to_owned(), token, http })
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value, CallError> {
+        self.call(Method::GET, path, None).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value, CallError> {
+        self.call(Method::DELETE, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CallError> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => request.header(AUTHORIZATION, format!("Bearer {t}")),
+            None => request,
+        }
+    }
+
+    async fn send(&self, request: RequestBuilder) -> Result<reqwest::Response, CallError> {
+        request.send().await.map_err(|e| CallError::Unreachable { url: self.base.clone(), cause: cause(&e) })
+    }
+
+    async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, CallError> {
+        let mut request = self.request(method, path);
+        if let Some(b) = body {
+            request = request.json(b);
+        }
+        let response = self.send(request).await?;
+        let status = response.status().as_u16();
+        let bytes =
+            response.bytes().await.map_err(|e| CallError::Unreachable { url: self.base.clone(), cause: cause(&e) })?;
+        // A body that is not JSON (the `/metrics` text) comes back as a string; an empty one as null.
+        let json: Value = serde_json::from_slice(&bytes).unwrap_or_else(|_| match bytes.is_empty() {
+            true => Value::Null,
+            false => Value::String(String::from_utf8_lossy(&bytes).into_owned()),
+        });
+        if (200..300).contains(&status) {
+            return Ok(json);
+        }
+        Err(refusal(status, &json))
+    }
+
+    /// Follows `GET path` as Server-Sent Events, reconnecting with `Last-Event-ID` when the stream drops.
+    /// `since` is where to start (after that sequence number); `None` is from now.
+    pub fn events(&self, path: &str, since: Option<i64>) -> Events {
+        Events {
+            client: self.clone(),
+            path: path.to_owned(),
+            last_event_id: since.map(|s| s.to_string()),
+            stream: None,
+            failures: 0,
+            opened: false,
+            lost_at: None,
+        }
+    }
+}
+
+/// The refusal in an error body: `{"error", "message", "details": [{instance_path, keyword, message}]}`.
+fn refusal(status: u16, json: &Value) -> CallError {
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let mut message =
+        text(json, "message").or_else(|| json.as_str().map(|s| s.chars().take(200).collect())).unwrap_or_default();
+    for detail in json["details"].as_array().into_iter().flatten() {
+        let at = text(detail, "instance_path").filter(|p| !p.is_empty()).unwrap_or_else(|| "/".into());
+        let keyword = text(detail, "keyword").unwrap_or_default();
+        message.push_str(&format!("\n  at {at}: {} ({keyword})", text(detail, "message").unwrap_or_default()));
+    }
+    CallError::Refused { status, code: text(json, "error").unwrap_or_else(|| "http_error".into()), message }
+}
+
+/// Why a request got no answer, in the words an operator looks for: "connection refused" rather than
+/// hyper's "client error (Connect)".
+fn cause(e: &reqwest::Error) -> String {
+    use std::io::ErrorKind;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut innermost = e.to_string();
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            let named = match io.kind() {
+                ErrorKind::ConnectionRefused => Some("connection refused"),
+                ErrorKind::ConnectionReset => Some("connection reset"),
+                ErrorKind::TimedOut => Some("timed out"),
+                _ => None,
+            };
+            if let Some(n) = named {
+                return n.to_owned();
+            }
+        }
+        innermost = s.to_string();
+        source = s.source();
+    }
+    if e.is_timeout() {
+        return "timed out".into();
+    }
+    if e.is_builder() {
+        return format!("not a usable URL ({innermost})");
+    }
+    innermost
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+
+/// A followed event stream. It survives a dropped connection (a proxy's idle timeout, a restart of
+/// serve) and every end serve gives it (lagging, serve shutting down, a storage error) by reconnecting
+/// with `Last-Event-ID`, so nothing is missed or repeated.
+pub struct Events {
+    client: Client,
+    path: String,
+    last_event_id: Option<String>,
+    stream: Option<EventStream>,
+    /// Reconnects since the last event that came through.
+    failures: usize,
+    /// Whether a stream was ever open: then serve exists, and an outage is waited out.
+    opened: bool,
+    /// When the stream was lost, while it is.
+    lost_at: Option<std::time::Instant>,
+}
+
+impl Events {
+    /// The next event: `(event name, data as JSON)`. A stream serve ends resumes where serve says: at
+    /// once when it lagged, after a pause when serve is stopping (its successor is starting).
+    pub async fn next(&mut self) -> Result<(String, Value), CallError> {
+        loop {
+            if self.stream.is_none() {
+                match self.open().await {
+                    Ok(s) => {
+                        self.stream = Some(s);
+                        if self.lost_at.take().is_some() {
+                            eprintln!("the event stream is back; following on");
+                        }
+                        self.opened = true;
+                    }
+                    Err(e @ CallError::Refused { .. }) => return Err(e),
+                    Err(e) => {
+                        self.back_off(e).await?;
+                        continue;
+                    }
+                }
+            }
+            let stream = self.stream.as_mut().expect("opened above");
+            match stream.next().await {
+                Some(Ok(event)) => {
+                    self.failures = 0;
+                    if !event.id.is_empty() {
+                        self.last_event_id = Some(event.id.clone());
+                    }
+                    let (name, data) = item(event);
+                    if name != "end" {
+                        return Ok((name, data));
+                    }
+                    self.stream = None;
+                    if let Some(resume) = data["resume_since"].as_i64() {
+                        self.last_event_id = Some(resume.to_string());
+                    }
+                    let reason = data["reason"].as_str().unwrap_or("unknown").to_owned();
+                    if reason != "lagged" {
+                        eprintln!("the event stream ended ({reason}); reconnecting");
+                        let cause = format!("the event stream ended ({reason})");
+                        self.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
+                    }
+                }
+                Some(Err(e)) => {
+                    self.stream = None;
+                    let cause = match e {
+                        EventStreamError::Transport(e) => cause(&e),
+                        other => other.to_string(),
+                    };
+                    self.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
+                }
+                None => {
+                    self.stream = None;
+                    let cause = "the server closed the event stream".to_owned();
+                    self.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
+                }
+            }
+        }
+    }
+
+    async fn open(&self) -> Result<EventStream, CallError> {
+        let mut request = self.client.request(Method::GET, &self.path).header(ACCEPT, "text/event-stream");
+        if let Some(id) = &self.last_event_id {
+            request = request.header("last-event-id", id.as_str());
+        }
+        let response = self.client.send(request).await?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            let json = response.json::<Value>().await.unwrap_or(Value::Null);
+            return Err(refusal(status, &json));
+        }
+        Ok(Box::pin(response.bytes_stream().eventsource()))
+    }
+
+    /// Waits before the next reconnect, or gives up with `error`: when the delays are spent if no stream
+    /// ever opened, after [`RECONNECT_PATIENCE`] without an event if one did.
+    async fn back_off(&mut self, error: CallError) -> Result<(), CallError> {
+        let lost_at = *self.lost_at.get_or_insert_with(std::time::Instant::now);
+        let spent = self.failures >= RECONNECT_DELAYS_MS.len();
+        if (spent && !self.opened) || lost_at.elapsed() > RECONNECT_PATIENCE {
+            return Err(error);
+        }
+        let delay = RECONNECT_DELAYS_MS[self.failures.min(RECONNECT_DELAYS_MS.len() - 1)];
+        self.failures += 1;
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        Ok(())
+    }
+}
+
+/// An SSE event as `(name, data)` (the parser names unnamed events `message`); data that is not JSON
+/// comes back as a string.
+fn item(event: Event) -> (String, Value) {
+    let data = serde_json::from_str(&event.data).unwrap_or(Value::String(event.data));
+    (event.event, data)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Body;
+    use axum::http::HeaderMap;
+    use axum::routing::get;
+    use futures_util::stream;
+
+    use super::*;
+
+    /// Parses `chunks` as they would arrive from the network.
+    async fn parse(chunks: Vec<&'static [u8]>) -> Vec<Event> {
+        let chunks = stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>));
+        chunks.eventsource().map(|e| e.expect("parses")).collect().await
+    }
+
+    #[tokio::test]
+    async fn multi_line_data_is_joined_with_newlines() {
+        let events = parse(vec![b"event: note\ndata: first\ndata: second\n\n"]).await;
+        assert_eq!(events.len(), 1);
+        assert_eq!((events[0].event.as_str(), events[0].data.as_str()), ("note", "first\nsecond"));
+    }
+
+    #[tokio::test]
+    async fn crlf_line_endings_are_line_endings() {
+        // The second event's CRLF is split across two chunks: a lone CR taken for a line end would end the
+        // event early.
+        let chunks: Vec<&[u8]> = vec![b"id: 7\r\nevent: a\r\ndata: {}\r\n\r\nid: 8\r\ndata: x\r", b"\ndata: y\r\n\r\n"];
+        let events = parse(chunks).await;
+        let seen: Vec<(&str, &str, &str)> =
+            events.iter().map(|e| (e.id.as_str(), e.event.as_str(), e.data.as_str())).collect();
+        assert_eq!(seen, [("7", "a", "{}"), ("8", "message", "x\ny")]);
+    }
+
+    #[tokio::test]
+    async fn a_character_split_across_chunks_is_kept_whole() {
+        let text = "data: caf\u{e9} \u{1f600}\n\n".as_bytes();
+        // Split inside the two-byte é and inside the four-byte emoji.
+        let (a, rest) = text.split_at(10);
+        let (b, c) = rest.split_at(4);
+        let events = parse(vec![a, b, c]).await;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data, "caf\u{e9} \u{1f600}");
+    }
+
+    /// A server whose first stream carries event 1 and drops; the follower must come back asking for what
+    /// follows event 1, and get event 2.
+    #[tokio::test]
+    async fn a_dropped_stream_resumes_from_the_last_event_id() {
+        let asked: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+        let seen = asked.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/events",
+            get(move |headers: HeaderMap| {
+                let seen = seen.clone();
+                async move {
+                    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                    let body = match last.as_deref() {
+                        None => "id: 1\nevent: mission.started\ndata: {\"seq\":1}\n\n",
+                        Some("1") => "id: 2\nevent: mission.completed\ndata: {\"seq\":2}\n\n",
+                        Some(_) => "event: end\ndata: {\"reason\":\"wrong resume point\"}\n\n",
+                    };
+                    seen.lock().unwrap().push(last);
+                    Body::from(body)
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+
+        let mut events = Client::new(&base, None).events("/api/v1/events", None);
+        assert_eq!(events.next().await.unwrap(), ("mission.started".to_owned(), serde_json::json!({"seq": 1})));
+        assert_eq!(events.next().await.unwrap(), ("mission.completed".to_owned(), serde_json::json!({"seq": 2})));
+        assert_eq!(*asked.lock().unwrap(), [None, Some("1".to_owned())]);
+    }
+}

@@ -1,0 +1,283 @@
+//! The events serve itself records: its own decisions (an operator's control, a dispatch that failed, a
+//! disconnect past its grace, a resync) and what it inferred. Typed here and turned into a record, a
+//! mission update and a wire envelope by one builder, so an event serve emits cannot drift from the
+//! contract's shape of its `data`.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{patch_for, MissionPatch, MissionState, NewEvent};
+use aiwg_contract::clock;
+use aiwg_contract::{EventType, RegisterPayload};
+
+/// Who aborted a mission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbortedBy {
+    Operator,
+    System,
+}
+
+/// One event serve records, with what its `data` carries.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServeEvent {
+    Suspended {
+        reason: &'static str,
+    },
+    Failed {
+        reason: &'static str,
+        error: Option<String>,
+        exit_code: Option<i64>,
+    },
+    Aborted {
+        by: AbortedBy,
+        reason: &'static str,
+    },
+    Paused,
+    /// A paused or suspended mission resumed (`from`, which the data names).
+    Resumed {
+        from: MissionState,
+    },
+    HitlResponded {
+        hitl_id: String,
+        response: String,
+        responded_at: Option<DateTime<Utc>>,
+    },
+    /// A dispatch handed again to the executor that never received it.
+    Assigned,
+    Started {
+        pty_session_id: String,
+    },
+    Completed {
+        exit_code: i64,
+        summary: String,
+    },
+    Registered(Box<RegisterPayload>),
+    Deregistered {
+        reason: &'static str,
+    },
+    /// What serve records on behalf of an HTTP agent runtime it drives, which has no socket to say it:
+    /// a mission event with the data `services::runtimes` built (the call's outcome, the verdict).
+    Runtime {
+        event: EventType,
+        data: Value,
+    },
+}
+
+/// What one serve event records: the event, and the mission update it implies (mission events only).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    pub event: NewEvent,
+    pub patch: Option<(String, MissionPatch)>,
+}
+
+/// The shape of every `data` serve writes; each event fills its own fields.
+#[derive(Default, Serialize)]
+struct Data<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<MissionState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aborted_by: Option<AbortedBy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resumed_from: Option<MissionState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pty_session_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hitl_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<&'a str>,
+    /// Upstream executors read the answer from `text`; the contract names it `response`. Both are sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    responded_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capabilities: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transport_endpoints: Option<&'a aiwg_contract::TransportEndpoints>,
+}
+
+impl ServeEvent {
+    pub fn event_type(&self) -> EventType {
+        match self {
+            ServeEvent::Suspended { .. } => EventType::MissionSuspended,
+            ServeEvent::Failed { .. } => EventType::MissionFailed,
+            ServeEvent::Aborted { .. } => EventType::MissionAborted,
+            ServeEvent::Paused => EventType::MissionPaused,
+            ServeEvent::Resumed { .. } => EventType::MissionResumed,
+            ServeEvent::HitlResponded { .. } => EventType::MissionHitlResponded,
+            ServeEvent::Assigned => EventType::MissionAssigned,
+            ServeEvent::Started { .. } => EventType::MissionStarted,
+            ServeEvent::Completed { .. } => EventType::MissionCompleted,
+            ServeEvent::Registered(_) => EventType::ExecutorRegistered,
+            ServeEvent::Deregistered { .. } => EventType::ExecutorDeregistered,
+            ServeEvent::Runtime { event, .. } => *event,
+        }
+    }
+
+    /// Ends (or suspends) a mission in `to` for `reason`: the event that says so.
+    pub fn ending(to: MissionState, reason: &'static str, error: Option<String>) -> ServeEvent {
+        match to {
+            MissionState::Suspended => ServeEvent::Suspended { reason },
+            MissionState::Aborted => ServeEvent::Aborted { by: AbortedBy::System, reason },
+            _ => ServeEvent::Failed { reason, error, exit_code: None },
+        }
+    }
+
+    /// What happens to the live missions of an executor that is gone (`reason`): suspended when it
+    /// declares `resumable` (it can pick them up again), failed otherwise.
+    pub fn executor_gone(resumable: bool, reason: &'static str) -> (MissionState, ServeEvent) {
+        let to = if resumable { MissionState::Suspended } else { MissionState::Failed };
+        (to, ServeEvent::ending(to, reason, None))
+    }
+
+    /// The event's `data`, as the contract shapes it.
+    pub fn data(&self) -> Value {
+        let d = match self {
+            ServeEvent::Suspended { reason } => {
+                Data { state: Some(MissionState::Suspended), reason: Some(reason), ..Data::default() }
+            }
+            ServeEvent::Failed { reason, error, exit_code } => Data {
+                state: Some(MissionState::Failed),
+                reason: Some(reason),
+                error: error.as_deref(),
+                exit_code: *exit_code,
+                ..Data::default()
+            },
+            ServeEvent::Aborted { by, reason } => Data {
+                state: Some(MissionState::Aborted),
+                aborted_by: Some(*by),
+                reason: Some(reason),
+                ..Data::default()
+            },
+            ServeEvent::Paused => {
+                Data { state: Some(MissionState::Paused), reason: Some("operator_request"), ..Data::default() }
+            }
+            ServeEvent::Resumed { from } => {
+                Data { state: Some(MissionState::Running), resumed_from: Some(*from), ..Data::default() }
+            }
+            ServeEvent::HitlResponded { hitl_id, response, responded_at } => Data {
+                hitl_id: Some(hitl_id),
+                response: Some(response),
+                text: Some(response),
+                responded_at: responded_at.map(clock::format),
+                ..Data::default()
+            },
+            ServeEvent::Assigned => Data { state: Some(MissionState::Assigned), ..Data::default() },
+            ServeEvent::Started { pty_session_id } => {
+                Data { state: Some(MissionState::Running), pty_session_id: Some(pty_session_id), ..Data::default() }
+            }
+            ServeEvent::Completed { exit_code, summary } => Data {
+                state: Some(MissionState::Done),
+                exit_code: Some(*exit_code),
+                summary: Some(summary),
+                ..Data::default()
+            },
+            ServeEvent::Registered(p) => Data {
+                name: Some(&p.name),
+                capabilities: Some(&p.capabilities),
+                transport_endpoints: Some(&p.transport_endpoints),
+                ..Data::default()
+            },
+            ServeEvent::Deregistered { reason } => Data { reason: Some(reason), ..Data::default() },
+            ServeEvent::Runtime { data, .. } => return data.clone(),
+        };
+        serde_json::to_value(d).expect("event data serializes")
+    }
+
+    /// The event as recorded for `executor_id` (and `mission_id`, for a mission event) at `now`.
+    pub fn row(&self, executor_id: &str, mission_id: Option<&str>, now: DateTime<Utc>) -> NewEvent {
+        NewEvent {
+            event: self.event_type().as_str().into(),
+            executor_id: executor_id.to_owned(),
+            mission_id: mission_id.map(str::to_owned),
+            ts: clock::format(now),
+            data: self.data(),
+            raw: None,
+        }
+    }
+
+    /// The event and the update of its mission, which moves to `to`.
+    pub fn record(&self, executor_id: &str, mission_id: &str, to: MissionState, now: DateTime<Utc>) -> Recorded {
+        let event = self.row(executor_id, Some(mission_id), now);
+        let patch = MissionPatch { state: Some(to), ..patch_for(self.event_type(), &event.data, Some(to), now) };
+        Recorded { event, patch: Some((mission_id.to_owned(), patch)) }
+    }
+
+    /// The frame that tells the executor, as JSON text.
+    pub fn frame(&self, executor_id: &str, mission_id: &str, now: DateTime<Utc>) -> String {
+        self.row(executor_id, Some(mission_id), now).frame()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The data of each event, written out: what executors and operators read.
+    #[test]
+    fn data_as_the_contract_shapes_it() {
+        let cases = [
+            (
+                ServeEvent::Suspended { reason: "executor_disconnected" },
+                json!({"state": "suspended", "reason": "executor_disconnected"}),
+            ),
+            (
+                ServeEvent::Failed { reason: "executor_lost", error: Some("gone".into()), exit_code: None },
+                json!({"state": "failed", "reason": "executor_lost", "error": "gone"}),
+            ),
+            (
+                ServeEvent::Aborted { by: AbortedBy::Operator, reason: "operator_request" },
+                json!({"state": "aborted", "aborted_by": "operator", "reason": "operator_request"}),
+            ),
+            (ServeEvent::Paused, json!({"state": "paused", "reason": "operator_request"})),
+            (
+                ServeEvent::Resumed { from: MissionState::Suspended },
+                json!({"state": "running", "resumed_from": "suspended"}),
+            ),
+            (
+                ServeEvent::HitlResponded {
+                    hitl_id: "h".into(),
+                    response: "yes".into(),
+                    responded_at: clock::parse("2026-11-30T12:00:00Z"),
+                },
+                json!({"hitl_id": "h", "response": "yes", "text": "yes", "responded_at": "2026-11-30T12:00:00.000Z"}),
+            ),
+            (ServeEvent::Assigned, json!({"state": "assigned"})),
+            (ServeEvent::Started { pty_session_id: "s".into() }, json!({"state": "running", "pty_session_id": "s"})),
+            (
+                ServeEvent::Completed { exit_code: 0, summary: "ok".into() },
+                json!({"state": "done", "exit_code": 0, "summary": "ok"}),
+            ),
+            (ServeEvent::Deregistered { reason: "timeout" }, json!({"reason": "timeout"})),
+        ];
+        for (event, data) in cases {
+            assert_eq!(event.data(), data, "{event:?}");
+        }
+    }
+
+    #[test]
+    fn a_terminal_record_completes_the_mission() {
+        let failed = ServeEvent::Failed { reason: "hitl_expired", error: Some("late".into()), exit_code: None };
+        let at = clock::parse("2026-11-30T00:00:00.000Z").unwrap();
+        let r = failed.record("e", "m", MissionState::Failed, at);
+        let (id, patch) = r.patch.unwrap();
+        assert_eq!(id, "m");
+        assert_eq!(patch.state, Some(MissionState::Failed));
+        assert_eq!(patch.completed_at, Some(at));
+        assert_eq!(patch.error.as_deref(), Some("late"));
+        assert_eq!(r.event.event, "mission.failed");
+    }
+}

@@ -1,0 +1,208 @@
+//! The wiring: every service built once, each handed the services it depends on, in dependency
+//! order. `App` holds no logic of its own; the edge (`http`, `hub`) reaches a service through it and
+//! calls one method.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::forward::Forwarder;
+use crate::metrics::Metrics;
+use crate::services::connections::Connections;
+use crate::services::controls::Controls;
+use crate::services::dispatcher::Dispatcher;
+use crate::services::feed::Feed;
+use crate::services::fleet::Fleet;
+use crate::services::ingest::Ingest;
+use crate::services::ledger::Ledger;
+use crate::services::reconciler::Reconciler;
+use crate::services::registry::Registry;
+use crate::services::retention::Retention;
+use crate::services::runtimes::Runtimes;
+use crate::services::sandboxes::Sandboxes;
+use crate::services::status::Status;
+use crate::store::Store;
+use crate::tasks::Sockets;
+use aiwg_contract::Schema;
+
+pub struct App {
+    pub config: Config,
+    pub schema: Arc<Schema>,
+    pub metrics: Arc<Metrics>,
+    /// Executors' identities and sockets (reads; membership changes go through `fleet`).
+    pub registry: Arc<Registry>,
+    pub fleet: Arc<Fleet>,
+    pub dispatcher: Arc<Dispatcher>,
+    /// HTTP agent runtimes: added by operators, probed, and driven by serve.
+    pub runtimes: Arc<Runtimes>,
+    pub ingest: Arc<Ingest>,
+    pub controls: Arc<Controls>,
+    pub reconciler: Arc<Reconciler>,
+    pub sandboxes: Arc<Sandboxes>,
+    pub connections: Arc<Connections>,
+    pub status: Status,
+    pub feed: Feed,
+    pub retention: Arc<Retention>,
+    /// The socket tasks, on a runtime of their own, which a graceful stop waits for before closing the
+    /// store.
+    pub sockets: Arc<Sockets>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl App {
+    pub async fn new(
+        config: Config,
+        schema: Schema,
+        store: Store,
+        metrics: Arc<Metrics>,
+        sockets: Sockets,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<App> {
+        let wake_queue = Arc::new(Notify::new());
+        let registry = Arc::new(Registry::load(store.clone()).await?);
+        let ledger = Arc::new(Ledger::load(store.clone(), registry.clone(), wake_queue.clone()).await?);
+        let core = Core { config: &config, store: &store, registry, ledger, wake_queue, metrics: &metrics };
+        let runtimes = Arc::new(core.runtimes(shutdown.clone()));
+        let dispatcher = Arc::new(core.dispatcher(runtimes.clone(), shutdown.clone()));
+        let sandboxes = Arc::new(core.sandboxes().await?);
+        let reconciler = Arc::new(Reconciler::new(
+            &config.hub,
+            core.registry.clone(),
+            core.ledger.clone(),
+            store.clone(),
+            dispatcher.clone(),
+            sandboxes.clone(),
+            shutdown.clone(),
+        ));
+        let controls = Arc::new(Controls::new(
+            core.registry.clone(),
+            core.ledger.clone(),
+            store.clone(),
+            dispatcher.clone(),
+            sandboxes.clone(),
+            metrics.clone(),
+        ));
+        let schema = Arc::new(schema);
+        let ingest = Arc::new(Ingest::new(
+            schema.clone(),
+            core.registry.clone(),
+            core.ledger.clone(),
+            store.clone(),
+            reconciler.clone(),
+            controls.clone(),
+            config.hitl.default_expiry(),
+        ));
+        let fleet = Arc::new(core.fleet());
+        let connections = Arc::new(core.connections(controls.clone(), reconciler.clone(), sandboxes.clone()));
+        let status = Status::new(store.clone(), core.registry.clone(), dispatcher.clone(), metrics.clone());
+        let feed = Feed::new(store.clone(), shutdown.clone());
+        let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
+        let registry = core.registry;
+        Ok(App {
+            config,
+            schema,
+            metrics,
+            registry,
+            fleet,
+            dispatcher,
+            runtimes,
+            ingest,
+            controls,
+            reconciler,
+            sandboxes,
+            connections,
+            status,
+            feed,
+            retention,
+            sockets: Arc::new(sockets),
+            shutdown,
+        })
+    }
+
+    /// What was under way when serve stopped goes on: HITL deadlines and disconnect graces are armed
+    /// again, and the queue is loaded and drained. Retention's passes start.
+    pub async fn resume(&self) -> Result<()> {
+        self.retention.start(self.shutdown.clone());
+        self.controls.rearm_hitl_deadlines();
+        self.reconciler.arm_restart_grace();
+        self.runtimes.start().await?;
+        self.dispatcher.load_queue().await?;
+        self.dispatcher.run_queue();
+        Ok(())
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.clone()
+    }
+}
+
+/// What every service is built from.
+struct Core<'a> {
+    config: &'a Config,
+    store: &'a Store,
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
+    /// Rung when a queued mission may have become dispatchable.
+    wake_queue: Arc<Notify>,
+    metrics: &'a Arc<Metrics>,
+}
+
+impl Core<'_> {
+    fn runtimes(&self, shutdown: watch::Receiver<bool>) -> Runtimes {
+        Runtimes::new(
+            self.config.runtimes.clone(),
+            self.config.server.max_executors,
+            self.registry.clone(),
+            self.ledger.clone(),
+            self.store.clone(),
+            self.metrics.clone(),
+            self.wake_queue.clone(),
+            shutdown,
+        )
+    }
+
+    fn dispatcher(&self, runtimes: Arc<Runtimes>, shutdown: watch::Receiver<bool>) -> Dispatcher {
+        let forwarder = Forwarder::new(Duration::from_millis(self.config.dispatch.forward_timeout_ms));
+        Dispatcher::new(
+            self.config.dispatch.clone(),
+            self.registry.clone(),
+            self.ledger.clone(),
+            self.store.clone(),
+            forwarder,
+            runtimes,
+            self.metrics.clone(),
+            self.wake_queue.clone(),
+            shutdown,
+        )
+    }
+
+    fn fleet(&self) -> Fleet {
+        Fleet::new(self.config, self.registry.clone(), self.ledger.clone(), self.store.clone(), self.wake_queue.clone())
+    }
+
+    async fn sandboxes(&self) -> Result<Sandboxes> {
+        let max = self.config.server.max_sandboxes;
+        Sandboxes::load(self.store.clone(), max, self.registry.clone(), self.ledger.clone()).await
+    }
+
+    fn connections(
+        &self,
+        controls: Arc<Controls>,
+        reconciler: Arc<Reconciler>,
+        sandboxes: Arc<Sandboxes>,
+    ) -> Connections {
+        Connections::new(
+            self.registry.clone(),
+            self.store.clone(),
+            self.metrics.clone(),
+            controls,
+            reconciler,
+            self.wake_queue.clone(),
+            sandboxes,
+            &self.config.hub,
+        )
+    }
+}

@@ -1,0 +1,283 @@
+//! One configuration: defaults < TOML file < `AIWG_SERVE_*` environment < command-line flags, validated
+//! once. Every key is documented in `config.example.toml`.
+//!
+//! Environment names: keys of `[server]` are `AIWG_SERVE_<KEY>` (`AIWG_SERVE_BIND`), keys of other
+//! sections `AIWG_SERVE_<SECTION>_<KEY>` (`AIWG_SERVE_HUB_PING_INTERVAL_S`). Values are TOML literals;
+//! a list may also be given comma-separated.
+//!
+//! A key or an `AIWG_SERVE_*` variable that names no setting is refused, not ignored: a misspelt setting
+//! silently left at its default is the harder fault to find. Errors name the key and where it came from.
+//!
+//! Here: the settings and their defaults. Loading them (the layers, the checks, the errors) is in `load`.
+
+mod load;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use load::{ConfigError, Overrides};
+
+use crate::store::Synchronous;
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub store: StoreConfig,
+    pub hub: HubConfig,
+    pub dispatch: DispatchConfig,
+    pub runtimes: RuntimesConfig,
+    pub replica: ReplicaConfig,
+    pub retention: RetentionConfig,
+    pub hitl: HitlConfig,
+}
+
+/// People in the loop.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HitlConfig {
+    /// Seconds a HITL request that names no `expires_at` waits for an answer before it expires (0:
+    /// forever). A forgotten question otherwise holds the mission, and the executor's slot, for good.
+    pub default_expiry_s: u64,
+}
+
+impl Default for HitlConfig {
+    fn default() -> HitlConfig {
+        HitlConfig { default_expiry_s: 86_400 }
+    }
+}
+
+impl HitlConfig {
+    /// The default deadline's length, if there is one.
+    pub fn default_expiry(&self) -> Option<chrono::Duration> {
+        match self.default_expiry_s {
+            0 => None,
+            s => Some(chrono::Duration::seconds(i64::try_from(s).unwrap_or(i64::MAX).min(100 * 365 * 86_400))),
+        }
+    }
+}
+
+/// How long the event log keeps what (`docs/operations/retention.md`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Days an ended mission keeps its whole history; after that its progress events are compacted
+    /// away (its first and last events, and every event of another kind, stay). Fractions are allowed;
+    /// 0 compacts a mission as soon as it ends.
+    pub keep_days: f64,
+    /// A cap on the store's size in bytes (0: none): above it, ended missions are compacted oldest end
+    /// first, whatever their age. Live missions never are.
+    pub max_store_bytes: u64,
+    /// Seconds between two compaction passes.
+    pub interval_s: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> RetentionConfig {
+        RetentionConfig { keep_days: 30.0, max_store_bytes: 0, interval_s: 60 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    pub bind: SocketAddr,
+    pub data_dir: PathBuf,
+    pub operator_tokens: Vec<String>,
+    pub max_body_bytes: usize,
+    /// Host names, besides loopback addresses and `localhost`, that requests may address while operator
+    /// routes are open (the DNS-rebinding defence; see `http::guard`).
+    pub allowed_hosts: Vec<String>,
+    /// Registered executors at most (registration is open: this bounds what a caller can make serve hold).
+    pub max_executors: usize,
+    /// Live legacy sandbox registrations at most.
+    pub max_sandboxes: usize,
+    /// Registrations (executor and sandbox) per minute from one non-loopback address.
+    pub registrations_per_minute: u32,
+    /// Time a connection has to send a complete request head, from its opening or from the first byte
+    /// of the head (slowloris).
+    pub header_read_timeout_ms: u64,
+    /// Time a request's body has to arrive in full, from its head (a client trickling a body holds a
+    /// connection slot no longer).
+    pub body_read_timeout_ms: u64,
+    /// Time a stopping serve gives the requests in progress to finish before it closes their
+    /// connections anyway.
+    pub drain_timeout_s: u64,
+    /// Time an HTTP keep-alive connection may wait for its next request. Upgraded WebSockets are not
+    /// HTTP connections any more: the hub's ping deadline governs them.
+    pub idle_timeout_s: u64,
+    /// Open client connections (HTTP and WebSocket) at most; 0 derives it from the file-descriptor limit
+    /// (see `serve::accept::connection_limit`). Above it, new connections wait in the listen backlog.
+    pub max_connections: usize,
+    /// Reverse proxies in front of serve, by address: only their `X-Forwarded-For` and `Forwarded`
+    /// name a client (see `serve::client`).
+    pub behind_proxy: Vec<std::net::IpAddr>,
+}
+
+/// Several serves on one PostgreSQL database (`docs/operations/postgresql-and-replicas.md`): one leads, the
+/// others forward every request to it and take over when it goes.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplicaConfig {
+    /// Shared by the replicas of one database; set, it makes this serve a replica. A follower sends it
+    /// with each forwarded request, so that the leader believes the client address it forwards.
+    pub secret: String,
+    /// The URL the other replicas reach this one at (`http://10.0.0.2:7337`); empty: `http://` and the
+    /// bound address, which must then be a specific one.
+    pub advertise: String,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    pub synchronous: Synchronous,
+    /// `postgres://...` stores everything in PostgreSQL instead of the embedded SQLite file of the data
+    /// directory; empty (the default) is SQLite.
+    pub database_url: String,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HubConfig {
+    pub max_frame_bytes: usize,
+    pub read_buffer_bytes: usize,
+    pub ping_interval_s: u64,
+    pub pong_timeout_s: u64,
+    pub stream_lag_limit: usize,
+    pub disconnect_grace_s: u64,
+    pub restart_grace_s: u64,
+    pub max_sockets_per_executor: usize,
+    /// The same bound for agentic-sandbox executors, which never close an old socket and lose an event
+    /// each time serve closes one.
+    pub max_sockets_per_sandbox_executor: usize,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchConfig {
+    pub forward_timeout_ms: u64,
+    pub max_attempts: usize,
+    pub queue_when_unavailable: bool,
+    /// Hosts an executor's `transport_endpoints.rest` may name (empty: any); serve sends dispatches,
+    /// with the executor's token, and readiness questions there.
+    pub executor_hosts: Vec<String>,
+    /// Whose word an executor's isolation is when routing prefers the strongest.
+    pub isolation: IsolationTrust,
+    /// With `isolation = "vouched"`: the isolation the operator vouches for, by executor id or name.
+    pub vouched_isolation: std::collections::BTreeMap<String, String>,
+}
+
+/// Whose word an executor's isolation (`isolation:vm`, ...) is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IsolationTrust {
+    /// The executor's own capabilities, as upstream takes them.
+    #[default]
+    Claimed,
+    /// Only `dispatch.vouched_isolation`; executors not listed count as host.
+    Vouched,
+}
+
+/// HTTP agent runtimes (the WattSwarm executor protocol), which serve calls itself.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimesConfig {
+    /// Each HTTP attempt to a runtime, from connecting to the whole answer read (a kernel's default is
+    /// reqwest's 30 s). Transport failures, a timeout before the answer's headers included, are retried
+    /// as kernels do: 5 attempts, 50/100/150/200 ms apart, with the same `execution_id`.
+    pub call_timeout_ms: u64,
+    /// How often a healthy runtime's `/health` is probed in the background.
+    pub probe_interval_ms: u64,
+    /// An unhealthy runtime is probed again after a back-off that doubles up to this.
+    pub probe_max_interval_ms: u64,
+}
+
+impl Default for RuntimesConfig {
+    fn default() -> RuntimesConfig {
+        RuntimesConfig { call_timeout_ms: 30_000, probe_interval_ms: 10_000, probe_max_interval_ms: 300_000 }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 7337)),
+            data_dir: default_data_dir(),
+            operator_tokens: Vec::new(),
+            max_body_bytes: 1024 * 1024,
+            allowed_hosts: Vec::new(),
+            max_executors: 100_000,
+            max_sandboxes: 1_000,
+            registrations_per_minute: 120,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 10_000,
+            drain_timeout_s: 20,
+            idle_timeout_s: 60,
+            max_connections: 0,
+            behind_proxy: Vec::new(),
+        }
+    }
+}
+
+impl Default for StoreConfig {
+    fn default() -> StoreConfig {
+        StoreConfig { synchronous: Synchronous::Normal, database_url: String::new() }
+    }
+}
+
+impl Default for HubConfig {
+    fn default() -> HubConfig {
+        HubConfig {
+            max_frame_bytes: 1024 * 1024,
+            read_buffer_bytes: 4096,
+            ping_interval_s: 15,
+            pong_timeout_s: 20,
+            stream_lag_limit: 4096,
+            disconnect_grace_s: 60,
+            restart_grace_s: 120,
+            max_sockets_per_executor: 4,
+            max_sockets_per_sandbox_executor: 64,
+        }
+    }
+}
+
+impl Default for DispatchConfig {
+    fn default() -> DispatchConfig {
+        DispatchConfig {
+            forward_timeout_ms: 5000,
+            max_attempts: 3,
+            queue_when_unavailable: false,
+            executor_hosts: Vec::new(),
+            isolation: IsolationTrust::Claimed,
+            vouched_isolation: Default::default(),
+        }
+    }
+}
+
+/// `$XDG_DATA_HOME/aiwg-serve`, else `~/.local/share/aiwg-serve`, else `./aiwg-serve-data`.
+fn default_data_dir() -> PathBuf {
+    let from =
+        |var: &str, tail: &str| std::env::var_os(var).filter(|v| !v.is_empty()).map(|v| PathBuf::from(v).join(tail));
+    from("XDG_DATA_HOME", "aiwg-serve")
+        .or_else(|| from("HOME", ".local/share/aiwg-serve"))
+        .unwrap_or_else(|| PathBuf::from("aiwg-serve-data"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn the_example_file_documents_every_key_with_its_default() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config.example.toml");
+        let example: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        let mut defaults = toml::Table::try_from(Config::default()).unwrap();
+        // data_dir depends on the environment, so the example shows it commented out.
+        defaults["server"].as_table_mut().unwrap().remove("data_dir");
+        assert_eq!(example, defaults);
+    }
+}

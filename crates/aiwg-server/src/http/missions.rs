@@ -1,0 +1,122 @@
+//! `GET /api/v1/missions` (filtered, cursor-paginated, newest first) and `GET /api/v1/missions/{id}`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+
+use super::etag;
+use super::extract::{Contract, MissionRef, Operator, Params, PathId};
+use crate::app::App;
+use crate::error::{Error, Result};
+use crate::services::controls::{Action, ControlOutcome};
+use crate::store::MissionQuery;
+use crate::views::decode_cursor;
+use aiwg_contract::clock;
+use aiwg_contract::HitlResponsePayload;
+use aiwg_domain::{canonical_id, MissionState};
+
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 500;
+
+pub(super) fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/v1/missions", get(list))
+        .route("/api/v1/missions/{id}", get(show))
+        .route("/api/v1/missions/{id}/pause", post(pause))
+        .route("/api/v1/missions/{id}/resume", post(resume))
+        .route("/api/v1/missions/{id}/abort", post(abort))
+        .route("/api/v1/missions/{id}/hitl_response", post(hitl_response))
+}
+
+type Accepted = (StatusCode, Json<ControlOutcome>);
+
+async fn act(app: &Arc<App>, id: &str, action: Action<'_>) -> Result<Accepted> {
+    Ok((StatusCode::ACCEPTED, Json(app.controls.operate(id, action).await?)))
+}
+
+async fn pause(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
+    act(&app, &id, Action::Pause).await
+}
+
+async fn resume(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
+    act(&app, &id, Action::Resume).await
+}
+
+async fn abort(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
+    act(&app, &id, Action::Abort).await
+}
+
+async fn hitl_response(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    PathId(reference): PathId,
+    Contract { body, .. }: Contract<HitlResponsePayload>,
+) -> Result<Accepted> {
+    // The body is judged (415 for a browser's text/plain) before the mission is looked up.
+    let id = MissionRef::resolve(&app, reference).await?;
+    act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }).await
+}
+
+/// Not a `MissionRef`: the detail looks the id up as such first, and resolves a prefix only on a miss.
+async fn show(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    PathId(reference): PathId,
+    headers: HeaderMap,
+) -> Result<Response> {
+    Ok(etag::respond(&headers, &app.status.mission_detail(&reference).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    state: Option<String>,
+    executor_id: Option<String>,
+    session_id: Option<String>,
+    updated_since: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn list(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Params(p): Params<ListParams>,
+) -> Result<Response> {
+    // One state or several, comma-separated; an unknown one is refused with the list of them.
+    let states = p
+        .state
+        .iter()
+        .flat_map(|s| s.split(','))
+        .map(|s| {
+            MissionState::parse(s.trim()).ok_or_else(|| {
+                let known: Vec<&str> = MissionState::ALL.iter().map(|s| s.as_str()).collect();
+                Error::InvalidQuery(format!("unknown state {s:?}; the states are {}", known.join(", ")))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let updated_since = p
+        .updated_since
+        .map(|s| {
+            clock::normalize(&s)
+                .ok_or_else(|| Error::InvalidQuery(format!("updated_since {s:?} is not an RFC 3339 timestamp")))
+        })
+        .transpose()?;
+    let before_id = p
+        .cursor
+        .map(|c| decode_cursor(&c).ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into())))
+        .transpose()?;
+    let limit = p.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_PAGE}")));
+    }
+    let executor_id = p.executor_id.as_deref().map(canonical_id);
+    let query = MissionQuery { states, executor_id, session_id: p.session_id, updated_since, before_id, limit };
+    Ok(etag::respond(&headers, &app.status.missions(query).await?))
+}

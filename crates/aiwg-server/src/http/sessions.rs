@@ -1,0 +1,42 @@
+//! `POST /api/v1/sessions/{id}/dispatch`, and upstream's legacy path redirecting to it.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header::LOCATION;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+
+use super::extract::{Contract, Operator, PathId};
+use crate::app::App;
+use crate::error::Result;
+use aiwg_contract::encode_segment;
+use aiwg_contract::DispatchPayload;
+
+pub(super) fn router() -> Router<Arc<App>> {
+    Router::new()
+        .route("/api/v1/sessions/{id}/dispatch", post(dispatch))
+        .route("/api/sessions/{id}/dispatch", post(legacy_dispatch))
+}
+
+async fn dispatch(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    PathId(session_id): PathId,
+    Contract { body, raw }: Contract<DispatchPayload>,
+) -> Result<Response> {
+    let dispatched = app.dispatcher.dispatch(&session_id, raw, body).await?;
+    let mut response = (StatusCode::ACCEPTED, Json(&dispatched)).into_response();
+    if let Some(v) = dispatched.warning.as_deref().and_then(super::warning_header) {
+        response.headers_mut().insert(axum::http::header::WARNING, v);
+    }
+    Ok(response)
+}
+
+/// Upstream answers its pre-v1 path with a 301 to the v1 path; kept for old clients.
+async fn legacy_dispatch(PathId(session_id): PathId) -> Response {
+    let target = format!("/api/v1/sessions/{}/dispatch", encode_segment(&session_id));
+    (StatusCode::MOVED_PERMANENTLY, [(LOCATION, target)]).into_response()
+}

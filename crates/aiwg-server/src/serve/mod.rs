@@ -1,0 +1,204 @@
+//! Starting and stopping the server. The HTTP edge it serves on (the accept loop, connection limits and
+//! deadlines, our limits on request heads) is in `accept`.
+
+mod accept;
+mod activity;
+mod client;
+mod relay;
+mod replica;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use accept::{listen, serve_http, Limits};
+pub use accept::{MAX_HEADERS, MAX_HEAD_BYTES, MAX_URI_BYTES};
+
+use crate::app::App;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::store::postgres::Deposed;
+use crate::store::sqlite::WriterTask;
+use crate::store::StoreError;
+use crate::tasks::Sockets;
+use aiwg_contract::Schema;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    DataDir(#[from] crate::datadir::DataDirError),
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Schema(String),
+    #[error("cannot load state: {}", load_detail(.0))]
+    Load(#[from] crate::error::Error),
+    #[error("cannot start the sockets' runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+/// What went wrong loading the store, with its cause (the domain error alone says "storage failure").
+fn load_detail(e: &crate::error::Error) -> String {
+    match std::error::Error::source(e) {
+        Some(cause) => cause.to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// How long a graceful stop waits for socket tasks to finish their queued frames and close.
+const SOCKETS_DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A running server.
+pub struct Handle {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Handle {
+    /// Where it listens (the real port when the config asked for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Graceful stop: sockets are closed with 1001, in-flight requests finish, queued writes commit.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Resolves when the server has stopped (after [`Handle::shutdown`] from elsewhere, or on failure).
+    pub async fn stopped(self) {
+        let _ = self.task.await;
+    }
+
+    /// A sender that stops the server when sent `true` (for signal handlers).
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.stop.clone()
+    }
+}
+
+pub async fn start(config: Config) -> Result<Handle, StartError> {
+    let schema = Schema::load().map_err(StartError::Schema)?;
+    if !config.replica.secret.is_empty() {
+        return replica::start(config, schema).await;
+    }
+    let metrics = Arc::new(Metrics::default());
+    let (stop, stopped) = watch::channel(false);
+    let (leading, mut deposed) = Leading::open(&config, schema, metrics, stopped.clone()).await?;
+    let bind = config.server.bind;
+    let listener = listen(bind).map_err(|source| StartError::Bind { addr: bind, source })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
+    let limits = Limits::from_config(&config);
+    let max_connections = limits.max_connections;
+    let (_routes, routes) = watch::channel(leading.router());
+    // A serve whose database another serve took (its session was lost meanwhile) stops: it may decide
+    // nothing more, and its supervisor's restart tells the operator.
+    let stopper = stop.clone();
+    let deposition = tokio::spawn(async move {
+        deposed.wait().await;
+        tracing::error!("stopping: another aiwg-serve holds the database now");
+        let _ = stopper.send(true);
+    });
+    let task = tokio::spawn(async move {
+        serve_http(listener, routes, limits, stopped).await;
+        deposition.abort();
+        leading.stop().await;
+        tracing::info!("stopped");
+    });
+    tracing::info!(%addr, dashboard = %format!("http://{addr}/"), store = %store_name(&config), max_connections, "aiwg-serve listening");
+    Ok(Handle { addr, stop, task })
+}
+
+/// The store a log line names: the SQLite file, or the PostgreSQL database without its credentials.
+fn store_name(config: &Config) -> String {
+    match config.store.database_url.as_str() {
+        "" => config.server.data_dir.join(crate::datadir::DATABASE).display().to_string(),
+        url => crate::store::postgres::describe(url),
+    }
+}
+
+/// The services of a serve that holds its store: they decide, and its store writes. One per serve, or
+/// one per term of a replica that leads.
+struct Leading {
+    app: Arc<App>,
+    store: crate::store::Store,
+    writer: WriterTask,
+    /// The data directory's claim (SQLite); PostgreSQL's is the writer's session.
+    claim: Option<crate::datadir::DataDir>,
+}
+
+impl Leading {
+    /// Claims and opens the store, loads the services and resumes what was under way. The services
+    /// stop with `stopped`.
+    async fn open(
+        config: &Config,
+        schema: Schema,
+        metrics: Arc<Metrics>,
+        stopped: watch::Receiver<bool>,
+    ) -> Result<(Leading, Deposed), StartError> {
+        if !config.store.database_url.is_empty() {
+            let claim = crate::store::postgres::Claim::Exclusive;
+            return Leading::postgres(config, claim, schema, metrics, stopped).await;
+        }
+        // SQLite's store is the data directory's, claimed first.
+        let claim = crate::datadir::DataDir::claim(&config.server.data_dir)?;
+        let lag = config.hub.stream_lag_limit;
+        let (store, writer) =
+            crate::store::sqlite::open(claim.path(), config.store.synchronous, lag, metrics.clone()).await?;
+        let leading = Leading::start(config, schema, metrics, stopped, (store, writer, Some(claim))).await?;
+        Ok((leading, Deposed::never()))
+    }
+
+    /// [`Leading::open`] on PostgreSQL, whose claim is on the database: exclusive, or a replica's that
+    /// announces its address. (Apart, so that a replica's takeover, awaited in a spawned task, holds no
+    /// SQLite future: rustc cannot prove those `Send` there.)
+    async fn postgres(
+        config: &Config,
+        claim: crate::store::postgres::Claim,
+        schema: Schema,
+        metrics: Arc<Metrics>,
+        stopped: watch::Receiver<bool>,
+    ) -> Result<(Leading, Deposed), StartError> {
+        let lag = config.hub.stream_lag_limit;
+        let (store, writer, deposed) =
+            crate::store::postgres::open(&config.store.database_url, claim, lag, metrics.clone()).await?;
+        let leading = Leading::start(config, schema, metrics, stopped, (store, writer, None)).await?;
+        Ok((leading, deposed))
+    }
+
+    async fn start(
+        config: &Config,
+        schema: Schema,
+        metrics: Arc<Metrics>,
+        stopped: watch::Receiver<bool>,
+        (store, writer, claim): (crate::store::Store, WriterTask, Option<crate::datadir::DataDir>),
+    ) -> Result<Leading, StartError> {
+        let sockets = Sockets::start().map_err(StartError::Runtime)?;
+        let app = Arc::new(App::new(config.clone(), schema, store.clone(), metrics, sockets, stopped).await?);
+        app.resume().await?;
+        Ok(Leading { app, store, writer, claim })
+    }
+
+    fn router(&self) -> axum::Router {
+        crate::http::router(self.app.clone())
+    }
+
+    /// Stops the services (they were told by their stop signal): upgraded sockets outlive the HTTP
+    /// side's graceful stop, so they are let commit, acknowledge and close (1001) while the store still
+    /// writes; then the store closes, and only then may another serve open it.
+    async fn stop(self) {
+        let left = self.app.sockets.idle(SOCKETS_DRAIN).await;
+        if left > 0 {
+            tracing::warn!(sockets = left, "stopping with sockets still closing");
+        }
+        self.app.sockets.stop();
+        self.store.close().await;
+        self.writer.finished().await;
+        drop(self.claim);
+    }
+}

@@ -1,0 +1,571 @@
+//! What operators do to missions: pause, resume, abort, and answer HITL requests.
+//!
+//! Each action is judged against the mission's projected state by the pure table
+//! [`on_control`], committed as an event in the log (so the operator stream and the mission history show
+//! it), and only then sent to every live socket of the owning executor, as the envelope executors
+//! already handle (`mission.paused`, `mission.resumed`, `mission.aborted`, `mission.hitl_responded`).
+//! Abort is authoritative at once, connected or not; pause, resume and HITL answers need the executor
+//! online, since nothing else would make them true.
+//!
+//! Controls are honest without breaking drop-in: an executor that says nothing about a control is
+//! treated as the contract says (the frame is sent and the route answers 202, as upstream does, so an
+//! executor written for upstream that handles it works unchanged), and the answer says whether serve can
+//! confirm it was carried out (`confirmed`: the executor declares `x-pause-resume` or `x-abort`). Only
+//! where serve *knows* the executor cannot act (an agentic-sandbox executor linked to its sandbox, an
+//! HTTP runtime, an executor declaring
+//! [`aiwg_domain::capabilities::NO_PAUSE_RESUME`]) are pause and resume refused (409
+//! `control_unsupported`, nothing changed, nothing sent). An abort is final in serve's record whatever
+//! the executor (the contract makes it authoritative); it is not sent where it cannot be acted on, and
+//! the answer says the agent may still be running. A resume returns the mission to where it was
+//! (`domain::resume_target`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::dispatcher::Dispatcher;
+use super::ledger::{Decided, Ledger, REBUILD_WAIT};
+use super::registry::Registry;
+use super::sandboxes::Sandboxes;
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::store::{Change, Pending, Store};
+use aiwg_contract::clock;
+use aiwg_domain::capabilities::{Abilities, Ability};
+use aiwg_domain::{on_control, AbortedBy, Control, HitlOutcome, HitlRequest, Live, MissionState, ServeEvent};
+
+/// Why a control of a mission being re-read after a failed commit is refused, once its wait ran out.
+const REREAD: &str = "the mission is being re-read from the store after a storage failure; try again";
+
+/// The 202 body of a control or HITL response.
+#[derive(Debug, Serialize)]
+pub struct ControlOutcome {
+    pub mission_id: String,
+    pub state: MissionState,
+    /// Whether a live socket of the executor took the frame. A HITL answer that was not delivered stays
+    /// stored and is sent when the executor reconnects.
+    pub delivered: bool,
+    /// Whether serve can say the control was carried out: the frame was delivered and the executor
+    /// declares that it acts on it (for a HITL answer: delivered).
+    pub confirmed: bool,
+    /// Why it was not delivered or not confirmed, when that is not obvious.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What the operator asked for, with what it carries.
+#[derive(Clone, Copy, Debug)]
+pub enum Action<'a> {
+    Pause,
+    Resume,
+    Abort,
+    Answer { hitl_id: &'a str, response: &'a str },
+}
+
+impl Action<'_> {
+    fn control(self) -> Control {
+        match self {
+            Action::Pause => Control::Pause,
+            Action::Resume => Control::Resume,
+            Action::Abort => Control::Abort,
+            Action::Answer { .. } => Control::AnswerHitl,
+        }
+    }
+}
+
+/// Operators' controls of missions and their HITL answers, with the timers of HITL deadlines.
+pub struct Controls {
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
+    store: Store,
+    /// A queued mission is aborted in the dispatcher's queue.
+    dispatcher: Arc<Dispatcher>,
+    /// Which executors are agentic-sandbox executors (they act on nothing but HITL answers).
+    sandboxes: Arc<Sandboxes>,
+    /// The timer of each mission's open HITL request with a deadline: one per mission, replaced by the
+    /// mission's next request and dropped when the request is answered or the mission ends (a timer per
+    /// superseded request used to sleep on until its deadline: 20,000 requests held 36 MiB).
+    deadlines: Mutex<HashMap<String, Deadline>>,
+    metrics: Arc<Metrics>,
+}
+
+/// A watched HITL deadline: the request it is for, and its sleeping task.
+struct Deadline {
+    hitl_id: String,
+    timer: tokio::task::AbortHandle,
+}
+
+/// What an action records and sends, decided under the ledger lock.
+struct Verdict {
+    changes: Vec<Change>,
+    to: MissionState,
+    data: serde_json::Value,
+    frame: String,
+    answered: Option<HitlRequest>,
+}
+
+/// An action queued for commit.
+struct Queued {
+    commit: Pending,
+    owner: String,
+    abilities: Abilities,
+    /// The question answered was asked before the executor last shut down.
+    outlived: bool,
+    to: MissionState,
+    frame: String,
+    answered: Option<HitlRequest>,
+}
+
+impl Controls {
+    pub fn new(
+        registry: Arc<Registry>,
+        ledger: Arc<Ledger>,
+        store: Store,
+        dispatcher: Arc<Dispatcher>,
+        sandboxes: Arc<Sandboxes>,
+        metrics: Arc<Metrics>,
+    ) -> Controls {
+        Controls { registry, ledger, store, dispatcher, sandboxes, deadlines: Mutex::default(), metrics }
+    }
+
+    /// A mission this replica holds live (not ended), by its exact id.
+    pub fn is_live(&self, mission_id: &str) -> bool {
+        self.ledger.contains(mission_id)
+    }
+
+    pub async fn operate(self: &Arc<Self>, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
+        let now = clock::now();
+        if !self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {
+            return Err(Error::StorageUnavailable(REREAD.into()));
+        }
+        let slot = self.store.reserve().await?;
+        let decided = self.ledger.decide(mission_id, |live| {
+            let owner = self.facts(live);
+            let v = match decide_action(live, owner, mission_id, action, now) {
+                Ok(v) => v,
+                Err(why) => return (Err(why), None),
+            };
+            let undo = live.undo_point();
+            let commit = slot.submit(v.changes);
+            live.move_to(v.to);
+            if v.to.is_terminal() {
+                live.terminal_data = Some(v.data);
+            }
+            if v.answered.is_some() || v.to.is_terminal() {
+                live.hitl = None;
+            }
+            let (abilities, outlived) = (owner.abilities, live.hitl_outlived);
+            let owner = live.executor_id.clone();
+            let queued = Queued { commit, owner, abilities, outlived, to: v.to, frame: v.frame, answered: v.answered };
+            (Ok(queued), Some(undo))
+        });
+        let (d, ticket) = match decided {
+            Decided::Done((Ok(d), Some(ticket))) => (d, ticket),
+            Decided::Done((Ok(_), None)) => unreachable!("a queued action has an undo point"),
+            Decided::Done((Err(Expired(request)), _)) => {
+                self.expire_hitl(mission_id, &request.hitl_id).await;
+                return Err(Error::Conflict(format!(
+                    "HITL request {} expired at {}; the mission failed (hitl_expired)",
+                    request.hitl_id,
+                    request.expires_at.unwrap_or_default()
+                )));
+            }
+            Decided::Done((Err(Refused(e)), _)) => return Err(e),
+            Decided::Rebuilding => return Err(Error::StorageUnavailable(REREAD.into())),
+            Decided::NotLive => {
+                return match self.store.mission(mission_id).await? {
+                    Some(m) if m.state == MissionState::Queued => self.act_on_queued(mission_id, action).await,
+                    Some(m) => Err(refusal(action, m.state)),
+                    None => Err(Error::NotFound(format!("mission {mission_id} not found"))),
+                }
+            }
+        };
+        self.ledger.conclude(d.commit, ticket, Some(d.to)).await?;
+        if d.answered.is_some() || d.to.is_terminal() {
+            self.unwatch(mission_id, None, true);
+        }
+        let ability = match action {
+            Action::Pause | Action::Resume => d.abilities.pause_resume,
+            Action::Abort => d.abilities.abort,
+            Action::Answer { .. } if d.outlived && !d.abilities.remembers_questions => Ability::Presumed(
+                "restarted after this question was asked, and keeps its questions in memory only: it has most \
+                 likely dropped the answer and its agent still waits (abort the mission, or ask the agent again)",
+            ),
+            Action::Answer { .. } => Ability::Declared,
+        };
+        // Nothing is sent that the executor cannot act on: every frame counts against a peer's inbound
+        // queue (the agentic-sandbox executor's is 64 frames, and its overflow ends its HITL handling).
+        let took = !matches!(ability, Ability::Unable(_)) && self.registry.send(&d.owner, d.frame) > 0;
+        if let (Some(answer), true) = (d.answered, took) {
+            self.mark_delivered(answer).await;
+        }
+        let confirmed = took && ability == Ability::Declared;
+        let note = match (took, ability) {
+            (_, Ability::Unable(why)) => Some(format!(
+                "executor {} {why}: the mission is {} here, but nothing was sent and its agent may still be running",
+                d.owner, d.to
+            )),
+            (false, _) => Some(format!("executor {} has no live socket; it is told at its next resync", d.owner)),
+            (true, Ability::Presumed(why)) => Some(format!("executor {} {why}", d.owner)),
+            (true, Ability::Declared) => None,
+        };
+        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: d.to, delivered: took, confirmed, note })
+    }
+
+    /// What the owner of a live mission can take, as serve knows it now.
+    fn facts(&self, live: &Live) -> Owner {
+        let id = &live.executor_id;
+        Owner {
+            abilities: self.registry.abilities(id, self.sandboxes.linked(id)).unwrap_or(Abilities::UNREGISTERED),
+            connected: self.registry.is_connected(id),
+        }
+    }
+}
+
+/// What matters of a mission's executor for a control.
+#[derive(Clone, Copy)]
+struct Owner {
+    abilities: Abilities,
+    connected: bool,
+}
+
+/// Under the ledger lock, without side effects: legality, capability, connectivity, and what the action
+/// records.
+fn decide_action(
+    live: &Live,
+    owner: Owner,
+    mission_id: &str,
+    action: Action<'_>,
+    now: DateTime<Utc>,
+) -> std::result::Result<Verdict, Why> {
+    if let (Action::Pause | Action::Resume, Ability::Unable(why)) = (action, owner.abilities.pause_resume) {
+        return Err(Refused(Error::ControlUnsupported(format!(
+            "executor {} {why}: it cannot {} missions, so nothing was sent and mission {mission_id} stays {}",
+            live.executor_id,
+            verb(action),
+            live.state
+        ))));
+    }
+    let to = match on_control(live.state, action.control()) {
+        Some(_) if matches!(action, Action::Resume) => live.resume_target(),
+        Some(to) => to,
+        // The question is still open, but the executor shut down meanwhile (suspended) or an operator
+        // paused the mission: what stands in the way is said, not just the state.
+        None => {
+            let asked = |id: &str| live.hitl.as_ref().is_some_and(|h| h.hitl_id == id);
+            return Err(Refused(match action {
+                Action::Answer { hitl_id, .. } if asked(hitl_id) && !owner.connected => {
+                    Error::ExecutorNotConnected(format!(
+                        "executor {} of mission {mission_id} is not connected (the mission is {}): HITL request \
+                         {hitl_id} can be answered once the executor is back and resumes it",
+                        live.executor_id, live.state
+                    ))
+                }
+                _ => refusal(action, live.state),
+            }));
+        }
+    };
+    let answered = match action {
+        Action::Answer { hitl_id, response } => Some(answer(live, mission_id, hitl_id, response, now)?),
+        _ => None,
+    };
+    if action.control() != Control::Abort && !owner.connected {
+        return Err(Refused(Error::ExecutorNotConnected(format!(
+            "executor {} of mission {mission_id} is not connected",
+            live.executor_id
+        ))));
+    }
+    let said = match action {
+        Action::Pause => ServeEvent::Paused,
+        Action::Resume => ServeEvent::Resumed { from: MissionState::Paused },
+        Action::Abort => ServeEvent::Aborted { by: AbortedBy::Operator, reason: "operator_request" },
+        Action::Answer { hitl_id, response } => ServeEvent::HitlResponded {
+            hitl_id: hitl_id.to_owned(),
+            response: response.to_owned(),
+            responded_at: Some(now.to_owned()),
+        },
+    };
+    let recorded = said.record(&live.executor_id, mission_id, to, now);
+    let frame = recorded.event.frame();
+    let data = recorded.event.data.clone();
+    let mut changes = Change::recorded(recorded);
+    if let Some(a) = &answered {
+        changes.push(Change::PutHitl(Box::new(a.clone())));
+    } else if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
+        changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
+    }
+    Ok(Verdict { changes, to, data, frame, answered })
+}
+
+impl Controls {
+    /// A queued mission has no executor: only abort applies, and it just leaves the queue.
+    async fn act_on_queued(&self, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
+        if !matches!(action, Action::Abort) || !self.dispatcher.abort_queued(mission_id).await? {
+            return Err(refusal(action, MissionState::Queued));
+        }
+        Ok(ControlOutcome {
+            mission_id: mission_id.to_owned(),
+            state: MissionState::Aborted,
+            delivered: false,
+            // No agent ever had it: the abort is whole.
+            confirmed: true,
+            note: Some("the mission was still queued: no executor had it".into()),
+        })
+    }
+
+    async fn mark_delivered(&self, answer: HitlRequest) {
+        let delivered = HitlRequest { delivered_at: Some(clock::now()), ..answer };
+        // Best effort, not waited for: if this write is lost the answer is sent once more on reconnect,
+        // which executors ignore for a request they have already resolved.
+        if let Ok(slot) = self.store.reserve().await {
+            drop(slot.submit(vec![Change::PutHitl(Box::new(delivered))]));
+        }
+    }
+
+    /// Starts the timer of a HITL request with an `expires_at`.
+    pub fn watch_hitl_deadline(self: &Arc<Self>, request: HitlRequest) {
+        let Some(at) = request.expires_at else { return };
+        let wait = (at - Utc::now()).to_std().unwrap_or_default();
+        let controls = Arc::downgrade(self);
+        let (mission_id, hitl_id) = (request.mission_id.clone(), request.hitl_id.clone());
+        let mut deadlines = self.deadlines.lock().expect("deadlines lock");
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let Some(controls) = controls.upgrade() else { return };
+            controls.unwatch(&request.mission_id, Some(&request.hitl_id), false);
+            controls.expire_hitl(&request.mission_id, &request.hitl_id).await;
+        });
+        let replaced = deadlines.insert(mission_id, Deadline { hitl_id, timer: timer.abort_handle() });
+        match replaced {
+            Some(earlier) => earlier.timer.abort(),
+            None => self.metrics.hitl_deadlines.add(1),
+        }
+    }
+
+    /// Stops watching a mission's HITL deadline (any request's, or only `hitl_id`'s): it was answered,
+    /// or the mission ended. `abort`: the timer is another task's (a firing timer unwatches itself).
+    pub fn unwatch(&self, mission_id: &str, hitl_id: Option<&str>, abort: bool) {
+        let mut deadlines = self.deadlines.lock().expect("deadlines lock");
+        if deadlines.get(mission_id).is_some_and(|d| hitl_id.is_none_or(|id| id == d.hitl_id)) {
+            if let Some(gone) = deadlines.remove(mission_id) {
+                self.metrics.hitl_deadlines.add(-1);
+                if abort {
+                    gone.timer.abort();
+                }
+            }
+        }
+    }
+
+    /// Fails a mission whose HITL request expired unanswered (reason `hitl_expired`) and tells its
+    /// executor to stop. Does nothing if the request was answered or withdrawn meanwhile.
+    pub async fn expire_hitl(&self, mission_id: &str, hitl_id: &str) {
+        let error = Some(format!("HITL request {hitl_id} expired unanswered"));
+        let said = ServeEvent::ending(MissionState::Failed, "hitl_expired", error);
+        // A mission being re-read after a failed commit is waited for; the store failing all along, the
+        // deadline is tried again later.
+        if !self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {
+            return;
+        }
+        let Ok(slot) = self.store.reserve().await else { return };
+        let now = clock::now();
+        let decided = self.ledger.decide(mission_id, |live| {
+            let Some(request) =
+                live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id && live.state == MissionState::HitlRequired)
+            else {
+                return (None, None);
+            };
+            let expired = HitlRequest { outcome: HitlOutcome::Expired, ..request.clone() };
+            let undo = live.undo_point();
+            let recorded = said.record(&live.executor_id, mission_id, MissionState::Failed, now);
+            live.terminal_data = Some(recorded.event.data.clone());
+            let mut changes = Change::recorded(recorded);
+            changes.push(Change::PutHitl(Box::new(expired)));
+            live.state = MissionState::Failed;
+            live.hitl = None;
+            (Some((slot.submit(changes), live.executor_id.clone())), Some(undo))
+        });
+        let Decided::Done((Some((commit, owner)), Some(ticket))) = decided else { return };
+        if self.ledger.conclude(commit, ticket, Some(MissionState::Failed)).await.is_err() {
+            return;
+        }
+        tracing::info!(mission_id, hitl_id, "HITL request expired; mission failed");
+        let abort = ServeEvent::Aborted { by: AbortedBy::System, reason: "hitl_expired" };
+        self.registry.send(&owner, abort.frame(&owner, mission_id, now));
+    }
+
+    /// Sends a newly connected executor the HITL answers it has not received yet.
+    pub async fn redeliver_answers(&self, executor_id: &str) {
+        let answers = match self.store.undelivered_answers(executor_id).await {
+            Ok(a) => a,
+            Err(e) => return tracing::error!(error = %e, executor_id, "cannot read undelivered HITL answers"),
+        };
+        for answer in answers {
+            let said = ServeEvent::HitlResponded {
+                hitl_id: answer.hitl_id.clone(),
+                response: answer.response.clone().unwrap_or_default(),
+                responded_at: answer.responded_at,
+            };
+            if self.registry.send(executor_id, said.frame(executor_id, &answer.mission_id, clock::now())) > 0 {
+                self.mark_delivered(answer).await;
+            }
+        }
+    }
+
+    /// Timers of HITL requests that were pending when serve stopped.
+    pub fn rearm_hitl_deadlines(self: &Arc<Self>) {
+        for request in self.ledger.pending_hitl() {
+            self.watch_hitl_deadline(request);
+        }
+    }
+}
+
+enum Why {
+    Refused(Error),
+    Expired(Box<HitlRequest>),
+}
+use Why::{Expired, Refused};
+
+/// The answered request, if `hitl_id` is the one pending and it has not expired.
+fn answer(
+    live: &Live,
+    mission_id: &str,
+    hitl_id: &str,
+    response: &str,
+    now: DateTime<Utc>,
+) -> std::result::Result<HitlRequest, Why> {
+    let request = live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id).ok_or_else(|| {
+        Refused(Error::Conflict(format!("mission {mission_id} has no pending HITL request {hitl_id}")))
+    })?;
+    if request.expires_at.is_some_and(|t| t <= now) {
+        return Err(Expired(Box::new(request.clone())));
+    }
+    Ok(HitlRequest {
+        outcome: HitlOutcome::Answered,
+        response: Some(response.to_owned()),
+        responded_at: Some(now.to_owned()),
+        ..request.clone()
+    })
+}
+
+/// Why an action is refused in a state: `illegal_transition`, or `conflict` for an answer to a mission
+/// that is not waiting for one.
+fn refusal(action: Action<'_>, state: MissionState) -> Error {
+    match action {
+        Action::Answer { hitl_id, .. } if !state.is_terminal() => {
+            Error::Conflict(format!("the mission is {state}, not waiting for HITL request {hitl_id}"))
+        }
+        _ => Error::IllegalTransition(format!("cannot {} a mission that is {state}", verb(action))),
+    }
+}
+
+fn verb(action: Action<'_>) -> &'static str {
+    match action {
+        Action::Pause => "pause",
+        Action::Resume => "resume",
+        Action::Abort => "abort",
+        Action::Answer { .. } => "answer a HITL request of",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        aiwg_contract::clock::parse("2026-11-30T12:00:00.000Z").unwrap()
+    }
+    const DECLARED: Abilities = Abilities {
+        pause_resume: Ability::Declared,
+        abort: Ability::Declared,
+        reads_answers: true,
+        remembers_questions: true,
+    };
+    const ABLE: Owner = Owner { abilities: DECLARED, connected: true };
+
+    fn verdict(live: &Live, owner: Owner, action: Action<'_>) -> std::result::Result<Verdict, Error> {
+        decide_action(live, owner, "m1", action, now()).map_err(|why| match why {
+            Refused(e) => e,
+            Expired(h) => Error::Conflict(format!("expired {}", h.hitl_id)),
+        })
+    }
+
+    fn pending(hitl_id: &str, expires_at: Option<&str>) -> HitlRequest {
+        HitlRequest {
+            mission_id: "m1".into(),
+            hitl_id: hitl_id.into(),
+            prompt: "ok?".into(),
+            context: None,
+            expires_at: expires_at.and_then(aiwg_contract::clock::parse),
+            requested_at: now(),
+            outcome: HitlOutcome::Pending,
+            response: None,
+            responded_at: None,
+            delivered_at: None,
+        }
+    }
+
+    #[test]
+    fn pause_and_resume_are_refused_only_where_serve_knows_the_executor_cannot() {
+        let running = Live::new("e1", MissionState::Running);
+        let unable = Abilities { pause_resume: Ability::Unable("cannot"), ..DECLARED };
+        let unable = Owner { abilities: unable, connected: true };
+        for action in [Action::Pause, Action::Resume] {
+            let refused = verdict(&running, unable, action);
+            assert!(
+                matches!(&refused, Err(Error::ControlUnsupported(m)) if m.contains("cannot")),
+                "{:?}",
+                refused.err()
+            );
+        }
+        let silent = Abilities { pause_resume: Ability::Presumed("says nothing"), ..DECLARED };
+        let silent = Owner { abilities: silent, connected: true };
+        for owner in [ABLE, silent] {
+            let paused = verdict(&running, owner, Action::Pause).unwrap();
+            assert_eq!(paused.to, MissionState::Paused);
+            assert!(paused.frame.contains("\"mission.paused\""), "{}", paused.frame);
+        }
+    }
+
+    #[test]
+    fn abort_is_authoritative_even_when_the_executor_is_offline() {
+        let running = Live::new("e1", MissionState::Running);
+        let offline = Owner { abilities: DECLARED, connected: false };
+        assert!(matches!(verdict(&running, offline, Action::Pause), Err(Error::ExecutorNotConnected(_))));
+        let aborted = verdict(&running, offline, Action::Abort).unwrap();
+        assert_eq!(aborted.to, MissionState::Aborted);
+        assert_eq!(aborted.data["aborted_by"], "operator");
+    }
+
+    #[test]
+    fn a_resume_returns_the_mission_where_the_pause_found_it() {
+        let mut live = Live::new("e1", MissionState::HitlRequired);
+        live.hitl = Some(pending("h1", None));
+        live.move_to(MissionState::Paused);
+        assert_eq!(verdict(&live, ABLE, Action::Resume).unwrap().to, MissionState::HitlRequired);
+    }
+
+    #[test]
+    fn an_answer_must_name_the_pending_request_before_it_expires() {
+        let mut live = Live::new("e1", MissionState::HitlRequired);
+        live.hitl = Some(pending("h1", Some("2026-11-30T13:00:00.000Z")));
+        let wrong = verdict(&live, ABLE, Action::Answer { hitl_id: "h2", response: "yes" });
+        assert!(matches!(wrong, Err(Error::Conflict(_))), "{:?}", wrong.err());
+        let v = verdict(&live, ABLE, Action::Answer { hitl_id: "h1", response: "yes" }).unwrap();
+        assert_eq!(v.to, MissionState::Running);
+        let answered = v.answered.unwrap();
+        assert_eq!((answered.outcome, answered.response.as_deref()), (HitlOutcome::Answered, Some("yes")));
+        live.hitl = Some(pending("h1", Some("2026-11-30T11:00:00.000Z")));
+        let late = decide_action(&live, ABLE, "m1", Action::Answer { hitl_id: "h1", response: "yes" }, now());
+        assert!(matches!(late, Err(Expired(_))));
+    }
+
+    #[test]
+    fn illegal_controls_are_refused_by_the_table() {
+        let done = Live::new("e1", MissionState::Done);
+        assert!(matches!(verdict(&done, ABLE, Action::Abort), Err(Error::IllegalTransition(_))));
+        let running = Live::new("e1", MissionState::Running);
+        assert!(matches!(verdict(&running, ABLE, Action::Resume), Err(Error::IllegalTransition(_))));
+    }
+}

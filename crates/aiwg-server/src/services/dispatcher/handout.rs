@@ -1,0 +1,198 @@
+//! Handing a recorded mission to its candidates in turn (see the module above for the rules).
+
+use std::net::IpAddr;
+
+use axum::body::Bytes;
+use serde_json::Value;
+
+use super::{Dispatched, Dispatcher, RoutingRecord};
+use crate::error::{Error, Result};
+use crate::forward::ForwardError;
+use crate::services::ledger::Decided;
+use crate::store::Change;
+use aiwg_contract::clock;
+use aiwg_domain::{AbortedBy, Handover, Live, MissionPatch, MissionState, ServeEvent};
+
+impl Dispatcher {
+    /// Hands a stored mission to its first candidate, then the next ones on refusal; the mission must
+    /// already be recorded as assigned to `attempts[0]`.
+    pub(crate) async fn hand_out(
+        &self,
+        mission_id: &str,
+        session_id: &str,
+        body: &Value,
+        attempts: Vec<String>,
+        mut record: RoutingRecord,
+    ) -> Result<Dispatched> {
+        let mission_id = mission_id.to_owned();
+        self.ledger.insert(
+            &mission_id,
+            Live { handover: Handover::InFlight, ..Live::new(&attempts[0], MissionState::Assigned) },
+        );
+        let bytes = Bytes::from(body.to_string());
+        let mut last_failure = ForwardError::Unreachable("no attempt made".into());
+        for (i, executor_id) in attempts.iter().enumerate() {
+            if i > 0 {
+                let previous = &attempts[i - 1];
+                if let Some(taken) =
+                    self.fail_over(&mission_id, previous, executor_id, &mut record, &last_failure).await?
+                {
+                    return Ok(taken);
+                }
+            }
+            if self.registry.is_runtime(executor_id) {
+                // Serve drives a runtime itself, with the runtimes left among the candidates: nothing
+                // to forward (nor a socket's token to judge it by), and a runtime that fails is the
+                // mission's failure, with its reason.
+                let runtimes = attempts[i..].iter().filter(|a| self.registry.is_runtime(a)).cloned().collect();
+                self.runtimes.take(&mission_id, body, runtimes);
+                return self.taken(&mission_id, executor_id, crate::forward::Accepted::default()).await;
+            }
+            match self.forward_to(executor_id, session_id, bytes.clone()).await {
+                Ok(accepted) => return self.taken(&mission_id, executor_id, accepted).await,
+                Err(failure) => {
+                    tracing::warn!(%mission_id, %executor_id, %failure, "executor did not take the mission");
+                    self.metrics.forward_failures.add(failure.code());
+                    if failure == ForwardError::Timeout {
+                        self.tell_to_abort(executor_id, &mission_id);
+                    }
+                    last_failure = failure;
+                }
+            }
+        }
+        let last = attempts.last().expect("at least one attempt");
+        record.passed_over(last, &last_failure, None);
+        self.fail_dispatch(&mission_id, last, &last_failure, record).await
+    }
+
+    /// Moves the mission from a candidate that did not take it to the next one, recorded. `Some` when
+    /// the previous one reported on the mission meanwhile: it has it after all.
+    async fn fail_over(
+        &self,
+        mission_id: &str,
+        previous: &str,
+        next: &str,
+        record: &mut RoutingRecord,
+        failure: &ForwardError,
+    ) -> Result<Option<Dispatched>> {
+        if let HandOver::TakenBy = self.hand_over(mission_id, previous, next) {
+            return Ok(Some(Dispatched::assigned(mission_id, previous, None)));
+        }
+        record.passed_over(previous, failure, Some(next));
+        let patch = MissionPatch {
+            executor_id: Some(next.to_owned()),
+            routing: Some(record.kept(&self.registry)),
+            ..MissionPatch::default()
+        };
+        if let Err(e) = self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await
+        {
+            // Memory never ahead of the store: the mission is the previous candidate's again.
+            self.ledger.hand_over(mission_id, next, previous);
+            return Err(e.into());
+        }
+        Ok(None)
+    }
+
+    /// The executor took the mission.
+    async fn taken(
+        &self,
+        mission_id: &str,
+        executor_id: &str,
+        accepted: crate::forward::Accepted,
+    ) -> Result<Dispatched> {
+        if !self.registry.is_live(executor_id) {
+            // Deregistered while the dispatch was in flight: the deregistration has already settled the
+            // mission (suspended or failed); saying "assigned" would be untrue.
+            let state = self.store.mission(mission_id).await?.map(|m| m.state.to_string()).unwrap_or_default();
+            return Err(Error::ExecutorUnreachable(format!(
+                "executor {executor_id} deregistered while the dispatch was forwarded; mission {mission_id} is {state}"
+            )));
+        }
+        self.ledger.mark_handed_over(mission_id);
+        if let Some(start) = &accepted.estimated_start {
+            let patch = MissionPatch { estimated_start: Some(start.clone()), ..MissionPatch::default() };
+            self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
+        }
+        Ok(Dispatched::assigned(mission_id, executor_id, accepted.estimated_start))
+    }
+
+    pub(crate) async fn forward_to(
+        &self,
+        executor_id: &str,
+        session_id: &str,
+        body: Bytes,
+    ) -> std::result::Result<crate::forward::Accepted, ForwardError> {
+        let (rest, from, token) = self.target(executor_id)?;
+        self.forwarder.forward(&rest, from, &token, session_id, body).await
+    }
+
+    /// How serve calls an executor: its REST endpoint, the address it registered from (where a wildcard
+    /// endpoint host is reached), and its current token.
+    pub(super) fn target(
+        &self,
+        executor_id: &str,
+    ) -> std::result::Result<(String, Option<IpAddr>, String), ForwardError> {
+        let reach = self.registry.reach(executor_id).ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
+        let token = reach
+            .token
+            .ok_or_else(|| ForwardError::Unreachable("serve does not know this executor's current token".into()))?;
+        Ok((reach.rest, reach.registered_from.and_then(|f| f.parse().ok()), token))
+    }
+
+    /// Moves a still-untouched mission to the next candidate. If the previous one has reported on it
+    /// meanwhile, it has the mission and keeps it.
+    fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> HandOver {
+        if self.ledger.hand_over(mission_id, from, to) {
+            HandOver::Done
+        } else {
+            HandOver::TakenBy
+        }
+    }
+
+    fn tell_to_abort(&self, executor_id: &str, mission_id: &str) {
+        let abort = ServeEvent::Aborted { by: AbortedBy::System, reason: "dispatch_timeout" };
+        self.registry.send(executor_id, abort.frame(executor_id, mission_id, clock::now()));
+    }
+
+    async fn fail_dispatch(
+        &self,
+        mission_id: &str,
+        executor_id: &str,
+        failure: &ForwardError,
+        record: RoutingRecord,
+    ) -> Result<Dispatched> {
+        let error = match failure {
+            ForwardError::Refused { .. } => Error::ExecutorForwardFailed(failure.to_string()),
+            _ => Error::ExecutorUnreachable(failure.to_string()),
+        };
+        let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
+        let data = said.data();
+        let claimed = self.ledger.decide(mission_id, |live| {
+            if live.state != MissionState::Assigned {
+                return (false, None);
+            }
+            let undo = live.undo_point();
+            live.state = MissionState::Failed;
+            live.terminal_data = Some(data.clone());
+            (true, Some(undo))
+        });
+        let ticket = match claimed {
+            Decided::Done((true, Some(ticket))) => ticket,
+            // The executor reported on the mission while we waited: it took it after all.
+            _ => return Ok(Dispatched::assigned(mission_id, executor_id, None)),
+        };
+        let now = clock::now();
+        let mut changes = Change::recorded(said.record(executor_id, mission_id, MissionState::Failed, now));
+        let patch = MissionPatch { routing: Some(record.kept(&self.registry)), ..MissionPatch::default() };
+        changes.push(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
+        let committed = self.store.commit(changes).await;
+        self.ledger.resolve(ticket, committed.is_ok(), Some(MissionState::Failed));
+        committed?;
+        Err(error)
+    }
+}
+
+enum HandOver {
+    Done,
+    TakenBy,
+}

@@ -1,0 +1,429 @@
+//! Dispatch: route a mission, record it, hand it to an executor.
+//!
+//! The mission is committed as `assigned` to the first candidate *before* the executor is called, so the
+//! executor's own `mission.assigned`/`mission.started`, which may arrive before its HTTP answer, find a
+//! mission they own. A refusal or timeout moves ownership to the next candidate (at most
+//! `dispatch.max_attempts`), unless the executor has meanwhile reported progress, which proves it took
+//! the mission. A candidate that timed out is told to abort, in case it accepted late. When every attempt
+//! fails the mission is stored `failed` with the reason, and the caller gets a 502.
+
+mod handout;
+mod queue;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::{watch, Notify};
+
+use super::ledger::Ledger;
+use super::registry::Registry;
+use super::runtimes::Runtimes;
+use crate::config::{DispatchConfig, IsolationTrust};
+use crate::error::{Error, Result};
+use crate::forward::Forwarder;
+use crate::metrics::Metrics;
+use crate::store::{Change, Store};
+use aiwg_contract::{DispatchPayload, ToolPolicy};
+use aiwg_domain::readiness;
+use aiwg_domain::routing::{self, Rejection};
+use aiwg_domain::runtime_task::{self, Task};
+use aiwg_domain::{capabilities, Mission, MissionState};
+use queue::Queue;
+
+/// Routes missions, records them and hands them to executors; keeps the queue of those that wait.
+pub struct Dispatcher {
+    config: DispatchConfig,
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
+    store: Store,
+    forwarder: Forwarder,
+    /// Missions routed to HTTP agent runtimes are handed to it.
+    runtimes: Arc<Runtimes>,
+    metrics: Arc<Metrics>,
+    queue: Queue,
+    /// Where round-robin among equally good candidates starts next.
+    rotation: AtomicUsize,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// Whether a dispatched mission went to an executor or waits in the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DispatchStatus {
+    Assigned,
+    Queued,
+}
+
+/// The 202 body: the contract's `dispatch_response`, or (our extension) a queued mission with the
+/// reason it waits.
+#[derive(Debug, Serialize)]
+pub struct Dispatched {
+    pub mission_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
+    pub status: DispatchStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_start: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_reason: Option<String>,
+    /// Said in a `Warning` header, not the body: upstream's `dispatch_response` allows no other key.
+    #[serde(skip)]
+    pub warning: Option<String>,
+}
+
+/// Candidates ordered per dispatch: enough to find `dispatch.max_attempts` ready ones among executors
+/// that may report themselves not ready, without ordering a whole fleet.
+const SCREENED_CANDIDATES: usize = 32;
+
+impl Dispatched {
+    fn assigned(mission_id: &str, executor_id: &str, estimated_start: Option<String>) -> Dispatched {
+        Dispatched {
+            mission_id: mission_id.to_owned(),
+            executor_id: Some(executor_id.to_owned()),
+            status: DispatchStatus::Assigned,
+            estimated_start,
+            queued_reason: None,
+            warning: None,
+        }
+    }
+}
+
+/// Why a mission went where it went, as kept on the mission.
+#[derive(Clone, Serialize)]
+pub(crate) struct RoutingRecord {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chosen: Option<String>,
+    /// The chosen executor's name, for people; filled in when the record is kept ([`RoutingRecord::kept`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    chosen_name: Option<String>,
+    reason: String,
+    rejected: Vec<Rejection>,
+    #[serde(skip_serializing_if = "is_zero")]
+    rejected_omitted: usize,
+}
+
+/// The candidates to try (at most `max_attempts`) and the record of the choice.
+fn handout_plan(plan: routing::Plan, max_attempts: usize) -> (Vec<String>, RoutingRecord) {
+    let attempts: Vec<String> = plan.ordered.into_iter().take(max_attempts).collect();
+    let record = RoutingRecord {
+        chosen: attempts.first().cloned(),
+        chosen_name: None,
+        reason: plan.reason,
+        rejected_omitted: plan.rejected_total - plan.rejected.len(),
+        rejected: plan.rejected,
+    };
+    (attempts, record)
+}
+
+impl RoutingRecord {
+    /// A candidate did not take the mission (`why`); `next` is tried now, or nobody is left.
+    fn passed_over(&mut self, executor_id: &str, why: &impl std::fmt::Display, next: Option<&str>) {
+        self.rejected.push(Rejection { executor_id: executor_id.to_owned(), name: None, reason: why.to_string() });
+        self.chosen = next.map(str::to_owned);
+    }
+
+    /// The record as the mission keeps it, with the executors' names beside their ids.
+    fn kept(&self, registry: &Registry) -> Value {
+        let mut record = self.clone();
+        record.chosen_name = record.chosen.as_deref().and_then(|id| registry.name(id));
+        for r in record.rejected.iter_mut().filter(|r| r.name.is_none()) {
+            r.name = registry.name(&r.executor_id);
+        }
+        json!(record)
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Dispatcher {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: DispatchConfig,
+        registry: Arc<Registry>,
+        ledger: Arc<Ledger>,
+        store: Store,
+        forwarder: Forwarder,
+        runtimes: Arc<Runtimes>,
+        metrics: Arc<Metrics>,
+        wake: Arc<Notify>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Dispatcher {
+        let queue = Queue::new(wake);
+        Dispatcher {
+            config,
+            registry,
+            ledger,
+            store,
+            forwarder,
+            runtimes,
+            metrics,
+            queue,
+            rotation: AtomicUsize::new(0),
+            shutdown,
+        }
+    }
+
+    /// `(depth, age of the oldest)` of the queue.
+    pub fn queue_depth(&self) -> (usize, std::time::Duration) {
+        self.queue.depth()
+    }
+
+    /// `body` is the validated payload exactly as received; it is forwarded untouched.
+    pub async fn dispatch(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
+        let started = std::time::Instant::now();
+        let outcome = self.route_and_forward(session_id, body, payload).await;
+        if outcome.is_ok() {
+            self.metrics.dispatch_latency.observe_duration(started.elapsed());
+        }
+        outcome
+    }
+
+    async fn route_and_forward(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
+        let mission_id = payload.mission_id.clone();
+        // A live duplicate is refused without touching the store; any other duplicate by the insert
+        // below, still before anything is forwarded.
+        if self.ledger.contains(&mission_id) {
+            return Err(Error::Conflict(format!("mission {mission_id} already exists")));
+        }
+        if payload.lease.as_ref().is_some_and(|l| l.tools.denies_all()) {
+            return Err(Error::LeaseDeniesAllTools);
+        }
+        if payload.task.is_some() {
+            if payload.completion_check.is_some() {
+                return Err(Error::InvalidTask(
+                    "completion_check is run by WebSocket executors; a runtime's task carries its check in \
+                     task.inputs.completion_check"
+                        .into(),
+                ));
+            }
+            Task::of(&payload, &body).map_err(Error::InvalidTask)?;
+        }
+        let (attempts, record) = match self.candidates(&payload).await {
+            Ok(found) => found,
+            // Nothing is stored: waiting would not help, and a failed mission would say an executor
+            // failed when none was asked.
+            Err(NoneFit { reason, refused_by_all: true }) => return Err(Error::MissionRefused(reason)),
+            Err(NoneFit { reason, .. }) if payload.queue.unwrap_or(self.config.queue_when_unavailable) => {
+                return self.enqueue(session_id, body, payload, reason).await;
+            }
+            Err(NoneFit { reason, .. }) => {
+                return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason })
+            }
+        };
+        let row = Mission {
+            executor_id: Some(attempts[0].clone()),
+            routing: Some(record.kept(&self.registry)),
+            ..Mission::new(&mission_id, session_id, MissionState::Assigned, body.clone(), aiwg_contract::clock::now())
+        };
+        self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
+        let mut dispatched = self.hand_out(&mission_id, session_id, &body, attempts, record).await?;
+        if let Some(executor_id) = &dispatched.executor_id {
+            dispatched.warning = self.session_collision_warning(&mission_id, executor_id);
+        }
+        Ok(dispatched)
+    }
+
+    /// Live missions of the executor whose ids share this one's first 8 bytes: executors that name a
+    /// session after them (the agentic-sandbox executor) would bind both missions to one session.
+    fn session_collision_warning(&self, mission_id: &str, executor_id: &str) -> Option<String> {
+        let found = self.ledger.session_collisions(mission_id, executor_id);
+        let more = found.total - found.named.len();
+        let others = match more {
+            0 => found.named.join(", "),
+            _ => format!("{} and {more} more", found.named.join(", ")),
+        };
+        (found.total > 0).then(|| {
+            format!(
+                "mission id {mission_id} shares its first 8 bytes with {} other live mission(s) on executor \
+                 {executor_id} ({others}): an executor that names sessions after them (the agentic-sandbox \
+                 executor) runs only one; start ids with random characters (m-<uuid>)",
+                found.total
+            )
+        })
+    }
+
+    /// The candidates a dispatch is handed to, ready and in preference order, with the record of the
+    /// choice; `Err` says why there are none. A cross-check needs as many runtimes as it has executions.
+    pub(crate) async fn candidates(
+        &self,
+        payload: &DispatchPayload,
+    ) -> std::result::Result<(Vec<String>, RoutingRecord), NoneFit> {
+        let needed = payload.executions();
+        let tries = self.config.max_attempts.max(needed);
+        let plan = self.screen_readiness(self.place(payload), payload.unattended, tries).await;
+        if plan.ordered.is_empty() {
+            return Err(NoneFit { reason: plan.why_none(), refused_by_all: plan.refused_by_all() });
+        }
+        if plan.ordered.len() < needed {
+            let reason = format!(
+                "the cross-check needs {needed} runtimes that fit, and {} do ({})",
+                plan.ordered.len(),
+                plan.ordered.join(", ")
+            );
+            return Err(NoneFit { reason, refused_by_all: false });
+        }
+        Ok(handout_plan(plan, tries))
+    }
+
+    /// Asks each candidate that must be asked (all, for an unattended mission; those declaring
+    /// `x-readiness` otherwise) for its readiness report, and passes over those it does not clear, with
+    /// the gap named. Readiness is reported, never inferred: no report is a refusal.
+    async fn screen_readiness(&self, mut plan: routing::Plan, unattended: bool, keep: usize) -> routing::Plan {
+        let mut kept = Vec::with_capacity(plan.ordered.len());
+        for executor_id in std::mem::take(&mut plan.ordered) {
+            if kept.len() == keep {
+                break;
+            }
+            if !unattended && !self.registry.has_capability(&executor_id, capabilities::READINESS) {
+                kept.push(executor_id);
+                continue;
+            }
+            let report = match self.target(&executor_id) {
+                Ok((rest, from, token)) => self.forwarder.readiness(&rest, from, &token).await.ok(),
+                Err(_) => None,
+            };
+            match readiness::judge(report.as_ref(), unattended, chrono::Utc::now()) {
+                Ok(()) => kept.push(executor_id),
+                Err(gap) => {
+                    tracing::info!(%executor_id, %gap, "executor passed over: not ready");
+                    plan.rejected_total += 1;
+                    plan.rejected.push(Rejection { executor_id, name: None, reason: gap });
+                }
+            }
+        }
+        plan.ordered = kept;
+        plan
+    }
+
+    /// `GET /api/v1/executors/{id}/readiness`: the executor's report, asked for now, and whether serve
+    /// would route an unattended mission to it. Readiness is reported, never inferred: an executor that
+    /// does not answer has no report, and the answer says what went wrong.
+    pub async fn readiness_of(&self, executor_id: &str) -> Result<ReadinessCheck> {
+        if self.registry.status(executor_id).is_none() {
+            return Err(Error::NotFound(format!("executor {executor_id} is not registered")));
+        }
+        let asked = match self.target(executor_id) {
+            Ok((rest, from, token)) => self.forwarder.readiness(&rest, from, &token).await,
+            Err(e) => Err(e),
+        };
+        let (report, error) = match asked {
+            Ok(report) => (Some(report), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        let unattended = readiness::judge(report.as_ref(), true, chrono::Utc::now());
+        Ok(ReadinessCheck {
+            executor_id: executor_id.to_owned(),
+            report,
+            error,
+            unattended_ready: unattended.is_ok(),
+            gap: unattended.err(),
+        })
+    }
+
+    /// The routing plan for a dispatch payload against the executors as they are now.
+    pub(crate) fn place(&self, payload: &DispatchPayload) -> routing::Plan {
+        let mut filter = payload.executor_filter.clone().unwrap_or_default();
+        filter.executor_id = filter.executor_id.as_deref().map(aiwg_domain::canonical_id);
+        for needed in payload.task.iter().flat_map(runtime_task::required_capabilities) {
+            if !filter.capabilities.contains(&needed) {
+                filter.capabilities.push(needed);
+            }
+        }
+        let trust = match self.config.isolation {
+            IsolationTrust::Claimed => routing::Trust::Claimed,
+            IsolationTrust::Vouched => routing::Trust::Vouched(&self.config.vouched_isolation),
+        };
+        let request = routing::Request {
+            pin: filter.executor_id.as_deref(),
+            capabilities: &filter.capabilities,
+            long_running: payload.long_running,
+            unattended: payload.unattended,
+            lease_tools: payload.lease.as_ref().and_then(|l| match &l.tools {
+                ToolPolicy::List(tools) => Some(tools.as_slice()),
+                ToolPolicy::Keyword(_) => None,
+            }),
+            completion_check: payload.completion_check.is_some(),
+            trust,
+        };
+        let rotation = self.rotation.fetch_add(1, Ordering::Relaxed);
+        self.registry.with_routing_views(request.pin, |views, offline| routing::Plan {
+            offline,
+            ..routing::plan(&request, views, rotation, SCREENED_CANDIDATES)
+        })
+    }
+}
+
+/// Why no executor gets a dispatch now.
+pub(crate) struct NoneFit {
+    /// One sentence: what stood in the way.
+    reason: String,
+    /// Every executor would refuse the mission as it is (see [`routing::Plan::refused_by_all`]).
+    refused_by_all: bool,
+}
+
+/// What `readiness_of` found.
+#[derive(Debug, Serialize)]
+pub struct ReadinessCheck {
+    pub executor_id: String,
+    /// The report as the executor served it; `null` when it served none.
+    pub report: Option<Value>,
+    /// Why there is no report (unreachable, refused, timeout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// serve would route an unattended mission here now.
+    pub unattended_ready: bool,
+    /// What stands in the way of an unattended mission, when something does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gap: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(ordered: &[&str], rejected: usize) -> routing::Plan {
+        routing::Plan {
+            ordered: ordered.iter().map(|s| s.to_string()).collect(),
+            rejected: (0..rejected)
+                .map(|i| Rejection { executor_id: format!("r{i}"), name: None, reason: "busy".into() })
+                .collect(),
+            rejected_total: rejected + 5,
+            refusing: 0,
+            reason: "capabilities".into(),
+            offline: 0,
+        }
+    }
+
+    /// At most `max_attempts` candidates are tried, the first is chosen, and the rejections the plan
+    /// left out are counted.
+    #[test]
+    fn a_handout_plan_tries_the_first_candidates_in_order() {
+        let (attempts, record) = handout_plan(plan(&["a", "b", "c", "d"], 2), 3);
+        assert_eq!(attempts, ["a", "b", "c"]);
+        assert_eq!(record.chosen.as_deref(), Some("a"));
+        assert_eq!((record.rejected.len(), record.rejected_omitted), (2, 5));
+    }
+
+    /// Each failover names the candidate passed over and why, and moves the choice to the next one;
+    /// when nobody is left, nobody is chosen.
+    #[test]
+    fn failover_records_every_candidate_passed_over() {
+        let (_, mut record) = handout_plan(plan(&["a", "b"], 0), 3);
+        record.passed_over("a", &"refused: 500", Some("b"));
+        assert_eq!(record.chosen.as_deref(), Some("b"));
+        record.passed_over("b", &"timed out", None);
+        let value = json!(record);
+        assert_eq!(
+            value["rejected"],
+            json!([
+                {"executor_id": "a", "reason": "refused: 500"},
+                {"executor_id": "b", "reason": "timed out"},
+            ])
+        );
+        assert!(value.get("chosen").is_none(), "{value}");
+    }
+}

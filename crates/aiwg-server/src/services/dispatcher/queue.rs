@@ -1,0 +1,243 @@
+//! Missions waiting for an executor: stored `queued` with the reason no executor fits, assigned first
+//! come first served when one does. A mission at the head that still fits nobody does not hold up the
+//! ones behind it that fit someone (no head-of-line blocking).
+//!
+//! One background task drains the queue whenever something may have changed the answer: an executor
+//! connected, a mission ended (freeing a slot), an executor stopped draining, a mission was queued.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::{DispatchStatus, Dispatched, Dispatcher};
+use crate::error::Result;
+use crate::store::Change;
+use aiwg_contract::clock;
+use aiwg_contract::DispatchPayload;
+use aiwg_domain::{Mission, MissionPatch, MissionState};
+
+struct Waiting {
+    mission_id: String,
+    session_id: String,
+    body: Value,
+    payload: DispatchPayload,
+    since: Instant,
+}
+
+/// The waiting missions in arrival order, and the bell that wakes the task that drains them.
+pub(super) struct Queue {
+    waiting: Mutex<VecDeque<Waiting>>,
+    wake: Arc<Notify>,
+}
+
+impl Queue {
+    pub(super) fn new(wake: Arc<Notify>) -> Queue {
+        Queue { waiting: Mutex::default(), wake }
+    }
+
+    fn push(&self, w: Waiting) {
+        self.waiting.lock().expect("queue lock").push_back(w);
+    }
+
+    /// The id and payload of the `index`-th waiting mission.
+    fn get(&self, index: usize) -> Option<(String, DispatchPayload)> {
+        let waiting = self.waiting.lock().expect("queue lock");
+        waiting.get(index).map(|w| (w.mission_id.clone(), w.payload.clone()))
+    }
+
+    fn take(&self, mission_id: &str) -> Option<Waiting> {
+        let mut waiting = self.waiting.lock().expect("queue lock");
+        let at = waiting.iter().position(|w| w.mission_id == mission_id)?;
+        waiting.remove(at)
+    }
+
+    /// Puts a mission taken out of the queue back where its arrival puts it.
+    fn requeue(&self, w: Waiting) {
+        let mut waiting = self.waiting.lock().expect("queue lock");
+        let at = waiting.iter().position(|other| other.since > w.since).unwrap_or(waiting.len());
+        waiting.insert(at, w);
+    }
+
+    /// `(depth, age of the oldest)`.
+    pub(super) fn depth(&self) -> (usize, Duration) {
+        let waiting = self.waiting.lock().expect("queue lock");
+        (waiting.len(), waiting.front().map_or(Duration::ZERO, |w| w.since.elapsed()))
+    }
+
+    /// Something changed that may let a queued mission through.
+    pub(super) fn kick(&self) {
+        self.wake.notify_one();
+    }
+}
+
+impl Dispatcher {
+    /// Stores a mission `queued` and answers 202 with the reason it waits.
+    pub(crate) async fn enqueue(
+        &self,
+        session_id: &str,
+        body: Value,
+        payload: DispatchPayload,
+        reason: String,
+    ) -> Result<Dispatched> {
+        let row = Mission {
+            queued_reason: Some(reason.clone()),
+            ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), clock::now())
+        };
+        self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
+        let mission_id = payload.mission_id.clone();
+        tracing::info!(%mission_id, %reason, "mission queued");
+        self.queue.push(Waiting {
+            mission_id: mission_id.clone(),
+            session_id: session_id.to_owned(),
+            body,
+            payload,
+            since: Instant::now(),
+        });
+        self.queue.kick();
+        Ok(Dispatched {
+            mission_id,
+            executor_id: None,
+            status: DispatchStatus::Queued,
+            estimated_start: None,
+            queued_reason: Some(reason),
+            warning: None,
+        })
+    }
+
+    /// Loads the missions that were queued when serve stopped, oldest first.
+    pub async fn load_queue(&self) -> Result<()> {
+        let rows = self.store.queued_missions().await?;
+        for row in rows {
+            match serde_json::from_value::<DispatchPayload>(row.payload.clone()) {
+                Ok(payload) => self.queue.push(Waiting {
+                    mission_id: row.mission_id,
+                    session_id: row.session_id,
+                    body: row.payload,
+                    payload,
+                    since: Instant::now(),
+                }),
+                Err(e) => {
+                    tracing::error!(mission_id = %row.mission_id, error = %e, "unreadable queued mission skipped")
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The queue's task: wait for a kick, then try every waiting mission in order.
+    pub fn run_queue(self: &Arc<Self>) {
+        let dispatcher = Arc::clone(self);
+        let mut shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = dispatcher.queue.wake.notified() => {}
+                    _ = shutdown.changed() => return,
+                }
+                dispatcher.drain_queue().await;
+            }
+        });
+        self.queue.kick();
+    }
+
+    async fn drain_queue(&self) {
+        let mut index = 0;
+        loop {
+            let Some(next) = self.queue.get(index) else { return };
+            let Ok((attempts, record)) = self.candidates(&next.1).await else {
+                index += 1;
+                continue;
+            };
+            let Some(w) = self.queue.take(&next.0) else { continue };
+            let patch = MissionPatch {
+                state: Some(MissionState::Assigned),
+                executor_id: attempts.first().cloned(),
+                updated_at: Some(clock::now()),
+                routing: Some(record.kept(&self.registry)),
+                ..MissionPatch::default()
+            };
+            if let Err(e) =
+                self.store.commit(vec![Change::PatchMission { mission_id: w.mission_id.clone(), patch }]).await
+            {
+                tracing::error!(error = %e, mission_id = %w.mission_id, "assigning a queued mission failed");
+                self.queue.requeue(w);
+                return;
+            }
+            let waited = w.since.elapsed();
+            match self.hand_out(&w.mission_id, &w.session_id, &w.body, attempts, record).await {
+                Ok(d) => {
+                    tracing::info!(mission_id = %w.mission_id, executor_id = ?d.executor_id, ?waited, "queued mission assigned")
+                }
+                Err(e) => {
+                    tracing::warn!(mission_id = %w.mission_id, error = %e, "queued mission could not be handed out")
+                }
+            }
+        }
+    }
+
+    /// Aborts a queued mission: it leaves the queue once the abort is committed (and goes back to its
+    /// place if the commit fails). `false` when it is not waiting here.
+    pub(crate) async fn abort_queued(&self, mission_id: &str) -> Result<bool> {
+        let Some(w) = self.queue.take(mission_id) else { return Ok(false) };
+        let now = clock::now();
+        let patch = MissionPatch {
+            state: Some(MissionState::Aborted),
+            updated_at: Some(now),
+            completed_at: Some(now),
+            error: Some("aborted by the operator while queued".into()),
+            ..MissionPatch::default()
+        };
+        if let Err(e) = self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await
+        {
+            self.queue.requeue(w);
+            return Err(e.into());
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn waiting(id: &str, since: Instant) -> Waiting {
+        let payload: DispatchPayload = serde_json::from_value(json!({"mission_id": id})).unwrap();
+        Waiting { mission_id: id.into(), session_id: "s".into(), body: json!({"mission_id": id}), payload, since }
+    }
+
+    fn ids(q: &Queue) -> Vec<String> {
+        (0..).map_while(|i| q.get(i).map(|(id, _)| id)).collect()
+    }
+
+    /// First come first served; a mission taken out (to be assigned, or aborted) and put back after a
+    /// failed commit returns to its place by arrival, not to the end.
+    #[test]
+    fn arrival_order_survives_a_requeue() {
+        let q = Queue::new(Arc::new(Notify::new()));
+        let t0 = Instant::now();
+        for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
+            q.push(waiting(id, t0 + Duration::from_millis(i as u64)));
+        }
+        assert_eq!(ids(&q), ["a", "b", "c", "d"]);
+        let b = q.take("b").unwrap();
+        let d = q.take("d").unwrap();
+        assert!(q.take("b").is_none(), "taken once");
+        assert_eq!(ids(&q), ["a", "c"]);
+        q.requeue(d);
+        q.requeue(b);
+        assert_eq!(ids(&q), ["a", "b", "c", "d"]);
+        assert_eq!(q.depth().0, 4);
+    }
+
+    #[test]
+    fn an_empty_queue_has_no_age() {
+        let q = Queue::new(Arc::new(Notify::new()));
+        assert_eq!(q.depth(), (0, Duration::ZERO));
+        assert!(q.get(0).is_none());
+    }
+}

@@ -1,0 +1,472 @@
+//! Executor events, from a WebSocket text frame to a committed, acknowledged event.
+//!
+//! Each frame is parsed, validated against the schema (its `data` against the shape of its own event
+//! type), checked for direction, ownership and a legal transition against the mission's projected state,
+//! and queued to the store in the same critical section. Only once the commit is durable is the outcome
+//! applied (counts, ledger) and the frame acknowledged. A refused frame changes nothing.
+
+use chrono::{DateTime, Utc};
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::controls::Controls;
+use super::ledger::{Decided, Ledger, Ticket, REBUILD_WAIT};
+use super::links::Origin;
+use super::reconciler::Reconciler;
+use super::registry::Registry;
+use crate::error::Error;
+use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
+use aiwg_contract::clock;
+use aiwg_contract::{progress, Envelope, EventType, Schema};
+use aiwg_domain::{
+    capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch,
+    MissionState, NewEvent, Outcome, Undo,
+};
+
+/// Why a frame for a mission being re-read after a failed commit is refused, once its wait ran out.
+const REREAD: &str = "the mission is being re-read from the store after a storage failure; send the event again later";
+
+/// Missions one `executor.resync` may list: far more than any executor runs at once.
+const MAX_RESYNC_IDS: usize = 10_000;
+
+/// Which frame an ack or an error answers.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct FrameRef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mission_id: Option<String>,
+}
+
+impl FrameRef {
+    fn of(frame: &Value) -> FrameRef {
+        let text = |k: &str| {
+            let s = frame.get(k).and_then(Value::as_str)?;
+            Some(s.char_indices().nth(256).map_or(s, |(end, _)| &s[..end]).to_owned())
+        };
+        FrameRef { event: text("event"), mission_id: text("mission_id") }
+    }
+}
+
+#[derive(Debug)]
+pub struct Refusal {
+    pub error: Error,
+    pub reference: FrameRef,
+}
+
+/// A frame that was accepted.
+pub enum Ingested {
+    /// Queued; resolve with [`Ingest::finish`] to learn its sequence number once committed.
+    Pending(Box<PendingCommit>),
+    /// An identical repeat of the terminal event: acknowledged, not stored again.
+    Duplicate(FrameRef),
+}
+
+pub struct PendingCommit {
+    commit: Pending,
+    executor_id: String,
+    ts: String,
+    /// A mission event: its change of the projection, to resolve, and the state it moved to.
+    mission: Option<(Ticket, Option<MissionState>)>,
+    /// A HITL request with a deadline, to be watched once committed.
+    deadline: Option<Box<HitlRequest>>,
+    /// An `executor.resync`: the listed missions and the socket that carried it.
+    resync: Option<(Vec<String>, Origin)>,
+    reference: FrameRef,
+}
+
+/// What a frame's outcome is, once known: the acknowledgement or the refusal to send back.
+#[derive(Debug)]
+pub enum Answer {
+    Ack { seq: Option<i64>, reference: FrameRef },
+    Refused(Refusal),
+}
+
+/// Who sent a frame, what it is, whether its sender may suspend missions, and the deadline a HITL
+/// request it opens gets when it names none.
+#[derive(Clone, Copy)]
+struct Judged<'a> {
+    executor_id: &'a str,
+    event: EventType,
+    resumable: bool,
+    hitl_default_expiry: Option<chrono::Duration>,
+}
+
+/// What an accepted mission event does, decided under the ledger lock before anything is queued.
+#[derive(Debug, PartialEq)]
+// Returned by value once per frame: a box would cost an allocation on the ingestion path.
+#[allow(clippy::large_enum_variant)]
+enum Decision {
+    Accept(Accepted),
+    /// A repeat of what the mission already has (its terminal event, a progress report resent).
+    Duplicate,
+}
+
+#[derive(Debug, PartialEq)]
+struct Accepted {
+    moved: Option<MissionState>,
+    patch: MissionPatch,
+    /// The HITL request open afterwards, and the requests to record (opened or withdrawn).
+    hitl: Option<HitlRequest>,
+    hitl_puts: Vec<HitlRequest>,
+    progress: Option<u64>,
+}
+
+impl Accepted {
+    /// A HITL request with a deadline this event opened.
+    fn deadline(&self, event: EventType) -> Option<Box<HitlRequest>> {
+        self.hitl
+            .as_ref()
+            .filter(|h| h.expires_at.is_some() && event == EventType::MissionHitlRequired)
+            .cloned()
+            .map(Box::new)
+    }
+
+    /// What to commit: the event, its mission's update, the executor's latest event time, the HITL
+    /// requests it opened or withdrew.
+    fn changes(self, row: NewEvent, mission_id: &str, seen: Change) -> Vec<Change> {
+        let mut changes = vec![
+            Change::AppendEvent(row),
+            Change::PatchMission { mission_id: mission_id.to_owned(), patch: self.patch },
+            seen,
+        ];
+        changes.extend(self.hitl_puts.into_iter().map(|h| Change::PutHitl(Box::new(h))));
+        changes
+    }
+
+    /// How to undo the event's effect on `live` if its commit fails: a progress report only added its
+    /// key; anything else may have changed the projection.
+    fn undo_point(&self, live: &Live) -> Undo {
+        match (self.progress, self.moved, self.hitl_puts.is_empty(), self.patch.pty_session_ref.is_none()) {
+            (Some(key), None, true, true) => Undo::Progress(key),
+            _ => live.undo_point(),
+        }
+    }
+
+    /// The projection once the event is queued.
+    fn apply(&self, live: &mut Live, data: &Value) {
+        if let Some(to) = self.moved {
+            live.move_to(to);
+            live.terminal_data = to.is_terminal().then(|| data.clone());
+        }
+        let id = |h: &Option<HitlRequest>| h.as_ref().map(|h| h.hitl_id.clone());
+        if id(&live.hitl) != id(&self.hitl) {
+            live.hitl_outlived = false;
+        }
+        if self.moved == Some(MissionState::Suspended) && self.hitl.is_some() {
+            live.hitl_outlived = true;
+        }
+        live.hitl = self.hitl.clone();
+        live.patched(&self.patch);
+        if let Some(key) = self.progress {
+            live.remember_progress(key);
+        }
+    }
+}
+
+/// Reads executors' event frames: judges each, queues its commit, and settles it once committed.
+pub struct Ingest {
+    schema: Arc<Schema>,
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
+    store: Store,
+    /// A committed `executor.resync` is reconciled.
+    reconciler: Arc<Reconciler>,
+    /// A committed HITL request with a deadline is watched.
+    controls: Arc<Controls>,
+    /// The deadline of a HITL request that names none (`hitl.default_expiry_s`).
+    hitl_default_expiry: Option<chrono::Duration>,
+}
+
+impl Ingest {
+    pub fn new(
+        schema: Arc<Schema>,
+        registry: Arc<Registry>,
+        ledger: Arc<Ledger>,
+        store: Store,
+        reconciler: Arc<Reconciler>,
+        controls: Arc<Controls>,
+        hitl_default_expiry: Option<chrono::Duration>,
+    ) -> Ingest {
+        Ingest { schema, registry, ledger, store, reconciler, controls, hitl_default_expiry }
+    }
+
+    /// Judges one text frame from an executor and, when accepted, queues its commit.
+    /// `origin` is the socket carrying the frame (resync reconciliation needs it).
+    pub async fn ingest(&self, executor_id: &str, text: &str, origin: Origin) -> Result<Ingested, Refusal> {
+        let (row, event, reference) = read(&self.schema, executor_id, text)?;
+        let refuse = |error: Error| Refusal { error, reference: reference.clone() };
+        let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: row.ts.clone() };
+        // The row moves into the ledger's critical section; the acknowledgement keeps its time.
+        let row_ts = row.ts.clone();
+        let pending = |commit, mission, deadline, resync| {
+            Ingested::Pending(Box::new(PendingCommit {
+                commit,
+                executor_id: executor_id.to_owned(),
+                ts: row_ts.clone(),
+                mission,
+                deadline,
+                resync,
+                reference: reference.clone(),
+            }))
+        };
+        let Some(mission_id) = row.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
+            // executor.resync: recorded, then reconciled once committed.
+            let listed = resync_listing(&row.data).map_err(refuse)?;
+            let slot = self.slot().await.map_err(refuse)?;
+            let commit = slot.submit(vec![Change::AppendEvent(row), seen]);
+            return Ok(pending(commit, None, None, Some((listed, origin))));
+        };
+        // Suspension is the Resumable level of the contract: only for executors that declare it.
+        let resumable =
+            !matches!(event, EventType::MissionSuspended | EventType::MissionReconnected | EventType::MissionResumed)
+                || self.registry.has_capability(executor_id, capabilities::RESUMABLE);
+        let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry };
+        let now = clock::now();
+        let mut row = Some(row);
+        let mut waited = false;
+        loop {
+            let mut slot = Some(self.slot().await.map_err(refuse)?);
+            let decided = self.ledger.decide(&mission_id, |live| {
+                let row_ref = row.as_ref().expect("kept until queued");
+                match decide(live, judged, row_ref, &mission_id, now) {
+                    Err(e) => (Err(e), None),
+                    Ok(Decision::Duplicate) => (Ok(None), None),
+                    Ok(Decision::Accept(a)) => {
+                        let row = row.take().expect("queued once");
+                        let undo = a.undo_point(live);
+                        a.apply(live, &row.data);
+                        let (moved, deadline) = (a.moved, a.deadline(event));
+                        let slot = slot.take().expect("one slot");
+                        (
+                            Ok(Some((slot.submit(a.changes(row, &mission_id, seen.clone())), moved, deadline))),
+                            Some(undo),
+                        )
+                    }
+                }
+            });
+            return match decided {
+                Decided::Done((Ok(Some((commit, moved, deadline))), Some(ticket))) => {
+                    Ok(pending(commit, Some((ticket, moved)), deadline, None))
+                }
+                Decided::Done((Ok(_), _)) => Ok(Ingested::Duplicate(reference)),
+                Decided::Done((Err(e), _)) => Err(refuse(e)),
+                // Its projection is re-read after a failed commit: judged once it is (the socket stops
+                // reading meanwhile), refused as a storage failure if the store stays down.
+                Decided::Rebuilding if !waited => {
+                    waited = true;
+                    if self.ledger.rebuilt(&mission_id, REBUILD_WAIT).await {
+                        continue;
+                    }
+                    Err(refuse(Error::StorageUnavailable(REREAD.into())))
+                }
+                Decided::Rebuilding => Err(refuse(Error::StorageUnavailable(REREAD.into()))),
+                Decided::NotLive => self
+                    .not_live(executor_id, event, &mission_id, row.map(|r| r.data))
+                    .await
+                    .map_err(refuse)
+                    .map(|()| Ingested::Duplicate(reference.clone())),
+            };
+        }
+    }
+
+    /// A place in the writer's queue, without a future when there is room (the usual case).
+    async fn slot(&self) -> Result<CommitSlot<'_>, Error> {
+        match self.store.try_reserve() {
+            Some(slot) => Ok(slot),
+            None => Ok(self.store.reserve().await?),
+        }
+    }
+
+    /// An event for a mission that is not live: ended (the store answers for it, terminal states never
+    /// change) or not the executor's. `Ok` only for a repeat of its terminal event, or a late
+    /// `mission.assigned`.
+    async fn not_live(
+        &self,
+        executor_id: &str,
+        event: EventType,
+        mission_id: &str,
+        data: Option<Value>,
+    ) -> Result<(), Error> {
+        match self.store.mission(mission_id).await? {
+            Some(m) if m.executor_id.as_deref() == Some(executor_id) => match on_executor_event(m.state, event) {
+                Outcome::TerminalRepeat if data.is_some_and(|d| is_repeat(m.terminal_data.as_ref(), &d)) => Ok(()),
+                Outcome::Late => Ok(()),
+                _ => Err(illegal(event, mission_id, m.state)),
+            },
+            _ => Err(not_owned(mission_id)),
+        }
+    }
+
+    /// Waits for a queued frame's commit, applies its outcome, and says what to answer.
+    pub async fn finish(&self, p: PendingCommit) -> Answer {
+        let outcome = p.commit.await.unwrap_or(Err(StoreError::WriterGone));
+        let mut ended = false;
+        if let Some((ticket, moved)) = p.mission {
+            self.ledger.resolve(ticket, outcome.is_ok(), moved);
+            ended = moved.is_some_and(MissionState::is_terminal);
+        }
+        match outcome {
+            Ok(seqs) => {
+                self.registry.seen(&p.executor_id, &p.ts);
+                if let (true, Some(mission_id)) = (ended, &p.reference.mission_id) {
+                    self.controls.unwatch(mission_id, None, true);
+                }
+                if let Some(request) = p.deadline {
+                    self.controls.watch_hitl_deadline(*request);
+                }
+                if let Some((listed, origin)) = p.resync {
+                    self.reconciler.resync(&p.executor_id, listed, origin);
+                }
+                Answer::Ack { seq: seqs.first().copied(), reference: p.reference }
+            }
+            Err(e) => {
+                // The writer logs a failing store once; the executor is told in its answer.
+                tracing::debug!(error = %e, executor_id = %p.executor_id, "event commit failed");
+                Answer::Refused(Refusal { error: e.into(), reference: p.reference })
+            }
+        }
+    }
+}
+
+/// Reads a frame into the event to store: a `mission.progress` report already in canonical form by the
+/// typed reading of [`progress`], anything else by the general one ([`parse`], then [`record`]).
+pub(crate) fn read(schema: &Schema, executor_id: &str, text: &str) -> Result<(NewEvent, EventType, FrameRef), Refusal> {
+    match read_progress(executor_id, text) {
+        Some(read) => Ok(read),
+        None => read_generally(schema, executor_id, text),
+    }
+}
+
+/// The typed reading of a `mission.progress` frame, when it takes the frame.
+pub(crate) fn read_progress(executor_id: &str, text: &str) -> Option<(NewEvent, EventType, FrameRef)> {
+    let progress::Progress { mission_id, ts, data } = progress::read(text)?;
+    let event = EventType::MissionProgress;
+    let reference = FrameRef { event: Some(event.as_str().to_owned()), mission_id: Some(mission_id.clone()) };
+    let row = NewEvent {
+        event: event.as_str().into(),
+        executor_id: executor_id.to_owned(),
+        mission_id: Some(mission_id),
+        ts,
+        data,
+        raw: None,
+    };
+    Some((row, event, reference))
+}
+
+/// The general reading of any frame: parsed, validated, and reduced to canonical form.
+pub(crate) fn read_generally(
+    schema: &Schema,
+    executor_id: &str,
+    text: &str,
+) -> Result<(NewEvent, EventType, FrameRef), Refusal> {
+    let (mut envelope, event, reference) = parse(schema, text)?;
+    Ok((record(schema, executor_id, event, &mut envelope), event, reference))
+}
+
+/// The event as stored: its data in canonical form (what was received, if that differed, kept
+/// beside it), under the socket's authenticated identity whatever the frame claims (as upstream does).
+/// Takes the envelope's `data` (the frame's tree is not copied).
+fn record(schema: &Schema, executor_id: &str, event: EventType, envelope: &mut Envelope) -> NewEvent {
+    let received = envelope.data.take();
+    let data = schema.canonical_data(event, received.as_ref());
+    let raw = received.filter(|d| *d != data);
+    NewEvent {
+        event: event.as_str().into(),
+        executor_id: executor_id.to_owned(),
+        mission_id: envelope.mission_id.clone(),
+        ts: envelope.ts.clone(),
+        data,
+        raw,
+    }
+}
+
+/// Parses and validates a frame: JSON, a known event type, the schema of the envelope and of its
+/// data, and a direction executors may send.
+fn parse(schema: &Schema, text: &str) -> Result<(Envelope, EventType, FrameRef), Refusal> {
+    let frame: Value = serde_json::from_str(text)
+        .map_err(|e| Refusal { error: Error::InvalidJson(e.to_string()), reference: FrameRef::default() })?;
+    let reference = FrameRef::of(&frame);
+    let refuse = |error: Error| Refusal { error, reference: reference.clone() };
+    if let Some(name) = frame.get("event").and_then(Value::as_str) {
+        if EventType::parse(name).is_none() {
+            return Err(refuse(Error::UnknownEventType(name.chars().take(64).collect())));
+        }
+    }
+    schema
+        .validate("event_envelope", &frame)
+        .map_err(|details| refuse(Error::SchemaViolation { what: "the event", details }))?;
+    let envelope: Envelope = serde_json::from_value(frame).map_err(|e| refuse(Error::InvalidJson(e.to_string())))?;
+    let event =
+        EventType::parse(&envelope.event).ok_or_else(|| refuse(Error::UnknownEventType(envelope.event.clone())))?;
+    if event.is_server_originated() {
+        return Err(refuse(Error::Forbidden(format!("{event} is sent by serve, never by an executor"))));
+    }
+    Ok((envelope, event, reference))
+}
+
+/// The missions an `executor.resync` lists, refused past [`MAX_RESYNC_IDS`].
+fn resync_listing(data: &Value) -> Result<Vec<String>, Error> {
+    let listed: Vec<String> = data["owned_mission_ids"]
+        .as_array()
+        .map(|ids| ids.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    if listed.len() > MAX_RESYNC_IDS {
+        return Err(Error::InvalidFrame("executor.resync lists more than 10000 missions"));
+    }
+    Ok(listed)
+}
+
+/// Under the ledger lock, without side effects: ownership, the transition, and what the event records.
+fn decide(
+    live: &Live,
+    frame: Judged<'_>,
+    row: &NewEvent,
+    mission_id: &str,
+    now: DateTime<Utc>,
+) -> Result<Decision, Error> {
+    let Judged { executor_id, event, resumable, hitl_default_expiry } = frame;
+    if live.executor_id != executor_id {
+        return Err(not_owned(mission_id));
+    }
+    let suspension = matches!(event, EventType::MissionSuspended | EventType::MissionReconnected)
+        || (event == EventType::MissionResumed && live.state == MissionState::Suspended);
+    if suspension && !resumable {
+        return Err(Error::IllegalTransition(format!(
+            "{event} needs an executor that declares `resumable`, and {executor_id} does not"
+        )));
+    }
+    let moved = match on_executor_event(live.state, event) {
+        Outcome::Illegal => return Err(illegal(event, mission_id, live.state)),
+        Outcome::TerminalRepeat if is_repeat(live.terminal_data.as_ref(), &row.data) => return Ok(Decision::Duplicate),
+        Outcome::TerminalRepeat => return Err(illegal(event, mission_id, live.state)),
+        Outcome::Late => return Ok(Decision::Duplicate),
+        Outcome::Stay => None,
+        Outcome::Move(_) if event == EventType::MissionResumed => {
+            Some(live.resume_target()).filter(|to| *to != live.state)
+        }
+        Outcome::Move(to) => Some(to).filter(|to| *to != live.state),
+    };
+    let progress = (event == EventType::MissionProgress).then(|| progress_key(&row.ts, &row.data));
+    if progress.is_some_and(|key| live.recent_progress.contains(&key)) {
+        return Ok(Decision::Duplicate);
+    }
+    let patch = patch_for(event, &row.data, moved, now);
+    let (hitl, hitl_puts) = hitl_effect(live, event, moved, &row.data, mission_id, now, hitl_default_expiry);
+    Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress }))
+}
+
+fn illegal(event: EventType, mission_id: &str, state: MissionState) -> Error {
+    Error::IllegalTransition(format!("{event} is not allowed for mission {mission_id} in state {state}"))
+}
+
+/// Unknown and foreign missions get the same answer, so an executor cannot probe for others' mission ids.
+fn not_owned(mission_id: &str) -> Error {
+    Error::Forbidden(format!("mission {mission_id} is not owned by this executor"))
+}
+
+#[cfg(test)]
+#[path = "ingest_tests.rs"]
+mod tests;

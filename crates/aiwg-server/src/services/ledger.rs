@@ -1,0 +1,506 @@
+//! The live missions (not yet terminal, or terminal but not yet committed), with their *projected*
+//! state: the state they will have once everything already queued to the store is committed.
+//!
+//! Deciding an event against the projected state, under the ledger's lock, and queueing its commit in the
+//! same critical section is what keeps two events racing on different sockets from both being judged
+//! against the same old state. Terminal missions leave the ledger once their terminal event is committed;
+//! from then on the store answers for them (terminal states never change).
+//!
+//! A change queued for commit leaves a [`Ticket`]: once the commit is known it is resolved. A failed
+//! commit must leave the mission as it was before that change, never ahead of the store nor behind it,
+//! and never drop it: the change is undone in place when nothing was decided on top of it since (the
+//! usual case, and all a storage outage makes: every change fails, in turn); otherwise the mission is
+//! re-read from the store once every change queued for it is resolved, retrying until the store
+//! answers. Meanwhile decisions about it wait ([`Decided::Rebuilding`]), so that nothing is judged
+//! against a projection the store does not hold, and it stays in the ledger, so that nothing is judged
+//! against the store either.
+//!
+//! The ledger also owns the per-executor count of live missions: a mission counts from its insertion to
+//! its removal.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::registry::Registry;
+use crate::error::Result;
+use crate::store::{Change, LiveMission, Pending, ProgressSeen, Store, StoreError};
+use aiwg_contract::clock;
+use aiwg_domain::{
+    progress_key, session_prefix, Handover, HitlOutcome, HitlRequest, Live, MissionPatch, MissionState, NewEvent,
+    Projection, ServeEvent, Undo,
+};
+
+/// The live missions, and what every service does to one: decide and queue a change, resolve it once
+/// its commit is known, record a transition serve decides itself.
+pub struct Ledger {
+    live: Mutex<Missions>,
+    store: Store,
+    registry: Arc<Registry>,
+    /// The dispatcher's queue wakes when a mission ends (a slot is free).
+    wake_queue: Arc<Notify>,
+    /// Rung whenever a mission's projection has been re-read from the store.
+    rebuilt: Notify,
+}
+
+/// A live mission and the bookkeeping of its queued changes.
+struct Entry {
+    live: Live,
+    /// Advances with every change queued but progress reports; a failed change whose version is still
+    /// current was the last one decided, and is undone in place.
+    version: u64,
+    /// Changes queued and not yet resolved.
+    inflight: u32,
+    /// A failed change could not be undone in place: the projection is re-read from the store once
+    /// `inflight` is 0, and decisions wait until then.
+    rebuild: bool,
+}
+
+impl Entry {
+    fn new(live: Live) -> Entry {
+        Entry { live, version: 0, inflight: 0, rebuild: false }
+    }
+}
+
+/// The live missions, and their ids by executor and [`session_prefix`]: a sandbox session names its
+/// mission by the prefix, and dispatch warns about an executor's missions that share one. Every change
+/// of a mission's owner goes through here, so the index stays true.
+#[derive(Default)]
+struct Missions {
+    by_id: HashMap<String, Entry>,
+    by_prefix: HashMap<(String, Vec<u8>), Vec<String>>,
+    /// Missions admitted so far (each one's `admitted` order).
+    admitted: u64,
+}
+
+impl Missions {
+    fn insert(&mut self, mission_id: String, mut live: Live) {
+        self.admitted += 1;
+        live.admitted = self.admitted;
+        let key = (live.executor_id.clone(), session_prefix(&mission_id).to_vec());
+        if let Some(old) = self.by_id.insert(mission_id.clone(), Entry::new(live)) {
+            self.unindex(&mission_id, &old.live.executor_id);
+        }
+        self.by_prefix.entry(key).or_default().push(mission_id);
+    }
+
+    fn remove(&mut self, mission_id: &str) -> Option<Live> {
+        let entry = self.by_id.remove(mission_id)?;
+        self.unindex(mission_id, &entry.live.executor_id);
+        Some(entry.live)
+    }
+
+    fn unindex(&mut self, mission_id: &str, executor_id: &str) {
+        let key = (executor_id.to_owned(), session_prefix(mission_id).to_vec());
+        if let Some(ids) = self.by_prefix.get_mut(&key) {
+            ids.retain(|id| id != mission_id);
+            if ids.is_empty() {
+                self.by_prefix.remove(&key);
+            }
+        }
+    }
+
+    /// The executor's live missions whose ids share `prefix`.
+    fn sharing(&self, executor_id: &str, prefix: &[u8]) -> &[String] {
+        self.by_prefix.get(&(executor_id.to_owned(), prefix.to_vec())).map_or(&[], Vec::as_slice)
+    }
+
+    /// Moves a mission to another owner.
+    fn reassign(&mut self, mission_id: &str, to: &str) {
+        let Some(from) = self.by_id.get(mission_id).map(|e| e.live.executor_id.clone()) else { return };
+        self.unindex(mission_id, &from);
+        if let Some(entry) = self.by_id.get_mut(mission_id) {
+            entry.live.executor_id = to.to_owned();
+        }
+        self.by_prefix.entry((to.to_owned(), session_prefix(mission_id).to_vec())).or_default().push(mission_id.into());
+    }
+
+    fn live(&self, mission_id: &str) -> Option<&Live> {
+        self.by_id.get(mission_id).map(|e| &e.live)
+    }
+}
+
+/// A change of a live mission queued for commit: resolve it with [`Ledger::resolve`] (or
+/// [`Ledger::conclude`]) once the commit is known.
+#[must_use = "a queued change must be resolved once its commit is known"]
+#[derive(Debug)]
+pub struct Ticket {
+    mission_id: String,
+    version: u64,
+    undo: Undo,
+}
+
+/// What deciding about a live mission came to.
+pub enum Decided<R> {
+    Done(R),
+    /// Its projection is being re-read after a failed commit: decide again once it is
+    /// ([`Ledger::rebuilt`]).
+    Rebuilding,
+    /// It is not live (ended, unknown, queued).
+    NotLive,
+}
+
+/// How long a decision waits for a mission's projection to be re-read after a failed commit (the store
+/// is failing meanwhile) before it is refused as a storage failure.
+pub(crate) const REBUILD_WAIT: Duration = Duration::from_secs(10);
+
+/// Other live missions of an executor whose ids share a mission's session prefix: the first few, and
+/// how many there are.
+#[derive(Debug, PartialEq)]
+pub struct Collisions {
+    pub named: Vec<String>,
+    pub total: usize,
+}
+
+/// Missions named in a dispatch's collision warning; the rest are counted.
+const NAMED_COLLISIONS: usize = 3;
+
+impl Ledger {
+    /// Rebuilds the working set at start: live missions and their pending HITL requests.
+    /// `progress` is the latest progress events of live missions, oldest first: `(mission, ts, data)`.
+    /// Seeds the registry's per-executor counts with what it loaded.
+    pub async fn load(store: Store, registry: Arc<Registry>, wake_queue: Arc<Notify>) -> Result<Ledger> {
+        let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending).collect();
+        let live = Ledger::project(store.live_missions().await?, pending, store.recent_progress_of_live().await?);
+        let ledger = Ledger { live: Mutex::new(live), store, registry, wake_queue, rebuilt: Notify::new() };
+        for (executor_id, n) in ledger.counts() {
+            ledger.registry.adjust_active(&executor_id, n as isize);
+        }
+        Ok(ledger)
+    }
+
+    fn project(rows: Vec<LiveMission>, pending: Vec<HitlRequest>, progress: Vec<ProgressSeen>) -> Missions {
+        let mut live = Missions::default();
+        for row in rows {
+            let projected = Live { session: row.pty_session_ref, ..Live::new(&row.executor_id, row.state) };
+            live.insert(row.mission_id, projected);
+        }
+        for h in pending {
+            if let Some(e) = live.by_id.get_mut(&h.mission_id) {
+                e.live.hitl = Some(h);
+            }
+        }
+        for seen in progress {
+            if let Some(e) = live.by_id.get_mut(&seen.mission_id) {
+                e.live.remember_progress(seen.key);
+            }
+        }
+        live
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Missions> {
+        self.live.lock().expect("ledger lock")
+    }
+
+    /// Other live missions of `executor_id` whose ids share `mission_id`'s session prefix: an executor
+    /// that names sessions after them (the agentic-sandbox executor) would bind them to one session.
+    /// Costs the same however many live missions share the prefix.
+    pub fn session_collisions(&self, mission_id: &str, executor_id: &str) -> Collisions {
+        let live = self.lock();
+        let others = live.sharing(executor_id, session_prefix(mission_id));
+        let total = others.len() - usize::from(others.iter().any(|id| id == mission_id));
+        let named = others.iter().filter(|id| *id != mission_id).take(NAMED_COLLISIONS).cloned().collect();
+        Collisions { named, total }
+    }
+
+    /// The live mission of `executor_id` that its sandbox's agent session `session_id`, named after
+    /// `prefix`, belongs to: the one bound to that session; else, of those whose ids start with the
+    /// prefix and that no session claimed, the one admitted first; else the only one with the prefix.
+    pub fn session_mission(&self, executor_id: &str, session_id: &str, prefix: &[u8]) -> Option<String> {
+        let live = self.lock();
+        let candidates: Vec<(&String, &Live)> =
+            live.sharing(executor_id, prefix).iter().filter_map(|id| live.live(id).map(|l| (id, l))).collect();
+        let bound = candidates.iter().find(|(_, l)| l.session.as_deref() == Some(session_id));
+        let unclaimed = || candidates.iter().filter(|(_, l)| l.session.is_none()).min_by_key(|(_, l)| l.admitted);
+        let only = || candidates.first().filter(|_| candidates.len() == 1);
+        bound.or_else(unclaimed).or_else(only).map(|(id, _)| (*id).clone())
+    }
+
+    /// The live mission of `executor_id` bound to agent session `session_id`, if any.
+    pub fn bound_to(&self, executor_id: &str, session_id: &str) -> Option<String> {
+        let live = self.lock();
+        live.by_id
+            .iter()
+            .find(|(_, e)| e.live.executor_id == executor_id && e.live.session.as_deref() == Some(session_id))
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Records a sign of life of a live mission's agent (its `updated_at` moves), nothing more: the
+    /// projection does not change, so there is nothing to undo.
+    pub async fn touch(&self, mission_id: &str) {
+        let Ok(slot) = self.store.reserve().await else { return };
+        let now = clock::now();
+        let touch = MissionPatch { updated_at: Some(now), ..MissionPatch::default() };
+        let queued = self
+            .lock()
+            .by_id
+            .get(mission_id)
+            .filter(|e| !e.rebuild)
+            .map(|_| slot.submit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch: touch }]));
+        let Some(commit) = queued else { return };
+        if let Err(e) = commit.await.unwrap_or(Err(StoreError::WriterGone)) {
+            tracing::warn!(error = %e, mission_id, "recording a sign of life of a mission failed");
+        }
+    }
+
+    /// Moves a mission still waiting for its start from `from` to `to` (a dispatch failing over, or put
+    /// back when that could not be committed), with the executors' counts; false when `from` reported on
+    /// it meanwhile (it has it after all) or it is gone.
+    pub fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> bool {
+        let mut live = self.lock();
+        let waiting = live.live(mission_id).is_some_and(|l| l.executor_id == from && l.state == MissionState::Assigned);
+        if waiting {
+            live.reassign(mission_id, to);
+            drop(live);
+            self.registry.adjust_active(from, -1);
+            self.registry.adjust_active(to, 1);
+        }
+        waiting
+    }
+
+    /// A mission enters the working set (its row committed); it counts for its executor until it leaves.
+    pub fn insert(&self, mission_id: &str, live: Live) {
+        let (executor_id, counts) = (live.executor_id.clone(), !live.state.is_terminal());
+        self.lock().insert(mission_id.to_owned(), live);
+        if counts {
+            self.registry.adjust_active(&executor_id, 1);
+        }
+    }
+
+    pub fn contains(&self, mission_id: &str) -> bool {
+        self.lock().by_id.contains_key(mission_id)
+    }
+
+    /// Decides about a live mission under the ledger's lock: `f` judges the projection and, when it
+    /// queues a change, applies it to the projection and returns how to undo it; the change's
+    /// [`Ticket`] comes back with `f`'s answer. `f` must not block: it decides and queues, nothing more.
+    pub fn decide<R>(
+        &self,
+        mission_id: &str,
+        f: impl FnOnce(&mut Live) -> (R, Option<Undo>),
+    ) -> Decided<(R, Option<Ticket>)> {
+        let mut live = self.lock();
+        let Some(entry) = live.by_id.get_mut(mission_id) else { return Decided::NotLive };
+        if entry.rebuild {
+            return Decided::Rebuilding;
+        }
+        let (answer, undo) = f(&mut entry.live);
+        let ticket = undo.map(|undo| {
+            // A progress report changes nothing a later decision depends on: its undo stands alone.
+            if !matches!(undo, Undo::Progress(_)) {
+                entry.version += 1;
+            }
+            entry.inflight += 1;
+            Ticket { mission_id: mission_id.to_owned(), version: entry.version, undo }
+        });
+        Decided::Done((answer, ticket))
+    }
+
+    /// Waits until `mission_id`'s projection is no longer being re-read (or it left the ledger), at
+    /// most `wait`; false when the wait ran out.
+    pub async fn rebuilt(&self, mission_id: &str, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let rung = self.rebuilt.notified();
+            if !self.lock().by_id.get(mission_id).is_some_and(|e| e.rebuild) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, rung).await.is_err() {
+                return false;
+            }
+        }
+    }
+
+    /// Live missions owned by an executor.
+    pub fn owned_by(&self, executor_id: &str) -> Vec<(String, MissionState)> {
+        let live = self.lock();
+        live.by_id
+            .iter()
+            .filter(|(_, e)| e.live.executor_id == executor_id)
+            .map(|(id, e)| (id.clone(), e.live.state))
+            .collect()
+    }
+
+    /// Live missions owned by an executor, with when it was handed each.
+    pub fn owned_with_handover(&self, executor_id: &str) -> Vec<(String, MissionState, Handover)> {
+        let live = self.lock();
+        live.by_id
+            .iter()
+            .filter(|(_, e)| e.live.executor_id == executor_id)
+            .map(|(id, e)| (id.clone(), e.live.state, e.live.handover))
+            .collect()
+    }
+
+    /// Records that the mission's executor accepted it, now.
+    pub fn mark_handed_over(&self, mission_id: &str) {
+        if let Some(e) = self.lock().by_id.get_mut(mission_id) {
+            e.live.handover = Handover::Done(Instant::now());
+        }
+    }
+
+    /// Pending HITL requests (to re-arm their deadlines at start).
+    pub fn pending_hitl(&self) -> Vec<HitlRequest> {
+        self.lock().by_id.values().filter_map(|e| e.live.hitl.clone()).collect()
+    }
+
+    /// Live missions per executor, to seed the registry's counts at start.
+    pub(crate) fn counts(&self) -> HashMap<String, usize> {
+        let live = self.lock();
+        let mut counts = HashMap::new();
+        for e in live.by_id.values().filter(|e| !e.live.state.is_terminal()) {
+            *counts.entry(e.live.executor_id.clone()).or_default() += 1;
+        }
+        counts
+    }
+}
+
+impl Ledger {
+    /// A queued change's commit is known. Committed: a mission that ended leaves the ledger and its
+    /// executor's count. Failed: the change is undone in place if nothing was decided on top of it since,
+    /// else the mission is re-read from the store once every change queued for it is resolved.
+    pub fn resolve(self: &Arc<Self>, ticket: Ticket, committed: bool, to: Option<MissionState>) {
+        let mut live = self.lock();
+        let Some(entry) = live.by_id.get_mut(&ticket.mission_id) else { return };
+        entry.inflight = entry.inflight.saturating_sub(1);
+        let ended = committed && to.is_some_and(MissionState::is_terminal);
+        if !committed {
+            match ticket.undo {
+                undo @ Undo::Progress(_) => entry.live.undo(undo),
+                undo if entry.version == ticket.version && !entry.rebuild => {
+                    entry.live.undo(undo);
+                    entry.version -= 1;
+                }
+                _ => entry.rebuild = true,
+            }
+        }
+        let rebuild = !ended && entry.rebuild && entry.inflight == 0;
+        if ended {
+            let executor_id = entry.live.executor_id.clone();
+            live.remove(&ticket.mission_id);
+            drop(live);
+            self.registry.adjust_active(&executor_id, -1);
+            // A slot is free: a queued mission may fit now.
+            self.wake_queue.notify_one();
+        } else if rebuild {
+            drop(live);
+            tokio::spawn(Arc::clone(self).rebuild(ticket.mission_id));
+        }
+    }
+
+    /// Awaits a queued change's commit and resolves its ticket; the commit's outcome.
+    pub async fn conclude(
+        self: &Arc<Self>,
+        commit: Pending,
+        ticket: Ticket,
+        to: Option<MissionState>,
+    ) -> std::result::Result<Vec<i64>, StoreError> {
+        let outcome = commit.await.unwrap_or(Err(StoreError::WriterGone));
+        if let Err(e) = &outcome {
+            tracing::debug!(error = %e, mission_id = %ticket.mission_id, "a mission change was not committed");
+        }
+        self.resolve(ticket, outcome.is_ok(), to);
+        outcome
+    }
+
+    /// Re-reads a mission's projection from the store, retrying (with a back-off up to 2 s) until the
+    /// store answers: a storage outage must not drop a live mission.
+    async fn rebuild(self: Arc<Self>, mission_id: String) {
+        let mut backoff = Duration::from_millis(50);
+        let mut failures = 0u32;
+        let stored = loop {
+            let read = async {
+                let mission = self.store.mission(&mission_id).await?;
+                let hitl = self.store.pending_hitl(&mission_id).await?;
+                let progress = self.store.recent_progress(&mission_id).await?;
+                Ok::<_, StoreError>((mission, hitl, progress))
+            };
+            match read.await {
+                Ok(stored) => break stored,
+                Err(e) => {
+                    if failures.is_multiple_of(20) {
+                        tracing::warn!(error = %e, %mission_id, failures, "cannot re-read a mission after a failed commit; retrying");
+                    }
+                    failures += 1;
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
+        };
+        let (mission, hitl, progress) = stored;
+        let mut live = self.lock();
+        let Some(entry) = live.by_id.get_mut(&mission_id) else { return };
+        let gone = match mission {
+            Some(m) if !m.state.is_terminal() && m.state != MissionState::Queued => {
+                let projection = Projection {
+                    state: m.state,
+                    terminal_data: None,
+                    hitl,
+                    // Memory only: what a re-read cannot tell is assumed not to have happened.
+                    hitl_outlived: false,
+                    paused_from: None,
+                    session: m.pty_session_ref,
+                };
+                entry.live.rebuilt(projection, progress.iter().map(|(ts, data)| progress_key(ts, data)));
+                entry.rebuild = false;
+                entry.version += 1;
+                None
+            }
+            _ => Some(entry.live.executor_id.clone()),
+        };
+        if let Some(executor_id) = gone {
+            live.remove(&mission_id);
+            drop(live);
+            self.registry.adjust_active(&executor_id, -1);
+            self.wake_queue.notify_one();
+        } else {
+            drop(live);
+        }
+        tracing::info!(%mission_id, "mission re-read from the store after a failed commit");
+        self.rebuilt.notify_waiters();
+    }
+
+    /// A mission transition serve records on the executor's behalf (a decision of its own, or what it
+    /// inferred). `judge` sees the projection under the ledger lock and names what serve says, or
+    /// `None` to leave the mission alone; the transition is queued in the same critical section (an open
+    /// HITL request is withdrawn when the mission ends), then resolved once its commit is known. A
+    /// mission being re-read is waited for. Returns the new state and the event once committed.
+    pub async fn transition_as_serve(
+        self: &Arc<Self>,
+        executor_id: &str,
+        mission_id: &str,
+        judge: impl FnOnce(&Live) -> Option<(ServeEvent, MissionState)>,
+    ) -> Option<(MissionState, NewEvent)> {
+        let now = clock::now();
+        if !self.rebuilt(mission_id, REBUILD_WAIT).await {
+            return None;
+        }
+        let slot = self.store.reserve().await.ok()?;
+        let decided = self.decide(mission_id, |live| {
+            if live.executor_id != executor_id {
+                return (None, None);
+            }
+            let Some((said, to)) = judge(live) else { return (None, None) };
+            let undo = live.undo_point();
+            let recorded = said.record(executor_id, mission_id, to, now);
+            if let Some((_, patch)) = &recorded.patch {
+                live.patched(patch);
+            }
+            let event = recorded.event.clone();
+            let mut changes = Change::recorded(recorded);
+            if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
+                changes
+                    .push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
+            }
+            live.move_to(to);
+            if to.is_terminal() {
+                live.terminal_data = Some(event.data.clone());
+                live.hitl = None;
+            }
+            (Some((slot.submit(changes), to, event)), Some(undo))
+        });
+        let Decided::Done((Some((commit, to, event)), Some(ticket))) = decided else { return None };
+        self.conclude(commit, ticket, Some(to)).await.ok().map(|_| (to, event))
+    }
+}

@@ -1,0 +1,144 @@
+//! What operators read about missions and the server: a mission with its recent events and pending
+//! HITL request, pages of missions, the metrics, and whether the store still answers.
+
+use std::sync::Arc;
+
+use super::dispatcher::Dispatcher;
+use super::registry::Registry;
+use crate::error::{Error, Result};
+use crate::metrics::{Metrics, Snapshot, StoreStats};
+use crate::store::{MissionQuery, Store};
+use crate::views::{MissionPage, MissionStatus, MissionSummary, Overview};
+use aiwg_domain::{LISTED, MIN_PREFIX};
+
+/// Events shown with a mission (the contract's "last N events").
+pub(crate) const RECENT_EVENTS: u32 = 50;
+/// At most this much event data in a mission's detail: an executor may send events of up to 1 MiB, and
+/// fifty of them made one read of a mission cost 45 MB. The whole history pages through `/api/v1/events`.
+const RECENT_EVENTS_BYTES: usize = 1 << 20;
+
+pub struct Status {
+    store: Store,
+    registry: Arc<Registry>,
+    /// The queue's depth, for the metrics.
+    dispatcher: Arc<Dispatcher>,
+    metrics: Arc<Metrics>,
+}
+
+impl Status {
+    pub fn new(store: Store, registry: Arc<Registry>, dispatcher: Arc<Dispatcher>, metrics: Arc<Metrics>) -> Status {
+        Status { store, registry, dispatcher, metrics }
+    }
+
+    /// `GET /metrics`: counters plus what is read at scrape time.
+    pub async fn metrics_text(&self) -> Result<String> {
+        let mut snapshot = self.snapshot().await?;
+        snapshot.store = Some(self.store_stats().await?);
+        Ok(self.metrics.render(&snapshot))
+    }
+
+    async fn store_stats(&self) -> Result<StoreStats> {
+        let last_seq = self.store.last_seq();
+        let compaction = self.store.compaction().await?;
+        let oldest = self.store.events_after(crate::store::EventQuery::after(0, 1)).await?.events;
+        Ok(StoreStats {
+            bytes: self.store.size_bytes().await?,
+            events: last_seq - compaction.removed,
+            oldest_seq: oldest.first().map_or(0, |e| e.seq),
+            compaction_horizon: compaction.horizon,
+        })
+    }
+
+    /// `GET /api/v1/overview`: the same gauges as the metrics, as JSON, with the event log's newest
+    /// sequence read *first*: a client that follows the stream from it and then reads anything else
+    /// sees every later change as an event, so it misses none (the dashboard's start).
+    pub async fn overview(&self) -> Result<Overview> {
+        let last_seq = self.store.last_seq();
+        Ok(Overview::new(last_seq, self.snapshot().await?))
+    }
+
+    async fn snapshot(&self) -> Result<Snapshot> {
+        let (registered, connected) = self.registry.counts();
+        let (queue_depth, oldest) = self.dispatcher.queue_depth();
+        Ok(Snapshot {
+            executors_registered: registered,
+            executors_connected: connected,
+            missions_by_state: self.store.mission_counts().await?,
+            queue_depth,
+            queue_oldest_age_s: oldest.as_secs_f64(),
+            store: None,
+        })
+    }
+
+    /// The id of the mission an operator means by `reference`: its id, or a unique start of it (at least
+    /// [`MIN_PREFIX`] characters), as the tables show them shortened.
+    pub async fn resolve_mission(&self, reference: &str) -> Result<String> {
+        let long_enough = reference.chars().count() >= MIN_PREFIX;
+        let limit = if long_enough { LISTED as u32 + 1 } else { 0 };
+        let mut named = self.store.missions_named(reference, limit).await?;
+        match named.as_slice() {
+            [_] => Ok(named.remove(0)),
+            [_, ..] => {
+                let more = if named.len() > LISTED { ", ..." } else { "" };
+                named.truncate(LISTED);
+                Err(Error::Ambiguous(format!(
+                    "'{reference}' starts more than one mission id: {}{more}; use the whole id (or more of it)",
+                    named.join(", ")
+                )))
+            }
+            _ => Err(Error::NotFound(format!("mission {reference} not found"))),
+        }
+    }
+
+    /// `GET /api/v1/missions/{id}`: the mission's status with its pending HITL request, if any (as
+    /// committed: the request an answer must name). `reference` is its id, looked up as such first
+    /// (what dashboards and scripts send, polled all day: one query), or a unique start of one.
+    pub async fn mission_detail(&self, reference: &str) -> Result<MissionStatus> {
+        let row = match self.store.mission(reference).await? {
+            Some(row) => row,
+            None => {
+                let mission_id = self.resolve_mission(reference).await?;
+                self.store
+                    .mission(&mission_id)
+                    .await?
+                    .ok_or_else(|| Error::NotFound(format!("mission {mission_id} not found")))?
+            }
+        };
+        let mission_id = row.mission_id.clone();
+        let events = self.store.recent_events(&mission_id, RECENT_EVENTS, RECENT_EVENTS_BYTES).await?;
+        let pending = self.store.pending_hitl(&mission_id).await?;
+        Ok(MissionStatus::from_row(row, events).with_hitl(pending))
+    }
+
+    pub async fn missions(&self, query: MissionQuery) -> Result<MissionPage> {
+        let limit = query.limit;
+        let mut rows = self.store.missions(&MissionQuery { limit: limit + 1, ..query }).await?;
+        let next_cursor = if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
+            rows.last().map(|(id, _)| crate::views::encode_cursor(*id))
+        } else {
+            None
+        };
+        Ok(MissionPage { missions: rows.into_iter().map(|(_, r)| MissionSummary::from(r)).collect(), next_cursor })
+    }
+
+    /// Readiness: the store's writer still commits (an empty unit).
+    pub async fn writer_commits(&self) -> crate::store::Result<()> {
+        self.store.commit(Vec::new()).await.map(drop)
+    }
+
+    /// Readiness: why the store fails to commit, when it does.
+    pub fn store_failing(&self) -> Option<String> {
+        self.store.failing()
+    }
+
+    /// Readiness: bytes free where the store keeps its data, when that is on this host.
+    pub fn free_bytes(&self) -> Option<u64> {
+        self.store.free_bytes()
+    }
+
+    /// Readiness: the migrations this build knows that the store lacks.
+    pub async fn missing_migrations(&self) -> crate::store::Result<Vec<i64>> {
+        self.store.missing_migrations().await
+    }
+}

@@ -1,0 +1,75 @@
+//! Applies an adapter's SQL migrations, embedded at build time, in order, once each, recording each in
+//! `schema_migrations` in the transaction that applies it.
+
+use sqlx::{Connection, Database, Encode, Executor, IntoArguments, Type};
+
+use super::rows::Cols;
+use crate::store::Result;
+
+/// An adapter's migrations: (version, name, SQL). Applied migrations are history and stay as written.
+pub(super) type Migrations = &'static [(i64, &'static str, &'static str)];
+
+/// SQLite's, from `migrations/`. They name HITL outcomes as literals (the partial index `hitl_open`,
+/// whose condition `reads` repeats word for word from `HitlOutcome`).
+pub(super) const SQLITE: Migrations = &[
+    (1, "init", include_str!("../../../../migrations/0001_init.sql")),
+    (2, "hitl", include_str!("../../../../migrations/0002_hitl.sql")),
+    (3, "sandboxes", include_str!("../../../../migrations/0003_sandboxes.sql")),
+    (4, "runtimes", include_str!("../../../../migrations/0004_runtimes.sql")),
+    (5, "retention", include_str!("../../../../migrations/0005_retention.sql")),
+    (6, "event_index", include_str!("../../../../migrations/0006_event_index.sql")),
+    (7, "loose_events", include_str!("../../../../migrations/0007_loose_events.sql")),
+];
+
+/// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
+pub(super) const POSTGRES: Migrations = &[
+    (1, "init", include_str!("../../../../migrations/postgres/0001_init.sql")),
+    (2, "leader", include_str!("../../../../migrations/postgres/0002_leader.sql")),
+    (3, "retention", include_str!("../../../../migrations/postgres/0003_retention.sql")),
+    (4, "mission_events", include_str!("../../../../migrations/postgres/0004_mission_events.sql")),
+    (5, "loose_events", include_str!("../../../../migrations/postgres/0005_loose_events.sql")),
+];
+
+/// The versions the database records as applied, as rows for [`missing`].
+pub(super) const APPLIED: &str = "SELECT version FROM schema_migrations";
+
+/// The migrations not among the rows of [`APPLIED`], in order.
+pub(super) fn missing<'m>(
+    migrations: Migrations,
+    applied: &[impl Cols],
+) -> Result<impl Iterator<Item = &'m (i64, &'static str, &'static str)>> {
+    let applied = applied.iter().map(|r| r.int("version")).collect::<Result<Vec<i64>>>()?;
+    Ok(migrations.iter().filter(move |(version, _, _)| !applied.contains(version)))
+}
+
+pub(super) async fn apply<DB>(conn: &mut DB::Connection, migrations: Migrations) -> Result<()>
+where
+    DB: Database,
+    DB::Row: Cols,
+    DB::Connection: Connection<Database = DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+{
+    sqlx::raw_sql(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    let rows = sqlx::query(APPLIED).fetch_all(&mut *conn).await?;
+    for (version, name, sql) in missing(migrations, &rows)? {
+        let mut tx = conn.begin().await?;
+        sqlx::raw_sql(sql).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
+            .bind(*version)
+            .bind(*name)
+            .bind(aiwg_contract::clock::stamp())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tracing::info!(version, name, "applied migration");
+    }
+    Ok(())
+}

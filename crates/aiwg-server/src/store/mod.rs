@@ -1,0 +1,282 @@
+//! Durable state: the storage port the services call, and its adapters (today [`sqlite`], the only
+//! module that writes SQL).
+//!
+//! Every write is a unit of [`Change`]s, committed atomically and answered with the sequence numbers of
+//! its events; an adapter is free to commit many queued units together (the SQLite one does: group
+//! commit) as long as each unit stays atomic and alone in its failure. Reads see committed state only,
+//! and committed events are also published, in sequence order, to subscribers.
+
+mod migrate;
+pub mod postgres;
+mod reads;
+mod records;
+mod rows;
+mod script;
+mod sql_store;
+pub mod sqlite;
+mod writer;
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+// The records the store keeps are the domain's; re-exported for the adapters.
+pub use aiwg_domain::{
+    ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
+};
+pub use records::{Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending, ProgressSeen};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("mission {0} already exists")]
+    DuplicateMission(String),
+    #[error("the store writer has stopped")]
+    WriterGone,
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+    /// The connection was lost while a batch committed: it may or may not have committed.
+    #[error("the database connection was lost while committing; the outcome is unknown: {0}")]
+    Interrupted(String),
+    /// The database is claimed by another `serve` (PostgreSQL; SQLite's claim is the data directory's).
+    #[error("{0}")]
+    InUse(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+impl StoreError {
+    /// Why the store cannot serve now, when the failure is its surroundings' (a full disk, a database
+    /// that does not answer) rather than a fault in the data: the caller may retry once it is fixed.
+    fn unavailable(&self) -> Option<&'static str> {
+        match self {
+            StoreError::WriterGone => Some("the store is shutting down"),
+            StoreError::Interrupted(_) => Some("the connection to the database was lost"),
+            StoreError::Db(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => Some("the database does not answer"),
+            StoreError::Db(sqlx::Error::Io(_)) => Some("the connection to the database failed"),
+            StoreError::Db(sqlx::Error::Database(e)) => {
+                if let Some(e) = e.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+                    use sqlx::error::DatabaseError;
+                    // Extended result codes keep the primary one in their low byte.
+                    let primary = e.code().and_then(|c| c.parse::<i32>().ok()).map(|c| c & 0xff);
+                    return match primary {
+                        Some(13) => Some("the data directory's disk is full"),
+                        Some(10) => Some("the data directory cannot be read or written (I/O error)"),
+                        Some(14) => Some("the database file cannot be opened"),
+                        Some(5) => Some("the database is busy"),
+                        _ => None,
+                    };
+                }
+                // PostgreSQL's classes: 53 insufficient resources (disk full, out of memory, too many
+                // connections), 57P operator intervention (shutting down), 08 connection, 58 system I/O.
+                let code = e.code().unwrap_or_default();
+                match code.get(..2) {
+                    Some("53") if code == "53100" => Some("the database's disk is full"),
+                    Some("53") => Some("the database is out of resources"),
+                    Some("57") | Some("08") => Some("the database does not answer"),
+                    Some("58") => Some("the database cannot read or write (I/O error)"),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for crate::error::Error {
+    fn from(e: StoreError) -> crate::error::Error {
+        if let Some(why) = e.unavailable() {
+            // The cause goes to the log; the caller learns what it can act on (retry, free the disk).
+            tracing::error!(error = %e, "storage unavailable");
+            return crate::error::Error::StorageUnavailable(format!("the store is failing: {why}; retry"));
+        }
+        match e {
+            StoreError::DuplicateMission(id) => crate::error::Error::Conflict(format!("mission {id} already exists")),
+            other => crate::error::Error::Store(Box::new(other)),
+        }
+    }
+}
+
+/// SQLite durability: NORMAL survives a process crash; FULL also survives power loss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    Normal,
+    Full,
+}
+
+/// How far retention has compacted the log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compaction {
+    /// The highest sequence number compacted away (0: none): the log is whole above it.
+    pub horizon: i64,
+    /// Events compacted away, in all.
+    pub removed: i64,
+}
+
+/// The store as the services hold it: any adapter behind the port, shared.
+pub type Store = Arc<dyn Storage>;
+
+/// Everything the services ask of durable state. Object safe, so that the adapter is chosen at start-up
+/// (`Store`); the async operations return boxed futures for that reason.
+pub trait Storage: Send + Sync {
+    /// Takes a place in the writer's queue, waiting while it is full: producers slow down (a socket
+    /// stops reading, which pushes back on its executor) and nothing is dropped. A decision made under a
+    /// lock (the ledger's) takes its place first, outside the lock, and queues into it inside, so no one
+    /// waits for room while holding the lock. Units commit in the order they were queued, and sequence
+    /// numbers follow that order with no gap (a unit that fails takes none); the [`Pending`] of a unit
+    /// yields its events' sequence numbers once committed.
+    fn reserve(&self) -> BoxFuture<'_, Result<CommitSlot<'_>>>;
+
+    /// A place in the writer's queue if there is room now (`None`: full, or the writer is gone; then
+    /// [`Storage::reserve`] waits, or says which). The ingestion path asks this first: no future to box.
+    fn try_reserve(&self) -> Option<CommitSlot<'_>>;
+
+    /// Queues a unit and waits for its commit.
+    fn commit(&self, changes: Vec<Change>) -> BoxFuture<'_, Result<Vec<i64>>> {
+        Box::pin(async move { self.reserve().await?.submit(changes).await.map_err(|_| StoreError::WriterGone)? })
+    }
+
+    /// Every executor ever registered, oldest registration first.
+    fn executors(&self) -> BoxFuture<'_, Result<Vec<ExecutorRecord>>>;
+
+    /// Every mission that is not terminal (the working set), oldest first.
+    fn live_missions(&self) -> BoxFuture<'_, Result<Vec<LiveMission>>>;
+
+    /// The latest 16 `mission.progress` events of every live mission, oldest first, as the keys that
+    /// recognise a resend the crash left unacknowledged. Read row by row: holding them all at once
+    /// (up to 1 MiB each, for every live mission) took a restart to 245 MB on 200 events of 900 KB.
+    fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<ProgressSeen>>>;
+
+    /// The latest 16 `mission.progress` events of one mission, oldest first, as `(ts, data)`.
+    fn recent_progress<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Vec<(String, Value)>>>;
+
+    /// Every sandbox ever registered, oldest registration first.
+    fn sandboxes(&self) -> BoxFuture<'_, Result<Vec<SandboxRecord>>>;
+
+    /// Missions waiting for an executor, oldest first.
+    fn queued_missions(&self) -> BoxFuture<'_, Result<Vec<Mission>>>;
+
+    fn mission<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<Mission>>>;
+
+    /// The missions `reference` may name: the one whose id it is, alone; otherwise up to `limit` whose
+    /// ids start with it, in id order (a scan, for an operator's typed prefix: the exact id is looked up
+    /// by key first; `limit` 0 looks for the exact id only).
+    fn missions_named<'a>(&'a self, reference: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<String>>>;
+
+    /// The newest `limit` events of a mission that fit in `max_bytes` of data (the newest always),
+    /// oldest first.
+    fn recent_events<'a>(
+        &'a self,
+        mission_id: &'a str,
+        limit: u32,
+        max_bytes: usize,
+    ) -> BoxFuture<'a, Result<Vec<StoredEvent>>>;
+
+    /// A page of missions, newest dispatch first, with the cursor (`id`) of each row. The rows carry
+    /// neither payload (`null`) nor routing and terminal data (`None`): a listing does not show them.
+    fn missions<'a>(&'a self, q: &'a MissionQuery) -> BoxFuture<'a, Result<Vec<(i64, Mission)>>>;
+
+    /// How many missions are in each state, every state listed (in [`MissionState::ALL`] order).
+    fn mission_counts(&self) -> BoxFuture<'_, Result<Vec<(&'static str, i64)>>>;
+
+    /// The sequence number of the newest committed event (0 when there is none). Read after
+    /// [`Storage::subscribe`], every event after it is in the subscription.
+    fn last_seq(&self) -> i64;
+
+    /// Every event committed from now on, in sequence order.
+    fn subscribe(&self) -> broadcast::Receiver<Arc<StoredEvent>>;
+
+    /// A page of the log (see [`EventQuery`]): the sizes of the events are read before the events, so
+    /// that no more is read than the page holds.
+    fn events_after<'a>(&'a self, q: EventQuery<'a>) -> BoxFuture<'a, Result<EventPage>>;
+
+    /// The sequence number after which exactly the last `n` events of the filter follow (0 when there
+    /// are no more than `n`).
+    fn tail_start<'a>(
+        &'a self,
+        mission_id: Option<&'a str>,
+        executor_id: Option<&'a str>,
+        n: u32,
+    ) -> BoxFuture<'a, Result<i64>>;
+
+    /// HITL requests still open: pending ones, and answered ones not yet delivered.
+    fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>>;
+
+    /// The pending HITL request of a mission, if any.
+    fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>>;
+
+    /// Answers not yet delivered for the missions of an executor, oldest first.
+    fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRequest>>>;
+
+    /// Ended missions whose history is not compacted yet, oldest end first; with `ended_by`, only
+    /// those that ended at or before it (retention: a mission that ended `keep_days` ago has been kept
+    /// that long, and with `keep_days = 0` one that ended this very millisecond is compactable).
+    fn compactable_missions(
+        &self,
+        ended_by: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<String>>>;
+
+    /// Up to `limit` events retention may remove from a mission, oldest first: its `mission.progress`
+    /// events other than its first and last event.
+    fn compactable_events<'a>(&'a self, mission_id: &'a str, limit: u32) -> BoxFuture<'a, Result<Vec<i64>>>;
+
+    /// Events that belong to no mission (registrations, resyncs, sandboxes' frames) retention may remove,
+    /// oldest first, at most `limit`: committed before `before` (any, when `None`), but never an
+    /// executor's latest such event.
+    fn loose_events(
+        &self,
+        before: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Vec<i64>>>;
+
+    /// How far compaction has reached into the log.
+    fn compaction(&self) -> BoxFuture<'_, Result<Compaction>>;
+
+    /// Bytes the store's data takes: SQLite's pages in use (the file less its free pages), PostgreSQL's
+    /// database size.
+    fn size_bytes(&self) -> BoxFuture<'_, Result<i64>>;
+
+    /// Why the store fails to commit now, when its last attempts failed (readiness).
+    fn failing(&self) -> Option<String>;
+
+    /// Bytes free on the filesystem that holds the data, where it is on this host (readiness).
+    fn free_bytes(&self) -> Option<u64>;
+
+    /// The migrations this binary embeds that the database does not record as applied (readiness).
+    fn missing_migrations(&self) -> BoxFuture<'_, Result<Vec<i64>>>;
+
+    /// Stops the writer once what is queued is committed, and closes the read side.
+    fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::{Connection, Executor};
+
+    use super::StoreError;
+    use crate::error::Error;
+
+    /// A full disk, as SQLite reports it (a page limit makes it one without filling a real disk): a
+    /// 503 the caller may retry, not a 500; a fault in the data stays `internal`.
+    #[tokio::test]
+    async fn a_full_disk_is_storage_unavailable_and_a_constraint_is_not() {
+        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        conn.execute("PRAGMA max_page_count = 3; CREATE TABLE t (v BLOB PRIMARY KEY)").await.unwrap();
+        let full = sqlx::query("INSERT INTO t VALUES (zeroblob(100000))").execute(&mut conn).await.unwrap_err();
+        match Error::from(StoreError::Db(full)) {
+            Error::StorageUnavailable(message) => {
+                assert_eq!(message, "the store is failing: the data directory's disk is full; retry")
+            }
+            other => panic!("{other:?}"),
+        }
+        sqlx::query("INSERT INTO t VALUES (x'01')").execute(&mut conn).await.unwrap();
+        let duplicate = sqlx::query("INSERT INTO t VALUES (x'01')").execute(&mut conn).await.unwrap_err();
+        assert_eq!(Error::from(StoreError::Db(duplicate)).code(), "internal");
+        assert_eq!(Error::from(StoreError::Db(sqlx::Error::PoolTimedOut)).code(), "storage_unavailable");
+    }
+}

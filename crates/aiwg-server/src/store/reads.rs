@@ -1,0 +1,485 @@
+//! The reads, each one query on a pool, written once for both adapters: the SQL is the common
+//! subset of SQLite and PostgreSQL (`$N` placeholders, which sqlx's SQLite driver binds by number;
+//! aliased subqueries; 64-bit integers), and rows map through [`Cols`].
+//!
+//! Mission states, HITL outcomes and event types are named in SQL by their enums (`as_str`), never
+//! spelled again. The queries that compare against a fixed set of them are formatted once rather than
+//! bound, so that the text the database plans (and the statement cache keys on) is the literal SQL it
+//! always was: SQLite's planner matches a partial index (`hitl_open`) against a query's literal condition.
+//!
+//! One mission's events are read from the view `mission_events`, which each adapter's migrations
+//! define: SQLite's joins an index written in bulk with the short tail of the log above its mark
+//! (migration 6), PostgreSQL's is the log itself. Its queries say which missions with `mission_id =`
+//! or `mission_id IN (...)`, which SQLite pushes into both arms of the view, and find a mission's first
+//! or last event with `ORDER BY seq LIMIT 1`: SQLite answers `MIN(seq)` over the view by building an
+//! index of all of it.
+
+use std::sync::LazyLock;
+
+use futures_util::TryStreamExt;
+use serde_json::Value;
+use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
+
+use super::migrate;
+use super::rows::{
+    event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, parse_json, parse_state,
+    sandbox_from_row, Cols,
+};
+use crate::store::{
+    Compaction, EventPage, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionQuery,
+    ProgressSeen, Result, SandboxRecord, StoredEvent,
+};
+use aiwg_contract::EventType;
+use aiwg_domain::{progress_key, MissionState};
+
+/// `'done', 'failed', 'aborted'`: the states of a mission that is over.
+static ENDED: LazyLock<String> = LazyLock::new(|| states(MissionState::is_terminal));
+
+/// `'queued', 'done', 'failed', 'aborted'`: the states of a mission that is not live (waiting for an
+/// executor, or over).
+static NOT_LIVE: LazyLock<String> = LazyLock::new(|| states(|s| s == MissionState::Queued || s.is_terminal()));
+
+/// The states `which` picks, as an SQL list of literals.
+fn states(which: impl Fn(MissionState) -> bool) -> String {
+    let names: Vec<String> = MissionState::ALL.into_iter().filter(|s| which(*s)).map(|s| format!("'{s}'")).collect();
+    names.join(", ")
+}
+
+static LIVE_MISSIONS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT mission_id, executor_id, state, pty_session_ref FROM missions WHERE state NOT IN ({}) \
+             ORDER BY created_at, mission_id",
+        *NOT_LIVE
+    )
+});
+
+/// The window runs over sequence numbers only, and the data of the sixteen it keeps per mission is read
+/// by key afterwards: a window over the rows with their data had the database materialise every progress
+/// event of every live mission (200 of 900 KB made a restart take 213 MB of anonymous memory, the
+/// adversary's RSS of 245 MB).
+static RECENT_PROGRESS_OF_LIVE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT mission_id, ts, data FROM events WHERE seq IN (SELECT seq FROM (SELECT m.seq, \
+         ROW_NUMBER() OVER (PARTITION BY m.mission_id ORDER BY m.seq DESC) AS newest \
+         FROM mission_events m WHERE m.event = '{progress}' \
+         AND m.mission_id IN (SELECT mission_id FROM missions WHERE state NOT IN ({not_live}))) AS recent \
+         WHERE newest <= 16) ORDER BY seq",
+        progress = EventType::MissionProgress.as_str(),
+        not_live = *NOT_LIVE,
+    )
+});
+
+static RECENT_PROGRESS_OF: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT ts, data FROM (SELECT ts, data, seq FROM mission_events WHERE mission_id = $1 AND event = '{}' \
+         ORDER BY seq DESC LIMIT 16) AS newest ORDER BY seq",
+        EventType::MissionProgress.as_str()
+    )
+});
+
+static QUEUED_MISSIONS: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT * FROM missions WHERE state = '{}' ORDER BY id", MissionState::Queued.as_str()));
+
+/// Word for word the condition of the partial index `hitl_open` (migration 2), so that it is used.
+static OPEN_HITL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT * FROM hitl_requests WHERE outcome = '{pending}' OR (outcome = '{answered}' AND delivered_at IS NULL)",
+        pending = HitlOutcome::Pending.as_str(),
+        answered = HitlOutcome::Answered.as_str(),
+    )
+});
+
+static PENDING_HITL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT * FROM hitl_requests WHERE mission_id = $1 AND outcome = '{}' LIMIT 1",
+        HitlOutcome::Pending.as_str()
+    )
+});
+
+static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT h.* FROM hitl_requests h JOIN missions m ON m.mission_id = h.mission_id \
+         WHERE h.outcome = '{}' AND h.delivered_at IS NULL AND m.executor_id = $1 ORDER BY h.responded_at",
+        HitlOutcome::Answered.as_str()
+    )
+});
+
+/// The filters of an event read, and only those: one mission's events are read through its index
+/// (`mission_events`), the whole log's through the sequence numbers.
+struct EventFilter<'a> {
+    table: &'static str,
+    /// ` AND column = $N` for each filter given.
+    conditions: String,
+    values: Vec<&'a str>,
+    /// The number of the placeholder after the filters'.
+    next: usize,
+}
+
+impl<'a> EventFilter<'a> {
+    /// `bound`: the placeholders the query takes before the filters'.
+    fn new(mission_id: Option<&'a str>, executor_id: Option<&'a str>, bound: usize) -> EventFilter<'a> {
+        let table = if mission_id.is_some() { "mission_events" } else { "events" };
+        let mut filter = EventFilter { table, conditions: String::new(), values: Vec::new(), next: bound + 1 };
+        for (column, value) in [("mission_id", mission_id), ("executor_id", executor_id)] {
+            if let Some(value) = value {
+                filter.conditions.push_str(&format!(" AND {column} = ${}", filter.next));
+                filter.values.push(value);
+                filter.next += 1;
+            }
+        }
+        filter
+    }
+
+    fn bind<'q, DB: Database>(
+        &self,
+        mut query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
+    ) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+    where
+        'a: 'q,
+        &'q str: Encode<'q, DB> + Type<DB>,
+    {
+        for value in &self.values {
+            query = query.bind(*value);
+        }
+        query
+    }
+}
+
+/// The read side of an adapter: its pool, and every read the port asks for. The bounds say what a
+/// database must decode and bind for the SQL above; SQLite and PostgreSQL both do.
+pub(super) struct Reads<DB: Database> {
+    pub(super) pool: Pool<DB>,
+    /// The migrations the adapter embeds (version, name, SQL), for [`Reads::missing_migrations`].
+    pub(super) migrations: migrate::Migrations,
+    /// The adapter's query for the bytes its data takes, as one `bytes` column.
+    pub(super) size: &'static str,
+    /// The adapter's expression for a listed mission's payload: a JSON object with the first 120
+    /// characters of its objective, not the whole dispatch (a page of 500 would read every lease and
+    /// objective whole).
+    pub(super) listed_objective: &'static str,
+}
+
+// By hand: a derive would ask `DB: Clone`, which database types are not.
+impl<DB: Database> Clone for Reads<DB> {
+    fn clone(&self) -> Reads<DB> {
+        Reads {
+            pool: self.pool.clone(),
+            migrations: self.migrations,
+            size: self.size,
+            listed_objective: self.listed_objective,
+        }
+    }
+}
+
+impl<DB> Reads<DB>
+where
+    DB: Database,
+    DB::Row: Cols,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+{
+    pub(super) async fn executors(&self) -> Result<Vec<ExecutorRecord>> {
+        let rows =
+            sqlx::query("SELECT * FROM executors ORDER BY registered_at, executor_id").fetch_all(&self.pool).await?;
+        rows.iter().map(located("executors", "executor_id", executor_from_row)).collect()
+    }
+
+    pub(super) async fn live_missions(&self) -> Result<Vec<LiveMission>> {
+        let rows = sqlx::query(&LIVE_MISSIONS).fetch_all(&self.pool).await?;
+        let live = |r: &DB::Row| {
+            Ok(LiveMission {
+                mission_id: r.text("mission_id")?,
+                executor_id: r.text("executor_id")?,
+                state: parse_state(r.text("state")?)?,
+                pty_session_ref: r.text_opt("pty_session_ref")?,
+            })
+        };
+        rows.iter().map(located("missions", "mission_id", live)).collect()
+    }
+
+    pub(super) async fn recent_progress_of_live(&self) -> Result<Vec<ProgressSeen>> {
+        let key = |r: &DB::Row| {
+            let data = parse_json(&r.text("data")?, "event data")?;
+            Ok(ProgressSeen { mission_id: r.text("mission_id")?, key: progress_key(&r.text("ts")?, &data) })
+        };
+        let mut seen = Vec::new();
+        let mut rows = sqlx::query(&RECENT_PROGRESS_OF_LIVE).fetch(&self.pool);
+        while let Some(row) = rows.try_next().await? {
+            seen.push(located("events", "mission_id", key)(&row)?);
+        }
+        Ok(seen)
+    }
+
+    pub(super) async fn recent_progress(&self, mission_id: &str) -> Result<Vec<(String, Value)>> {
+        let rows = sqlx::query(&RECENT_PROGRESS_OF).bind(mission_id).fetch_all(&self.pool).await?;
+        let recent = |r: &DB::Row| Ok((r.text("ts")?, parse_json(&r.text("data")?, "event data")?));
+        rows.iter().map(located("events", "mission_id", recent)).collect()
+    }
+
+    pub(super) async fn sandboxes(&self) -> Result<Vec<SandboxRecord>> {
+        let rows =
+            sqlx::query("SELECT * FROM sandboxes ORDER BY registered_at, sandbox_id").fetch_all(&self.pool).await?;
+        rows.iter().map(located("sandboxes", "sandbox_id", sandbox_from_row)).collect()
+    }
+
+    pub(super) async fn queued_missions(&self) -> Result<Vec<Mission>> {
+        let rows = sqlx::query(&QUEUED_MISSIONS).fetch_all(&self.pool).await?;
+        rows.iter().map(located("missions", "mission_id", mission_from_row)).collect()
+    }
+
+    pub(super) async fn mission(&self, mission_id: &str) -> Result<Option<Mission>> {
+        let row = sqlx::query("SELECT * FROM missions WHERE mission_id = $1")
+            .bind(mission_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(located("missions", "mission_id", mission_from_row)).transpose()
+    }
+
+    pub(super) async fn missions_named(&self, reference: &str, limit: u32) -> Result<Vec<String>> {
+        let exact = sqlx::query("SELECT mission_id FROM missions WHERE mission_id = $1")
+            .bind(reference)
+            .fetch_optional(&self.pool)
+            .await?;
+        if exact.is_some() || limit == 0 {
+            return Ok(exact.map(|_| reference.to_owned()).into_iter().collect());
+        }
+        let length = i64::try_from(reference.chars().count()).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT mission_id FROM missions WHERE substr(mission_id, 1, CAST($2 AS INTEGER)) = $1 \
+             ORDER BY mission_id LIMIT $3",
+        )
+        .bind(reference)
+        .bind(length)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| r.text("mission_id")).collect()
+    }
+
+    pub(super) async fn recent_events(
+        &self,
+        mission_id: &str,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<Vec<StoredEvent>> {
+        // The sizes first, newest first (the executor decides how big an event is: 50 of 1 MiB would
+        // be read whole otherwise): the oldest event that still fits is where the events start.
+        let sizes = sqlx::query(
+            "SELECT seq, CAST(octet_length(data) AS BIGINT) AS size FROM mission_events WHERE mission_id = $1 \
+             ORDER BY seq DESC LIMIT $2",
+        )
+        .bind(mission_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        let (mut bytes, mut first) = (0usize, None);
+        for row in &sizes {
+            let size = usize::try_from(row.int("size")?).unwrap_or(0);
+            if first.is_some() && bytes.saturating_add(size) > max_bytes {
+                break;
+            }
+            (bytes, first) = (bytes + size, Some(row.int("seq")?));
+        }
+        let Some(first) = first else { return Ok(Vec::new()) };
+        let rows = sqlx::query("SELECT * FROM mission_events WHERE mission_id = $1 AND seq >= $2 ORDER BY seq")
+            .bind(mission_id)
+            .bind(first)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    pub(super) async fn missions(&self, q: &MissionQuery) -> Result<Vec<(i64, Mission)>> {
+        let mut sql = format!(
+            "SELECT id, mission_id, session_id, executor_id, state, {objective} AS payload, created_at, updated_at, \
+             completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, \
+             NULL AS terminal_data, queued_reason, checkpoint_id, compacted_at \
+             FROM missions WHERE 1 = 1",
+            objective = self.listed_objective,
+        );
+        let mut texts = Vec::new();
+        if !q.states.is_empty() {
+            let first = texts.len() + 1;
+            texts.extend(q.states.iter().map(|s| s.as_str().to_owned()));
+            let places: Vec<String> = (first..=texts.len()).map(|n| format!("${n}")).collect();
+            sql.push_str(&format!(" AND state IN ({})", places.join(", ")));
+        }
+        let mut filter = |column: &str, op: &str, value: String| {
+            texts.push(value);
+            sql.push_str(&format!(" AND {column} {op} ${}", texts.len()));
+        };
+        if let Some(executor_id) = &q.executor_id {
+            filter("executor_id", "=", executor_id.clone());
+        }
+        if let Some(session_id) = &q.session_id {
+            filter("session_id", "=", session_id.clone());
+        }
+        if let Some(since) = &q.updated_since {
+            filter("updated_at", ">", aiwg_contract::clock::format(*since));
+        }
+        let mut n = texts.len();
+        if q.before_id.is_some() {
+            n += 1;
+            sql.push_str(&format!(" AND id < ${n}"));
+        }
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", n + 1));
+        let mut query = sqlx::query(&sql);
+        for text in texts {
+            query = query.bind(text);
+        }
+        if let Some(before) = q.before_id {
+            query = query.bind(before);
+        }
+        let rows = query.bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.int("id")?, mission_from_row(r)?))).collect()
+    }
+
+    pub(super) async fn mission_counts(&self) -> Result<Vec<(&'static str, i64)>> {
+        let rows =
+            sqlx::query("SELECT state, COUNT(*) AS n FROM missions GROUP BY state").fetch_all(&self.pool).await?;
+        let mut counts: Vec<(&'static str, i64)> = MissionState::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+        for r in rows {
+            let state = parse_state(r.text("state")?)?;
+            if let Some(c) = counts.iter_mut().find(|(name, _)| *name == state.as_str()) {
+                c.1 = r.int("n")?;
+            }
+        }
+        Ok(counts)
+    }
+
+    pub(super) async fn events_after(&self, q: EventQuery<'_>) -> Result<EventPage> {
+        let filter = EventFilter::new(q.mission_id, q.executor_id, 1);
+        // The sizes first (octet_length reads a value's length, not the value): which events fit the page,
+        // and whether one more follows.
+        let sql = format!(
+            "SELECT seq, CAST(octet_length(data) AS BIGINT) AS size FROM {} WHERE seq > $1{} ORDER BY seq LIMIT ${}",
+            filter.table, filter.conditions, filter.next
+        );
+        let query = filter.bind(sqlx::query(&sql).bind(q.after));
+        let sizes = query.bind(i64::from(q.limit) + 1).fetch_all(&self.pool).await?;
+        let (mut taken, mut bytes, mut last) = (0usize, 0usize, None);
+        for row in sizes.iter().take(q.limit as usize) {
+            let size = usize::try_from(row.int("size")?).unwrap_or(0);
+            if taken > 0 && bytes.saturating_add(size) > q.max_bytes {
+                break;
+            }
+            (taken, bytes, last) = (taken + 1, bytes + size, Some(row.int("seq")?));
+        }
+        let more = sizes.len() > taken;
+        let Some(last) = last else { return Ok(EventPage { events: Vec::new(), more }) };
+        // Then the events up to the last that fits, each row dropped once parsed.
+        let sql = format!(
+            "SELECT * FROM {} WHERE seq > $1{} AND seq <= ${} ORDER BY seq",
+            filter.table, filter.conditions, filter.next
+        );
+        let mut events = Vec::with_capacity(taken);
+        let query = filter.bind(sqlx::query(&sql).bind(q.after)).bind(last);
+        let mut rows = query.fetch(&self.pool);
+        while let Some(row) = rows.try_next().await? {
+            events.push(event_from_row(&row)?);
+        }
+        Ok(EventPage { events, more })
+    }
+
+    pub(super) async fn tail_start(&self, mission_id: Option<&str>, executor_id: Option<&str>, n: u32) -> Result<i64> {
+        let filter = EventFilter::new(mission_id, executor_id, 0);
+        let sql = format!(
+            "SELECT seq FROM {} WHERE TRUE{} ORDER BY seq DESC LIMIT 1 OFFSET ${}",
+            filter.table, filter.conditions, filter.next
+        );
+        let row = filter.bind(sqlx::query(&sql)).bind(i64::from(n)).fetch_optional(&self.pool).await?;
+        row.map_or(Ok(0), |r| r.int("seq"))
+    }
+
+    pub(super) async fn compactable_missions(
+        &self,
+        ended_by: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> Result<Vec<String>> {
+        let mut sql = format!(
+            "SELECT mission_id FROM missions WHERE compacted_at IS NULL AND completed_at IS NOT NULL \
+             AND state IN ({})",
+            *ENDED
+        );
+        let before = ended_by.map(aiwg_contract::clock::format);
+        sql.push_str(match before {
+            Some(_) => " AND completed_at <= $1 ORDER BY completed_at, id LIMIT $2",
+            None => " ORDER BY completed_at, id LIMIT $1",
+        });
+        let mut query = sqlx::query(&sql);
+        if let Some(before) = before {
+            query = query.bind(before);
+        }
+        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| r.text("mission_id")).collect()
+    }
+
+    pub(super) async fn loose_events(
+        &self,
+        before: Option<chrono::DateTime<chrono::Utc>>,
+        limit: u32,
+    ) -> Result<Vec<i64>> {
+        let mut sql = String::from(
+            "SELECT e.seq FROM events e WHERE e.mission_id IS NULL AND e.seq < (SELECT MAX(l.seq) FROM events l \
+             WHERE l.mission_id IS NULL AND l.executor_id = e.executor_id)",
+        );
+        let before = before.map(aiwg_contract::clock::format);
+        sql.push_str(match before {
+            Some(_) => " AND e.received_at < $1 ORDER BY e.seq LIMIT $2",
+            None => " ORDER BY e.seq LIMIT $1",
+        });
+        let mut query = sqlx::query(&sql);
+        if let Some(before) = before {
+            query = query.bind(before);
+        }
+        let rows = query.bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| r.int("seq")).collect()
+    }
+
+    pub(super) async fn compactable_events(&self, mission_id: &str, limit: u32) -> Result<Vec<i64>> {
+        let rows = sqlx::query(
+            "SELECT seq FROM mission_events WHERE mission_id = $1 AND event = 'mission.progress' \
+             AND seq > (SELECT seq FROM mission_events WHERE mission_id = $1 ORDER BY seq LIMIT 1) \
+             AND seq < (SELECT seq FROM mission_events WHERE mission_id = $1 ORDER BY seq DESC LIMIT 1) \
+             ORDER BY seq LIMIT $2",
+        )
+        .bind(mission_id)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|r| r.int("seq")).collect()
+    }
+
+    pub(super) async fn compaction(&self) -> Result<Compaction> {
+        let row = sqlx::query("SELECT horizon, removed FROM compaction").fetch_one(&self.pool).await?;
+        Ok(Compaction { horizon: row.int("horizon")?, removed: row.int("removed")? })
+    }
+
+    pub(super) async fn size_bytes(&self) -> Result<i64> {
+        let row = sqlx::query(self.size).fetch_one(&self.pool).await?;
+        row.int("bytes")
+    }
+
+    pub(super) async fn open_hitl(&self) -> Result<Vec<HitlRequest>> {
+        let rows = sqlx::query(&OPEN_HITL).fetch_all(&self.pool).await?;
+        rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
+    }
+
+    pub(super) async fn pending_hitl(&self, mission_id: &str) -> Result<Option<HitlRequest>> {
+        let row = sqlx::query(&PENDING_HITL).bind(mission_id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(located("hitl_requests", "hitl_id", hitl_from_row)).transpose()
+    }
+
+    pub(super) async fn undelivered_answers(&self, executor_id: &str) -> Result<Vec<HitlRequest>> {
+        let rows = sqlx::query(&UNDELIVERED_ANSWERS).bind(executor_id).fetch_all(&self.pool).await?;
+        rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
+    }
+
+    pub(super) async fn missing_migrations(&self) -> Result<Vec<i64>> {
+        let rows = sqlx::query(migrate::APPLIED).fetch_all(&self.pool).await?;
+        Ok(migrate::missing(self.migrations, &rows)?.map(|(version, _, _)| *version).collect())
+    }
+}

@@ -1,0 +1,171 @@
+//! What a unit of writes is made of ([`Change`]), the filters of a mission listing, and a place in the
+//! writer's queue. The records themselves are the domain's (`aiwg_domain`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::sync::oneshot;
+
+use super::writer::Unit;
+use super::Result;
+use aiwg_domain::{
+    ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord, StoredEvent,
+};
+
+/// A mission that is not terminal, as the working set is rebuilt from it at start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveMission {
+    pub mission_id: String,
+    pub executor_id: String,
+    pub state: MissionState,
+    /// The agent session it is bound to, if one was reported.
+    pub pty_session_ref: Option<String>,
+}
+
+/// A recent `mission.progress` of a live mission, as the key that recognises its resend
+/// ([`progress_key`](aiwg_domain::progress_key)): the events themselves are not kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProgressSeen {
+    pub mission_id: String,
+    pub key: u64,
+}
+
+/// One change; a unit of changes commits atomically.
+#[derive(Clone, Debug)]
+pub enum Change {
+    PutExecutor(Box<ExecutorRecord>),
+    /// The executor's latest event timestamp; coalesced per executor within a batch.
+    ExecutorSeen {
+        executor_id: String,
+        ts: String,
+    },
+    /// Fails the unit with [`StoreError::DuplicateMission`](super::StoreError::DuplicateMission) when the
+    /// id exists; must come first in its unit.
+    InsertMission(Box<Mission>),
+    /// Fields left `None` keep their value. A mission that a commit only touches (its patches set
+    /// nothing but `updated_at`) gets the commit time as `updated_at`, the `received_at` of the events
+    /// committed with it: the writer touches them all in one statement.
+    PatchMission {
+        mission_id: String,
+        patch: MissionPatch,
+    },
+    AppendEvent(NewEvent),
+    PutHitl(Box<HitlRequest>),
+    PutSandbox(Box<SandboxRecord>),
+    /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
+    ForgetSandbox(String),
+    /// Removes events of an ended mission (retention; `seqs` are its own, as
+    /// [`Storage::compactable_events`](super::Storage::compactable_events) names them), or with no
+    /// mission events that belong to none (as [`Storage::loose_events`](super::Storage::loose_events)
+    /// names them), and moves the compaction horizon up to the highest; `done` marks the mission compacted
+    /// at the commit time.
+    CompactEvents {
+        mission_id: Option<String>,
+        seqs: Vec<i64>,
+        done: bool,
+    },
+}
+
+impl Change {
+    /// The changes that record a serve event: the event, then its mission's update.
+    pub fn recorded(r: Recorded) -> Vec<Change> {
+        let mut changes = vec![Change::AppendEvent(r.event)];
+        if let Some((mission_id, patch)) = r.patch {
+            changes.push(Change::PatchMission { mission_id, patch });
+        }
+        changes
+    }
+}
+
+/// What a queued unit yields once committed: the sequence numbers of its events (an error when the
+/// writer is gone).
+///
+/// The writer hands the unit back with its outcome, and it is dropped here, on the thread of the task
+/// that submitted it and allocated it: freed by the writer's thread, each of its strings was a free
+/// across threads, which mimalloc makes through a shared list that the owning thread collects later,
+/// and the one writer spent its time on it (events per serve CPU-second 69.8k -> 75.6k, medians of
+/// seven alternated `aiwg-bench --only ingest` runs each, 2026-12-03).
+pub struct Pending(oneshot::Receiver<(Result<Vec<i64>>, Unit)>);
+
+impl Pending {
+    pub(super) fn new(rx: oneshot::Receiver<(Result<Vec<i64>>, Unit)>) -> Pending {
+        Pending(rx)
+    }
+}
+
+impl Future for Pending {
+    type Output = std::result::Result<Result<Vec<i64>>, oneshot::error::RecvError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|done| done.map(|(outcome, _unit)| outcome))
+    }
+}
+
+/// A place taken in the writer's queue ([`super::Storage::reserve`]): queueing into it never waits.
+/// Dropped unused, it frees the place.
+pub struct CommitSlot<'a>(Box<dyn FnOnce(Vec<Change>) -> Pending + Send + 'a>);
+
+impl<'a> CommitSlot<'a> {
+    pub fn new(queue: impl FnOnce(Vec<Change>) -> Pending + Send + 'a) -> CommitSlot<'a> {
+        CommitSlot(Box::new(queue))
+    }
+
+    /// Queues a unit of changes.
+    pub fn submit(self, changes: Vec<Change>) -> Pending {
+        (self.0)(changes)
+    }
+}
+
+/// Filters of `GET /api/v1/missions`; all optional, combined with AND.
+#[derive(Clone, Debug, Default)]
+pub struct MissionQuery {
+    /// Any of these states (none: every state).
+    pub states: Vec<MissionState>,
+    pub executor_id: Option<String>,
+    pub session_id: Option<String>,
+    pub updated_since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only missions dispatched before this one (the cursor of the previous page).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// A page of the event log: the events after `after` (optionally of one mission and/or one executor), in
+/// order, at most `limit` of them and, past the first, at most `max_bytes` of event data. An executor
+/// decides how large its events are (up to a frame, 1 MiB): a count alone let one page of a mission's
+/// history cost gigabytes.
+#[derive(Clone, Copy, Debug)]
+pub struct EventQuery<'a> {
+    pub after: i64,
+    pub mission_id: Option<&'a str>,
+    pub executor_id: Option<&'a str>,
+    pub limit: u32,
+    pub max_bytes: usize,
+}
+
+impl<'a> EventQuery<'a> {
+    /// Every event after `after`, `limit` at most, with no byte bound (set one with [`EventQuery::bytes`]
+    /// wherever the events' size is not already known to be small).
+    pub fn after(after: i64, limit: u32) -> EventQuery<'a> {
+        EventQuery { after, mission_id: None, executor_id: None, limit, max_bytes: usize::MAX }
+    }
+
+    pub fn mission(self, mission_id: Option<&'a str>) -> EventQuery<'a> {
+        EventQuery { mission_id, ..self }
+    }
+
+    pub fn executor(self, executor_id: Option<&'a str>) -> EventQuery<'a> {
+        EventQuery { executor_id, ..self }
+    }
+
+    pub fn bytes(self, max_bytes: usize) -> EventQuery<'a> {
+        EventQuery { max_bytes, ..self }
+    }
+}
+
+/// What an [`EventQuery`] read: its events, and whether more follow the last of them.
+#[derive(Debug, Default)]
+pub struct EventPage {
+    pub events: Vec<StoredEvent>,
+    pub more: bool,
+}

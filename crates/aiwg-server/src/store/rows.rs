@@ -1,0 +1,190 @@
+//! Row mapping: rows of either adapter back into the store's records, every failure naming where it is.
+//!
+//! Both schemas keep the same columns with the same meaning (times and JSON as text, the token hash as
+//! bytes), so one mapping serves both: it reads through [`Cols`], which any sqlx row whose database
+//! decodes these few types provides.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::store::{ExecutorRecord, HitlOutcome, HitlRequest, Mission, Result, SandboxRecord, StoreError, StoredEvent};
+use aiwg_contract::clock;
+use aiwg_contract::{Envelope, RegisterPayload};
+use aiwg_domain::MissionState;
+
+/// The column reads the mapping needs, for any row whose database decodes text, 64-bit integers,
+/// booleans and bytes (SQLite reads its 0/1 integers as booleans).
+pub(super) trait Cols {
+    fn text(&self, col: &str) -> Result<String>;
+    fn text_opt(&self, col: &str) -> Result<Option<String>>;
+    fn int(&self, col: &str) -> Result<i64>;
+    fn int_opt(&self, col: &str) -> Result<Option<i64>>;
+    fn flag(&self, col: &str) -> Result<bool>;
+    fn bytes(&self, col: &str) -> Result<Vec<u8>>;
+}
+
+impl<R> Cols for R
+where
+    R: Row,
+    for<'c> &'c str: ColumnIndex<R>,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> bool: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Vec<u8>: Decode<'r, R::Database> + Type<R::Database>,
+{
+    fn text(&self, col: &str) -> Result<String> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn text_opt(&self, col: &str) -> Result<Option<String>> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn int(&self, col: &str) -> Result<i64> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn int_opt(&self, col: &str) -> Result<Option<i64>> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn flag(&self, col: &str) -> Result<bool> {
+        Ok(self.try_get(col)?)
+    }
+
+    fn bytes(&self, col: &str) -> Result<Vec<u8>> {
+        Ok(self.try_get(col)?)
+    }
+}
+
+/// A row mapper that names the table and the row's key in its error: a corrupt row at start-up must say
+/// where it is (sqlx's own decode errors name the column), not just "storage failure".
+pub(super) fn located<R: Cols, T>(
+    table: &'static str,
+    key: &'static str,
+    map: fn(&R) -> Result<T>,
+) -> impl Fn(&R) -> Result<T> {
+    move |r| {
+        map(r).map_err(|e| {
+            let id = r.text(key).unwrap_or_else(|_| "(unreadable)".into());
+            StoreError::Corrupt(format!("table {table}, row {key} = {id:?}: {e}"))
+        })
+    }
+}
+
+pub(super) fn parse_state(s: String) -> Result<MissionState> {
+    MissionState::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("unknown mission state {s:?}")))
+}
+
+fn parse_outcome(s: &str) -> Result<HitlOutcome> {
+    HitlOutcome::parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown HITL outcome {s:?}")))
+}
+
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(s: &str, what: &str) -> Result<T> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
+}
+
+/// A time column (text in the stored format).
+fn time(r: &impl Cols, col: &str) -> Result<DateTime<Utc>> {
+    let text = r.text(col)?;
+    clock::parse(&text).ok_or_else(|| StoreError::Corrupt(format!("{col} {text:?} is not a time")))
+}
+
+fn time_opt(r: &impl Cols, col: &str) -> Result<Option<DateTime<Utc>>> {
+    let text = r.text_opt(col)?;
+    text.map(|t| clock::parse(&t).ok_or_else(|| StoreError::Corrupt(format!("{col} {t:?} is not a time")))).transpose()
+}
+
+fn token_hash(hash: Vec<u8>) -> Result<[u8; 32]> {
+    hash.try_into().map_err(|_| StoreError::Corrupt("token_hash is not 32 bytes".into()))
+}
+
+pub(super) fn executor_from_row<R: Cols>(r: &R) -> Result<ExecutorRecord> {
+    let hash = r.bytes("token_hash")?;
+    Ok(ExecutorRecord {
+        identity: RegisterPayload {
+            executor_id: r.text("executor_id")?,
+            a2a_instance_id: r.text_opt("a2a_instance_id")?,
+            name: r.text("name")?,
+            version: r.text("version")?,
+            spec_version: r.text("spec_version")?,
+            transport_endpoints: parse_json(&r.text("transport_endpoints")?, "transport_endpoints")?,
+            capabilities: parse_json(&r.text("capabilities")?, "capabilities")?,
+        },
+        token_hash: token_hash(hash)?,
+        registered_at: time(r, "registered_at")?,
+        registered_from: r.text_opt("registered_from")?,
+        seen_non_loopback: r.flag("seen_non_loopback")?,
+        draining: r.flag("draining")?,
+        last_event_ts: r.text_opt("last_event_ts")?,
+        disconnected_at: time_opt(r, "disconnected_at")?,
+        deregistered_at: time_opt(r, "deregistered_at")?,
+        runtime: r.text_opt("runtime")?.map(|text| parse_json(&text, "runtime")).transpose()?,
+    })
+}
+
+pub(super) fn sandbox_from_row<R: Cols>(r: &R) -> Result<SandboxRecord> {
+    let hash = r.bytes("token_hash")?;
+    Ok(SandboxRecord {
+        sandbox_id: r.text("sandbox_id")?,
+        name: r.text("name")?,
+        registration: parse_json(&r.text("registration")?, "registration")?,
+        token_hash: token_hash(hash)?,
+        registered_at: time(r, "registered_at")?,
+        registered_from: r.text_opt("registered_from")?,
+        deregistered_at: time_opt(r, "deregistered_at")?,
+    })
+}
+
+pub(super) fn mission_from_row<R: Cols>(r: &R) -> Result<Mission> {
+    let opt_json = |col: &str| -> Result<Option<Value>> { r.text_opt(col)?.map(|s| parse_json(&s, col)).transpose() };
+    Ok(Mission {
+        mission_id: r.text("mission_id")?,
+        session_id: r.text("session_id")?,
+        executor_id: r.text_opt("executor_id")?,
+        state: parse_state(r.text("state")?)?,
+        payload: parse_json(&r.text("payload")?, "payload")?,
+        created_at: time(r, "created_at")?,
+        updated_at: time(r, "updated_at")?,
+        completed_at: time_opt(r, "completed_at")?,
+        pty_session_ref: r.text_opt("pty_session_ref")?,
+        exit_code: r.int_opt("exit_code")?,
+        error: r.text_opt("error")?,
+        estimated_start: r.text_opt("estimated_start")?,
+        routing: opt_json("routing")?,
+        terminal_data: opt_json("terminal_data")?,
+        queued_reason: r.text_opt("queued_reason")?,
+        checkpoint_id: r.text_opt("checkpoint_id")?,
+        compacted_at: time_opt(r, "compacted_at")?,
+    })
+}
+
+pub(super) fn hitl_from_row<R: Cols>(r: &R) -> Result<HitlRequest> {
+    Ok(HitlRequest {
+        mission_id: r.text("mission_id")?,
+        hitl_id: r.text("hitl_id")?,
+        prompt: r.text("prompt")?,
+        context: r.text_opt("context")?,
+        expires_at: time_opt(r, "expires_at")?,
+        requested_at: time(r, "requested_at")?,
+        outcome: parse_outcome(&r.text("outcome")?)?,
+        response: r.text_opt("response")?,
+        responded_at: time_opt(r, "responded_at")?,
+        delivered_at: time_opt(r, "delivered_at")?,
+    })
+}
+
+pub(super) fn event_from_row<R: Cols>(r: &R) -> Result<StoredEvent> {
+    Ok(StoredEvent {
+        seq: r.int("seq")?,
+        received_at: time(r, "received_at")?,
+        envelope: Envelope {
+            event: r.text("event")?,
+            executor_id: r.text("executor_id")?,
+            mission_id: r.text_opt("mission_id")?,
+            ts: r.text("ts")?,
+            data: Some(parse_json(&r.text("data")?, "event data")?),
+        },
+    })
+}

@@ -1,0 +1,207 @@
+//! Read models: missions as the API shows them.
+
+use aiwg_contract::clock;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde::Serialize;
+use serde_json::Value;
+
+use aiwg_contract::Envelope;
+use aiwg_domain::MissionState;
+use aiwg_domain::{HitlRequest, Mission, StoredEvent};
+
+/// `GET /api/v1/missions/{id}`: the contract's `mission_status_response`, plus our extensions: the
+/// routing decision, what the mission asked for (`objective`, `completion`, `completion_check`, from its
+/// dispatch) and the HITL request waiting for an operator.
+#[derive(Debug, Serialize)]
+pub struct MissionStatus {
+    /// With the whole objective (the detail reads the whole payload).
+    #[serde(flatten)]
+    pub summary: MissionSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_check: Option<String>,
+    pub recent_events: Vec<Envelope>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routing: Option<Value>,
+    /// The pending HITL request, while there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hitl: Option<PendingHitl>,
+}
+
+impl MissionStatus {
+    pub fn from_row(mut row: Mission, events: Vec<StoredEvent>) -> MissionStatus {
+        let routing = row.routing.take();
+        let text = |key: &str| row.payload.get(key).and_then(Value::as_str).map(str::to_owned);
+        let (completion, completion_check) = (text("completion"), text("completion_check"));
+        MissionStatus {
+            summary: MissionSummary::from(row),
+            completion,
+            completion_check,
+            recent_events: events.into_iter().map(|e| e.envelope).collect(),
+            routing,
+            hitl: None,
+        }
+    }
+
+    /// With the mission's pending HITL request (a request that is no longer pending is not shown).
+    pub fn with_hitl(mut self, request: Option<HitlRequest>) -> MissionStatus {
+        self.hitl = request.filter(|r| r.mission_id == self.summary.mission_id).map(PendingHitl::from);
+        self
+    }
+}
+
+/// A HITL request waiting for an operator's answer (`POST /api/v1/missions/{id}/hitl_response` with its
+/// `hitl_id`).
+#[derive(Debug, Serialize)]
+pub struct PendingHitl {
+    pub hitl_id: String,
+    pub prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub requested_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+impl From<HitlRequest> for PendingHitl {
+    fn from(r: HitlRequest) -> PendingHitl {
+        PendingHitl {
+            hitl_id: r.hitl_id,
+            prompt: r.prompt,
+            context: r.context,
+            requested_at: clock::format(r.requested_at),
+            expires_at: r.expires_at.map(clock::format),
+        }
+    }
+}
+
+/// One row of `GET /api/v1/missions`.
+#[derive(Debug, Serialize)]
+pub struct MissionSummary {
+    pub mission_id: String,
+    /// Absent while the mission is queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
+    pub session_id: String,
+    pub state: MissionState,
+    /// While queued: the constraint no executor meets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_reason: Option<String>,
+    /// The executor's checkpoint of a suspended (or resumed) mission.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pty_session_ref: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When retention compacted the mission's history: its progress events are gone, its first and last
+    /// events and every other kind kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compacted_at: Option<String>,
+    /// What the mission is for (a listing reads its first 120 characters only: each store adapter's
+    /// `LISTED_OBJECTIVE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objective: Option<String>,
+    /// Seconds from the dispatch to the end, once ended (a live one's is the reader's clock's to say:
+    /// a field that changed with every read would defeat the listing's ETag).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+}
+
+impl From<Mission> for MissionSummary {
+    fn from(r: Mission) -> MissionSummary {
+        MissionSummary {
+            mission_id: r.mission_id,
+            executor_id: r.executor_id,
+            session_id: r.session_id,
+            queued_reason: r.queued_reason.filter(|_| r.state == MissionState::Queued),
+            checkpoint_id: r.checkpoint_id,
+            state: r.state,
+            created_at: clock::format(r.created_at),
+            updated_at: clock::format(r.updated_at),
+            completed_at: r.completed_at.map(clock::format),
+            pty_session_ref: r.pty_session_ref,
+            exit_code: r.exit_code,
+            error: r.error,
+            compacted_at: r.compacted_at.map(clock::format),
+            objective: r.payload.get("objective").and_then(Value::as_str).map(str::to_owned),
+            duration_s: r.completed_at.map(|end| (end - r.created_at).num_milliseconds().max(0) as f64 / 1000.0),
+        }
+    }
+}
+
+/// `GET /api/v1/overview`: counts for a dashboard's header, and where the event log stands.
+#[derive(Debug, Serialize)]
+pub struct Overview {
+    /// The newest committed event's sequence: follow `/api/v1/events?since=` this to miss nothing.
+    pub last_seq: i64,
+    /// Every state, zero included, so that a client need not know the list.
+    pub missions: std::collections::BTreeMap<&'static str, i64>,
+    pub missions_total: i64,
+    pub executors_registered: usize,
+    pub executors_connected: usize,
+    pub queue_depth: usize,
+    pub queue_oldest_age_s: f64,
+}
+
+impl Overview {
+    pub(crate) fn new(last_seq: i64, s: crate::metrics::Snapshot) -> Overview {
+        Overview {
+            last_seq,
+            missions_total: s.missions_by_state.iter().map(|(_, n)| n).sum(),
+            missions: s.missions_by_state.into_iter().collect(),
+            executors_registered: s.executors_registered,
+            executors_connected: s.executors_connected,
+            queue_depth: s.queue_depth,
+            queue_oldest_age_s: s.queue_oldest_age_s,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct MissionPage {
+    pub missions: Vec<MissionSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Cursors are opaque to clients: base64url of the row position they continue after.
+/// A mission listing's cursor.
+pub(crate) fn encode_cursor(id: i64) -> String {
+    tagged_cursor('m', id)
+}
+
+pub(crate) fn decode_cursor(cursor: &str) -> Option<i64> {
+    untag_cursor('m', cursor).filter(|id| *id > 0)
+}
+
+/// An opaque token for a position in one listing, tagged so that one listing refuses another's cursor.
+pub(crate) fn tagged_cursor(tag: char, n: i64) -> String {
+    URL_SAFE_NO_PAD.encode(format!("{tag}{n}"))
+}
+
+pub(crate) fn untag_cursor(tag: char, cursor: &str) -> Option<i64> {
+    let bytes = URL_SAFE_NO_PAD.decode(cursor).ok()?;
+    std::str::from_utf8(&bytes).ok()?.strip_prefix(tag)?.parse().ok().filter(|n| *n >= 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_reject_garbage() {
+        assert_eq!(decode_cursor(&encode_cursor(42)), Some(42));
+        assert_eq!(decode_cursor("not base64!"), None);
+        assert_eq!(decode_cursor(&URL_SAFE_NO_PAD.encode("x42")), None);
+        assert_eq!(decode_cursor(&URL_SAFE_NO_PAD.encode("m-1")), None);
+    }
+}
