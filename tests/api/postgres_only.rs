@@ -229,3 +229,25 @@ async fn postgres_admin() -> sqlx::PgConnection {
         std::env::var("AIWG_TEST_POSTGRES").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     sqlx::PgConnection::connect(&server).await.expect("the PostgreSQL server")
 }
+
+/// As on SQLite (`sqlite_only`): a database a newer serve migrated is refused at start.
+#[tokio::test]
+async fn a_database_a_newer_serve_migrated_is_refused_at_start() {
+    if !backend_is_postgres() {
+        return;
+    }
+    let Some(db) = TestDatabase::create().await else { return };
+    let (store, writer, _) = postgres::open(&db.url, Claim::Exclusive, 64, Default::default()).await.unwrap();
+    store.close().await;
+    writer.finished().await;
+    sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, 'from_the_future', 'x')")
+        .execute(&mut db.connect().await)
+        .await
+        .unwrap();
+    let mut config = aiwg_server::config::Config::default();
+    config.server.bind = "127.0.0.1:0".parse().unwrap();
+    config.store.database_url = db.url.clone();
+    let refused = aiwg_server::serve::start(config).await.err().expect("a newer schema is refused");
+    let message = refused.to_string();
+    assert!(message.contains("schema has migration 9999, newer than this aiwg-serve knows"), "{message}");
+}

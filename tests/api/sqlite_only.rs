@@ -179,3 +179,29 @@ async fn a_database_from_before_the_index_is_migrated_with_its_events() {
     store.close().await;
     writer.finished().await;
 }
+
+/// A database a newer serve migrated is refused, not run on: this build would write rows whose schema
+/// it does not know. The operator learns what happened and the way back (restore the backup).
+#[tokio::test]
+async fn a_database_a_newer_serve_migrated_is_refused_at_start() {
+    if backend_is_postgres() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (store, writer) = sqlite::open(dir.path(), Synchronous::Normal, 64, Default::default()).await.unwrap();
+    store.close().await;
+    writer.finished().await;
+    let db = dir.path().join(aiwg_server::datadir::DATABASE);
+    let mut conn = SqliteConnectOptions::from_str("sqlite:").unwrap().filename(db).connect().await.unwrap();
+    sqlx::query("INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, 'from_the_future', 'x')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let mut config = aiwg_server::config::Config::default();
+    config.server.bind = "127.0.0.1:0".parse().unwrap();
+    config.server.data_dir = dir.path().to_path_buf();
+    let refused = aiwg_server::serve::start(config).await.err().expect("a newer schema is refused");
+    let message = refused.to_string();
+    assert!(message.contains("schema has migration 9999, newer than this aiwg-serve knows"), "{message}");
+    assert!(message.contains("restore the backup taken before the upgrade"), "{message}");
+}

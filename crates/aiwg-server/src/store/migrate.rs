@@ -4,7 +4,7 @@
 use sqlx::{Connection, Database, Encode, Executor, IntoArguments, Type};
 
 use super::rows::Cols;
-use crate::store::Result;
+use crate::store::{Result, StoreError};
 
 /// An adapter's migrations: (version, name, SQL). Applied migrations are history and stay as written.
 pub(super) type Migrations = &'static [(i64, &'static str, &'static str)];
@@ -33,12 +33,19 @@ pub(super) const POSTGRES: Migrations = &[
 /// The versions the database records as applied, as rows for [`missing`].
 pub(super) const APPLIED: &str = "SELECT version FROM schema_migrations";
 
-/// The migrations not among the rows of [`APPLIED`], in order.
+/// The migrations not among the rows of [`APPLIED`], in order; or [`StoreError::NewerSchema`] when the
+/// database records one this build does not know. A newer serve migrated it, and this one would write
+/// rows that schema may no longer mean (migrations only go forward): refused, at start and by readiness,
+/// rather than run on it.
 pub(super) fn missing<'m>(
     migrations: Migrations,
     applied: &[impl Cols],
 ) -> Result<impl Iterator<Item = &'m (i64, &'static str, &'static str)>> {
     let applied = applied.iter().map(|r| r.int("version")).collect::<Result<Vec<i64>>>()?;
+    let known = migrations.iter().map(|(version, _, _)| *version).max().unwrap_or_default();
+    if let Some(&unknown) = applied.iter().filter(|v| !migrations.iter().any(|(k, _, _)| k == *v)).max() {
+        return Err(StoreError::NewerSchema { applied: unknown, known });
+    }
     Ok(migrations.iter().filter(move |(version, _, _)| !applied.contains(version)))
 }
 

@@ -44,6 +44,13 @@ pub enum StoreError {
     /// The database is claimed by another `serve` (PostgreSQL; SQLite's claim is the data directory's).
     #[error("{0}")]
     InUse(String),
+    /// The database records a migration this build does not have: a newer serve migrated it.
+    #[error(
+        "the database's schema has migration {applied}, newer than this aiwg-serve knows (its last is \
+         {known}): a newer aiwg-serve migrated it; run that one, or restore the backup taken before the \
+         upgrade (docs/operations/upgrading.md)"
+    )]
+    NewerSchema { applied: i64, known: i64 },
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
