@@ -44,7 +44,7 @@ pub struct DispatchArgs {
     /// Pin to one executor
     #[arg(long)]
     pub(crate) executor: Option<String>,
-    /// Mission id (default: m-<random>)
+    /// Mission id (default: m- and a random suffix)
     #[arg(long)]
     pub(crate) mission_id: Option<String>,
     /// Session id in the dispatch path

@@ -47,7 +47,7 @@ pub(crate) const HTTP_RUNTIME: &str = "x-kind:http-runtime";
 const SERVE_ASSIGNED: [&str; 7] =
     ["x-kind:", "x-runtime:", "x-runtime-kind:", "x-profile:", "x-task-type:", "x-provider:", "x-model:"];
 
-/// Whether a capability is one only serve may assign (see [`SERVE_ASSIGNED`]).
+/// Whether a capability is one only serve may assign (see `SERVE_ASSIGNED`).
 pub fn serve_assigned(capability: &str) -> bool {
     SERVE_ASSIGNED.iter().any(|p| capability.starts_with(p))
 }

@@ -183,7 +183,7 @@ impl Live {
 /// The agentic-sandbox executor names a mission's session `mission-` + the first 8 bytes of its id.
 const SESSION_PREFIX_BYTES: usize = 8;
 
-/// The part of a mission id an executor may name a session after (see [`SESSION_PREFIX_BYTES`]).
+/// The part of a mission id an executor may name a session after (see `SESSION_PREFIX_BYTES`).
 pub fn session_prefix(mission_id: &str) -> &[u8] {
     &mission_id.as_bytes()[..mission_id.len().min(SESSION_PREFIX_BYTES)]
 }

@@ -1,5 +1,5 @@
 //! Every refusal the server can make: one variant each, with its stable snake_case code and its HTTP
-//! status in one table ([`Error::meta`]). `http::error` renders them; the WebSocket hub sends the same
+//! status in one table ([`Code`]). `http::error` renders them; the WebSocket hub sends the same
 //! codes in error frames.
 
 use axum::http::StatusCode;
@@ -98,59 +98,185 @@ pub enum Error {
     Store(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
-impl Error {
-    /// The one table of every refusal: its stable code (HTTP bodies, WebSocket error frames, metrics)
-    /// and its HTTP status, side by side.
-    pub fn meta(&self) -> (&'static str, StatusCode) {
-        use StatusCode as S;
-        match self {
-            Error::InvalidJson(_) => ("invalid_json", S::BAD_REQUEST),
-            Error::SchemaViolation { .. } => ("schema_violation", S::BAD_REQUEST),
-            Error::UnsupportedSpecVersion(_) => ("unsupported_spec_version", S::BAD_REQUEST),
-            Error::UnknownEventType(_) => ("unknown_event_type", S::BAD_REQUEST),
-            Error::InvalidFrame(_) => ("invalid_frame", S::BAD_REQUEST),
-            Error::InvalidQuery(_) => ("invalid_query", S::BAD_REQUEST),
-            Error::InvalidPath(_) => ("invalid_path", S::BAD_REQUEST),
-            Error::Unauthorized(_) => ("unauthorized", S::UNAUTHORIZED),
-            Error::TokenInvalid(_) => ("token_invalid", S::UNAUTHORIZED),
-            Error::Forbidden(_) => ("forbidden", S::FORBIDDEN),
-            Error::NotFound(_) => ("not_found", S::NOT_FOUND),
-            Error::MethodNotAllowed => ("method_not_allowed", S::METHOD_NOT_ALLOWED),
-            Error::Conflict(_) => ("conflict", S::CONFLICT),
-            Error::IllegalTransition(_) => ("illegal_transition", S::CONFLICT),
-            Error::Ambiguous(_) => ("ambiguous", S::CONFLICT),
-            Error::ExecutorNotConnected(_) => ("executor_not_connected", S::CONFLICT),
-            Error::ControlUnsupported(_) => ("control_unsupported", S::CONFLICT),
-            Error::RequestTimeout(_) => ("request_timeout", S::REQUEST_TIMEOUT),
-            Error::PayloadTooLarge(_) => ("payload_too_large", S::PAYLOAD_TOO_LARGE),
-            Error::UriTooLong(_) => ("uri_too_long", S::URI_TOO_LONG),
-            Error::HeadersTooLarge(_) => ("headers_too_large", S::REQUEST_HEADER_FIELDS_TOO_LARGE),
-            Error::UnsupportedMediaType(_) => ("unsupported_media_type", S::UNSUPPORTED_MEDIA_TYPE),
-            Error::TooManyRequests(_) => ("too_many_requests", S::TOO_MANY_REQUESTS),
-            Error::LeaseDeniesAllTools => ("lease_denies_all_tools", S::UNPROCESSABLE_ENTITY),
-            Error::InvalidTask(_) => ("invalid_task", S::UNPROCESSABLE_ENTITY),
-            Error::MissionRefused(_) => ("mission_refused", S::UNPROCESSABLE_ENTITY),
-            Error::InvalidRuntime(_) => ("invalid_runtime", S::UNPROCESSABLE_ENTITY),
-            Error::UpgradeRequired => ("upgrade_required", S::UPGRADE_REQUIRED),
-            Error::NoExecutorAvailable { resumable_required: true, .. } => {
-                ("no_resumable_executor_available", S::SERVICE_UNAVAILABLE)
+/// The one table of every refusal: one row a code, with its stable name (HTTP bodies, WebSocket error
+/// frames, metrics), its HTTP status and when it is given. `docs/errors.md` is this table, written out
+/// by [`Code::table`] and held equal to it by a test.
+macro_rules! codes {
+    ($($name:ident => $code:literal, $status:ident, $when:literal;)*) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Code {
+            $($name,)*
+        }
+
+        impl Code {
+            pub const ALL: &[Code] = &[$(Code::$name,)*];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Code::$name => $code,)*
+                }
             }
-            Error::NoExecutorAvailable { .. } => ("no_executor_available", S::SERVICE_UNAVAILABLE),
-            Error::LeaderUnavailable(_) => ("leader_unavailable", S::SERVICE_UNAVAILABLE),
-            Error::StorageUnavailable(_) => ("storage_unavailable", S::SERVICE_UNAVAILABLE),
-            Error::EventsCompacted { .. } => ("events_compacted", S::GONE),
-            Error::ExecutorUnreachable(_) => ("executor_unreachable", S::BAD_GATEWAY),
-            Error::ExecutorForwardFailed(_) => ("executor_forward_failed", S::BAD_GATEWAY),
-            Error::Store(_) => ("internal", S::INTERNAL_SERVER_ERROR),
+
+            pub fn status(self) -> StatusCode {
+                match self {
+                    $(Code::$name => StatusCode::$status,)*
+                }
+            }
+
+            pub fn when(self) -> &'static str {
+                match self {
+                    $(Code::$name => $when,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    InvalidJson => "invalid_json", BAD_REQUEST,
+        "The body (or a socket's frame) is not JSON.";
+    SchemaViolation => "schema_violation", BAD_REQUEST,
+        "The body (or a frame) does not match `schemas/executor-v1.json`, unknown fields in requests included; `details` lists each failing check.";
+    UnsupportedSpecVersion => "unsupported_spec_version", BAD_REQUEST,
+        "A register's `spec_version` has a major other than 1.";
+    UnknownEventType => "unknown_event_type", BAD_REQUEST,
+        "A frame's event is outside the contract's vocabulary (a socket's error frame).";
+    InvalidFrame => "invalid_frame", BAD_REQUEST,
+        "A binary frame on a socket (an error frame).";
+    InvalidQuery => "invalid_query", BAD_REQUEST,
+        "A bad query parameter: an unknown state, a bad timestamp, a foreign cursor (one this listing did not give), a limit out of range, a bad `since`, an unknown parameter (the executor and sandbox listings ignore unknown parameters, as upstream does).";
+    InvalidPath => "invalid_path", BAD_REQUEST,
+        "A path segment that is not UTF-8 once percent-decoded (`/api/v1/missions/%FF`), on every `{id}` route.";
+    Unauthorized => "unauthorized", UNAUTHORIZED,
+        "No bearer token where one is needed (with `WWW-Authenticate: Bearer`).";
+    TokenInvalid => "token_invalid", UNAUTHORIZED,
+        "A token that is not, or no longer, valid here; the message says whose it is not and what to do.";
+    Forbidden => "forbidden", FORBIDDEN,
+        "A cross-site browser request, or a `Host` serve does not answer to; a valid token used where it has no right (another executor's, an executor's token on an operator route); on a socket, a mission the executor does not own or an event only serve sends.";
+    NotFound => "not_found", NOT_FOUND,
+        "An unknown mission, executor, runtime or route.";
+    MethodNotAllowed => "method_not_allowed", METHOD_NOT_ALLOWED,
+        "A known route, another method.";
+    Conflict => "conflict", CONFLICT,
+        "A `mission_id` that exists already (never overwritten); an HITL answer that names no pending request (stale, duplicate, expired).";
+    IllegalTransition => "illegal_transition", CONFLICT,
+        "An event or a control the mission's state does not allow (`mission.started` after `mission.completed`); on a socket, an error frame.";
+    Ambiguous => "ambiguous", CONFLICT,
+        "A name or an id prefix in the path fits several executors or missions; the message lists them (use an id, or more of one).";
+    ExecutorNotConnected => "executor_not_connected", CONFLICT,
+        "Pause, resume or an HITL answer while the mission's executor has no live socket.";
+    ControlUnsupported => "control_unsupported", CONFLICT,
+        "Pause or resume of a mission whose executor serve knows cannot pause: an agentic-sandbox executor linked to its sandbox, an HTTP runtime, or one declaring `x-no-pause-resume` (an executor that declares nothing gets them, as the contract says).";
+    RequestTimeout => "request_timeout", REQUEST_TIMEOUT,
+        "A body not received in full within `server.body_read_timeout_ms` of the request's head; the connection is closed.";
+    PayloadTooLarge => "payload_too_large", PAYLOAD_TOO_LARGE,
+        "A body over `server.max_body_bytes`.";
+    UriTooLong => "uri_too_long", URI_TOO_LONG,
+        "A request target (path and query) over 8 KiB.";
+    HeadersTooLarge => "headers_too_large", REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "More than 100 header fields, or a request head over 64 KiB.";
+    UnsupportedMediaType => "unsupported_media_type", UNSUPPORTED_MEDIA_TYPE,
+        "A body on a JSON route without `Content-Type: application/json` (a foreign page's `text/plain` is refused before anything is looked up).";
+    TooManyRequests => "too_many_requests", TOO_MANY_REQUESTS,
+        "More registrations from one address than `server.registrations_per_minute` (loopback excepted), or a new executor, sandbox or runtime beyond `server.max_executors` (remove stale ones); with `Retry-After`.";
+    LeaseDeniesAllTools => "lease_denies_all_tools", UNPROCESSABLE_ENTITY,
+        "A dispatch whose lease's tool policy is `\"none\"`: no executor may run it.";
+    InvalidTask => "invalid_task", UNPROCESSABLE_ENTITY,
+        "A dispatch's `task` no runtime could be given (a policy binding a kernel refuses, a quorum above its executions).";
+    MissionRefused => "mission_refused", UNPROCESSABLE_ENTITY,
+        "Every executor registered declares it would refuse the dispatch as it is (a lease that lists no tools or not those it needs, a `completion_check` it does not run); the message names who and why; nothing is stored.";
+    InvalidRuntime => "invalid_runtime", UNPROCESSABLE_ENTITY,
+        "An HTTP runtime's name or URL that cannot be used.";
+    UpgradeRequired => "upgrade_required", UPGRADE_REQUIRED,
+        "A plain request on a WebSocket route.";
+    NoResumableExecutorAvailable => "no_resumable_executor_available", SERVICE_UNAVAILABLE,
+        "As `no_executor_available`, for a `long_running` mission, which needs a `resumable` executor.";
+    NoExecutorAvailable => "no_executor_available", SERVICE_UNAVAILABLE,
+        "No connected executor satisfies the dispatch, and it may not wait in the queue; the message says why each was passed over.";
+    NotReady => "not_ready", SERVICE_UNAVAILABLE,
+        "`/readyz` only: the server should not be sent work now (the message lists every failing check: the store, migrations, a shutdown); with `Retry-After`.";
+    LeaderUnavailable => "leader_unavailable", SERVICE_UNAVAILABLE,
+        "A follower replica has no leader to forward to: none has taken over yet, or it does not answer; retry.";
+    StorageUnavailable => "storage_unavailable", SERVICE_UNAVAILABLE,
+        "The store is failing (a full disk, a database that does not answer) and what was asked was not done; retry (also a socket's error frame).";
+    EventsCompacted => "events_compacted", GONE,
+        "An event stream asked to resume (`since`, `Last-Event-ID`) below the compaction horizon: the message names the first sequence available and where to resume.";
+    ExecutorUnreachable => "executor_unreachable", BAD_GATEWAY,
+        "No executor answered the forwarded dispatch.";
+    ExecutorForwardFailed => "executor_forward_failed", BAD_GATEWAY,
+        "The executors answered the forwarded dispatch with refusals.";
+    Internal => "internal", INTERNAL_SERVER_ERROR,
+        "A storage failure; its detail goes to the log only.";
+}
+
+impl Code {
+    /// The table as `docs/errors.md` shows it.
+    pub fn table() -> String {
+        let mut out = String::from(DOC_HEAD);
+        for code in Code::ALL {
+            out.push_str(&format!("| `{}` | {} | {} |\n", code.name(), code.status().as_u16(), code.when()));
+        }
+        out
+    }
+}
+
+const DOC_HEAD: &str = "# Errors
+
+Every refusal of serve's, generated from its error table (`crates/aiwg-server/src/error.rs`, held equal
+to this file by a test: change the table, then run `AIWG_WRITE_DOCS=1 cargo test -p aiwg-server errors_md`).
+An HTTP refusal is `{\"error\": \"<code>\", \"message\": \"<sentence>\"}`, with `details` for schema
+violations; 401s carry `WWW-Authenticate: Bearer`, 503s `Retry-After`. A socket's error frame carries the
+same codes (see [api.md](api.md#errors)).
+
+| code | status | when |
+| --- | --- | --- |
+";
+
+impl Error {
+    /// This refusal's row of the table.
+    pub fn kind(&self) -> Code {
+        match self {
+            Error::InvalidJson(_) => Code::InvalidJson,
+            Error::SchemaViolation { .. } => Code::SchemaViolation,
+            Error::UnsupportedSpecVersion(_) => Code::UnsupportedSpecVersion,
+            Error::UnknownEventType(_) => Code::UnknownEventType,
+            Error::InvalidFrame(_) => Code::InvalidFrame,
+            Error::InvalidQuery(_) => Code::InvalidQuery,
+            Error::InvalidPath(_) => Code::InvalidPath,
+            Error::Unauthorized(_) => Code::Unauthorized,
+            Error::TokenInvalid(_) => Code::TokenInvalid,
+            Error::Forbidden(_) => Code::Forbidden,
+            Error::NotFound(_) => Code::NotFound,
+            Error::MethodNotAllowed => Code::MethodNotAllowed,
+            Error::Conflict(_) => Code::Conflict,
+            Error::IllegalTransition(_) => Code::IllegalTransition,
+            Error::Ambiguous(_) => Code::Ambiguous,
+            Error::ExecutorNotConnected(_) => Code::ExecutorNotConnected,
+            Error::ControlUnsupported(_) => Code::ControlUnsupported,
+            Error::RequestTimeout(_) => Code::RequestTimeout,
+            Error::PayloadTooLarge(_) => Code::PayloadTooLarge,
+            Error::UriTooLong(_) => Code::UriTooLong,
+            Error::HeadersTooLarge(_) => Code::HeadersTooLarge,
+            Error::UnsupportedMediaType(_) => Code::UnsupportedMediaType,
+            Error::TooManyRequests(_) => Code::TooManyRequests,
+            Error::LeaseDeniesAllTools => Code::LeaseDeniesAllTools,
+            Error::InvalidTask(_) => Code::InvalidTask,
+            Error::MissionRefused(_) => Code::MissionRefused,
+            Error::InvalidRuntime(_) => Code::InvalidRuntime,
+            Error::UpgradeRequired => Code::UpgradeRequired,
+            Error::NoExecutorAvailable { resumable_required: true, .. } => Code::NoResumableExecutorAvailable,
+            Error::NoExecutorAvailable { .. } => Code::NoExecutorAvailable,
+            Error::LeaderUnavailable(_) => Code::LeaderUnavailable,
+            Error::StorageUnavailable(_) => Code::StorageUnavailable,
+            Error::EventsCompacted { .. } => Code::EventsCompacted,
+            Error::ExecutorUnreachable(_) => Code::ExecutorUnreachable,
+            Error::ExecutorForwardFailed(_) => Code::ExecutorForwardFailed,
+            Error::Store(_) => Code::Internal,
         }
     }
 
     pub fn code(&self) -> &'static str {
-        self.meta().0
-    }
-
-    pub fn status(&self) -> StatusCode {
-        self.meta().1
+        self.kind().name()
     }
 
     /// The schema failures behind a `schema_violation`, for the `details` field.
@@ -163,3 +289,29 @@ impl Error {
 }
 
 pub(crate) type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// As `config.example.toml` documents every key, `docs/errors.md` is the table, row for row.
+    #[test]
+    fn errors_md_is_the_error_table() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/errors.md");
+        if std::env::var_os("AIWG_WRITE_DOCS").is_some() {
+            std::fs::write(&path, Code::table()).unwrap();
+        }
+        let written = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(written == Code::table(), "docs/errors.md differs from the table: AIWG_WRITE_DOCS=1 writes it anew");
+    }
+
+    #[test]
+    fn every_code_is_named_once() {
+        let mut names: Vec<&str> = Code::ALL.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Code::ALL.len());
+    }
+}

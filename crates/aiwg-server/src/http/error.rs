@@ -12,7 +12,7 @@ const RETRY_AFTER_S: &str = "5";
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let (code, status) = self.meta();
+        let (code, status) = (self.code(), self.kind().status());
         let message = if status.is_server_error() && matches!(self, Error::Store(_)) {
             // Internal details go to the log, not to the caller.
             tracing::error!(error = ?self, "internal error");

@@ -19,7 +19,7 @@ use serde_json::{json, Map, Value};
 
 use super::extract::Operator;
 use crate::app::App;
-use crate::error::Result;
+use crate::error::{Code, Result};
 
 /// How long each readiness check may take before it counts as failed.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -98,6 +98,6 @@ async fn ready(State(app): State<Arc<App>>) -> Response {
         return ([(CACHE_CONTROL, "no-store")], Json(json!({"status": "ready", "checks": checks}))).into_response();
     }
     tracing::debug!(failed = ?failed, "not ready");
-    let body = json!({"error": "not_ready", "message": failed.join("; ")});
+    let body = json!({"error": Code::NotReady.name(), "message": failed.join("; ")});
     (StatusCode::SERVICE_UNAVAILABLE, [(CACHE_CONTROL, "no-store"), (RETRY_AFTER, "5")], Json(body)).into_response()
 }

@@ -132,7 +132,7 @@ impl Feed {
         }
     }
 
-    /// See [`follow`].
+    /// See `follow`.
     pub fn follow(&self, since: Option<i64>, filter: Filter) -> mpsc::Receiver<Next> {
         follow(self.store.clone(), since, filter, self.shutdown.clone())
     }

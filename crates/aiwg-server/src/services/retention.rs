@@ -11,9 +11,9 @@
 //!
 //! A pass runs every `retention.interval_s`, on demand ([`Retention::pass`], `POST
 //! /api/v1/store/compact`), and, when a cap is set, as soon as the store is found above it (its size is
-//! read every [`CAP_CHECK`], a cheap read, so that a flood overshoots the cap by a fraction of a
+//! read every `CAP_CHECK`, a cheap read, so that a flood overshoots the cap by a fraction of a
 //! second's events, not by an interval's). It goes through the writer like every other write, in units of at most
-//! [`UNIT`] events, each committed before the next is read: ingestion's batches carry at most one small
+//! `UNIT` events, each committed before the next is read: ingestion's batches carry at most one small
 //! compaction unit each, so compaction never stalls them. The log stays resumable: compaction moves a
 //! horizon up (the highest sequence number removed), and a stream asked to resume below it is told so,
 //! with the first sequence it can have, instead of silently missing events (see `feed`).

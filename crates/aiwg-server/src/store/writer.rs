@@ -189,7 +189,7 @@ impl WriterTask {
         Ok(WriterTask { done })
     }
 
-    /// Resolves once the writer has committed everything queued before [`WriterHandle::stop`].
+    /// Resolves once the writer has committed everything queued before `WriterHandle::stop`.
     pub async fn finished(self) {
         let _ = self.done.await;
     }

@@ -1,7 +1,7 @@
 //! The PostgreSQL adapter of the storage port (`--database-url postgres://...`).
 //!
 //! The same shape as SQLite's: reads on a pool, every write through the one writer, which commits
-//! whatever is queued in one transaction ([`commit`]). What PostgreSQL adds is a database that other
+//! whatever is queued in one transaction (`commit`). What PostgreSQL adds is a database that other
 //! processes can reach, so this adapter takes care that none of them corrupts what the writer relies on:
 //!
 //! - the event sequence is taken under a row lock held until commit (`event_sequence`), so numbers
@@ -14,7 +14,7 @@
 //!   state in memory that only one process may decide from. Replicas ([`Claim::Leader`]) are serves
 //!   that expect this: the holder leads and announces its address in `serve_leader`, the others
 //!   forward to it ([`Leadership`]) and try the claim when its holder is gone;
-//! - the feed follows the log, not only this writer ([`tail`]): several stores on one database
+//! - the feed follows the log, not only this writer (`tail`): several stores on one database
 //!   ([`Claim::Shared`]) each publish every event, in order.
 
 mod commit;

@@ -1,12 +1,12 @@
 //! The SQLite adapter of the storage port.
 //!
-//! Reads go through a small sqlx pool ([`reads`]). Every write goes through one writer ([`writer`]) that
+//! Reads go through a small sqlx pool (`reads`). Every write goes through one writer (`writer`) that
 //! commits whatever is queued in one transaction (group commit), so that throughput is set by batches,
 //! not by per-row commits, and there is never more than one writer contending for the database. The
-//! writer's connection is SQLite called directly on the writer's thread ([`raw`]): through sqlx each
+//! writer's connection is SQLite called directly on the writer's thread (`raw`): through sqlx each
 //! statement went to its worker thread and back, and every bound string was copied on the way. The WAL
-//! is checkpointed beside the writer ([`checkpoint`]), never inside its commits, and the log's
-//! per-mission index is filed by the writer in bulk between its commits ([`index`]).
+//! is checkpointed beside the writer (`checkpoint`), never inside its commits, and the log's
+//! per-mission index is filed by the writer in bulk between its commits (`index`).
 
 mod checkpoint;
 mod commit;
