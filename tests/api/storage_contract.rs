@@ -387,7 +387,7 @@ mod cases {
         let orphan = hitl("no-such-mission", "h1", HitlOutcome::Pending, None);
         let broken = submit(&store, vec![append(&d), put_hitl(&orphan)]).await;
         let neighbour = submit(&store, vec![append(&e)]).await;
-        assert!(matches!(broken.await.unwrap(), Err(StoreError::Db(_))));
+        assert!(matches!(broken.await.unwrap(), Err(StoreError::Database(_))));
         assert_eq!(neighbour.await.unwrap().unwrap(), vec![3]);
         assert_eq!(store.last_seq(), 3);
         let envelopes: Vec<_> = all_events(&store).await.into_iter().map(|e| e.envelope).collect();

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use load::{ConfigError, Overrides};
 
-use crate::store::Synchronous;
+use crate::store::StoreConfig;
 
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -131,15 +131,6 @@ pub struct ReplicaConfig {
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct StoreConfig {
-    pub synchronous: Synchronous,
-    /// `postgres://...` stores everything in PostgreSQL instead of the embedded SQLite file of the data
-    /// directory; empty (the default) is SQLite.
-    pub database_url: String,
-}
-
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
 pub struct HubConfig {
     pub max_frame_bytes: usize,
     pub read_buffer_bytes: usize,
@@ -218,12 +209,6 @@ impl Default for ServerConfig {
             max_connections: 0,
             behind_proxy: Vec::new(),
         }
-    }
-}
-
-impl Default for StoreConfig {
-    fn default() -> StoreConfig {
-        StoreConfig { synchronous: Synchronous::Normal, database_url: String::new() }
     }
 }
 

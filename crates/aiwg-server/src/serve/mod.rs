@@ -19,18 +19,14 @@ pub use accept::{MAX_HEADERS, MAX_HEAD_BYTES, MAX_URI_BYTES};
 use crate::app::App;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::postgres::Deposed;
-use crate::store::sqlite::WriterTask;
-use crate::store::StoreError;
+use crate::store::{Deposed, Held, OpenError, Opened, Role, StoreError};
 use crate::tasks::Sockets;
 use aiwg_contract::Schema;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
-    DataDir(#[from] crate::datadir::DataDirError),
-    #[error("cannot open the store: {0}")]
-    Store(#[from] StoreError),
+    Open(#[from] OpenError),
     #[error("{0}")]
     Schema(String),
     #[error("cannot load state: {}", load_detail(.0))]
@@ -39,6 +35,12 @@ pub enum StartError {
     Runtime(std::io::Error),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+}
+
+impl From<StoreError> for StartError {
+    fn from(e: StoreError) -> StartError {
+        StartError::Open(OpenError::Store(e))
+    }
 }
 
 /// What went wrong loading the store, with its cause (the domain error alone says "storage failure").
@@ -89,7 +91,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     }
     let metrics = Arc::new(Metrics::default());
     let (stop, stopped) = watch::channel(false);
-    let (leading, mut deposed) = Leading::open(&config, schema, metrics, stopped.clone()).await?;
+    let (leading, mut deposed) = Leading::open(&config, Role::Alone, schema, metrics, stopped.clone()).await?;
     let bind = config.server.bind;
     let listener = listen(bind).map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
@@ -116,10 +118,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
 
 /// The store a log line names: the SQLite file, or the PostgreSQL database without its credentials.
 fn store_name(config: &Config) -> String {
-    match config.store.database_url.as_str() {
-        "" => config.server.data_dir.join(crate::datadir::DATABASE).display().to_string(),
-        url => crate::store::postgres::describe(url),
-    }
+    crate::store::describe(&config.store, &config.server.data_dir)
 }
 
 /// The services of a serve that holds its store: they decide, and its store writes. One per serve, or
@@ -127,61 +126,26 @@ fn store_name(config: &Config) -> String {
 struct Leading {
     app: Arc<App>,
     store: crate::store::Store,
-    writer: WriterTask,
-    /// The data directory's claim (SQLite); PostgreSQL's is the writer's session.
-    claim: Option<crate::datadir::DataDir>,
+    held: Held,
 }
 
 impl Leading {
-    /// Claims and opens the store, loads the services and resumes what was under way. The services
-    /// stop with `stopped`.
+    /// Opens the store as `role`, loads the services and resumes what was under way. The services stop
+    /// with `stopped`; the store's deposition signal is the caller's to watch.
     async fn open(
         config: &Config,
-        schema: Schema,
-        metrics: Arc<Metrics>,
-        stopped: watch::Receiver<bool>,
-    ) -> Result<(Leading, Deposed), StartError> {
-        if !config.store.database_url.is_empty() {
-            let claim = crate::store::postgres::Claim::Exclusive;
-            return Leading::postgres(config, claim, schema, metrics, stopped).await;
-        }
-        // SQLite's store is the data directory's, claimed first.
-        let claim = crate::datadir::DataDir::claim(&config.server.data_dir)?;
-        let lag = config.hub.stream_lag_limit;
-        let (store, writer) =
-            crate::store::sqlite::open(claim.path(), config.store.synchronous, lag, metrics.clone()).await?;
-        let leading = Leading::start(config, schema, metrics, stopped, (store, writer, Some(claim))).await?;
-        Ok((leading, Deposed::never()))
-    }
-
-    /// [`Leading::open`] on PostgreSQL, whose claim is on the database: exclusive, or a replica's that
-    /// announces its address. (Apart, so that a replica's takeover, awaited in a spawned task, holds no
-    /// SQLite future: rustc cannot prove those `Send` there.)
-    async fn postgres(
-        config: &Config,
-        claim: crate::store::postgres::Claim,
+        role: Role,
         schema: Schema,
         metrics: Arc<Metrics>,
         stopped: watch::Receiver<bool>,
     ) -> Result<(Leading, Deposed), StartError> {
         let lag = config.hub.stream_lag_limit;
-        let (store, writer, deposed) =
-            crate::store::postgres::open(&config.store.database_url, claim, lag, metrics.clone()).await?;
-        let leading = Leading::start(config, schema, metrics, stopped, (store, writer, None)).await?;
-        Ok((leading, deposed))
-    }
-
-    async fn start(
-        config: &Config,
-        schema: Schema,
-        metrics: Arc<Metrics>,
-        stopped: watch::Receiver<bool>,
-        (store, writer, claim): (crate::store::Store, WriterTask, Option<crate::datadir::DataDir>),
-    ) -> Result<Leading, StartError> {
+        let Opened { store, held, deposed } =
+            crate::store::open(&config.store, &config.server.data_dir, role, lag, metrics.clone()).await?;
         let sockets = Sockets::start().map_err(StartError::Runtime)?;
         let app = Arc::new(App::new(config.clone(), schema, store.clone(), metrics, sockets, stopped).await?);
         app.resume().await?;
-        Ok(Leading { app, store, writer, claim })
+        Ok((Leading { app, store, held }, deposed))
     }
 
     fn router(&self) -> axum::Router {
@@ -198,7 +162,6 @@ impl Leading {
         }
         self.app.sockets.stop();
         self.store.close().await;
-        self.writer.finished().await;
-        drop(self.claim);
+        self.held.release().await;
     }
 }

@@ -29,8 +29,7 @@ use super::relay::Relay;
 use super::{Deposed, Handle, Leading, StartError};
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::store::postgres::{Claim, Leadership};
-use crate::store::StoreError;
+use crate::store::{Leadership, OpenError, Role, StoreError};
 use aiwg_contract::Schema;
 
 /// How often a follower asks who leads (and takes over when nobody does).
@@ -127,13 +126,13 @@ impl Replica {
             None => Schema::load().map_err(StartError::Schema)?,
         };
         let (stop, stopped) = watch::channel(false);
-        let claim = Claim::Leader(self.advertise.clone());
-        match Leading::postgres(&self.config, claim, schema, self.metrics.clone(), stopped).await {
+        let role = Role::Leader { advertise: self.advertise.clone() };
+        match Leading::open(&self.config, role, schema, self.metrics.clone(), stopped).await {
             Ok((leading, deposed)) => {
                 tracing::info!(advertise = %self.advertise, "this replica leads");
                 Ok(Some(Term { leading, deposed, stop }))
             }
-            Err(StartError::Store(StoreError::InUse(_))) => Ok(None),
+            Err(StartError::Open(OpenError::Store(StoreError::InUse(_)))) => Ok(None),
             Err(e) => Err(e),
         }
     }

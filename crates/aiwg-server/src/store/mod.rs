@@ -1,5 +1,5 @@
-//! Durable state: the storage port the services call, and its adapters (today [`sqlite`], the only
-//! module that writes SQL).
+//! Durable state: the storage port the services call, its adapters ([`sqlite`], the default, and
+//! [`postgres`]), and [`open`], which opens the one the configuration names.
 //!
 //! Every write is a unit of [`Change`]s, committed atomically and answered with the sequence numbers of
 //! its events; an adapter is free to commit many queued units together (the SQLite one does: group
@@ -7,11 +7,13 @@
 //! and committed events are also published, in sequence order, to subscribers.
 
 mod migrate;
+mod open;
 pub mod postgres;
 mod reads;
 mod records;
 mod rows;
 mod script;
+mod sql_error;
 mod sql_store;
 pub mod sqlite;
 mod writer;
@@ -26,12 +28,22 @@ use tokio::sync::broadcast;
 pub use aiwg_domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
-pub use records::{Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending, ProgressSeen};
+pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConfig};
+pub use postgres::Leadership;
+pub use records::{
+    Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending, ProgressSeen, Returned,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The database failed what was asked; its message.
     #[error("database error: {0}")]
-    Db(#[from] sqlx::Error),
+    Database(String),
+    /// The store cannot serve now because of its surroundings (a full disk, a database that does not
+    /// answer) rather than a fault in the data: `why` is what the operator can act on, `detail` the
+    /// database's own message (for the log).
+    #[error("{why}: {detail}")]
+    Unavailable { why: &'static str, detail: String },
     #[error("mission {0} already exists")]
     DuplicateMission(String),
     #[error("the store writer has stopped")]
@@ -62,32 +74,7 @@ impl StoreError {
         match self {
             StoreError::WriterGone => Some("the store is shutting down"),
             StoreError::Interrupted(_) => Some("the connection to the database was lost"),
-            StoreError::Db(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => Some("the database does not answer"),
-            StoreError::Db(sqlx::Error::Io(_)) => Some("the connection to the database failed"),
-            StoreError::Db(sqlx::Error::Database(e)) => {
-                if let Some(e) = e.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
-                    use sqlx::error::DatabaseError;
-                    // Extended result codes keep the primary one in their low byte.
-                    let primary = e.code().and_then(|c| c.parse::<i32>().ok()).map(|c| c & 0xff);
-                    return match primary {
-                        Some(13) => Some("the data directory's disk is full"),
-                        Some(10) => Some("the data directory cannot be read or written (I/O error)"),
-                        Some(14) => Some("the database file cannot be opened"),
-                        Some(5) => Some("the database is busy"),
-                        _ => None,
-                    };
-                }
-                // PostgreSQL's classes: 53 insufficient resources (disk full, out of memory, too many
-                // connections), 57P operator intervention (shutting down), 08 connection, 58 system I/O.
-                let code = e.code().unwrap_or_default();
-                match code.get(..2) {
-                    Some("53") if code == "53100" => Some("the database's disk is full"),
-                    Some("53") => Some("the database is out of resources"),
-                    Some("57") | Some("08") => Some("the database does not answer"),
-                    Some("58") => Some("the database cannot read or write (I/O error)"),
-                    _ => None,
-                }
-            }
+            StoreError::Unavailable { why, .. } => Some(why),
             _ => None,
         }
     }
@@ -259,31 +246,4 @@ pub trait Storage: Send + Sync {
 
     /// Stops the writer once what is queued is committed, and closes the read side.
     fn close(&self) -> BoxFuture<'_, ()>;
-}
-
-#[cfg(test)]
-mod tests {
-    use sqlx::{Connection, Executor};
-
-    use super::StoreError;
-    use crate::error::Error;
-
-    /// A full disk, as SQLite reports it (a page limit makes it one without filling a real disk): a
-    /// 503 the caller may retry, not a 500; a fault in the data stays `internal`.
-    #[tokio::test]
-    async fn a_full_disk_is_storage_unavailable_and_a_constraint_is_not() {
-        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
-        conn.execute("PRAGMA max_page_count = 3; CREATE TABLE t (v BLOB PRIMARY KEY)").await.unwrap();
-        let full = sqlx::query("INSERT INTO t VALUES (zeroblob(100000))").execute(&mut conn).await.unwrap_err();
-        match Error::from(StoreError::Db(full)) {
-            Error::StorageUnavailable(message) => {
-                assert_eq!(message, "the store is failing: the data directory's disk is full; retry")
-            }
-            other => panic!("{other:?}"),
-        }
-        sqlx::query("INSERT INTO t VALUES (x'01')").execute(&mut conn).await.unwrap();
-        let duplicate = sqlx::query("INSERT INTO t VALUES (x'01')").execute(&mut conn).await.unwrap_err();
-        assert_eq!(Error::from(StoreError::Db(duplicate)).code(), "internal");
-        assert_eq!(Error::from(StoreError::Db(sqlx::Error::PoolTimedOut)).code(), "storage_unavailable");
-    }
 }

@@ -7,7 +7,6 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use super::writer::Unit;
 use super::Result;
 use aiwg_domain::{
     ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord, StoredEvent,
@@ -80,17 +79,25 @@ impl Change {
 
 /// What a queued unit yields once committed: the sequence numbers of its events (an error when the
 /// writer is gone).
-///
-/// The writer hands the unit back with its outcome, and it is dropped here, on the thread of the task
-/// that submitted it and allocated it: freed by the writer's thread, each of its strings was a free
-/// across threads, which mimalloc makes through a shared list that the owning thread collects later,
-/// and the one writer spent its time on it (events per serve CPU-second 69.8k -> 75.6k, medians of
-/// seven alternated `aiwg-bench --only ingest` runs each, 2026-12-03).
-pub struct Pending(oneshot::Receiver<(Result<Vec<i64>>, Unit)>);
+pub struct Pending(oneshot::Receiver<(Result<Vec<i64>>, Returned)>);
 
 impl Pending {
-    pub(super) fn new(rx: oneshot::Receiver<(Result<Vec<i64>>, Unit)>) -> Pending {
+    pub fn new(rx: oneshot::Receiver<(Result<Vec<i64>>, Returned)>) -> Pending {
         Pending(rx)
+    }
+}
+
+/// What an adapter hands back with a unit's outcome for [`Pending`] to drop: the unit's allocations,
+/// made by the task that submitted it and freed on that task's thread. Freed by a writer's thread, each
+/// string of a unit was a free across threads, which mimalloc makes through a shared list the owning
+/// thread collects later, and the one writer spent its time on it (`docs/performance.md`).
+pub struct Returned {
+    _unit: Box<dyn Send>,
+}
+
+impl Returned {
+    pub fn new(unit: Box<dyn Send>) -> Returned {
+        Returned { _unit: unit }
     }
 }
 

@@ -15,7 +15,9 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::script::{Builder, Encoded, Scripts};
 use crate::metrics::Metrics;
-use crate::store::{Change, CommitSlot, Mission, MissionPatch, NewEvent, Pending, Result, StoreError, StoredEvent};
+use crate::store::{
+    Change, CommitSlot, Mission, MissionPatch, NewEvent, Pending, Result, Returned, StoreError, StoredEvent,
+};
 
 const MAX_BATCH: usize = 2048;
 
@@ -23,10 +25,10 @@ const MAX_BATCH: usize = 2048;
 const IDLE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A unit's outcome goes back with the unit itself (see [`Pending`]).
-type Reply = oneshot::Sender<(Result<Vec<i64>>, Unit)>;
+type Reply = oneshot::Sender<(Result<Vec<i64>>, Returned)>;
 
 pub(super) enum Msg {
-    Unit(Unit, Reply),
+    Unit(Box<Unit>, Reply),
     Stop,
 }
 
@@ -61,7 +63,8 @@ impl Unit {
 fn slot(permit: mpsc::Permit<'_, Msg>) -> CommitSlot<'_> {
     CommitSlot::new(move |changes| {
         let (reply, rx) = oneshot::channel();
-        permit.send(Msg::Unit(Unit::new(changes), reply));
+        // Boxed here, on the submitting task's thread, which also frees it (see [`Returned`]).
+        permit.send(Msg::Unit(Box::new(Unit::new(changes)), reply));
         Pending::new(rx)
     })
 }
@@ -96,6 +99,11 @@ impl WriterHandle {
     pub(super) async fn stop(&self) {
         let _ = self.tx.send(Msg::Stop).await;
     }
+}
+
+/// The writer's thread (or its runtime) could not be started: the process is out of threads or memory.
+fn thread_failed(e: std::io::Error) -> StoreError {
+    StoreError::Database(format!("cannot start the store's writer: {e}"))
 }
 
 pub struct WriterTask {
@@ -163,9 +171,9 @@ impl WriterTask {
         health: Arc<Health>,
     ) -> Result<WriterTask> {
         // The writer has a thread of its own. As one task among hundreds of socket tasks it waited in the
-        // runtime's queue at every step (each database round trip, each new batch): events spent a
-        // median 5 ms between arrival and commit while commits themselves took 0.6 ms.
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(sqlx::Error::Io)?;
+        // runtime's queue at every step (each database round trip, each new batch): events spent far
+        // longer waiting for the writer than being committed (`docs/performance.md`).
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(thread_failed)?;
         let (ready, prepared) = oneshot::channel();
         let (finished, done) = oneshot::channel();
         std::thread::Builder::new()
@@ -184,7 +192,7 @@ impl WriterTask {
                 });
                 let _ = finished.send(());
             })
-            .map_err(sqlx::Error::Io)?;
+            .map_err(thread_failed)?;
         prepared.await.map_err(|_| StoreError::WriterGone)??;
         Ok(WriterTask { done })
     }
@@ -201,7 +209,7 @@ pub(super) trait Committer: Send + 'static {
     /// Readies the committer on the writer's thread, before the first batch. A connection whose I/O
     /// tokio drives must be opened here, on the writer's own runtime: one opened on the main runtime
     /// and awaited from this thread made every round trip wait for the main runtime's I/O driver, and
-    /// PostgreSQL ingestion ran at 600 events/s instead of 15,000 (batches of one unit).
+    /// PostgreSQL ingestion ran some 25 times slower (batches of one unit).
     fn prepare(&mut self) -> impl Future<Output = Result<()>>;
 
     /// Applies the units in one transaction and commits it. The outer error is a database failure:
@@ -235,7 +243,7 @@ async fn run<C: Committer, P: Publisher>(
     metrics: Arc<Metrics>,
     health: Arc<Health>,
 ) {
-    let mut batch: Vec<(Unit, Reply)> = Vec::new();
+    let mut batch: Vec<(Box<Unit>, Reply)> = Vec::new();
     let mut stopping = false;
     while !stopping {
         let received = match tokio::time::timeout(IDLE, rx.recv()).await {
@@ -272,7 +280,7 @@ async fn run<C: Committer, P: Publisher>(
     rx.close();
     while let Some(msg) = rx.recv().await {
         if let Msg::Unit(unit, reply) = msg {
-            let _ = reply.send((Err(StoreError::WriterGone), unit));
+            let _ = reply.send((Err(StoreError::WriterGone), Returned::new(unit)));
         }
     }
     committer.close().await;
@@ -280,11 +288,11 @@ async fn run<C: Committer, P: Publisher>(
 
 async fn commit_batch<C: Committer, P: Publisher>(
     committer: &mut C,
-    batch: &mut Vec<(Unit, Reply)>,
+    batch: &mut Vec<(Box<Unit>, Reply)>,
     feed: &P,
     health: &Health,
 ) {
-    let units: Vec<&Unit> = batch.iter().map(|(u, _)| u).collect();
+    let units: Vec<&Unit> = batch.iter().map(|(u, _)| &**u).collect();
     // An empty unit (readiness's probe) commits even on a full disk: it says nothing of the store's health.
     let writes = units.iter().any(|u| !u.changes.is_empty());
     match committer.commit(&units).await {
@@ -294,14 +302,14 @@ async fn commit_batch<C: Committer, P: Publisher>(
             }
             feed.publish(&units, &committed);
             for ((unit, reply), result) in batch.drain(..).zip(results) {
-                let _ = reply.send((result, unit));
+                let _ = reply.send((result, Returned::new(unit)));
             }
         }
         Err(e) if committer.outcome_unknown() => {
             tracing::error!(error = %e, units = batch.len(), "batch commit interrupted; its outcome is unknown");
             let why = e.to_string();
             for (unit, reply) in batch.drain(..) {
-                let _ = reply.send((Err(StoreError::Interrupted(why.clone())), unit));
+                let _ = reply.send((Err(StoreError::Interrupted(why.clone())), Returned::new(unit)));
             }
         }
         Err(e) => {
@@ -322,7 +330,7 @@ async fn commit_batch<C: Committer, P: Publisher>(
                 if let Err(refusal) = &result {
                     tracing::debug!(error = %refusal, "a unit was not committed");
                 }
-                let _ = reply.send((result, unit));
+                let _ = reply.send((result, Returned::new(unit)));
             }
             match any_committed {
                 true => health.committed(),
@@ -406,12 +414,15 @@ pub(super) type Applied = (Vec<Result<Vec<i64>>>, Committed);
 
 /// How an adapter runs the statements [`Gathered::unit`] meets while reading a unit.
 pub(super) trait Statements<'a> {
+    /// The adapter's own error (its committer reads it before it becomes a [`StoreError`]).
+    type Error;
+
     /// Inserts a mission unless its id exists; says whether it did. Its outcome decides the unit's, so
     /// it runs at once.
-    fn insert_mission(&mut self, m: &'a Mission) -> impl Future<Output = std::result::Result<bool, sqlx::Error>>;
+    fn insert_mission(&mut self, m: &'a Mission) -> impl Future<Output = std::result::Result<bool, Self::Error>>;
 
     /// Upserts an executor, a sandbox or a HITL request, now or with the rest of the batch.
-    fn upsert(&mut self, change: &'a Change) -> impl Future<Output = std::result::Result<(), sqlx::Error>>;
+    fn upsert(&mut self, change: &'a Change) -> impl Future<Output = std::result::Result<(), Self::Error>>;
 }
 
 /// What the batch's units leave for the end of the transaction, gathered unit by unit: the upserts run
@@ -434,12 +445,12 @@ pub(super) struct Gathered<'a> {
 impl<'a> Gathered<'a> {
     /// Reads the units in order, numbering their events from `next_seq` (left at the next free number):
     /// each unit's result, the outer error being a database failure.
-    pub(super) async fn units(
+    pub(super) async fn units<S: Statements<'a>>(
         &mut self,
-        statements: &mut impl Statements<'a>,
+        statements: &mut S,
         units: &[&'a Unit],
         next_seq: &mut i64,
-    ) -> std::result::Result<Vec<Result<Vec<i64>>>, sqlx::Error> {
+    ) -> std::result::Result<Vec<Result<Vec<i64>>>, S::Error> {
         let mut results = Vec::with_capacity(units.len());
         for (unit_index, unit) in units.iter().enumerate() {
             results.push(self.unit(statements, unit_index, unit, next_seq).await?);
@@ -450,13 +461,13 @@ impl<'a> Gathered<'a> {
     /// Reads one unit's changes in order: an insert or upsert runs (or joins the script), the rest is
     /// gathered. A duplicate mission refuses the unit and ends its reading (the insert comes first in
     /// its unit, so nothing else of it is written).
-    async fn unit(
+    async fn unit<S: Statements<'a>>(
         &mut self,
-        statements: &mut impl Statements<'a>,
+        statements: &mut S,
         unit_index: usize,
         unit: &'a Unit,
         next_seq: &mut i64,
-    ) -> std::result::Result<Result<Vec<i64>>, sqlx::Error> {
+    ) -> std::result::Result<Result<Vec<i64>>, S::Error> {
         let mut seqs = Vec::new();
         let mut encoded = unit.encoded.iter().enumerate();
         for (change_index, change) in unit.changes.iter().enumerate() {

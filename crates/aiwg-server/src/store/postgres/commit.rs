@@ -183,6 +183,8 @@ struct EachStatement<'c> {
 }
 
 impl<'a> Statements<'a> for EachStatement<'_> {
+    type Error = sqlx::Error;
+
     async fn insert_mission(&mut self, m: &'a Mission) -> Result<bool, sqlx::Error> {
         let mut insert = Script(QueryBuilder::new(""));
         insert.insert_mission(m);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::index::Index;
-use super::raw::{Batch, Connection};
+use super::raw::{self, Batch, Connection};
 use crate::store::script::Script;
 use crate::store::writer::{Applied, Committer, Gathered, Statements, Unit};
 use crate::store::{Change, Mission, StoreError};
@@ -93,7 +93,7 @@ fn reclaim(conn: &mut Connection) -> bool {
     }
 }
 
-async fn apply(conn: &mut Connection, units: &[&Unit], next_seq: &mut i64) -> Result<Applied, sqlx::Error> {
+async fn apply(conn: &mut Connection, units: &[&Unit], next_seq: &mut i64) -> Result<Applied, raw::Error> {
     let now = aiwg_contract::clock::now();
     // The commit time, bound as text once for every row it stamps.
     let stamp = aiwg_contract::clock::format(now);
@@ -114,13 +114,15 @@ struct OneScript<'c, 's> {
 }
 
 impl<'a: 's, 's> Statements<'a> for OneScript<'_, 's> {
-    async fn insert_mission(&mut self, m: &'a Mission) -> Result<bool, sqlx::Error> {
+    type Error = raw::Error;
+
+    async fn insert_mission(&mut self, m: &'a Mission) -> Result<bool, raw::Error> {
         let mut insert = Script(Batch::default());
         insert.insert_mission(m);
         Ok(self.conn.run(&insert.0)? == 1)
     }
 
-    async fn upsert(&mut self, change: &'a Change) -> Result<(), sqlx::Error> {
+    async fn upsert(&mut self, change: &'a Change) -> Result<(), raw::Error> {
         self.script.push_upsert(change);
         Ok(())
     }

@@ -16,14 +16,12 @@ use super::raw::{Batch, Connection};
 /// How often the tail is filed at the latest: a slow trickle of events is filed this often.
 pub(super) const EVERY: Duration = Duration::from_millis(250);
 
-/// The longest tail filed at once. A filing holds the writer (SQLite has one) for 2-3 µs a row: the
-/// 11,000 rows of a quarter second at half the ingestion peak held it for ~20 ms, four times a second,
-/// which every commit queued meanwhile waited out. Filed at this length, under load (a quarter to half
-/// the peak, timed in the writer) a filing takes 6-7 ms, up to 30 ms when it meets the once-a-second
-/// checkpoint, every 20-80 ms; each mission's leaf is still written once per filing, for dozens of its
-/// events. A quarter of this length cut the filings to 3.4 ms but left the tail where it was (p99 at a
-/// quarter of the peak 19.7 against 16.9 ms, one run each), for four times the leaf writes, so it is
-/// not in. It also bounds the unfiled tail a per-mission read scans.
+/// The longest tail filed at once. A filing holds the writer (SQLite has one), and every commit queued
+/// meanwhile waits it out: the whole tail of a quarter second at half the ingestion peak held it for
+/// tens of milliseconds. At this length a filing stays a few milliseconds and each mission's leaf is
+/// still written once per filing, for dozens of its events; a quarter of it shortened the filings but
+/// not the commit latency's tail, for four times the leaf writes (the timings: `docs/performance.md`).
+/// It also bounds the unfiled tail a per-mission read scans.
 pub const ROWS: i64 = 2048;
 
 /// Where filing stands: the mark (every event at or below it is filed) and when it last moved.

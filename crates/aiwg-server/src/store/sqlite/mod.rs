@@ -34,6 +34,19 @@ pub use super::writer::WriterTask;
 /// of `aiwg-bench` files as often).
 pub use index::ROWS as INDEX_FILED_ROWS;
 
+/// What an SQLite result code says of the store's surroundings, when it says something the operator can
+/// act on (extended codes keep the primary one in their low byte); the same for sqlx's reads and the
+/// writer's own connection (`raw`).
+pub(super) fn unavailable(code: i32) -> Option<&'static str> {
+    match code & 0xff {
+        13 => Some("the data directory's disk is full"),
+        10 => Some("the data directory cannot be read or written (I/O error)"),
+        14 => Some("the database file cannot be opened"),
+        5 => Some("the database is busy"),
+        _ => None,
+    }
+}
+
 /// The pages in use: the file less its free pages (which later writes reuse, and an incremental vacuum
 /// gives back).
 /// A listed mission's payload: the first 120 characters of its objective (see `Reads::listed_objective`).
@@ -72,8 +85,7 @@ pub async fn open(
     // Created (with the options above) and migrated by sqlx; the writer then opens its own connection.
     // Closing this one, the last, checkpoints and removes the WAL the migrations wrote. Keeping it
     // open until the writer's connection is open, or migrating on a connection of the read pool, saved
-    // no measurable start time and left 2.3 MiB more resident at idle (alternated `aiwg-bench --only
-    // cold` runs, 2026-12-03).
+    // no measurable start time and left more memory resident at idle (`docs/performance.md`).
     let mut setup = options.clone().connect().await?;
     migrate(&mut setup).await?;
     sqlx::Connection::close(setup).await?;

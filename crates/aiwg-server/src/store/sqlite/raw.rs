@@ -17,7 +17,6 @@
 //! connection is opened without SQLite's mutex (as sqlx opens its own), which is sound because a
 //! `Connection` is never shared: `&mut self` on every call keeps it to one thread at a time.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::path::Path;
@@ -54,43 +53,13 @@ impl Error {
     }
 }
 
-/// The writer's errors travel as sqlx's, like every other database error of the store: sqlx converts
-/// any `DatabaseError` (below).
+/// The writer's errors as the port's: SQLite's code says whether the store's surroundings failed (a
+/// full disk) or what was asked did.
 impl From<Error> for crate::store::StoreError {
     fn from(e: Error) -> Self {
-        sqlx::Error::from(e).into()
-    }
-}
-
-impl sqlx::error::DatabaseError for Error {
-    fn message(&self) -> &str {
-        &self.message
-    }
-
-    fn code(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Owned(self.code.to_string()))
-    }
-
-    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-        self
-    }
-
-    fn kind(&self) -> sqlx::error::ErrorKind {
-        use sqlx::error::ErrorKind;
-        match self.code {
-            ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => ErrorKind::UniqueViolation,
-            ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
-            ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
-            ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
-            _ => ErrorKind::Other,
+        match super::unavailable(e.code) {
+            Some(why) => crate::store::StoreError::Unavailable { why, detail: e.to_string() },
+            None => crate::store::StoreError::Database(e.to_string()),
         }
     }
 }
@@ -438,8 +407,7 @@ mod tests {
         let e = conn.run(&batch).unwrap_err();
         assert_eq!(e.code, ffi::SQLITE_CONSTRAINT_PRIMARYKEY);
         assert!(e.message.contains("UNIQUE constraint failed: t.id"), "{e}");
-        let sqlx = sqlx::Error::from(e);
-        assert_eq!(sqlx.as_database_error().unwrap().kind(), sqlx::error::ErrorKind::UniqueViolation);
+        assert!(matches!(crate::store::StoreError::from(e), crate::store::StoreError::Database(_)));
         assert!(conn.in_transaction());
         conn.execute("ROLLBACK").unwrap();
         assert_eq!(conn.query_i64("SELECT count(*) FROM t").unwrap(), 0);
