@@ -11,11 +11,10 @@ use aiwg_server::config::{Config, Overrides};
 
 mod cli;
 
-/// glibc's allocator spent about a third of serve's CPU under ingestion (perf), much of it freeing on
-/// one thread what another allocated (frames parsed by socket tasks, dropped by the writer). The
-/// `override` feature gives the bundled SQLite, which calls `malloc` itself, the same allocator: glibc's
-/// was a tenth of SQLite's thread (the writer's binds and statements), and with it gone `aiwg-bench
-/// --only ingest` gained 11% events/s and events per serve CPU-second (medians of three alternated runs).
+/// glibc's allocator spent a large part of serve's CPU under ingestion (perf), much of it freeing on one
+/// thread what another allocated (frames parsed by socket tasks, dropped by the writer). The `override`
+/// feature gives the bundled SQLite, which calls `malloc` itself, the same allocator (its own binds and
+/// statements on the writer's thread). What each step gained: `docs/performance.md`.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -3,10 +3,10 @@
 //! A runtime of their own: under an ingestion flood every worker of a shared runtime judged frames, a
 //! socket a whole read buffer per turn, and a woken HTTP request (a `/healthz` probe, a dashboard's
 //! poll, an operator's HITL answer) waited in tokio's run queue behind every busy socket's turn:
-//! `/healthz` answered in 145 ms at p99 while its handler takes microseconds. With the sockets on threads
+//! `/healthz` answered in a tenth of a second at p99 while its handler takes microseconds. With the sockets on threads
 //! of their own, the operating system's scheduler, which preempts, shares the cores between them and the
 //! HTTP side, whose threads are idle most of the time and so run as soon as they wake. (Yielding every
-//! few frames instead cut the tail by half but cost 15-20% of the ingestion throughput.) The sockets'
+//! few frames instead cut the tail by half but cost a sixth of the ingestion throughput.) The sockets'
 //! connections stay registered with the main runtime's I/O driver, which the HTTP side leaves free to
 //! poll.
 //!

@@ -7,8 +7,6 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::wire::{ArtifactRef, Candidate, InlineEvidence};
-
 /// SHA-256 of the bytes, lowercase hex, no `sha256:` prefix.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
@@ -80,35 +78,6 @@ pub fn inconclusive_hash(
     created_at_ms: u64,
 ) -> String {
     sha256_hex(format!("{task_id}|{candidate_id}|{verify_execution_id}|{reason_code}|{created_at_ms}").as_bytes())
-}
-
-/// The commit of a commit-reveal vote (§5.6): `approve|<salt>|<vrh>` or `reject|<salt>|<vrh>`.
-pub fn vote_commit(approve: bool, salt: &str, verifier_result_hash: &str) -> String {
-    let vote = if approve { "approve" } else { "reject" };
-    sha256_hex(format!("{vote}|{salt}|{verifier_result_hash}").as_bytes())
-}
-
-// The candidate in the kernel's struct order, without `output`: the output is covered by
-// `output_ref.digest`, and the proposal event does not carry it.
-#[derive(Serialize)]
-struct CandidatePreimage<'a> {
-    candidate_id: &'a str,
-    execution_id: &'a str,
-    output_ref: &'a ArtifactRef,
-    evidence_inline: &'a [InlineEvidence],
-    evidence_refs: &'a [ArtifactRef],
-}
-
-/// The candidate's hash, as voted on (§5.5).
-pub fn candidate_hash(c: &Candidate) -> String {
-    let preimage = CandidatePreimage {
-        candidate_id: &c.candidate_id,
-        execution_id: &c.execution_id,
-        output_ref: &c.output_ref,
-        evidence_inline: &c.evidence_inline,
-        evidence_refs: &c.evidence_refs,
-    };
-    sha256_hex(&serde_json::to_vec(&preimage).expect("the preimage always serializes"))
 }
 
 #[cfg(test)]
@@ -211,48 +180,5 @@ mod tests {
         let expected = sha256_hex(b"task-1|cand-exec-p-1|exec-v-1|200|1796000507083");
         assert_eq!(inconclusive_hash("task-1", "cand-exec-p-1", "exec-v-1", 200, 1_796_000_507_083), expected);
         assert_ne!(inconclusive_hash("task-1", "cand-exec-p-1", "exec-v-1", 201, 1_796_000_507_083), expected);
-    }
-
-    #[test]
-    fn vote_commit_of_the_worked_example() {
-        let commit = vote_commit(true, "salt-1", "vrh-1");
-        assert!(commit.starts_with("344dbc8e"), "{commit}");
-        assert!(commit.ends_with("da72a"), "{commit}");
-        assert_eq!(commit, sha256_hex(b"approve|salt-1|vrh-1"));
-        assert_eq!(vote_commit(false, "salt-1", "vrh-1"), sha256_hex(b"reject|salt-1|vrh-1"));
-    }
-
-    fn candidate(output: Value) -> Candidate {
-        Candidate {
-            candidate_id: "cand-exec-p-1".into(),
-            execution_id: "exec-p-1".into(),
-            output_ref: ArtifactRef {
-                uri: "artifact://reference/sha256:ab".into(),
-                digest: "sha256:ab".into(),
-                size_bytes: 9,
-                mime: "application/json".into(),
-                created_at: 7,
-                producer: "node".into(),
-            },
-            output,
-            evidence_inline: vec![InlineEvidence { mime: "text/plain".into(), content: "trace:exec-p-1".into() }],
-            evidence_refs: vec![],
-        }
-    }
-
-    #[test]
-    fn candidate_hash_is_over_the_struct_order_without_output() {
-        let preimage = concat!(
-            r#"{"candidate_id":"cand-exec-p-1","execution_id":"exec-p-1","#,
-            r#""output_ref":{"uri":"artifact://reference/sha256:ab","digest":"sha256:ab","size_bytes":9,"#,
-            r#""mime":"application/json","created_at":7,"producer":"node"},"#,
-            r#""evidence_inline":[{"mime":"text/plain","content":"trace:exec-p-1"}],"evidence_refs":[]}"#
-        );
-        let c = candidate(json!({"a": "b"}));
-        assert_eq!(candidate_hash(&c), sha256_hex(preimage.as_bytes()));
-        assert_eq!(candidate_hash(&candidate(json!({"other": 1}))), candidate_hash(&c));
-        let mut moved = c.clone();
-        moved.output_ref.created_at = 8;
-        assert_ne!(candidate_hash(&moved), candidate_hash(&c));
     }
 }

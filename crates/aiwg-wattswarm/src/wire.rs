@@ -1,6 +1,6 @@
 //! The kernel's wire types, field for field (protocol §1). Fields are declared in the kernel's order
 //! because serde writes struct fields in declaration order and some of these bytes are hashed
-//! (`candidate_hash`, the policy spec). No type denies unknown fields: the kernel accepts extra fields
+//! (the kernel's candidate hash, the policy spec). No type denies unknown fields: the kernel accepts extra fields
 //! in both directions, so an executor that adds one must not be refused here either. A `Vec` with no
 //! default is required (a missing array is a decode error in the kernel too); an `Option` reads a
 //! missing key or `null` as `None`.

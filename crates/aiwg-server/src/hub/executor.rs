@@ -25,9 +25,9 @@ use crate::services::links::{Origin, Outbound, SUPERSEDED};
 /// Frames whose commit is awaited per socket before the socket stops reading (backpressure), and the
 /// fairness bound under flood: no socket has more than this in the writer's queue, so a batch carries
 /// at most this many of each socket's frames and sockets that get polled less often still get their
-/// share. 64 flooding sockets fill the queue (`store::writer::QUEUE`, 8,192 units) exactly. At 1,024 the
-/// slowest of 64 got 0.47-0.52 of the fastest's acks, at 128 0.56-0.68, with more events per CPU-second
-/// (`aiwg-bench --only ingest`, three alternated runs each, 2026-12-03).
+/// share. 64 flooding sockets fill the queue (`store::writer::QUEUE`, 8,192 units) exactly. A bound eight
+/// times larger left the slowest socket a smaller share and cost events per CPU-second (the
+/// measurements: `docs/performance.md`, "Measurements behind the code").
 const MAX_IN_FLIGHT: usize = 128;
 /// A peer refused this many frames within the window is flooding and is disconnected (1008).
 const MAX_REFUSALS: usize = 100;
