@@ -5,7 +5,7 @@
 use std::process::Stdio;
 
 use aiwg_wattswarm::checks::{check_execute_answer, check_verify_answer, output_ref};
-use aiwg_wattswarm::hash::verifier_result_hash;
+use aiwg_wattswarm::hash::VerifierResultFields;
 use aiwg_wattswarm::policy::{evaluate, PolicyId};
 use aiwg_wattswarm::task::{default_output_schema, sample_contract};
 use aiwg_wattswarm::wire::{Candidate, ExecuteRequest, ExecuteResponse, VerifyRequest, VerifyResponse};
@@ -240,16 +240,17 @@ async fn verify_judges_the_executed_candidate_as_a_kernel_checks_it() {
     assert!(verdict.passed);
     assert_eq!(verdict.reason_codes, [100]);
     let policy_hash = PolicyId::SchemaOnly.hash();
-    let expected = verifier_result_hash(
-        &verify.candidate.candidate_id,
-        &executed.execution_id,
-        "shell",
-        true,
-        &policy_hash,
-        "aiwg-serve",
-        &[100],
-        verdict.score,
-    );
+    let expected = VerifierResultFields {
+        candidate_id: &verify.candidate.candidate_id,
+        execution_id: &executed.execution_id,
+        model_id: "shell",
+        passed: true,
+        policy_hash: &policy_hash,
+        provider_family: "aiwg-serve",
+        reason_codes: &[100],
+        score: verdict.score,
+    }
+    .hash();
     assert_eq!(verdict.verifier_result_hash, expected);
     let local = evaluate(PolicyId::SchemaOnly, &answer.candidate_output, &default_output_schema(), &json!({}));
     check_verify_answer(&verdict, PolicyId::SchemaOnly, &local).unwrap();

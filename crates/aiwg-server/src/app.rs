@@ -24,6 +24,7 @@ use crate::services::retention::Retention;
 use crate::services::runtimes::Runtimes;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
+use crate::services::Core;
 use crate::store::Store;
 use crate::tasks::Sockets;
 use aiwg_contract::Schema;
@@ -64,10 +65,16 @@ impl App {
         let wake_queue = Arc::new(Notify::new());
         let registry = Arc::new(Registry::load(store.clone()).await?);
         let ledger = Arc::new(Ledger::load(store.clone(), registry.clone(), wake_queue.clone()).await?);
-        let core = Core { config: &config, store: &store, registry, ledger, wake_queue, metrics: &metrics };
-        let runtimes = Arc::new(core.runtimes(shutdown.clone()));
-        let dispatcher = Arc::new(core.dispatcher(runtimes.clone(), shutdown.clone()));
-        let sandboxes = Arc::new(core.sandboxes().await?);
+        let core = Core { registry, ledger, store: store.clone(), metrics: metrics.clone(), wake_queue };
+        let runtimes =
+            Arc::new(Runtimes::new(&core, config.runtimes.clone(), config.server.max_executors, shutdown.clone()));
+        let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
+        let dispatcher =
+            Arc::new(Dispatcher::new(&core, config.dispatch.clone(), forwarder, runtimes.clone(), shutdown.clone()));
+        let sandboxes = Arc::new(
+            Sandboxes::load(store.clone(), config.server.max_sandboxes, core.registry.clone(), core.ledger.clone())
+                .await?,
+        );
         let reconciler = Arc::new(Reconciler::new(
             &config.hub,
             core.registry.clone(),
@@ -95,8 +102,15 @@ impl App {
             controls.clone(),
             config.hitl.default_expiry(),
         ));
-        let fleet = Arc::new(core.fleet());
-        let connections = Arc::new(core.connections(controls.clone(), reconciler.clone(), sandboxes.clone()));
+        let fleet = Arc::new(Fleet::new(
+            &config,
+            core.registry.clone(),
+            core.ledger.clone(),
+            store.clone(),
+            core.wake_queue.clone(),
+        ));
+        let connections =
+            Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
         let status = Status::new(store.clone(), core.registry.clone(), dispatcher.clone(), metrics.clone());
         let feed = Feed::new(store.clone(), shutdown.clone());
         let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
@@ -136,73 +150,5 @@ impl App {
 
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.clone()
-    }
-}
-
-/// What every service is built from.
-struct Core<'a> {
-    config: &'a Config,
-    store: &'a Store,
-    registry: Arc<Registry>,
-    ledger: Arc<Ledger>,
-    /// Rung when a queued mission may have become dispatchable.
-    wake_queue: Arc<Notify>,
-    metrics: &'a Arc<Metrics>,
-}
-
-impl Core<'_> {
-    fn runtimes(&self, shutdown: watch::Receiver<bool>) -> Runtimes {
-        Runtimes::new(
-            self.config.runtimes.clone(),
-            self.config.server.max_executors,
-            self.registry.clone(),
-            self.ledger.clone(),
-            self.store.clone(),
-            self.metrics.clone(),
-            self.wake_queue.clone(),
-            shutdown,
-        )
-    }
-
-    fn dispatcher(&self, runtimes: Arc<Runtimes>, shutdown: watch::Receiver<bool>) -> Dispatcher {
-        let forwarder = Forwarder::new(Duration::from_millis(self.config.dispatch.forward_timeout_ms));
-        Dispatcher::new(
-            self.config.dispatch.clone(),
-            self.registry.clone(),
-            self.ledger.clone(),
-            self.store.clone(),
-            forwarder,
-            runtimes,
-            self.metrics.clone(),
-            self.wake_queue.clone(),
-            shutdown,
-        )
-    }
-
-    fn fleet(&self) -> Fleet {
-        Fleet::new(self.config, self.registry.clone(), self.ledger.clone(), self.store.clone(), self.wake_queue.clone())
-    }
-
-    async fn sandboxes(&self) -> Result<Sandboxes> {
-        let max = self.config.server.max_sandboxes;
-        Sandboxes::load(self.store.clone(), max, self.registry.clone(), self.ledger.clone()).await
-    }
-
-    fn connections(
-        &self,
-        controls: Arc<Controls>,
-        reconciler: Arc<Reconciler>,
-        sandboxes: Arc<Sandboxes>,
-    ) -> Connections {
-        Connections::new(
-            self.registry.clone(),
-            self.store.clone(),
-            self.metrics.clone(),
-            controls,
-            reconciler,
-            self.wake_queue.clone(),
-            sandboxes,
-            &self.config.hub,
-        )
     }
 }

@@ -19,7 +19,7 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024;
 const REFUSED_RETRY_DELAYS_MS: [u64; 4] = [20, 50, 100, 200];
 
 #[derive(Debug, PartialEq)]
-pub enum ForwardError {
+pub(crate) enum ForwardError {
     /// Nothing answered (connection refused, reset, DNS, unsupported scheme).
     Unreachable(String),
     /// The executor answered, and not with a 2xx.
@@ -30,7 +30,7 @@ pub enum ForwardError {
 
 impl ForwardError {
     /// The label this failure is counted under.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             ForwardError::Unreachable(_) => "unreachable",
             ForwardError::Refused { .. } => "refused",
@@ -53,17 +53,17 @@ impl std::fmt::Display for ForwardError {
 }
 
 #[derive(Debug, Default, PartialEq)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     pub estimated_start: Option<String>,
 }
 
-pub struct Forwarder {
+pub(crate) struct Forwarder {
     client: reqwest::Client,
     timeout: Duration,
 }
 
 impl Forwarder {
-    pub fn new(timeout: Duration) -> Forwarder {
+    pub(crate) fn new(timeout: Duration) -> Forwarder {
         let client = reqwest::Client::builder()
             // Nagle's algorithm held small dispatch bodies back by tens of milliseconds.
             .tcp_nodelay(true)
@@ -78,7 +78,7 @@ impl Forwarder {
         Forwarder { client, timeout }
     }
 
-    pub async fn forward(
+    pub(crate) async fn forward(
         &self,
         rest: &str,
         registered_from: Option<IpAddr>,
@@ -99,7 +99,7 @@ impl Forwarder {
     }
 
     /// `GET {rest}/api/v1/readiness` with the executor's token: its readiness report, as JSON.
-    pub async fn readiness(
+    pub(crate) async fn readiness(
         &self,
         rest: &str,
         registered_from: Option<IpAddr>,

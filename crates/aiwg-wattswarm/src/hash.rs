@@ -43,32 +43,6 @@ impl VerifierResultFields<'_> {
     }
 }
 
-/// [`VerifierResultFields::hash`] with the fields as arguments, in the preimage's key order.
-// Eight arguments because the preimage has eight keys; the struct is the alternative.
-#[allow(clippy::too_many_arguments)]
-pub fn verifier_result_hash(
-    candidate_id: &str,
-    execution_id: &str,
-    model_id: &str,
-    passed: bool,
-    policy_hash: &str,
-    provider_family: &str,
-    reason_codes: &[u16],
-    score: f64,
-) -> String {
-    VerifierResultFields {
-        candidate_id,
-        execution_id,
-        model_id,
-        passed,
-        policy_hash,
-        provider_family,
-        reason_codes,
-        score,
-    }
-    .hash()
-}
-
 /// The hash the kernel gives the inconclusive result it synthesizes when `/verify` fails (§5.3).
 pub fn inconclusive_hash(
     task_id: &str,
@@ -128,31 +102,21 @@ mod tests {
         assert_eq!(serde_json::to_string(&fields).unwrap(), preimage);
         let expected = "3a0c8afe2d2e9da390c372273f52e368160c5e0d9f879dfe2e64ec224b3d649d";
         assert_eq!(fields.hash(), expected);
-        let by_args = verifier_result_hash(
-            "cand-x",
-            "exec-x",
-            "swarm-model-v1",
-            true,
-            SCHEMA_ONLY_HASH,
-            "swarm-runtime",
-            &[100],
-            1.0,
-        );
-        assert_eq!(by_args, expected);
     }
 
     #[test]
     fn verifier_result_hash_of_the_thresholds_example() {
-        let hash = verifier_result_hash(
-            "cand-x",
-            "exec-x",
-            "swarm-model-v1",
-            false,
-            THRESHOLDS_HASH,
-            "swarm-runtime",
-            &[100, 103],
-            0.2,
-        );
+        let hash = VerifierResultFields {
+            candidate_id: "cand-x",
+            execution_id: "exec-x",
+            model_id: "swarm-model-v1",
+            passed: false,
+            policy_hash: THRESHOLDS_HASH,
+            provider_family: "swarm-runtime",
+            reason_codes: &[100, 103],
+            score: 0.2,
+        }
+        .hash();
         assert_eq!(hash, "1973292c4ef33a927efdc67eb905bb75d30d1c39771d52b890b8f059fb4c3a38");
     }
 

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::{text, HttpRuntime};
-use aiwg_wattswarm::hash::verifier_result_hash;
+use aiwg_wattswarm::hash::VerifierResultFields;
 use aiwg_wattswarm::policy::{evaluate, require_binding, BindingError};
 use aiwg_wattswarm::wire::{RuntimeCapabilities, VerificationStatus, VerifyRequest, VerifyResponse};
 
@@ -26,16 +26,17 @@ fn verdict(request: &VerifyRequest, capabilities: &RuntimeCapabilities) -> Resul
     let binding = &request.policy;
     let policy = require_binding(binding)?;
     let evaluation = evaluate(policy, &request.candidate.output, &request.output_schema, &binding.policy_params);
-    let hash = verifier_result_hash(
-        &request.candidate.candidate_id,
-        &request.candidate.execution_id,
-        &capabilities.model_id,
-        evaluation.passed,
-        &binding.policy_hash,
-        &capabilities.provider_family,
-        &evaluation.reason_codes,
-        evaluation.score,
-    );
+    let hash = VerifierResultFields {
+        candidate_id: &request.candidate.candidate_id,
+        execution_id: &request.candidate.execution_id,
+        model_id: &capabilities.model_id,
+        passed: evaluation.passed,
+        policy_hash: &binding.policy_hash,
+        provider_family: &capabilities.provider_family,
+        reason_codes: &evaluation.reason_codes,
+        score: evaluation.score,
+    }
+    .hash();
     let status = if evaluation.passed { VerificationStatus::Passed } else { VerificationStatus::Failed };
     Ok(VerifyResponse {
         verification_status: Some(status),
@@ -102,16 +103,17 @@ mod tests {
     fn the_hash_covers_this_runtimes_identity_and_the_verdict() {
         let request = request(PolicyId::SchemaOnly, json!({}), json!({"answer": "a"}));
         let answer = verdict(&request, &capabilities()).unwrap();
-        let expected = verifier_result_hash(
-            "cand-exec-p-1",
-            "exec-p-1",
-            "shell",
-            true,
-            &PolicyId::SchemaOnly.hash(),
-            "aiwg-serve",
-            &[100],
-            1.0,
-        );
+        let expected = VerifierResultFields {
+            candidate_id: "cand-exec-p-1",
+            execution_id: "exec-p-1",
+            model_id: "shell",
+            passed: true,
+            policy_hash: &PolicyId::SchemaOnly.hash(),
+            provider_family: "aiwg-serve",
+            reason_codes: &[100],
+            score: 1.0,
+        }
+        .hash();
         assert_eq!((answer.reason_codes.as_slice(), answer.verifier_result_hash), (&[100u16][..], expected));
     }
 

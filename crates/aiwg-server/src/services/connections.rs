@@ -15,6 +15,7 @@ use super::registry::Registry;
 use super::sandboxes::Sandboxes;
 use crate::config::HubConfig;
 use crate::metrics::Metrics;
+use crate::services::Core;
 use crate::store::{Change, Store};
 
 pub struct Connections {
@@ -44,24 +45,20 @@ pub struct Attached {
 }
 
 impl Connections {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        registry: Arc<Registry>,
-        store: Store,
-        metrics: Arc<Metrics>,
+    pub(crate) fn new(
+        core: &Core,
         controls: Arc<Controls>,
         reconciler: Arc<Reconciler>,
-        wake_queue: Arc<Notify>,
         sandboxes: Arc<Sandboxes>,
         hub: &HubConfig,
     ) -> Connections {
         Connections {
-            registry,
-            store,
-            metrics,
+            registry: core.registry.clone(),
+            store: core.store.clone(),
+            metrics: core.metrics.clone(),
             controls,
             reconciler,
-            wake_queue,
+            wake_queue: core.wake_queue.clone(),
             sandboxes,
             max_sockets_per_executor: hub.max_sockets_per_executor,
             max_sockets_per_sandbox_executor: hub.max_sockets_per_sandbox_executor,

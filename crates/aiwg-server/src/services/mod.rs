@@ -17,3 +17,22 @@ pub mod retention;
 pub(crate) mod runtimes;
 pub(crate) mod sandboxes;
 pub(crate) mod status;
+
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use crate::metrics::Metrics;
+use crate::store::Store;
+
+/// What every service is built from: the two services all the others read (the registry of executors
+/// and the ledger of live missions), the store, the metrics, and the queue's wake-up.
+#[derive(Clone)]
+pub(crate) struct Core {
+    pub(crate) registry: Arc<registry::Registry>,
+    pub(crate) ledger: Arc<ledger::Ledger>,
+    pub(crate) store: Store,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Rung when a queued mission may have become dispatchable.
+    pub(crate) wake_queue: Arc<Notify>,
+}

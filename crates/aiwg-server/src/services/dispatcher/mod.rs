@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use super::ledger::Ledger;
 use super::registry::Registry;
@@ -24,6 +24,7 @@ use crate::config::{DispatchConfig, IsolationTrust};
 use crate::error::{Error, Result};
 use crate::forward::Forwarder;
 use crate::metrics::Metrics;
+use crate::services::Core;
 use crate::store::{Change, Store};
 use aiwg_contract::{DispatchPayload, ToolPolicy};
 use aiwg_domain::readiness;
@@ -140,27 +141,22 @@ fn is_zero(n: &usize) -> bool {
 }
 
 impl Dispatcher {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
+        core: &Core,
         config: DispatchConfig,
-        registry: Arc<Registry>,
-        ledger: Arc<Ledger>,
-        store: Store,
         forwarder: Forwarder,
         runtimes: Arc<Runtimes>,
-        metrics: Arc<Metrics>,
-        wake: Arc<Notify>,
         shutdown: watch::Receiver<bool>,
     ) -> Dispatcher {
-        let queue = Queue::new(wake);
+        let queue = Queue::new(core.wake_queue.clone());
         Dispatcher {
             config,
-            registry,
-            ledger,
-            store,
+            registry: core.registry.clone(),
+            ledger: core.ledger.clone(),
+            store: core.store.clone(),
             forwarder,
             runtimes,
-            metrics,
+            metrics: core.metrics.clone(),
             queue,
             rotation: AtomicUsize::new(0),
             shutdown,

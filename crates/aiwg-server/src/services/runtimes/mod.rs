@@ -30,6 +30,7 @@ use crate::config::RuntimesConfig;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::runtime_client::{CallError, RuntimeClient};
+use crate::services::Core;
 use crate::store::Store;
 use aiwg_contract::clock;
 use aiwg_contract::EventType;
@@ -109,27 +110,22 @@ impl RuntimeStatus {
 }
 
 impl Runtimes {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        core: &Core,
         config: RuntimesConfig,
         max_executors: usize,
-        registry: Arc<Registry>,
-        ledger: Arc<Ledger>,
-        store: Store,
-        metrics: Arc<Metrics>,
-        wake_queue: Arc<Notify>,
         shutdown: watch::Receiver<bool>,
     ) -> Runtimes {
         Runtimes {
-            registry,
-            ledger,
-            store,
-            metrics,
+            registry: core.registry.clone(),
+            ledger: core.ledger.clone(),
+            store: core.store.clone(),
+            metrics: core.metrics.clone(),
             client: RuntimeClient::default(),
             config,
             max_executors,
             inflight: Mutex::default(),
-            wake_queue,
+            wake_queue: core.wake_queue.clone(),
             wake_prober: Notify::new(),
             shutdown,
         }
