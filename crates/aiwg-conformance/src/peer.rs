@@ -40,7 +40,7 @@ struct Registered {
 }
 
 /// An answer: status and body (JSON, or the text as a JSON string).
-pub(super) struct Answer {
+pub(super) struct Response {
     pub status: u16,
     pub body: Value,
 }
@@ -84,7 +84,7 @@ impl Target {
         path: &str,
         body: Option<&Value>,
         bearer: Option<&str>,
-    ) -> Result<Answer, String> {
+    ) -> Result<Response, String> {
         let mut request = self.http.request(method.clone(), format!("{}{path}", self.base)).timeout(WAIT);
         if let Some(token) = bearer {
             request = request.bearer_auth(token);
@@ -97,7 +97,7 @@ impl Target {
         let bytes = response.bytes().await.map_err(|e| format!("{method} {path}: reading the answer: {e}"))?;
         let body =
             serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-        Ok(Answer { status, body })
+        Ok(Response { status, body })
     }
 
     /// An operator call (with the operator token, if one was given).
@@ -106,7 +106,7 @@ impl Target {
         method: reqwest::Method,
         path: &str,
         body: Option<&Value>,
-    ) -> Result<Answer, String> {
+    ) -> Result<Response, String> {
         self.call(method, path, body, self.operator.as_deref()).await
     }
 
@@ -117,7 +117,7 @@ impl Target {
         &self,
         path: &str,
         bearer: Option<&str>,
-        held: impl Fn(Answer) -> Result<T, String>,
+        held: impl Fn(Response) -> Result<T, String>,
     ) -> Result<T, String> {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {

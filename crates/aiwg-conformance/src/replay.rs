@@ -21,7 +21,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::fixture::{compare, plain, restamp, status_held, Exchange, Identities, Scenario, Step, REGISTER_PATH};
-use super::peer::{endpoints, register_payload, Answer, Peer, Stream, Target, WAIT};
+use super::peer::{endpoints, register_payload, Peer, Response, Stream, Target, WAIT};
 use super::report::{Check, Outcome, Report};
 use aiwg_contract::Schema;
 
@@ -87,7 +87,7 @@ impl Run<'_> {
     }
 
     /// Adopts a register answer's token and (re)opens the socket with it.
-    async fn registered(&mut self, r: &Answer) -> Result<(), String> {
+    async fn registered(&mut self, r: &Response) -> Result<(), String> {
         let token = r.body["token"].as_str().filter(|_| (200..300).contains(&r.status));
         let token = token.ok_or_else(|| format!("answered {} {}", r.status, r.body))?;
         self.peer.token = token.to_owned();
@@ -208,7 +208,7 @@ impl Run<'_> {
     }
 
     /// `Ok` when the answer is what the fixture recorded; `Err` the evidence otherwise.
-    fn held(&self, x: &Exchange, sent: &Value, r: &Answer) -> Result<(), String> {
+    fn held(&self, x: &Exchange, sent: &Value, r: &Response) -> Result<(), String> {
         let why = match (status_held(&x.path, x.status, r.status), &x.expected) {
             (false, _) => format!("status {}, expected {}", r.status, x.status),
             (true, None) => return Ok(()),

@@ -179,7 +179,7 @@ async fn socket_needs_the_token(target: &Target, peer: &Peer) -> Result<(), Stri
     }
 }
 
-async fn dispatch(target: &Target, mission_id: &str, filter: Value) -> Result<super::peer::Answer, String> {
+async fn dispatch(target: &Target, mission_id: &str, filter: Value) -> Result<super::peer::Response, String> {
     let body = json!({"mission_id": mission_id, "objective": "conformance: report the lifecycle",
                       "completion": "the suite sees it", "executor_filter": filter});
     target.operator(Method::POST, &format!("/api/v1/sessions/{}/dispatch", target.session), Some(&body)).await

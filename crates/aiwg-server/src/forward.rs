@@ -57,6 +57,14 @@ pub(crate) struct Accepted {
     pub estimated_start: Option<String>,
 }
 
+/// How serve calls one executor: its REST endpoint, the address it registered from (where a wildcard
+/// endpoint host is reached), and its current token.
+pub(crate) struct Target {
+    pub(crate) rest: String,
+    pub(crate) registered_from: Option<IpAddr>,
+    pub(crate) token: String,
+}
+
 pub(crate) struct Forwarder {
     client: reqwest::Client,
     timeout: Duration,
@@ -80,13 +88,12 @@ impl Forwarder {
 
     pub(crate) async fn forward(
         &self,
-        rest: &str,
-        registered_from: Option<IpAddr>,
-        token: &str,
+        target: &Target,
         session_id: &str,
         body: Bytes,
     ) -> Result<Accepted, ForwardError> {
-        let base = base_uri(rest, registered_from)?;
+        let base = base_uri(&target.rest, target.registered_from)?;
+        let token = target.token.as_str();
         let primary = format!("{base}/api/v1/sessions/{}/dispatch", encode_segment(session_id));
         let fallback = format!("{base}/dispatch");
         let attempt = async {
@@ -99,18 +106,13 @@ impl Forwarder {
     }
 
     /// `GET {rest}/api/v1/readiness` with the executor's token: its readiness report, as JSON.
-    pub(crate) async fn readiness(
-        &self,
-        rest: &str,
-        registered_from: Option<IpAddr>,
-        token: &str,
-    ) -> Result<Value, ForwardError> {
-        let url = format!("{}/api/v1/readiness", base_uri(rest, registered_from)?);
+    pub(crate) async fn readiness(&self, target: &Target) -> Result<Value, ForwardError> {
+        let url = format!("{}/api/v1/readiness", base_uri(&target.rest, target.registered_from)?);
         let call = async {
             let response = self
                 .client
                 .get(url)
-                .bearer_auth(token)
+                .bearer_auth(&target.token)
                 .send()
                 .await
                 .map_err(|e| ForwardError::Unreachable(chain(&e)))?;

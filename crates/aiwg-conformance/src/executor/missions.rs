@@ -15,7 +15,7 @@ use aiwg_domain::{AbortedBy, ServeEvent};
 const SESSION: &str = "conformance";
 
 /// An executor's answer to a dispatch.
-struct Answer {
+struct DispatchAnswer {
     status: u16,
     body: Value,
     path: String,
@@ -57,7 +57,7 @@ impl Scenario<'_> {
         })
     }
 
-    async fn post(&self, e: &Registered, payload: &Value, token: &str) -> Result<Answer, String> {
+    async fn post(&self, e: &Registered, payload: &Value, token: &str) -> Result<DispatchAnswer, String> {
         let sessions = format!("/api/v1/sessions/{SESSION}/dispatch");
         for path in [sessions.as_str(), "/dispatch"] {
             let sent = self.http.post(format!("{}{path}", e.rest)).bearer_auth(token).json(payload).timeout(self.wait);
@@ -68,7 +68,7 @@ impl Scenario<'_> {
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
             // Only a 404 from the contract's route means "try upstream's older one", as serve does.
             if status != 404 || path != sessions {
-                return Ok(Answer { status, body, path: path.to_owned() });
+                return Ok(DispatchAnswer { status, body, path: path.to_owned() });
             }
         }
         unreachable!("the loop returns at its last path")

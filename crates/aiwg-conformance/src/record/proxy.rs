@@ -55,26 +55,26 @@ struct ExecutorListener {
 }
 
 /// What the other side answered (or the recorder's 502 when nothing did).
-pub(crate) struct Answer {
+pub(crate) struct Relayed {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
 }
 
-impl Answer {
-    pub(crate) fn empty(status: StatusCode) -> Answer {
-        Answer { status, headers: HeaderMap::new(), body: Bytes::new() }
+impl Relayed {
+    pub(crate) fn empty(status: StatusCode) -> Relayed {
+        Relayed { status, headers: HeaderMap::new(), body: Bytes::new() }
     }
 
-    pub(crate) fn bad_gateway(why: &str) -> Answer {
+    pub(crate) fn bad_gateway(why: &str) -> Relayed {
         let body = json!({"error": "bad_gateway", "message": format!("the recorder could not relay this: {why}")});
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, "application/json".parse().expect("a valid header value"));
-        Answer { status: StatusCode::BAD_GATEWAY, headers, body: body.to_string().into() }
+        Relayed { status: StatusCode::BAD_GATEWAY, headers, body: body.to_string().into() }
     }
 }
 
-impl IntoResponse for Answer {
+impl IntoResponse for Relayed {
     fn into_response(self) -> Response {
         (self.status, self.headers, self.body).into_response()
     }
@@ -98,7 +98,7 @@ impl Proxy {
         slot: usize,
         parts: &Parts,
         body: &[u8],
-        answer: &Answer,
+        answer: &Relayed,
         direction: Option<Direction>,
     ) {
         let header = |name| parts.headers.get(name).and_then(|v: &axum::http::HeaderValue| v.to_str().ok());
@@ -123,25 +123,25 @@ impl Proxy {
         parts: &Parts,
         body: &Bytes,
         sent: Bytes,
-    ) -> Answer {
+    ) -> Relayed {
         let slot = self.journal.reserve().await;
         let answer = self.call(base, parts, sent).await;
         self.record(slot, parts, body, &answer, direction).await;
         answer
     }
 
-    async fn call(&self, base: &str, parts: &Parts, body: Bytes) -> Answer {
+    async fn call(&self, base: &str, parts: &Parts, body: Bytes) -> Relayed {
         let url = format!("{base}{}", parts.uri.path_and_query().map_or("/", |p| p.as_str()));
         let request = self.http.request(parts.method.clone(), url).headers(end_to_end(&parts.headers)).body(body);
         // Without the URL: a socket path's query holds a token.
         let response = match request.send().await {
             Ok(r) => r,
-            Err(e) => return Answer::bad_gateway(&e.without_url().to_string()),
+            Err(e) => return Relayed::bad_gateway(&e.without_url().to_string()),
         };
         let (status, headers) = (response.status(), end_to_end(response.headers()));
         match response.bytes().await {
-            Ok(body) => Answer { status, headers, body },
-            Err(e) => Answer::bad_gateway(&e.without_url().to_string()),
+            Ok(body) => Relayed { status, headers, body },
+            Err(e) => Relayed::bad_gateway(&e.without_url().to_string()),
         }
     }
 

@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::fixture::{disconnect_step, frame_step, Direction};
 use super::journal::Journal;
-use super::proxy::{end_to_end, to_serve, Answer, Proxy};
+use super::proxy::{end_to_end, to_serve, Proxy, Relayed};
 
 type ServeSocket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -35,11 +35,11 @@ pub(crate) async fn relay(
     let url = format!("{}{path}", proxy.upstream.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1));
     let slot = proxy.journal.reserve().await;
     let (answer, serve) = match tokio::time::timeout(CONNECT_WAIT, tokio_tungstenite::connect_async(url)).await {
-        Ok(Ok((serve, accepted))) => (Answer::empty(accepted.status()), Some(serve)),
+        Ok(Ok((serve, accepted))) => (Relayed::empty(accepted.status()), Some(serve)),
         Ok(Err(tungstenite::Error::Http(refusal))) => (refused(*refusal), None),
         // Without the URL: its query holds the token.
-        Ok(Err(e)) => (Answer::bad_gateway(&e.to_string()), None),
-        Err(_) => (Answer::bad_gateway("serve accepted no socket in time"), None),
+        Ok(Err(e)) => (Relayed::bad_gateway(&e.to_string()), None),
+        Err(_) => (Relayed::bad_gateway("serve accepted no socket in time"), None),
     };
     proxy.record(slot, &parts, &[], &answer, None).await;
     match serve {
@@ -52,9 +52,9 @@ pub(crate) async fn relay(
 }
 
 /// serve's answer to an upgrade it refused.
-fn refused(refusal: tungstenite::http::Response<Option<Vec<u8>>>) -> Answer {
+fn refused(refusal: tungstenite::http::Response<Option<Vec<u8>>>) -> Relayed {
     let (parts, body) = refusal.into_parts();
-    Answer { status: parts.status, headers: end_to_end(&parts.headers), body: body.unwrap_or_default().into() }
+    Relayed { status: parts.status, headers: end_to_end(&parts.headers), body: body.unwrap_or_default().into() }
 }
 
 /// Relays frames both ways until either side is gone.

@@ -35,7 +35,7 @@ const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
 /// How long a superseded socket is still read after its close, for frames the executor had in flight.
 const SUPERSEDED_DRAIN: Duration = Duration::from_secs(5);
 
-type Pending = Either<Pin<Box<dyn Future<Output = Answer> + Send>>, Ready<Answer>>;
+type AwaitedAnswer = Either<Pin<Box<dyn Future<Output = Answer> + Send>>, Ready<Answer>>;
 /// Why the loop ended: with a close frame of ours, or without (the peer went away).
 type Close = Option<(u16, &'static str)>;
 
@@ -87,7 +87,7 @@ struct Session {
     keepalive: Keepalive,
     shutdown: watch::Receiver<bool>,
     /// Answers in the order their frames came, each ready once its commit is durable.
-    answers: FuturesOrdered<Pending>,
+    answers: FuturesOrdered<AwaitedAnswer>,
     /// When recent refused frames came (the flood limit).
     refusals: VecDeque<Instant>,
     /// A refusal was logged at INFO (for an executor that is not sent its refusals).

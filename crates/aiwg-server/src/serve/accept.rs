@@ -337,9 +337,9 @@ fn edge_service(
     activity: Arc<Activity>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
-    Response = Response<Answer>,
+    Response = Response<BusyBody>,
     Error = Infallible,
-    Future = impl std::future::Future<Output = Result<Response<Answer>, Infallible>> + Send,
+    Future = impl std::future::Future<Output = Result<Response<BusyBody>, Infallible>> + Send,
 > + Clone {
     hyper::service::service_fn(move |request: Request<Incoming>| {
         let in_flight = activity.request_started();
@@ -361,7 +361,7 @@ fn edge_service(
                 Ok(routed) => routed.await.unwrap_or_else(|never| match never {}),
                 Err(refusal) => refusal.into_response(),
             };
-            Ok(response.map(|body| Answer { body, _in_flight: in_flight }))
+            Ok(response.map(|body| BusyBody { body, _in_flight: in_flight }))
         }
     })
 }
@@ -394,12 +394,12 @@ fn check_head<B>(request: &Request<B>) -> Result<(), Error> {
 }
 
 /// An answer's body, holding its connection busy until hyper has written it (and dropped it).
-struct Answer {
+struct BusyBody {
     body: Body,
     _in_flight: InFlight,
 }
 
-impl hyper::body::Body for Answer {
+impl hyper::body::Body for BusyBody {
     type Data = Bytes;
     type Error = axum::Error;
 

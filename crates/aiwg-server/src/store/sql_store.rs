@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 
 use super::reads::Reads;
 use super::rows::Cols;
-use super::writer::{Feed, Health, WriterHandle};
+use super::writer::{EventFeed, Health, WriterHandle};
 use super::{
     CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery,
     ProgressSeen, Result, SandboxRecord, Storage, StoredEvent,
@@ -21,7 +21,7 @@ use super::{
 pub(super) struct SqlStore<DB: Database> {
     pub(super) reads: Reads<DB>,
     pub(super) writer: WriterHandle,
-    pub(super) feed: Feed,
+    pub(super) feed: EventFeed,
     pub(super) health: Arc<Health>,
     /// Where the data lives on this host (SQLite's directory), for the free space readiness reports.
     pub(super) directory: Option<std::path::PathBuf>,

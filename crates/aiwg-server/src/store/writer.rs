@@ -344,18 +344,18 @@ async fn commit_batch<C: Committer, P: Publisher>(
 
 /// Committed events go to every subscriber, in sequence order, only after their commit.
 #[derive(Clone)]
-pub(super) struct Feed {
+pub(super) struct EventFeed {
     pub(super) tx: broadcast::Sender<Arc<StoredEvent>>,
     /// The newest committed sequence number, set before its events are published: a subscriber that
     /// reads it after subscribing has every later event in its buffer.
     pub(super) committed: Arc<AtomicI64>,
 }
 
-impl Feed {
+impl EventFeed {
     /// A feed whose newest committed event is `last_seq`, holding `capacity` events for a subscriber
     /// that falls behind.
-    pub(super) fn new(capacity: usize, last_seq: i64) -> Feed {
-        Feed { tx: broadcast::channel(capacity).0, committed: Arc::new(AtomicI64::new(last_seq)) }
+    pub(super) fn new(capacity: usize, last_seq: i64) -> EventFeed {
+        EventFeed { tx: broadcast::channel(capacity).0, committed: Arc::new(AtomicI64::new(last_seq)) }
     }
 }
 
@@ -375,7 +375,7 @@ pub(super) trait Publisher: Send + 'static {
 /// Publishes committed events. The newest sequence is stored *before* looking for followers, and
 /// followers subscribe *before* reading it, so one that subscribed too late for this batch starts after
 /// it: nobody misses an event, and nobody pays for building them when nobody follows.
-impl Publisher for Feed {
+impl Publisher for EventFeed {
     fn publish(&self, units: &[&Unit], committed: &Committed) {
         let Some((_, last)) = committed.range() else { return };
         self.committed.store(last, Ordering::SeqCst);

@@ -1,13 +1,11 @@
 //! Handing a recorded mission to its candidates in turn (see the module above for the rules).
 
-use std::net::IpAddr;
-
 use axum::body::Bytes;
 use serde_json::Value;
 
 use super::{Dispatched, Dispatcher, RoutingRecord};
 use crate::error::{Error, Result};
-use crate::forward::ForwardError;
+use crate::forward::{ForwardError, Target};
 use crate::services::ledger::Decided;
 use crate::store::Change;
 use aiwg_contract::clock;
@@ -122,21 +120,16 @@ impl Dispatcher {
         session_id: &str,
         body: Bytes,
     ) -> std::result::Result<crate::forward::Accepted, ForwardError> {
-        let (rest, from, token) = self.target(executor_id)?;
-        self.forwarder.forward(&rest, from, &token, session_id, body).await
+        self.forwarder.forward(&self.target(executor_id)?, session_id, body).await
     }
 
-    /// How serve calls an executor: its REST endpoint, the address it registered from (where a wildcard
-    /// endpoint host is reached), and its current token.
-    pub(super) fn target(
-        &self,
-        executor_id: &str,
-    ) -> std::result::Result<(String, Option<IpAddr>, String), ForwardError> {
+    /// How serve calls an executor now (its registration may have changed since the mission was planned).
+    pub(super) fn target(&self, executor_id: &str) -> std::result::Result<Target, ForwardError> {
         let reach = self.registry.reach(executor_id).ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
         let token = reach
             .token
             .ok_or_else(|| ForwardError::Unreachable("serve does not know this executor's current token".into()))?;
-        Ok((reach.rest, reach.registered_from.and_then(|f| f.parse().ok()), token))
+        Ok(Target { rest: reach.rest, registered_from: reach.registered_from.and_then(|f| f.parse().ok()), token })
     }
 
     /// Moves a still-untouched mission to the next candidate. If the previous one has reported on it

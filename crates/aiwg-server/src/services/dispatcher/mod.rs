@@ -279,7 +279,7 @@ impl Dispatcher {
                 continue;
             }
             let report = match self.target(&executor_id) {
-                Ok((rest, from, token)) => self.forwarder.readiness(&rest, from, &token).await.ok(),
+                Ok(target) => self.forwarder.readiness(&target).await.ok(),
                 Err(_) => None,
             };
             match readiness::judge(report.as_ref(), unattended, chrono::Utc::now()) {
@@ -303,7 +303,7 @@ impl Dispatcher {
             return Err(Error::NotFound(format!("executor {executor_id} is not registered")));
         }
         let asked = match self.target(executor_id) {
-            Ok((rest, from, token)) => self.forwarder.readiness(&rest, from, &token).await,
+            Ok(target) => self.forwarder.readiness(&target).await,
             Err(e) => Err(e),
         };
         let (report, error) = match asked {

@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::reads::Reads;
 use super::sql_store::SqlStore;
-use super::writer::{self, Feed, Health, WriterHandle, WriterTask};
+use super::writer::{self, EventFeed, Health, WriterHandle, WriterTask};
 use super::{Result, Store, StoreError};
 use crate::metrics::Metrics;
 
@@ -107,7 +107,7 @@ pub async fn open(
         .connect_with(options.clone())
         .await?;
     let (tx, rx) = mpsc::channel(writer::QUEUE);
-    let feed = Feed::new(feed_capacity, last_seq);
+    let feed = EventFeed::new(feed_capacity, last_seq);
     let reads = Reads { pool, migrations: super::migrate::POSTGRES, size: SIZE, listed_objective: LISTED_OBJECTIVE };
     let writer_pid = Arc::new(AtomicU32::new(0));
     let tail = tail::start(reads.clone(), feed.clone(), writer_pid.clone(), claim == Claim::Shared);

@@ -8,7 +8,7 @@
 //! lost while the listening connection was down. Whatever lies between the end published so far and the
 //! new end is read from the log before the batch that follows it.
 //!
-//! Publishing keeps the feed's rule (see `Feed`): the new end is stored *before* followers are looked
+//! Publishing keeps the feed's rule (see `EventFeed`): the new end is stored *before* followers are looked
 //! for, so a follower that subscribed too late for a range starts after it; one that subscribed in
 //! between may get an event twice, or (with other writers) an event from before it subscribed, both of
 //! which followers drop by sequence number. This writer stores the end of its own batch before it
@@ -23,7 +23,7 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::mpsc;
 
 use crate::store::reads::Reads;
-use crate::store::writer::{Committed, Feed, Publisher, Unit};
+use crate::store::writer::{Committed, EventFeed, Publisher, Unit};
 use crate::store::{EventQuery, Result, StoredEvent};
 
 /// The channel other writers' commits are announced on.
@@ -47,7 +47,7 @@ struct Local {
 /// What the writer publishes into: the task's inbox.
 pub(super) struct Tail {
     inbox: mpsc::UnboundedSender<Local>,
-    feed: Feed,
+    feed: EventFeed,
 }
 
 impl Publisher for Tail {
@@ -64,7 +64,7 @@ impl Publisher for Tail {
 /// Starts the task; the writer, whose session's backend is `writer_pid` once it runs, publishes into
 /// the returned [`Tail`]. With `others` the task also follows other writers' commits; without, this writer is the only one,
 /// and only its batches are published. The task ends when the writer does.
-pub(super) fn start(reads: Reads<sqlx::Postgres>, feed: Feed, writer_pid: Arc<AtomicU32>, others: bool) -> Tail {
+pub(super) fn start(reads: Reads<sqlx::Postgres>, feed: EventFeed, writer_pid: Arc<AtomicU32>, others: bool) -> Tail {
     let (inbox, rx) = mpsc::unbounded_channel();
     tokio::spawn(follow(reads, feed.clone(), rx, writer_pid, others));
     Tail { inbox, feed }
@@ -72,7 +72,7 @@ pub(super) fn start(reads: Reads<sqlx::Postgres>, feed: Feed, writer_pid: Arc<At
 
 async fn follow(
     reads: Reads<sqlx::Postgres>,
-    feed: Feed,
+    feed: EventFeed,
     mut inbox: mpsc::UnboundedReceiver<Local>,
     writer_pid: Arc<AtomicU32>,
     others: bool,
@@ -116,7 +116,7 @@ async fn follow(
 }
 
 /// This writer's batch, after whatever other writers committed before it.
-async fn on_local(reads: &Reads<sqlx::Postgres>, feed: &Feed, sent: &mut i64, local: Local) -> Result<()> {
+async fn on_local(reads: &Reads<sqlx::Postgres>, feed: &EventFeed, sent: &mut i64, local: Local) -> Result<()> {
     publish_to(reads, feed, sent, local.first - 1, None).await?;
     match local.events {
         Some(events) => publish_to(reads, feed, sent, local.last, Some(events)).await,
@@ -131,7 +131,7 @@ async fn on_local(reads: &Reads<sqlx::Postgres>, feed: &Feed, sent: &mut i64, lo
 /// log. On a failure `sent` stays where it was, and the next call sends the range again.
 async fn publish_to(
     reads: &Reads<sqlx::Postgres>,
-    feed: &Feed,
+    feed: &EventFeed,
     sent: &mut i64,
     last: i64,
     events: Option<Vec<StoredEvent>>,
@@ -151,7 +151,7 @@ async fn publish_to(
 /// Sends the events after `published` up to `last`.
 async fn send_range(
     reads: &Reads<sqlx::Postgres>,
-    feed: &Feed,
+    feed: &EventFeed,
     published: i64,
     last: i64,
     events: Option<Vec<StoredEvent>>,
@@ -171,7 +171,7 @@ async fn send_range(
     Ok(())
 }
 
-fn send(feed: &Feed, events: impl IntoIterator<Item = StoredEvent>) {
+fn send(feed: &EventFeed, events: impl IntoIterator<Item = StoredEvent>) {
     for event in events {
         // A follower that left meanwhile is not an error: the log is in the database.
         let _ = feed.tx.send(Arc::new(event));

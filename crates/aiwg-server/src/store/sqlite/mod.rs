@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 
 use super::reads::Reads;
 use super::sql_store::SqlStore;
-use super::writer::{self, Feed, Health, WriterHandle};
+use super::writer::{self, EventFeed, Health, WriterHandle};
 use super::{Result, Store, Synchronous};
 use crate::metrics::Metrics;
 
@@ -98,7 +98,7 @@ pub async fn open(
     let backfilled = Arc::new(AtomicBool::new(false));
     tokio::spawn(checkpoint::checkpoints(pool.clone(), backfilled.clone()));
     let (tx, rx) = mpsc::channel(writer::QUEUE);
-    let feed = Feed::new(feed_capacity, last_seq);
+    let feed = EventFeed::new(feed_capacity, last_seq);
     let committer =
         commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled, incremental, reclaim: false, index };
     let health = Arc::new(Health::default());
