@@ -3,18 +3,52 @@
 use axum::body::Bytes;
 use serde_json::Value;
 
-use super::{Dispatched, Dispatcher, RoutingRecord};
+use std::sync::Arc;
+
+use super::{Dispatched, RoutingRecord};
 use crate::error::{Error, Result};
-use crate::forward::{ForwardError, Target};
-use crate::services::ledger::Decided;
-use crate::store::Change;
+use crate::forward::{ForwardError, Forwarder, Target};
+use crate::metrics::Metrics;
+use crate::services::ledger::{Decided, Ledger};
+use crate::services::registry::Registry;
+use crate::services::runtimes::Runtimes;
+use crate::services::Core;
+use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_domain::{AbortedBy, Handover, Live, MissionPatch, MissionState, ServeEvent};
 
-impl Dispatcher {
+/// What hands a recorded mission out: to an executor over HTTP (`forward`), or to an HTTP agent
+/// runtime, which drives it itself.
+pub(super) struct Handout {
+    registry: Arc<Registry>,
+    ledger: Arc<Ledger>,
+    store: Store,
+    forwarder: Forwarder,
+    /// Missions routed to HTTP agent runtimes are handed to it.
+    runtimes: Arc<Runtimes>,
+    metrics: Arc<Metrics>,
+}
+
+impl Handout {
+    pub(super) fn new(core: &Core, forwarder: Forwarder, runtimes: Arc<Runtimes>) -> Handout {
+        Handout {
+            registry: core.registry.clone(),
+            ledger: core.ledger.clone(),
+            store: core.store.clone(),
+            forwarder,
+            runtimes,
+            metrics: core.metrics.clone(),
+        }
+    }
+
+    /// The executor's readiness report, asked for now.
+    pub(super) async fn readiness(&self, executor_id: &str) -> std::result::Result<Value, ForwardError> {
+        self.forwarder.readiness(&self.target(executor_id)?).await
+    }
+
     /// Hands a stored mission to its first candidate, then the next ones on refusal; the mission must
     /// already be recorded as assigned to `attempts[0]`.
-    pub(crate) async fn hand_out(
+    pub(super) async fn hand_out(
         &self,
         mission_id: &str,
         session_id: &str,
@@ -114,7 +148,7 @@ impl Dispatcher {
         Ok(Dispatched::assigned(mission_id, executor_id, accepted.estimated_start))
     }
 
-    pub(crate) async fn forward_to(
+    pub(super) async fn forward_to(
         &self,
         executor_id: &str,
         session_id: &str,
@@ -124,7 +158,7 @@ impl Dispatcher {
     }
 
     /// How serve calls an executor now (its registration may have changed since the mission was planned).
-    pub(super) fn target(&self, executor_id: &str) -> std::result::Result<Target, ForwardError> {
+    fn target(&self, executor_id: &str) -> std::result::Result<Target, ForwardError> {
         let reach = self.registry.reach(executor_id).ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
         let token = reach
             .token

@@ -31,6 +31,7 @@ use aiwg_domain::readiness;
 use aiwg_domain::routing::{self, Rejection};
 use aiwg_domain::runtime_task::{self, Task};
 use aiwg_domain::{capabilities, Mission, MissionState};
+use handout::Handout;
 use queue::Queue;
 
 /// Routes missions, records them and hands them to executors; keeps the queue of those that wait.
@@ -39,9 +40,7 @@ pub struct Dispatcher {
     registry: Arc<Registry>,
     ledger: Arc<Ledger>,
     store: Store,
-    forwarder: Forwarder,
-    /// Missions routed to HTTP agent runtimes are handed to it.
-    runtimes: Arc<Runtimes>,
+    handout: Handout,
     metrics: Arc<Metrics>,
     queue: Queue,
     /// Where round-robin among equally good candidates starts next.
@@ -154,8 +153,7 @@ impl Dispatcher {
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
             store: core.store.clone(),
-            forwarder,
-            runtimes,
+            handout: Handout::new(core, forwarder, runtimes),
             metrics: core.metrics.clone(),
             queue,
             rotation: AtomicUsize::new(0),
@@ -164,6 +162,42 @@ impl Dispatcher {
     }
 
     /// `(depth, age of the oldest)` of the queue.
+    /// Loads the missions that were queued when serve stopped, oldest first.
+    pub async fn load_queue(&self) -> Result<()> {
+        self.queue.load(&self.store).await
+    }
+
+    /// The queue's task: wait for a kick, then try every waiting mission in order.
+    pub fn run_queue(self: &Arc<Self>) {
+        let dispatcher = Arc::clone(self);
+        let mut shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = dispatcher.queue.rung() => {}
+                    _ = shutdown.changed() => return,
+                }
+                dispatcher.queue.drain(&dispatcher).await;
+            }
+        });
+        self.queue.kick();
+    }
+
+    /// Aborts a queued mission (see `Queue::abort`); `false` when it is not waiting here.
+    pub(crate) async fn abort_queued(&self, mission_id: &str) -> Result<bool> {
+        self.queue.abort(&self.store, mission_id).await
+    }
+
+    /// Forwards a dispatch to an executor again (a resync's replay): see `Handout::forward_to`.
+    pub(crate) async fn forward_to(
+        &self,
+        executor_id: &str,
+        session_id: &str,
+        body: axum::body::Bytes,
+    ) -> std::result::Result<crate::forward::Accepted, crate::forward::ForwardError> {
+        self.handout.forward_to(executor_id, session_id, body).await
+    }
+
     pub fn queue_depth(&self) -> (usize, std::time::Duration) {
         self.queue.depth()
     }
@@ -204,7 +238,7 @@ impl Dispatcher {
             // failed when none was asked.
             Err(NoneFit { reason, refused_by_all: true }) => return Err(Error::MissionRefused(reason)),
             Err(NoneFit { reason, .. }) if payload.queue.unwrap_or(self.config.queue_when_unavailable) => {
-                return self.enqueue(session_id, body, payload, reason).await;
+                return self.queue.enqueue(&self.store, session_id, body, payload, reason).await;
             }
             Err(NoneFit { reason, .. }) => {
                 return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason })
@@ -216,7 +250,7 @@ impl Dispatcher {
             ..Mission::new(&mission_id, session_id, MissionState::Assigned, body.clone(), aiwg_contract::clock::now())
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
-        let mut dispatched = self.hand_out(&mission_id, session_id, &body, attempts, record).await?;
+        let mut dispatched = self.handout.hand_out(&mission_id, session_id, &body, attempts, record).await?;
         if let Some(executor_id) = &dispatched.executor_id {
             dispatched.warning = self.session_collision_warning(&mission_id, executor_id);
         }
@@ -278,10 +312,7 @@ impl Dispatcher {
                 kept.push(executor_id);
                 continue;
             }
-            let report = match self.target(&executor_id) {
-                Ok(target) => self.forwarder.readiness(&target).await.ok(),
-                Err(_) => None,
-            };
+            let report = self.handout.readiness(&executor_id).await.ok();
             match readiness::judge(report.as_ref(), unattended, chrono::Utc::now()) {
                 Ok(()) => kept.push(executor_id),
                 Err(gap) => {
@@ -302,10 +333,7 @@ impl Dispatcher {
         if self.registry.status(executor_id).is_none() {
             return Err(Error::NotFound(format!("executor {executor_id} is not registered")));
         }
-        let asked = match self.target(executor_id) {
-            Ok(target) => self.forwarder.readiness(&target).await,
-            Err(e) => Err(e),
-        };
+        let asked = self.handout.readiness(executor_id).await;
         let (report, error) = match asked {
             Ok(report) => (Some(report), None),
             Err(e) => (None, Some(e.to_string())),

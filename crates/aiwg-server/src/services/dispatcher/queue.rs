@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use super::{DispatchStatus, Dispatched, Dispatcher};
 use crate::error::Result;
-use crate::store::Change;
+use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::DispatchPayload;
 use aiwg_domain::{Mission, MissionPatch, MissionState};
@@ -69,15 +69,19 @@ impl Queue {
     }
 
     /// Something changed that may let a queued mission through.
+    /// Resolves when the queue is kicked (see [`Queue::kick`]).
+    pub(super) async fn rung(&self) {
+        self.wake.notified().await
+    }
+
     pub(super) fn kick(&self) {
         self.wake.notify_one();
     }
-}
 
-impl Dispatcher {
     /// Stores a mission `queued` and answers 202 with the reason it waits.
-    pub(crate) async fn enqueue(
+    pub(super) async fn enqueue(
         &self,
+        store: &Store,
         session_id: &str,
         body: Value,
         payload: DispatchPayload,
@@ -87,17 +91,17 @@ impl Dispatcher {
             queued_reason: Some(reason.clone()),
             ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), clock::now())
         };
-        self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
+        store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mission_id = payload.mission_id.clone();
         tracing::info!(%mission_id, %reason, "mission queued");
-        self.queue.push(Waiting {
+        self.push(Waiting {
             mission_id: mission_id.clone(),
             session_id: session_id.to_owned(),
             body,
             payload,
             since: Instant::now(),
         });
-        self.queue.kick();
+        self.kick();
         Ok(Dispatched {
             mission_id,
             executor_id: None,
@@ -109,11 +113,11 @@ impl Dispatcher {
     }
 
     /// Loads the missions that were queued when serve stopped, oldest first.
-    pub async fn load_queue(&self) -> Result<()> {
-        let rows = self.store.queued_missions().await?;
+    pub(super) async fn load(&self, store: &Store) -> Result<()> {
+        let rows = store.queued_missions().await?;
         for row in rows {
             match serde_json::from_value::<DispatchPayload>(row.payload.clone()) {
-                Ok(payload) => self.queue.push(Waiting {
+                Ok(payload) => self.push(Waiting {
                     mission_id: row.mission_id,
                     session_id: row.session_id,
                     body: row.payload,
@@ -128,47 +132,32 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// The queue's task: wait for a kick, then try every waiting mission in order.
-    pub fn run_queue(self: &Arc<Self>) {
-        let dispatcher = Arc::clone(self);
-        let mut shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = dispatcher.queue.wake.notified() => {}
-                    _ = shutdown.changed() => return,
-                }
-                dispatcher.drain_queue().await;
-            }
-        });
-        self.queue.kick();
-    }
-
-    async fn drain_queue(&self) {
+    /// Tries every waiting mission in order: one that fits an executor now is assigned and handed out.
+    pub(super) async fn drain(&self, dispatcher: &Dispatcher) {
         let mut index = 0;
         loop {
-            let Some(next) = self.queue.get(index) else { return };
-            let Ok((attempts, record)) = self.candidates(&next.1).await else {
+            let Some(next) = self.get(index) else { return };
+            let Ok((attempts, record)) = dispatcher.candidates(&next.1).await else {
                 index += 1;
                 continue;
             };
-            let Some(w) = self.queue.take(&next.0) else { continue };
+            let Some(w) = self.take(&next.0) else { continue };
             let patch = MissionPatch {
                 state: Some(MissionState::Assigned),
                 executor_id: attempts.first().cloned(),
                 updated_at: Some(clock::now()),
-                routing: Some(record.kept(&self.registry)),
+                routing: Some(record.kept(&dispatcher.registry)),
                 ..MissionPatch::default()
             };
             if let Err(e) =
-                self.store.commit(vec![Change::PatchMission { mission_id: w.mission_id.clone(), patch }]).await
+                dispatcher.store.commit(vec![Change::PatchMission { mission_id: w.mission_id.clone(), patch }]).await
             {
                 tracing::error!(error = %e, mission_id = %w.mission_id, "assigning a queued mission failed");
-                self.queue.requeue(w);
+                self.requeue(w);
                 return;
             }
             let waited = w.since.elapsed();
-            match self.hand_out(&w.mission_id, &w.session_id, &w.body, attempts, record).await {
+            match dispatcher.handout.hand_out(&w.mission_id, &w.session_id, &w.body, attempts, record).await {
                 Ok(d) => {
                     tracing::info!(mission_id = %w.mission_id, executor_id = ?d.executor_id, ?waited, "queued mission assigned")
                 }
@@ -181,8 +170,8 @@ impl Dispatcher {
 
     /// Aborts a queued mission: it leaves the queue once the abort is committed (and goes back to its
     /// place if the commit fails). `false` when it is not waiting here.
-    pub(crate) async fn abort_queued(&self, mission_id: &str) -> Result<bool> {
-        let Some(w) = self.queue.take(mission_id) else { return Ok(false) };
+    pub(super) async fn abort(&self, store: &Store, mission_id: &str) -> Result<bool> {
+        let Some(w) = self.take(mission_id) else { return Ok(false) };
         let now = clock::now();
         let patch = MissionPatch {
             state: Some(MissionState::Aborted),
@@ -191,9 +180,8 @@ impl Dispatcher {
             error: Some("aborted by the operator while queued".into()),
             ..MissionPatch::default()
         };
-        if let Err(e) = self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await
-        {
-            self.queue.requeue(w);
+        if let Err(e) = store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await {
+            self.requeue(w);
             return Err(e.into());
         }
         Ok(true)
