@@ -2,11 +2,6 @@
 //! subset of SQLite and PostgreSQL (`$N` placeholders, which sqlx's SQLite driver binds by number;
 //! aliased subqueries; 64-bit integers), and rows map through [`Cols`].
 //!
-//! Mission states, HITL outcomes and event types are named in SQL by their enums (`as_str`), never
-//! spelled again. The queries that compare against a fixed set of them are formatted once rather than
-//! bound, so that the text the database plans (and the statement cache keys on) is the literal SQL it
-//! always was: SQLite's planner matches a partial index (`hitl_open`) against a query's literal condition.
-//!
 //! One mission's events are read from the view `mission_events`, which each adapter's migrations
 //! define: SQLite's joins an index written in bulk with the short tail of the log above its mark
 //! (migration 6), PostgreSQL's is the log itself. Its queries say which missions with `mission_id =`
@@ -14,7 +9,7 @@
 //! or last event with `ORDER BY seq LIMIT 1`: SQLite answers `MIN(seq)` over the view by building an
 //! index of all of it.
 
-use std::sync::LazyLock;
+mod queries;
 
 use futures_util::TryStreamExt;
 use serde_json::Value;
@@ -26,83 +21,14 @@ use super::rows::{
     sandbox_from_row, Cols,
 };
 use crate::store::{
-    Compaction, EventPage, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionQuery,
-    ProgressSeen, Result, SandboxRecord, StoredEvent,
+    Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery, ProgressSeen,
+    Result, SandboxRecord, StoredEvent,
 };
-use aiwg_contract::EventType;
 use aiwg_domain::{progress_key, MissionState};
-
-/// `'done', 'failed', 'aborted'`: the states of a mission that is over.
-static ENDED: LazyLock<String> = LazyLock::new(|| states(MissionState::is_terminal));
-
-/// `'queued', 'done', 'failed', 'aborted'`: the states of a mission that is not live (waiting for an
-/// executor, or over).
-static NOT_LIVE: LazyLock<String> = LazyLock::new(|| states(|s| s == MissionState::Queued || s.is_terminal()));
-
-/// The states `which` picks, as an SQL list of literals.
-fn states(which: impl Fn(MissionState) -> bool) -> String {
-    let names: Vec<String> = MissionState::ALL.into_iter().filter(|s| which(*s)).map(|s| format!("'{s}'")).collect();
-    names.join(", ")
-}
-
-static LIVE_MISSIONS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT mission_id, executor_id, state, pty_session_ref FROM missions WHERE state NOT IN ({}) \
-             ORDER BY created_at, mission_id",
-        *NOT_LIVE
-    )
-});
-
-/// The window runs over sequence numbers only, and the data of the sixteen it keeps per mission is read
-/// by key afterwards: a window over the rows with their data had the database materialise every progress
-/// event of every live mission (200 of 900 KB made a restart take 213 MB of anonymous memory, the
-/// adversary's RSS of 245 MB).
-static RECENT_PROGRESS_OF_LIVE: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT mission_id, ts, data FROM events WHERE seq IN (SELECT seq FROM (SELECT m.seq, \
-         ROW_NUMBER() OVER (PARTITION BY m.mission_id ORDER BY m.seq DESC) AS newest \
-         FROM mission_events m WHERE m.event = '{progress}' \
-         AND m.mission_id IN (SELECT mission_id FROM missions WHERE state NOT IN ({not_live}))) AS recent \
-         WHERE newest <= 16) ORDER BY seq",
-        progress = EventType::MissionProgress.as_str(),
-        not_live = *NOT_LIVE,
-    )
-});
-
-static RECENT_PROGRESS_OF: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT ts, data FROM (SELECT ts, data, seq FROM mission_events WHERE mission_id = $1 AND event = '{}' \
-         ORDER BY seq DESC LIMIT 16) AS newest ORDER BY seq",
-        EventType::MissionProgress.as_str()
-    )
-});
-
-static QUEUED_MISSIONS: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT * FROM missions WHERE state = '{}' ORDER BY id", MissionState::Queued.as_str()));
-
-/// Word for word the condition of the partial index `hitl_open` (migration 2), so that it is used.
-static OPEN_HITL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT * FROM hitl_requests WHERE outcome = '{pending}' OR (outcome = '{answered}' AND delivered_at IS NULL)",
-        pending = HitlOutcome::Pending.as_str(),
-        answered = HitlOutcome::Answered.as_str(),
-    )
-});
-
-static PENDING_HITL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT * FROM hitl_requests WHERE mission_id = $1 AND outcome = '{}' LIMIT 1",
-        HitlOutcome::Pending.as_str()
-    )
-});
-
-static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT h.* FROM hitl_requests h JOIN missions m ON m.mission_id = h.mission_id \
-         WHERE h.outcome = '{}' AND h.delivered_at IS NULL AND m.executor_id = $1 ORDER BY h.responded_at",
-        HitlOutcome::Answered.as_str()
-    )
-});
+use queries::{
+    ENDED, LIVE_MISSIONS, OPEN_HITL, PENDING_HITL, QUEUED_MISSIONS, RECENT_PROGRESS_OF, RECENT_PROGRESS_OF_LIVE,
+    UNDELIVERED_ANSWERS,
+};
 
 /// The filters of an event read, and only those: one mission's events are read through its index
 /// (`mission_events`), the whole log's through the sequence numbers.
