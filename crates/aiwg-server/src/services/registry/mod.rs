@@ -4,12 +4,11 @@
 //! plaintext token (learned when issued or presented, needed to call the executor) and the executor's
 //! open WebSockets. Changes are written through the store before the caller answers.
 
+mod entry;
 mod listing;
 
-use chrono::{DateTime, Utc};
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 
 pub(crate) use listing::ExecutorStatus;
 pub(crate) use runtimes::RuntimeView;
@@ -17,94 +16,18 @@ pub(crate) use runtimes::RuntimeView;
 use super::links::{Link, Outbound, SUPERSEDED};
 use crate::error::{Error, Result};
 use crate::store::{Change, Store};
+use aiwg_contract::RegisterPayload;
 use aiwg_contract::{clock, tokens};
-use aiwg_contract::{RegisterPayload, TransportEndpoints};
 use aiwg_domain::capabilities::{Abilities, Known};
-use aiwg_domain::net::is_loopback;
-use aiwg_domain::reclaim::{decide_token, Held, TokenDecision};
 use aiwg_domain::routing::RoutingView;
 use aiwg_domain::{resolve_executor, ExecutorRecord, Named, ServeEvent};
+use entry::{Admitted, Entry, Inner};
 
 pub struct Registry {
     inner: RwLock<Inner>,
     store: Store,
     /// Held across the commit of a registration, deregistration or drain (see [`Registry::serialized`]).
     writes: tokio::sync::Mutex<()>,
-}
-
-#[derive(Default)]
-struct Inner {
-    executors: HashMap<String, Entry>,
-    /// Current token hash -> executor, to tell "another executor's token" from "no valid token".
-    by_token: HashMap<tokens::TokenHash, String>,
-    /// Executor ids in registration order (executors are never removed): routing's stable order.
-    order: Vec<String>,
-}
-
-struct Entry {
-    row: ExecutorRecord,
-    /// Plaintext token, memory only: serve presents it when it calls the executor.
-    token: Option<String>,
-    links: Vec<Link>,
-    active_missions: usize,
-    /// Had a socket before in this process: a new one is a reconnect.
-    ever_connected: bool,
-    /// Advances on every attach and every last-socket close, so a disconnect timer can tell whether the
-    /// disconnection it watches is still the current one.
-    epoch: u64,
-    /// The latest event's timestamp, updated on every committed event under the registry's *read* lock
-    /// (the row's copy is refreshed from it whenever the row is read).
-    last_event: Mutex<Option<String>>,
-    /// An HTTP runtime's health as the latest probe found it (`None` for a WebSocket executor). A
-    /// runtime's one link is serve's own driver of its missions, so it says nothing about the runtime.
-    health: Option<bool>,
-    /// Its sockets all feed one inbound queue (the agentic-sandbox executor's, 64 frames deep): a frame
-    /// is sent on one of them, not on each.
-    one_inbound: bool,
-}
-
-impl Entry {
-    fn new(row: ExecutorRecord, token: Option<String>) -> Entry {
-        let last_event = Mutex::new(row.last_event_ts.clone());
-        let health = row.runtime.as_ref().map(|_| false);
-        Entry {
-            row,
-            token,
-            links: Vec::new(),
-            active_missions: 0,
-            ever_connected: false,
-            epoch: 0,
-            last_event,
-            health,
-            one_inbound: false,
-        }
-    }
-
-    /// Can take missions now: a WebSocket executor with a socket, a runtime whose latest probe passed.
-    fn connected(&self) -> bool {
-        self.health.unwrap_or(!self.links.is_empty())
-    }
-
-    fn live(&self) -> bool {
-        self.row.deregistered_at.is_none()
-    }
-
-    /// What the reclaim rule needs to know of the identity, registered again with `endpoints`.
-    fn held(&self, endpoints: &TransportEndpoints) -> Held<'_> {
-        Held {
-            live: self.live(),
-            token_hash: &self.row.token_hash,
-            registered_from: self.row.registered_from.as_deref(),
-            seen_non_loopback: self.row.seen_non_loopback,
-            connected: self.connected(),
-            same_endpoints: self.row.identity.transport_endpoints == *endpoints,
-        }
-    }
-
-    /// The row with the latest event timestamp.
-    fn current_row(&self) -> ExecutorRecord {
-        ExecutorRecord { last_event_ts: self.last_event.lock().expect("entry lock").clone(), ..self.row.clone() }
-    }
 }
 
 /// What a successful register tells the caller.
@@ -160,26 +83,8 @@ impl Registry {
     ) -> Result<Registered> {
         let _serial = self.writes.lock().await;
         let now = clock::now();
-        let (row, token, rotated_for_non_loopback, same_identity) = {
-            let inner = self.inner.read().expect("registry lock");
-            let existing = inner.executors.get(&p.executor_id);
-            let same_identity = existing.is_some_and(|e| e.live() && e.row.identity == *p);
-            not_a_runtime(existing, &p.executor_id)?;
-            if existing.is_none() && inner.executors.len() >= max_executors {
-                return Err(Error::TooManyRequests(format!(
-                    "{max_executors} executor identities are known, the limit (server.max_executors); remove stale ones \
-                     (aiwg-serve executors remove ID)"
-                )));
-            }
-            let decision = decide_token(existing.map(|e| e.held(&p.transport_endpoints)), bearer, peer)
-                .map_err(|refusal| Error::Conflict(refusal.message(&p.executor_id)))?;
-            let (token, rotated_for_non_loopback) = match (decision, bearer) {
-                (TokenDecision::Keep, Some(b)) => (b.to_owned(), false),
-                (TokenDecision::Issue { rotated_for_non_loopback }, _) => (tokens::issue(), rotated_for_non_loopback),
-                (TokenDecision::Keep, None) => unreachable!("a kept token is a presented one"),
-            };
-            (registered_row(existing, p, &token, peer, now), token, rotated_for_non_loopback, same_identity)
-        };
+        let admitted = self.inner.read().expect("registry lock").admit(p, peer, bearer, max_executors, now)?;
+        let Admitted { row, token, rotated_for_non_loopback, same_identity } = admitted;
         // A re-registration that changes nothing of the identity is not an event: the agentic-sandbox
         // executor re-registers on every socket cycle, and each full `executor.registered` was kept.
         let mut changes = vec![Change::PutExecutor(Box::new(row.clone()))];
@@ -194,24 +99,7 @@ impl Registry {
             registered_at: clock::format(row.registered_at),
             rotated_for_non_loopback,
         };
-        let mut inner = self.inner.write().expect("registry lock");
-        let old_hash = inner.executors.get(&p.executor_id).map(|e| e.row.token_hash);
-        if let Some(old) = old_hash {
-            inner.by_token.remove(&old);
-        }
-        inner.by_token.insert(row.token_hash, p.executor_id.clone());
-        match inner.executors.get_mut(&p.executor_id) {
-            Some(e) => {
-                // What sockets changed while the row was being committed stays as they left it.
-                let disconnected_at = e.row.disconnected_at.take();
-                e.row = ExecutorRecord { disconnected_at, ..row };
-                e.token = Some(token);
-            }
-            None => {
-                inner.order.push(p.executor_id.clone());
-                inner.executors.insert(p.executor_id.clone(), Entry::new(row, Some(token)));
-            }
-        }
+        self.inner.write().expect("registry lock").registered(row, token);
         Ok(registered)
     }
 
@@ -536,39 +424,6 @@ impl Registry {
             })
             .collect();
         f(&views, offline)
-    }
-}
-
-/// A runtime's id is the operator's: a WebSocket executor cannot register under it.
-fn not_a_runtime(existing: Option<&Entry>, executor_id: &str) -> Result<()> {
-    match existing {
-        Some(e) if e.live() && e.row.runtime.is_some() => Err(Error::Conflict(format!(
-            "{executor_id} is an HTTP agent runtime an operator added; a WebSocket executor cannot take its id"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// The row of a registration: a new identity, or the known one re-registered (what sockets, drains and
-/// events made of it stays).
-fn registered_row(
-    existing: Option<&Entry>,
-    p: &RegisterPayload,
-    token: &str,
-    peer: IpAddr,
-    now: DateTime<Utc>,
-) -> ExecutorRecord {
-    ExecutorRecord {
-        identity: p.clone(),
-        token_hash: tokens::hash(token),
-        registered_at: existing.map_or_else(|| now.to_owned(), |e| e.row.registered_at),
-        registered_from: Some(peer.to_string()),
-        seen_non_loopback: !is_loopback(peer) || existing.is_some_and(|e| e.row.seen_non_loopback),
-        draining: existing.is_some_and(|e| e.row.draining),
-        last_event_ts: existing.and_then(|e| e.last_event.lock().expect("entry lock").clone()),
-        disconnected_at: existing.and_then(|e| e.row.disconnected_at),
-        deregistered_at: None,
-        runtime: None,
     }
 }
 
