@@ -1,11 +1,11 @@
 //! What operators do to missions: pause, resume, abort, and answer HITL requests.
 //!
 //! Each action is judged against the mission's projected state by the pure table
-//! [`on_control`], committed as an event in the log (so the operator stream and the mission history show
-//! it), and only then sent to every live socket of the owning executor, as the envelope executors
-//! already handle (`mission.paused`, `mission.resumed`, `mission.aborted`, `mission.hitl_responded`).
-//! Abort is authoritative at once, connected or not; pause, resume and HITL answers need the executor
-//! online, since nothing else would make them true.
+//! [`on_control`](aiwg_domain::on_control), committed as an event in the log (so the operator stream and
+//! the mission history show it), and only then sent to every live socket of the owning executor, as the
+//! envelope executors already handle (`mission.paused`, `mission.resumed`, `mission.aborted`,
+//! `mission.hitl_responded`). Abort is authoritative at once, connected or not; pause, resume and HITL
+//! answers need the executor online, since nothing else would make them true.
 //!
 //! Controls are honest without breaking drop-in: an executor that says nothing about a control is
 //! treated as the contract says (the frame is sent and the route answers 202, as upstream does, so an
@@ -19,10 +19,12 @@
 //! the answer says the agent may still be running. A resume returns the mission to where it was
 //! (`domain::resume_target`).
 
+mod verdict;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::Serialize;
 
 use super::dispatcher::Dispatcher;
@@ -34,7 +36,8 @@ use crate::metrics::Metrics;
 use crate::store::{Change, Pending, Store};
 use aiwg_contract::clock;
 use aiwg_domain::capabilities::{Abilities, Ability};
-use aiwg_domain::{on_control, AbortedBy, Control, HitlOutcome, HitlRequest, Live, MissionState, ServeEvent};
+use aiwg_domain::{AbortedBy, Control, HitlOutcome, HitlRequest, Live, MissionState, ServeEvent};
+use verdict::{decide_action, refusal, Expired, Owner, Refused, Why};
 
 /// Why a control of a mission being re-read after a failed commit is refused, once its wait ran out.
 const REREAD: &str = "the mission is being re-read from the store after a storage failure; try again";
@@ -97,18 +100,14 @@ struct Deadline {
     timer: tokio::task::AbortHandle,
 }
 
-/// What an action records and sends, decided under the ledger lock.
-struct Verdict {
-    changes: Vec<Change>,
-    to: MissionState,
-    data: serde_json::Value,
-    frame: String,
-    answered: Option<HitlRequest>,
-}
-
 /// An action queued for commit.
 struct Queued {
     commit: Pending,
+    delivery: Delivery,
+}
+
+/// What a committed action sends its executor, and what the answer to the operator says of it.
+struct Delivery {
     owner: String,
     abilities: Abilities,
     /// The question answered was asked before the executor last shut down.
@@ -158,34 +157,50 @@ impl Controls {
             }
             let (abilities, outlived) = (owner.abilities, live.hitl_outlived);
             let owner = live.executor_id.clone();
-            let queued = Queued { commit, owner, abilities, outlived, to: v.to, frame: v.frame, answered: v.answered };
+            let delivery = Delivery { owner, abilities, outlived, to: v.to, frame: v.frame, answered: v.answered };
+            let queued = Queued { commit, delivery };
             (Ok(queued), Some(undo))
         });
         let (d, ticket) = match decided {
             Decided::Done((Ok(d), Some(ticket))) => (d, ticket),
             Decided::Done((Ok(_), None)) => unreachable!("a queued action has an undo point"),
-            Decided::Done((Err(Expired(request)), _)) => {
+            Decided::Done((Err(why), _)) => return Err(self.refused(mission_id, why).await),
+            Decided::Rebuilding => return Err(Error::StorageUnavailable(REREAD.into())),
+            Decided::NotLive => return self.not_live(mission_id, action).await,
+        };
+        self.ledger.conclude(d.commit, ticket, Some(d.delivery.to)).await?;
+        if d.delivery.answered.is_some() || d.delivery.to.is_terminal() {
+            self.unwatch(mission_id, None, true);
+        }
+        Ok(self.deliver(mission_id, action, d.delivery).await)
+    }
+
+    /// The error of an action judged refused; an answer to a request that expired fails its mission.
+    async fn refused(&self, mission_id: &str, why: Why) -> Error {
+        match why {
+            Expired(request) => {
                 self.expire_hitl(mission_id, &request.hitl_id).await;
-                return Err(Error::Conflict(format!(
+                Error::Conflict(format!(
                     "HITL request {} expired at {}; the mission failed (hitl_expired)",
                     request.hitl_id,
                     request.expires_at.unwrap_or_default()
-                )));
+                ))
             }
-            Decided::Done((Err(Refused(e)), _)) => return Err(e),
-            Decided::Rebuilding => return Err(Error::StorageUnavailable(REREAD.into())),
-            Decided::NotLive => {
-                return match self.store.mission(mission_id).await? {
-                    Some(m) if m.state == MissionState::Queued => self.act_on_queued(mission_id, action).await,
-                    Some(m) => Err(refusal(action, m.state)),
-                    None => Err(Error::NotFound(format!("mission {mission_id} not found"))),
-                }
-            }
-        };
-        self.ledger.conclude(d.commit, ticket, Some(d.to)).await?;
-        if d.answered.is_some() || d.to.is_terminal() {
-            self.unwatch(mission_id, None, true);
+            Refused(e) => e,
         }
+    }
+
+    /// An action on a mission the ledger does not hold: queued, ended, or unknown.
+    async fn not_live(&self, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
+        match self.store.mission(mission_id).await? {
+            Some(m) if m.state == MissionState::Queued => self.act_on_queued(mission_id, action).await,
+            Some(m) => Err(refusal(action, m.state)),
+            None => Err(Error::NotFound(format!("mission {mission_id} not found"))),
+        }
+    }
+
+    /// Sends a committed action's frame to the executor, if it can act on it, and says what came of it.
+    async fn deliver(&self, mission_id: &str, action: Action<'_>, d: Delivery) -> ControlOutcome {
         let ability = match action {
             Action::Pause | Action::Resume => d.abilities.pause_resume,
             Action::Abort => d.abilities.abort,
@@ -211,7 +226,7 @@ impl Controls {
             (true, Ability::Presumed(why)) => Some(format!("executor {} {why}", d.owner)),
             (true, Ability::Declared) => None,
         };
-        Ok(ControlOutcome { mission_id: mission_id.to_owned(), state: d.to, delivered: took, confirmed, note })
+        ControlOutcome { mission_id: mission_id.to_owned(), state: d.to, delivered: took, confirmed, note }
     }
 
     /// What the owner of a live mission can take, as serve knows it now.
@@ -222,81 +237,6 @@ impl Controls {
             connected: self.registry.is_connected(id),
         }
     }
-}
-
-/// What matters of a mission's executor for a control.
-#[derive(Clone, Copy)]
-struct Owner {
-    abilities: Abilities,
-    connected: bool,
-}
-
-/// Under the ledger lock, without side effects: legality, capability, connectivity, and what the action
-/// records.
-fn decide_action(
-    live: &Live,
-    owner: Owner,
-    mission_id: &str,
-    action: Action<'_>,
-    now: DateTime<Utc>,
-) -> std::result::Result<Verdict, Why> {
-    if let (Action::Pause | Action::Resume, Ability::Unable(why)) = (action, owner.abilities.pause_resume) {
-        return Err(Refused(Error::ControlUnsupported(format!(
-            "executor {} {why}: it cannot {} missions, so nothing was sent and mission {mission_id} stays {}",
-            live.executor_id,
-            verb(action),
-            live.state
-        ))));
-    }
-    let to = match on_control(live.state, action.control()) {
-        Some(_) if matches!(action, Action::Resume) => live.resume_target(),
-        Some(to) => to,
-        // The question is still open, but the executor shut down meanwhile (suspended) or an operator
-        // paused the mission: what stands in the way is said, not just the state.
-        None => {
-            let asked = |id: &str| live.hitl.as_ref().is_some_and(|h| h.hitl_id == id);
-            return Err(Refused(match action {
-                Action::Answer { hitl_id, .. } if asked(hitl_id) && !owner.connected => {
-                    Error::ExecutorNotConnected(format!(
-                        "executor {} of mission {mission_id} is not connected (the mission is {}): HITL request \
-                         {hitl_id} can be answered once the executor is back and resumes it",
-                        live.executor_id, live.state
-                    ))
-                }
-                _ => refusal(action, live.state),
-            }));
-        }
-    };
-    let answered = match action {
-        Action::Answer { hitl_id, response } => Some(answer(live, mission_id, hitl_id, response, now)?),
-        _ => None,
-    };
-    if action.control() != Control::Abort && !owner.connected {
-        return Err(Refused(Error::ExecutorNotConnected(format!(
-            "executor {} of mission {mission_id} is not connected",
-            live.executor_id
-        ))));
-    }
-    let said = match action {
-        Action::Pause => ServeEvent::Paused,
-        Action::Resume => ServeEvent::Resumed { from: MissionState::Paused },
-        Action::Abort => ServeEvent::Aborted { by: AbortedBy::Operator, reason: "operator_request" },
-        Action::Answer { hitl_id, response } => ServeEvent::HitlResponded {
-            hitl_id: hitl_id.to_owned(),
-            response: response.to_owned(),
-            responded_at: Some(now.to_owned()),
-        },
-    };
-    let recorded = said.record(&live.executor_id, mission_id, to, now);
-    let frame = recorded.event.frame();
-    let data = recorded.event.data.clone();
-    let mut changes = Change::recorded(recorded);
-    if let Some(a) = &answered {
-        changes.push(Change::PutHitl(Box::new(a.clone())));
-    } else if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
-        changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
-    }
-    Ok(Verdict { changes, to, data, frame, answered })
 }
 
 impl Controls {
@@ -418,154 +358,5 @@ impl Controls {
         for request in self.ledger.pending_hitl() {
             self.watch_hitl_deadline(request);
         }
-    }
-}
-
-enum Why {
-    Refused(Error),
-    Expired(Box<HitlRequest>),
-}
-use Why::{Expired, Refused};
-
-/// The answered request, if `hitl_id` is the one pending and it has not expired.
-fn answer(
-    live: &Live,
-    mission_id: &str,
-    hitl_id: &str,
-    response: &str,
-    now: DateTime<Utc>,
-) -> std::result::Result<HitlRequest, Why> {
-    let request = live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id).ok_or_else(|| {
-        Refused(Error::Conflict(format!("mission {mission_id} has no pending HITL request {hitl_id}")))
-    })?;
-    if request.expires_at.is_some_and(|t| t <= now) {
-        return Err(Expired(Box::new(request.clone())));
-    }
-    Ok(HitlRequest {
-        outcome: HitlOutcome::Answered,
-        response: Some(response.to_owned()),
-        responded_at: Some(now.to_owned()),
-        ..request.clone()
-    })
-}
-
-/// Why an action is refused in a state: `illegal_transition`, or `conflict` for an answer to a mission
-/// that is not waiting for one.
-fn refusal(action: Action<'_>, state: MissionState) -> Error {
-    match action {
-        Action::Answer { hitl_id, .. } if !state.is_terminal() => {
-            Error::Conflict(format!("the mission is {state}, not waiting for HITL request {hitl_id}"))
-        }
-        _ => Error::IllegalTransition(format!("cannot {} a mission that is {state}", verb(action))),
-    }
-}
-
-fn verb(action: Action<'_>) -> &'static str {
-    match action {
-        Action::Pause => "pause",
-        Action::Resume => "resume",
-        Action::Abort => "abort",
-        Action::Answer { .. } => "answer a HITL request of",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn now() -> DateTime<Utc> {
-        aiwg_contract::clock::parse("2026-11-30T12:00:00.000Z").unwrap()
-    }
-    const DECLARED: Abilities = Abilities {
-        pause_resume: Ability::Declared,
-        abort: Ability::Declared,
-        reads_answers: true,
-        remembers_questions: true,
-    };
-    const ABLE: Owner = Owner { abilities: DECLARED, connected: true };
-
-    fn verdict(live: &Live, owner: Owner, action: Action<'_>) -> std::result::Result<Verdict, Error> {
-        decide_action(live, owner, "m1", action, now()).map_err(|why| match why {
-            Refused(e) => e,
-            Expired(h) => Error::Conflict(format!("expired {}", h.hitl_id)),
-        })
-    }
-
-    fn pending(hitl_id: &str, expires_at: Option<&str>) -> HitlRequest {
-        HitlRequest {
-            mission_id: "m1".into(),
-            hitl_id: hitl_id.into(),
-            prompt: "ok?".into(),
-            context: None,
-            expires_at: expires_at.and_then(aiwg_contract::clock::parse),
-            requested_at: now(),
-            outcome: HitlOutcome::Pending,
-            response: None,
-            responded_at: None,
-            delivered_at: None,
-        }
-    }
-
-    #[test]
-    fn pause_and_resume_are_refused_only_where_serve_knows_the_executor_cannot() {
-        let running = Live::new("e1", MissionState::Running);
-        let unable = Abilities { pause_resume: Ability::Unable("cannot"), ..DECLARED };
-        let unable = Owner { abilities: unable, connected: true };
-        for action in [Action::Pause, Action::Resume] {
-            let refused = verdict(&running, unable, action);
-            assert!(
-                matches!(&refused, Err(Error::ControlUnsupported(m)) if m.contains("cannot")),
-                "{:?}",
-                refused.err()
-            );
-        }
-        let silent = Abilities { pause_resume: Ability::Presumed("says nothing"), ..DECLARED };
-        let silent = Owner { abilities: silent, connected: true };
-        for owner in [ABLE, silent] {
-            let paused = verdict(&running, owner, Action::Pause).unwrap();
-            assert_eq!(paused.to, MissionState::Paused);
-            assert!(paused.frame.contains("\"mission.paused\""), "{}", paused.frame);
-        }
-    }
-
-    #[test]
-    fn abort_is_authoritative_even_when_the_executor_is_offline() {
-        let running = Live::new("e1", MissionState::Running);
-        let offline = Owner { abilities: DECLARED, connected: false };
-        assert!(matches!(verdict(&running, offline, Action::Pause), Err(Error::ExecutorNotConnected(_))));
-        let aborted = verdict(&running, offline, Action::Abort).unwrap();
-        assert_eq!(aborted.to, MissionState::Aborted);
-        assert_eq!(aborted.data["aborted_by"], "operator");
-    }
-
-    #[test]
-    fn a_resume_returns_the_mission_where_the_pause_found_it() {
-        let mut live = Live::new("e1", MissionState::HitlRequired);
-        live.hitl = Some(pending("h1", None));
-        live.move_to(MissionState::Paused);
-        assert_eq!(verdict(&live, ABLE, Action::Resume).unwrap().to, MissionState::HitlRequired);
-    }
-
-    #[test]
-    fn an_answer_must_name_the_pending_request_before_it_expires() {
-        let mut live = Live::new("e1", MissionState::HitlRequired);
-        live.hitl = Some(pending("h1", Some("2026-11-30T13:00:00.000Z")));
-        let wrong = verdict(&live, ABLE, Action::Answer { hitl_id: "h2", response: "yes" });
-        assert!(matches!(wrong, Err(Error::Conflict(_))), "{:?}", wrong.err());
-        let v = verdict(&live, ABLE, Action::Answer { hitl_id: "h1", response: "yes" }).unwrap();
-        assert_eq!(v.to, MissionState::Running);
-        let answered = v.answered.unwrap();
-        assert_eq!((answered.outcome, answered.response.as_deref()), (HitlOutcome::Answered, Some("yes")));
-        live.hitl = Some(pending("h1", Some("2026-11-30T11:00:00.000Z")));
-        let late = decide_action(&live, ABLE, "m1", Action::Answer { hitl_id: "h1", response: "yes" }, now());
-        assert!(matches!(late, Err(Expired(_))));
-    }
-
-    #[test]
-    fn illegal_controls_are_refused_by_the_table() {
-        let done = Live::new("e1", MissionState::Done);
-        assert!(matches!(verdict(&done, ABLE, Action::Abort), Err(Error::IllegalTransition(_))));
-        let running = Live::new("e1", MissionState::Running);
-        assert!(matches!(verdict(&running, ABLE, Action::Resume), Err(Error::IllegalTransition(_))));
     }
 }
