@@ -68,8 +68,9 @@ impl Registry {
     }
 
     /// Register or re-register. A known id reclaims its identity (same row, missions kept) when
-    /// [`decide_token`] allows it: the token is kept when the caller presents the current one, otherwise a
-    /// new one is issued and becomes the only valid one (sockets already open stay open).
+    /// [`decide_token`](aiwg_domain::reclaim::decide_token) allows it: the token is kept when the caller
+    /// presents the current one, otherwise a new one is issued and becomes the only valid one (sockets
+    /// already open stay open).
     ///
     /// Memory changes only once the store has the new row: a failed commit leaves the executor exactly
     /// as it was (its current token still works). Registrations are serialized, so memory and store
