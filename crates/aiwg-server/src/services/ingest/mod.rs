@@ -5,7 +5,8 @@
 //! and queued to the store in the same critical section. Only once the commit is durable is the outcome
 //! applied (counts, ledger) and the frame acknowledged. A refused frame changes nothing.
 
-use chrono::{DateTime, Utc};
+mod judge;
+
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -20,10 +21,8 @@ use crate::error::Error;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_contract::{progress, Envelope, EventType, Schema};
-use aiwg_domain::{
-    capabilities, hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch,
-    MissionState, NewEvent, Outcome, Undo,
-};
+use aiwg_domain::{capabilities, is_repeat, on_executor_event, HitlRequest, MissionState, NewEvent, Outcome};
+use judge::{decide, illegal, not_owned, Decision, Judged};
 
 /// Why a frame for a mission being re-read after a failed commit is refused, once its wait ran out.
 const REREAD: &str = "the mission is being re-read from the store after a storage failure; send the event again later";
@@ -84,86 +83,13 @@ pub enum Answer {
     Refused(Refusal),
 }
 
-/// Who sent a frame, what it is, whether its sender may suspend missions, and the deadline a HITL
-/// request it opens gets when it names none.
-#[derive(Clone, Copy)]
-struct Judged<'a> {
-    executor_id: &'a str,
-    event: EventType,
-    resumable: bool,
-    hitl_default_expiry: Option<chrono::Duration>,
-}
-
-/// What an accepted mission event does, decided under the ledger lock before anything is queued.
-#[derive(Debug, PartialEq)]
-// Returned by value once per frame: a box would cost an allocation on the ingestion path.
-#[allow(clippy::large_enum_variant)]
-enum Decision {
-    Accept(Accepted),
-    /// A repeat of what the mission already has (its terminal event, a progress report resent).
-    Duplicate,
-}
-
-#[derive(Debug, PartialEq)]
-struct Accepted {
+/// A mission event queued for commit: its change of the projection, to resolve once the commit is
+/// known, the state it moved to, and the HITL request with a deadline it opened.
+struct Queued {
+    commit: Pending,
+    ticket: Ticket,
     moved: Option<MissionState>,
-    patch: MissionPatch,
-    /// The HITL request open afterwards, and the requests to record (opened or withdrawn).
-    hitl: Option<HitlRequest>,
-    hitl_puts: Vec<HitlRequest>,
-    progress: Option<u64>,
-}
-
-impl Accepted {
-    /// A HITL request with a deadline this event opened.
-    fn deadline(&self, event: EventType) -> Option<Box<HitlRequest>> {
-        self.hitl
-            .as_ref()
-            .filter(|h| h.expires_at.is_some() && event == EventType::MissionHitlRequired)
-            .cloned()
-            .map(Box::new)
-    }
-
-    /// What to commit: the event, its mission's update, the executor's latest event time, the HITL
-    /// requests it opened or withdrew.
-    fn changes(self, row: NewEvent, mission_id: &str, seen: Change) -> Vec<Change> {
-        let mut changes = vec![
-            Change::AppendEvent(row),
-            Change::PatchMission { mission_id: mission_id.to_owned(), patch: self.patch },
-            seen,
-        ];
-        changes.extend(self.hitl_puts.into_iter().map(|h| Change::PutHitl(Box::new(h))));
-        changes
-    }
-
-    /// How to undo the event's effect on `live` if its commit fails: a progress report only added its
-    /// key; anything else may have changed the projection.
-    fn undo_point(&self, live: &Live) -> Undo {
-        match (self.progress, self.moved, self.hitl_puts.is_empty(), self.patch.pty_session_ref.is_none()) {
-            (Some(key), None, true, true) => Undo::Progress(key),
-            _ => live.undo_point(),
-        }
-    }
-
-    /// The projection once the event is queued.
-    fn apply(&self, live: &mut Live, data: &Value) {
-        if let Some(to) = self.moved {
-            live.move_to(to);
-            live.terminal_data = to.is_terminal().then(|| data.clone());
-        }
-        let id = |h: &Option<HitlRequest>| h.as_ref().map(|h| h.hitl_id.clone());
-        if id(&live.hitl) != id(&self.hitl) {
-            live.hitl_outlived = false;
-        }
-        if self.moved == Some(MissionState::Suspended) && self.hitl.is_some() {
-            live.hitl_outlived = true;
-        }
-        live.hitl = self.hitl.clone();
-        live.patched(&self.patch);
-        if let Some(key) = self.progress {
-            live.remember_progress(key);
-        }
-    }
+    deadline: Option<Box<HitlRequest>>,
 }
 
 /// Reads executors' event frames: judges each, queues its commit, and settles it once committed.
@@ -224,50 +150,62 @@ impl Ingest {
             !matches!(event, EventType::MissionSuspended | EventType::MissionReconnected | EventType::MissionResumed)
                 || self.registry.has_capability(executor_id, capabilities::RESUMABLE);
         let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry };
+        match self.queue_mission_event(judged, &mission_id, row, seen).await {
+            Ok(Some(q)) => Ok(pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None)),
+            Ok(None) => Ok(Ingested::Duplicate(reference)),
+            Err(e) => Err(refuse(e)),
+        }
+    }
+
+    /// Judges a mission event against its mission's projection and queues its commit in the same
+    /// critical section; `None` for a repeat of what the mission already has.
+    async fn queue_mission_event(
+        &self,
+        judged: Judged<'_>,
+        mission_id: &str,
+        row: NewEvent,
+        seen: Change,
+    ) -> Result<Option<Queued>, Error> {
         let now = clock::now();
         let mut row = Some(row);
         let mut waited = false;
         loop {
-            let mut slot = Some(self.slot().await.map_err(refuse)?);
-            let decided = self.ledger.decide(&mission_id, |live| {
+            let mut slot = Some(self.slot().await?);
+            let decided = self.ledger.decide(mission_id, |live| {
                 let row_ref = row.as_ref().expect("kept until queued");
-                match decide(live, judged, row_ref, &mission_id, now) {
+                match decide(live, judged, row_ref, mission_id, now) {
                     Err(e) => (Err(e), None),
                     Ok(Decision::Duplicate) => (Ok(None), None),
                     Ok(Decision::Accept(a)) => {
                         let row = row.take().expect("queued once");
                         let undo = a.undo_point(live);
                         a.apply(live, &row.data);
-                        let (moved, deadline) = (a.moved, a.deadline(event));
+                        let (moved, deadline) = (a.moved, a.deadline(judged.event));
                         let slot = slot.take().expect("one slot");
-                        (
-                            Ok(Some((slot.submit(a.changes(row, &mission_id, seen.clone())), moved, deadline))),
-                            Some(undo),
-                        )
+                        (Ok(Some((slot.submit(a.changes(row, mission_id, seen.clone())), moved, deadline))), Some(undo))
                     }
                 }
             });
             return match decided {
                 Decided::Done((Ok(Some((commit, moved, deadline))), Some(ticket))) => {
-                    Ok(pending(commit, Some((ticket, moved)), deadline, None))
+                    Ok(Some(Queued { commit, ticket, moved, deadline }))
                 }
-                Decided::Done((Ok(_), _)) => Ok(Ingested::Duplicate(reference)),
-                Decided::Done((Err(e), _)) => Err(refuse(e)),
+                Decided::Done((Ok(_), _)) => Ok(None),
+                Decided::Done((Err(e), _)) => Err(e),
                 // Its projection is re-read after a failed commit: judged once it is (the socket stops
                 // reading meanwhile), refused as a storage failure if the store stays down.
                 Decided::Rebuilding if !waited => {
                     waited = true;
-                    if self.ledger.rebuilt(&mission_id, REBUILD_WAIT).await {
+                    if self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {
                         continue;
                     }
-                    Err(refuse(Error::StorageUnavailable(REREAD.into())))
+                    Err(Error::StorageUnavailable(REREAD.into()))
                 }
-                Decided::Rebuilding => Err(refuse(Error::StorageUnavailable(REREAD.into()))),
-                Decided::NotLive => self
-                    .not_live(executor_id, event, &mission_id, row.map(|r| r.data))
-                    .await
-                    .map_err(refuse)
-                    .map(|()| Ingested::Duplicate(reference.clone())),
+                Decided::Rebuilding => Err(Error::StorageUnavailable(REREAD.into())),
+                Decided::NotLive => {
+                    let data = row.map(|r| r.data);
+                    self.not_live(judged.executor_id, judged.event, mission_id, data).await.map(|()| None)
+                }
             };
         }
     }
@@ -419,54 +357,15 @@ fn resync_listing(data: &Value) -> Result<Vec<String>, Error> {
     Ok(listed)
 }
 
-/// Under the ledger lock, without side effects: ownership, the transition, and what the event records.
-fn decide(
-    live: &Live,
-    frame: Judged<'_>,
-    row: &NewEvent,
-    mission_id: &str,
-    now: DateTime<Utc>,
-) -> Result<Decision, Error> {
-    let Judged { executor_id, event, resumable, hitl_default_expiry } = frame;
-    if live.executor_id != executor_id {
-        return Err(not_owned(mission_id));
-    }
-    let suspension = matches!(event, EventType::MissionSuspended | EventType::MissionReconnected)
-        || (event == EventType::MissionResumed && live.state == MissionState::Suspended);
-    if suspension && !resumable {
-        return Err(Error::IllegalTransition(format!(
-            "{event} needs an executor that declares `resumable`, and {executor_id} does not"
-        )));
-    }
-    let moved = match on_executor_event(live.state, event) {
-        Outcome::Illegal => return Err(illegal(event, mission_id, live.state)),
-        Outcome::TerminalRepeat if is_repeat(live.terminal_data.as_ref(), &row.data) => return Ok(Decision::Duplicate),
-        Outcome::TerminalRepeat => return Err(illegal(event, mission_id, live.state)),
-        Outcome::Late => return Ok(Decision::Duplicate),
-        Outcome::Stay => None,
-        Outcome::Move(_) if event == EventType::MissionResumed => {
-            Some(live.resume_target()).filter(|to| *to != live.state)
-        }
-        Outcome::Move(to) => Some(to).filter(|to| *to != live.state),
-    };
-    let progress = (event == EventType::MissionProgress).then(|| progress_key(&row.ts, &row.data));
-    if progress.is_some_and(|key| live.recent_progress.contains(&key)) {
-        return Ok(Decision::Duplicate);
-    }
-    let patch = patch_for(event, &row.data, moved, now);
-    let (hitl, hitl_puts) = hitl_effect(live, event, moved, &row.data, mission_id, now, hitl_default_expiry);
-    Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress }))
-}
-
-fn illegal(event: EventType, mission_id: &str, state: MissionState) -> Error {
-    Error::IllegalTransition(format!("{event} is not allowed for mission {mission_id} in state {state}"))
-}
-
-/// Unknown and foreign missions get the same answer, so an executor cannot probe for others' mission ids.
-fn not_owned(mission_id: &str) -> Error {
-    Error::Forbidden(format!("mission {mission_id} is not owned by this executor"))
-}
-
 #[cfg(test)]
-#[path = "ingest_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_resync_listing_is_bounded() {
+        let ids: Vec<String> = (0..=MAX_RESYNC_IDS).map(|i| format!("m{i}")).collect();
+        assert!(matches!(resync_listing(&json!({"owned_mission_ids": ids})), Err(Error::InvalidFrame(_))));
+        assert_eq!(resync_listing(&json!({"owned_mission_ids": ["a", "b"]})).unwrap(), ["a", "b"]);
+    }
+}
