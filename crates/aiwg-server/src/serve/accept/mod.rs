@@ -10,7 +10,8 @@
 //! progress finish and waits for every connection before the sockets are drained; unlike it, that wait
 //! has a deadline (`server.drain_timeout_s`), after which the connections still open are closed.
 
-use std::convert::Infallible;
+mod head;
+
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -18,12 +19,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::ConnectInfo;
-use axum::http::{Request, Response};
-use axum::response::IntoResponse;
 use axum::Router;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -31,13 +28,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tower::Service;
 
-use super::activity::{Activity, InFlight};
+use super::activity::Activity;
 use super::client::Believed;
 use crate::config::Config;
-use crate::error::Error;
 use aiwg_contract::tokens;
+use head::edge_service;
 
 /// Largest request target we serve; longer ones are answered 414 `uri_too_long`.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -199,15 +195,19 @@ pub(super) async fn serve_http(
         let connection = http.serve_connection(TokioIo::new(io), service).with_upgrades();
         connections.spawn(serve_connection(connection, activity, limits.clone(), stop.clone()));
     }
-    // No new connections from here on (connecting clients are refused), then wait for the open ones, as
-    // long as the drain deadline allows: a client trickling a body, or a handler that does not end, must
-    // not keep serve from stopping.
+    // No new connections from here on (connecting clients are refused), then wait for the open ones.
     drop(listener);
-    let drained = tokio::time::timeout(limits.drain, async { while connections.join_next().await.is_some() {} });
+    drain(connections, limits.drain).await;
+}
+
+/// Waits for the open connections as long as the drain deadline allows: a client trickling a body, or a
+/// handler that does not end, must not keep serve from stopping.
+async fn drain(mut connections: JoinSet<()>, deadline: Duration) {
+    let drained = tokio::time::timeout(deadline, async { while connections.join_next().await.is_some() {} });
     if drained.await.is_err() {
         tracing::warn!(
             connections = connections.len(),
-            drain_timeout_s = limits.drain.as_secs(),
+            drain_timeout_s = deadline.as_secs(),
             "requests still in progress at the drain deadline; closing their connections"
         );
         connections.shutdown().await;
@@ -324,95 +324,6 @@ where
 {
     fn stop_gracefully(self: Pin<&mut Self>) {
         self.graceful_shutdown();
-    }
-}
-
-/// The router as hyper's service for one connection: the client's address for `ConnectInfo` (as far as
-/// serve believes it, see [`Believed`]), our limits on the head, and the connection marked busy until the
-/// answer is written.
-fn edge_service(
-    routes: watch::Receiver<Router>,
-    peer: SocketAddr,
-    believed: Believed,
-    activity: Arc<Activity>,
-) -> impl hyper::service::Service<
-    Request<Incoming>,
-    Response = Response<BusyBody>,
-    Error = Infallible,
-    Future = impl std::future::Future<Output = Result<Response<BusyBody>, Infallible>> + Send,
-> + Clone {
-    hyper::service::service_fn(move |request: Request<Incoming>| {
-        let in_flight = activity.request_started();
-        let routed = match check_head(&request) {
-            Ok(()) => {
-                let mut request = request.map(Body::new);
-                let client = believed.client(request.headers_mut(), peer);
-                request.extensions_mut().insert(ConnectInfo(client));
-                let mut router = routes.borrow().clone();
-                Ok(router.call(request))
-            }
-            Err(refusal) => {
-                tracing::debug!(method = %request.method(), reason = %refusal, "request head refused");
-                Err(refusal)
-            }
-        };
-        async move {
-            let response = match routed {
-                Ok(routed) => routed.await.unwrap_or_else(|never| match never {}),
-                Err(refusal) => refusal.into_response(),
-            };
-            Ok(response.map(|body| BusyBody { body, _in_flight: in_flight }))
-        }
-    })
-}
-
-/// Our limits on the request head, below hyper's, so that they are answered as JSON errors.
-fn check_head<B>(request: &Request<B>) -> Result<(), Error> {
-    let target = request.uri().path_and_query().map_or(0, |p| p.as_str().len())
-        + request.uri().authority().map_or(0, |a| a.as_str().len());
-    if target > MAX_URI_BYTES {
-        return Err(Error::UriTooLong(MAX_URI_BYTES));
-    }
-    let headers = request.headers();
-    if headers.len() > MAX_HEADERS {
-        return Err(Error::HeadersTooLarge(format!(
-            "the request has {} header fields; at most {MAX_HEADERS} are accepted",
-            headers.len()
-        )));
-    }
-    // As on the wire: "name: value\r\n" per field, after the request line.
-    let size = request.method().as_str().len()
-        + target
-        + 12
-        + headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum::<usize>();
-    if size > MAX_HEAD_BYTES {
-        return Err(Error::HeadersTooLarge(format!(
-            "the request head is about {size} bytes; at most {MAX_HEAD_BYTES} are accepted"
-        )));
-    }
-    Ok(())
-}
-
-/// An answer's body, holding its connection busy until hyper has written it (and dropped it).
-struct BusyBody {
-    body: Body,
-    _in_flight: InFlight,
-}
-
-impl hyper::body::Body for BusyBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 
