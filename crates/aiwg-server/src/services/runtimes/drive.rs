@@ -24,6 +24,7 @@ use futures_util::future::join_all;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use super::report::{last_event, verifier_result, LastEvent, Run};
 use super::{Endpoint, Inflight, Runtimes};
 use crate::error::Result;
 use crate::runtime_client::{CallError, RuntimeClient};
@@ -64,12 +65,6 @@ impl Stop {
         };
         Stop { reason, error: e.to_string(), code: Some(code) }
     }
-}
-
-/// One execution: what settles the mission, and what its data keeps of it.
-struct Run {
-    execution: Execution,
-    report: Value,
 }
 
 /// What a mission was handed to the runtimes with.
@@ -329,40 +324,7 @@ impl Runtimes {
 
     /// Step 5: the mission's last event.
     async fn conclude(&self, mission_id: &str, owner: &str, settlement: Settlement, runs: Vec<Run>) {
-        let reports: Vec<Value> = runs.iter().map(|r| r.report.clone()).collect();
-        let (event, to, data) = match settlement {
-            Settlement::Completed { agreeing } => {
-                let first = &runs[agreeing[0]].report;
-                let output = first["candidate_output"].clone();
-                let summary = output["answer"].as_str().map_or_else(
-                    || format!("verified output {}", first["output_ref"]["digest"].as_str().unwrap_or_default()),
-                    str::to_owned,
-                );
-                let agreeing: Vec<Value> = agreeing.iter().map(|i| runs[*i].report["runtime"].clone()).collect();
-                // The policy decides done or failed, as a kernel's does; the agent's own exit code, when its
-                // output has one, is the mission's.
-                let exit_code = output_exit_code(&output).unwrap_or(0);
-                let data = json!({"state": "done", "exit_code": exit_code, "summary": summary, "output": output,
-                                  "output_ref": first["output_ref"], "verifier_result": first["verifier_result"],
-                                  "agreeing": agreeing, "executions": reports});
-                (EventType::MissionCompleted, MissionState::Done, data)
-            }
-            Settlement::Failed { reason, error } => {
-                let codes: Vec<Value> = reports
-                    .iter()
-                    .flat_map(|r| {
-                        let verdict = r["verifier_result"]["reason_codes"].as_array().cloned().unwrap_or_default();
-                        verdict.into_iter().chain(r.get("reason_code").cloned())
-                    })
-                    .collect();
-                let mut data = json!({"state": "failed", "reason": reason, "error": error, "reason_codes": codes,
-                                      "executions": reports});
-                if let Some(code) = reports.iter().find_map(|r| output_exit_code(&r["candidate_output"])) {
-                    data["exit_code"] = json!(code);
-                }
-                (EventType::MissionFailed, MissionState::Failed, data)
-            }
-        };
+        let LastEvent { event, to, data } = last_event(settlement, &runs);
         let job_owner = owner.to_owned();
         let said = ServeEvent::Runtime { event, data };
         let recorded = self
@@ -417,17 +379,6 @@ impl Runtimes {
     }
 }
 
-/// The verdict as the mission's data keeps it: the runtime's answer and the binding it was judged under.
-fn verifier_result(v: &VerifyResponse, binding: &aiwg_wattswarm::wire::PolicyBinding) -> Value {
-    json!({
-        "verification_status": v.verification_status.map(status_word),
-        "passed": v.passed, "score": v.score, "reason_codes": v.reason_codes,
-        "verifier_result_hash": v.verifier_result_hash,
-        "provider_family": v.provider_family, "model_id": v.model_id,
-        "policy_id": binding.policy_id, "policy_version": binding.policy_version, "policy_hash": binding.policy_hash,
-    })
-}
-
 /// The verdict a kernel synthesizes when `/verify` failed: inconclusive, 201 on a timeout, else 200.
 fn inconclusive(task_id: &str, candidate: &Candidate, caps: &RuntimeCapabilities, timeout: bool) -> VerifyResponse {
     let code = if timeout { reason::EVIDENCE_TIMEOUT } else { reason::EVIDENCE_UNREACHABLE };
@@ -441,11 +392,6 @@ fn inconclusive(task_id: &str, candidate: &Candidate, caps: &RuntimeCapabilities
         provider_family: caps.provider_family.clone(),
         model_id: caps.model_id.clone(),
     }
-}
-
-/// The agent's exit code in a runtime's output (`output.exit_code`), when it reports one.
-fn output_exit_code(output: &Value) -> Option<i64> {
-    output.get("exit_code").and_then(Value::as_i64)
 }
 
 fn now_ms() -> u64 {

@@ -14,6 +14,7 @@
 
 mod drive;
 mod probe;
+mod report;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
