@@ -1,7 +1,6 @@
 //! Durable ingestion, beside raw SQLite inserts of the same rows, and `kill -9` during ingestion.
 
 use std::collections::HashSet;
-use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,8 +9,9 @@ use aiwg_client::Client;
 use aiwg_server::store::sqlite::INDEX_FILED_ROWS;
 use futures_util::StreamExt;
 use serde_json::json;
-use sqlx::{Connection, QueryBuilder, Sqlite};
+use sqlx::{Connection, Sqlite};
 
+use super::raw::RawRows;
 use super::{micros, mission_id, open, with_mission};
 use crate::histogram::Histogram;
 use crate::peers::{self, RestPeer, Serve};
@@ -32,14 +32,7 @@ pub async fn ingestion(dir: &Path, scale: &Scale, profile: Option<&Path>, failur
     let acked = seqs.len();
     let db = serve.data_dir.join("aiwg-serve.db");
     serve.stop();
-    let stored = count_progress(&db).await;
-    if stored != acked as i64 {
-        failures.push(format!("ingestion: {acked} events acknowledged but {stored} stored"));
-    }
-    let unique: HashSet<i64> = seqs.iter().copied().collect();
-    if unique.len() != seqs.len() {
-        failures.push("ingestion: a sequence number was acknowledged twice".into());
-    }
+    check_stored(count_progress(&db).await, &seqs, failures);
 
     let rows_for_baseline = acked.min(scale.baseline_rows);
     let streams = scale.ingest_executors;
@@ -309,6 +302,19 @@ pub(super) async fn paced_latency(serve: &Serve, rest: &RestPeer, client: &Clien
     Paced { latency, seqs, cpu, took }
 }
 
+/// The correctness gates of durable ingestion: every acknowledged event is among the `stored` ones, and
+/// no sequence number was acknowledged twice.
+fn check_stored(stored: i64, seqs: &[i64], failures: &mut Vec<String>) {
+    let acked = seqs.len();
+    if stored != acked as i64 {
+        failures.push(format!("ingestion: {acked} events acknowledged but {stored} stored"));
+    }
+    let unique: HashSet<i64> = seqs.iter().copied().collect();
+    if unique.len() != seqs.len() {
+        failures.push("ingestion: a sequence number was acknowledged twice".into());
+    }
+}
+
 async fn count_progress(db: &Path) -> i64 {
     let mut conn = open(db).await;
     sqlx::query_scalar("SELECT COUNT(*) FROM events WHERE event = 'mission.progress'")
@@ -344,62 +350,6 @@ async fn raw_insert_rate(db: &Path, rows: usize, per_txn: usize, streams: usize)
         tx.commit().await.unwrap();
     })
     .await
-}
-
-/// The rows of a raw-insert baseline: `mission.progress` rows interleaving `streams` executors and
-/// missions, their data built before the clock starts (the baseline is the database's time, not JSON's).
-pub(super) struct RawRows {
-    ids: Vec<(String, String)>,
-    data: Vec<String>,
-}
-
-impl RawRows {
-    pub(super) fn new(rows: usize, streams: usize) -> RawRows {
-        let ids: Vec<(String, String)> =
-            (0..streams.max(1)).map(|i| (uuid::Uuid::new_v4().to_string(), mission_id(i))).collect();
-        let data = (0..=rows)
-            .map(|seq| json!({"iteration": seq / ids.len(), "summary": "benchmark progress line of a typical length"}))
-            .map(|d| d.to_string())
-            .collect();
-        RawRows { ids, data }
-    }
-
-    /// One multi-row insert of the rows numbered `seqs`.
-    pub(super) fn insert<'a, DB>(&'a self, seqs: Range<i64>) -> QueryBuilder<'a, DB>
-    where
-        DB: sqlx::Database,
-        i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-        &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-        Option<String>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-    {
-        let mut q =
-            QueryBuilder::new("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
-        q.push_values(seqs, |mut b, s| {
-            let (executor, mission) = &self.ids[s as usize % self.ids.len()];
-            b.push_bind(s)
-                .push_bind("mission.progress")
-                .push_bind(executor.as_str())
-                .push_bind(mission.as_str())
-                .push_bind("2026-01-01T00:00:00.000Z")
-                .push_bind("2026-01-01T00:00:00.000Z")
-                .push_bind(self.data[s as usize].as_str())
-                .push_bind(None::<String>);
-        });
-        q
-    }
-
-    /// Rows per second: every row, `per_txn` rows per transaction, each transaction run by `commit`.
-    pub(super) async fn rate(&self, per_txn: usize, mut commit: impl AsyncFnMut(Range<i64>)) -> f64 {
-        let rows = self.data.len() - 1;
-        let began = Instant::now();
-        let mut seq = 1i64;
-        while (seq as usize) <= rows {
-            let n = per_txn.min(rows + 1 - seq as usize) as i64;
-            commit(seq..seq + n).await;
-            seq += n;
-        }
-        rows as f64 / began.elapsed().as_secs_f64()
-    }
 }
 
 /// `kill -9` during ingestion: after a restart every acknowledged event is in the store.

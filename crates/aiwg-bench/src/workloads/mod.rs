@@ -9,6 +9,7 @@ mod hitl;
 mod ingest;
 mod polling;
 mod postgres;
+mod raw;
 mod replicas;
 mod retention;
 mod runtimes;

@@ -9,7 +9,8 @@ use std::str::FromStr;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection, Postgres};
 
-use super::ingest::{paced_latency, peak_rate, stream_until_killed, RawRows};
+use super::ingest::{paced_latency, peak_rate, stream_until_killed};
+use super::raw::RawRows;
 use crate::peers::{RestPeer, Serve};
 use crate::{Row, Scale};
 
