@@ -8,9 +8,12 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
+mod show;
+
 use super::output::Output;
 use super::{enc, shortened, summary, text, Exit, Failure};
 use aiwg_client::{CallError, Client};
+use show::{respond_command, show_mission};
 
 #[derive(Subcommand, Debug)]
 pub enum MissionsCommand {
@@ -144,112 +147,6 @@ async fn list_missions(
         false => {
             out.table(&["MISSION", "STATE", "EXECUTOR", "SESSION", "CREATED", "DURATION", "OBJECTIVE", "SILENT"], rows)
         }
-    }
-}
-
-fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
-    let field = |key: &str, value: String| out.line(format!("{:<13} {value}", format!("{key}:")));
-    let keys = [
-        "mission_id",
-        "state",
-        "executor_id",
-        "session_id",
-        "objective",
-        "completion",
-        "completion_check",
-        "queued_reason",
-    ];
-    for key in keys {
-        if !m[key].is_null() {
-            let value = text(m, key);
-            let label = if key == "completion_check" { "check" } else { key };
-            field(label, if key == "state" { out.state(&value) } else { value })?;
-        }
-    }
-    for key in ["created_at", "updated_at", "completed_at", "exit_code", "error"] {
-        if !m[key].is_null() {
-            field(key, text(m, key))?;
-        }
-    }
-    if let Some(silent) = silent_for(m, chrono::Utc::now()) {
-        field("silent for", format!("{silent} (no event or sign of life from its executor since updated_at)"))?;
-    }
-    if !m["compacted_at"].is_null() {
-        field(
-            "compacted",
-            format!("{} (retention: progress events removed; the others kept)", text(m, "compacted_at")),
-        )?;
-    }
-    if let Some(routing) = m.get("routing").filter(|r| r.is_object()) {
-        let reason = routing["reason"].as_str().filter(|r| !r.is_empty());
-        // Names first, as the tables: a record kept before names were recorded shows the id alone.
-        let who = |name: &Value, id: &str| match name.as_str() {
-            Some(name) => format!("{name} ({id})"),
-            None => id.to_owned(),
-        };
-        let decision = match (routing["chosen"].as_str().map(|id| who(&routing["chosen_name"], id)), reason) {
-            (Some(chosen), Some(reason)) => format!("chose {chosen}: {reason}"),
-            (Some(chosen), None) => format!("chose {chosen}"),
-            (None, Some(reason)) => format!("no executor chosen ({reason})"),
-            (None, None) => "no executor chosen".into(),
-        };
-        field("routing", decision)?;
-        for r in routing["rejected"].as_array().into_iter().flatten() {
-            out.line(format!("  passed over {}: {}", who(&r["name"], &text(r, "executor_id")), text(r, "reason")))?;
-        }
-        if let Some(n) = routing["rejected_omitted"].as_u64() {
-            out.line(format!("  and {n} more passed over"))?;
-        }
-    }
-    if let Some(hitl) = m.get("hitl").filter(|h| h.is_object()) {
-        field("hitl", format!("{} asks: {}", text(hitl, "hitl_id"), text(hitl, "prompt")))?;
-        for key in ["context", "requested_at", "expires_at"] {
-            if let Some(v) = hitl[key].as_str() {
-                out.line(format!("  {:<13} {v}", format!("{key}:")))?;
-            }
-        }
-        match m["state"].as_str() {
-            Some("hitl-required") => out.line(format!(
-                "  answer with:  {}",
-                respond_command(out, &text(m, "mission_id"), &text(hitl, "hitl_id"))
-            ))?,
-            Some(state) => {
-                out.line(format!("  answerable once the mission is waiting for it again (it is {state})"))?
-            }
-            None => {}
-        }
-    }
-    let events = m["recent_events"].as_array().cloned().unwrap_or_default();
-    if !events.is_empty() {
-        out.line("events:")?;
-        for e in events {
-            out.line(format!("  {}  {:<24} {}", text(&e, "ts"), text(&e, "event"), summary(&e["data"])))?;
-        }
-    }
-    Ok(())
-}
-
-/// The command that answers a mission's pending HITL request, ready to paste: the server named as this
-/// command was given it (unless it is the default), never the token.
-fn respond_command(out: &Output, mission_id: &str, hitl_id: &str) -> String {
-    let server = match out.server.as_deref() {
-        Some(url) => format!("--server {} ", shell_quote(url)),
-        None => String::new(),
-    };
-    format!(
-        "aiwg-serve {server}missions respond {} --hitl-id {} '<answer>'",
-        shell_quote(mission_id),
-        shell_quote(hitl_id)
-    )
-}
-
-/// `s` as one word for a POSIX shell: as is when that is safe, else single-quoted.
-fn shell_quote(s: &str) -> String {
-    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c);
-    if !s.is_empty() && s.chars().all(safe) {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
     }
 }
 
