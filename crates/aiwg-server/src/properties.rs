@@ -61,10 +61,41 @@ fn json_value() -> impl Strategy<Value = Value> {
 /// typed reading must leave to the general one: other events, malformed ids and times, numbers written
 /// as floats or past 64 bits, `null`s, NULs, escapes, unknown and repeated keys, in any key order.
 fn progress_frame() -> impl Strategy<Value = String> {
-    const ID: &str = "0b9e4f0c-5d7a-4c1e-9a43-2f8d6b1c7e55";
-    let quoted = |s: &str| format!("\"{s}\"");
-    let any_of = |options: &[&str]| prop::sample::select(options.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    let event = mostly(
+    let extra = prop::option::weighted(
+        0.1,
+        any_of(&[r#""extra":1"#, r#""ts":"2026-11-30T10:00:00Z""#, r#""event":"mission.progress""#]),
+    );
+    let parts =
+        (frame_event(), frame_executor_id(), frame_mission_id(), frame_ts(), frame_data(), extra, any::<bool>());
+    parts.prop_flat_map(|(e, x, m, t, d, extra, spaced)| {
+        let mut fields = vec![
+            format!("\"event\":{e}"),
+            format!("\"executor_id\":{x}"),
+            format!("\"mission_id\":{m}"),
+            format!("\"ts\":{t}"),
+        ];
+        fields.extend(d.map(|d| format!("\"data\":{d}")));
+        fields.extend(extra);
+        Just(fields)
+            .prop_shuffle()
+            .prop_map(move |fields| format!("{{{}}}", fields.join(if spaced { ", " } else { "," })))
+    })
+}
+
+/// `s` as a JSON string, as written (escapes stay escapes).
+fn quoted(s: &str) -> String {
+    format!("\"{s}\"")
+}
+
+/// One of `options`, as written.
+fn any_of(options: &[&str]) -> impl Strategy<Value = String> {
+    prop::sample::select(options.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+}
+
+/// A progress frame's `event`: mostly `mission.progress`, at times another event, a spelling of it
+/// that is not the name, or no string.
+fn frame_event() -> impl Strategy<Value = String> {
+    mostly(
         Just(quoted("mission.progress")),
         any_of(&[
             r#""mission\u002eprogress""#,
@@ -74,7 +105,12 @@ fn progress_frame() -> impl Strategy<Value = String> {
             "null",
             "5",
         ]),
-    );
+    )
+}
+
+/// A progress frame's `executor_id`: mostly a UUID, at times one written another way or not one.
+fn frame_executor_id() -> impl Strategy<Value = String> {
+    const ID: &str = "0b9e4f0c-5d7a-4c1e-9a43-2f8d6b1c7e55";
     let odd_ids = [
         ID.to_uppercase(),
         format!("urn:uuid:{ID}"),
@@ -84,7 +120,11 @@ fn progress_frame() -> impl Strategy<Value = String> {
         format!("{ID}\\n"),
         ID.replace('-', "_"),
     ];
-    let executor_id = mostly(Just(quoted(ID)), prop::sample::select(odd_ids.map(|id| quoted(&id)).to_vec()));
+    mostly(Just(quoted(ID)), prop::sample::select(odd_ids.map(|id| quoted(&id)).to_vec()))
+}
+
+/// A progress frame's `mission_id`: mostly a short id, at times an empty, overlong or escaped one.
+fn frame_mission_id() -> impl Strategy<Value = String> {
     let odd_missions = [
         "".to_owned(),
         "a".repeat(256),
@@ -94,10 +134,14 @@ fn progress_frame() -> impl Strategy<Value = String> {
         "m\\u0000".into(),
         "m\\\"q".into(),
     ];
-    let mission_id = mostly(
+    mostly(
         "[a-z0-9-]{1,12}".prop_map(move |s| quoted(&s)),
         prop::sample::select(odd_missions.map(|m| quoted(&m)).to_vec()),
-    );
+    )
+}
+
+/// A progress frame's `ts`: mostly an RFC 3339 time, at times one out of range or misspelled, or no time.
+fn frame_ts() -> impl Strategy<Value = String> {
     let offset = (prop::sample::select(vec!['+', '-']), mostly(0u8..=23, 24u8..=25), mostly(0u8..=59, 60u8..=61))
         .prop_map(|(sign, h, m)| format!("{sign}{h:02}:{m:02}"));
     let zone = mostly(prop_oneof![Just("Z".to_owned()), offset], any_of(&["z", "", "+0530", "Z+01:00"]));
@@ -106,12 +150,17 @@ fn progress_frame() -> impl Strategy<Value = String> {
     let date = (year, mostly(1u32..=12, 0u32..=13), mostly(1u32..=28, 0u32..=31));
     let time = (mostly(0u32..=23, 24u32..=25), mostly(0u32..=59, 60u32..=61), mostly(0u32..=59, 60u32..=61));
     let separator = mostly(Just('T'), prop::sample::select(vec!['t', ' ']));
-    let ts = mostly(
+    mostly(
         (date, time, separator, fraction, zone).prop_map(|((y, mo, d), (h, mi, s), sep, f, z)| {
             format!("\"{y:04}-{mo:02}-{d:02}{sep}{h:02}:{mi:02}:{s:02}{f}{z}\"")
         }),
         any_of(&[r#""not a time""#, "1"]),
-    );
+    )
+}
+
+/// A progress frame's `data`, if any: mostly an object of the known fields, at times with odd numbers,
+/// odd texts, unknown keys, or no object at all.
+fn frame_data() -> impl Strategy<Value = Option<String>> {
     let value = mostly(
         prop_oneof![(0i64..200).prop_map(|n| n.to_string()), any_of(&["42.5", "0.000", "100", "18446744073709551615"])],
         prop_oneof![
@@ -137,24 +186,7 @@ fn progress_frame() -> impl Strategy<Value = String> {
         let fields: Vec<String> = fields.into_iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
         format!("{{{}}}", fields.join(","))
     });
-    let data = mostly(prop::option::of(object), any_of(&["null", "[]", "\"x\""]).prop_map(Some));
-    let extra = prop::option::weighted(
-        0.1,
-        any_of(&[r#""extra":1"#, r#""ts":"2026-11-30T10:00:00Z""#, r#""event":"mission.progress""#]),
-    );
-    (event, executor_id, mission_id, ts, data, extra, any::<bool>()).prop_flat_map(|(e, x, m, t, d, extra, spaced)| {
-        let mut fields = vec![
-            format!("\"event\":{e}"),
-            format!("\"executor_id\":{x}"),
-            format!("\"mission_id\":{m}"),
-            format!("\"ts\":{t}"),
-        ];
-        fields.extend(d.map(|d| format!("\"data\":{d}")));
-        fields.extend(extra);
-        Just(fields)
-            .prop_shuffle()
-            .prop_map(move |fields| format!("{{{}}}", fields.join(if spaced { ", " } else { "," })))
-    })
+    mostly(prop::option::of(object), any_of(&["null", "[]", "\"x\""]).prop_map(Some))
 }
 
 /// Mostly what `usual` yields, at times what `odd` does.
