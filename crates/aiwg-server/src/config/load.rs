@@ -85,7 +85,13 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |m: String| Err(ConfigError::Invalid(m));
+        self.validate_server()?;
+        self.validate_store()?;
+        self.validate_services()
+    }
+
+    /// The HTTP side: who may bind where, and the server's sizes and deadlines.
+    fn validate_server(&self) -> Result<(), ConfigError> {
         if !self.server.bind.ip().is_loopback() && self.server.operator_tokens.is_empty() {
             return bad(format!(
                 "refusing to bind {}: a non-loopback address exposes the operator API, so it needs \
@@ -110,6 +116,11 @@ impl Config {
                  must be positive"
                 .into());
         }
+        Ok(())
+    }
+
+    /// The database, and the replicas that share it.
+    fn validate_store(&self) -> Result<(), ConfigError> {
         let url = &self.store.database_url;
         if !url.is_empty() && !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
             return bad("store.database_url must be a postgres:// or postgresql:// URL (empty: the embedded SQLite \
@@ -141,6 +152,11 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The periods and sizes retention, the hub, dispatch and the runtimes work with.
+    fn validate_services(&self) -> Result<(), ConfigError> {
         let retention = &self.retention;
         if !(retention.keep_days >= 0.0 && retention.keep_days.is_finite()) || retention.interval_s == 0 {
             return bad("retention.keep_days must be a number of days >= 0, and retention.interval_s positive".into());
@@ -165,6 +181,11 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A configuration refused, for `why`.
+fn bad(why: String) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid(why))
 }
 
 /// The environment variable for a key: `[server]` keys drop their section name.
