@@ -71,47 +71,22 @@ impl App {
         let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
         let dispatcher =
             Arc::new(Dispatcher::new(&core, config.dispatch.clone(), forwarder, runtimes.clone(), shutdown.clone()));
-        let sandboxes = Arc::new(
-            Sandboxes::load(store.clone(), config.server.max_sandboxes, core.registry.clone(), core.ledger.clone())
-                .await?,
-        );
-        let reconciler = Arc::new(Reconciler::new(
-            &config.hub,
-            core.registry.clone(),
-            core.ledger.clone(),
-            store.clone(),
-            dispatcher.clone(),
-            sandboxes.clone(),
-            shutdown.clone(),
-        ));
-        let controls = Arc::new(Controls::new(
-            core.registry.clone(),
-            core.ledger.clone(),
-            store.clone(),
-            dispatcher.clone(),
-            sandboxes.clone(),
-            metrics.clone(),
-        ));
+        let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
+        let reconciler =
+            Arc::new(Reconciler::new(&core, &config.hub, dispatcher.clone(), sandboxes.clone(), shutdown.clone()));
+        let controls = Arc::new(Controls::new(&core, dispatcher.clone(), sandboxes.clone()));
         let schema = Arc::new(schema);
         let ingest = Arc::new(Ingest::new(
+            &core,
             schema.clone(),
-            core.registry.clone(),
-            core.ledger.clone(),
-            store.clone(),
             reconciler.clone(),
             controls.clone(),
             config.hitl.default_expiry(),
         ));
-        let fleet = Arc::new(Fleet::new(
-            &config,
-            core.registry.clone(),
-            core.ledger.clone(),
-            store.clone(),
-            core.wake_queue.clone(),
-        ));
+        let fleet = Arc::new(Fleet::new(&core, &config));
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
-        let status = Status::new(store.clone(), core.registry.clone(), dispatcher.clone(), metrics.clone());
+        let status = Status::new(&core, dispatcher.clone());
         let feed = Feed::new(store.clone(), shutdown.clone());
         let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
         let registry = core.registry;

@@ -9,6 +9,7 @@ use tokio::sync::Notify;
 
 use super::ledger::{Decided, Ledger};
 use super::registry::{Registered, Registry};
+use super::Core;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limits::RateLimiter;
@@ -42,18 +43,12 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    pub fn new(
-        config: &Config,
-        registry: Arc<Registry>,
-        ledger: Arc<Ledger>,
-        store: Store,
-        wake_queue: Arc<Notify>,
-    ) -> Fleet {
+    pub(crate) fn new(core: &Core, config: &Config) -> Fleet {
         Fleet {
-            registry,
-            ledger,
-            store,
-            wake_queue,
+            registry: core.registry.clone(),
+            ledger: core.ledger.clone(),
+            store: core.store.clone(),
+            wake_queue: core.wake_queue.clone(),
             operator_tokens: config.server.operator_tokens.iter().map(|t| tokens::hash(t)).collect(),
             registrations: RateLimiter::per_minute(config.server.registrations_per_minute),
             registrations_per_minute: config.server.registrations_per_minute,

@@ -29,6 +29,7 @@ use super::ledger::Ledger;
 use super::links::Origin;
 use super::registry::Registry;
 use super::sandboxes::Sandboxes;
+use super::Core;
 use crate::config::HubConfig;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
@@ -101,19 +102,17 @@ pub struct Reconciler {
 }
 
 impl Reconciler {
-    pub fn new(
+    pub(crate) fn new(
+        core: &Core,
         hub: &HubConfig,
-        registry: Arc<Registry>,
-        ledger: Arc<Ledger>,
-        store: Store,
         dispatcher: Arc<Dispatcher>,
         sandboxes: Arc<Sandboxes>,
         stopping: watch::Receiver<bool>,
     ) -> Reconciler {
         Reconciler {
-            registry,
-            ledger,
-            store,
+            registry: core.registry.clone(),
+            ledger: core.ledger.clone(),
+            store: core.store.clone(),
             dispatcher,
             sandboxes,
             answered: Mutex::default(),

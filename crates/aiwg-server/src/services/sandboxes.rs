@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::ledger::Ledger;
 use super::registry::Registry;
+use super::Core;
 use crate::error::{Error, Result};
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
@@ -91,25 +92,20 @@ pub struct SandboxRegistered {
 }
 
 impl Sandboxes {
-    pub async fn load(
-        store: Store,
-        max_sandboxes: usize,
-        registry: Arc<Registry>,
-        ledger: Arc<Ledger>,
-    ) -> Result<Sandboxes> {
+    pub(crate) async fn load(core: &Core, max_sandboxes: usize) -> Result<Sandboxes> {
         let mut inner = Inner::default();
-        for row in store.sandboxes().await? {
+        for row in core.store.sandboxes().await? {
             inner.order.push(row.sandbox_id.clone());
             inner.entries.insert(row.sandbox_id.clone(), Entry { row, sockets: 0, last_event: None });
         }
         Ok(Sandboxes {
             inner: Mutex::new(inner),
             writes: Default::default(),
-            store,
+            store: core.store.clone(),
             max_sandboxes,
             sessions: Default::default(),
-            registry,
-            ledger,
+            registry: core.registry.clone(),
+            ledger: core.ledger.clone(),
         })
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::dispatcher::Dispatcher;
 use super::registry::Registry;
+use super::Core;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot, StoreStats};
 use crate::store::{MissionQuery, Store};
@@ -26,8 +27,8 @@ pub struct Status {
 }
 
 impl Status {
-    pub fn new(store: Store, registry: Arc<Registry>, dispatcher: Arc<Dispatcher>, metrics: Arc<Metrics>) -> Status {
-        Status { store, registry, dispatcher, metrics }
+    pub(crate) fn new(core: &Core, dispatcher: Arc<Dispatcher>) -> Status {
+        Status { store: core.store.clone(), registry: core.registry.clone(), dispatcher, metrics: core.metrics.clone() }
     }
 
     /// `GET /metrics`: counters plus what is read at scrape time.

@@ -31,6 +31,7 @@ use super::dispatcher::Dispatcher;
 use super::ledger::{Decided, Ledger, REBUILD_WAIT};
 use super::registry::Registry;
 use super::sandboxes::Sandboxes;
+use super::Core;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::store::{Change, Pending, Store};
@@ -118,15 +119,16 @@ struct Delivery {
 }
 
 impl Controls {
-    pub fn new(
-        registry: Arc<Registry>,
-        ledger: Arc<Ledger>,
-        store: Store,
-        dispatcher: Arc<Dispatcher>,
-        sandboxes: Arc<Sandboxes>,
-        metrics: Arc<Metrics>,
-    ) -> Controls {
-        Controls { registry, ledger, store, dispatcher, sandboxes, deadlines: Mutex::default(), metrics }
+    pub(crate) fn new(core: &Core, dispatcher: Arc<Dispatcher>, sandboxes: Arc<Sandboxes>) -> Controls {
+        Controls {
+            registry: core.registry.clone(),
+            ledger: core.ledger.clone(),
+            store: core.store.clone(),
+            dispatcher,
+            sandboxes,
+            deadlines: Mutex::default(),
+            metrics: core.metrics.clone(),
+        }
     }
 
     /// A mission this replica holds live (not ended), by its exact id.

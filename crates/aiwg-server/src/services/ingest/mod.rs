@@ -17,6 +17,7 @@ use super::ledger::{Decided, Ledger, Ticket, REBUILD_WAIT};
 use super::links::Origin;
 use super::reconciler::Reconciler;
 use super::registry::Registry;
+use super::Core;
 use crate::error::Error;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
 use aiwg_contract::clock;
@@ -107,16 +108,22 @@ pub struct Ingest {
 }
 
 impl Ingest {
-    pub fn new(
+    pub(crate) fn new(
+        core: &Core,
         schema: Arc<Schema>,
-        registry: Arc<Registry>,
-        ledger: Arc<Ledger>,
-        store: Store,
         reconciler: Arc<Reconciler>,
         controls: Arc<Controls>,
         hitl_default_expiry: Option<chrono::Duration>,
     ) -> Ingest {
-        Ingest { schema, registry, ledger, store, reconciler, controls, hitl_default_expiry }
+        Ingest {
+            schema,
+            registry: core.registry.clone(),
+            ledger: core.ledger.clone(),
+            store: core.store.clone(),
+            reconciler,
+            controls,
+            hitl_default_expiry,
+        }
     }
 
     /// Judges one text frame from an executor and, when accepted, queues its commit.

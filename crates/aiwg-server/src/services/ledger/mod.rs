@@ -38,7 +38,7 @@ use missions::Missions;
 
 /// The live missions, and what every service does to one: decide and queue a change, resolve it once
 /// its commit is known, record a transition serve decides itself.
-pub struct Ledger {
+pub(crate) struct Ledger {
     live: Mutex<Missions>,
     store: Store,
     registry: Arc<Registry>,
@@ -52,14 +52,14 @@ pub struct Ledger {
 /// [`Ledger::conclude`]) once the commit is known.
 #[must_use = "a queued change must be resolved once its commit is known"]
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     mission_id: String,
     version: u64,
     undo: Undo,
 }
 
 /// What deciding about a live mission came to.
-pub enum Decided<R> {
+pub(crate) enum Decided<R> {
     Done(R),
     /// Its projection is being re-read after a failed commit: decide again once it is
     /// ([`Ledger::rebuilt`]).
@@ -75,7 +75,7 @@ pub(crate) const REBUILD_WAIT: Duration = Duration::from_secs(10);
 /// Other live missions of an executor whose ids share a mission's session prefix: the first few, and
 /// how many there are.
 #[derive(Debug, PartialEq)]
-pub struct Collisions {
+pub(crate) struct Collisions {
     pub named: Vec<String>,
     pub total: usize,
 }
@@ -87,7 +87,7 @@ impl Ledger {
     /// Rebuilds the working set at start: live missions and their pending HITL requests.
     /// `progress` is the latest progress events of live missions, oldest first: `(mission, ts, data)`.
     /// Seeds the registry's per-executor counts with what it loaded.
-    pub async fn load(store: Store, registry: Arc<Registry>, wake_queue: Arc<Notify>) -> Result<Ledger> {
+    pub(crate) async fn load(store: Store, registry: Arc<Registry>, wake_queue: Arc<Notify>) -> Result<Ledger> {
         let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending).collect();
         let live = Ledger::project(store.live_missions().await?, pending, store.recent_progress_of_live().await?);
         let ledger = Ledger { live: Mutex::new(live), store, registry, wake_queue, rebuilt: Notify::new() };
@@ -123,7 +123,7 @@ impl Ledger {
     /// Other live missions of `executor_id` whose ids share `mission_id`'s session prefix: an executor
     /// that names sessions after them (the agentic-sandbox executor) would bind them to one session.
     /// Costs the same however many live missions share the prefix.
-    pub fn session_collisions(&self, mission_id: &str, executor_id: &str) -> Collisions {
+    pub(crate) fn session_collisions(&self, mission_id: &str, executor_id: &str) -> Collisions {
         let live = self.lock();
         let others = live.sharing(executor_id, session_prefix(mission_id));
         let total = others.len() - usize::from(others.iter().any(|id| id == mission_id));
@@ -134,7 +134,7 @@ impl Ledger {
     /// The live mission of `executor_id` that its sandbox's agent session `session_id`, named after
     /// `prefix`, belongs to: the one bound to that session; else, of those whose ids start with the
     /// prefix and that no session claimed, the one admitted first; else the only one with the prefix.
-    pub fn session_mission(&self, executor_id: &str, session_id: &str, prefix: &[u8]) -> Option<String> {
+    pub(crate) fn session_mission(&self, executor_id: &str, session_id: &str, prefix: &[u8]) -> Option<String> {
         let live = self.lock();
         let candidates: Vec<(&String, &Live)> =
             live.sharing(executor_id, prefix).iter().filter_map(|id| live.live(id).map(|l| (id, l))).collect();
@@ -145,7 +145,7 @@ impl Ledger {
     }
 
     /// The live mission of `executor_id` bound to agent session `session_id`, if any.
-    pub fn bound_to(&self, executor_id: &str, session_id: &str) -> Option<String> {
+    pub(crate) fn bound_to(&self, executor_id: &str, session_id: &str) -> Option<String> {
         let live = self.lock();
         live.by_id
             .iter()
@@ -155,7 +155,7 @@ impl Ledger {
 
     /// Records a sign of life of a live mission's agent (its `updated_at` moves), nothing more: the
     /// projection does not change, so there is nothing to undo.
-    pub async fn touch(&self, mission_id: &str) {
+    pub(crate) async fn touch(&self, mission_id: &str) {
         let Ok(slot) = self.store.reserve().await else { return };
         let now = clock::now();
         let touch = MissionPatch { updated_at: Some(now), ..MissionPatch::default() };
@@ -174,7 +174,7 @@ impl Ledger {
     /// Moves a mission still waiting for its start from `from` to `to` (a dispatch failing over, or put
     /// back when that could not be committed), with the executors' counts; false when `from` reported on
     /// it meanwhile (it has it after all) or it is gone.
-    pub fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> bool {
+    pub(crate) fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> bool {
         let mut live = self.lock();
         let waiting = live.live(mission_id).is_some_and(|l| l.executor_id == from && l.state == MissionState::Assigned);
         if waiting {
@@ -187,7 +187,7 @@ impl Ledger {
     }
 
     /// A mission enters the working set (its row committed); it counts for its executor until it leaves.
-    pub fn insert(&self, mission_id: &str, live: Live) {
+    pub(crate) fn insert(&self, mission_id: &str, live: Live) {
         let (executor_id, counts) = (live.executor_id.clone(), !live.state.is_terminal());
         self.lock().insert(mission_id.to_owned(), live);
         if counts {
@@ -195,14 +195,14 @@ impl Ledger {
         }
     }
 
-    pub fn contains(&self, mission_id: &str) -> bool {
+    pub(crate) fn contains(&self, mission_id: &str) -> bool {
         self.lock().by_id.contains_key(mission_id)
     }
 
     /// Decides about a live mission under the ledger's lock: `f` judges the projection and, when it
     /// queues a change, applies it to the projection and returns how to undo it; the change's
     /// [`Ticket`] comes back with `f`'s answer. `f` must not block: it decides and queues, nothing more.
-    pub fn decide<R>(
+    pub(crate) fn decide<R>(
         &self,
         mission_id: &str,
         f: impl FnOnce(&mut Live) -> (R, Option<Undo>),
@@ -226,7 +226,7 @@ impl Ledger {
 
     /// Waits until `mission_id`'s projection is no longer being re-read (or it left the ledger), at
     /// most `wait`; false when the wait ran out.
-    pub async fn rebuilt(&self, mission_id: &str, wait: Duration) -> bool {
+    pub(crate) async fn rebuilt(&self, mission_id: &str, wait: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let rung = self.rebuilt.notified();
@@ -240,7 +240,7 @@ impl Ledger {
     }
 
     /// Live missions owned by an executor.
-    pub fn owned_by(&self, executor_id: &str) -> Vec<(String, MissionState)> {
+    pub(crate) fn owned_by(&self, executor_id: &str) -> Vec<(String, MissionState)> {
         let live = self.lock();
         live.by_id
             .iter()
@@ -250,7 +250,7 @@ impl Ledger {
     }
 
     /// Live missions owned by an executor, with when it was handed each.
-    pub fn owned_with_handover(&self, executor_id: &str) -> Vec<(String, MissionState, Handover)> {
+    pub(crate) fn owned_with_handover(&self, executor_id: &str) -> Vec<(String, MissionState, Handover)> {
         let live = self.lock();
         live.by_id
             .iter()
@@ -260,14 +260,14 @@ impl Ledger {
     }
 
     /// Records that the mission's executor accepted it, now.
-    pub fn mark_handed_over(&self, mission_id: &str) {
+    pub(crate) fn mark_handed_over(&self, mission_id: &str) {
         if let Some(e) = self.lock().by_id.get_mut(mission_id) {
             e.live.handover = Handover::Done(Instant::now());
         }
     }
 
     /// Pending HITL requests (to re-arm their deadlines at start).
-    pub fn pending_hitl(&self) -> Vec<HitlRequest> {
+    pub(crate) fn pending_hitl(&self) -> Vec<HitlRequest> {
         self.lock().by_id.values().filter_map(|e| e.live.hitl.clone()).collect()
     }
 
@@ -286,7 +286,7 @@ impl Ledger {
     /// A queued change's commit is known. Committed: a mission that ended leaves the ledger and its
     /// executor's count. Failed: the change is undone in place if nothing was decided on top of it since,
     /// else the mission is re-read from the store once every change queued for it is resolved.
-    pub fn resolve(self: &Arc<Self>, ticket: Ticket, committed: bool, to: Option<MissionState>) {
+    pub(crate) fn resolve(self: &Arc<Self>, ticket: Ticket, committed: bool, to: Option<MissionState>) {
         let mut live = self.lock();
         let Some(entry) = live.by_id.get_mut(&ticket.mission_id) else { return };
         entry.inflight = entry.inflight.saturating_sub(1);
@@ -316,7 +316,7 @@ impl Ledger {
     }
 
     /// Awaits a queued change's commit and resolves its ticket; the commit's outcome.
-    pub async fn conclude(
+    pub(crate) async fn conclude(
         self: &Arc<Self>,
         commit: Pending,
         ticket: Ticket,
@@ -392,7 +392,7 @@ impl Ledger {
     /// `None` to leave the mission alone; the transition is queued in the same critical section (an open
     /// HITL request is withdrawn when the mission ends), then resolved once its commit is known. A
     /// mission being re-read is waited for. Returns the new state and the event once committed.
-    pub async fn transition_as_serve(
+    pub(crate) async fn transition_as_serve(
         self: &Arc<Self>,
         executor_id: &str,
         mission_id: &str,
