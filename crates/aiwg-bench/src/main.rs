@@ -10,7 +10,7 @@ mod peers;
 mod profile;
 mod workloads;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -231,56 +231,8 @@ async fn main() -> ExitCode {
     }
     let scale = if args.quick { Scale::quick() } else { Scale::full() };
     let dir = ScratchDir::new();
-    let wanted = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
-    let mut rows = Vec::new();
     let mut failures = Vec::new();
-    if wanted("cold") {
-        rows.extend(workloads::cold_start(dir.path()).await);
-    }
-    if wanted("ingest") {
-        rows.extend(workloads::ingestion(dir.path(), &scale, args.profile.as_deref(), &mut failures).await);
-    }
-    if wanted("answers") {
-        rows.extend(workloads::answer_cost(dir.path(), &scale).await);
-    }
-    if wanted("kill") {
-        rows.extend(workloads::kill9(dir.path(), &scale, &mut failures).await);
-    }
-    if wanted("compaction") {
-        rows.extend(workloads::compaction(dir.path(), &scale, &mut failures).await);
-    }
-    if let Some(url) = &args.database_url {
-        if wanted("ingest-pg") {
-            rows.extend(workloads::ingestion_pg(dir.path(), &scale, url, &mut failures).await);
-        }
-        if wanted("kill-pg") {
-            rows.extend(workloads::kill9_pg(dir.path(), &scale, url, &mut failures).await);
-        }
-        if wanted("dispatch-replicas") {
-            rows.extend(workloads::dispatch_replicas(dir.path(), &scale, url).await);
-        }
-        if wanted("storm-replicas") {
-            rows.extend(workloads::storm_after_kill9(dir.path(), &scale, url, &mut failures).await);
-        }
-    }
-    if wanted("dispatch") {
-        rows.extend(workloads::dispatch(dir.path(), &scale).await);
-    }
-    if wanted("poll") {
-        rows.extend(workloads::polling(dir.path(), &scale).await);
-    }
-    if wanted("fleet") {
-        rows.extend(workloads::idle_fleet(dir.path(), &scale).await);
-    }
-    if wanted("hitl") {
-        rows.extend(workloads::hitl_round_trip(dir.path(), &scale).await);
-    }
-    if wanted("runtime") {
-        rows.extend(workloads::runtime_missions(dir.path(), &scale, &mut failures).await);
-    }
-    if wanted("storm") {
-        rows.extend(workloads::reconnect_storm(dir.path(), &scale, &mut failures).await);
-    }
+    let rows = measure(&args, &scale, dir.path(), &mut failures).await;
     print(&rows);
     if let Some(path) = &args.json {
         let doc = serde_json::json!({"quick": args.quick, "rows": rows, "failures": failures});
@@ -297,6 +249,61 @@ async fn main() -> ExitCode {
         }
         ExitCode::FAILURE
     }
+}
+
+/// Runs the workloads `--only` picks (those on PostgreSQL only with `--database-url`), in order; their
+/// rows, and in `failures` the correctness gates that failed.
+async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<String>) -> Vec<Row> {
+    let wanted = |name: &str| args.only.as_deref().is_none_or(|o| name.contains(o));
+    let mut rows = Vec::new();
+    if wanted("cold") {
+        rows.extend(workloads::cold_start(dir).await);
+    }
+    if wanted("ingest") {
+        rows.extend(workloads::ingestion(dir, scale, args.profile.as_deref(), failures).await);
+    }
+    if wanted("answers") {
+        rows.extend(workloads::answer_cost(dir, scale).await);
+    }
+    if wanted("kill") {
+        rows.extend(workloads::kill9(dir, scale, failures).await);
+    }
+    if wanted("compaction") {
+        rows.extend(workloads::compaction(dir, scale, failures).await);
+    }
+    if let Some(url) = &args.database_url {
+        if wanted("ingest-pg") {
+            rows.extend(workloads::ingestion_pg(dir, scale, url, failures).await);
+        }
+        if wanted("kill-pg") {
+            rows.extend(workloads::kill9_pg(dir, scale, url, failures).await);
+        }
+        if wanted("dispatch-replicas") {
+            rows.extend(workloads::dispatch_replicas(dir, scale, url).await);
+        }
+        if wanted("storm-replicas") {
+            rows.extend(workloads::storm_after_kill9(dir, scale, url, failures).await);
+        }
+    }
+    if wanted("dispatch") {
+        rows.extend(workloads::dispatch(dir, scale).await);
+    }
+    if wanted("poll") {
+        rows.extend(workloads::polling(dir, scale).await);
+    }
+    if wanted("fleet") {
+        rows.extend(workloads::idle_fleet(dir, scale).await);
+    }
+    if wanted("hitl") {
+        rows.extend(workloads::hitl_round_trip(dir, scale).await);
+    }
+    if wanted("runtime") {
+        rows.extend(workloads::runtime_missions(dir, scale, failures).await);
+    }
+    if wanted("storm") {
+        rows.extend(workloads::reconnect_storm(dir, scale, failures).await);
+    }
+    rows
 }
 
 /// A scratch directory for the run's data dirs, removed at the end.
