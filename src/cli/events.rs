@@ -36,57 +36,18 @@ pub(super) async fn run(client: &Client, out: &Output, args: EventsArgs) -> Resu
     if let Some(e) = &args.executor {
         filter.push_str(&format!("&executor_id={}", enc(e)));
     }
-    let print = |item: &Value| {
-        if out.json {
-            return out.json(item);
-        }
-        let e = &item["envelope"];
-        out.line(format!(
-            "{:>6}  {}  {:<24} {:<20} {}",
-            text(item, "seq"),
-            text(item, "received_at"),
-            text(e, "event"),
-            text(e, "mission_id"),
-            summary(&e["data"])
-        ))
-    };
-    // One page of the log: its events, where the next starts, whether more follow already.
-    let page = |query: String| {
-        let path = format!("/api/v1/events?follow=false&{query}{filter}");
-        async move {
-            let page = client.get(&path).await?;
-            let events = page["events"].as_array().cloned().unwrap_or_default();
-            Ok::<_, Failure>((
-                events,
-                page["next_since"].as_i64().unwrap_or(0),
-                page["more"].as_bool().unwrap_or(false),
-            ))
-        }
-    };
     // Without a starting point, the latest page: a long-lived store holds millions of events, and the
     // whole log is what `--since 0` asks for.
     let tail = args.tail.or((args.since.is_none() && !args.follow).then_some(DEFAULT_TAIL));
     let since = match tail {
-        // The last n events, found by the server, in as many pages as their size takes.
-        Some(n) => {
-            let (mut events, mut next, mut more) = page(format!("tail={n}&limit={n}")).await?;
-            let mut left = n as usize;
-            loop {
-                left -= events.len();
-                events.iter().try_for_each(print)?;
-                if left == 0 || !more {
-                    break Some(next);
-                }
-                (events, next, more) = page(format!("since={next}&limit={left}")).await?;
-            }
-        }
+        Some(n) => Some(print_tail(client, out, &filter, n).await?),
         None => args.since,
     };
     if args.follow {
         let mut stream = client.events(&format!("/api/v1/events?{}", filter.trim_start_matches('&')), since);
         loop {
             let (_, item) = stream.next().await?;
-            print(&item)?;
+            print(out, &item)?;
         }
     }
     if tail.is_some() {
@@ -94,11 +55,58 @@ pub(super) async fn run(client: &Client, out: &Output, args: EventsArgs) -> Resu
     }
     let mut since = since.unwrap_or(0);
     loop {
-        let (events, next, more) = page(format!("since={since}&limit=1000")).await?;
-        events.iter().try_for_each(print)?;
-        if !more {
+        let page = read_page(client, &format!("since={since}&limit=1000"), &filter).await?;
+        page.events.iter().try_for_each(|item| print(out, item))?;
+        if !page.more {
             return Ok(());
         }
-        since = next;
+        since = page.next;
     }
+}
+
+/// The last `n` events, found by the server, in as many pages as their size takes; where the log goes on
+/// after them.
+async fn print_tail(client: &Client, out: &Output, filter: &str, n: u32) -> Result<i64, Failure> {
+    let mut page = read_page(client, &format!("tail={n}&limit={n}"), filter).await?;
+    let mut left = n as usize;
+    loop {
+        left -= page.events.len();
+        page.events.iter().try_for_each(|item| print(out, item))?;
+        if left == 0 || !page.more {
+            return Ok(page.next);
+        }
+        page = read_page(client, &format!("since={}&limit={left}", page.next), filter).await?;
+    }
+}
+
+/// One page of the log: its events, where the next starts, whether more follow already.
+struct Page {
+    events: Vec<Value>,
+    next: i64,
+    more: bool,
+}
+
+async fn read_page(client: &Client, query: &str, filter: &str) -> Result<Page, Failure> {
+    let page = client.get(&format!("/api/v1/events?follow=false&{query}{filter}")).await?;
+    Ok(Page {
+        events: page["events"].as_array().cloned().unwrap_or_default(),
+        next: page["next_since"].as_i64().unwrap_or(0),
+        more: page["more"].as_bool().unwrap_or(false),
+    })
+}
+
+/// One event: its JSON, or a line of the table.
+fn print(out: &Output, item: &Value) -> Result<(), Failure> {
+    if out.json {
+        return out.json(item);
+    }
+    let e = &item["envelope"];
+    out.line(format!(
+        "{:>6}  {}  {:<24} {:<20} {}",
+        text(item, "seq"),
+        text(item, "received_at"),
+        text(e, "event"),
+        text(e, "mission_id"),
+        summary(&e["data"])
+    ))
 }
