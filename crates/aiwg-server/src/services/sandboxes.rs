@@ -54,6 +54,31 @@ struct Inner {
 }
 
 impl Inner {
+    /// Whether `sandbox_id` may register from `from` with at most `max` sandboxes known: a known one only
+    /// from where it was registered, a new one if there is room; the sandbox forgotten to make it.
+    fn admit(&self, sandbox_id: &str, from: &str, max: usize) -> Result<Option<String>> {
+        match self.entries.get(sandbox_id) {
+            Some(e) if e.row.registered_from.as_deref().is_some_and(|f| f != from) => Err(Error::Conflict(format!(
+                "sandbox {sandbox_id} was registered from another address; it can only be registered again from there"
+            ))),
+            None if self.entries.len() >= max => {
+                // Deregistered sandboxes count until forgotten (registering new ids and deleting them grew
+                // the store without bound): the one deregistered longest ago makes room, once it has been
+                // so for a while.
+                let forgotten = self.forgettable(clock::now() - FORGET_AFTER);
+                if forgotten.is_none() {
+                    return Err(Error::TooManyRequests(format!(
+                        "{max} sandboxes are known, the limit (server.max_sandboxes); a deregistered one is \
+                         forgotten {} minutes after its deregistration",
+                        FORGET_AFTER.num_minutes()
+                    )));
+                }
+                Ok(forgotten)
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// The sandbox deregistered longest ago, if before `before`.
     fn forgettable(&self, before: chrono::DateTime<chrono::Utc>) -> Option<String> {
         self.entries
@@ -127,41 +152,19 @@ impl Sandboxes {
         let token = tokens::issue();
         let from = peer.to_string();
         let _serial = self.writes.lock().await;
-        let mut forgotten = None;
-        let row = {
+        let (forgotten, registered_at) = {
             let inner = self.inner.lock().expect("sandboxes lock");
-            let known = inner.entries.get(&sandbox_id);
-            match known {
-                Some(e) if e.row.registered_from.as_deref().is_some_and(|f| f != from) => {
-                    return Err(Error::Conflict(format!(
-                        "sandbox {sandbox_id} was registered from another address; it can only be registered again from there"
-                    )))
-                }
-                None if inner.entries.len() >= self.max_sandboxes => {
-                    // Deregistered sandboxes count until forgotten (registering new ids and deleting them
-                    // grew the store without bound): the one deregistered longest ago makes room, once it
-                    // has been so for a while.
-                    forgotten = inner.forgettable(clock::now() - FORGET_AFTER);
-                    if forgotten.is_none() {
-                        return Err(Error::TooManyRequests(format!(
-                            "{} sandboxes are known, the limit (server.max_sandboxes); a deregistered one is \
-                             forgotten {} minutes after its deregistration",
-                            self.max_sandboxes,
-                            FORGET_AFTER.num_minutes()
-                        )));
-                    }
-                }
-                _ => {}
-            }
-            SandboxRecord {
-                sandbox_id: sandbox_id.clone(),
-                name,
-                registration: body.clone(),
-                token_hash: tokens::hash(&token),
-                registered_at: known.map_or_else(clock::now, |e| e.row.registered_at),
-                registered_from: Some(from),
-                deregistered_at: None,
-            }
+            let forgotten = inner.admit(&sandbox_id, &from, self.max_sandboxes)?;
+            (forgotten, inner.entries.get(&sandbox_id).map_or_else(clock::now, |e| e.row.registered_at))
+        };
+        let row = SandboxRecord {
+            sandbox_id: sandbox_id.clone(),
+            name,
+            registration: body.clone(),
+            token_hash: tokens::hash(&token),
+            registered_at,
+            registered_from: Some(from),
+            deregistered_at: None,
         };
         let mut changes: Vec<Change> = forgotten.iter().cloned().map(Change::ForgetSandbox).collect();
         changes.push(Change::PutSandbox(Box::new(row.clone())));
@@ -315,46 +318,7 @@ impl Sandboxes {
         let executor_id = sandbox_id;
         let mut moved = HashSet::new();
         for fact in inferred {
-            let (prefix, session_id) = match &fact {
-                Inferred::Started { prefix, session_id } | Inferred::Ended { prefix, session_id, .. } => {
-                    (prefix, session_id)
-                }
-            };
-            let mission_id = match prefix {
-                Some(prefix) => self.ledger.session_mission(executor_id, session_id, prefix.as_bytes()),
-                None => self.ledger.bound_to(executor_id, session_id),
-            };
-            let Some(mission_id) = mission_id else {
-                tracing::debug!(sandbox_id, %session_id, ?prefix, "sandbox session matches no live mission");
-                continue;
-            };
-            let said = match fact {
-                Inferred::Started { ref session_id, .. } => ServeEvent::Started { pty_session_id: session_id.clone() },
-                Inferred::Ended { ref session_id, exit_code: 0, .. } => ServeEvent::Completed {
-                    exit_code: 0,
-                    summary: format!("{INFERRED} {session_id}: it ended with exit code 0"),
-                },
-                Inferred::Ended { ref session_id, exit_code, .. } => ServeEvent::Failed {
-                    reason: "agent_exit",
-                    error: Some(format!("{INFERRED} {session_id}: it ended with exit code {exit_code}")),
-                    exit_code: Some(exit_code),
-                },
-            };
-            let event = said.event_type();
-            let recorded = self
-                .ledger
-                .transition_as_serve(executor_id, &mission_id, |live| {
-                    let Outcome::Move(to) = on_executor_event(live.state, event) else { return None };
-                    // A start only moves a mission still waiting for one.
-                    let applies = event != EventType::MissionStarted || live.state == MissionState::Assigned;
-                    applies.then_some((said, to))
-                })
-                .await
-                .map(|(state, _)| state);
-            if let Some(state) = recorded {
-                tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
-                moved.insert(mission_id);
-            }
+            moved.extend(self.record_inferred(executor_id, fact).await);
         }
         // Whatever else the frame says of a mission's session is a sign of its agent's life: an operator
         // sees when a mission last showed one (its `updated_at`).
@@ -363,6 +327,50 @@ impl Sandboxes {
                 self.ledger.touch(&mission_id).await;
             }
         }
+    }
+
+    /// Records a fact inferred from the executor's sandbox session on the live mission it is about;
+    /// that mission, if it moved.
+    async fn record_inferred(&self, executor_id: &str, fact: Inferred) -> Option<String> {
+        let (prefix, session_id) = match &fact {
+            Inferred::Started { prefix, session_id } | Inferred::Ended { prefix, session_id, .. } => {
+                (prefix, session_id)
+            }
+        };
+        let mission_id = match prefix {
+            Some(prefix) => self.ledger.session_mission(executor_id, session_id, prefix.as_bytes()),
+            None => self.ledger.bound_to(executor_id, session_id),
+        };
+        let Some(mission_id) = mission_id else {
+            tracing::debug!(sandbox_id = executor_id, %session_id, ?prefix, "sandbox session matches no live mission");
+            return None;
+        };
+        let said = match fact {
+            Inferred::Started { ref session_id, .. } => ServeEvent::Started { pty_session_id: session_id.clone() },
+            Inferred::Ended { ref session_id, exit_code: 0, .. } => ServeEvent::Completed {
+                exit_code: 0,
+                summary: format!("{INFERRED} {session_id}: it ended with exit code 0"),
+            },
+            Inferred::Ended { ref session_id, exit_code, .. } => ServeEvent::Failed {
+                reason: "agent_exit",
+                error: Some(format!("{INFERRED} {session_id}: it ended with exit code {exit_code}")),
+                exit_code: Some(exit_code),
+            },
+        };
+        let event = said.event_type();
+        let recorded = self
+            .ledger
+            .transition_as_serve(executor_id, &mission_id, |live| {
+                let Outcome::Move(to) = on_executor_event(live.state, event) else { return None };
+                // A start only moves a mission still waiting for one.
+                let applies = event != EventType::MissionStarted || live.state == MissionState::Assigned;
+                applies.then_some((said, to))
+            })
+            .await
+            .map(|(state, _)| state);
+        let state = recorded?;
+        tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
+        Some(mission_id)
     }
 }
 
