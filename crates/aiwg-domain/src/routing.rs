@@ -217,41 +217,7 @@ fn passed_over(v: &RoutingView<'_>, req: &Request<'_>) -> Option<String> {
 /// served round-robin. Only the best `keep` candidates are ordered and returned (a dispatch tries a few,
 /// never a whole fleet), which keeps a dispatch over a large fleet linear.
 pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize, keep: usize) -> Plan {
-    let mut rejected = Vec::new();
-    let mut rejected_total = 0;
-    let mut refusing = 0;
-    let mut eligible: Vec<(usize, &RoutingView<'_>)> = Vec::new();
-    for (pos, v) in views.iter().enumerate() {
-        if req.pin.is_some_and(|pin| pin != v.executor_id) {
-            continue;
-        }
-        match rejection(v, req) {
-            Some(unfit) => {
-                rejected_total += 1;
-                let reason = match unfit {
-                    Unfit::Refuses(why) => {
-                        refusing += 1;
-                        why
-                    }
-                    Unfit::Passed(why) => why,
-                };
-                if rejected.len() < MAX_LISTED_REJECTIONS {
-                    rejected.push(Rejection {
-                        executor_id: v.executor_id.to_owned(),
-                        name: Some(v.name.to_owned()),
-                        reason,
-                    });
-                }
-            }
-            None => eligible.push((pos, v)),
-        }
-    }
-    if let Some(pin) = req.pin {
-        if !views.iter().any(|v| v.executor_id == pin) {
-            rejected_total += 1;
-            rejected.push(Rejection { executor_id: pin.to_owned(), name: None, reason: "not registered".into() });
-        }
-    }
+    let Screened { mut eligible, rejected, rejected_total, refusing } = screen(req, views);
     let n = views.len().max(1);
     let offset = rotation % n;
     let preference = |(pos, v): &(usize, &RoutingView<'_>)| {
@@ -281,6 +247,58 @@ pub fn plan(req: &Request<'_>, views: &[RoutingView<'_>], rotation: usize, keep:
         refusing,
         offline: 0,
     }
+}
+
+/// The executors a request may go to, each with its position in `views`, and the others with why not:
+/// the first [`MAX_LISTED_REJECTIONS`] listed, all of them counted.
+struct Screened<'v, 'a> {
+    eligible: Vec<(usize, &'v RoutingView<'a>)>,
+    rejected: Vec<Rejection>,
+    rejected_total: usize,
+    /// Of the rejected, those that would refuse the mission.
+    refusing: usize,
+}
+
+/// Sorts `views` (only the pinned one, with a pin) into eligible and rejected; a pinned executor that is
+/// not among them is rejected as not registered.
+fn screen<'v, 'a>(req: &Request<'_>, views: &'v [RoutingView<'a>]) -> Screened<'v, 'a> {
+    let mut screened = Screened { eligible: Vec::new(), rejected: Vec::new(), rejected_total: 0, refusing: 0 };
+    for (pos, v) in views.iter().enumerate() {
+        if req.pin.is_some_and(|pin| pin != v.executor_id) {
+            continue;
+        }
+        match rejection(v, req) {
+            Some(unfit) => {
+                screened.rejected_total += 1;
+                let reason = match unfit {
+                    Unfit::Refuses(why) => {
+                        screened.refusing += 1;
+                        why
+                    }
+                    Unfit::Passed(why) => why,
+                };
+                if screened.rejected.len() < MAX_LISTED_REJECTIONS {
+                    screened.rejected.push(Rejection {
+                        executor_id: v.executor_id.to_owned(),
+                        name: Some(v.name.to_owned()),
+                        reason,
+                    });
+                }
+            }
+            None => screened.eligible.push((pos, v)),
+        }
+    }
+    if let Some(pin) = req.pin {
+        if !views.iter().any(|v| v.executor_id == pin) {
+            screened.rejected_total += 1;
+            screened.rejected.push(Rejection {
+                executor_id: pin.to_owned(),
+                name: None,
+                reason: "not registered".into(),
+            });
+        }
+    }
+    screened
 }
 
 #[cfg(test)]
