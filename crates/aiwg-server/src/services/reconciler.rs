@@ -170,32 +170,8 @@ impl Reconciler {
             .map(|(id, state, handover)| Owned { mission_id: id, state: *state, handover: *handover })
             .collect();
         let owned_ids: HashSet<&str> = owned.iter().map(|o| o.mission_id).collect();
-        // Each listed id that is not the executor's live mission costs a read, maybe a record and an
-        // abort frame: only the first MAX_STRANGERS are answered (more would not fit its outbound queue
-        // anyway). A resync of 60,000 made-up ids was 11.5 s of serial commits, on every reconnect.
-        let mut seen = HashSet::new();
-        let listed: Vec<String> = listed.into_iter().filter(|id| seen.insert(id.clone())).collect();
-        let mut listed_strangers = listed.iter().filter(|id| !owned_ids.contains(id.as_str()));
-        let answered: HashSet<&String> = listed_strangers.by_ref().take(MAX_STRANGERS).collect();
-        let ignored = listed_strangers.count();
-        if ignored > 0 {
-            tracing::warn!(executor_id, ignored, "resync lists more missions serve does not know than it answers");
-        }
-        let listed: Vec<String> =
-            listed.iter().filter(|id| owned_ids.contains(id.as_str()) || answered.contains(id)).cloned().collect();
-        let mut strangers = HashMap::new();
-        for id in listed.iter().filter(|id| !owned_ids.contains(id.as_str())) {
-            let kind = match self.store.mission(id).await {
-                Ok(Some(m)) if m.executor_id.as_deref() == Some(executor_id) => Stranger::Ended,
-                Ok(Some(_)) => Stranger::Foreign,
-                Ok(None) => Stranger::Unknown,
-                Err(e) => {
-                    tracing::error!(error = %e, mission_id = %id, "resync: cannot read a listed mission");
-                    continue;
-                }
-            };
-            strangers.insert(id.clone(), kind);
-        }
+        let listed = answerable(executor_id, listed, &owned_ids);
+        let strangers = self.strangers(executor_id, &listed, &owned_ids).await;
         let decisions =
             on_resync(&owned, &listed, origin.opened, |id| strangers.get(id).copied().unwrap_or(Stranger::Unknown));
         let abilities = self.abilities(executor_id);
@@ -227,6 +203,30 @@ impl Reconciler {
             "resync reconciled"
         );
         self.answer(executor_id, origin.link_id, frames);
+    }
+
+    /// What each listed mission that is not the executor's live one is to serve: ended, another
+    /// executor's, or unknown. One that cannot be read is left out.
+    async fn strangers(
+        &self,
+        executor_id: &str,
+        listed: &[String],
+        owned_ids: &HashSet<&str>,
+    ) -> HashMap<String, Stranger> {
+        let mut strangers = HashMap::new();
+        for id in listed.iter().filter(|id| !owned_ids.contains(id.as_str())) {
+            let kind = match self.store.mission(id).await {
+                Ok(Some(m)) if m.executor_id.as_deref() == Some(executor_id) => Stranger::Ended,
+                Ok(Some(_)) => Stranger::Foreign,
+                Ok(None) => Stranger::Unknown,
+                Err(e) => {
+                    tracing::error!(error = %e, mission_id = %id, "resync: cannot read a listed mission");
+                    continue;
+                }
+            };
+            strangers.insert(id.clone(), kind);
+        }
+        strangers
     }
 
     /// What the executor acts on, as serve knows it now.
@@ -403,4 +403,21 @@ impl Tally {
             Decision::Abort(..) => self.strangers += 1,
         }
     }
+}
+
+/// The listed missions a resync answers, each once: all of the executor's live ones, and of the others
+/// the first [`MAX_STRANGERS`]. Each listed id that is not the executor's live mission costs a read,
+/// maybe a record and an abort frame: only the first MAX_STRANGERS are answered (more would not fit its
+/// outbound queue anyway). A resync of 60,000 made-up ids was 11.5 s of serial commits, on every
+/// reconnect.
+fn answerable(executor_id: &str, listed: Vec<String>, owned_ids: &HashSet<&str>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let listed: Vec<String> = listed.into_iter().filter(|id| seen.insert(id.clone())).collect();
+    let mut listed_strangers = listed.iter().filter(|id| !owned_ids.contains(id.as_str()));
+    let answered: HashSet<&String> = listed_strangers.by_ref().take(MAX_STRANGERS).collect();
+    let ignored = listed_strangers.count();
+    if ignored > 0 {
+        tracing::warn!(executor_id, ignored, "resync lists more missions serve does not know than it answers");
+    }
+    listed.iter().filter(|id| owned_ids.contains(id.as_str()) || answered.contains(id)).cloned().collect()
 }
