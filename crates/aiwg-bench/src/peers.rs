@@ -216,6 +216,30 @@ pub struct Streamed {
     pub acked_at: Vec<Instant>,
 }
 
+/// A stream's `mission.progress` frames: they differ only in their iteration, so the rest is
+/// serialized once, as the text before the iteration and the text after it.
+struct ProgressFrames {
+    head: String,
+    tail: String,
+}
+
+impl ProgressFrames {
+    fn new(peer: &Peer, mission_id: &str) -> ProgressFrames {
+        let frame = peer.envelope_text(
+            "mission.progress",
+            Some(mission_id),
+            json!({"iteration": 0, "summary": "benchmark progress line of a typical length"}),
+        );
+        let at = frame.find(r#""iteration":0"#).expect("iteration in the frame") + r#""iteration":"#.len();
+        ProgressFrames { head: frame[..at].to_owned(), tail: frame[at + 1..].to_owned() }
+    }
+
+    /// The frame of iteration `n`.
+    fn iteration(&self, n: usize) -> Message {
+        Message::text(format!("{}{n}{}", self.head, self.tail))
+    }
+}
+
 /// Streams `count` progress events for a mission, keeping up to `window` unacknowledged.
 pub async fn stream_progress(
     peer: &Peer,
@@ -234,21 +258,12 @@ pub async fn stream_progress(
     };
     let mut sent = 0;
     let start = Instant::now();
-    // The frames differ only in their iteration: the rest is serialized once.
-    let (head, tail) = {
-        let frame = peer.envelope_text(
-            "mission.progress",
-            Some(mission_id),
-            json!({"iteration": 0, "summary": "benchmark progress line of a typical length"}),
-        );
-        let at = frame.find(r#""iteration":0"#).expect("iteration in the frame") + r#""iteration":"#.len();
-        (frame[..at].to_owned(), frame[at + 1..].to_owned())
-    };
+    let frames = ProgressFrames::new(peer, mission_id);
     while got.seqs.len() < count {
         let due = pace.map(|p| start + p * sent as u32);
         let may_send = sent < count && in_flight.len() < window && due.is_none_or(|d| Instant::now() >= d);
         if may_send {
-            let frame = Message::text(format!("{head}{sent}{tail}"));
+            let frame = frames.iteration(sent);
             in_flight.push_back(Instant::now());
             // Frames ready together go out in one write, flushed before waiting, as a buffered client
             // writes; each frame's latency still counts from when it was ready.
@@ -287,16 +302,10 @@ pub async fn stream_progress(
 /// for upstream): as fast as the socket takes them. Returns the socket, to be held open until serve has
 /// committed them (the caller watches serve's count).
 pub async fn stream_progress_unanswered(peer: &Peer, socket: Socket, mission_id: &str, count: usize) -> Socket {
-    let frame = peer.envelope_text(
-        "mission.progress",
-        Some(mission_id),
-        json!({"iteration": 0, "summary": "benchmark progress line of a typical length"}),
-    );
-    let at = frame.find(r#""iteration":0"#).expect("iteration in the frame") + r#""iteration":"#.len();
-    let (head, tail) = (&frame[..at], &frame[at + 1..]);
+    let frames = ProgressFrames::new(peer, mission_id);
     let mut socket = socket;
     for sent in 0..count {
-        if socket.feed(Message::text(format!("{head}{sent}{tail}"))).await.is_err() {
+        if socket.feed(frames.iteration(sent)).await.is_err() {
             break;
         }
         if sent % 64 == 63 && socket.flush().await.is_err() {
