@@ -19,6 +19,7 @@
 //! event would cost that. What several replicas buy is availability (the control plane outlives a
 //! host) and edges to connect to, not write throughput: the leader's writer commits for all.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,10 +41,7 @@ pub(super) async fn start(config: Config, schema: Schema) -> Result<Handle, Star
     // Bound first: the address is what a leader announces.
     let listener = listen(bind).map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
-    let advertise = match config.replica.advertise.as_str() {
-        "" => format!("http://{addr}"),
-        a => a.trim_end_matches('/').to_owned(),
-    };
+    let advertise = advertised(&config, addr);
     let leadership = Leadership::connect(&config.store.database_url).await?;
     let (stop, stopped) = watch::channel(false);
     let relay = Relay::new(&config.replica.secret, stopped.clone());
@@ -95,6 +93,14 @@ pub(super) async fn start(config: Config, schema: Schema) -> Result<Handle, Star
         tracing::info!("stopped");
     });
     Ok(Handle { addr, stop, task })
+}
+
+/// The address a leader announces: `replica.advertise`, else the one it is bound to.
+fn advertised(config: &Config, addr: SocketAddr) -> String {
+    match config.replica.advertise.as_str() {
+        "" => format!("http://{addr}"),
+        a => a.trim_end_matches('/').to_owned(),
+    }
 }
 
 /// A replica's own parts, whichever role it has.
