@@ -7,9 +7,8 @@
 //! objectives and agent output, so the directory is created 0700 and the database files 0600 (SQLite
 //! gives its `-wal` and `-shm` files the database file's mode).
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -45,10 +44,9 @@ impl DataDir {
             .mode(0o600)
             .open(path.join(LOCK))
             .map_err(io)?;
-        // SAFETY: flock on a descriptor this function owns; it only reads the descriptor number.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let error = std::io::Error::last_os_error();
-            if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+        // std's exclusive lock is `flock` on Unix: released by the kernel with the process.
+        if let Err(e) = lock.try_lock() {
+            if let TryLockError::Error(error) = e {
                 return Err(io(error));
             }
             let mut pid = String::new();

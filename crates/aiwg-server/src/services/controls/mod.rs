@@ -12,8 +12,7 @@
 //! executor written for upstream that handles it works unchanged), and the answer says whether serve can
 //! confirm it was carried out (`confirmed`: the executor declares `x-pause-resume` or `x-abort`). Only
 //! where serve *knows* the executor cannot act (an agentic-sandbox executor linked to its sandbox, an
-//! HTTP runtime, an executor declaring
-//! [`aiwg_domain::capabilities::NO_PAUSE_RESUME`]) are pause and resume refused (409
+//! HTTP runtime, an executor declaring `x-no-pause-resume`) are pause and resume refused (409
 //! `control_unsupported`, nothing changed, nothing sent). An abort is final in serve's record whatever
 //! the executor (the contract makes it authoritative); it is not sent where it cannot be acted on, and
 //! the answer says the agent may still be running. A resume returns the mission to where it was
