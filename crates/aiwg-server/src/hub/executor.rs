@@ -138,11 +138,7 @@ impl Session {
     /// Has one frame judged and queues its answer; `Some` when the socket must end.
     async fn on_frame(&mut self, frame: Message) -> Option<Close> {
         let judged = match frame {
-            // Boxed: the judgement's state is the largest of the socket task's, and inline it made every
-            // idle socket as large as a socket judging a frame (`docs/performance.md`, the idle fleet).
-            Message::Text(text) => {
-                Box::pin(self.app.ingest.ingest(&self.executor_id, text.as_str(), self.attached.origin)).await
-            }
+            Message::Text(text) => self.app.ingest.ingest(&self.executor_id, text.as_str(), self.attached.origin).await,
             Message::Binary(_) => Err(Refusal {
                 error: Error::InvalidFrame("binary frames are not accepted: send events as JSON text"),
                 reference: FrameRef::default(),
@@ -263,8 +259,7 @@ async fn drain_superseded(app: &App, executor_id: &str, stream: &mut SplitStream
     while let Ok(Some(Ok(frame))) = tokio::time::timeout_at(deadline, stream.next()).await {
         match frame {
             Message::Text(text) => {
-                if let Ok(Ingested::Pending(p)) = Box::pin(app.ingest.ingest(executor_id, text.as_str(), origin)).await
-                {
+                if let Ok(Ingested::Pending(p)) = app.ingest.ingest(executor_id, text.as_str(), origin).await {
                     let _ = app.ingest.finish(*p).await;
                 }
             }

@@ -9,6 +9,7 @@ mod judge;
 
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -128,7 +129,20 @@ impl Ingest {
 
     /// Judges one text frame from an executor and, when accepted, queues its commit.
     /// `origin` is the socket carrying the frame (resync reconciliation needs it).
-    pub async fn ingest(&self, executor_id: &str, text: &str, origin: Origin) -> Result<Ingested, Refusal> {
+    ///
+    /// Boxed: a task's future is as large as its largest state, and a frame's judgement is a socket
+    /// task's largest; inline, every idle socket held room for one (`docs/performance.md`, the idle
+    /// fleet). One allocation per text frame, beside the one its answer takes.
+    pub fn ingest<'a>(
+        &'a self,
+        executor_id: &'a str,
+        text: &'a str,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Ingested, Refusal>> {
+        Box::pin(self.judge_frame(executor_id, text, origin))
+    }
+
+    async fn judge_frame(&self, executor_id: &str, text: &str, origin: Origin) -> Result<Ingested, Refusal> {
         let (row, event, reference) = read(&self.schema, executor_id, text)?;
         let refuse = |error: Error| Refusal { error, reference: reference.clone() };
         let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: row.ts.clone() };
