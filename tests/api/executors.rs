@@ -67,3 +67,33 @@ async fn delete_closes_sockets_and_settles_live_missions_but_keeps_them() {
     assert_eq!(resumable_ws.closed().await.code, 1000);
     assert_eq!(server.mission(&m2).await["state"], "suspended");
 }
+
+/// An executor removed while its missions wait for an answer: the question of the mission that fails
+/// with it is withdrawn (no one is left to hear an answer); a resumable executor's suspended mission
+/// keeps its question, so the operator can still answer it once the executor is back.
+#[tokio::test]
+async fn delete_withdraws_the_questions_of_the_missions_it_fails_and_keeps_the_suspended_ones() {
+    let server = TestServer::start().await;
+    let mut asked = Vec::new();
+    for caps in [&[][..], &["resumable"][..]] {
+        let (mut executor, mut ws) = ScriptedExecutor::online(&server, caps).await;
+        let id = mission_id();
+        let mut body = dispatch_body(&id);
+        body["executor_filter"]["executor_id"] = json!(executor.id);
+        assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+        executor.next_dispatch().await;
+        ws.ack("mission.started", &id, json!({"state": "running"})).await;
+        ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Ship it?"})).await;
+        assert_eq!(server.mission(&id).await["hitl"]["hitl_id"], "h-1");
+        let path = format!("/api/v1/executors/{}", executor.id);
+        assert_eq!(server.client.delete(&path, Some(&executor.token)).await.status, 204);
+        asked.push(id);
+    }
+    let failed = server.mission(&asked[0]).await;
+    assert_eq!((failed["state"].as_str(), failed.get("hitl")), (Some("failed"), None), "{failed}");
+    let answer = json!({"hitl_id": "h-1", "response": "yes"});
+    let path = format!("/api/v1/missions/{}/hitl_response", asked[0]);
+    server.client.post(&path, &answer).await.assert_error(409, "illegal_transition");
+    let suspended = server.mission(&asked[1]).await;
+    assert_eq!((suspended["state"].as_str(), &suspended["hitl"]["hitl_id"]), (Some("suspended"), &json!("h-1")));
+}

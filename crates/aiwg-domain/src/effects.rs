@@ -56,13 +56,13 @@ pub fn hitl_effect(
             delivered_at: None,
         };
         let mut put: Vec<HitlRequest> =
-            live.hitl.iter().filter(|h| h.hitl_id != request.hitl_id).map(withdraw).collect();
+            live.hitl().into_iter().filter(|h| h.hitl_id != request.hitl_id).map(withdraw).collect();
         put.push(request.clone());
         return (Some(request), put);
     }
-    match (&live.hitl, moved) {
+    match (live.hitl(), moved) {
         (Some(h), Some(to)) if to == MissionState::Running || to.is_terminal() => (None, vec![withdraw(h)]),
-        (current, _) => (current.clone(), Vec::new()),
+        (current, _) => (current.cloned(), Vec::new()),
     }
 }
 

@@ -8,31 +8,35 @@ use serde_json::Value;
 
 use super::{HitlRequest, MissionPatch, MissionState};
 
+///
+/// Its fields change only through its methods, each one step of a mission's life (advancing, a HITL
+/// request opened or answered, a hand-over), so that no service can leave it half-changed: the ledger
+/// holds it, and every change to it is undone whole when its commit fails.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Live {
-    pub executor_id: String,
-    pub state: MissionState,
+    executor_id: String,
+    state: MissionState,
     /// Data of the terminal event, once projected terminal (to recognise an identical repeat).
-    pub terminal_data: Option<Value>,
+    terminal_data: Option<Value>,
     /// The HITL request waiting for an operator, if any.
-    pub hitl: Option<HitlRequest>,
+    hitl: Option<HitlRequest>,
     /// The executor suspended the mission (it shut down) while that request was open: an executor that
     /// keeps its questions in memory only (the agentic-sandbox) has forgotten it, and drops its answer.
-    pub hitl_outlived: bool,
+    hitl_outlived: bool,
     /// The state a pause or suspension interrupted, where a resume returns it (memory only: after a
     /// restart a resume returns to running, or to hitl-required with a pending request).
-    pub paused_from: Option<MissionState>,
+    paused_from: Option<MissionState>,
     /// When the executor was handed the mission (resync uses it to tell a missed dispatch from one the
     /// resync merely predates).
-    pub handover: Handover,
+    handover: Handover,
     /// Keys ([`progress_key`]) of its latest `mission.progress` events: one sent again is a duplicate.
-    pub recent_progress: VecDeque<u64>,
+    recent_progress: VecDeque<u64>,
     /// The agent session it is bound to (`pty_session_ref`): a sandbox session is matched to its
     /// mission by it first.
-    pub session: Option<String>,
+    session: Option<String>,
     /// When it entered the working set, as an order (the ledger's count): among missions a sandbox
     /// session could be, the one that came first.
-    pub admitted: u64,
+    admitted: u64,
 }
 
 /// What a queued change of a live mission replaced in its projection, put back if the change's commit
@@ -155,13 +159,55 @@ impl Live {
         }
     }
 
-    /// Moves the projection, remembering what a pause or suspension interrupted.
-    pub fn move_to(&mut self, to: MissionState) {
+    /// Moves the projection to `to`, recorded by an event carrying `data`. A mission that ends keeps that
+    /// data (to recognise an identical repeat of its terminal event) and no open HITL request; a pause or
+    /// suspension remembers what it interrupted.
+    pub fn advance(&mut self, to: MissionState, data: &Value) {
         let interrupting = matches!(to, MissionState::Paused | MissionState::Suspended);
         if interrupting && !matches!(self.state, MissionState::Paused | MissionState::Suspended) {
             self.paused_from = Some(self.state);
         }
         self.state = to;
+        self.terminal_data = to.is_terminal().then(|| data.clone());
+        if to.is_terminal() {
+            self.hitl = None;
+        }
+    }
+
+    /// The HITL request open once an executor's event is recorded (`suspending`: the event suspended
+    /// the mission). A request that changes forgets whether its predecessor outlived a suspension; one
+    /// still open as its mission is suspended outlived it.
+    pub fn track_hitl(&mut self, request: Option<HitlRequest>, suspending: bool) {
+        let id = |h: &Option<HitlRequest>| h.as_ref().map(|h| h.hitl_id.clone());
+        if id(&self.hitl) != id(&request) {
+            self.hitl_outlived = false;
+        }
+        if suspending && request.is_some() {
+            self.hitl_outlived = true;
+        }
+        self.hitl = request;
+    }
+
+    /// An operator answered the open HITL request: it is closed (whether it outlived a suspension
+    /// stays known, for delivering the answer).
+    pub fn answered(&mut self) {
+        self.hitl = None;
+    }
+
+    /// The executor accepted the mission at `at`.
+    pub fn handed_over(&mut self, at: Instant) {
+        self.handover = Handover::Done(at);
+    }
+
+    /// The mission changes hands (a dispatch failing over): only the ledger's index may call this,
+    /// so that its index by owner stays true.
+    pub fn reassign(&mut self, executor_id: &str) {
+        self.executor_id = executor_id.to_owned();
+    }
+
+    /// Its order of entry into the working set.
+    pub fn admit(&mut self, order: u64) {
+        self.admitted = order;
     }
 
     pub fn new(executor_id: &str, state: MissionState) -> Live {
@@ -178,6 +224,58 @@ impl Live {
             admitted: 0,
         }
     }
+
+    /// A mission loaded from the store at start: bound to its agent session, with its pending request.
+    pub fn loaded(executor_id: &str, state: MissionState, session: Option<String>, hitl: Option<HitlRequest>) -> Live {
+        Live { session, hitl, ..Live::new(executor_id, state) }
+    }
+
+    /// A new mission whose dispatch to `executor_id` is being forwarded right now.
+    pub fn handing_over(executor_id: &str) -> Live {
+        Live { handover: Handover::InFlight, ..Live::new(executor_id, MissionState::Assigned) }
+    }
+
+    pub fn executor_id(&self) -> &str {
+        &self.executor_id
+    }
+
+    pub fn state(&self) -> MissionState {
+        self.state
+    }
+
+    /// The data of its terminal event, once projected terminal.
+    pub fn terminal_data(&self) -> Option<&Value> {
+        self.terminal_data.as_ref()
+    }
+
+    /// The HITL request waiting for an operator, if any.
+    pub fn hitl(&self) -> Option<&HitlRequest> {
+        self.hitl.as_ref()
+    }
+
+    /// Whether the open request outlived a suspension of the mission (see the field).
+    pub fn hitl_outlived(&self) -> bool {
+        self.hitl_outlived
+    }
+
+    pub fn handover(&self) -> Handover {
+        self.handover
+    }
+
+    /// Whether a progress report with this key ([`progress_key`]) is among its latest.
+    pub fn has_progress(&self, key: u64) -> bool {
+        self.recent_progress.contains(&key)
+    }
+
+    /// The agent session it is bound to.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// Its order of entry into the working set.
+    pub fn admitted(&self) -> u64 {
+        self.admitted
+    }
 }
 
 /// The agentic-sandbox executor names a mission's session `mission-` + the first 8 bytes of its id.
@@ -191,7 +289,23 @@ pub fn session_prefix(mission_id: &str) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::HitlOutcome;
     use serde_json::json;
+
+    fn request(hitl_id: &str) -> HitlRequest {
+        HitlRequest {
+            mission_id: "m1".into(),
+            hitl_id: hitl_id.into(),
+            prompt: "ok?".into(),
+            context: None,
+            expires_at: None,
+            requested_at: chrono::Utc::now(),
+            outcome: HitlOutcome::Pending,
+            response: None,
+            responded_at: None,
+            delivered_at: None,
+        }
+    }
 
     /// A change's undo puts back exactly what it replaced; a progress report's forgets only its key.
     #[test]
@@ -200,9 +314,11 @@ mod tests {
         live.remember_progress(1);
         let before = live.clone();
         let undo = live.undo_point();
-        live.move_to(MissionState::Paused);
-        live.terminal_data = Some(json!({"x": 1}));
-        live.session = Some("s".into());
+        live.advance(MissionState::Paused, &json!({}));
+        live.track_hitl(Some(request("h1")), true);
+        live.patched(&MissionPatch { pty_session_ref: Some("s".into()), ..MissionPatch::default() });
+        live.advance(MissionState::Failed, &json!({"x": 1}));
+        assert_ne!(live, before);
         live.undo(undo);
         assert_eq!(live, before);
         live.remember_progress(2);
@@ -221,5 +337,27 @@ mod tests {
             [7, 8],
         );
         assert_eq!((live.state, live.recent_progress.clone()), (MissionState::Suspended, [7, 8].into()));
+    }
+
+    /// Ending clears the open request and keeps the terminal data; a request still open across a
+    /// suspension outlived it until another replaces it; a pause remembers what it interrupted.
+    #[test]
+    fn each_step_changes_what_it_names() {
+        let mut live = Live::new("e1", MissionState::HitlRequired);
+        live.track_hitl(Some(request("h1")), false);
+        live.advance(MissionState::Suspended, &json!({}));
+        live.track_hitl(Some(request("h1")), true);
+        assert!(live.hitl_outlived());
+        live.track_hitl(Some(request("h1")), false);
+        assert!(live.hitl_outlived(), "the same request still outlived the suspension");
+        live.track_hitl(Some(request("h2")), false);
+        assert!(!live.hitl_outlived());
+        assert_eq!(live.resume_target(), MissionState::HitlRequired);
+        live.answered();
+        assert_eq!((live.hitl(), live.resume_target()), (None, MissionState::Running), "nothing left to wait for");
+        live.advance(MissionState::Running, &json!({}));
+        live.track_hitl(Some(request("h3")), false);
+        live.advance(MissionState::Failed, &json!({"reason": "x"}));
+        assert_eq!((live.hitl(), live.terminal_data()), (None, Some(&json!({"reason": "x"}))));
     }
 }

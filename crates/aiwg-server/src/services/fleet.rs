@@ -7,16 +7,16 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::ledger::{Decided, Ledger};
+use super::ledger::{Ledger, Verdict};
 use super::registry::{Registered, Registry};
 use super::Core;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limits::RateLimiter;
-use crate::store::{Change, Store};
-use aiwg_contract::{clock, tokens};
+use crate::store::Store;
+use aiwg_contract::tokens;
 use aiwg_contract::{spec_support, RegisterPayload, SpecSupport, SPEC_VERSION};
-use aiwg_domain::{capabilities, ServeEvent};
+use aiwg_domain::{capabilities, Live, ServeEvent};
 
 /// The answer to `POST /api/v1/executors/{id}/remove`.
 #[derive(Debug, serde::Serialize)]
@@ -203,36 +203,21 @@ impl Fleet {
     async fn end_identity(&self, executor_id: &str, reason: &'static str, release: bool) -> Result<()> {
         let _serial = self.registry.serialized().await;
         let resumable = self.registry.has_capability(executor_id, capabilities::RESUMABLE);
-        let mut changes = self
+        let changes = self
             .registry
             .deregister_changes(executor_id, reason, release)
             .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
-        let now = clock::now();
         let (to, said) = ServeEvent::executor_gone(resumable, "executor_deregistered");
-        let mut tickets = Vec::new();
-        for (mission_id, _) in self.ledger.owned_by(executor_id) {
-            let moved = self.ledger.decide(&mission_id, |live| {
-                if live.state.is_terminal() || live.state == to {
-                    return (false, None);
-                }
-                let undo = live.undo_point();
-                live.move_to(to);
-                live.terminal_data = to.is_terminal().then(|| said.data());
-                (true, Some(undo))
-            });
-            if let Decided::Done((true, Some(ticket))) = moved {
-                changes.extend(Change::recorded(said.record(executor_id, &mission_id, to, now)));
-                tickets.push(ticket);
-            }
-        }
-        let committed = self.store.commit(changes).await;
-        if committed.is_ok() {
-            self.registry.apply_deregister(executor_id, release);
-        }
-        for ticket in tickets {
-            self.ledger.resolve(ticket, committed.is_ok(), Some(to));
-        }
-        committed.map(drop).map_err(Into::into)
+        let owned = self.ledger.owned_by(executor_id);
+        let owned: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let judge = |live: &Live| {
+            let moves = !live.state().is_terminal() && live.state() != to;
+            moves.then(|| Verdict::new(said.clone(), to))
+        };
+        // The registration ends in the same commit as its missions' transitions, or not at all.
+        self.ledger.serve_decides(Some(executor_id), &owned, judge, changes).await?;
+        self.registry.apply_deregister(executor_id, release);
+        Ok(())
     }
 
     /// Drain (or undrain) an executor: no new missions while draining; its current ones go on.

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
 use super::dispatcher::Dispatcher;
-use super::ledger::Ledger;
+use super::ledger::{Ledger, Verdict};
 use super::links::Origin;
 use super::registry::Registry;
 use super::sandboxes::Sandboxes;
@@ -266,13 +266,13 @@ impl Reconciler {
     /// Resumes a listed suspended mission; the frame telling the executor, if it acts on it.
     async fn resume_suspended(&self, executor_id: &str, mission_id: &str, abilities: Abilities) -> Option<String> {
         let said = ServeEvent::Resumed { from: MissionState::Suspended };
-        let (_, event) = self
+        let moved = self
             .ledger
             .transition_as_serve(executor_id, mission_id, |live| {
-                (live.state == MissionState::Suspended).then(|| (said, live.resume_target()))
+                (live.state() == MissionState::Suspended).then(|| Verdict::new(said, live.resume_target()))
             })
             .await?;
-        (!matches!(abilities.pause_resume, Ability::Unable(_))).then(|| event.frame())
+        (!matches!(abilities.pause_resume, Ability::Unable(_))).then(|| moved.event.frame())
     }
 
     /// Sends the stored dispatch again to the executor that never received it.
@@ -306,7 +306,7 @@ impl Reconciler {
     ) -> bool {
         self.ledger
             .transition_as_serve(executor_id, mission_id, |live| {
-                (!live.state.is_terminal() && live.state != to).then_some((said, to))
+                (!live.state().is_terminal() && live.state() != to).then(|| Verdict::new(said, to))
             })
             .await
             .is_some()
@@ -364,7 +364,7 @@ impl Reconciler {
         }
         let resumable = self.registry.has_capability(executor_id, capabilities::RESUMABLE);
         let (to, said) = ServeEvent::executor_gone(resumable, "executor_disconnected");
-        for (mission_id, _) in self.ledger.owned_by(executor_id) {
+        for mission_id in self.ledger.owned_by(executor_id) {
             self.end_for_executor(executor_id, &mission_id, to, said.clone()).await;
         }
         let event = ServeEvent::Deregistered { reason: "timeout" }.row(executor_id, None, clock::now());

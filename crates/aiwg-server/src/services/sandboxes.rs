@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::ledger::Ledger;
+use super::ledger::{Ledger, Verdict};
 use super::registry::Registry;
 use super::Core;
 use crate::error::{Error, Result};
@@ -361,13 +361,13 @@ impl Sandboxes {
         let recorded = self
             .ledger
             .transition_as_serve(executor_id, &mission_id, |live| {
-                let Outcome::Move(to) = on_executor_event(live.state, event) else { return None };
+                let Outcome::Move(to) = on_executor_event(live.state(), event) else { return None };
                 // A start only moves a mission still waiting for one.
-                let applies = event != EventType::MissionStarted || live.state == MissionState::Assigned;
-                applies.then_some((said, to))
+                let applies = event != EventType::MissionStarted || live.state() == MissionState::Assigned;
+                applies.then(|| Verdict::new(said, to))
             })
             .await
-            .map(|(state, _)| state);
+            .map(|moved| moved.to);
         let state = recorded?;
         tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
         Some(mission_id)

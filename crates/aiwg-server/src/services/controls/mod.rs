@@ -27,7 +27,7 @@ use chrono::Utc;
 use serde::Serialize;
 
 use super::dispatcher::Dispatcher;
-use super::ledger::{Decided, Ledger, REBUILD_WAIT};
+use super::ledger::{Decided, Ledger, Moved, Verdict, REBUILD_WAIT};
 use super::registry::Registry;
 use super::sandboxes::Sandboxes;
 use super::Core;
@@ -36,7 +36,7 @@ use crate::metrics::Metrics;
 use crate::store::{Change, Pending, Store};
 use aiwg_contract::clock;
 use aiwg_domain::capabilities::{Abilities, Ability};
-use aiwg_domain::{AbortedBy, Control, HitlOutcome, HitlRequest, Live, MissionState, ServeEvent};
+use aiwg_domain::{AbortedBy, Control, HitlRequest, Live, MissionState, ServeEvent};
 use verdict::{decide_action, refusal, Expired, Owner, Refused, Why};
 
 /// Why a control of a mission being re-read after a failed commit is refused, once its wait ran out.
@@ -149,15 +149,12 @@ impl Controls {
             };
             let undo = live.undo_point();
             let commit = slot.submit(v.changes);
-            live.move_to(v.to);
-            if v.to.is_terminal() {
-                live.terminal_data = Some(v.data);
+            live.advance(v.to, &v.data);
+            if v.answered.is_some() {
+                live.answered();
             }
-            if v.answered.is_some() || v.to.is_terminal() {
-                live.hitl = None;
-            }
-            let (abilities, outlived) = (owner.abilities, live.hitl_outlived);
-            let owner = live.executor_id.clone();
+            let (abilities, outlived) = (owner.abilities, live.hitl_outlived());
+            let owner = live.executor_id().to_owned();
             let delivery = Delivery { owner, abilities, outlived, to: v.to, frame: v.frame, answered: v.answered };
             let queued = Queued { commit, delivery };
             (Ok(queued), Some(undo))
@@ -232,7 +229,7 @@ impl Controls {
 
     /// What the owner of a live mission can take, as serve knows it now.
     fn facts(&self, live: &Live) -> Owner {
-        let id = &live.executor_id;
+        let id = live.executor_id();
         Owner {
             abilities: self.registry.abilities(id, self.sandboxes.linked(id)).unwrap_or(Abilities::UNREGISTERED),
             connected: self.registry.is_connected(id),
@@ -304,36 +301,20 @@ impl Controls {
     pub async fn expire_hitl(&self, mission_id: &str, hitl_id: &str) {
         let error = Some(format!("HITL request {hitl_id} expired unanswered"));
         let said = ServeEvent::ending(MissionState::Failed, "hitl_expired", error);
-        // A mission being re-read after a failed commit is waited for; the store failing all along, the
-        // deadline is tried again later.
-        if !self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {
-            return;
-        }
-        let Ok(slot) = self.store.reserve().await else { return };
-        let now = clock::now();
-        let decided = self.ledger.decide(mission_id, |live| {
-            let Some(request) =
-                live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id && live.state == MissionState::HitlRequired)
-            else {
-                return (None, None);
-            };
-            let expired = HitlRequest { outcome: HitlOutcome::Expired, ..request.clone() };
-            let undo = live.undo_point();
-            let recorded = said.record(&live.executor_id, mission_id, MissionState::Failed, now);
-            live.terminal_data = Some(recorded.event.data.clone());
-            let mut changes = Change::recorded(recorded);
-            changes.push(Change::PutHitl(Box::new(expired)));
-            live.state = MissionState::Failed;
-            live.hitl = None;
-            (Some((slot.submit(changes), live.executor_id.clone())), Some(undo))
-        });
-        let Decided::Done((Some((commit, owner)), Some(ticket))) = decided else { return };
-        if self.ledger.conclude(commit, ticket, Some(MissionState::Failed)).await.is_err() {
-            return;
-        }
+        // The store failing, the expiry is tried again when an operator answers the request (it is
+        // refused as expired) or serve restarts (the deadline is re-armed).
+        let mut said = Some(said);
+        let judge = |live: &Live| {
+            let asking =
+                live.state() == MissionState::HitlRequired && live.hitl().is_some_and(|h| h.hitl_id == hitl_id);
+            let said = said.take().filter(|_| asking)?;
+            Some(Verdict::new(said, MissionState::Failed).expiring_hitl())
+        };
+        let Ok(moved) = self.ledger.serve_decides(None, &[mission_id], judge, Vec::new()).await else { return };
+        let Some(Moved { executor_id: owner, .. }) = moved.into_iter().next() else { return };
         tracing::info!(mission_id, hitl_id, "HITL request expired; mission failed");
         let abort = ServeEvent::Aborted { by: AbortedBy::System, reason: "hitl_expired" };
-        self.registry.send(&owner, abort.frame(&owner, mission_id, now));
+        self.registry.send(&owner, abort.frame(&owner, mission_id, clock::now()));
     }
 
     /// Sends a newly connected executor the HITL answers it has not received yet.

@@ -42,16 +42,16 @@ pub(super) fn decide_action(
     if action.control() != Control::Abort && !owner.connected {
         return Err(Refused(Error::ExecutorNotConnected(format!(
             "executor {} of mission {mission_id} is not connected",
-            live.executor_id
+            live.executor_id()
         ))));
     }
-    let recorded = said(action, now).record(&live.executor_id, mission_id, to, now);
+    let recorded = said(action, now).record(live.executor_id(), mission_id, to, now);
     let frame = recorded.event.frame();
     let data = recorded.event.data.clone();
     let mut changes = Change::recorded(recorded);
     if let Some(a) = &answered {
         changes.push(Change::PutHitl(Box::new(a.clone())));
-    } else if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
+    } else if let (Some(open), true) = (live.hitl(), to.is_terminal()) {
         changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
     }
     Ok(Verdict { changes, to, data, frame, answered })
@@ -62,27 +62,28 @@ fn target(live: &Live, owner: Owner, mission_id: &str, action: Action<'_>) -> st
     if let (Action::Pause | Action::Resume, Ability::Unable(why)) = (action, owner.abilities.pause_resume) {
         return Err(Refused(Error::ControlUnsupported(format!(
             "executor {} {why}: it cannot {} missions, so nothing was sent and mission {mission_id} stays {}",
-            live.executor_id,
+            live.executor_id(),
             verb(action),
-            live.state
+            live.state()
         ))));
     }
-    match on_control(live.state, action.control()) {
+    match on_control(live.state(), action.control()) {
         Some(_) if matches!(action, Action::Resume) => Ok(live.resume_target()),
         Some(to) => Ok(to),
         // The question is still open, but the executor shut down meanwhile (suspended) or an operator
         // paused the mission: what stands in the way is said, not just the state.
         None => {
-            let asked = |id: &str| live.hitl.as_ref().is_some_and(|h| h.hitl_id == id);
+            let asked = |id: &str| live.hitl().is_some_and(|h| h.hitl_id == id);
             Err(Refused(match action {
                 Action::Answer { hitl_id, .. } if asked(hitl_id) && !owner.connected => {
                     Error::ExecutorNotConnected(format!(
                         "executor {} of mission {mission_id} is not connected (the mission is {}): HITL request \
                          {hitl_id} can be answered once the executor is back and resumes it",
-                        live.executor_id, live.state
+                        live.executor_id(),
+                        live.state()
                     ))
                 }
-                _ => refusal(action, live.state),
+                _ => refusal(action, live.state()),
             }))
         }
     }
@@ -117,7 +118,7 @@ fn answer(
     response: &str,
     now: DateTime<Utc>,
 ) -> std::result::Result<HitlRequest, Why> {
-    let request = live.hitl.as_ref().filter(|h| h.hitl_id == hitl_id).ok_or_else(|| {
+    let request = live.hitl().filter(|h| h.hitl_id == hitl_id).ok_or_else(|| {
         Refused(Error::Conflict(format!("mission {mission_id} has no pending HITL request {hitl_id}")))
     })?;
     if request.expires_at.is_some_and(|t| t <= now) {
@@ -223,22 +224,22 @@ mod tests {
     #[test]
     fn a_resume_returns_the_mission_where_the_pause_found_it() {
         let mut live = Live::new("e1", MissionState::HitlRequired);
-        live.hitl = Some(pending("h1", None));
-        live.move_to(MissionState::Paused);
+        live.track_hitl(Some(pending("h1", None)), false);
+        live.advance(MissionState::Paused, &serde_json::json!({}));
         assert_eq!(verdict(&live, ABLE, Action::Resume).unwrap().to, MissionState::HitlRequired);
     }
 
     #[test]
     fn an_answer_must_name_the_pending_request_before_it_expires() {
         let mut live = Live::new("e1", MissionState::HitlRequired);
-        live.hitl = Some(pending("h1", Some("2026-11-30T13:00:00.000Z")));
+        live.track_hitl(Some(pending("h1", Some("2026-11-30T13:00:00.000Z"))), false);
         let wrong = verdict(&live, ABLE, Action::Answer { hitl_id: "h2", response: "yes" });
         assert!(matches!(wrong, Err(Error::Conflict(_))), "{:?}", wrong.err());
         let v = verdict(&live, ABLE, Action::Answer { hitl_id: "h1", response: "yes" }).unwrap();
         assert_eq!(v.to, MissionState::Running);
         let answered = v.answered.unwrap();
         assert_eq!((answered.outcome, answered.response.as_deref()), (HitlOutcome::Answered, Some("yes")));
-        live.hitl = Some(pending("h1", Some("2026-11-30T11:00:00.000Z")));
+        live.track_hitl(Some(pending("h1", Some("2026-11-30T11:00:00.000Z"))), false);
         let late = decide_action(&live, ABLE, "m1", Action::Answer { hitl_id: "h1", response: "yes" }, now());
         assert!(matches!(late, Err(Expired(_))));
     }

@@ -9,13 +9,13 @@ use super::{Dispatched, RoutingRecord};
 use crate::error::{Error, Result};
 use crate::forward::{ForwardError, Forwarder, Target};
 use crate::metrics::Metrics;
-use crate::services::ledger::{Decided, Ledger};
+use crate::services::ledger::{Ledger, Verdict};
 use crate::services::registry::Registry;
 use crate::services::runtimes::Runtimes;
 use crate::services::Core;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
-use aiwg_domain::{AbortedBy, Handover, Live, MissionPatch, MissionState, ServeEvent};
+use aiwg_domain::{AbortedBy, Live, MissionPatch, MissionState, ServeEvent};
 
 /// What hands a recorded mission out: to an executor over HTTP (`forward`), or to an HTTP agent
 /// runtime, which drives it itself.
@@ -57,10 +57,7 @@ impl Handout {
         mut record: RoutingRecord,
     ) -> Result<Dispatched> {
         let mission_id = mission_id.to_owned();
-        self.ledger.insert(
-            &mission_id,
-            Live { handover: Handover::InFlight, ..Live::new(&attempts[0], MissionState::Assigned) },
-        );
+        self.ledger.insert(&mission_id, Live::handing_over(&attempts[0]));
         let bytes = Bytes::from(body.to_string());
         let mut last_failure = ForwardError::Unreachable("no attempt made".into());
         for (i, executor_id) in attempts.iter().enumerate() {
@@ -193,28 +190,15 @@ impl Handout {
             _ => Error::ExecutorUnreachable(failure.to_string()),
         };
         let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
-        let data = said.data();
-        let claimed = self.ledger.decide(mission_id, |live| {
-            if live.state != MissionState::Assigned {
-                return (false, None);
-            }
-            let undo = live.undo_point();
-            live.state = MissionState::Failed;
-            live.terminal_data = Some(data.clone());
-            (true, Some(undo))
-        });
-        let ticket = match claimed {
-            Decided::Done((true, Some(ticket))) => ticket,
-            // The executor reported on the mission while we waited: it took it after all.
-            _ => return Ok(Dispatched::assigned(mission_id, executor_id, None)),
-        };
-        let now = clock::now();
-        let mut changes = Change::recorded(said.record(executor_id, mission_id, MissionState::Failed, now));
         let patch = MissionPatch { routing: Some(record.kept(&self.registry)), ..MissionPatch::default() };
-        changes.push(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
-        let committed = self.store.commit(changes).await;
-        self.ledger.resolve(ticket, committed.is_ok(), Some(MissionState::Failed));
-        committed?;
+        let routing = Change::PatchMission { mission_id: mission_id.to_owned(), patch };
+        let mut verdict = Some(Verdict::new(said, MissionState::Failed).with(routing));
+        let judge = |live: &Live| verdict.take().filter(|_| live.state() == MissionState::Assigned);
+        let moved = self.ledger.serve_decides(Some(executor_id), &[mission_id], judge, Vec::new()).await?;
+        if moved.is_empty() {
+            // The executor reported on the mission while we waited: it took it after all.
+            return Ok(Dispatched::assigned(mission_id, executor_id, None));
+        }
         Err(error)
     }
 }

@@ -76,17 +76,9 @@ impl Accepted {
     /// The projection once the event is queued.
     pub(super) fn apply(&self, live: &mut Live, data: &Value) {
         if let Some(to) = self.moved {
-            live.move_to(to);
-            live.terminal_data = to.is_terminal().then(|| data.clone());
+            live.advance(to, data);
         }
-        let id = |h: &Option<HitlRequest>| h.as_ref().map(|h| h.hitl_id.clone());
-        if id(&live.hitl) != id(&self.hitl) {
-            live.hitl_outlived = false;
-        }
-        if self.moved == Some(MissionState::Suspended) && self.hitl.is_some() {
-            live.hitl_outlived = true;
-        }
-        live.hitl = self.hitl.clone();
+        live.track_hitl(self.hitl.clone(), self.moved == Some(MissionState::Suspended));
         live.patched(&self.patch);
         if let Some(key) = self.progress {
             live.remember_progress(key);
@@ -103,29 +95,29 @@ pub(super) fn decide(
     now: DateTime<Utc>,
 ) -> Result<Decision, Error> {
     let Judged { executor_id, event, resumable, hitl_default_expiry } = frame;
-    if live.executor_id != executor_id {
+    if live.executor_id() != executor_id {
         return Err(not_owned(mission_id));
     }
     let suspension = matches!(event, EventType::MissionSuspended | EventType::MissionReconnected)
-        || (event == EventType::MissionResumed && live.state == MissionState::Suspended);
+        || (event == EventType::MissionResumed && live.state() == MissionState::Suspended);
     if suspension && !resumable {
         return Err(Error::IllegalTransition(format!(
             "{event} needs an executor that declares `resumable`, and {executor_id} does not"
         )));
     }
-    let moved = match on_executor_event(live.state, event) {
-        Outcome::Illegal => return Err(illegal(event, mission_id, live.state)),
-        Outcome::TerminalRepeat if is_repeat(live.terminal_data.as_ref(), &row.data) => return Ok(Decision::Duplicate),
-        Outcome::TerminalRepeat => return Err(illegal(event, mission_id, live.state)),
+    let moved = match on_executor_event(live.state(), event) {
+        Outcome::Illegal => return Err(illegal(event, mission_id, live.state())),
+        Outcome::TerminalRepeat if is_repeat(live.terminal_data(), &row.data) => return Ok(Decision::Duplicate),
+        Outcome::TerminalRepeat => return Err(illegal(event, mission_id, live.state())),
         Outcome::Late => return Ok(Decision::Duplicate),
         Outcome::Stay => None,
         Outcome::Move(_) if event == EventType::MissionResumed => {
-            Some(live.resume_target()).filter(|to| *to != live.state)
+            Some(live.resume_target()).filter(|to| *to != live.state())
         }
-        Outcome::Move(to) => Some(to).filter(|to| *to != live.state),
+        Outcome::Move(to) => Some(to).filter(|to| *to != live.state()),
     };
     let progress = (event == EventType::MissionProgress).then(|| progress_key(&row.ts, &row.data));
-    if progress.is_some_and(|key| live.recent_progress.contains(&key)) {
+    if progress.is_some_and(|key| live.has_progress(key)) {
         return Ok(Decision::Duplicate);
     }
     let patch = patch_for(event, &row.data, moved, now);
@@ -230,8 +222,8 @@ mod tests {
 
     #[test]
     fn the_same_terminal_event_again_is_a_duplicate_and_another_is_refused() {
-        let mut live = Live::new("e1", MissionState::Done);
-        live.terminal_data = Some(json!({"state": "done", "exit_code": 0}));
+        let mut live = Live::new("e1", MissionState::Running);
+        live.advance(MissionState::Done, &json!({"state": "done", "exit_code": 0}));
         let e = EventType::MissionCompleted;
         assert_eq!(
             decide(&live, judged(e, true), &row(e, json!({"state": "done", "exit_code": 0})), "m1", now()).unwrap(),

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use aiwg_domain::{session_prefix, Live};
+use super::Ticket;
+use aiwg_domain::{session_prefix, Live, Undo};
 
 /// A live mission and the bookkeeping of its queued changes.
 pub(super) struct Entry {
@@ -22,6 +23,16 @@ impl Entry {
     fn new(live: Live) -> Entry {
         Entry { live, version: 0, inflight: 0, rebuild: false }
     }
+
+    /// A change of this mission was queued: its ticket, to resolve once its commit is known.
+    pub(super) fn ticket(&mut self, mission_id: &str, undo: Undo) -> Ticket {
+        // A progress report changes nothing a later decision depends on: its undo stands alone.
+        if !matches!(undo, Undo::Progress(_)) {
+            self.version += 1;
+        }
+        self.inflight += 1;
+        Ticket { mission_id: mission_id.to_owned(), version: self.version, undo }
+    }
 }
 
 /// The live missions, and their ids by executor and [`session_prefix`]: a sandbox session names its
@@ -38,17 +49,17 @@ pub(super) struct Missions {
 impl Missions {
     pub(super) fn insert(&mut self, mission_id: String, mut live: Live) {
         self.admitted += 1;
-        live.admitted = self.admitted;
-        let key = (live.executor_id.clone(), session_prefix(&mission_id).to_vec());
+        live.admit(self.admitted);
+        let key = (live.executor_id().to_owned(), session_prefix(&mission_id).to_vec());
         if let Some(old) = self.by_id.insert(mission_id.clone(), Entry::new(live)) {
-            self.unindex(&mission_id, &old.live.executor_id);
+            self.unindex(&mission_id, old.live.executor_id());
         }
         self.by_prefix.entry(key).or_default().push(mission_id);
     }
 
     pub(super) fn remove(&mut self, mission_id: &str) -> Option<Live> {
         let entry = self.by_id.remove(mission_id)?;
-        self.unindex(mission_id, &entry.live.executor_id);
+        self.unindex(mission_id, entry.live.executor_id());
         Some(entry.live)
     }
 
@@ -69,10 +80,10 @@ impl Missions {
 
     /// Moves a mission to another owner.
     pub(super) fn reassign(&mut self, mission_id: &str, to: &str) {
-        let Some(from) = self.by_id.get(mission_id).map(|e| e.live.executor_id.clone()) else { return };
+        let Some(from) = self.by_id.get(mission_id).map(|e| e.live.executor_id().to_owned()) else { return };
         self.unindex(mission_id, &from);
         if let Some(entry) = self.by_id.get_mut(mission_id) {
-            entry.live.executor_id = to.to_owned();
+            entry.live.reassign(to);
         }
         self.by_prefix.entry((to.to_owned(), session_prefix(mission_id).to_vec())).or_default().push(mission_id.into());
     }

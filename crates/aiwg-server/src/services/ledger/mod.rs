@@ -19,6 +19,7 @@
 //! its removal.
 
 mod missions;
+mod serve;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -31,10 +32,11 @@ use crate::error::Result;
 use crate::store::{Change, LiveMission, Pending, ProgressSeen, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_domain::{
-    progress_key, session_prefix, Handover, HitlOutcome, HitlRequest, Live, MissionPatch, MissionState, NewEvent,
-    Projection, ServeEvent, Undo,
+    progress_key, session_prefix, Handover, HitlOutcome, HitlRequest, Live, MissionPatch, MissionState, Projection,
+    Undo,
 };
 use missions::Missions;
+pub(crate) use serve::{Moved, Verdict};
 
 /// The live missions, and what every service does to one: decide and queue a change, resolve it once
 /// its commit is known, record a transition serve decides itself.
@@ -98,15 +100,12 @@ impl Ledger {
     }
 
     fn project(rows: Vec<LiveMission>, pending: Vec<HitlRequest>, progress: Vec<ProgressSeen>) -> Missions {
+        let mut pending: HashMap<String, HitlRequest> =
+            pending.into_iter().map(|h| (h.mission_id.clone(), h)).collect();
         let mut live = Missions::default();
         for row in rows {
-            let projected = Live { session: row.pty_session_ref, ..Live::new(&row.executor_id, row.state) };
-            live.insert(row.mission_id, projected);
-        }
-        for h in pending {
-            if let Some(e) = live.by_id.get_mut(&h.mission_id) {
-                e.live.hitl = Some(h);
-            }
+            let hitl = pending.remove(&row.mission_id);
+            live.insert(row.mission_id, Live::loaded(&row.executor_id, row.state, row.pty_session_ref, hitl));
         }
         for seen in progress {
             if let Some(e) = live.by_id.get_mut(&seen.mission_id) {
@@ -138,8 +137,8 @@ impl Ledger {
         let live = self.lock();
         let candidates: Vec<(&String, &Live)> =
             live.sharing(executor_id, prefix).iter().filter_map(|id| live.live(id).map(|l| (id, l))).collect();
-        let bound = candidates.iter().find(|(_, l)| l.session.as_deref() == Some(session_id));
-        let unclaimed = || candidates.iter().filter(|(_, l)| l.session.is_none()).min_by_key(|(_, l)| l.admitted);
+        let bound = candidates.iter().find(|(_, l)| l.session() == Some(session_id));
+        let unclaimed = || candidates.iter().filter(|(_, l)| l.session().is_none()).min_by_key(|(_, l)| l.admitted());
         let only = || candidates.first().filter(|_| candidates.len() == 1);
         bound.or_else(unclaimed).or_else(only).map(|(id, _)| (*id).clone())
     }
@@ -149,7 +148,7 @@ impl Ledger {
         let live = self.lock();
         live.by_id
             .iter()
-            .find(|(_, e)| e.live.executor_id == executor_id && e.live.session.as_deref() == Some(session_id))
+            .find(|(_, e)| e.live.executor_id() == executor_id && e.live.session() == Some(session_id))
             .map(|(id, _)| id.clone())
     }
 
@@ -176,7 +175,8 @@ impl Ledger {
     /// it meanwhile (it has it after all) or it is gone.
     pub(crate) fn hand_over(&self, mission_id: &str, from: &str, to: &str) -> bool {
         let mut live = self.lock();
-        let waiting = live.live(mission_id).is_some_and(|l| l.executor_id == from && l.state == MissionState::Assigned);
+        let waiting =
+            live.live(mission_id).is_some_and(|l| l.executor_id() == from && l.state() == MissionState::Assigned);
         if waiting {
             live.reassign(mission_id, to);
             drop(live);
@@ -188,7 +188,7 @@ impl Ledger {
 
     /// A mission enters the working set (its row committed); it counts for its executor until it leaves.
     pub(crate) fn insert(&self, mission_id: &str, live: Live) {
-        let (executor_id, counts) = (live.executor_id.clone(), !live.state.is_terminal());
+        let (executor_id, counts) = (live.executor_id().to_owned(), !live.state().is_terminal());
         self.lock().insert(mission_id.to_owned(), live);
         if counts {
             self.registry.adjust_active(&executor_id, 1);
@@ -213,15 +213,7 @@ impl Ledger {
             return Decided::Rebuilding;
         }
         let (answer, undo) = f(&mut entry.live);
-        let ticket = undo.map(|undo| {
-            // A progress report changes nothing a later decision depends on: its undo stands alone.
-            if !matches!(undo, Undo::Progress(_)) {
-                entry.version += 1;
-            }
-            entry.inflight += 1;
-            Ticket { mission_id: mission_id.to_owned(), version: entry.version, undo }
-        });
-        Decided::Done((answer, ticket))
+        Decided::Done((answer, undo.map(|undo| entry.ticket(mission_id, undo))))
     }
 
     /// Waits until `mission_id`'s projection is no longer being re-read (or it left the ledger), at
@@ -239,14 +231,10 @@ impl Ledger {
         }
     }
 
-    /// Live missions owned by an executor.
-    pub(crate) fn owned_by(&self, executor_id: &str) -> Vec<(String, MissionState)> {
+    /// The ids of an executor's live missions.
+    pub(crate) fn owned_by(&self, executor_id: &str) -> Vec<String> {
         let live = self.lock();
-        live.by_id
-            .iter()
-            .filter(|(_, e)| e.live.executor_id == executor_id)
-            .map(|(id, e)| (id.clone(), e.live.state))
-            .collect()
+        live.by_id.iter().filter(|(_, e)| e.live.executor_id() == executor_id).map(|(id, _)| id.clone()).collect()
     }
 
     /// Live missions owned by an executor, with when it was handed each.
@@ -254,29 +242,29 @@ impl Ledger {
         let live = self.lock();
         live.by_id
             .iter()
-            .filter(|(_, e)| e.live.executor_id == executor_id)
-            .map(|(id, e)| (id.clone(), e.live.state, e.live.handover))
+            .filter(|(_, e)| e.live.executor_id() == executor_id)
+            .map(|(id, e)| (id.clone(), e.live.state(), e.live.handover()))
             .collect()
     }
 
     /// Records that the mission's executor accepted it, now.
     pub(crate) fn mark_handed_over(&self, mission_id: &str) {
         if let Some(e) = self.lock().by_id.get_mut(mission_id) {
-            e.live.handover = Handover::Done(Instant::now());
+            e.live.handed_over(Instant::now());
         }
     }
 
     /// Pending HITL requests (to re-arm their deadlines at start).
     pub(crate) fn pending_hitl(&self) -> Vec<HitlRequest> {
-        self.lock().by_id.values().filter_map(|e| e.live.hitl.clone()).collect()
+        self.lock().by_id.values().filter_map(|e| e.live.hitl().cloned()).collect()
     }
 
     /// Live missions per executor, to seed the registry's counts at start.
     pub(crate) fn counts(&self) -> HashMap<String, usize> {
         let live = self.lock();
         let mut counts = HashMap::new();
-        for e in live.by_id.values().filter(|e| !e.live.state.is_terminal()) {
-            *counts.entry(e.live.executor_id.clone()).or_default() += 1;
+        for e in live.by_id.values().filter(|e| !e.live.state().is_terminal()) {
+            *counts.entry(e.live.executor_id().to_owned()).or_default() += 1;
         }
         counts
     }
@@ -303,7 +291,7 @@ impl Ledger {
         }
         let rebuild = !ended && entry.rebuild && entry.inflight == 0;
         if ended {
-            let executor_id = entry.live.executor_id.clone();
+            let executor_id = entry.live.executor_id().to_owned();
             live.remove(&ticket.mission_id);
             drop(live);
             self.registry.adjust_active(&executor_id, -1);
@@ -373,7 +361,7 @@ impl Ledger {
                 entry.version += 1;
                 None
             }
-            _ => Some(entry.live.executor_id.clone()),
+            _ => Some(entry.live.executor_id().to_owned()),
         };
         if let Some(executor_id) = gone {
             live.remove(&mission_id);
@@ -387,46 +375,74 @@ impl Ledger {
         self.rebuilt.notify_waiters();
     }
 
-    /// A mission transition serve records on the executor's behalf (a decision of its own, or what it
-    /// inferred). `judge` sees the projection under the ledger lock and names what serve says, or
-    /// `None` to leave the mission alone; the transition is queued in the same critical section (an open
-    /// HITL request is withdrawn when the mission ends), then resolved once its commit is known. A
-    /// mission being re-read is waited for. Returns the new state and the event once committed.
+    /// Moves missions serve decides about itself (see [`serve`]): for each of `missions` held by
+    /// `owner` (`None`: by whoever holds it), `judge` sees the projection under the ledger's lock and
+    /// gives serve's [`Verdict`], or `None` to leave the mission alone. What the verdicts record is
+    /// queued in that critical section, in one commit with `with` (committed even when no mission
+    /// moves), and resolved once the commit is known. Missions being re-read are waited for, at most
+    /// [`REBUILD_WAIT`] in all. The missions moved, once committed.
+    pub(crate) async fn serve_decides(
+        self: &Arc<Self>,
+        owner: Option<&str>,
+        missions: &[&str],
+        mut judge: impl FnMut(&Live) -> Option<Verdict>,
+        with: Vec<Change>,
+    ) -> std::result::Result<Vec<Moved>, StoreError> {
+        let now = clock::now();
+        let deadline = tokio::time::Instant::now() + REBUILD_WAIT;
+        for mission_id in missions {
+            if !self.rebuilt(mission_id, deadline.saturating_duration_since(tokio::time::Instant::now())).await {
+                return Err(rereading(mission_id));
+            }
+        }
+        let slot = self.store.reserve().await?;
+        let (commit, queued) = {
+            let mut live = self.lock();
+            if let Some(busy) = missions.iter().find(|m| live.by_id.get(**m).is_some_and(|e| e.rebuild)) {
+                return Err(rereading(busy));
+            }
+            let (mut changes, mut queued) = (with, Vec::new());
+            for mission_id in missions {
+                let Some(entry) = live.by_id.get_mut(*mission_id) else { continue };
+                let Some(verdict) = judge(&entry.live).filter(|_| owner.is_none_or(|o| o == entry.live.executor_id()))
+                else {
+                    continue;
+                };
+                let undo = entry.live.undo_point();
+                let moved = verdict.apply(&mut entry.live, mission_id, now, &mut changes);
+                queued.push((entry.ticket(mission_id, undo), moved));
+            }
+            if changes.is_empty() {
+                return Ok(Vec::new());
+            }
+            (slot.submit(changes), queued)
+        };
+        let outcome = commit.await.unwrap_or(Err(StoreError::WriterGone));
+        let mut moved = Vec::with_capacity(queued.len());
+        for (ticket, m) in queued {
+            self.resolve(ticket, outcome.is_ok(), Some(m.to));
+            moved.push(m);
+        }
+        outcome.map(|_| moved)
+    }
+
+    /// One mission serve moves on `executor_id`'s behalf (see [`Ledger::serve_decides`]); `None` when
+    /// the judge left it alone, another executor holds it, or the commit failed.
     pub(crate) async fn transition_as_serve(
         self: &Arc<Self>,
         executor_id: &str,
         mission_id: &str,
-        judge: impl FnOnce(&Live) -> Option<(ServeEvent, MissionState)>,
-    ) -> Option<(MissionState, NewEvent)> {
-        let now = clock::now();
-        if !self.rebuilt(mission_id, REBUILD_WAIT).await {
-            return None;
-        }
-        let slot = self.store.reserve().await.ok()?;
-        let decided = self.decide(mission_id, |live| {
-            if live.executor_id != executor_id {
-                return (None, None);
-            }
-            let Some((said, to)) = judge(live) else { return (None, None) };
-            let undo = live.undo_point();
-            let recorded = said.record(executor_id, mission_id, to, now);
-            if let Some((_, patch)) = &recorded.patch {
-                live.patched(patch);
-            }
-            let event = recorded.event.clone();
-            let mut changes = Change::recorded(recorded);
-            if let (Some(open), true) = (&live.hitl, to.is_terminal()) {
-                changes
-                    .push(Change::PutHitl(Box::new(HitlRequest { outcome: HitlOutcome::Withdrawn, ..open.clone() })));
-            }
-            live.move_to(to);
-            if to.is_terminal() {
-                live.terminal_data = Some(event.data.clone());
-                live.hitl = None;
-            }
-            (Some((slot.submit(changes), to, event)), Some(undo))
-        });
-        let Decided::Done((Some((commit, to, event)), Some(ticket))) = decided else { return None };
-        self.conclude(commit, ticket, Some(to)).await.ok().map(|_| (to, event))
+        judge: impl FnOnce(&Live) -> Option<Verdict>,
+    ) -> Option<Moved> {
+        let mut judge = Some(judge);
+        let judge = |live: &Live| judge.take().and_then(|j| j(live));
+        self.serve_decides(Some(executor_id), &[mission_id], judge, Vec::new()).await.ok()?.pop()
     }
+}
+
+/// A mission serve would move is being re-read after a failed commit, longer than a decision waits:
+/// the store is failing.
+fn rereading(mission_id: &str) -> StoreError {
+    let why = "a mission is being re-read from the store after a failed commit";
+    StoreError::Unavailable { why, detail: format!("mission {mission_id} is still being re-read") }
 }

@@ -28,6 +28,7 @@ use super::report::{last_event, verifier_result, LastEvent, Run};
 use super::{Endpoint, Inflight, Runtimes};
 use crate::error::Result;
 use crate::runtime_client::{CallError, RuntimeClient};
+use crate::services::ledger::Verdict;
 use aiwg_contract::{DispatchPayload, EventType};
 use aiwg_domain::runtime_task::{agreement, settle, status_word, Execution, Settlement, Task};
 use aiwg_domain::{MissionState, ServeEvent};
@@ -329,7 +330,9 @@ impl Runtimes {
         let said = ServeEvent::Runtime { event, data };
         let recorded = self
             .ledger
-            .transition_as_serve(&job_owner, mission_id, |live| (!live.state.is_terminal()).then_some((said, to)))
+            .transition_as_serve(&job_owner, mission_id, |live| {
+                (!live.state().is_terminal()).then(|| Verdict::new(said, to))
+            })
             .await;
         if recorded.is_none() {
             tracing::info!(mission_id, "runtime mission already ended; its result was not recorded");
@@ -352,7 +355,7 @@ impl Runtimes {
         let said = ServeEvent::Runtime { event, data };
         let _ = self
             .ledger
-            .transition_as_serve(job.owner, job.mission_id, |live| when(live.state).then_some((said, to)))
+            .transition_as_serve(job.owner, job.mission_id, |live| when(live.state()).then(|| Verdict::new(said, to)))
             .await;
     }
 
@@ -360,7 +363,7 @@ impl Runtimes {
     /// `execution_id`), except cross-checks, whose other runtimes were not recorded: those fail.
     pub(super) async fn resume_missions(self: &Arc<Self>) -> Result<()> {
         for view in self.registry.runtimes() {
-            for (mission_id, _) in self.ledger.owned_by(&view.id) {
+            for mission_id in self.ledger.owned_by(&view.id) {
                 let Some(mission) = self.store.mission(&mission_id).await? else { continue };
                 let payload: Option<DispatchPayload> = serde_json::from_value(mission.payload.clone()).ok();
                 if payload.is_some_and(|p| p.executions() > 1) {

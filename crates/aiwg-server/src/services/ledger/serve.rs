@@ -1,0 +1,137 @@
+//! What serve records when it moves a mission on its own rather than on its executor's word: a
+//! runtime's result, a lifecycle inferred from a sandbox session, a resync's verdict, a HITL request
+//! that expired, a dispatch that failed, an executor removed. Every one of them takes the same path
+//! ([`super::Ledger::serve_decides`]), so each records its event and the mission's update, settles an
+//! open HITL request when the mission ends, and changes the projection the same way.
+
+use chrono::{DateTime, Utc};
+
+use crate::store::Change;
+use aiwg_domain::{HitlOutcome, HitlRequest, Live, MissionState, NewEvent, ServeEvent};
+
+/// What serve says about a mission it moves: the event, the state it moves to, and what is committed
+/// with them.
+pub(crate) struct Verdict {
+    said: ServeEvent,
+    to: MissionState,
+    /// What an open HITL request becomes when the mission ends: withdrawn, unless its expiry is why.
+    fate: HitlOutcome,
+    also: Vec<Change>,
+}
+
+/// A mission serve moved, once committed.
+#[derive(Debug)]
+pub(crate) struct Moved {
+    /// Its owner, who the event was recorded for.
+    pub executor_id: String,
+    pub to: MissionState,
+    pub event: NewEvent,
+}
+
+impl Verdict {
+    pub(crate) fn new(said: ServeEvent, to: MissionState) -> Verdict {
+        Verdict { said, to, fate: HitlOutcome::Withdrawn, also: Vec::new() }
+    }
+
+    /// The open HITL request is why the mission ends: it is recorded as expired, not withdrawn.
+    pub(crate) fn expiring_hitl(self) -> Verdict {
+        Verdict { fate: HitlOutcome::Expired, ..self }
+    }
+
+    /// `change` is committed with the transition, or not at all.
+    pub(crate) fn with(mut self, change: Change) -> Verdict {
+        self.also.push(change);
+        self
+    }
+
+    /// Queues what the verdict records into `changes` and moves the projection.
+    pub(super) fn apply(
+        self,
+        live: &mut Live,
+        mission_id: &str,
+        now: DateTime<Utc>,
+        changes: &mut Vec<Change>,
+    ) -> Moved {
+        let executor_id = live.executor_id().to_owned();
+        let recorded = self.said.record(&executor_id, mission_id, self.to, now);
+        if let Some((_, patch)) = &recorded.patch {
+            live.patched(patch);
+        }
+        let event = recorded.event.clone();
+        changes.extend(Change::recorded(recorded));
+        if let (Some(open), true) = (live.hitl(), self.to.is_terminal()) {
+            changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: self.fate, ..open.clone() })));
+        }
+        changes.extend(self.also);
+        live.advance(self.to, &event.data);
+        Moved { executor_id, to: self.to, event }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aiwg_domain::MissionPatch;
+
+    fn request() -> HitlRequest {
+        HitlRequest {
+            mission_id: "m1".into(),
+            hitl_id: "h1".into(),
+            prompt: "ok?".into(),
+            context: None,
+            expires_at: None,
+            requested_at: Utc::now(),
+            outcome: HitlOutcome::Pending,
+            response: None,
+            responded_at: None,
+            delivered_at: None,
+        }
+    }
+
+    fn asking() -> Live {
+        let mut live = Live::new("e1", MissionState::HitlRequired);
+        live.track_hitl(Some(request()), false);
+        live
+    }
+
+    fn settled(changes: &[Change]) -> Vec<HitlOutcome> {
+        changes.iter().filter_map(|c| if let Change::PutHitl(h) = c { Some(h.outcome) } else { None }).collect()
+    }
+
+    /// Ending a mission settles its open request (withdrawn, or expired when that is why), records the
+    /// event and the mission's update, and keeps what was asked to be committed with it.
+    #[test]
+    fn an_ending_settles_the_open_request_and_records_everything_once() {
+        let failed = || ServeEvent::ending(MissionState::Failed, "executor_deregistered", None);
+        let routing = Change::PatchMission { mission_id: "m1".into(), patch: MissionPatch::default() };
+        for (verdict, fate) in [
+            (Verdict::new(failed(), MissionState::Failed).with(routing), HitlOutcome::Withdrawn),
+            (Verdict::new(failed(), MissionState::Failed).expiring_hitl(), HitlOutcome::Expired),
+        ] {
+            let mut live = asking();
+            let mut changes = Vec::new();
+            let moved = verdict.apply(&mut live, "m1", Utc::now(), &mut changes);
+            assert_eq!((moved.to, moved.executor_id.as_str()), (MissionState::Failed, "e1"));
+            assert_eq!(settled(&changes), [fate]);
+            assert!(matches!(&changes[0], Change::AppendEvent(e) if e.mission_id.as_deref() == Some("m1")));
+            let patches = changes.iter().filter(|c| matches!(c, Change::PatchMission { .. })).count();
+            assert_eq!(patches, if fate == HitlOutcome::Withdrawn { 2 } else { 1 });
+            assert_eq!(
+                (live.state(), live.hitl(), live.terminal_data()),
+                (MissionState::Failed, None, Some(&moved.event.data))
+            );
+        }
+    }
+
+    /// A mission that does not end keeps its open request (a suspension: the operator may still answer).
+    #[test]
+    fn a_suspension_keeps_the_open_request() {
+        let mut live = asking();
+        let mut changes = Vec::new();
+        let said = ServeEvent::Suspended { reason: "executor_deregistered" };
+        Verdict::new(said, MissionState::Suspended).apply(&mut live, "m1", Utc::now(), &mut changes);
+        assert!(settled(&changes).is_empty());
+        assert_eq!((live.state(), live.hitl().map(|h| h.hitl_id.as_str())), (MissionState::Suspended, Some("h1")));
+        assert_eq!(live.resume_target(), MissionState::HitlRequired);
+    }
+}
