@@ -64,6 +64,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::RuntimesCommand,
     },
+    /// Named operators and their roles (admins only): add, list, revoke.
+    Operators {
+        #[command(subcommand)]
+        command: cli::OperatorsCommand,
+    },
     /// Dispatch a mission (and with --wait, follow it to its end).
     Dispatch(cli::DispatchArgs),
     /// Missions: list, show, pause, resume, abort, answer HITL.
@@ -164,6 +169,7 @@ fn main() -> ExitCode {
         Command::Executors { command } => cli::Operator::Executors(command),
         Command::Store { command } => cli::Operator::Store(command),
         Command::Runtimes { command } => cli::Operator::Runtimes(command),
+        Command::Operators { command } => cli::Operator::Operators(command),
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),

@@ -5,13 +5,14 @@
 //! mission from a refused request, an unreachable server and a wait that timed out (the mission goes on).
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
-//! follows the mission as `missions watch` does), `events` and `store`; what they share (the failure, the exit,
+//! follows the mission as `missions watch` does), `events`, `store` and `operators`; what they share (the failure, the exit,
 //! how values print) is here.
 
 mod dispatch;
 mod events;
 mod executors;
 mod missions;
+mod operators;
 mod output;
 mod runtimes;
 mod store;
@@ -25,6 +26,7 @@ pub use dispatch::DispatchArgs;
 pub use events::EventsArgs;
 pub use executors::ExecutorsCommand;
 pub use missions::MissionsCommand;
+pub use operators::OperatorsCommand;
 use output::Output;
 pub use runtimes::RuntimesCommand;
 pub use store::StoreCommand;
@@ -36,6 +38,7 @@ pub enum Operator {
     Dispatch(DispatchArgs),
     Events(EventsArgs),
     Store(StoreCommand),
+    Operators(OperatorsCommand),
 }
 
 /// How a command that did not succeed ended: one row per exit code (0 is success, also when whoever
@@ -109,7 +112,7 @@ impl From<CallError> for Failure {
             CallError::Refused { status: 401, code, .. } if code == "token_invalid" => Failure::Exit(
                 Exit::Refused,
                 "401 token_invalid: the server did not accept the operator token: check --token or \
-                 AIWG_SERVE_TOKEN against its server.operator_tokens"
+                 AIWG_SERVE_TOKEN against its server.operator_tokens and its named operators (revoked?)"
                     .into(),
             ),
             CallError::Refused { status: 401, code, .. } if code == "unauthorized" => Failure::Exit(
@@ -141,6 +144,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Operator::Dispatch(args) => dispatch::run(&client, &out, args).await,
         Operator::Events(args) => events::run(&client, &out, args).await,
         Operator::Store(cmd) => store::run(&client, &out, cmd).await,
+        Operator::Operators(cmd) => operators::run(&client, &out, cmd).await,
     };
     finish(result)
 }

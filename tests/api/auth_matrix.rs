@@ -70,6 +70,9 @@ async fn every_route_against_every_credential() {
         (Method::GET, "/api/v1/runtimes/rt".to_owned(), None),
         (Method::POST, "/api/v1/runtimes/rt/check".to_owned(), None),
         (Method::DELETE, "/api/v1/runtimes/rt".to_owned(), None),
+        (Method::GET, "/api/v1/operators".to_owned(), None),
+        (Method::POST, "/api/v1/operators".to_owned(), Some(json!({"name": "x", "role": "admin"}))),
+        (Method::DELETE, "/api/v1/operators/config-1".to_owned(), None),
     ];
     for (method, path, body) in &operator_routes {
         for who in [Who::Nobody, Who::Garbage, Who::ThisExecutor, Who::OtherExecutor] {
@@ -95,6 +98,8 @@ async fn every_route_against_every_credential() {
     assert!(status.get("draining").is_none(), "{status}");
     assert_eq!(server.client.get_with(&mission, &as_operator).await.body["state"], "running");
     assert_eq!(server.client.get_with("/api/v1/runtimes", &as_operator).await.body["runtimes"], json!([]));
+    let operators = server.client.get_with("/api/v1/operators", &as_operator).await.body;
+    assert_eq!(operators["operators"].as_array().map(Vec::len), Some(1), "{operators}");
 
     // The executor's own route: only its own token deregisters it.
     for who in [Who::Nobody, Who::Garbage, Who::Operator, Who::OtherExecutor] {

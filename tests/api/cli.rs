@@ -412,7 +412,7 @@ async fn a_wrong_operator_token_says_what_to_check() {
     assert_eq!(
         stderr(&out),
         "aiwg-serve: 401 token_invalid: the server did not accept the operator token: check --token or \
-         AIWG_SERVE_TOKEN against its server.operator_tokens\n"
+         AIWG_SERVE_TOKEN against its server.operator_tokens and its named operators (revoked?)\n"
     );
 }
 

@@ -32,6 +32,7 @@ mod net;
 mod openapi;
 mod operations;
 mod operator;
+mod operators;
 mod path_ids;
 mod postgres_only;
 mod queue;

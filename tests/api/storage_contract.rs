@@ -41,6 +41,7 @@ macro_rules! storage_contract {
                 executors_round_trip_and_keep_their_first_registration,
                 executor_seen_records_the_latest_event_time,
                 sandboxes_round_trip_and_keep_their_first_registration,
+                operators_round_trip_and_a_revoked_name_is_given_again,
                 live_and_queued_missions_are_the_working_set,
                 recent_progress_of_live_missions_is_their_last_sixteen,
                 a_fresh_store_misses_no_migration,
@@ -773,6 +774,34 @@ mod cases {
         store.commit(vec![Change::PutSandbox(Box::new(changed.clone()))]).await.unwrap();
         let expected = vec![SandboxRecord { registered_at: a.registered_at, ..changed }, b, bare];
         assert_eq!(store.sandboxes().await.unwrap(), expected);
+    }
+
+    pub(super) async fn operators_round_trip_and_a_revoked_name_is_given_again(store: Store) {
+        use aiwg_domain::operators::{OperatorRecord, Role};
+        let operator = |name: &str, role, at, hash| OperatorRecord {
+            name: name.into(),
+            role,
+            token_hash: [hash; 32],
+            created_at: ts(at),
+            created_by: "config-1".into(),
+            revoked_at: None,
+        };
+        let put = |o: &OperatorRecord| Change::PutOperator(Box::new(o.clone()));
+        let (bob, alice) = (operator("bob", Role::Admin, 2, 2), operator("alice", Role::Viewer, 1, 1));
+        store.commit(vec![put(&bob), put(&alice)]).await.unwrap();
+        assert_eq!(store.operators().await.unwrap(), vec![alice.clone(), bob.clone()], "oldest first");
+
+        let revoked = OperatorRecord { revoked_at: Some(ts(3)), token_hash: [3; 32], ..alice.clone() };
+        store.commit(vec![put(&revoked)]).await.unwrap();
+        assert_eq!(store.operators().await.unwrap(), vec![revoked, bob.clone()]);
+        let again = OperatorRecord { created_by: "bob".into(), ..operator("alice", Role::Operator, 4, 4) };
+        store.commit(vec![put(&again)]).await.unwrap();
+        assert_eq!(store.operators().await.unwrap(), vec![bob.clone(), again]);
+
+        // Two operators never share a token hash: the unit fails whole.
+        let clash = operator("carol", Role::Viewer, 5, 2);
+        assert!(store.commit(vec![put(&clash)]).await.is_err());
+        assert_eq!(store.operators().await.unwrap().len(), 2);
     }
 
     pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {

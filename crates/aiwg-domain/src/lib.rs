@@ -2,7 +2,7 @@
 //! HITL requests; the mission state machine and what each event does; the events serve records itself;
 //! routing; readiness; what an HTTP agent runtime is asked and how its answers settle a mission; the
 //! resync decisions; the reclaim rule for executor identities; what a sandbox session says about a
-//! mission. Nothing here imports the services, the store or the edge.
+//! mission; operators and their roles. Nothing here imports the services, the store or the edge.
 
 pub mod capabilities;
 mod effects;
@@ -12,6 +12,7 @@ mod hitl;
 mod live;
 mod mission;
 pub mod net;
+pub mod operators;
 pub mod readiness;
 pub mod reclaim;
 pub mod resync;

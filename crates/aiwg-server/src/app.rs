@@ -18,6 +18,7 @@ use crate::services::feed::Feed;
 use crate::services::fleet::Fleet;
 use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
+use crate::services::operators::Operators;
 use crate::services::reconciler::Reconciler;
 use crate::services::registry::Registry;
 use crate::services::retention::Retention;
@@ -36,6 +37,8 @@ pub struct App {
     /// Executors' identities and sockets (reads; membership changes go through `fleet`).
     pub registry: Arc<Registry>,
     pub fleet: Arc<Fleet>,
+    /// Who calls the operator routes, and whether their role lets them.
+    pub operators: Arc<Operators>,
     pub dispatcher: Arc<Dispatcher>,
     /// HTTP agent runtimes: added by operators, probed, and driven by serve.
     pub runtimes: Arc<Runtimes>,
@@ -84,6 +87,8 @@ impl App {
             config.hitl.default_expiry(),
         ));
         let fleet = Arc::new(Fleet::new(&core, &config));
+        let operators =
+            Arc::new(Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?);
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
         let status = Status::new(&core, dispatcher.clone());
@@ -96,6 +101,7 @@ impl App {
             metrics,
             registry,
             fleet,
+            operators,
             dispatcher,
             runtimes,
             ingest,

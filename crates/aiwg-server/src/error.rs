@@ -71,6 +71,9 @@ pub enum Error {
     /// An HTTP runtime's name or URL that cannot be used.
     #[error("{0}")]
     InvalidRuntime(String),
+    /// An operator to add whose name or role serve cannot use.
+    #[error("{0}")]
+    InvalidOperator(String),
     /// A stream asked to resume below the compaction horizon: events it would have had are gone.
     #[error(
         "events up to sequence {horizon} were compacted away (retention); the first available is {}: \
@@ -187,6 +190,8 @@ codes! {
         "Every executor registered declares it would refuse the dispatch as it is (a lease that lists no tools or not those it needs, a `completion_check` it does not run); the message names who and why; nothing is stored.";
     InvalidRuntime => "invalid_runtime", UNPROCESSABLE_ENTITY,
         "An HTTP runtime's name or URL that cannot be used.";
+    InvalidOperator => "invalid_operator", UNPROCESSABLE_ENTITY,
+        "An operator to add whose name or role serve cannot use (a name is 1 to 64 of `a-z A-Z 0-9 . _ -`; roles are `viewer`, `operator`, `admin`).";
     UpgradeRequired => "upgrade_required", UPGRADE_REQUIRED,
         "A plain request on a WebSocket route.";
     NoResumableExecutorAvailable => "no_resumable_executor_available", SERVICE_UNAVAILABLE,
@@ -263,6 +268,7 @@ impl Error {
             Error::InvalidTask(_) => Code::InvalidTask,
             Error::MissionRefused(_) => Code::MissionRefused,
             Error::InvalidRuntime(_) => Code::InvalidRuntime,
+            Error::InvalidOperator(_) => Code::InvalidOperator,
             Error::UpgradeRequired => Code::UpgradeRequired,
             Error::NoExecutorAvailable { resumable_required: true, .. } => Code::NoResumableExecutorAvailable,
             Error::NoExecutorAvailable { .. } => Code::NoExecutorAvailable,

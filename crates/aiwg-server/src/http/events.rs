@@ -26,6 +26,7 @@ use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::feed::{self as log, Filter, Next};
 use aiwg_domain::canonical_id;
+use aiwg_domain::operators::Role;
 
 pub(super) fn router() -> Router<Arc<App>> {
     Router::new().route("/api/v1/events", get(sse)).route("/ws/events", get(socket))
@@ -53,13 +54,13 @@ const PAGE_BYTES_MIN: usize = 1024;
 const PAGE_BYTES_MAX: usize = 16 << 20;
 
 /// Authorizes the follower and reads where it starts and what it wants.
-fn open(
+async fn open(
     app: &App,
     p: StreamParams,
     bearer: Option<String>,
     last_event_id: Option<&str>,
 ) -> Result<(Option<i64>, Filter)> {
-    app.fleet.authorize_operator(bearer.or(p.token).as_deref())?;
+    app.operators.authorize(bearer.or(p.token).as_deref(), Role::Viewer).await?;
     let since =
         // A reconnecting EventSource repeats its original URL: the Last-Event-ID it adds is the newer truth.
         match last_event_id.or(p.since.as_deref()) {
@@ -79,7 +80,7 @@ async fn sse(
 ) -> Result<Response> {
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let (follow, limit, max_bytes, tail) = (p.follow.unwrap_or(true), p.limit, p.max_bytes, p.tail);
-    let (since, filter) = open(&app, p, bearer, last_event_id)?;
+    let (since, filter) = open(&app, p, bearer, last_event_id).await?;
     app.feed.resumable(since, &filter).await?;
     if !follow {
         let limit = limit.unwrap_or(PAGE_DEFAULT);
@@ -145,7 +146,7 @@ async fn socket(
     upgrade: std::result::Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response> {
     let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
-    let (since, filter) = open(&app, p, bearer, None)?;
+    let (since, filter) = open(&app, p, bearer, None).await?;
     app.feed.resumable(since, &filter).await?;
     let items = app.feed.follow(since, filter);
     let hub = app.config.hub.clone();

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::etag;
-use super::extract::{Bearer, Contract, ExecutorId, ExecutorRef, Operator, Page, PathId, SocketUpgrade};
+use super::extract::{Admin, Bearer, Contract, ExecutorId, ExecutorRef, Page, PathId, SocketUpgrade, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::hub;
@@ -73,14 +73,14 @@ struct ExecutorList {
     next_cursor: Option<String>,
 }
 
-async fn list(_: Operator, State(app): State<Arc<App>>, headers: HeaderMap, uri: Uri) -> Result<Response> {
+async fn list(_: Viewer, State(app): State<Arc<App>>, headers: HeaderMap, uri: Uri) -> Result<Response> {
     let page = Page::parse(uri.query(), 'e')?;
     let (executors, next) = app.registry.page(page.from, page.limit);
     Ok(etag::respond(&headers, &ExecutorList { executors, next_cursor: Page::cursor('e', next) }))
 }
 
 async fn show(
-    _: Operator,
+    _: Viewer,
     State(app): State<Arc<App>>,
     ExecutorRef(id): ExecutorRef,
     headers: HeaderMap,
@@ -89,23 +89,23 @@ async fn show(
     Ok(etag::respond(&headers, &status))
 }
 
-async fn drain(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
+async fn drain(_: Admin, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
     app.fleet.set_draining(&id, true).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": true}))).into_response())
 }
 
-async fn undrain(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
+async fn undrain(_: Admin, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
     app.fleet.set_draining(&id, false).await?;
     Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
 }
 
-async fn readiness(_: Operator, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
+async fn readiness(_: Viewer, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
     Ok(Json(app.dispatcher.readiness_of(&id).await?).into_response())
 }
 
 /// By id, name or prefix as the other operator routes, and also by the exact id of an executor that has
 /// left (to release its identity, or to answer that it is removed already): so not an `ExecutorRef`.
-async fn remove(_: Operator, State(app): State<Arc<App>>, PathId(reference): PathId) -> Result<Response> {
+async fn remove(_: Admin, State(app): State<Arc<App>>, PathId(reference): PathId) -> Result<Response> {
     Ok(Json(app.fleet.remove_executor(&reference).await?).into_response())
 }
 

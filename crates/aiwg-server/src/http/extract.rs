@@ -1,6 +1,7 @@
 //! Extractors: schema-checked JSON bodies, bearer tokens, operator authorization. Every rejection is a
 //! domain [`Error`], so malformed input gets the same error shape as everything else.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -14,9 +15,11 @@ use serde_json::Value;
 
 use crate::app::App;
 use crate::error::Error;
+use crate::services::operators::Who;
 use aiwg_contract::tokens;
 use aiwg_contract::{DispatchPayload, HitlResponsePayload, RegisterPayload};
 use aiwg_domain::canonical_id;
+use aiwg_domain::operators::Role;
 
 /// A request body type and the `$defs` entry of our schema that it must satisfy.
 pub(super) trait ContractBody: DeserializeOwned {
@@ -222,15 +225,43 @@ impl<S: Send + Sync> FromRequestParts<S> for Bearer {
     }
 }
 
-/// Present on every operator route: passes when operator auth is off or a valid operator token is sent.
-pub(super) struct Operator;
+/// Present on every operator route: who calls, once their role allows what the route needs (`N`):
+/// [`Viewer`], [`Operator`] or [`Admin`].
+pub(super) struct Caller<N>(pub Who, pub PhantomData<N>);
 
-impl FromRequestParts<Arc<App>> for Operator {
+/// The role a route needs.
+pub(super) trait Needs {
+    const ROLE: Role;
+}
+
+pub(super) struct Viewing;
+pub(super) struct Operating;
+pub(super) struct Administering;
+
+impl Needs for Viewing {
+    const ROLE: Role = Role::Viewer;
+}
+impl Needs for Operating {
+    const ROLE: Role = Role::Operator;
+}
+impl Needs for Administering {
+    const ROLE: Role = Role::Admin;
+}
+
+/// Reads and follows.
+pub(super) type Viewer = Caller<Viewing>;
+/// Drives missions.
+pub(super) type Operator = Caller<Operating>;
+/// Runs the installation.
+pub(super) type Admin = Caller<Administering>;
+
+impl<N: Needs> FromRequestParts<Arc<App>> for Caller<N> {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
         let Bearer(token) = Bearer::from_request_parts(parts, app).await?;
-        app.fleet.authorize_operator(token.as_deref()).map(|_| Operator)
+        let who = app.operators.authorize(token.as_deref(), N::ROLE).await?;
+        Ok(Caller(who, PhantomData))
     }
 }
 

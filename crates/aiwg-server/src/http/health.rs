@@ -17,7 +17,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Map, Value};
 
-use super::extract::Operator;
+use super::extract::Viewer;
 use crate::app::App;
 use crate::error::{Code, Result};
 
@@ -38,13 +38,13 @@ pub(super) fn router() -> Router<Arc<App>> {
 }
 
 /// Prometheus text format; an operator route like the others.
-async fn metrics(_: Operator, State(app): State<Arc<App>>) -> Result<Response> {
+async fn metrics(_: Viewer, State(app): State<Arc<App>>) -> Result<Response> {
     let text = app.status.metrics_text().await?;
     Ok(([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
 /// Counts and the log's newest sequence, for dashboards (an ETag, like the other reads).
-async fn overview(_: Operator, State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Result<Response> {
+async fn overview(_: Viewer, State(app): State<Arc<App>>, headers: axum::http::HeaderMap) -> Result<Response> {
     Ok(super::etag::respond(&headers, &app.status.overview().await?))
 }
 

@@ -10,7 +10,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 
 use super::etag;
-use super::extract::{Contract, MissionRef, Operator, Params, PathId};
+use super::extract::{Contract, MissionRef, Operator, Params, PathId, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::controls::{Action, ControlOutcome};
@@ -64,7 +64,7 @@ async fn hitl_response(
 
 /// Not a `MissionRef`: the detail looks the id up as such first, and resolves a prefix only on a miss.
 async fn show(
-    _: Operator,
+    _: Viewer,
     State(app): State<Arc<App>>,
     PathId(reference): PathId,
     headers: HeaderMap,
@@ -84,7 +84,7 @@ struct ListParams {
 }
 
 async fn list(
-    _: Operator,
+    _: Viewer,
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Params(p): Params<ListParams>,

@@ -9,6 +9,7 @@ mod extract;
 mod guard;
 mod health;
 mod missions;
+mod operators;
 mod runtimes;
 mod sandboxes;
 mod sessions;
@@ -28,6 +29,8 @@ use crate::error::Error;
 
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.server.max_body_bytes;
+    let operators = app.operators.clone();
+    let guard = Arc::new(guard::Guard::new(&app.config.server, move || operators.is_open()));
     Router::new()
         .merge(health::router())
         .merge(executors::router())
@@ -36,12 +39,13 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(events::router())
         .merge(sandboxes::router())
         .merge(runtimes::router())
+        .merge(operators::router())
         .merge(store::router())
         .merge(ui::router())
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))
-        .layer(axum::middleware::from_fn_with_state(Arc::new(guard::Guard::new(&app.config.server)), guard::guard))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::guard))
         // One DEBUG line per answered request; no "started" line (it doubles every request) and no
         // ERROR per 5xx (a 503 for no executor available is a normal answer; real faults log themselves).
         .layer(

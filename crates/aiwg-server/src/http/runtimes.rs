@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{JsonBody, Operator, PathId};
+use super::extract::{Admin, JsonBody, PathId, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use aiwg_domain::RuntimeKind;
@@ -39,7 +39,7 @@ struct AddRuntime {
 
 /// 201 for a new runtime, 200 for an update of one of that name; the body says whether the probe that
 /// followed found it healthy, and if not, why.
-async fn add(_: Operator, State(app): State<Arc<App>>, JsonBody(raw): JsonBody) -> Result<Response> {
+async fn add(_: Admin, State(app): State<Arc<App>>, JsonBody(raw): JsonBody) -> Result<Response> {
     let body: AddRuntime = serde_json::from_value(raw)
         .map_err(|e| Error::InvalidRuntime(format!("the body is {{\"name\", \"base_url\", \"kind\"?}}: {e}")))?;
     let kind = match (body.kind, body.remote) {
@@ -52,23 +52,23 @@ async fn add(_: Operator, State(app): State<Arc<App>>, JsonBody(raw): JsonBody) 
     Ok((code, Json(status)).into_response())
 }
 
-async fn list(_: Operator, State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+async fn list(_: Viewer, State(app): State<Arc<App>>) -> Json<serde_json::Value> {
     Json(json!({ "runtimes": app.runtimes.list() }))
 }
 
-async fn show(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+async fn show(_: Viewer, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
     Ok(Json(app.runtimes.get(&id)?).into_response())
 }
 
 /// Probes the runtime now (`/health`, then `/capabilities`); 200 either way, with `healthy` and the
 /// error when it is not.
-async fn check(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+async fn check(_: Admin, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
     Ok(Json(app.runtimes.check(&id).await?).into_response())
 }
 
 /// Removes the runtime as `POST /api/v1/executors/{id}/remove` removes any executor: its live
 /// missions end (`executor_removed`) and the calls in flight are dropped.
-async fn remove(_: Operator, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+async fn remove(_: Admin, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
     let runtime = app.runtimes.get(&id)?;
     app.fleet.remove_executor(&runtime.executor_id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())

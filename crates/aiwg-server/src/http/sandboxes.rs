@@ -11,10 +11,11 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use super::extract::{Bearer, ExecutorId, JsonBody, Operator, Page, SocketUpgrade};
+use super::extract::{Bearer, ExecutorId, JsonBody, Page, SocketUpgrade, Viewer};
 use crate::app::App;
 use crate::error::Result;
 use crate::hub;
+use aiwg_domain::operators::Role;
 
 pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
@@ -42,7 +43,8 @@ async fn deregister(
     Bearer(bearer): Bearer,
     ExecutorId(id): ExecutorId,
 ) -> Result<Json<Value>> {
-    let operator = app.fleet.is_operator_token(bearer.as_deref());
+    // An admin may deregister any sandbox; the sandbox itself, by its own token.
+    let operator = !app.operators.is_open() && app.operators.authorize(bearer.as_deref(), Role::Admin).await.is_ok();
     let deregistered = app.sandboxes.deregister(&id, peer.ip(), operator).await?;
     Ok(Json(json!({"sandbox_id": id, "deregistered": deregistered})))
 }
@@ -58,7 +60,7 @@ async fn socket(
     })
 }
 
-async fn list(_: Operator, State(app): State<Arc<App>>, uri: Uri) -> Result<Json<Value>> {
+async fn list(_: Viewer, State(app): State<Arc<App>>, uri: Uri) -> Result<Json<Value>> {
     let page = Page::parse(uri.query(), 's')?;
     let (sandboxes, next) = app.sandboxes.page(page.from, page.limit);
     let mut body = json!({"sandboxes": sandboxes});

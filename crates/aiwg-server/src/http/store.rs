@@ -6,7 +6,7 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::extract::Operator;
+use super::extract::Admin;
 use crate::app::App;
 use crate::error::Result;
 use crate::services::retention::Pass;
@@ -16,6 +16,6 @@ pub(super) fn router() -> Router<Arc<App>> {
 }
 
 /// A retention pass now (as the background one would run it next), answered when it is over.
-async fn compact(_: Operator, State(app): State<Arc<App>>) -> Result<Json<Pass>> {
+async fn compact(_: Admin, State(app): State<Arc<App>>) -> Result<Json<Pass>> {
     Ok(Json(app.retention.pass().await?))
 }

@@ -14,7 +14,6 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::limits::RateLimiter;
 use crate::store::Store;
-use aiwg_contract::tokens;
 use aiwg_contract::{spec_support, RegisterPayload, SpecSupport, SPEC_VERSION};
 use aiwg_domain::{capabilities, Live, ServeEvent};
 
@@ -34,7 +33,6 @@ pub struct Fleet {
     store: Store,
     /// The dispatcher's queue wakes when an executor stops draining.
     wake_queue: Arc<Notify>,
-    operator_tokens: Vec<tokens::TokenHash>,
     registrations: RateLimiter,
     registrations_per_minute: u32,
     max_executors: usize,
@@ -49,38 +47,11 @@ impl Fleet {
             ledger: core.ledger.clone(),
             store: core.store.clone(),
             wake_queue: core.wake_queue.clone(),
-            operator_tokens: config.server.operator_tokens.iter().map(|t| tokens::hash(t)).collect(),
             registrations: RateLimiter::per_minute(config.server.registrations_per_minute),
             registrations_per_minute: config.server.registrations_per_minute,
             max_executors: config.server.max_executors,
             executor_hosts: config.dispatch.executor_hosts.clone(),
         }
-    }
-
-    /// Operator routes are open when no operator token is configured (loopback, the contract's trust
-    /// model); otherwise they need one. An executor's token never acts as an operator.
-    pub fn authorize_operator(&self, bearer: Option<&str>) -> Result<()> {
-        if self.operator_tokens.is_empty() {
-            return Ok(());
-        }
-        let token = bearer.ok_or(Error::Unauthorized("an operator bearer token is required"))?;
-        if self.is_operator_token(Some(token)) {
-            Ok(())
-        } else if self.registry.is_token_of_an_executor(&tokens::hash(token)) {
-            Err(Error::Forbidden("executor tokens cannot be used on operator routes".into()))
-        } else {
-            Err(Error::TokenInvalid(
-                "the bearer token is not a valid operator token: check --token or AIWG_SERVE_TOKEN",
-            ))
-        }
-    }
-
-    /// Whether `bearer` is one of the configured operator tokens (none configured: no token is).
-    pub fn is_operator_token(&self, bearer: Option<&str>) -> bool {
-        let Some(token) = bearer.filter(|_| !self.operator_tokens.is_empty()) else { return false };
-        let hash = tokens::hash(token);
-        // Every configured token is compared, so timing does not tell which (or whether one) matched.
-        self.operator_tokens.iter().fold(false, |acc, t| tokens::hashes_equal(t, &hash) | acc)
     }
 
     /// Registration is open, so one address may only register so often (loopback excepted).

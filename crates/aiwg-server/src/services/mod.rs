@@ -1,7 +1,7 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
 //! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, reconciler, controls,
-//! ingest, fleet, sandboxes, connections, status, feed, retention.
+//! ingest, fleet, operators, sandboxes, connections, status, feed, retention.
 
 pub(crate) mod connections;
 pub(crate) mod controls;
@@ -11,6 +11,7 @@ pub(crate) mod fleet;
 pub(crate) mod ingest;
 pub(crate) mod ledger;
 pub(crate) mod links;
+pub(crate) mod operators;
 pub(crate) mod reconciler;
 pub(crate) mod registry;
 pub mod retention;

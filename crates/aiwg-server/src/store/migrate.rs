@@ -19,6 +19,7 @@ pub(super) const SQLITE: Migrations = &[
     (5, "retention", include_str!("../../../../migrations/0005_retention.sql")),
     (6, "event_index", include_str!("../../../../migrations/0006_event_index.sql")),
     (7, "loose_events", include_str!("../../../../migrations/0007_loose_events.sql")),
+    (8, "operators", include_str!("../../../../migrations/0008_operators.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -28,6 +29,7 @@ pub(super) const POSTGRES: Migrations = &[
     (3, "retention", include_str!("../../../../migrations/postgres/0003_retention.sql")),
     (4, "mission_events", include_str!("../../../../migrations/postgres/0004_mission_events.sql")),
     (5, "loose_events", include_str!("../../../../migrations/postgres/0005_loose_events.sql")),
+    (6, "operators", include_str!("../../../../migrations/postgres/0006_operators.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

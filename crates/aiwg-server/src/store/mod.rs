@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 // The records the store keeps are the domain's; re-exported for the adapters.
+pub use aiwg_domain::operators::OperatorRecord;
 pub use aiwg_domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
@@ -205,6 +206,9 @@ pub trait Storage: Send + Sync {
 
     /// Answers not yet delivered for the missions of an executor, oldest first.
     fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRequest>>>;
+
+    /// Every named operator, revoked ones too, oldest first.
+    fn operators(&self) -> BoxFuture<'_, Result<Vec<OperatorRecord>>>;
 
     /// Ended missions whose history is not compacted yet, oldest end first; with `ended_by`, only
     /// those that ended at or before it (retention: a mission that ended `keep_days` ago has been kept

@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
 use super::Result;
+use aiwg_domain::operators::OperatorRecord;
 use aiwg_domain::{
     ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord, StoredEvent,
 };
@@ -52,6 +53,8 @@ pub enum Change {
     AppendEvent(NewEvent),
     PutHitl(Box<HitlRequest>),
     PutSandbox(Box<SandboxRecord>),
+    /// Adds a named operator, or replaces its row (revoked, or a revoked one's name given again).
+    PutOperator(Box<OperatorRecord>),
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
     ForgetSandbox(String),
     /// Removes events of an ended mission (retention; `seqs` are its own, as

@@ -11,6 +11,7 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use crate::store::{ExecutorRecord, HitlOutcome, HitlRequest, Mission, Result, SandboxRecord, StoreError, StoredEvent};
 use aiwg_contract::clock;
 use aiwg_contract::{Envelope, RegisterPayload};
+use aiwg_domain::operators::{OperatorRecord, Role};
 use aiwg_domain::MissionState;
 
 /// The column reads the mapping needs, for any row whose database decodes text, 64-bit integers,
@@ -134,6 +135,18 @@ pub(super) fn sandbox_from_row<R: Cols>(r: &R) -> Result<SandboxRecord> {
         registered_at: time(r, "registered_at")?,
         registered_from: r.text_opt("registered_from")?,
         deregistered_at: time_opt(r, "deregistered_at")?,
+    })
+}
+
+pub(super) fn operator_from_row<R: Cols>(r: &R) -> Result<OperatorRecord> {
+    let role = r.text("role")?;
+    Ok(OperatorRecord {
+        role: Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("unknown operator role {role:?}")))?,
+        name: r.text("name")?,
+        token_hash: token_hash(r.bytes("token_hash")?)?,
+        created_at: time(r, "created_at")?,
+        created_by: r.text("created_by")?,
+        revoked_at: time_opt(r, "revoked_at")?,
     })
 }
 

@@ -7,6 +7,7 @@ use std::borrow::Cow;
 
 use crate::store::{Change, ExecutorRecord, HitlRequest, Mission, MissionPatch, NewEvent, SandboxRecord};
 use aiwg_contract::clock;
+use aiwg_domain::operators::OperatorRecord;
 
 /// An event's `data` and `raw`, as JSON text (encoded by the submitting task, not the writer).
 pub(super) type Encoded = (String, Option<String>);
@@ -147,7 +148,7 @@ impl<'a, B: Builder<'a>> Script<B> {
         }
     }
 
-    /// An executor, sandbox or HITL request upsert (or a sandbox forgotten): the changes written one by
+    /// An executor, sandbox, operator or HITL request upsert (or a sandbox forgotten): the changes written one by
     /// one, as they come; other changes write nothing here.
     pub(super) fn push_upsert(&mut self, change: &'a Change) {
         match change {
@@ -159,6 +160,7 @@ impl<'a, B: Builder<'a>> Script<B> {
                 self.end();
             }
             Change::PutHitl(h) => self.put_hitl(h),
+            Change::PutOperator(o) => self.put_operator(o),
             _ => {}
         }
     }
@@ -245,6 +247,23 @@ impl<'a, B: Builder<'a>> Script<B> {
             " ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, registration = excluded.registration, \
              token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
              deregistered_at = excluded.deregistered_at",
+        )
+        .end();
+    }
+
+    fn put_operator(&mut self, o: &'a OperatorRecord) {
+        self.push("INSERT INTO operators (name, role, token_hash, created_at, created_by, revoked_at) ");
+        self.values([o], |b, o| {
+            b.bind(o.name.as_str())
+                .bind(o.role.as_str())
+                .bind(&o.token_hash[..])
+                .bind(clock::format(o.created_at))
+                .bind(o.created_by.as_str())
+                .bind(o.revoked_at.map(clock::format));
+        });
+        self.push(
+            " ON CONFLICT (name) DO UPDATE SET role = excluded.role, token_hash = excluded.token_hash, \
+             created_at = excluded.created_at, created_by = excluded.created_by, revoked_at = excluded.revoked_at",
         )
         .end();
     }

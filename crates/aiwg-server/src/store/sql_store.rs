@@ -15,7 +15,7 @@ use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
 use super::{
     CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery,
-    ProgressSeen, Result, SandboxRecord, Storage, StoredEvent,
+    OperatorRecord, ProgressSeen, Result, SandboxRecord, Storage, StoredEvent,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -164,6 +164,10 @@ where
 
     fn undelivered_answers<'a>(&'a self, executor_id: &'a str) -> BoxFuture<'a, Result<Vec<HitlRequest>>> {
         Box::pin(self.reads.undelivered_answers(executor_id))
+    }
+
+    fn operators(&self) -> BoxFuture<'_, Result<Vec<OperatorRecord>>> {
+        Box::pin(self.reads.operators())
     }
 
     fn missing_migrations(&self) -> BoxFuture<'_, Result<Vec<i64>>> {

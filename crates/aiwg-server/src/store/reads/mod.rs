@@ -17,13 +17,14 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 use super::migrate;
 use super::rows::{
-    event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, parse_json, parse_state,
-    sandbox_from_row, Cols,
+    event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, operator_from_row, parse_json,
+    parse_state, sandbox_from_row, Cols,
 };
 use crate::store::{
     Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery, ProgressSeen,
     Result, SandboxRecord, StoredEvent,
 };
+use aiwg_domain::operators::OperatorRecord;
 use aiwg_domain::{progress_key, MissionState};
 use queries::{
     ENDED, LIVE_MISSIONS, OPEN_HITL, PENDING_HITL, QUEUED_MISSIONS, RECENT_PROGRESS_OF, RECENT_PROGRESS_OF_LIVE,
@@ -402,6 +403,11 @@ where
     pub(super) async fn undelivered_answers(&self, executor_id: &str) -> Result<Vec<HitlRequest>> {
         let rows = sqlx::query(&UNDELIVERED_ANSWERS).bind(executor_id).fetch_all(&self.pool).await?;
         rows.iter().map(located("hitl_requests", "hitl_id", hitl_from_row)).collect()
+    }
+
+    pub(super) async fn operators(&self) -> Result<Vec<OperatorRecord>> {
+        let rows = sqlx::query("SELECT * FROM operators ORDER BY created_at, name").fetch_all(&self.pool).await?;
+        rows.iter().map(located("operators", "name", operator_from_row)).collect()
     }
 
     pub(super) async fn missing_migrations(&self) -> Result<Vec<i64>> {

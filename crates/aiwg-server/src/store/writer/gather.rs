@@ -73,9 +73,11 @@ impl<'a> Gathered<'a> {
                         return Ok(Err(StoreError::DuplicateMission(m.mission_id.clone())));
                     }
                 }
-                Change::PutExecutor(_) | Change::PutHitl(_) | Change::PutSandbox(_) | Change::ForgetSandbox(_) => {
-                    statements.upsert(change).await?
-                }
+                Change::PutExecutor(_)
+                | Change::PutHitl(_)
+                | Change::PutSandbox(_)
+                | Change::ForgetSandbox(_)
+                | Change::PutOperator(_) => statements.upsert(change).await?,
                 Change::ExecutorSeen { executor_id, ts } => {
                     self.seen.insert(executor_id, ts);
                 }

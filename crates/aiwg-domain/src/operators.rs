@@ -1,0 +1,109 @@
+//! The people who drive serve: named operators, each with a role, and what each role may do.
+
+use chrono::{DateTime, Utc};
+
+/// What an operator may do; each role may do what the ones below it may.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Reads and follows: missions, executors, runtimes, events, metrics.
+    Viewer,
+    /// Drives missions: dispatch, pause, resume, abort, answer HITL requests.
+    Operator,
+    /// Runs the installation: removes and drains executors, adds runtimes, compacts the store,
+    /// manages operators.
+    Admin,
+}
+
+impl Role {
+    pub const ALL: [Role; 3] = [Role::Viewer, Role::Operator, Role::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// Whether this role may do what `needed` may.
+    pub fn allows(self, needed: Role) -> bool {
+        self >= needed
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A named operator as stored: only its token's hash is kept.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OperatorRecord {
+    pub name: String,
+    pub role: Role,
+    pub token_hash: [u8; 32],
+    pub created_at: DateTime<Utc>,
+    /// Who added it.
+    pub created_by: String,
+    /// Once revoked, its token acts no more; the name may be given again.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// The longest operator name.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Names of the operators the configuration's plain tokens stand for: `config-1`, `config-2`, ...
+pub const CONFIG_PREFIX: &str = "config-";
+
+/// Why `name` cannot name an operator, if it cannot: 1 to 64 of `a-z A-Z 0-9 . _ -`, starting with a
+/// letter or digit (it appears in logs, audit records and event data as it is), and not one of the
+/// names serve gives itself (`config-N`, `anonymous`).
+pub fn invalid_name(name: &str) -> Option<String> {
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(allowed) {
+        return Some(format!("an operator name is 1 to {MAX_NAME_LEN} of a-z, A-Z, 0-9, '.', '_' and '-'"));
+    }
+    if !name.as_bytes()[0].is_ascii_alphanumeric() {
+        return Some("an operator name starts with a letter or a digit".into());
+    }
+    if name.starts_with(CONFIG_PREFIX) || name == ANONYMOUS {
+        return Some(format!("{name:?} is a name serve gives itself (config-N, anonymous)"));
+    }
+    None
+}
+
+/// Who acts while operator routes are open (loopback, no token at all): one anonymous admin.
+pub const ANONYMOUS: &str = "anonymous";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_role_may_do_what_the_ones_below_may() {
+        let may = |r: Role| Role::ALL.into_iter().filter(|n| r.allows(*n)).collect::<Vec<_>>();
+        assert_eq!(may(Role::Viewer), [Role::Viewer]);
+        assert_eq!(may(Role::Operator), [Role::Viewer, Role::Operator]);
+        assert_eq!(may(Role::Admin), Role::ALL);
+        for r in Role::ALL {
+            assert_eq!(Role::parse(r.as_str()), Some(r));
+        }
+        assert_eq!(Role::parse("Admin"), None);
+    }
+
+    #[test]
+    fn names() {
+        for ok in ["alice", "a", "ci-bot_2.prod", "0day", &"x".repeat(64)] {
+            assert_eq!(invalid_name(ok), None, "{ok}");
+        }
+        for bad in ["", "-a", ".a", "a b", "ä", "a/b", &"x".repeat(65), "config-1", "anonymous", "a\n"] {
+            assert!(invalid_name(bad).is_some(), "{bad:?}");
+        }
+    }
+}

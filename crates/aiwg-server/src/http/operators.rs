@@ -1,0 +1,47 @@
+//! `/api/v1/operators`: named operators and their roles (admins only). A token is shown once, in the
+//! answer that adds its operator; serve keeps only its hash.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::extract::{Admin, Caller, JsonBody, PathId};
+use crate::app::App;
+use crate::error::{Error, Result};
+use aiwg_domain::operators::Role;
+
+pub(super) fn router() -> Router<Arc<App>> {
+    Router::new().route("/api/v1/operators", get(list).post(add)).route("/api/v1/operators/{name}", delete(revoke))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddOperator {
+    name: String,
+    role: String,
+}
+
+async fn list(_: Admin, State(app): State<Arc<App>>) -> Result<Json<serde_json::Value>> {
+    Ok(Json(json!({ "operators": app.operators.list().await? })))
+}
+
+/// 201 with the token, the only time it is shown.
+async fn add(Caller(who, _): Admin, State(app): State<Arc<App>>, JsonBody(raw): JsonBody) -> Result<Response> {
+    let body: AddOperator = serde_json::from_value(raw)
+        .map_err(|e| Error::InvalidOperator(format!("the body is {{\"name\", \"role\"}}: {e}")))?;
+    let role = Role::parse(&body.role)
+        .ok_or_else(|| Error::InvalidOperator(format!("role {:?} is not one of viewer, operator, admin", body.role)))?;
+    let added = app.operators.add(&who, &body.name, role).await?;
+    Ok((StatusCode::CREATED, Json(added)).into_response())
+}
+
+async fn revoke(Caller(who, _): Admin, State(app): State<Arc<App>>, PathId(name): PathId) -> Result<StatusCode> {
+    app.operators.revoke(&who, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
