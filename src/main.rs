@@ -69,6 +69,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::OperatorsCommand,
     },
+    /// The audit trail (admins): who did what, from where, when, and how it ended.
+    Audit(cli::AuditArgs),
     /// Dispatch a mission (and with --wait, follow it to its end).
     Dispatch(cli::DispatchArgs),
     /// Missions: list, show, pause, resume, abort, answer HITL.
@@ -170,6 +172,7 @@ fn main() -> ExitCode {
         Command::Store { command } => cli::Operator::Store(command),
         Command::Runtimes { command } => cli::Operator::Runtimes(command),
         Command::Operators { command } => cli::Operator::Operators(command),
+        Command::Audit(args) => cli::Operator::Audit(args),
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),

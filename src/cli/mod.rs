@@ -5,9 +5,10 @@
 //! mission from a refused request, an unreachable server and a wait that timed out (the mission goes on).
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
-//! follows the mission as `missions watch` does), `events`, `store` and `operators`; what they share (the failure, the exit,
+//! follows the mission as `missions watch` does), `events`, `store`, `operators` and `audit`; what they share (the failure, the exit,
 //! how values print) is here.
 
+mod audit;
 mod dispatch;
 mod events;
 mod executors;
@@ -22,6 +23,7 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use aiwg_client::{CallError, Client, Global, DEFAULT_SERVER};
+pub use audit::AuditArgs;
 pub use dispatch::DispatchArgs;
 pub use events::EventsArgs;
 pub use executors::ExecutorsCommand;
@@ -39,6 +41,7 @@ pub enum Operator {
     Events(EventsArgs),
     Store(StoreCommand),
     Operators(OperatorsCommand),
+    Audit(AuditArgs),
 }
 
 /// How a command that did not succeed ended: one row per exit code (0 is success, also when whoever
@@ -145,6 +148,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Operator::Events(args) => events::run(&client, &out, args).await,
         Operator::Store(cmd) => store::run(&client, &out, cmd).await,
         Operator::Operators(cmd) => operators::run(&client, &out, cmd).await,
+        Operator::Audit(args) => audit::run(&client, &out, args).await,
     };
     finish(result)
 }

@@ -64,7 +64,6 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: OperatorsCommand) ->
 }
 
 fn row(o: &Value) -> Vec<String> {
-    let or_dash = |k: &str| o[k].as_str().unwrap_or("-").to_owned();
-    let added = if o["configured"] == true { "server.operator_tokens".into() } else { or_dash("created_at") };
-    vec![text(o, "name"), text(o, "role"), added, or_dash("created_by"), or_dash("revoked_at")]
+    let added = if o["configured"] == true { "server.operator_tokens".into() } else { text(o, "created_at") };
+    vec![text(o, "name"), text(o, "role"), added, text(o, "created_by"), text(o, "revoked_at")]
 }

@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod audit;
 mod auth_matrix;
 mod backup;
 mod browser;

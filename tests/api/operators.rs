@@ -81,6 +81,7 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
         (Method::POST, "/api/v1/runtimes/{id}/check", format!("{rt}/check"), None, "admin"),
         (Method::DELETE, "/api/v1/runtimes/{id}", rt.into(), None, "admin"),
         (Method::POST, "/api/v1/store/compact", "/api/v1/store/compact".into(), None, "admin"),
+        (Method::GET, "/api/v1/audit", "/api/v1/audit".into(), None, "admin"),
         (Method::GET, "/api/v1/operators", "/api/v1/operators".into(), None, "admin"),
         (
             Method::POST,
@@ -112,7 +113,7 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
                 continue;
             }
             let message = r.assert_error(403, "forbidden");
-            let article = if role == "admin" { "an" } else { "a" };
+            let article = if role == "viewer" { "a" } else { "an" };
             assert_eq!(message, format!("this needs the {needed} role; {who} is {article} {role}"), "{method} {path}");
         }
     }

@@ -42,6 +42,7 @@ macro_rules! storage_contract {
                 executor_seen_records_the_latest_event_time,
                 sandboxes_round_trip_and_keep_their_first_registration,
                 operators_round_trip_and_a_revoked_name_is_given_again,
+                the_audit_trail_reads_newest_first_by_filter_and_forgets_by_age,
                 live_and_queued_missions_are_the_working_set,
                 recent_progress_of_live_missions_is_their_last_sixteen,
                 a_fresh_store_misses_no_migration,
@@ -802,6 +803,48 @@ mod cases {
         let clash = operator("carol", Role::Viewer, 5, 2);
         assert!(store.commit(vec![put(&clash)]).await.is_err());
         assert_eq!(store.operators().await.unwrap().len(), 2);
+    }
+
+    pub(super) async fn the_audit_trail_reads_newest_first_by_filter_and_forgets_by_age(store: Store) {
+        use aiwg_domain::operators::{AuditRecord, Role};
+        use aiwg_server::store::AuditQuery;
+        let record = |at, operator: Option<&str>, mission: Option<&str>| AuditRecord {
+            seq: 0,
+            at: ts(at),
+            operator: operator.map(str::to_owned),
+            role: operator.map(|_| Role::Operator),
+            source: Some("10.0.0.9".into()),
+            method: "POST".into(),
+            route: "/api/v1/missions/{id}/abort".into(),
+            target: mission.map(|m| m[..2].to_owned()),
+            mission_id: mission.map(str::to_owned),
+            executor_id: None,
+            status: if operator.is_some() { 202 } else { 401 },
+            outcome: if operator.is_some() { "ok".into() } else { "unauthorized".into() },
+        };
+        let all = [record(1, Some("alice"), Some("m1")), record(2, None, None), record(3, Some("bob"), Some("m2"))];
+        store.commit(all.iter().map(|r| Change::AppendAudit(Box::new(r.clone()))).collect()).await.unwrap();
+        let read = |q: AuditQuery| {
+            let store = store.clone();
+            // A query that sets no limit reads up to 10.
+            async move { store.audit(&AuditQuery { limit: if q.limit == 0 { 10 } else { q.limit }, ..q }).await.unwrap() }
+        };
+        let every = read(AuditQuery::default()).await;
+        let without_seq: Vec<AuditRecord> = every.iter().map(|r| AuditRecord { seq: 0, ..r.clone() }).collect();
+        assert_eq!(without_seq, [all[2].clone(), all[1].clone(), all[0].clone()], "newest first, as stored");
+        assert!(every.windows(2).all(|w| w[0].seq > w[1].seq));
+        let alice = read(AuditQuery { operator: Some("alice".into()), ..Default::default() }).await;
+        assert_eq!(alice.iter().map(|r| r.at).collect::<Vec<_>>(), [ts(1)]);
+        let m2 = read(AuditQuery { mission_id: Some("m2".into()), ..Default::default() }).await;
+        assert_eq!(m2.iter().map(|r| r.at).collect::<Vec<_>>(), [ts(3)]);
+        let window = read(AuditQuery { since: Some(ts(2)), until: Some(ts(3)), ..Default::default() }).await;
+        assert_eq!(window.iter().map(|r| r.at).collect::<Vec<_>>(), [ts(2)], "since inclusive, until exclusive");
+        let older = read(AuditQuery { before_seq: Some(every[0].seq), limit: 1, ..Default::default() }).await;
+        assert_eq!(older.iter().map(|r| r.seq).collect::<Vec<_>>(), [every[1].seq]);
+
+        store.commit(vec![Change::ForgetAudit { before: ts(2) }]).await.unwrap();
+        let left = read(AuditQuery::default()).await;
+        assert_eq!(left.iter().map(|r| r.at).collect::<Vec<_>>(), [ts(3), ts(2)], "older than the bound only");
     }
 
     pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {

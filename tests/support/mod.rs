@@ -234,10 +234,12 @@ pub enum InjectedFault {
     Postgres(sqlx::PgConnection),
 }
 
-const FAULT_TRIGGERS: [(&str, &str, &str); 3] = [
+const FAULT_TRIGGERS: [(&str, &str, &str); 4] = [
     ("fault_events", "INSERT", "events"),
     ("fault_exec_ins", "INSERT", "executors"),
     ("fault_exec_upd", "UPDATE", "executors"),
+    // An outage fails the audit trail's records too (an operator's refused control is one).
+    ("fault_audit", "INSERT", "audit"),
 ];
 
 impl InjectedFault {

@@ -1,4 +1,5 @@
-//! The people who drive serve: named operators, each with a role, and what each role may do.
+//! The people who drive serve: named operators, each with a role, what each role may do, and the audit
+//! trail of what they did.
 
 use chrono::{DateTime, Utc};
 
@@ -53,6 +54,37 @@ pub struct OperatorRecord {
     pub created_by: String,
     /// Once revoked, its token acts no more; the name may be given again.
     pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// One state-changing call to an operator route, as the audit trail keeps it: who, from where, when,
+/// what, and how it ended. Refused calls are kept too (a 401 has no operator).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct AuditRecord {
+    /// Its place in the trail (0 until stored).
+    pub seq: i64,
+    #[serde(serialize_with = "stamp")]
+    pub at: DateTime<Utc>,
+    /// The operator's name; `None` when the call named none that serve knows (401).
+    pub operator: Option<String>,
+    pub role: Option<Role>,
+    /// The client's address, as serve believes it (`server.behind_proxy`).
+    pub source: Option<String>,
+    pub method: String,
+    /// The route as the API names it (`/api/v1/missions/{id}/abort`).
+    pub route: String,
+    /// The route's `{id}` or `{name}`, as the caller wrote it (a prefix, a name).
+    pub target: Option<String>,
+    /// The mission and executor it acted on, when it names them (resolved: whole ids).
+    pub mission_id: Option<String>,
+    pub executor_id: Option<String>,
+    pub status: u16,
+    /// `ok`, or the error's code.
+    pub outcome: String,
+}
+
+/// A time as serve writes every time: RFC 3339, UTC, milliseconds.
+fn stamp<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&aiwg_contract::clock::format(*t))
 }
 
 /// The longest operator name.

@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::forward::Forwarder;
 use crate::metrics::Metrics;
+use crate::services::audit::Audit;
 use crate::services::connections::Connections;
 use crate::services::controls::Controls;
 use crate::services::dispatcher::Dispatcher;
@@ -39,6 +40,8 @@ pub struct App {
     pub fleet: Arc<Fleet>,
     /// Who calls the operator routes, and whether their role lets them.
     pub operators: Arc<Operators>,
+    /// The trail of what operators did.
+    pub audit: Arc<Audit>,
     pub dispatcher: Arc<Dispatcher>,
     /// HTTP agent runtimes: added by operators, probed, and driven by serve.
     pub runtimes: Arc<Runtimes>,
@@ -102,6 +105,7 @@ impl App {
             registry,
             fleet,
             operators,
+            audit: Arc::new(Audit::new(store.clone())),
             dispatcher,
             runtimes,
             ingest,

@@ -161,6 +161,9 @@ impl Config {
         if !(retention.keep_days >= 0.0 && retention.keep_days.is_finite()) || retention.interval_s == 0 {
             return bad("retention.keep_days must be a number of days >= 0, and retention.interval_s positive".into());
         }
+        if !(retention.audit_keep_days >= 0.0 && retention.audit_keep_days.is_finite()) {
+            return bad("retention.audit_keep_days must be a number of days >= 0".into());
+        }
         if self.hub.read_buffer_bytes < 256 {
             return bad("hub.read_buffer_bytes must be at least 256".into());
         }
@@ -354,9 +357,14 @@ mod tests {
         assert_eq!((c.retention.keep_days, c.retention.max_store_bytes, c.retention.interval_s), (0.5, 1 << 20, 60));
         assert_eq!(Config::default().retention.keep_days, 30.0);
         assert_eq!(load(&[("AIWG_SERVE_RETENTION_KEEP_DAYS", "7")]).unwrap().retention.keep_days, 7.0, "whole days");
-        for bad in [("AIWG_SERVE_RETENTION_KEEP_DAYS", "-1"), ("AIWG_SERVE_RETENTION_INTERVAL_S", "0")] {
+        assert_eq!(Config::default().retention.audit_keep_days, 365.0);
+        for bad in [
+            ("AIWG_SERVE_RETENTION_KEEP_DAYS", "-1"),
+            ("AIWG_SERVE_RETENTION_INTERVAL_S", "0"),
+            ("AIWG_SERVE_RETENTION_AUDIT_KEEP_DAYS", "-1"),
+        ] {
             let e = load(&[bad]).unwrap_err().to_string();
-            assert!(e.contains("retention.keep_days must be"), "{bad:?}: {e}");
+            assert!(e.contains("keep_days must be a number of days >= 0"), "{bad:?}: {e}");
         }
     }
 

@@ -72,11 +72,14 @@ pub struct RetentionConfig {
     pub max_store_bytes: u64,
     /// Seconds between two compaction passes.
     pub interval_s: u64,
+    /// Days the audit trail keeps a record; older ones go in a pass. Never fewer than asked, whatever
+    /// the store's cap.
+    pub audit_keep_days: f64,
 }
 
 impl Default for RetentionConfig {
     fn default() -> RetentionConfig {
-        RetentionConfig { keep_days: 30.0, max_store_bytes: 0, interval_s: 60 }
+        RetentionConfig { keep_days: 30.0, max_store_bytes: 0, interval_s: 60, audit_keep_days: 365.0 }
     }
 }
 

@@ -7,6 +7,10 @@ use serde_json::json;
 
 use crate::error::Error;
 
+/// The code of an error answer, for the audit trail (which reads no body).
+#[derive(Clone, Copy)]
+pub(super) struct ErrorCode(pub &'static str);
+
 /// Seconds a client should wait before retrying a 503: long enough for an executor to (re)connect.
 const RETRY_AFTER_S: &str = "5";
 
@@ -31,6 +35,7 @@ impl IntoResponse for Error {
         }
 
         let mut response = (status, Json(body)).into_response();
+        response.extensions_mut().insert(ErrorCode(code));
         match self {
             Error::NoExecutorAvailable { .. } | Error::TooManyRequests(_) | Error::StorageUnavailable(_) => {
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_S));

@@ -7,10 +7,11 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Serialize;
 use serde_json::json;
 
+use super::audit::Acted;
 use super::etag;
 use super::extract::{Admin, Bearer, Contract, ExecutorId, ExecutorRef, Page, PathId, SocketUpgrade, Viewer};
 use crate::app::App;
@@ -90,13 +91,17 @@ async fn show(
 }
 
 async fn drain(_: Admin, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
-    app.fleet.set_draining(&id, true).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": true}))).into_response())
+    set_draining(&app, id, true).await
 }
 
 async fn undrain(_: Admin, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
-    app.fleet.set_draining(&id, false).await?;
-    Ok((StatusCode::ACCEPTED, Json(json!({"executor_id": id, "draining": false}))).into_response())
+    set_draining(&app, id, false).await
+}
+
+async fn set_draining(app: &App, id: String, draining: bool) -> Result<Response> {
+    app.fleet.set_draining(&id, draining).await?;
+    let acted = Acted { mission_id: None, executor_id: Some(id.clone()) };
+    Ok((StatusCode::ACCEPTED, Extension(acted), Json(json!({"executor_id": id, "draining": draining}))).into_response())
 }
 
 async fn readiness(_: Viewer, State(app): State<Arc<App>>, ExecutorRef(id): ExecutorRef) -> Result<Response> {
@@ -106,7 +111,9 @@ async fn readiness(_: Viewer, State(app): State<Arc<App>>, ExecutorRef(id): Exec
 /// By id, name or prefix as the other operator routes, and also by the exact id of an executor that has
 /// left (to release its identity, or to answer that it is removed already): so not an `ExecutorRef`.
 async fn remove(_: Admin, State(app): State<Arc<App>>, PathId(reference): PathId) -> Result<Response> {
-    Ok(Json(app.fleet.remove_executor(&reference).await?).into_response())
+    let removed = app.fleet.remove_executor(&reference).await?;
+    let acted = Acted { mission_id: None, executor_id: Some(removed.executor_id.clone()) };
+    Ok((Extension(acted), Json(removed)).into_response())
 }
 
 async fn deregister(

@@ -6,9 +6,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
+use super::audit::Acted;
 use super::etag;
 use super::extract::{Contract, MissionRef, Operator, Params, PathId, Viewer};
 use crate::app::App;
@@ -33,10 +34,11 @@ pub(super) fn router() -> Router<Arc<App>> {
         .route("/api/v1/missions/{id}/hitl_response", post(hitl_response))
 }
 
-type Accepted = (StatusCode, Json<ControlOutcome>);
+type Accepted = (StatusCode, Extension<Acted>, Json<ControlOutcome>);
 
 async fn act(app: &Arc<App>, id: &str, action: Action<'_>) -> Result<Accepted> {
-    Ok((StatusCode::ACCEPTED, Json(app.controls.operate(id, action).await?)))
+    let acted = Acted { mission_id: Some(id.to_owned()), executor_id: None };
+    Ok((StatusCode::ACCEPTED, Extension(acted), Json(app.controls.operate(id, action).await?)))
 }
 
 async fn pause(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {

@@ -1,6 +1,7 @@
 //! The HTTP and WebSocket edge: one router per resource, merged here, with the shared state injected
 //! once. Handlers translate between HTTP and the domain; they hold no business logic.
 
+mod audit;
 mod error;
 mod etag;
 mod events;
@@ -40,8 +41,10 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(sandboxes::router())
         .merge(runtimes::router())
         .merge(operators::router())
+        .merge(audit::router())
         .merge(store::router())
         .merge(ui::router())
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), audit::record))
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })
         .layer(DefaultBodyLimit::max(limit))

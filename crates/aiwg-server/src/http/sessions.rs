@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
+use super::audit::Acted;
 use super::extract::{Contract, Operator, PathId};
 use crate::app::App;
 use crate::error::Result;
@@ -29,6 +30,8 @@ async fn dispatch(
 ) -> Result<Response> {
     let dispatched = app.dispatcher.dispatch(&session_id, raw, body).await?;
     let mut response = (StatusCode::ACCEPTED, Json(&dispatched)).into_response();
+    let acted = Acted { mission_id: Some(dispatched.mission_id.clone()), executor_id: dispatched.executor_id.clone() };
+    response.extensions_mut().insert(acted);
     if let Some(v) = dispatched.warning.as_deref().and_then(super::warning_header) {
         response.headers_mut().insert(axum::http::header::WARNING, v);
     }

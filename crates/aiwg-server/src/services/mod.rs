@@ -1,8 +1,9 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
 //! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, reconciler, controls,
-//! ingest, fleet, operators, sandboxes, connections, status, feed, retention.
+//! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention.
 
+pub(crate) mod audit;
 pub(crate) mod connections;
 pub(crate) mod controls;
 pub(crate) mod dispatcher;

@@ -34,6 +34,17 @@ pub struct Who {
     pub role: Role,
 }
 
+impl Who {
+    /// Whether their role allows what needs `needed`; the refusal names both.
+    pub fn may(&self, needed: Role) -> Result<()> {
+        if self.role.allows(needed) {
+            return Ok(());
+        }
+        let article = if self.role == Role::Viewer { "a" } else { "an" };
+        Err(Error::Forbidden(format!("this needs the {needed} role; {} is {article} {}", self.name, self.role)))
+    }
+}
+
 /// A token this replica knows, and who it stands for.
 struct Known {
     hash: TokenHash,
@@ -131,9 +142,16 @@ impl Operators {
         found
     }
 
-    /// Who calls with `bearer`, if their role allows what needs `needed`. Open routes: the anonymous
-    /// admin. An executor's token never acts as an operator.
+    /// Who calls with `bearer`, if their role allows what needs `needed` (see [`Operators::caller`]).
     pub async fn authorize(&self, bearer: Option<&str>, needed: Role) -> Result<Who> {
+        let who = self.caller(bearer).await?;
+        who.may(needed)?;
+        Ok(who)
+    }
+
+    /// Who calls with `bearer`, whatever their role. Open routes: the anonymous admin. An executor's
+    /// token never acts as an operator.
+    pub async fn caller(&self, bearer: Option<&str>) -> Result<Who> {
         self.refresh(false).await;
         if self.is_open() {
             return Ok(Who { name: ANONYMOUS.into(), role: Role::Admin });
@@ -147,14 +165,6 @@ impl Operators {
                 "the bearer token is not a valid operator token: check --token or AIWG_SERVE_TOKEN",
             ));
         };
-        if !who.role.allows(needed) {
-            return Err(Error::Forbidden(format!(
-                "this needs the {needed} role; {} is a{} {}",
-                who.name,
-                if who.role == Role::Admin { "n" } else { "" },
-                who.role
-            )));
-        }
         Ok(who)
     }
 

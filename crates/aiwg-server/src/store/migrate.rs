@@ -20,6 +20,7 @@ pub(super) const SQLITE: Migrations = &[
     (6, "event_index", include_str!("../../../../migrations/0006_event_index.sql")),
     (7, "loose_events", include_str!("../../../../migrations/0007_loose_events.sql")),
     (8, "operators", include_str!("../../../../migrations/0008_operators.sql")),
+    (9, "audit", include_str!("../../../../migrations/0009_audit.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -30,6 +31,7 @@ pub(super) const POSTGRES: Migrations = &[
     (4, "mission_events", include_str!("../../../../migrations/postgres/0004_mission_events.sql")),
     (5, "loose_events", include_str!("../../../../migrations/postgres/0005_loose_events.sql")),
     (6, "operators", include_str!("../../../../migrations/postgres/0006_operators.sql")),
+    (7, "audit", include_str!("../../../../migrations/postgres/0007_audit.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

@@ -25,14 +25,14 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 // The records the store keeps are the domain's; re-exported for the adapters.
-pub use aiwg_domain::operators::OperatorRecord;
+pub use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 pub use aiwg_domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
 pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConfig};
 pub use postgres::Leadership;
 pub use records::{
-    Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending, ProgressSeen, Returned,
+    AuditQuery, Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending, ProgressSeen, Returned,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -209,6 +209,9 @@ pub trait Storage: Send + Sync {
 
     /// Every named operator, revoked ones too, oldest first.
     fn operators(&self) -> BoxFuture<'_, Result<Vec<OperatorRecord>>>;
+
+    /// A page of the audit trail, newest first.
+    fn audit<'a>(&'a self, q: &'a AuditQuery) -> BoxFuture<'a, Result<Vec<AuditRecord>>>;
 
     /// Ended missions whose history is not compacted yet, oldest end first; with `ended_by`, only
     /// those that ended at or before it (retention: a mission that ended `keep_days` ago has been kept

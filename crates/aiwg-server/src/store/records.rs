@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
 use super::Result;
-use aiwg_domain::operators::OperatorRecord;
+use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::{
     ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord, StoredEvent,
 };
@@ -53,6 +53,12 @@ pub enum Change {
     AppendEvent(NewEvent),
     PutHitl(Box<HitlRequest>),
     PutSandbox(Box<SandboxRecord>),
+    /// Appends a record to the audit trail (its `seq` is the store's to give).
+    AppendAudit(Box<AuditRecord>),
+    /// Removes the audit records older than `before` (retention).
+    ForgetAudit {
+        before: chrono::DateTime<chrono::Utc>,
+    },
     /// Adds a named operator, or replaces its row (revoked, or a revoked one's name given again).
     PutOperator(Box<OperatorRecord>),
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
@@ -137,6 +143,19 @@ pub struct MissionQuery {
     pub updated_since: Option<chrono::DateTime<chrono::Utc>>,
     /// Only missions dispatched before this one (the cursor of the previous page).
     pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// Filters of `GET /api/v1/audit`; all optional, combined with AND. Newest first.
+#[derive(Clone, Debug, Default)]
+pub struct AuditQuery {
+    pub operator: Option<String>,
+    pub mission_id: Option<String>,
+    pub executor_id: Option<String>,
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only records before this one (the cursor of the previous page).
+    pub before_seq: Option<i64>,
     pub limit: u32,
 }
 

@@ -11,7 +11,7 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use crate::store::{ExecutorRecord, HitlOutcome, HitlRequest, Mission, Result, SandboxRecord, StoreError, StoredEvent};
 use aiwg_contract::clock;
 use aiwg_contract::{Envelope, RegisterPayload};
-use aiwg_domain::operators::{OperatorRecord, Role};
+use aiwg_domain::operators::{AuditRecord, OperatorRecord, Role};
 use aiwg_domain::MissionState;
 
 /// The column reads the mapping needs, for any row whose database decodes text, 64-bit integers,
@@ -147,6 +147,26 @@ pub(super) fn operator_from_row<R: Cols>(r: &R) -> Result<OperatorRecord> {
         created_at: time(r, "created_at")?,
         created_by: r.text("created_by")?,
         revoked_at: time_opt(r, "revoked_at")?,
+    })
+}
+
+pub(super) fn audit_from_row<R: Cols>(r: &R) -> Result<AuditRecord> {
+    let role = r.text_opt("role")?;
+    let role = role.map(|s| Role::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("unknown role {s:?}"))));
+    let status = r.int("status")?;
+    Ok(AuditRecord {
+        seq: r.int("seq")?,
+        at: time(r, "at")?,
+        operator: r.text_opt("operator")?,
+        role: role.transpose()?,
+        source: r.text_opt("source")?,
+        method: r.text("method")?,
+        route: r.text("route")?,
+        target: r.text_opt("target")?,
+        mission_id: r.text_opt("mission_id")?,
+        executor_id: r.text_opt("executor_id")?,
+        status: u16::try_from(status).map_err(|_| StoreError::Corrupt(format!("status {status}")))?,
+        outcome: r.text("outcome")?,
     })
 }
 

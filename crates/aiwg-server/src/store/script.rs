@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use crate::store::{Change, ExecutorRecord, HitlRequest, Mission, MissionPatch, NewEvent, SandboxRecord};
 use aiwg_contract::clock;
-use aiwg_domain::operators::OperatorRecord;
+use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 
 /// An event's `data` and `raw`, as JSON text (encoded by the submitting task, not the writer).
 pub(super) type Encoded = (String, Option<String>);
@@ -148,7 +148,8 @@ impl<'a, B: Builder<'a>> Script<B> {
         }
     }
 
-    /// An executor, sandbox, operator or HITL request upsert (or a sandbox forgotten): the changes written one by
+    /// An executor, sandbox, operator or HITL request upsert, an audit record (or a sandbox or old audit
+    /// records forgotten): the changes written one by
     /// one, as they come; other changes write nothing here.
     pub(super) fn push_upsert(&mut self, change: &'a Change) {
         match change {
@@ -161,6 +162,11 @@ impl<'a, B: Builder<'a>> Script<B> {
             }
             Change::PutHitl(h) => self.put_hitl(h),
             Change::PutOperator(o) => self.put_operator(o),
+            Change::AppendAudit(a) => self.append_audit(a),
+            Change::ForgetAudit { before } => {
+                self.push("DELETE FROM audit WHERE at < ").bind(clock::format(*before));
+                self.end();
+            }
             _ => {}
         }
     }
@@ -266,6 +272,27 @@ impl<'a, B: Builder<'a>> Script<B> {
              created_at = excluded.created_at, created_by = excluded.created_by, revoked_at = excluded.revoked_at",
         )
         .end();
+    }
+
+    fn append_audit(&mut self, a: &'a AuditRecord) {
+        self.push(
+            "INSERT INTO audit (at, operator, role, source, method, route, target, mission_id, executor_id, status, \
+             outcome) ",
+        );
+        self.values([a], |b, a| {
+            b.bind(clock::format(a.at))
+                .bind(a.operator.as_deref())
+                .bind(a.role.map(|r| r.as_str()))
+                .bind(a.source.as_deref())
+                .bind(a.method.as_str())
+                .bind(a.route.as_str())
+                .bind(a.target.as_deref())
+                .bind(a.mission_id.as_deref())
+                .bind(a.executor_id.as_deref())
+                .bind(i64::from(a.status))
+                .bind(a.outcome.as_str());
+        });
+        self.end();
     }
 
     pub(super) fn put_hitl(&mut self, h: &'a HitlRequest) {

@@ -14,8 +14,8 @@ use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
 use super::{
-    CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery,
-    OperatorRecord, ProgressSeen, Result, SandboxRecord, Storage, StoredEvent,
+    AuditQuery, AuditRecord, CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission,
+    Mission, MissionQuery, OperatorRecord, ProgressSeen, Result, SandboxRecord, Storage, StoredEvent,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -168,6 +168,10 @@ where
 
     fn operators(&self) -> BoxFuture<'_, Result<Vec<OperatorRecord>>> {
         Box::pin(self.reads.operators())
+    }
+
+    fn audit<'a>(&'a self, q: &'a AuditQuery) -> BoxFuture<'a, Result<Vec<AuditRecord>>> {
+        Box::pin(self.reads.audit(q))
     }
 
     fn missing_migrations(&self) -> BoxFuture<'_, Result<Vec<i64>>> {

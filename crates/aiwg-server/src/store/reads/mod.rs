@@ -17,14 +17,14 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 use super::migrate;
 use super::rows::{
-    event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, operator_from_row, parse_json,
-    parse_state, sandbox_from_row, Cols,
+    audit_from_row, event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, operator_from_row,
+    parse_json, parse_state, sandbox_from_row, Cols,
 };
 use crate::store::{
-    Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery, ProgressSeen,
-    Result, SandboxRecord, StoredEvent,
+    AuditQuery, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery,
+    ProgressSeen, Result, SandboxRecord, StoredEvent,
 };
-use aiwg_domain::operators::OperatorRecord;
+use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::{progress_key, MissionState};
 use queries::{
     ENDED, LIVE_MISSIONS, OPEN_HITL, PENDING_HITL, QUEUED_MISSIONS, RECENT_PROGRESS_OF, RECENT_PROGRESS_OF_LIVE,
@@ -408,6 +408,19 @@ where
     pub(super) async fn operators(&self) -> Result<Vec<OperatorRecord>> {
         let rows = sqlx::query("SELECT * FROM operators ORDER BY created_at, name").fetch_all(&self.pool).await?;
         rows.iter().map(located("operators", "name", operator_from_row)).collect()
+    }
+
+    pub(super) async fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        let (sql, texts) = queries::audit(q);
+        let mut query = sqlx::query(&sql);
+        for text in texts {
+            query = query.bind(text);
+        }
+        if let Some(before) = q.before_seq {
+            query = query.bind(before);
+        }
+        let rows = query.bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(located("audit", "seq", audit_from_row)).collect()
     }
 
     pub(super) async fn missing_migrations(&self) -> Result<Vec<i64>> {

@@ -7,7 +7,8 @@
 
 use std::sync::LazyLock;
 
-use crate::store::HitlOutcome;
+use crate::store::{AuditQuery, HitlOutcome};
+use aiwg_contract::clock;
 use aiwg_contract::EventType;
 use aiwg_domain::MissionState;
 
@@ -82,3 +83,30 @@ pub(super) static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
         HitlOutcome::Answered.as_str()
     )
 });
+
+/// The query of a page of the audit trail, newest first, and the texts it binds in order (then
+/// `before_seq` if any, then the limit).
+pub(super) fn audit(q: &AuditQuery) -> (String, Vec<String>) {
+    let mut sql = String::from("SELECT * FROM audit WHERE 1 = 1");
+    let mut texts = Vec::new();
+    let filters = [
+        ("operator", "=", q.operator.clone()),
+        ("mission_id", "=", q.mission_id.clone()),
+        ("executor_id", "=", q.executor_id.clone()),
+        ("at", ">=", q.since.map(clock::format)),
+        ("at", "<", q.until.map(clock::format)),
+    ];
+    for (column, op, value) in filters {
+        if let Some(value) = value {
+            texts.push(value);
+            sql.push_str(&format!(" AND {column} {op} ${}", texts.len()));
+        }
+    }
+    let mut n = texts.len();
+    if q.before_seq.is_some() {
+        n += 1;
+        sql.push_str(&format!(" AND seq < ${n}"));
+    }
+    sql.push_str(&format!(" ORDER BY seq DESC LIMIT ${}", n + 1));
+    (sql, texts)
+}

@@ -77,7 +77,9 @@ impl<'a> Gathered<'a> {
                 | Change::PutHitl(_)
                 | Change::PutSandbox(_)
                 | Change::ForgetSandbox(_)
-                | Change::PutOperator(_) => statements.upsert(change).await?,
+                | Change::PutOperator(_)
+                | Change::AppendAudit(_)
+                | Change::ForgetAudit { .. } => statements.upsert(change).await?,
                 Change::ExecutorSeen { executor_id, ts } => {
                     self.seen.insert(executor_id, ts);
                 }

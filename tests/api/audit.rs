@@ -1,0 +1,213 @@
+//! The audit trail (issue 37): every state-changing operator call, refused ones too, recorded with who,
+//! from where, what and how it ended; read back by admins, filtered and paged; kept as long as
+//! retention says, no longer.
+
+use std::collections::BTreeSet;
+
+use axum::http::Method;
+use serde_json::{json, Value};
+
+use crate::support::{dispatch_body, mission_id, ExecSocket, Resp, ScriptedExecutor, TestServer};
+
+const ADMIN: &str = "admin-token-0123456789abcdef";
+
+async fn call(server: &TestServer, method: Method, path: &str, body: Option<Value>, token: Option<&str>) -> Resp {
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
+    let bytes = body.map(|b| axum::body::Bytes::from(b.to_string()));
+    server.client.request(method, path, bytes, &headers).await
+}
+
+async fn add(server: &TestServer, name: &str, role: &str) -> String {
+    let body = json!({"name": name, "role": role});
+    let r = call(server, Method::POST, "/api/v1/operators", Some(body), Some(ADMIN)).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    r.body["token"].as_str().unwrap().to_owned()
+}
+
+/// An executor online, with a mission it started, dispatched by the configured admin (reads of
+/// `ScriptedExecutor::online` carry no token).
+async fn running(server: &TestServer, capabilities: &[&str]) -> (ScriptedExecutor, ExecSocket, String) {
+    let mut e = ScriptedExecutor::register(server, capabilities).await;
+    let mut ws = e.connect(server).await;
+    let resync = ws.envelope("executor.resync", None, json!({"owned_mission_ids": []}));
+    assert_eq!(ws.send_json(&resync).await["ack"], true, "the socket is attached");
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    let r = call(server, Method::POST, "/api/v1/sessions/s/dispatch", Some(body), Some(ADMIN)).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    (e, ws, id)
+}
+
+/// The trail, newest first, as an admin reads it with `query`.
+async fn trail(server: &TestServer, query: &str) -> Vec<Value> {
+    let r = call(server, Method::GET, &format!("/api/v1/audit?limit=500&{query}"), None, Some(ADMIN)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.body["records"].as_array().unwrap().clone()
+}
+
+/// Every state-changing operation the OpenAPI document gives a role is called once by a named admin,
+/// and each is in the trail under its route, with her name and its outcome: a route added without
+/// being audited fails here.
+#[tokio::test]
+async fn every_state_changing_operator_route_is_audited_with_who_called_it() {
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![ADMIN.into()]).await;
+    let ada = add(&server, "ada", "admin").await;
+    let (e, _ws, mission) = running(&server, &["x-abort"]).await;
+    let document = server.client.get("/api/v1/openapi.json").await.body;
+    let (mut called, mut documented) = (BTreeSet::new(), 0);
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, op) in operations.as_object().unwrap() {
+            if op["x-aiwg-role"].is_null() || method == "get" {
+                continue;
+            }
+            let concrete = path
+                .replace("/missions/{id}", &format!("/missions/{mission}"))
+                .replace("/executors/{id}", &format!("/executors/{}", e.id))
+                .replace("/sessions/{id}", "/sessions/s")
+                .replace("/runtimes/{id}", "/runtimes/rt")
+                .replace("{name}", "nobody");
+            let body = match path.as_str() {
+                "/api/v1/sessions/{id}/dispatch" => Some(dispatch_body(&mission_id())),
+                "/api/v1/missions/{id}/hitl_response" => Some(json!({"hitl_id": "h", "response": "r"})),
+                "/api/v1/runtimes" => Some(json!({"name": "rt", "base_url": "http://127.0.0.1:9/"})),
+                "/api/v1/operators" => Some(json!({"name": "otto", "role": "viewer"})),
+                _ => None,
+            };
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let r = call(&server, method.clone(), &concrete, body, Some(&ada)).await;
+            let outcome = if r.status < 400 { "ok" } else { r.body["error"].as_str().unwrap() };
+            called.insert((method.to_string(), path.clone(), r.status, outcome.to_owned()));
+            documented += 1;
+        }
+    }
+    assert_eq!(called.len(), documented, "{called:?}");
+    assert!(documented > 10, "the document's state-changing operations: {called:?}");
+    let recorded: BTreeSet<(String, String, u16, String)> = trail(&server, "operator=ada")
+        .await
+        .iter()
+        .map(|r| {
+            assert_eq!((r["role"].as_str(), r["source"].as_str()), (Some("admin"), Some("127.0.0.1")), "{r}");
+            let status = r["status"].as_u64().unwrap() as u16;
+            (
+                r["method"].as_str().unwrap().into(),
+                r["route"].as_str().unwrap().into(),
+                status,
+                r["outcome"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(recorded, called, "each call once, with its status and outcome");
+}
+
+/// Refusals are recorded (a role too low with the name it refused, no token with none); reads and an
+/// executor's own calls are not; a dispatch and a control by prefix name the whole ids they acted on.
+#[tokio::test]
+async fn refusals_are_recorded_and_reads_and_executors_are_not() {
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![ADMIN.into()]).await;
+    let vera = add(&server, "vera", "viewer").await;
+    let (e, _ws, mission) = running(&server, &["x-abort"]).await;
+    let abort = format!("/api/v1/missions/{}/abort", &mission[..8]);
+    call(&server, Method::POST, &abort, None, Some(&vera)).await.assert_error(403, "forbidden");
+    call(&server, Method::POST, &abort, None, None).await.assert_error(401, "unauthorized");
+    assert_eq!(call(&server, Method::GET, "/api/v1/missions", None, Some(&vera)).await.status, 200);
+    assert_eq!(call(&server, Method::POST, &abort, None, Some(ADMIN)).await.status, 202);
+
+    let records = trail(&server, "").await;
+    let brief: Vec<(Option<&str>, &str, u64, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["operator"].as_str(),
+                r["route"].as_str().unwrap(),
+                r["status"].as_u64().unwrap(),
+                r["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let route = "/api/v1/missions/{id}/abort";
+    assert_eq!(
+        brief[..3],
+        [
+            (Some("config-1"), route, 202, "ok"),
+            (None, route, 401, "unauthorized"),
+            (Some("vera"), route, 403, "forbidden")
+        ],
+        "newest first: {records:?}"
+    );
+    assert_eq!(
+        (records[0]["target"].as_str(), records[0]["mission_id"].as_str()),
+        (Some(&mission[..8]), Some(mission.as_str()))
+    );
+    let dispatch = records.iter().find(|r| r["route"] == "/api/v1/sessions/{id}/dispatch").expect("the dispatch");
+    assert_eq!(
+        (dispatch["mission_id"].as_str(), dispatch["executor_id"].as_str()),
+        (Some(mission.as_str()), Some(e.id.as_str()))
+    );
+    let routes: BTreeSet<&str> = brief.iter().map(|b| b.1).collect();
+    assert_eq!(
+        routes,
+        ["/api/v1/missions/{id}/abort", "/api/v1/operators", "/api/v1/sessions/{id}/dispatch"].into(),
+        "no read, no registration"
+    );
+    // The refused calls name the mission only as written (a refusal acted on nothing).
+    assert_eq!((records[1]["target"].as_str(), &records[1]["mission_id"]), (Some(&mission[..8]), &Value::Null));
+    assert_eq!(trail(&server, &format!("mission_id={mission}")).await.len(), 2, "the dispatch and the abort");
+    assert_eq!(trail(&server, &format!("executor_id={}", e.id)).await.len(), 1);
+}
+
+/// The trail pages with a cursor, refuses what it cannot read, and is an admin's to read.
+#[tokio::test]
+async fn the_trail_pages_and_refuses_bad_queries_and_non_admins() {
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![ADMIN.into()]).await;
+    let otto = add(&server, "otto", "operator").await;
+    for name in ["a", "b", "c"] {
+        add(&server, name, "viewer").await;
+    }
+    let first = call(&server, Method::GET, "/api/v1/audit?limit=3", None, Some(ADMIN)).await.body;
+    let cursor = first["next_cursor"].as_str().expect("more follow").to_owned();
+    let rest =
+        call(&server, Method::GET, &format!("/api/v1/audit?limit=3&cursor={cursor}"), None, Some(ADMIN)).await.body;
+    let seqs: Vec<u64> = [&first, &rest]
+        .iter()
+        .flat_map(|p| p["records"].as_array().unwrap().iter().map(|r| r["seq"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(seqs.len(), 4);
+    assert!(seqs.windows(2).all(|w| w[0] > w[1]), "newest first, no repeat: {seqs:?}");
+    assert!(rest["next_cursor"].is_null());
+    for bad in ["cursor=nope", "limit=0", "limit=501", "since=yesterday", "colour=red"] {
+        call(&server, Method::GET, &format!("/api/v1/audit?{bad}"), None, Some(ADMIN))
+            .await
+            .assert_error(400, "invalid_query");
+    }
+    let message = call(&server, Method::GET, "/api/v1/audit", None, Some(&otto)).await.assert_error(403, "forbidden");
+    assert_eq!(message, "this needs the admin role; otto is an operator");
+}
+
+/// Retention removes records older than `retention.audit_keep_days`, not newer ones.
+#[tokio::test]
+async fn retention_keeps_the_trail_as_long_as_asked() {
+    let server = TestServer::start_with(|c| c.retention.audit_keep_days = 0.0).await;
+    let body = dispatch_body(&mission_id());
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 503);
+    assert_eq!(trail_open(&server).await.len(), 1, "recorded, as the anonymous admin");
+    assert_eq!(server.client.post("/api/v1/store/compact", &json!({})).await.status, 200);
+    let left = trail_open(&server).await;
+    assert_eq!(left.len(), 1, "only the compaction's own record, written after its pass: {left:?}");
+    assert_eq!(
+        (left[0]["route"].as_str(), left[0]["operator"].as_str()),
+        (Some("/api/v1/store/compact"), Some("anonymous"))
+    );
+
+    let kept = TestServer::start().await;
+    assert_eq!(kept.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 503);
+    assert_eq!(kept.client.post("/api/v1/store/compact", &json!({})).await.status, 200);
+    assert_eq!(trail_open(&kept).await.len(), 2, "a year by default");
+}
+
+async fn trail_open(server: &TestServer) -> Vec<Value> {
+    server.client.get("/api/v1/audit").await.body["records"].as_array().unwrap().clone()
+}
