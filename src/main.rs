@@ -69,6 +69,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::OperatorsCommand,
     },
+    /// The questions agents wait on: list them across missions, answer one.
+    Hitl {
+        #[command(subcommand)]
+        command: cli::HitlCommand,
+    },
     /// The audit trail (admins): who did what, from where, when, and how it ended.
     Audit(cli::AuditArgs),
     /// Dispatch a mission (and with --wait, follow it to its end).
@@ -173,6 +178,7 @@ fn main() -> ExitCode {
         Command::Runtimes { command } => cli::Operator::Runtimes(command),
         Command::Operators { command } => cli::Operator::Operators(command),
         Command::Audit(args) => cli::Operator::Audit(args),
+        Command::Hitl { command } => cli::Operator::Hitl(command),
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),

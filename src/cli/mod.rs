@@ -5,13 +5,14 @@
 //! mission from a refused request, an unreachable server and a wait that timed out (the mission goes on).
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
-//! follows the mission as `missions watch` does), `events`, `store`, `operators` and `audit`; what they share (the failure, the exit,
+//! follows the mission as `missions watch` does), `events`, `store`, `operators`, `audit` and `hitl`; what they share (the failure, the exit,
 //! how values print) is here.
 
 mod audit;
 mod dispatch;
 mod events;
 mod executors;
+mod hitl;
 mod missions;
 mod operators;
 mod output;
@@ -27,6 +28,7 @@ pub use audit::AuditArgs;
 pub use dispatch::DispatchArgs;
 pub use events::EventsArgs;
 pub use executors::ExecutorsCommand;
+pub use hitl::HitlCommand;
 pub use missions::MissionsCommand;
 pub use operators::OperatorsCommand;
 use output::Output;
@@ -42,6 +44,7 @@ pub enum Operator {
     Store(StoreCommand),
     Operators(OperatorsCommand),
     Audit(AuditArgs),
+    Hitl(HitlCommand),
 }
 
 /// How a command that did not succeed ended: one row per exit code (0 is success, also when whoever
@@ -149,6 +152,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Operator::Store(cmd) => store::run(&client, &out, cmd).await,
         Operator::Operators(cmd) => operators::run(&client, &out, cmd).await,
         Operator::Audit(args) => audit::run(&client, &out, args).await,
+        Operator::Hitl(cmd) => hitl::run(&client, &out, cmd).await,
     };
     finish(result)
 }
@@ -199,12 +203,21 @@ fn enc(s: &str) -> String {
 
 /// A short, human description of an event's data.
 fn summary(data: &Value) -> String {
-    for key in ["summary", "prompt", "reason", "response", "phase"] {
-        if let Some(s) = data.get(key).and_then(Value::as_str) {
-            return shortened(s, 100);
-        }
+    let said = ["summary", "prompt", "reason", "response", "phase"]
+        .into_iter()
+        .find_map(|key| data.get(key).and_then(Value::as_str))
+        .map_or_else(String::new, |s| shortened(s, 100));
+    // Who did it, when an operator did (our extension of the events serve records for them).
+    let Some(by) = data.get("by").and_then(Value::as_str) else { return said };
+    let by = match data.get("waited_s").and_then(Value::as_i64) {
+        Some(waited) => format!("answered by {by} after {}", missions::human(waited)),
+        None => format!("by {by}"),
+    };
+    if said.is_empty() {
+        by
+    } else {
+        format!("{said} ({by})")
     }
-    String::new()
 }
 
 /// At most `max` characters of `text`: its beginning and its end, where a sentence says how it came out

@@ -72,6 +72,7 @@ async fn every_route_against_every_credential() {
         (Method::DELETE, "/api/v1/runtimes/rt".to_owned(), None),
         (Method::GET, "/api/v1/operators".to_owned(), None),
         (Method::GET, "/api/v1/audit".to_owned(), None),
+        (Method::GET, "/api/v1/hitl".to_owned(), None),
         (Method::POST, "/api/v1/operators".to_owned(), Some(json!({"name": "x", "role": "admin"}))),
         (Method::DELETE, "/api/v1/operators/config-1".to_owned(), None),
     ];

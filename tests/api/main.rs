@@ -25,6 +25,7 @@ mod executors;
 mod faults;
 mod hardening;
 mod health_ops;
+mod inbox;
 mod limits;
 mod logs;
 mod mission_show;

@@ -272,6 +272,7 @@ mod cases {
             response: responded.map(|_| "yes".into()),
             responded_at: responded.map(ts),
             delivered_at: None,
+            answered_by: None,
         }
     }
 

@@ -54,6 +54,7 @@ pub fn hitl_effect(
             response: None,
             responded_at: None,
             delivered_at: None,
+            answered_by: None,
         };
         let mut put: Vec<HitlRequest> =
             live.hitl().into_iter().filter(|h| h.hitl_id != request.hitl_id).map(withdraw).collect();

@@ -41,4 +41,6 @@ pub struct HitlRequest {
     pub response: Option<String>,
     pub responded_at: Option<DateTime<Utc>>,
     pub delivered_at: Option<DateTime<Utc>>,
+    /// The operator who answered it.
+    pub answered_by: Option<String>,
 }

@@ -304,6 +304,7 @@ mod tests {
             response: None,
             responded_at: None,
             delivered_at: None,
+            answered_by: None,
         }
     }
 

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use aiwg_contract::Envelope;
 use aiwg_domain::MissionState;
-use aiwg_domain::{HitlRequest, Mission, StoredEvent};
+use aiwg_domain::{HitlOutcome, HitlRequest, Mission, StoredEvent};
+use chrono::{DateTime, Utc};
 
 /// `GET /api/v1/missions/{id}`: the contract's `mission_status_response`, plus our extensions: the
 /// routing decision, what the mission asked for (`objective`, `completion`, `completion_check`, from its
@@ -75,6 +76,74 @@ impl From<HitlRequest> for PendingHitl {
             expires_at: r.expires_at.map(clock::format),
         }
     }
+}
+
+/// A request in the HITL inbox (`GET /api/v1/hitl`): what was asked, of which mission and executor,
+/// and, once settled, how.
+#[derive(Debug, Serialize)]
+pub struct AskedHitl {
+    pub mission_id: String,
+    pub hitl_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
+    /// The executor's name, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_name: Option<String>,
+    pub prompt: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    pub requested_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// `pending`, `answered`, `expired` or `withdrawn`.
+    pub state: &'static str,
+    /// Seconds it has waited for an answer (pending), or waited until answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_s: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub responded_at: Option<String>,
+}
+
+impl AskedHitl {
+    /// `executor_name` as the registry knows it; `now` for how long a pending one has waited.
+    pub fn new(
+        r: HitlRequest,
+        executor_id: Option<String>,
+        executor_name: Option<String>,
+        now: DateTime<Utc>,
+    ) -> AskedHitl {
+        let until = match r.outcome {
+            HitlOutcome::Pending => Some(now),
+            HitlOutcome::Answered => r.responded_at,
+            _ => None,
+        };
+        AskedHitl {
+            waited_s: until.map(|t| (t - r.requested_at).num_seconds().max(0)),
+            state: r.outcome.as_str(),
+            mission_id: r.mission_id,
+            hitl_id: r.hitl_id,
+            executor_id,
+            executor_name,
+            prompt: r.prompt,
+            context: r.context,
+            requested_at: clock::format(r.requested_at),
+            expires_at: r.expires_at.map(clock::format),
+            response: r.response,
+            answered_by: r.answered_by,
+            responded_at: r.responded_at.map(clock::format),
+        }
+    }
+}
+
+/// A page of the HITL inbox.
+#[derive(Debug, Serialize)]
+pub(crate) struct HitlPage {
+    pub(crate) requests: Vec<AskedHitl>,
+    pub next_cursor: Option<String>,
 }
 
 /// One row of `GET /api/v1/missions`.

@@ -153,7 +153,7 @@ async fn list_missions(
 /// Answers a HITL request. An answer that names no pending request is refused by serve (409 conflict);
 /// then the mission is read, to name the request that is pending (with the command that answers it), or
 /// to say that none is.
-async fn respond(
+pub(super) async fn respond(
     client: &Client,
     out: &Output,
     mission_id: &str,
@@ -229,7 +229,7 @@ fn duration(m: &Value, now: chrono::DateTime<chrono::Utc>) -> String {
 }
 
 /// Seconds as a person reads them: `42s`, `3m 05s`, `2h 10m`, `1d 04h`.
-fn human(secs: i64) -> String {
+pub(super) fn human(secs: i64) -> String {
     let secs = secs.max(0);
     match secs {
         0..=59 => format!("{secs}s"),

@@ -11,10 +11,11 @@ use serde::Deserialize;
 
 use super::audit::Acted;
 use super::etag;
-use super::extract::{Contract, MissionRef, Operator, Params, PathId, Viewer};
+use super::extract::{Caller, Contract, MissionRef, Operator, Params, PathId, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::controls::{Action, ControlOutcome};
+use crate::services::operators::Who;
 use crate::store::MissionQuery;
 use crate::views::decode_cursor;
 use aiwg_contract::clock;
@@ -36,32 +37,32 @@ pub(super) fn router() -> Router<Arc<App>> {
 
 type Accepted = (StatusCode, Extension<Acted>, Json<ControlOutcome>);
 
-async fn act(app: &Arc<App>, id: &str, action: Action<'_>) -> Result<Accepted> {
+async fn act(app: &Arc<App>, id: &str, action: Action<'_>, by: &Who) -> Result<Accepted> {
     let acted = Acted { mission_id: Some(id.to_owned()), executor_id: None };
-    Ok((StatusCode::ACCEPTED, Extension(acted), Json(app.controls.operate(id, action).await?)))
+    Ok((StatusCode::ACCEPTED, Extension(acted), Json(app.controls.operate(id, action, &by.name).await?)))
 }
 
-async fn pause(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
-    act(&app, &id, Action::Pause).await
+async fn pause(Caller(by, _): Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
+    act(&app, &id, Action::Pause, &by).await
 }
 
-async fn resume(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
-    act(&app, &id, Action::Resume).await
+async fn resume(Caller(by, _): Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
+    act(&app, &id, Action::Resume, &by).await
 }
 
-async fn abort(_: Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
-    act(&app, &id, Action::Abort).await
+async fn abort(Caller(by, _): Operator, State(app): State<Arc<App>>, MissionRef(id): MissionRef) -> Result<Accepted> {
+    act(&app, &id, Action::Abort, &by).await
 }
 
 async fn hitl_response(
-    _: Operator,
+    Caller(by, _): Operator,
     State(app): State<Arc<App>>,
     PathId(reference): PathId,
     Contract { body, .. }: Contract<HitlResponsePayload>,
 ) -> Result<Accepted> {
     // The body is judged (415 for a browser's text/plain) before the mission is looked up.
     let id = MissionRef::resolve(&app, reference).await?;
-    act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }).await
+    act(&app, &id, Action::Answer { hitl_id: &body.hitl_id, response: &body.response }, &by).await
 }
 
 /// Not a `MissionRef`: the detail looks the id up as such first, and resolves a prefix only on a miss.

@@ -9,6 +9,7 @@ mod executors;
 mod extract;
 mod guard;
 mod health;
+mod hitl;
 mod missions;
 mod operators;
 mod runtimes;
@@ -42,6 +43,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(runtimes::router())
         .merge(operators::router())
         .merge(audit::router())
+        .merge(hitl::router())
         .merge(store::router())
         .merge(ui::router())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), audit::record))

@@ -8,8 +8,8 @@ use super::registry::Registry;
 use super::Core;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot, StoreStats};
-use crate::store::{MissionQuery, Store};
-use crate::views::{MissionPage, MissionStatus, MissionSummary, Overview};
+use crate::store::{HitlCursor, HitlQuery, MissionQuery, Store};
+use crate::views::{AskedHitl, MissionPage, MissionStatus, MissionSummary, Overview};
 use aiwg_domain::{LISTED, MIN_PREFIX};
 
 /// Events shown with a mission (the contract's "last N events").
@@ -109,6 +109,26 @@ impl Status {
         let events = self.store.recent_events(&mission_id, RECENT_EVENTS, RECENT_EVENTS_BYTES).await?;
         let pending = self.store.pending_hitl(&mission_id).await?;
         Ok(MissionStatus::from_row(row, events).with_hitl(pending))
+    }
+
+    /// A page of the HITL inbox, with the executors' names, and the cursor after its last request
+    /// when more follow.
+    pub async fn inbox(&self, query: HitlQuery) -> Result<(Vec<AskedHitl>, Option<HitlCursor>)> {
+        let limit = query.limit as usize;
+        let mut rows = self.store.inbox(&HitlQuery { limit: query.limit + 1, ..query }).await?;
+        let more = rows.len() > limit;
+        rows.truncate(limit);
+        let next = rows.last().filter(|_| more).map(|a| HitlCursor {
+            requested_at: a.request.requested_at,
+            mission_id: a.request.mission_id.clone(),
+            hitl_id: a.request.hitl_id.clone(),
+        });
+        let now = aiwg_contract::clock::now();
+        let asked = rows.into_iter().map(|a| {
+            let name = a.executor_id.as_deref().and_then(|id| self.registry.name(id));
+            AskedHitl::new(a.request, a.executor_id, name, now)
+        });
+        Ok((asked.collect(), next))
     }
 
     pub async fn missions(&self, query: MissionQuery) -> Result<MissionPage> {

@@ -21,6 +21,7 @@ pub(super) const SQLITE: Migrations = &[
     (7, "loose_events", include_str!("../../../../migrations/0007_loose_events.sql")),
     (8, "operators", include_str!("../../../../migrations/0008_operators.sql")),
     (9, "audit", include_str!("../../../../migrations/0009_audit.sql")),
+    (10, "hitl_inbox", include_str!("../../../../migrations/0010_hitl_inbox.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -32,6 +33,7 @@ pub(super) const POSTGRES: Migrations = &[
     (5, "loose_events", include_str!("../../../../migrations/postgres/0005_loose_events.sql")),
     (6, "operators", include_str!("../../../../migrations/postgres/0006_operators.sql")),
     (7, "audit", include_str!("../../../../migrations/postgres/0007_audit.sql")),
+    (8, "hitl_inbox", include_str!("../../../../migrations/postgres/0008_hitl_inbox.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

@@ -32,7 +32,8 @@ pub use aiwg_domain::{
 pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConfig};
 pub use postgres::Leadership;
 pub use records::{
-    AuditQuery, Change, CommitSlot, EventPage, EventQuery, LiveMission, MissionQuery, Pending, ProgressSeen, Returned,
+    AskedRequest, AuditQuery, Change, CommitSlot, EventPage, EventQuery, HitlCursor, HitlQuery, LiveMission,
+    MissionQuery, Pending, ProgressSeen, Returned,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -209,6 +210,10 @@ pub trait Storage: Send + Sync {
 
     /// Every named operator, revoked ones too, oldest first.
     fn operators(&self) -> BoxFuture<'_, Result<Vec<OperatorRecord>>>;
+
+    /// A page of the HITL inbox: requests of one outcome (of one executor's missions), in the order
+    /// they were asked.
+    fn inbox<'a>(&'a self, q: &'a HitlQuery) -> BoxFuture<'a, Result<Vec<AskedRequest>>>;
 
     /// A page of the audit trail, newest first.
     fn audit<'a>(&'a self, q: &'a AuditQuery) -> BoxFuture<'a, Result<Vec<AuditRecord>>>;

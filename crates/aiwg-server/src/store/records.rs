@@ -10,7 +10,8 @@ use tokio::sync::oneshot;
 use super::Result;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::{
-    ExecutorRecord, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord, StoredEvent,
+    ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord,
+    StoredEvent,
 };
 
 /// A mission that is not terminal, as the working set is rebuilt from it at start.
@@ -144,6 +145,31 @@ pub struct MissionQuery {
     /// Only missions dispatched before this one (the cursor of the previous page).
     pub before_id: Option<i64>,
     pub limit: u32,
+}
+
+/// Filters of the HITL inbox (`GET /api/v1/hitl`): requests of one outcome, optionally of one
+/// executor's missions, in the order they were asked, after a cursor.
+#[derive(Clone, Debug)]
+pub struct HitlQuery {
+    pub outcome: HitlOutcome,
+    pub executor_id: Option<String>,
+    pub after: Option<HitlCursor>,
+    pub limit: u32,
+}
+
+/// Where a page of the inbox ends: the request's place in the order asked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HitlCursor {
+    pub requested_at: chrono::DateTime<chrono::Utc>,
+    pub mission_id: String,
+    pub hitl_id: String,
+}
+
+/// A request in the inbox, with the executor of its mission.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AskedRequest {
+    pub request: HitlRequest,
+    pub executor_id: Option<String>,
 }
 
 /// Filters of `GET /api/v1/audit`; all optional, combined with AND. Newest first.

@@ -205,6 +205,7 @@ pub(super) fn hitl_from_row<R: Cols>(r: &R) -> Result<HitlRequest> {
         response: r.text_opt("response")?,
         responded_at: time_opt(r, "responded_at")?,
         delivered_at: time_opt(r, "delivered_at")?,
+        answered_by: r.text_opt("answered_by")?,
     })
 }
 

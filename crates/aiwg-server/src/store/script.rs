@@ -148,9 +148,8 @@ impl<'a, B: Builder<'a>> Script<B> {
         }
     }
 
-    /// An executor, sandbox, operator or HITL request upsert, an audit record (or a sandbox or old audit
-    /// records forgotten): the changes written one by
-    /// one, as they come; other changes write nothing here.
+    /// An executor, sandbox, operator or HITL request upsert, an audit record, or a sandbox or old audit
+    /// records forgotten: written one by one, as they come; other changes write nothing here.
     pub(super) fn push_upsert(&mut self, change: &'a Change) {
         match change {
             Change::PutExecutor(e) => self.put_executor(e),
@@ -298,7 +297,7 @@ impl<'a, B: Builder<'a>> Script<B> {
     pub(super) fn put_hitl(&mut self, h: &'a HitlRequest) {
         self.push(
             "INSERT INTO hitl_requests (mission_id, hitl_id, prompt, context, expires_at, requested_at, outcome, \
-             response, responded_at, delivered_at) ",
+             response, responded_at, delivered_at, answered_by) ",
         );
         self.values([h], |b, h| {
             b.bind(h.mission_id.as_str())
@@ -310,12 +309,14 @@ impl<'a, B: Builder<'a>> Script<B> {
                 .bind(h.outcome.as_str())
                 .bind(h.response.as_deref())
                 .bind(h.responded_at.map(clock::format))
-                .bind(h.delivered_at.map(clock::format));
+                .bind(h.delivered_at.map(clock::format))
+                .bind(h.answered_by.as_deref());
         });
         self.push(
             " ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
              expires_at = excluded.expires_at, outcome = excluded.outcome, response = excluded.response, \
-             responded_at = excluded.responded_at, delivered_at = excluded.delivered_at",
+             responded_at = excluded.responded_at, delivered_at = excluded.delivered_at, \
+             answered_by = excluded.answered_by",
         )
         .end();
     }

@@ -14,8 +14,9 @@ use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
 use super::{
-    AuditQuery, AuditRecord, CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission,
-    Mission, MissionQuery, OperatorRecord, ProgressSeen, Result, SandboxRecord, Storage, StoredEvent,
+    AskedRequest, AuditQuery, AuditRecord, CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlQuery,
+    HitlRequest, LiveMission, Mission, MissionQuery, OperatorRecord, ProgressSeen, Result, SandboxRecord, Storage,
+    StoredEvent,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -168,6 +169,10 @@ where
 
     fn operators(&self) -> BoxFuture<'_, Result<Vec<OperatorRecord>>> {
         Box::pin(self.reads.operators())
+    }
+
+    fn inbox<'a>(&'a self, q: &'a HitlQuery) -> BoxFuture<'a, Result<Vec<AskedRequest>>> {
+        Box::pin(self.reads.inbox(q))
     }
 
     fn audit<'a>(&'a self, q: &'a AuditQuery) -> BoxFuture<'a, Result<Vec<AuditRecord>>> {

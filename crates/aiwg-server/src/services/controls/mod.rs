@@ -135,7 +135,8 @@ impl Controls {
         self.ledger.contains(mission_id)
     }
 
-    pub async fn operate(self: &Arc<Self>, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
+    /// Carries out operator `by`'s action on a mission.
+    pub async fn operate(self: &Arc<Self>, mission_id: &str, action: Action<'_>, by: &str) -> Result<ControlOutcome> {
         let now = clock::now();
         if !self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {
             return Err(Error::StorageUnavailable(REREAD.into()));
@@ -143,7 +144,7 @@ impl Controls {
         let slot = self.store.reserve().await?;
         let decided = self.ledger.decide(mission_id, |live| {
             let owner = self.facts(live);
-            let v = match decide_action(live, owner, mission_id, action, now) {
+            let v = match decide_action(live, owner, mission_id, action, by, now) {
                 Ok(v) => v,
                 Err(why) => return (Err(why), None),
             };

@@ -26,17 +26,22 @@ pub(super) struct Owner {
 }
 
 /// Under the ledger lock, without side effects: legality, capability, connectivity, and what the action
-/// records.
+/// of operator `by` records. The event in the log names `by` (our extension, for the people reading a
+/// timeline); the frame to the executor is the contract's, without it.
 pub(super) fn decide_action(
     live: &Live,
     owner: Owner,
     mission_id: &str,
     action: Action<'_>,
+    by: &str,
     now: DateTime<Utc>,
 ) -> std::result::Result<Verdict, Why> {
     let to = target(live, owner, mission_id, action)?;
     let answered = match action {
-        Action::Answer { hitl_id, response } => Some(answer(live, mission_id, hitl_id, response, now)?),
+        Action::Answer { hitl_id, response } => {
+            let answered = answer(live, mission_id, hitl_id, response, now)?;
+            Some(HitlRequest { answered_by: Some(by.to_owned()), ..answered })
+        }
         _ => None,
     };
     if action.control() != Control::Abort && !owner.connected {
@@ -45,9 +50,15 @@ pub(super) fn decide_action(
             live.executor_id()
         ))));
     }
-    let recorded = said(action, now).record(live.executor_id(), mission_id, to, now);
+    let mut recorded = said(action, now).record(live.executor_id(), mission_id, to, now);
     let frame = recorded.event.frame();
     let data = recorded.event.data.clone();
+    if let Some(fields) = recorded.event.data.as_object_mut() {
+        fields.insert("by".into(), by.into());
+        if let Some(a) = &answered {
+            fields.insert("waited_s".into(), (now - a.requested_at).num_seconds().max(0).into());
+        }
+    }
     let mut changes = Change::recorded(recorded);
     if let Some(a) = &answered {
         changes.push(Change::PutHitl(Box::new(a.clone())));
@@ -168,7 +179,7 @@ mod tests {
     const ABLE: Owner = Owner { abilities: DECLARED, connected: true };
 
     fn verdict(live: &Live, owner: Owner, action: Action<'_>) -> std::result::Result<Verdict, Error> {
-        decide_action(live, owner, "m1", action, now()).map_err(|why| match why {
+        decide_action(live, owner, "m1", action, "alice", now()).map_err(|why| match why {
             Refused(e) => e,
             Expired(h) => Error::Conflict(format!("expired {}", h.hitl_id)),
         })
@@ -186,6 +197,7 @@ mod tests {
             response: None,
             responded_at: None,
             delivered_at: None,
+            answered_by: None,
         }
     }
 
@@ -240,7 +252,7 @@ mod tests {
         let answered = v.answered.unwrap();
         assert_eq!((answered.outcome, answered.response.as_deref()), (HitlOutcome::Answered, Some("yes")));
         live.track_hitl(Some(pending("h1", Some("2026-11-30T11:00:00.000Z"))), false);
-        let late = decide_action(&live, ABLE, "m1", Action::Answer { hitl_id: "h1", response: "yes" }, now());
+        let late = decide_action(&live, ABLE, "m1", Action::Answer { hitl_id: "h1", response: "yes" }, "alice", now());
         assert!(matches!(late, Err(Expired(_))));
     }
 

@@ -21,8 +21,8 @@ use super::rows::{
     parse_json, parse_state, sandbox_from_row, Cols,
 };
 use crate::store::{
-    AuditQuery, Compaction, EventPage, EventQuery, ExecutorRecord, HitlRequest, LiveMission, Mission, MissionQuery,
-    ProgressSeen, Result, SandboxRecord, StoredEvent,
+    AskedRequest, AuditQuery, Compaction, EventPage, EventQuery, ExecutorRecord, HitlQuery, HitlRequest, LiveMission,
+    Mission, MissionQuery, ProgressSeen, Result, SandboxRecord, StoredEvent,
 };
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::{progress_key, MissionState};
@@ -408,6 +408,15 @@ where
     pub(super) async fn operators(&self) -> Result<Vec<OperatorRecord>> {
         let rows = sqlx::query("SELECT * FROM operators ORDER BY created_at, name").fetch_all(&self.pool).await?;
         rows.iter().map(located("operators", "name", operator_from_row)).collect()
+    }
+
+    pub(super) async fn inbox(&self, q: &HitlQuery) -> Result<Vec<AskedRequest>> {
+        let (sql, texts) = queries::inbox(q);
+        let query = texts.into_iter().fold(sqlx::query(&sql), |query, text| query.bind(text));
+        let rows = query.bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
+        let asked =
+            |r: &DB::Row| Ok(AskedRequest { request: hitl_from_row(r)?, executor_id: r.text_opt("mission_executor")? });
+        rows.iter().map(located("hitl_requests", "hitl_id", asked)).collect()
     }
 
     pub(super) async fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>> {

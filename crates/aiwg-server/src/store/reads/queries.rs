@@ -7,7 +7,7 @@
 
 use std::sync::LazyLock;
 
-use crate::store::{AuditQuery, HitlOutcome};
+use crate::store::{AuditQuery, HitlOutcome, HitlQuery};
 use aiwg_contract::clock;
 use aiwg_contract::EventType;
 use aiwg_domain::MissionState;
@@ -108,5 +108,26 @@ pub(super) fn audit(q: &AuditQuery) -> (String, Vec<String>) {
         sql.push_str(&format!(" AND seq < ${n}"));
     }
     sql.push_str(&format!(" ORDER BY seq DESC LIMIT ${}", n + 1));
+    (sql, texts)
+}
+
+/// The query of a page of the HITL inbox, in the order asked, and the texts it binds in order (then
+/// the limit).
+pub(super) fn inbox(q: &HitlQuery) -> (String, Vec<String>) {
+    let mut sql = String::from(
+        "SELECT h.*, m.executor_id AS mission_executor FROM hitl_requests h \
+         JOIN missions m ON m.mission_id = h.mission_id WHERE h.outcome = $1",
+    );
+    let mut texts = vec![q.outcome.as_str().to_owned()];
+    if let Some(executor_id) = &q.executor_id {
+        texts.push(executor_id.clone());
+        sql.push_str(&format!(" AND m.executor_id = ${}", texts.len()));
+    }
+    if let Some(after) = &q.after {
+        let n = texts.len();
+        sql.push_str(&format!(" AND (h.requested_at, h.mission_id, h.hitl_id) > (${}, ${}, ${})", n + 1, n + 2, n + 3));
+        texts.extend([clock::format(after.requested_at), after.mission_id.clone(), after.hitl_id.clone()]);
+    }
+    sql.push_str(&format!(" ORDER BY h.requested_at, h.mission_id, h.hitl_id LIMIT ${}", texts.len() + 1));
     (sql, texts)
 }
