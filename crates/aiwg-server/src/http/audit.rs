@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::ErrorCode;
-use super::extract::{Admin, Params};
+use super::extract::{page_limit, Admin, Params};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::operators::Who;
@@ -127,10 +127,7 @@ async fn list(_: Admin, State(app): State<Arc<App>>, Params(p): Params<ListParam
         v.map(|s| clock::parse(&s).ok_or_else(|| Error::InvalidQuery(format!("{name} {s:?} is not an RFC 3339 time"))))
             .transpose()
     };
-    let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_LIMIT}")));
-    }
+    let limit = page_limit(p.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let before_seq = match p.cursor {
         Some(c) => Some(
             crate::views::untag_cursor('a', &c)

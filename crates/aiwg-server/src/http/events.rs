@@ -21,7 +21,7 @@ use futures_util::stream;
 use futures_util::StreamExt;
 use serde::Deserialize;
 
-use super::extract::{Bearer, Params};
+use super::extract::{page_limit, Bearer, Params};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::feed::{self as log, Filter, Next};
@@ -83,10 +83,7 @@ async fn sse(
     let (since, filter) = open(&app, p, bearer, last_event_id).await?;
     app.feed.resumable(since, &filter).await?;
     if !follow {
-        let limit = limit.unwrap_or(PAGE_DEFAULT);
-        if !(1..=PAGE_MAX).contains(&limit) {
-            return Err(Error::InvalidQuery(format!("limit must be between 1 and {PAGE_MAX}")));
-        }
+        let limit = page_limit(limit, PAGE_DEFAULT, PAGE_MAX)?;
         let max_bytes = max_bytes.unwrap_or(PAGE_BYTES_DEFAULT);
         if !(PAGE_BYTES_MIN..=PAGE_BYTES_MAX).contains(&max_bytes) {
             return Err(Error::InvalidQuery(format!(

@@ -282,6 +282,14 @@ impl<N: Needs> FromRequestParts<Arc<App>> for Caller<N> {
     }
 }
 
+/// A listing's `?limit=`: `default` when absent, refused (`invalid_query`) outside 1 to `max`.
+pub(super) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u32, Error> {
+    match limit.unwrap_or(default) {
+        limit if (1..=max).contains(&limit) => Ok(limit),
+        _ => Err(Error::InvalidQuery(format!("limit must be between 1 and {max}"))),
+    }
+}
+
 /// `?limit=&cursor=` of a listing whose cursor is a position (executors, sandboxes): the page's start
 /// and size. Without `limit`, the whole listing (bounded by `server.max_executors` and
 /// `server.max_sandboxes`): a client written for upstream, which does not page, gets every executor.

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Deserialize;
 
-use super::extract::{Params, Viewer};
+use super::extract::{page_limit, Params, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::store::{HitlCursor, HitlQuery};
@@ -40,10 +40,7 @@ async fn inbox(_: Viewer, State(app): State<Arc<App>>, Params(p): Params<InboxPa
     let outcome = HitlOutcome::parse(state).ok_or_else(|| {
         Error::InvalidQuery(format!("state {state:?} is not one of pending, answered, expired, withdrawn"))
     })?;
-    let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_LIMIT}")));
-    }
+    let limit = page_limit(p.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let after = match p.cursor {
         Some(c) => Some(decode(&c).ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into()))?),
         None => None,

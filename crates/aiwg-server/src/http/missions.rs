@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::audit::Acted;
 use super::etag;
-use super::extract::{Caller, Contract, MissionRef, Operator, Params, PathId, Viewer};
+use super::extract::{page_limit, Caller, Contract, MissionRef, Operator, Params, PathId, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::controls::{Action, ControlOutcome};
@@ -115,10 +115,7 @@ async fn list(
         .cursor
         .map(|c| decode_cursor(&c).ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into())))
         .transpose()?;
-    let limit = p.limit.unwrap_or(DEFAULT_PAGE);
-    if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(Error::InvalidQuery(format!("limit must be between 1 and {MAX_PAGE}")));
-    }
+    let limit = page_limit(p.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let executor_id = p.executor_id.as_deref().map(canonical_id);
     let query = MissionQuery { states, executor_id, session_id: p.session_id, updated_since, before_id, limit };
     Ok(etag::respond(&headers, &app.status.missions(query).await?))
