@@ -370,3 +370,47 @@ async fn dispatch_as(server: &TestServer, e: &mut ScriptedExecutor, token: &str)
     e.next_dispatch().await;
     body["mission_id"].as_str().unwrap().to_owned()
 }
+
+/// The inbox lists what waits and is answered in place; the tab's title counts the questions; a question
+/// that arrives while the tab is in the background becomes a notification (permission granted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_answers_in_place_and_a_question_in_the_background_notifies() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["hitl"]).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
+    browser.goto(&format!("{}/#/inbox", server.base)).await;
+    browser.wait_text("#live", "live").await;
+    browser.wait_text("main", "Nothing waits for an answer.").await;
+    assert_eq!(browser.script("return Notification.permission", vec![]).await, "granted");
+    // The tab loses focus; what the page asks the browser to show is also written where the test reads it.
+    let watch = "const Real = window.Notification;\
+        window.Notification = class extends Real {\
+          constructor(title, options) { super(title, options);\
+            const p = document.createElement('p'); p.id = 'shown'; p.textContent = `${title} | ${options.body}`;\
+            document.body.append(p); } };\
+        document.hasFocus = () => false; return null";
+    browser.script(watch, vec![]).await;
+
+    ws.ack("mission.hitl_required", &id, json!({"hitl_id": "h-1", "prompt": "Ship <b>it</b>?"})).await;
+    let shown = browser.wait_text("#shown", "Ship").await.text().await;
+    assert_eq!(shown, format!("A question on mission {id} | Ship <b>it</b>?"), "the prompt as text");
+    browser.wait_text(&format!("tr[data-mission='{id}']"), "Ship <b>it</b>?").await;
+    browser.wait_text("#inbox-count", "1").await;
+    assert_eq!(browser.script("return document.title", vec![]).await, "(1) aiwg-serve");
+    // The test's own record of the notification is not part of the page.
+    browser.script("document.getElementById('shown').remove(); return null", vec![]).await;
+    browser.screenshot(&shot("inbox")).await;
+
+    browser.find(&format!("tr[data-mission='{id}'] input")).await.send_keys("yes").await;
+    browser.find(&format!("tr[data-mission='{id}'] button")).await.click().await;
+    let frame = ws.next_pushed().await;
+    assert_eq!(
+        (frame["event"].as_str(), frame["data"]["response"].as_str()),
+        (Some("mission.hitl_responded"), Some("yes"))
+    );
+    browser.wait_gone(&format!("tr[data-mission='{id}']")).await;
+    browser.wait_text("main", "Nothing waits for an answer.").await;
+    browser.wait_gone("#inbox-count:not(:empty)").await;
+    assert_eq!(browser.script("return document.title", vec![]).await, "aiwg-serve");
+}

@@ -99,7 +99,10 @@ impl Browser {
         let caps = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "goog:loggingPrefs": {"browser": "SEVERE"},
-            "goog:chromeOptions": {"binary": CHROMIUM, "args": [
+            // Notifications allowed, as an operator who clicked "Notify me" would have them.
+            "goog:chromeOptions": {"binary": CHROMIUM,
+                "prefs": {"profile.default_content_setting_values.notifications": 1},
+                "args": [
                 "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                 "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())]},
         }}});

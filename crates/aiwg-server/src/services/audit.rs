@@ -3,7 +3,7 @@
 //! (`http::audit`); this keeps it and reads it back.
 
 use crate::error::Result;
-use crate::store::{AuditQuery, AuditRecord, Change, Store};
+use crate::store::{AuditQuery, AuditRecord, Change, Store, StoreError};
 
 pub struct Audit {
     store: Store,
@@ -14,9 +14,12 @@ impl Audit {
         Audit { store }
     }
 
-    /// Keeps a record, committed before the call is answered: whoever reads the trail after an answer
-    /// finds its call there. A store that fails it is logged, with the record, so that the log still
-    /// has it; the call it records has happened whatever becomes of it.
+    /// Queues a record behind what the call itself committed, without waiting for its commit: a
+    /// state-changing call pays no second commit round for its record (a client that waits for each
+    /// answer would wait for two; see docs/performance.md, "The audit trail"). Units commit in the
+    /// order queued, so the record is never ahead of the call, and [`Audit::page`] waits for what was
+    /// queued before it: whoever reads the trail after an answer finds its call. A record that fails to
+    /// commit is logged, with its content, so that the log still has it.
     pub async fn record(&self, record: AuditRecord) {
         let summary = format!(
             "{} {} by {} from {}: {} {}",
@@ -27,13 +30,21 @@ impl Audit {
             record.status,
             record.outcome
         );
-        if let Err(e) = self.store.commit(vec![Change::AppendAudit(Box::new(record))]).await {
-            tracing::error!(error = %e, record = summary, "an audit record could not be stored");
-        }
+        let queued = match self.store.reserve().await {
+            Ok(slot) => slot.submit(vec![Change::AppendAudit(Box::new(record))]),
+            Err(e) => return tracing::error!(error = %e, record = summary, "an audit record could not be stored"),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = queued.await.unwrap_or(Err(StoreError::WriterGone)) {
+                tracing::error!(error = %e, record = summary, "an audit record could not be stored");
+            }
+        });
     }
 
-    /// A page of the trail, newest first.
+    /// A page of the trail, newest first, once every record queued before is committed (an empty unit
+    /// commits after them).
     pub async fn page(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>> {
+        self.store.commit(Vec::new()).await?;
         Ok(self.store.audit(q).await?)
     }
 }

@@ -33,6 +33,8 @@ const view = document.getElementById('view');
 const overviewEl = document.getElementById('overview');
 const liveEl = document.getElementById('live');
 const signOutButton = document.getElementById('sign-out');
+const notifyButton = document.getElementById('notify');
+const inboxCount = document.getElementById('inbox-count');
 
 // ---------------------------------------------------------------------------------------------------
 // DOM: elements from data, text only.
@@ -320,6 +322,11 @@ const refreshOverview = throttle(async () => {
 }, 1000);
 
 function renderOverview(o) {
+  // One pending question per mission that waits for one: the tab's title counts them, so a pinned tab
+  // says there is something to answer.
+  const waiting = o.missions['hitl-required'] ?? 0;
+  document.title = waiting > 0 ? `(${waiting}) aiwg-serve` : 'aiwg-serve';
+  inboxCount.textContent = waiting > 0 ? String(waiting) : '';
   overviewEl.replaceChildren(h(
     'ul',
     { class: 'counts' },
@@ -920,6 +927,79 @@ function eventsPage() {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Notifications: a question that arrives while the tab is in the background reaches the operator at
+// once. The browser's permission is asked once, on the operator's click (browsers ignore a request
+// nobody clicked for); the prompt is shown as the notification's text, which browsers never render as
+// markup.
+
+function offerNotifications() {
+  notifyButton.hidden = !('Notification' in window) || Notification.permission !== 'default';
+}
+
+notifyButton.addEventListener('click', async () => {
+  await Notification.requestPermission();
+  offerNotifications();
+});
+
+function notifyQuestion(item) {
+  const e = item.envelope;
+  if (e.event !== 'mission.hitl_required' || !('Notification' in window)) return;
+  if (Notification.permission !== 'granted' || (document.visibilityState === 'visible' && document.hasFocus())) return;
+  const data = e.data || {};
+  const n = new Notification(`A question on mission ${e.mission_id}`, { body: String(data.prompt ?? ''), tag: `hitl-${e.mission_id}` });
+  n.onclick = () => { window.focus(); location.hash = `#/missions/${encodeURIComponent(e.mission_id)}`; n.close(); };
+}
+
+// The inbox: the questions agents wait on, across missions, oldest first, each answerable in place.
+function inboxPage() {
+  let alive = true;
+  const empty = h('p', { class: 'note' });
+  const requests = table('Pending HITL requests', ['Mission', 'Executor', 'Asked', 'Waited', 'Question', 'Answer'], []);
+  const body = requests.querySelector('tbody');
+  page('Inbox', h('p', { class: 'note' }, 'Questions agents wait on, oldest first.'), empty, requests);
+  const refresh = throttle(async () => {
+    const r = await api('GET', '/api/v1/hitl?limit=500').catch(() => null);
+    if (!alive || !r || !r.ok) return;
+    const now = Date.now();
+    fill(empty, r.data.requests.length ? '' : 'Nothing waits for an answer.');
+    fill(body, r.data.requests.map((q) => inboxRow(q, now, refresh)));
+  }, REFRESH_MS);
+  refresh();
+  return {
+    // A question asked, answered, expired or withdrawn with its mission's end: any mission's event.
+    onEvent: (item) => { if (item.envelope.mission_id) refresh(); },
+    refresh,
+    dispose: () => { alive = false; },
+  };
+}
+
+function inboxRow(q, now, refresh) {
+  const answer = h('input', { type: 'text', 'aria-label': `Answer to ${q.hitl_id}`, required: true });
+  const status = h('span', { class: 'note', role: 'status' });
+  const waited = Math.max(0, Math.round((now - new Date(q.requested_at).getTime()) / 1000));
+  const form = h('form', {
+    class: 'answer',
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      const r = await api('POST', `/api/v1/missions/${encodeURIComponent(q.mission_id)}/hitl_response`,
+        { hitl_id: q.hitl_id, response: answer.value });
+      fill(status, r.ok ? 'answered' : describeError(r));
+      if (r.ok) refresh();
+    },
+  }, answer, h('button', { type: 'submit' }, 'Answer'), status);
+  return h(
+    'tr',
+    { 'data-mission': q.mission_id, 'data-hitl': q.hitl_id },
+    h('td', {}, missionLink(q.mission_id)),
+    h('td', {}, q.executor_name || q.executor_id || ''),
+    h('td', {}, time(q.requested_at)),
+    h('td', {}, `${Math.floor(waited / 60)}m ${String(waited % 60).padStart(2, '0')}s`),
+    h('td', {}, q.prompt, q.context ? h('div', { class: 'note' }, q.context) : ''),
+    h('td', {}, form),
+  );
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Routing between pages (in the fragment, so that serve needs one page) and the start.
 
 function route() {
@@ -937,12 +1017,14 @@ function route() {
   else if (name === 'fleet') current = fleetPage();
   else if (name === 'dispatch') current = dispatchPage();
   else if (name === 'events') current = eventsPage();
+  else if (name === 'inbox') current = inboxPage();
   else current = missionsPage(params);
   const heading = view.querySelector('h1');
   if (heading && document.activeElement !== document.body) heading.focus();
 }
 
 live.listeners.add((item) => {
+  notifyQuestion(item);
   refreshOverview();
   if (current) current.onEvent(item);
 });
@@ -964,6 +1046,7 @@ async function boot() {
   }
   signingIn = false;
   signOutButton.hidden = !sessionStorage.getItem(TOKEN_KEY);
+  offerNotifications();
   renderOverview(r.data);
   live.start(r.data.last_seq);
   route();
