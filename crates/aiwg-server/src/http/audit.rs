@@ -12,7 +12,7 @@
 //! refused call acted on nothing.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath, RawPathParams, Request, State};
 use axum::http::Method;
@@ -23,50 +23,16 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::acted::{Acted, Seen, Slot};
 use super::error::ErrorCode;
 use super::extract::{page_limit, Admin, Params};
 use crate::app::App;
 use crate::error::{Error, Result};
-use crate::services::operators::Who;
 use crate::store::{AuditQuery, AuditRecord};
 use aiwg_contract::clock;
 
 pub(super) fn router() -> Router<Arc<App>> {
     Router::new().route("/api/v1/audit", get(list))
-}
-
-/// What the extractors of a call learnt for its record.
-#[derive(Clone, Default)]
-pub(super) struct Slot(Arc<Mutex<Seen>>);
-
-#[derive(Default)]
-struct Seen {
-    /// The operator extractor ran: `Some(None)` when it knew no operator (401).
-    caller: Option<Option<Who>>,
-    acted: Acted,
-}
-
-impl Slot {
-    pub(super) fn saw(&self, who: Option<Who>) {
-        self.0.lock().expect("audit slot").caller = Some(who);
-    }
-
-    pub(super) fn acted_on(&self, acted: Acted) {
-        let mut seen = self.0.lock().expect("audit slot");
-        seen.acted.mission_id = acted.mission_id.or(seen.acted.mission_id.take());
-        seen.acted.executor_id = acted.executor_id.or(seen.acted.executor_id.take());
-    }
-
-    fn take(&self) -> Seen {
-        std::mem::take(&mut *self.0.lock().expect("audit slot"))
-    }
-}
-
-/// The mission and executor a call acted on, as its handler resolved them.
-#[derive(Clone, Debug, Default)]
-pub(super) struct Acted {
-    pub mission_id: Option<String>,
-    pub executor_id: Option<String>,
 }
 
 /// Records the state-changing operator calls (the route layer of every route).

@@ -11,7 +11,7 @@ use axum::{Extension, Json, Router};
 use serde::Serialize;
 use serde_json::json;
 
-use super::audit::Acted;
+use super::acted::Acted;
 use super::etag;
 use super::extract::{Admin, Bearer, Contract, ExecutorId, ExecutorRef, Page, PathId, SocketUpgrade, Viewer};
 use crate::app::App;

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::audit::Acted;
+use super::acted::{Acted, Slot};
 use crate::app::App;
 use crate::error::Error;
 use crate::services::operators::Who;
@@ -173,7 +173,7 @@ impl FromRequestParts<Arc<App>> for ExecutorRef {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
         let PathId(reference) = PathId::from_request_parts(parts, app).await?;
         let id = app.registry.resolve(&reference)?;
-        if let Some(slot) = parts.extensions.get::<super::audit::Slot>() {
+        if let Some(slot) = parts.extensions.get::<Slot>() {
             slot.acted_on(Acted { executor_id: Some(id.clone()), ..Acted::default() });
         }
         Ok(ExecutorRef(id))
@@ -189,7 +189,7 @@ impl FromRequestParts<Arc<App>> for MissionRef {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
         let PathId(reference) = PathId::from_request_parts(parts, app).await?;
         let id = MissionRef::resolve(app, reference).await?;
-        if let Some(slot) = parts.extensions.get::<super::audit::Slot>() {
+        if let Some(slot) = parts.extensions.get::<Slot>() {
             slot.acted_on(Acted { mission_id: Some(id.clone()), ..Acted::default() });
         }
         Ok(MissionRef(id))
@@ -269,7 +269,7 @@ impl<N: Needs> FromRequestParts<Arc<App>> for Caller<N> {
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Error> {
         let Bearer(token) = Bearer::from_request_parts(parts, app).await?;
-        let slot = parts.extensions.get::<super::audit::Slot>().cloned();
+        let slot = parts.extensions.get::<Slot>().cloned();
         let who = app.operators.caller(token.as_deref()).await;
         // The audit trail learns who called before their role is judged: a refusal is recorded with
         // the name it refused.

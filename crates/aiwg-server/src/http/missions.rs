@@ -9,7 +9,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 
-use super::audit::Acted;
+use super::acted::Acted;
 use super::etag;
 use super::extract::{page_limit, Caller, Contract, MissionRef, Operator, Params, PathId, Viewer};
 use crate::app::App;

@@ -1,6 +1,7 @@
 //! The HTTP and WebSocket edge: one router per resource, merged here, with the shared state injected
 //! once. Handlers translate between HTTP and the domain; they hold no business logic.
 
+mod acted;
 mod audit;
 mod error;
 mod etag;

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::audit::Acted;
+use super::acted::Acted;
 use super::extract::{Contract, Operator, PathId};
 use crate::app::App;
 use crate::error::Result;

@@ -59,12 +59,15 @@ impl Retention {
         Retention { store, config, running: tokio::sync::Mutex::new(()), full: Default::default() }
     }
 
-    /// Runs a pass every `interval_s`, and whenever the store is found above its cap, until `shutdown`.
+    /// Runs a pass every `interval_s`, the first one interval after start (a restart is no moment to
+    /// add work, and a pass then would race whatever is asked of serve first), and whenever the store
+    /// is found above its cap, until `shutdown`.
     pub fn start(self: &Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let retention = self.clone();
         let cap = retention.config.max_store_bytes;
         tokio::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_secs(retention.config.interval_s));
+            let period = Duration::from_secs(retention.config.interval_s);
+            let mut every = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut check = tokio::time::interval(CAP_CHECK);
             check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
