@@ -25,9 +25,9 @@ use serde_json::json;
 
 use super::acted::{Acted, Seen, Slot};
 use super::error::ErrorCode;
-use super::extract::{page_limit, Admin, Params};
+use super::extract::{cursor_param, page_limit, time_param, Admin, Params};
 use crate::app::App;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::{AuditQuery, AuditRecord};
 use aiwg_contract::clock;
 
@@ -89,24 +89,14 @@ const DEFAULT_LIMIT: u32 = 50;
 const MAX_LIMIT: u32 = 500;
 
 async fn list(_: Admin, State(app): State<Arc<App>>, Params(p): Params<ListParams>) -> Result<Json<serde_json::Value>> {
-    let time = |name: &str, v: Option<String>| {
-        v.map(|s| clock::parse(&s).ok_or_else(|| Error::InvalidQuery(format!("{name} {s:?} is not an RFC 3339 time"))))
-            .transpose()
-    };
     let limit = page_limit(p.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let before_seq = match p.cursor {
-        Some(c) => Some(
-            crate::views::untag_cursor('a', &c)
-                .ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into()))?,
-        ),
-        None => None,
-    };
+    let before_seq = cursor_param(p.cursor, |c| crate::views::untag_cursor('a', c))?;
     let q = AuditQuery {
         operator: p.operator,
         mission_id: p.mission_id,
         executor_id: p.executor_id,
-        since: time("since", p.since)?,
-        until: time("until", p.until)?,
+        since: time_param("since", p.since)?,
+        until: time_param("until", p.until)?,
         before_seq,
         limit: limit + 1,
     };

@@ -9,6 +9,7 @@ use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::request::Parts;
+use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,7 +18,7 @@ use super::acted::{Acted, Slot};
 use crate::app::App;
 use crate::error::Error;
 use crate::services::operators::Who;
-use aiwg_contract::tokens;
+use aiwg_contract::{clock, tokens};
 use aiwg_contract::{DispatchPayload, HitlResponsePayload, RegisterPayload};
 use aiwg_domain::canonical_id;
 use aiwg_domain::operators::Role;
@@ -282,6 +283,27 @@ impl<N: Needs> FromRequestParts<Arc<App>> for Caller<N> {
     }
 }
 
+/// A listing's `?cursor=`, read by `decode`; one this server did not issue is `invalid_query`.
+pub(super) fn cursor_param<T>(
+    cursor: Option<String>,
+    decode: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, Error> {
+    cursor
+        .map(|c| decode(&c).ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into())))
+        .transpose()
+}
+
+/// A time in a query (`updated_since`, `since`, ...): any RFC 3339 text, normalized as stored times
+/// are, so that comparing it with them as text compares times (a year past 9999 is clamped).
+pub(super) fn time_param(name: &str, value: Option<String>) -> Result<Option<DateTime<Utc>>, Error> {
+    value
+        .map(|s| {
+            clock::normalize(&s)
+                .ok_or_else(|| Error::InvalidQuery(format!("{name} {s:?} is not an RFC 3339 timestamp")))
+        })
+        .transpose()
+}
+
 /// A listing's `?limit=`: `default` when absent, refused (`invalid_query`) outside 1 to `max`.
 pub(super) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> Result<u32, Error> {
     match limit.unwrap_or(default) {
@@ -312,12 +334,7 @@ pub(super) const MAX_LISTED: usize = 1000;
 impl Page {
     pub(super) fn parse(query: Option<&str>, tag: char) -> Result<Page, Error> {
         let params: PageParams = serde_urlencoded_from(query.unwrap_or(""))?;
-        let from = match params.cursor {
-            Some(c) => crate::views::untag_cursor(tag, &c)
-                .ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into()))?
-                as usize,
-            None => 0,
-        };
+        let from = cursor_param(params.cursor, |c| crate::views::untag_cursor(tag, c))?.unwrap_or(0) as usize;
         let limit = match params.limit {
             None => usize::MAX,
             Some(limit) if (1..=MAX_LISTED).contains(&limit) => limit,

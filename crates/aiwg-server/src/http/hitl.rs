@@ -11,7 +11,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::Deserialize;
 
-use super::extract::{page_limit, Params, Viewer};
+use super::extract::{cursor_param, page_limit, Params, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::store::{HitlCursor, HitlQuery};
@@ -41,10 +41,7 @@ async fn inbox(_: Viewer, State(app): State<Arc<App>>, Params(p): Params<InboxPa
         Error::InvalidQuery(format!("state {state:?} is not one of pending, answered, expired, withdrawn"))
     })?;
     let limit = page_limit(p.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let after = match p.cursor {
-        Some(c) => Some(decode(&c).ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into()))?),
-        None => None,
-    };
+    let after = cursor_param(p.cursor, decode)?;
     // An executor is named as on every operator route: its id, its name, or a unique start of its id.
     let executor_id = p.executor_id.map(|e| app.registry.resolve(&e)).transpose()?;
     let (requests, next) = app.status.inbox(HitlQuery { outcome, executor_id, after, limit }).await?;

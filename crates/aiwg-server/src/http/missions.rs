@@ -11,14 +11,15 @@ use serde::Deserialize;
 
 use super::acted::Acted;
 use super::etag;
-use super::extract::{page_limit, Caller, Contract, MissionRef, Operator, Params, PathId, Viewer};
+use super::extract::{
+    cursor_param, page_limit, time_param, Caller, Contract, MissionRef, Operator, Params, PathId, Viewer,
+};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::controls::{Action, ControlOutcome};
 use crate::services::operators::Who;
 use crate::store::MissionQuery;
 use crate::views::decode_cursor;
-use aiwg_contract::clock;
 use aiwg_contract::HitlResponsePayload;
 use aiwg_domain::{canonical_id, MissionState};
 
@@ -104,17 +105,8 @@ async fn list(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let updated_since = p
-        .updated_since
-        .map(|s| {
-            clock::normalize(&s)
-                .ok_or_else(|| Error::InvalidQuery(format!("updated_since {s:?} is not an RFC 3339 timestamp")))
-        })
-        .transpose()?;
-    let before_id = p
-        .cursor
-        .map(|c| decode_cursor(&c).ok_or_else(|| Error::InvalidQuery("cursor is not one this server issued".into())))
-        .transpose()?;
+    let updated_since = time_param("updated_since", p.updated_since)?;
+    let before_id = cursor_param(p.cursor, decode_cursor)?;
     let limit = page_limit(p.limit, DEFAULT_PAGE, MAX_PAGE)?;
     let executor_id = p.executor_id.as_deref().map(canonical_id);
     let query = MissionQuery { states, executor_id, session_id: p.session_id, updated_since, before_id, limit };
