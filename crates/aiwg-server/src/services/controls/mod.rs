@@ -304,15 +304,15 @@ impl Controls {
         let said = ServeEvent::ending(MissionState::Failed, "hitl_expired", error);
         // The store failing, the expiry is tried again when an operator answers the request (it is
         // refused as expired) or serve restarts (the deadline is re-armed).
-        let mut said = Some(said);
         let judge = |live: &Live| {
             let asking =
                 live.state() == MissionState::HitlRequired && live.hitl().is_some_and(|h| h.hitl_id == hitl_id);
-            let said = said.take().filter(|_| asking)?;
-            Some(Verdict::new(said, MissionState::Failed).expiring_hitl())
+            asking.then(|| Verdict::new(said, MissionState::Failed).expiring_hitl())
         };
-        let Ok(moved) = self.ledger.serve_decides(None, &[mission_id], judge, Vec::new()).await else { return };
-        let Some(Moved { executor_id: owner, .. }) = moved.into_iter().next() else { return };
+        let Ok(Some(Moved { executor_id: owner, .. })) = self.ledger.serve_decides_one(None, mission_id, judge).await
+        else {
+            return;
+        };
         tracing::info!(mission_id, hitl_id, "HITL request expired; mission failed");
         let abort = ServeEvent::Aborted { by: AbortedBy::System, reason: "hitl_expired" };
         self.registry.send(&owner, abort.frame(&owner, mission_id, clock::now()));

@@ -192,10 +192,9 @@ impl Handout {
         let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
         let patch = MissionPatch { routing: Some(record.kept(&self.registry)), ..MissionPatch::default() };
         let routing = Change::PatchMission { mission_id: mission_id.to_owned(), patch };
-        let mut verdict = Some(Verdict::new(said, MissionState::Failed).with(routing));
-        let judge = |live: &Live| verdict.take().filter(|_| live.state() == MissionState::Assigned);
-        let moved = self.ledger.serve_decides(Some(executor_id), &[mission_id], judge, Vec::new()).await?;
-        if moved.is_empty() {
+        let verdict = Verdict::new(said, MissionState::Failed).with(routing);
+        let judge = |live: &Live| (live.state() == MissionState::Assigned).then_some(verdict);
+        if self.ledger.serve_decides_one(Some(executor_id), mission_id, judge).await?.is_none() {
             // The executor reported on the mission while we waited: it took it after all.
             return Ok(Dispatched::assigned(mission_id, executor_id, None));
         }

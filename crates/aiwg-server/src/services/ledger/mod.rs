@@ -426,17 +426,27 @@ impl Ledger {
         outcome.map(|_| moved)
     }
 
-    /// One mission serve moves on `executor_id`'s behalf (see [`Ledger::serve_decides`]); `None` when
-    /// the judge left it alone, another executor holds it, or the commit failed.
+    /// One mission serve decides about (see [`Ledger::serve_decides`]): `None` when the judge left it
+    /// alone or another executor holds it.
+    pub(crate) async fn serve_decides_one(
+        self: &Arc<Self>,
+        owner: Option<&str>,
+        mission_id: &str,
+        judge: impl FnOnce(&Live) -> Option<Verdict>,
+    ) -> std::result::Result<Option<Moved>, StoreError> {
+        let mut judge = Some(judge);
+        let judge = |live: &Live| judge.take().and_then(|j| j(live));
+        Ok(self.serve_decides(owner, &[mission_id], judge, Vec::new()).await?.pop())
+    }
+
+    /// One mission serve moves on `executor_id`'s behalf; `None` also when the commit failed.
     pub(crate) async fn transition_as_serve(
         self: &Arc<Self>,
         executor_id: &str,
         mission_id: &str,
         judge: impl FnOnce(&Live) -> Option<Verdict>,
     ) -> Option<Moved> {
-        let mut judge = Some(judge);
-        let judge = |live: &Live| judge.take().and_then(|j| j(live));
-        self.serve_decides(Some(executor_id), &[mission_id], judge, Vec::new()).await.ok()?.pop()
+        self.serve_decides_one(Some(executor_id), mission_id, judge).await.ok().flatten()
     }
 }
 
