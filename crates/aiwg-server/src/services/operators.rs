@@ -111,12 +111,16 @@ impl Operators {
     }
 
     /// Reads the stored operators again when this replica's copy is older than [`REFRESH`] (or
-    /// `now`). A store that fails leaves the copy as it was: a storage outage does not lock operators
-    /// out, nor let a revoked one back in.
+    /// `now`). The first call to find it stale reads it; the calls meanwhile go on with the copy they
+    /// have, rather than all reading the store at once. A store that fails leaves the copy as it was:
+    /// a storage outage does not lock operators out, nor let a revoked one back in.
     async fn refresh(&self, now: bool) {
-        let stale = now || self.stored.lock().expect("operators lock").read_at.elapsed() >= REFRESH;
-        if !stale {
-            return;
+        {
+            let mut stored = self.stored.lock().expect("operators lock");
+            if !now && stored.read_at.elapsed() < REFRESH {
+                return;
+            }
+            stored.read_at = Instant::now();
         }
         match Operators::active(&self.store).await {
             Ok(active) => *self.stored.lock().expect("operators lock") = Stored { active, read_at: Instant::now() },
