@@ -35,6 +35,17 @@ impl Entry {
     }
 }
 
+/// Other live missions of an executor whose ids share a mission's session prefix: the first few, and
+/// how many there are.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Collisions {
+    pub named: Vec<String>,
+    pub total: usize,
+}
+
+/// Missions named in a dispatch's collision warning; the rest are counted.
+const NAMED_COLLISIONS: usize = 3;
+
 /// The live missions, and their ids by executor and [`session_prefix`]: a sandbox session names its
 /// mission by the prefix, and dispatch warns about an executor's missions that share one. Every change
 /// of a mission's owner goes through here, so the index stays true.
@@ -86,6 +97,14 @@ impl Missions {
             entry.live.reassign(to);
         }
         self.by_prefix.entry((to.to_owned(), session_prefix(mission_id).to_vec())).or_default().push(mission_id.into());
+    }
+
+    /// The other live missions of `executor_id` whose ids share `mission_id`'s session prefix.
+    pub(super) fn collisions(&self, mission_id: &str, executor_id: &str) -> Collisions {
+        let others = self.sharing(executor_id, session_prefix(mission_id));
+        let total = others.len() - usize::from(others.iter().any(|id| id == mission_id));
+        let named = others.iter().filter(|id| *id != mission_id).take(NAMED_COLLISIONS).cloned().collect();
+        Collisions { named, total }
     }
 
     pub(super) fn live(&self, mission_id: &str) -> Option<&Live> {

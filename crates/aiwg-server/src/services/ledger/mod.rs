@@ -32,9 +32,9 @@ use crate::error::Result;
 use crate::store::{Change, LiveMission, Pending, ProgressSeen, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_domain::{
-    progress_key, session_prefix, Handover, HitlOutcome, HitlRequest, Live, MissionPatch, MissionState, Projection,
-    Undo,
+    progress_key, Handover, HitlOutcome, HitlRequest, Live, MissionPatch, MissionState, Projection, Undo,
 };
+pub(crate) use missions::Collisions;
 use missions::Missions;
 pub(crate) use serve::{Moved, Verdict};
 
@@ -74,17 +74,6 @@ pub(crate) enum Decided<R> {
 /// is failing meanwhile) before it is refused as a storage failure.
 pub(crate) const REBUILD_WAIT: Duration = Duration::from_secs(10);
 
-/// Other live missions of an executor whose ids share a mission's session prefix: the first few, and
-/// how many there are.
-#[derive(Debug, PartialEq)]
-pub(crate) struct Collisions {
-    pub named: Vec<String>,
-    pub total: usize,
-}
-
-/// Missions named in a dispatch's collision warning; the rest are counted.
-const NAMED_COLLISIONS: usize = 3;
-
 impl Ledger {
     /// Rebuilds the working set at start: live missions and their pending HITL requests.
     /// `progress` is the latest progress events of live missions, oldest first: `(mission, ts, data)`.
@@ -123,11 +112,7 @@ impl Ledger {
     /// that names sessions after them (the agentic-sandbox executor) would bind them to one session.
     /// Costs the same however many live missions share the prefix.
     pub(crate) fn session_collisions(&self, mission_id: &str, executor_id: &str) -> Collisions {
-        let live = self.lock();
-        let others = live.sharing(executor_id, session_prefix(mission_id));
-        let total = others.len() - usize::from(others.iter().any(|id| id == mission_id));
-        let named = others.iter().filter(|id| *id != mission_id).take(NAMED_COLLISIONS).cloned().collect();
-        Collisions { named, total }
+        self.lock().collisions(mission_id, executor_id)
     }
 
     /// The live mission of `executor_id` that its sandbox's agent session `session_id`, named after
