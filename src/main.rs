@@ -74,6 +74,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::HitlCommand,
     },
+    /// Webhook notifications (admins): subscriptions, their deliveries, a delivery sent again.
+    Webhooks {
+        #[command(subcommand)]
+        command: cli::WebhooksCommand,
+    },
     /// The audit trail (admins): who did what, from where, when, and how it ended.
     Audit(cli::AuditArgs),
     /// Dispatch a mission (and with --wait, follow it to its end).
@@ -179,6 +184,7 @@ fn main() -> ExitCode {
         Command::Operators { command } => cli::Operator::Operators(command),
         Command::Audit(args) => cli::Operator::Audit(args),
         Command::Hitl { command } => cli::Operator::Hitl(command),
+        Command::Webhooks { command } => cli::Operator::Webhooks(command),
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),

@@ -5,7 +5,7 @@
 //! mission from a refused request, an unreachable server and a wait that timed out (the mission goes on).
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
-//! follows the mission as `missions watch` does), `events`, `store`, `operators`, `audit` and `hitl`; what they share (the failure, the exit,
+//! follows the mission as `missions watch` does), `events`, `store`, `operators`, `audit`, `hitl` and `webhooks`; what they share (the failure, the exit,
 //! how values print) is here.
 
 mod audit;
@@ -18,6 +18,7 @@ mod operators;
 mod output;
 mod runtimes;
 mod store;
+mod webhooks;
 
 use std::process::ExitCode;
 
@@ -34,6 +35,7 @@ pub use operators::OperatorsCommand;
 use output::Output;
 pub use runtimes::RuntimesCommand;
 pub use store::StoreCommand;
+pub use webhooks::WebhooksCommand;
 
 pub enum Operator {
     Executors(ExecutorsCommand),
@@ -45,6 +47,7 @@ pub enum Operator {
     Operators(OperatorsCommand),
     Audit(AuditArgs),
     Hitl(HitlCommand),
+    Webhooks(WebhooksCommand),
 }
 
 /// How a command that did not succeed ended: one row per exit code (0 is success, also when whoever
@@ -153,6 +156,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Operator::Operators(cmd) => operators::run(&client, &out, cmd).await,
         Operator::Audit(args) => audit::run(&client, &out, args).await,
         Operator::Hitl(cmd) => hitl::run(&client, &out, cmd).await,
+        Operator::Webhooks(cmd) => webhooks::run(&client, &out, cmd).await,
     };
     finish(result)
 }

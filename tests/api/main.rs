@@ -54,3 +54,4 @@ mod storage_contract;
 mod takeover;
 mod vagaris;
 mod webdriver_smoke;
+mod webhooks;

@@ -92,6 +92,23 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
             "admin",
         ),
         (Method::DELETE, "/api/v1/operators/{name}", "/api/v1/operators/x".into(), None, "admin"),
+        (Method::GET, "/api/v1/webhooks", "/api/v1/webhooks".into(), None, "admin"),
+        (
+            Method::POST,
+            "/api/v1/webhooks",
+            "/api/v1/webhooks".into(),
+            Some(json!({"url": "http://127.0.0.1:9/", "events": ["mission.failed"]})),
+            "admin",
+        ),
+        (Method::DELETE, "/api/v1/webhooks/{id}", "/api/v1/webhooks/wh_x".into(), None, "admin"),
+        (Method::GET, "/api/v1/webhooks/{id}/deliveries", "/api/v1/webhooks/wh_x/deliveries".into(), None, "admin"),
+        (
+            Method::POST,
+            "/api/v1/webhooks/{id}/deliveries/{delivery_id}/redeliver",
+            "/api/v1/webhooks/wh_x/deliveries/msg_x/redeliver".into(),
+            None,
+            "admin",
+        ),
     ];
     let document = server.client.get("/api/v1/openapi.json").await.body;
     let mut documented = std::collections::BTreeSet::new();
@@ -123,6 +140,7 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
     let status = call(&server, Method::GET, &executor, None, &admin).await.body;
     assert!(status.get("draining").is_none(), "{status}");
     assert_eq!(call(&server, Method::GET, "/api/v1/runtimes", None, &admin).await.body["runtimes"], json!([]));
+    assert_eq!(call(&server, Method::GET, "/api/v1/webhooks", None, &admin).await.body["webhooks"], json!([]));
     let listed = call(&server, Method::GET, "/api/v1/operators", None, &admin).await.body;
     let mut names: Vec<&str> =
         listed["operators"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap()).collect();

@@ -50,6 +50,7 @@ macro_rules! storage_contract {
                 a_batch_larger_than_one_statement_commits_whole,
                 compaction_removes_an_ended_missions_progress_but_its_first_and_last_events,
                 events_of_no_mission_are_removed_but_each_executors_latest,
+                webhooks_and_their_outbox_round_trip_once_per_source,
             );
 
             #[tokio::test]
@@ -1209,5 +1210,86 @@ mod cases {
         }
         let seen = store.executors().await.unwrap();
         assert!(seen.iter().all(|e| e.last_event_ts.as_deref() == Some(text(30).as_str())), "every executor seen");
+    }
+
+    /// The webhooks' outbox: subscriptions round trip (removal too); a delivery is queued once per
+    /// subscription and source; the pending ones come out soonest due first; an attempt's state is kept;
+    /// the mark moves; done deliveries are forgotten by age, pending ones never.
+    pub(super) async fn webhooks_and_their_outbox_round_trip_once_per_source(store: Store) {
+        use aiwg_domain::webhooks::{Attempt, Backoff, DeliveryState, Format, Notice, Topic, Webhook};
+        use aiwg_server::store::{Delivery, DeliveryQuery};
+
+        let hook = |id: &str| Webhook {
+            id: id.into(),
+            url: format!("https://hooks.example/{id}"),
+            topics: vec![Topic::Completed, Topic::HitlRequired],
+            format: Format::Slack,
+            secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into(),
+            created_at: ts(1),
+            created_by: Some("ada".into()),
+            removed_at: None,
+        };
+        let (a, b) = (hook("wh_a"), hook("wh_b"));
+        store
+            .commit(vec![Change::PutWebhook(Box::new(a.clone())), Change::PutWebhook(Box::new(b.clone()))])
+            .await
+            .unwrap();
+        assert_eq!(store.webhooks().await.unwrap(), [a.clone(), b.clone()]);
+        let removed = Webhook { removed_at: Some(ts(2)), ..b.clone() };
+        store.commit(vec![Change::PutWebhook(Box::new(removed.clone()))]).await.unwrap();
+        assert_eq!(store.webhooks().await.unwrap(), [a.clone(), removed]);
+
+        assert_eq!(store.notify_cursor().await.unwrap(), None);
+        let retry = std::time::Duration::from_secs(60);
+        let queued = |w: &Webhook, mission: &str, at: u32| {
+            let notice = Notice::queued_long(mission, ts(0), ts(at), None);
+            Delivery::queued(w, &notice, format!("{{\"m\": \"{mission}\"}}"), ts(at), retry)
+        };
+        let (first, second, other) = (queued(&a, "m1", 5), queued(&a, "m2", 3), queued(&b, "m1", 4));
+        let again = queued(&a, "m1", 9);
+        let unit = [&first, &second, &other, &again].map(|d| Change::QueueDelivery(Box::new(d.clone())));
+        store.commit(unit.into_iter().chain([Change::NotifiedUpTo(42)]).collect()).await.unwrap();
+        assert_eq!(store.notify_cursor().await.unwrap(), Some(42));
+        let due = store.due_deliveries(10).await.unwrap();
+        let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, [second.id.as_str(), other.id.as_str(), first.id.as_str()], "soonest due first; m1 once for a");
+        assert_eq!(Delivery { seq: due[2].seq, ..first.clone() }, due[2], "read back as queued");
+        assert_eq!(store.due_deliveries(1).await.unwrap().len(), 1);
+
+        let backoff = Backoff { base: std::time::Duration::from_secs(1), max: std::time::Duration::from_secs(8) };
+        let failed = Attempt::Failed { status: Some(503), error: "HTTP 503: busy".into() };
+        let retried = due[0].clone().attempted(failed, ts(6), &backoff, 1.0);
+        let delivered = due[1].clone().attempted(Attempt::Delivered(204), ts(6), &backoff, 0.0);
+        store
+            .commit(vec![
+                Change::PutDelivery(Box::new(retried.clone())),
+                Change::PutDelivery(Box::new(delivered.clone())),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(store.delivery(&retried.id).await.unwrap(), Some(retried.clone()));
+        assert_eq!(store.delivery(&delivered.id).await.unwrap().unwrap().state, DeliveryState::Delivered);
+        assert_eq!(store.delivery("msg_nope").await.unwrap(), None);
+        let due: Vec<String> = store.due_deliveries(10).await.unwrap().into_iter().map(|d| d.id).collect();
+        assert_eq!(due, [first.id.clone(), retried.id.clone()], "the retry is due at 7, after m1's first at 5");
+
+        let page = |before: Option<i64>, limit: u32| {
+            let store = store.clone();
+            async move {
+                let q = DeliveryQuery { webhook_id: "wh_a".into(), before_seq: before, limit };
+                store.deliveries(&q).await.unwrap().into_iter().map(|d| d.id).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(page(None, 10).await, [retried.id.clone(), first.id.clone()], "newest first, a's own");
+        assert_eq!(page(Some(due_seq(&store, &retried.id).await), 10).await, std::slice::from_ref(&first.id));
+
+        store.commit(vec![Change::ForgetDeliveries { before: ts(59) }]).await.unwrap();
+        let left: Vec<String> = store.due_deliveries(10).await.unwrap().into_iter().map(|d| d.id).collect();
+        assert_eq!(left, [first.id.clone(), retried.id.clone()], "pending ones stay");
+        assert_eq!(store.delivery(&delivered.id).await.unwrap(), None, "done ones go by age");
+    }
+
+    async fn due_seq(store: &Store, id: &str) -> i64 {
+        store.delivery(id).await.unwrap().unwrap().seq
     }
 }

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 pub use executor::{ExecSocket, ScriptedExecutor};
 pub use http::{Client, Resp};
-pub use runtime::{Behavior, ScriptedRuntime};
+pub use runtime::{Behavior, Recorded, ScriptedRuntime};
 
 /// Every wait in the tests is bounded by this; nothing sleeps to synchronise.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -234,12 +234,14 @@ pub enum InjectedFault {
     Postgres(sqlx::PgConnection),
 }
 
-const FAULT_TRIGGERS: [(&str, &str, &str); 4] = [
+const FAULT_TRIGGERS: [(&str, &str, &str); 5] = [
     ("fault_events", "INSERT", "events"),
     ("fault_exec_ins", "INSERT", "executors"),
     ("fault_exec_upd", "UPDATE", "executors"),
     // An outage fails the audit trail's records too (an operator's refused control is one).
     ("fault_audit", "INSERT", "audit"),
+    // And the webhooks' outbox.
+    ("fault_deliveries", "INSERT", "webhook_deliveries"),
 ];
 
 impl InjectedFault {
@@ -257,10 +259,16 @@ impl InjectedFault {
     }
 
     pub async fn inject(server: &TestServer) -> InjectedFault {
+        InjectedFault::inject_into(server, &FAULT_TRIGGERS.map(|(_, _, table)| table)).await
+    }
+
+    /// The same for the writes to `tables` only.
+    pub async fn inject_into(server: &TestServer, tables: &[&str]) -> InjectedFault {
+        let triggers = FAULT_TRIGGERS.into_iter().filter(|(_, _, table)| tables.contains(table));
         let mut fault = InjectedFault::connect(server).await;
         match &mut fault {
             InjectedFault::Sqlite(conn) => {
-                for (name, op, table) in FAULT_TRIGGERS {
+                for (name, op, table) in triggers.clone() {
                     let sql = format!(
                         "CREATE TRIGGER {name} BEFORE {op} ON {table} BEGIN SELECT RAISE(ABORT, 'injected fault'); END"
                     );
@@ -275,7 +283,7 @@ impl InjectedFault {
                 .execute(&mut *conn)
                 .await
                 .expect("create fault function");
-                for (name, op, table) in FAULT_TRIGGERS {
+                for (name, op, table) in triggers.clone() {
                     let sql = format!(
                         "CREATE TRIGGER {name} BEFORE {op} ON {table} FOR EACH ROW EXECUTE FUNCTION injected_fault()"
                     );

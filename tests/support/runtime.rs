@@ -38,6 +38,8 @@ pub enum Behavior {
     Raw(u16, String, String),
     /// 200 with this JSON body.
     Json(Value),
+    /// This redirect status, to this `location`, with no body.
+    Redirect(u16, String),
     /// Reads the request and answers nothing until the client hangs up (counted, see
     /// [`ScriptedRuntime::wait_for_hangup`]) or [`ScriptedRuntime::release`], after which it answers `Ok`.
     Stall,
@@ -99,15 +101,21 @@ struct Reply {
     status: u16,
     content_type: String,
     body: Vec<u8>,
+    location: Option<String>,
 }
 
 impl Reply {
     fn json(status: u16, body: &Value) -> Reply {
-        Reply { status, content_type: "application/json".into(), body: body.to_string().into_bytes() }
+        Reply { status, content_type: "application/json".into(), body: body.to_string().into_bytes(), location: None }
     }
 
     fn text(status: u16, body: impl Into<String>) -> Reply {
-        Reply { status, content_type: "text/plain; charset=utf-8".into(), body: body.into().into_bytes() }
+        Reply {
+            status,
+            content_type: "text/plain; charset=utf-8".into(),
+            body: body.into().into_bytes(),
+            location: None,
+        }
     }
 }
 
@@ -387,7 +395,10 @@ async fn answer(
     };
     Some(match behavior {
         Behavior::Status(status, body) => Reply::text(status, body),
-        Behavior::Raw(status, content_type, body) => Reply { status, content_type, body: body.into_bytes() },
+        Behavior::Raw(status, content_type, body) => {
+            Reply { status, content_type, body: body.into_bytes(), location: None }
+        }
+        Behavior::Redirect(status, location) => Reply { location: Some(location), ..Reply::text(status, "") },
         Behavior::Json(body) => Reply::json(200, &body),
         Behavior::Ok | Behavior::Drop | Behavior::Stall => default_answer(shared, &request, &path, index),
     })
@@ -589,8 +600,9 @@ fn parse_head(head: &[u8]) -> Result<Request, String> {
 async fn write_reply(stream: &mut TcpStream, reply: &Reply, close: bool) -> std::io::Result<()> {
     let reason = StatusCode::from_u16(reply.status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Scripted");
     let connection = if close { "close" } else { "keep-alive" };
+    let location = reply.location.as_ref().map(|l| format!("location: {l}\r\n")).unwrap_or_default();
     let head = format!(
-        "HTTP/1.1 {} {reason}\r\ncontent-type: {}\r\ncontent-length: {}\r\nconnection: {connection}\r\n\r\n",
+        "HTTP/1.1 {} {reason}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{location}connection: {connection}\r\n\r\n",
         reply.status,
         reply.content_type,
         reply.body.len()

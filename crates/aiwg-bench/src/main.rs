@@ -262,6 +262,9 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
     if wanted("ingest") {
         rows.extend(workloads::ingestion(dir, scale, args.profile.as_deref(), failures).await);
     }
+    if wanted("notify") {
+        rows.extend(workloads::notifications(dir, scale).await);
+    }
     if wanted("answers") {
         rows.extend(workloads::answer_cost(dir, scale).await);
     }

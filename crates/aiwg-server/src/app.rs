@@ -26,6 +26,7 @@ use crate::services::retention::Retention;
 use crate::services::runtimes::Runtimes;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
+use crate::services::webhooks::Webhooks;
 use crate::services::Core;
 use crate::store::Store;
 use crate::tasks::Sockets;
@@ -53,6 +54,8 @@ pub struct App {
     pub status: Status,
     pub feed: Feed,
     pub retention: Arc<Retention>,
+    /// Webhook subscriptions and the outbox of their deliveries.
+    pub webhooks: Arc<Webhooks>,
     /// The socket tasks, on a runtime of their own, which a graceful stop waits for before closing the
     /// store.
     pub sockets: Arc<Sockets>,
@@ -95,14 +98,13 @@ impl App {
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
         let status = Status::new(&core, dispatcher.clone());
-        let feed = Feed::new(store.clone(), shutdown.clone());
         let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
-        let registry = core.registry;
+        let webhooks = Arc::new(Webhooks::load(&core, dispatcher.clone(), &config, shutdown.clone()).await?);
         Ok(App {
             config,
             schema,
             metrics,
-            registry,
+            registry: core.registry,
             fleet,
             operators,
             audit: Arc::new(Audit::new(store.clone())),
@@ -114,17 +116,19 @@ impl App {
             sandboxes,
             connections,
             status,
-            feed,
+            feed: Feed::new(store.clone(), shutdown.clone()),
             retention,
+            webhooks,
             sockets: Arc::new(sockets),
             shutdown,
         })
     }
 
     /// What was under way when serve stopped goes on: HITL deadlines and disconnect graces are armed
-    /// again, and the queue is loaded and drained. Retention's passes start.
+    /// again, and the queue is loaded and drained. Retention's passes start, and the webhooks' outbox.
     pub async fn resume(&self) -> Result<()> {
         self.retention.start(self.shutdown.clone());
+        self.webhooks.start();
         self.controls.rearm_hitl_deadlines();
         self.reconciler.arm_restart_grace();
         self.runtimes.start().await?;

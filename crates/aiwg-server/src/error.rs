@@ -74,6 +74,9 @@ pub enum Error {
     /// An operator to add whose name or role serve cannot use.
     #[error("{0}")]
     InvalidOperator(String),
+    /// A webhook subscription serve cannot use (its URL, events or format).
+    #[error("{0}")]
+    InvalidWebhook(String),
     /// A stream asked to resume below the compaction horizon: events it would have had are gone.
     #[error(
         "events up to sequence {horizon} were compacted away (retention); the first available is {}: \
@@ -192,6 +195,8 @@ codes! {
         "An HTTP runtime's name or URL that cannot be used.";
     InvalidOperator => "invalid_operator", UNPROCESSABLE_ENTITY,
         "An operator to add whose name or role serve cannot use (a name is 1 to 64 of `a-z A-Z 0-9 . _ -`; roles are `viewer`, `operator`, `admin`).";
+    InvalidWebhook => "invalid_webhook", UNPROCESSABLE_ENTITY,
+        "A webhook to add names a URL serve does not call (not http(s), or a host outside `notify.webhook_hosts`), no event or an unknown one, or an unknown format.";
     UpgradeRequired => "upgrade_required", UPGRADE_REQUIRED,
         "A plain request on a WebSocket route.";
     NoResumableExecutorAvailable => "no_resumable_executor_available", SERVICE_UNAVAILABLE,
@@ -269,6 +274,7 @@ impl Error {
             Error::MissionRefused(_) => Code::MissionRefused,
             Error::InvalidRuntime(_) => Code::InvalidRuntime,
             Error::InvalidOperator(_) => Code::InvalidOperator,
+            Error::InvalidWebhook(_) => Code::InvalidWebhook,
             Error::UpgradeRequired => Code::UpgradeRequired,
             Error::NoExecutorAvailable { resumable_required: true, .. } => Code::NoResumableExecutorAvailable,
             Error::NoExecutorAvailable { .. } => Code::NoExecutorAvailable,

@@ -25,6 +25,7 @@ pub mod store;
 pub mod tasks;
 pub(crate) mod ui;
 pub(crate) mod views;
+pub mod webhook_client;
 
 #[cfg(test)]
 mod properties;

@@ -1,7 +1,7 @@
 //! Addresses: what URL serve will call.
 
-/// A URL serve may call (an executor's REST endpoint, a runtime's base URL): http or https, with a host.
-/// `Err` says what is wrong, naming the URL.
+/// A URL serve may call (an executor's REST endpoint, a runtime's base URL, a webhook): http or https,
+/// with a host. `Err` says what is wrong, naming the URL.
 pub(crate) fn http_url(s: &str) -> Result<reqwest::Url, String> {
     let url = reqwest::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -9,6 +9,17 @@ pub(crate) fn http_url(s: &str) -> Result<reqwest::Url, String> {
     }
     if url.host_str().is_none_or(str::is_empty) {
         return Err(format!("{s:?} names no host"));
+    }
+    Ok(url)
+}
+
+/// [`http_url`], on one of the `allowed` hosts when the list names any (`setting` names the list in
+/// the refusal).
+pub(crate) fn allowed_url(s: &str, allowed: &[String], setting: &str) -> Result<reqwest::Url, String> {
+    let url = http_url(s)?;
+    let host = url.host_str().unwrap_or_default();
+    if !allowed.is_empty() && !allowed.iter().any(|a| a.eq_ignore_ascii_case(host.trim_matches(['[', ']']))) {
+        return Err(format!("host {host} is not in {setting}"));
     }
     Ok(url)
 }

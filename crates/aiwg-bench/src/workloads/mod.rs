@@ -1,12 +1,13 @@
 //! The workloads of DESIGN section 7, each measured beside its baseline in the same run: one file per
 //! family (ingestion and `kill -9`; dispatch; dashboard polling; serve's footprint: cold start, an idle
 //! fleet, a restart under a fleet; HITL; missions through an HTTP agent runtime; on PostgreSQL, the
-//! store and replicas; retention's compaction), and here what they share.
+//! store and replicas; retention's compaction; ingestion beside a slow webhook receiver), and here what they share.
 
 mod dispatch;
 mod fleet;
 mod hitl;
 mod ingest;
+mod notify;
 mod polling;
 mod postgres;
 mod raw;
@@ -27,6 +28,7 @@ pub use dispatch::dispatch;
 pub use fleet::{cold_start, idle_fleet, reconnect_storm};
 pub use hitl::hitl_round_trip;
 pub use ingest::{answer_cost, ingestion, kill9};
+pub use notify::notifications;
 pub use polling::polling;
 pub use postgres::{ingestion_pg, kill9_pg};
 pub use replicas::{dispatch_replicas, storm_after_kill9};

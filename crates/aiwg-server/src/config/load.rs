@@ -87,7 +87,35 @@ impl Config {
     fn validate(&self) -> Result<(), ConfigError> {
         self.validate_server()?;
         self.validate_store()?;
-        self.validate_services()
+        self.validate_services()?;
+        self.validate_notify()
+    }
+
+    /// Notifications: the configured subscriptions, and the timings of their deliveries.
+    fn validate_notify(&self) -> Result<(), ConfigError> {
+        let n = &self.notify;
+        if n.timeout_ms == 0 || n.retry_base_ms == 0 || n.max_in_flight == 0 {
+            return bad("notify.timeout_ms, notify.retry_base_ms and notify.max_in_flight must be positive".into());
+        }
+        if n.retry_max_s.saturating_mul(1000) < n.retry_base_ms {
+            return bad("notify.retry_max_s must be at least notify.retry_base_ms".into());
+        }
+        let url = &n.dashboard_url;
+        if !url.is_empty() && crate::net::http_url(url).is_err() {
+            return bad(format!("notify.dashboard_url must be an http(s) URL, not {url:?}"));
+        }
+        for (i, hook) in n.webhook.iter().enumerate() {
+            let checked = crate::webhook_client::check(&hook.url, &hook.events, &hook.format, &n.webhook_hosts);
+            let why = match checked {
+                Err(why) => why,
+                Ok(_) if crate::webhook_client::secret_key(&hook.secret).is_none() => {
+                    crate::webhook_client::SECRET_FORM.to_owned()
+                }
+                Ok(_) => continue,
+            };
+            return bad(format!("[[notify.webhook]] number {}: {why}", i + 1));
+        }
+        Ok(())
     }
 
     /// The HTTP side: who may bind where, and the server's sizes and deadlines.
@@ -161,8 +189,12 @@ impl Config {
         if !(retention.keep_days >= 0.0 && retention.keep_days.is_finite()) || retention.interval_s == 0 {
             return bad("retention.keep_days must be a number of days >= 0, and retention.interval_s positive".into());
         }
-        if !(retention.audit_keep_days >= 0.0 && retention.audit_keep_days.is_finite()) {
-            return bad("retention.audit_keep_days must be a number of days >= 0".into());
+        for (key, days) in
+            [("audit_keep_days", retention.audit_keep_days), ("deliveries_keep_days", retention.deliveries_keep_days)]
+        {
+            if !(days >= 0.0 && days.is_finite()) {
+                return bad(format!("retention.{key} must be a number of days >= 0"));
+            }
         }
         if self.hub.read_buffer_bytes < 256 {
             return bad("hub.read_buffer_bytes must be at least 256".into());
@@ -350,6 +382,38 @@ mod tests {
     }
 
     #[test]
+    fn webhooks_of_the_configuration_are_checked_at_load() {
+        let load = |pairs: &[(&str, &str)]| Config::load(None, env(pairs), Overrides::default());
+        let secret = crate::webhook_client::new_secret();
+        let hook = |url: &str, events: &str, secret: &str| {
+            format!("[{{url = \"{url}\", events = {events}, secret = \"{secret}\"}}]")
+        };
+        let good = hook("https://hooks.example/x", "[\"mission.failed\"]", &secret);
+        let c = load(&[("AIWG_SERVE_NOTIFY_WEBHOOK", &good)]).unwrap();
+        assert_eq!((c.notify.webhook.len(), c.notify.webhook[0].format.as_str()), (1, "standard"));
+        let cases = [
+            (hook("ftp://h/x", "[\"mission.failed\"]", &secret), "only http:// and https://"),
+            (hook("http://h/x", "[\"mission.progress\"]", &secret), "is not one of"),
+            (hook("http://h/x", "[]", &secret), "at least one"),
+            (hook("http://h/x", "[\"mission.failed\"]", "whsec_c2hvcnQ="), "24 to 64 bytes"),
+        ];
+        for (value, why) in cases {
+            let e = load(&[("AIWG_SERVE_NOTIFY_WEBHOOK", &value)]).unwrap_err().to_string();
+            assert!(e.contains("[[notify.webhook]] number 1") && e.contains(why), "{value}: {e}");
+        }
+        let e = load(&[("AIWG_SERVE_NOTIFY_WEBHOOK_HOSTS", "a.example"), ("AIWG_SERVE_NOTIFY_WEBHOOK", &good)]);
+        assert!(e.unwrap_err().to_string().contains("not in notify.webhook_hosts"));
+        for (bad, why) in [
+            (("AIWG_SERVE_NOTIFY_RETRY_MAX_S", "1"), "retry_max_s must be at least"),
+            (("AIWG_SERVE_NOTIFY_TIMEOUT_MS", "0"), "must be positive"),
+            (("AIWG_SERVE_NOTIFY_DASHBOARD_URL", "\"ftp://x\""), "dashboard_url must be an http(s) URL"),
+        ] {
+            let e = load(&[bad]).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
     fn retention_takes_days_with_fractions_and_refuses_negative_ones() {
         let load = |pairs: &[(&str, &str)]| Config::load(None, env(pairs), Overrides::default());
         let c = load(&[("AIWG_SERVE_RETENTION_KEEP_DAYS", "0.5"), ("AIWG_SERVE_RETENTION_MAX_STORE_BYTES", "1048576")])
@@ -362,6 +426,7 @@ mod tests {
             ("AIWG_SERVE_RETENTION_KEEP_DAYS", "-1"),
             ("AIWG_SERVE_RETENTION_INTERVAL_S", "0"),
             ("AIWG_SERVE_RETENTION_AUDIT_KEEP_DAYS", "-1"),
+            ("AIWG_SERVE_RETENTION_DELIVERIES_KEEP_DAYS", "-0.5"),
         ] {
             let e = load(&[bad]).unwrap_err().to_string();
             assert!(e.contains("keep_days must be a number of days >= 0"), "{bad:?}: {e}");

@@ -32,6 +32,70 @@ pub struct Config {
     pub replica: ReplicaConfig,
     pub retention: RetentionConfig,
     pub hitl: HitlConfig,
+    pub notify: NotifyConfig,
+}
+
+/// Notifications: webhooks serve POSTs when something needs a human or has happened
+/// (`docs/operations/notifications.md`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// The dashboard's address as the people notified reach it, for the links notifications carry
+    /// (empty: `http://` and `server.bind`).
+    pub dashboard_url: String,
+    /// Hosts a webhook may POST to (empty: any). Redirects are never followed.
+    pub webhook_hosts: Vec<String>,
+    /// Each attempt of a delivery, from connecting to the receiver's whole answer.
+    pub timeout_ms: u64,
+    /// The first retry of a failed delivery waits about this; each next one twice as long (with
+    /// jitter), up to `retry_max_s`.
+    pub retry_base_ms: u64,
+    pub retry_max_s: u64,
+    /// How long a delivery is retried before it is marked failed.
+    pub retry_for_s: u64,
+    /// A mission queued longer than this notifies `mission.queued_long` (0: never).
+    pub queued_alert_s: u64,
+    /// Deliveries in progress at once, all receivers together (a quarter of it, at least one, to one
+    /// receiver): a slow receiver holds its own share, not the others'.
+    pub max_in_flight: usize,
+    /// Subscriptions of the configuration (`[[notify.webhook]]`), besides those added with
+    /// `aiwg-serve webhooks add`.
+    pub webhook: Vec<WebhookConfig>,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> NotifyConfig {
+        NotifyConfig {
+            dashboard_url: String::new(),
+            webhook_hosts: Vec::new(),
+            timeout_ms: 10_000,
+            retry_base_ms: 5_000,
+            retry_max_s: 3_600,
+            retry_for_s: 86_400,
+            queued_alert_s: 600,
+            max_in_flight: 32,
+            webhook: Vec::new(),
+        }
+    }
+}
+
+/// One `[[notify.webhook]]`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    pub url: String,
+    /// The topics it is sent: `mission.hitl_required`, `mission.completed`, `mission.failed`,
+    /// `mission.aborted`, `executor.lost`, `mission.queued_long`.
+    pub events: Vec<String>,
+    /// `standard` (Standard Webhooks) or `slack` (`{"text"}`).
+    #[serde(default = "standard")]
+    pub format: String,
+    /// `whsec_` and the base64 of 24 to 64 random bytes (`aiwg-serve webhooks secret` makes one).
+    pub secret: String,
+}
+
+fn standard() -> String {
+    "standard".into()
 }
 
 /// People in the loop.
@@ -75,11 +139,19 @@ pub struct RetentionConfig {
     /// Days the audit trail keeps a record; older ones go in a pass. Never fewer than asked, whatever
     /// the store's cap.
     pub audit_keep_days: f64,
+    /// Days a webhook delivery that is done (delivered or failed) stays in its subscription's log.
+    pub deliveries_keep_days: f64,
 }
 
 impl Default for RetentionConfig {
     fn default() -> RetentionConfig {
-        RetentionConfig { keep_days: 30.0, max_store_bytes: 0, interval_s: 60, audit_keep_days: 365.0 }
+        RetentionConfig {
+            keep_days: 30.0,
+            max_store_bytes: 0,
+            interval_s: 60,
+            audit_keep_days: 365.0,
+            deliveries_keep_days: 30.0,
+        }
     }
 }
 

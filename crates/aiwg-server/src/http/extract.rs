@@ -139,11 +139,23 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
-        match Path::<String>::from_request_parts(parts, state).await {
-            Ok(Path(id)) if id.contains('\0') => {
+        let PathIds(ids) = PathIds::from_request_parts(parts, state).await?;
+        Ok(PathId(ids.into_iter().next().unwrap_or_default()))
+    }
+}
+
+/// Every `{...}` segment of a route, in order, each as [`PathId`] reads one.
+pub(super) struct PathIds(pub Vec<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathIds {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        match Path::<Vec<String>>::from_request_parts(parts, state).await {
+            Ok(Path(ids)) if ids.iter().any(|id| id.contains('\0')) => {
                 Err(Error::InvalidPath("the id in the path contains U+0000 (NUL)".into()))
             }
-            Ok(Path(id)) => Ok(PathId(id)),
+            Ok(Path(ids)) => Ok(PathIds(ids)),
             Err(rejection) => Err(Error::InvalidPath(format!(
                 "the id in the path is not valid: {} (ids are UTF-8, percent-encoded)",
                 rejection.body_text()

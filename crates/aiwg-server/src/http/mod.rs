@@ -18,6 +18,7 @@ mod sandboxes;
 mod sessions;
 mod store;
 mod ui;
+mod webhooks;
 
 use std::sync::Arc;
 
@@ -46,6 +47,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(audit::router())
         .merge(hitl::router())
         .merge(store::router())
+        .merge(webhooks::router())
         .merge(ui::router())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), audit::record))
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })

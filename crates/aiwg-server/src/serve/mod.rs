@@ -95,6 +95,7 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     let bind = config.server.bind;
     let listener = listen(bind).map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
+    leading.app.webhooks.served_at(&format!("http://{addr}"));
     let limits = Limits::from_config(&config);
     let max_connections = limits.max_connections;
     let (_routes, routes) = watch::channel(leading.router());

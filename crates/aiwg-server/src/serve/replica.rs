@@ -135,6 +135,7 @@ impl Replica {
         let role = Role::Leader { advertise: self.advertise.clone() };
         match Leading::open(&self.config, role, schema, self.metrics.clone(), stopped).await {
             Ok((leading, deposed)) => {
+                leading.app.webhooks.served_at(&self.advertise);
                 tracing::info!(advertise = %self.advertise, "this replica leads");
                 Ok(Some(Term { leading, deposed, stop }))
             }

@@ -111,12 +111,7 @@ impl Fleet {
                 message: why,
             }],
         };
-        let url = crate::net::http_url(rest).map_err(refuse)?;
-        let host = url.host_str().unwrap_or_default();
-        let allowed = &self.executor_hosts;
-        if !allowed.is_empty() && !allowed.iter().any(|a| a.eq_ignore_ascii_case(host.trim_matches(['[', ']']))) {
-            return Err(refuse(format!("host {host} is not in dispatch.executor_hosts")));
-        }
+        crate::net::allowed_url(rest, &self.executor_hosts, "dispatch.executor_hosts").map_err(refuse)?;
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
 //! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, reconciler, controls,
-//! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention.
+//! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention, webhooks.
 
 pub(crate) mod audit;
 pub(crate) mod connections;
@@ -19,6 +19,7 @@ pub mod retention;
 pub(crate) mod runtimes;
 pub(crate) mod sandboxes;
 pub(crate) mod status;
+pub(crate) mod webhooks;
 
 use std::sync::Arc;
 

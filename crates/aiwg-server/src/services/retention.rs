@@ -106,9 +106,14 @@ impl Retention {
         let mut pass = Pass::default();
         let keep = chrono::Duration::milliseconds((self.config.keep_days * 86_400_000.0) as i64);
         pass.events += self.remove_loose(Some(aiwg_contract::clock::now() - keep)).await?;
-        let audit_keep = chrono::Duration::milliseconds((self.config.audit_keep_days * 86_400_000.0) as i64);
-        let before = aiwg_contract::clock::now() - audit_keep;
-        self.store.commit(vec![Change::ForgetAudit { before }]).await?;
+        let days_ago =
+            |days: f64| aiwg_contract::clock::now() - chrono::Duration::milliseconds((days * 86_400_000.0) as i64);
+        self.store
+            .commit(vec![
+                Change::ForgetAudit { before: days_ago(self.config.audit_keep_days) },
+                Change::ForgetDeliveries { before: days_ago(self.config.deliveries_keep_days) },
+            ])
+            .await?;
         loop {
             let size = self.store.size_bytes().await?;
             pass.store_bytes = size;

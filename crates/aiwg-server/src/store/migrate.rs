@@ -22,6 +22,7 @@ pub(super) const SQLITE: Migrations = &[
     (8, "operators", include_str!("../../../../migrations/0008_operators.sql")),
     (9, "audit", include_str!("../../../../migrations/0009_audit.sql")),
     (10, "hitl_inbox", include_str!("../../../../migrations/0010_hitl_inbox.sql")),
+    (11, "webhooks", include_str!("../../../../migrations/0011_webhooks.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -34,6 +35,7 @@ pub(super) const POSTGRES: Migrations = &[
     (6, "operators", include_str!("../../../../migrations/postgres/0006_operators.sql")),
     (7, "audit", include_str!("../../../../migrations/postgres/0007_audit.sql")),
     (8, "hitl_inbox", include_str!("../../../../migrations/postgres/0008_hitl_inbox.sql")),
+    (9, "webhooks", include_str!("../../../../migrations/postgres/0009_webhooks.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

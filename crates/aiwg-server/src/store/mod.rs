@@ -26,14 +26,15 @@ use tokio::sync::broadcast;
 
 // The records the store keeps are the domain's; re-exported for the adapters.
 pub use aiwg_domain::operators::{AuditRecord, OperatorRecord};
+pub use aiwg_domain::webhooks::{Delivery, Webhook};
 pub use aiwg_domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
 pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConfig};
 pub use postgres::Leadership;
 pub use records::{
-    AskedRequest, AuditQuery, Change, CommitSlot, EventPage, EventQuery, HitlCursor, HitlQuery, LiveMission,
-    MissionQuery, Pending, ProgressSeen, Returned,
+    AskedRequest, AuditQuery, Change, CommitSlot, DeliveryQuery, EventPage, EventQuery, HitlCursor, HitlQuery,
+    LiveMission, MissionQuery, Pending, ProgressSeen, Returned,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -217,6 +218,21 @@ pub trait Storage: Send + Sync {
 
     /// A page of the audit trail, newest first.
     fn audit<'a>(&'a self, q: &'a AuditQuery) -> BoxFuture<'a, Result<Vec<AuditRecord>>>;
+
+    /// Every stored webhook subscription, removed ones too, oldest first.
+    fn webhooks(&self) -> BoxFuture<'_, Result<Vec<Webhook>>>;
+
+    /// The pending deliveries whose attempt is due soonest, `limit` at most, due ones first.
+    fn due_deliveries(&self, limit: u32) -> BoxFuture<'_, Result<Vec<Delivery>>>;
+
+    /// A page of a subscription's delivery log, newest first.
+    fn deliveries<'a>(&'a self, q: &'a DeliveryQuery) -> BoxFuture<'a, Result<Vec<Delivery>>>;
+
+    /// A delivery by its id (`msg_...`).
+    fn delivery<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Delivery>>>;
+
+    /// The last event read for notifications (`None`: never read).
+    fn notify_cursor(&self) -> BoxFuture<'_, Result<Option<i64>>>;
 
     /// Ended missions whose history is not compacted yet, oldest end first; with `ended_by`, only
     /// those that ended at or before it (retention: a mission that ended `keep_days` ago has been kept

@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 use super::Result;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
+use aiwg_domain::webhooks::{Delivery, Webhook};
 use aiwg_domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, Recorded, SandboxRecord,
     StoredEvent,
@@ -62,6 +63,19 @@ pub enum Change {
     },
     /// Adds a named operator, or replaces its row (revoked, or a revoked one's name given again).
     PutOperator(Box<OperatorRecord>),
+    /// Adds a stored webhook subscription, or replaces its row (removed).
+    PutWebhook(Box<Webhook>),
+    /// Queues a delivery in the outbox, unless its subscription has one from the same source already
+    /// (a notice is queued once, however often the log is read again).
+    QueueDelivery(Box<Delivery>),
+    /// How far the log has been read for notifications (its sequence number).
+    NotifiedUpTo(i64),
+    /// A delivery's state after an attempt, or sent again (by its id).
+    PutDelivery(Box<Delivery>),
+    /// Removes the deliveries queued before `before` that are done, delivered or failed (retention).
+    ForgetDeliveries {
+        before: chrono::DateTime<chrono::Utc>,
+    },
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
     ForgetSandbox(String),
     /// Removes events of an ended mission (retention; `seqs` are its own, as
@@ -181,6 +195,15 @@ pub struct AuditQuery {
     pub since: Option<chrono::DateTime<chrono::Utc>>,
     pub until: Option<chrono::DateTime<chrono::Utc>>,
     /// Only records before this one (the cursor of the previous page).
+    pub before_seq: Option<i64>,
+    pub limit: u32,
+}
+
+/// A page of a subscription's delivery log, newest first.
+#[derive(Clone, Debug)]
+pub struct DeliveryQuery {
+    pub webhook_id: String,
+    /// Only deliveries queued before this one (the cursor of the previous page).
     pub before_seq: Option<i64>,
     pub limit: u32,
 }

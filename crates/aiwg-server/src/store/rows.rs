@@ -12,6 +12,7 @@ use crate::store::{ExecutorRecord, HitlOutcome, HitlRequest, Mission, Result, Sa
 use aiwg_contract::clock;
 use aiwg_contract::{Envelope, RegisterPayload};
 use aiwg_domain::operators::{AuditRecord, OperatorRecord, Role};
+use aiwg_domain::webhooks::{Delivery, DeliveryState, Format, Topic, Webhook};
 use aiwg_domain::MissionState;
 
 /// The column reads the mapping needs, for any row whose database decodes text, 64-bit integers,
@@ -167,6 +168,50 @@ pub(super) fn audit_from_row<R: Cols>(r: &R) -> Result<AuditRecord> {
         executor_id: r.text_opt("executor_id")?,
         status: u16::try_from(status).map_err(|_| StoreError::Corrupt(format!("status {status}")))?,
         outcome: r.text("outcome")?,
+    })
+}
+
+pub(super) fn webhook_from_row<R: Cols>(r: &R) -> Result<Webhook> {
+    let topics = r.text("topics")?;
+    let topics = topics
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(|t| Topic::parse(t).ok_or_else(|| StoreError::Corrupt(format!("unknown topic {t:?}"))))
+        .collect::<Result<Vec<_>>>()?;
+    let format = r.text("format")?;
+    Ok(Webhook {
+        id: r.text("id")?,
+        url: r.text("url")?,
+        topics,
+        format: Format::parse(&format).ok_or_else(|| StoreError::Corrupt(format!("unknown format {format:?}")))?,
+        secret: r.text("secret")?,
+        created_at: time(r, "created_at")?,
+        created_by: r.text_opt("created_by")?,
+        removed_at: time_opt(r, "removed_at")?,
+    })
+}
+
+pub(super) fn delivery_from_row<R: Cols>(r: &R) -> Result<Delivery> {
+    let topic = r.text("topic")?;
+    let state = r.text("state")?;
+    let corrupt = |what: &str, value: &dyn std::fmt::Debug| StoreError::Corrupt(format!("{what} {value:?}"));
+    let attempts = r.int("attempts")?;
+    let status = r.int_opt("last_status")?;
+    Ok(Delivery {
+        seq: r.int("seq")?,
+        id: r.text("id")?,
+        webhook_id: r.text("webhook_id")?,
+        source: r.text("source")?,
+        topic: Topic::parse(&topic).ok_or_else(|| corrupt("unknown topic", &topic))?,
+        body: r.text("body")?,
+        created_at: time(r, "created_at")?,
+        state: DeliveryState::parse(&state).ok_or_else(|| corrupt("unknown delivery state", &state))?,
+        attempts: u32::try_from(attempts).map_err(|_| corrupt("attempts", &attempts))?,
+        next_at: time_opt(r, "next_at")?,
+        give_up_at: time(r, "give_up_at")?,
+        last_status: status.map(|s| u16::try_from(s).map_err(|_| corrupt("status", &s))).transpose()?,
+        last_error: r.text_opt("last_error")?,
+        delivered_at: time_opt(r, "delivered_at")?,
     })
 }
 

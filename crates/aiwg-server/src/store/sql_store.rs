@@ -14,9 +14,9 @@ use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
 use super::{
-    AskedRequest, AuditQuery, AuditRecord, CommitSlot, Compaction, EventPage, EventQuery, ExecutorRecord, HitlQuery,
-    HitlRequest, LiveMission, Mission, MissionQuery, OperatorRecord, ProgressSeen, Result, SandboxRecord, Storage,
-    StoredEvent,
+    AskedRequest, AuditQuery, AuditRecord, CommitSlot, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery,
+    ExecutorRecord, HitlQuery, HitlRequest, LiveMission, Mission, MissionQuery, OperatorRecord, ProgressSeen, Result,
+    SandboxRecord, Storage, StoredEvent, Webhook,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -177,6 +177,26 @@ where
 
     fn audit<'a>(&'a self, q: &'a AuditQuery) -> BoxFuture<'a, Result<Vec<AuditRecord>>> {
         Box::pin(self.reads.audit(q))
+    }
+
+    fn webhooks(&self) -> BoxFuture<'_, Result<Vec<Webhook>>> {
+        Box::pin(self.reads.webhooks())
+    }
+
+    fn due_deliveries(&self, limit: u32) -> BoxFuture<'_, Result<Vec<Delivery>>> {
+        Box::pin(self.reads.due_deliveries(limit))
+    }
+
+    fn deliveries<'a>(&'a self, q: &'a DeliveryQuery) -> BoxFuture<'a, Result<Vec<Delivery>>> {
+        Box::pin(self.reads.deliveries(q))
+    }
+
+    fn delivery<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Delivery>>> {
+        Box::pin(self.reads.delivery(id))
+    }
+
+    fn notify_cursor(&self) -> BoxFuture<'_, Result<Option<i64>>> {
+        Box::pin(self.reads.notify_cursor())
     }
 
     fn missing_migrations(&self) -> BoxFuture<'_, Result<Vec<i64>>> {

@@ -32,6 +32,7 @@ use aiwg_domain::routing::{self, Rejection};
 use aiwg_domain::runtime_task::{self, Task};
 use aiwg_domain::{capabilities, Mission, MissionState};
 use handout::Handout;
+pub(crate) use queue::Overdue;
 use queue::Queue;
 
 /// Routes missions, records them and hands them to executors; keeps the queue of those that wait.
@@ -196,6 +197,11 @@ impl Dispatcher {
         body: axum::body::Bytes,
     ) -> std::result::Result<crate::forward::Accepted, crate::forward::ForwardError> {
         self.handout.forward_to(executor_id, session_id, body).await
+    }
+
+    /// The queued missions that were queued at or before `cutoff`, oldest first.
+    pub(crate) fn queued_by(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Vec<Overdue> {
+        self.queue.queued_by(cutoff)
     }
 
     pub fn queue_depth(&self) -> (usize, std::time::Duration) {

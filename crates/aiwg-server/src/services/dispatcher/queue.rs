@@ -19,6 +19,7 @@ use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::DispatchPayload;
 use aiwg_domain::{Mission, MissionPatch, MissionState};
+use chrono::{DateTime, Utc};
 
 struct Waiting {
     mission_id: String,
@@ -26,6 +27,17 @@ struct Waiting {
     body: Value,
     payload: DispatchPayload,
     since: Instant,
+    /// When it was queued, as stored (a restart keeps it; `since` is this process's).
+    queued_at: DateTime<Utc>,
+    reason: Option<String>,
+}
+
+/// A mission that has waited longer than asked: who, since when, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Overdue {
+    pub(crate) mission_id: String,
+    pub(crate) queued_at: DateTime<Utc>,
+    pub(crate) reason: Option<String>,
 }
 
 /// The waiting missions in arrival order, and the bell that wakes the task that drains them.
@@ -68,6 +80,15 @@ impl Queue {
         (waiting.len(), waiting.front().map_or(Duration::ZERO, |w| w.since.elapsed()))
     }
 
+    /// The missions queued at or before `cutoff`, oldest first.
+    pub(super) fn queued_by(&self, cutoff: DateTime<Utc>) -> Vec<Overdue> {
+        let waiting = self.waiting.lock().expect("queue lock");
+        let overdue = waiting.iter().filter(|w| w.queued_at <= cutoff);
+        overdue
+            .map(|w| Overdue { mission_id: w.mission_id.clone(), queued_at: w.queued_at, reason: w.reason.clone() })
+            .collect()
+    }
+
     /// Something changed that may let a queued mission through.
     /// Resolves when the queue is kicked (see [`Queue::kick`]).
     pub(super) async fn rung(&self) {
@@ -87,9 +108,10 @@ impl Queue {
         payload: DispatchPayload,
         reason: String,
     ) -> Result<Dispatched> {
+        let now = clock::now();
         let row = Mission {
             queued_reason: Some(reason.clone()),
-            ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), clock::now())
+            ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), now)
         };
         store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mission_id = payload.mission_id.clone();
@@ -100,6 +122,8 @@ impl Queue {
             body,
             payload,
             since: Instant::now(),
+            queued_at: now,
+            reason: Some(reason.clone()),
         });
         self.kick();
         Ok(Dispatched {
@@ -123,6 +147,8 @@ impl Queue {
                     body: row.payload,
                     payload,
                     since: Instant::now(),
+                    queued_at: row.created_at,
+                    reason: row.queued_reason,
                 }),
                 Err(e) => {
                     tracing::error!(mission_id = %row.mission_id, error = %e, "unreadable queued mission skipped")
@@ -195,7 +221,15 @@ mod tests {
 
     fn waiting(id: &str, since: Instant) -> Waiting {
         let payload: DispatchPayload = serde_json::from_value(json!({"mission_id": id})).unwrap();
-        Waiting { mission_id: id.into(), session_id: "s".into(), body: json!({"mission_id": id}), payload, since }
+        Waiting {
+            mission_id: id.into(),
+            session_id: "s".into(),
+            body: json!({"mission_id": id}),
+            payload,
+            since,
+            queued_at: clock::now(),
+            reason: None,
+        }
     }
 
     fn ids(q: &Queue) -> Vec<String> {

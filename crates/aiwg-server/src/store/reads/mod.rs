@@ -9,6 +9,7 @@
 //! or last event with `ORDER BY seq LIMIT 1`: SQLite answers `MIN(seq)` over the view by building an
 //! index of all of it.
 
+mod filter;
 mod queries;
 
 use futures_util::TryStreamExt;
@@ -17,60 +18,20 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 use super::migrate;
 use super::rows::{
-    audit_from_row, event_from_row, executor_from_row, hitl_from_row, located, mission_from_row, operator_from_row,
-    parse_json, parse_state, sandbox_from_row, Cols,
+    audit_from_row, delivery_from_row, event_from_row, executor_from_row, hitl_from_row, located, mission_from_row,
+    operator_from_row, parse_json, parse_state, sandbox_from_row, webhook_from_row, Cols,
 };
 use crate::store::{
-    AskedRequest, AuditQuery, Compaction, EventPage, EventQuery, ExecutorRecord, HitlQuery, HitlRequest, LiveMission,
-    Mission, MissionQuery, ProgressSeen, Result, SandboxRecord, StoredEvent,
+    AskedRequest, AuditQuery, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery, ExecutorRecord, HitlQuery,
+    HitlRequest, LiveMission, Mission, MissionQuery, ProgressSeen, Result, SandboxRecord, StoredEvent, Webhook,
 };
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::{progress_key, MissionState};
+use filter::EventFilter;
 use queries::{
     ENDED, LIVE_MISSIONS, OPEN_HITL, PENDING_HITL, QUEUED_MISSIONS, RECENT_PROGRESS_OF, RECENT_PROGRESS_OF_LIVE,
     UNDELIVERED_ANSWERS,
 };
-
-/// The filters of an event read, and only those: one mission's events are read through its index
-/// (`mission_events`), the whole log's through the sequence numbers.
-struct EventFilter<'a> {
-    table: &'static str,
-    /// ` AND column = $N` for each filter given.
-    conditions: String,
-    values: Vec<&'a str>,
-    /// The number of the placeholder after the filters'.
-    next: usize,
-}
-
-impl<'a> EventFilter<'a> {
-    /// `bound`: the placeholders the query takes before the filters'.
-    fn new(mission_id: Option<&'a str>, executor_id: Option<&'a str>, bound: usize) -> EventFilter<'a> {
-        let table = if mission_id.is_some() { "mission_events" } else { "events" };
-        let mut filter = EventFilter { table, conditions: String::new(), values: Vec::new(), next: bound + 1 };
-        for (column, value) in [("mission_id", mission_id), ("executor_id", executor_id)] {
-            if let Some(value) = value {
-                filter.conditions.push_str(&format!(" AND {column} = ${}", filter.next));
-                filter.values.push(value);
-                filter.next += 1;
-            }
-        }
-        filter
-    }
-
-    fn bind<'q, DB: Database>(
-        &self,
-        mut query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
-    ) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
-    where
-        'a: 'q,
-        &'q str: Encode<'q, DB> + Type<DB>,
-    {
-        for value in &self.values {
-            query = query.bind(*value);
-        }
-        query
-    }
-}
 
 /// The read side of an adapter: its pool, and every read the port asks for. The bounds say what a
 /// database must decode and bind for the SQL above; SQLite and PostgreSQL both do.
@@ -430,6 +391,35 @@ where
         }
         let rows = query.bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
         rows.iter().map(located("audit", "seq", audit_from_row)).collect()
+    }
+
+    pub(super) async fn webhooks(&self) -> Result<Vec<Webhook>> {
+        let rows = sqlx::query("SELECT * FROM webhooks ORDER BY created_at, id").fetch_all(&self.pool).await?;
+        rows.iter().map(located("webhooks", "id", webhook_from_row)).collect()
+    }
+
+    /// Through the partial index of pending deliveries (its condition written as the index's).
+    pub(super) async fn due_deliveries(&self, limit: u32) -> Result<Vec<Delivery>> {
+        let sql = "SELECT * FROM webhook_deliveries WHERE state = 'pending' ORDER BY next_at, seq LIMIT $1";
+        let rows = sqlx::query(sql).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(located("webhook_deliveries", "id", delivery_from_row)).collect()
+    }
+
+    pub(super) async fn deliveries(&self, q: &DeliveryQuery) -> Result<Vec<Delivery>> {
+        let sql = "SELECT * FROM webhook_deliveries WHERE webhook_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
+        let query = sqlx::query(sql).bind(q.webhook_id.as_str()).bind(q.before_seq.unwrap_or(i64::MAX));
+        let rows = query.bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
+        rows.iter().map(located("webhook_deliveries", "id", delivery_from_row)).collect()
+    }
+
+    pub(super) async fn delivery(&self, id: &str) -> Result<Option<Delivery>> {
+        let row = sqlx::query("SELECT * FROM webhook_deliveries WHERE id = $1").bind(id).fetch_optional(&self.pool);
+        row.await?.as_ref().map(located("webhook_deliveries", "id", delivery_from_row)).transpose()
+    }
+
+    pub(super) async fn notify_cursor(&self) -> Result<Option<i64>> {
+        let row = sqlx::query("SELECT seq FROM notify_cursor WHERE id = 1").fetch_optional(&self.pool).await?;
+        row.map(|r| r.int("seq")).transpose()
     }
 
     pub(super) async fn missing_migrations(&self) -> Result<Vec<i64>> {

@@ -79,7 +79,12 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetSandbox(_)
                 | Change::PutOperator(_)
                 | Change::AppendAudit(_)
-                | Change::ForgetAudit { .. } => statements.upsert(change).await?,
+                | Change::ForgetAudit { .. }
+                | Change::PutWebhook(_)
+                | Change::QueueDelivery(_)
+                | Change::NotifiedUpTo(_)
+                | Change::PutDelivery(_)
+                | Change::ForgetDeliveries { .. } => statements.upsert(change).await?,
                 Change::ExecutorSeen { executor_id, ts } => {
                     self.seen.insert(executor_id, ts);
                 }

@@ -3,11 +3,13 @@
 //! each prepared once and stepped row by row (`sqlite::raw`); PostgreSQL's builds a query per statement
 //! (its extended protocol takes one statement per query), multi-row where a statement takes many rows.
 
+mod upserts;
+
 use std::borrow::Cow;
 
-use crate::store::{Change, ExecutorRecord, HitlRequest, Mission, MissionPatch, NewEvent, SandboxRecord};
+use crate::store::{Change, Mission, MissionPatch, NewEvent};
 use aiwg_contract::clock;
-use aiwg_domain::operators::{AuditRecord, OperatorRecord};
+use upserts::Upsert;
 
 /// An event's `data` and `raw`, as JSON text (encoded by the submitting task, not the writer).
 pub(super) type Encoded = (String, Option<String>);
@@ -148,22 +150,35 @@ impl<'a, B: Builder<'a>> Script<B> {
         }
     }
 
-    /// An executor, sandbox, operator or HITL request upsert, an audit record, or a sandbox or old audit
-    /// records forgotten: written one by one, as they come; other changes write nothing here.
+    /// A record's upsert (an executor, sandbox, operator, HITL request, audit record, webhook, delivery),
+    /// or rows forgotten (a sandbox, old audit records, old deliveries): written one by one, as they
+    /// come; other changes write nothing here.
     pub(super) fn push_upsert(&mut self, change: &'a Change) {
         match change {
-            Change::PutExecutor(e) => self.put_executor(e),
-            Change::PutSandbox(s) => self.put_sandbox(s),
+            Change::PutExecutor(e) => e.upsert(self),
+            Change::PutSandbox(s) => s.upsert(self),
             Change::ForgetSandbox(id) => {
                 self.push("DELETE FROM sandboxes WHERE deregistered_at IS NOT NULL AND sandbox_id = ")
                     .bind(id.as_str());
                 self.end();
             }
-            Change::PutHitl(h) => self.put_hitl(h),
-            Change::PutOperator(o) => self.put_operator(o),
-            Change::AppendAudit(a) => self.append_audit(a),
+            Change::PutHitl(h) => h.upsert(self),
+            Change::PutOperator(o) => o.upsert(self),
+            Change::AppendAudit(a) => a.upsert(self),
             Change::ForgetAudit { before } => {
                 self.push("DELETE FROM audit WHERE at < ").bind(clock::format(*before));
+                self.end();
+            }
+            Change::PutWebhook(w) => w.upsert(self),
+            Change::QueueDelivery(d) => upserts::queue(d, self),
+            Change::NotifiedUpTo(seq) => {
+                self.push("INSERT INTO notify_cursor (id, seq) VALUES (1, ").bind(*seq);
+                self.push(") ON CONFLICT (id) DO UPDATE SET seq = excluded.seq").end();
+            }
+            Change::PutDelivery(d) => d.upsert(self),
+            Change::ForgetDeliveries { before } => {
+                self.push("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < ")
+                    .bind(clock::format(*before));
                 self.end();
             }
             _ => {}
@@ -196,129 +211,6 @@ impl<'a, B: Builder<'a>> Script<B> {
                 .bind(m.checkpoint_id.as_deref());
         });
         self.push(" ON CONFLICT (mission_id) DO NOTHING").end();
-    }
-
-    pub(super) fn put_executor(&mut self, e: &'a ExecutorRecord) {
-        self.push(
-            "INSERT INTO executors (executor_id, name, version, spec_version, transport_endpoints, capabilities, \
-             a2a_instance_id, token_hash, registered_at, registered_from, seen_non_loopback, last_event_ts, \
-             disconnected_at, deregistered_at, draining, runtime) ",
-        );
-        self.values([e], |b, e| {
-            b.bind(e.identity.executor_id.as_str())
-                .bind(e.identity.name.as_str())
-                .bind(e.identity.version.as_str())
-                .bind(e.identity.spec_version.as_str())
-                .bind(serde_json::to_string(&e.identity.transport_endpoints).expect("endpoints serialize"))
-                .bind(serde_json::to_string(&e.identity.capabilities).expect("capabilities serialize"))
-                .bind(e.identity.a2a_instance_id.as_deref())
-                .bind(&e.token_hash[..])
-                .bind(clock::format(e.registered_at))
-                .bind(e.registered_from.as_deref())
-                .bind(e.seen_non_loopback)
-                .bind(e.last_event_ts.as_deref())
-                .bind(e.disconnected_at.map(clock::format))
-                .bind(e.deregistered_at.map(clock::format))
-                .bind(e.draining)
-                .bind(e.runtime.as_ref().map(|r| serde_json::to_string(r).expect("runtime serializes")));
-        });
-        self.push(
-            " ON CONFLICT (executor_id) DO UPDATE SET name = excluded.name, version = excluded.version, \
-             spec_version = excluded.spec_version, transport_endpoints = excluded.transport_endpoints, \
-             capabilities = excluded.capabilities, a2a_instance_id = excluded.a2a_instance_id, \
-             token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
-             seen_non_loopback = excluded.seen_non_loopback, last_event_ts = excluded.last_event_ts, \
-             disconnected_at = excluded.disconnected_at, deregistered_at = excluded.deregistered_at, \
-             draining = excluded.draining, runtime = excluded.runtime",
-        )
-        .end();
-    }
-
-    pub(super) fn put_sandbox(&mut self, s: &'a SandboxRecord) {
-        self.push(
-            "INSERT INTO sandboxes (sandbox_id, name, registration, token_hash, registered_at, registered_from, \
-             deregistered_at) ",
-        );
-        self.values([s], |b, s| {
-            b.bind(s.sandbox_id.as_str())
-                .bind(s.name.as_str())
-                .bind(s.registration.to_string())
-                .bind(&s.token_hash[..])
-                .bind(clock::format(s.registered_at))
-                .bind(s.registered_from.as_deref())
-                .bind(s.deregistered_at.map(clock::format));
-        });
-        self.push(
-            " ON CONFLICT (sandbox_id) DO UPDATE SET name = excluded.name, registration = excluded.registration, \
-             token_hash = excluded.token_hash, registered_from = excluded.registered_from, \
-             deregistered_at = excluded.deregistered_at",
-        )
-        .end();
-    }
-
-    fn put_operator(&mut self, o: &'a OperatorRecord) {
-        self.push("INSERT INTO operators (name, role, token_hash, created_at, created_by, revoked_at) ");
-        self.values([o], |b, o| {
-            b.bind(o.name.as_str())
-                .bind(o.role.as_str())
-                .bind(&o.token_hash[..])
-                .bind(clock::format(o.created_at))
-                .bind(o.created_by.as_str())
-                .bind(o.revoked_at.map(clock::format));
-        });
-        self.push(
-            " ON CONFLICT (name) DO UPDATE SET role = excluded.role, token_hash = excluded.token_hash, \
-             created_at = excluded.created_at, created_by = excluded.created_by, revoked_at = excluded.revoked_at",
-        )
-        .end();
-    }
-
-    fn append_audit(&mut self, a: &'a AuditRecord) {
-        self.push(
-            "INSERT INTO audit (at, operator, role, source, method, route, target, mission_id, executor_id, status, \
-             outcome) ",
-        );
-        self.values([a], |b, a| {
-            b.bind(clock::format(a.at))
-                .bind(a.operator.as_deref())
-                .bind(a.role.map(|r| r.as_str()))
-                .bind(a.source.as_deref())
-                .bind(a.method.as_str())
-                .bind(a.route.as_str())
-                .bind(a.target.as_deref())
-                .bind(a.mission_id.as_deref())
-                .bind(a.executor_id.as_deref())
-                .bind(i64::from(a.status))
-                .bind(a.outcome.as_str());
-        });
-        self.end();
-    }
-
-    pub(super) fn put_hitl(&mut self, h: &'a HitlRequest) {
-        self.push(
-            "INSERT INTO hitl_requests (mission_id, hitl_id, prompt, context, expires_at, requested_at, outcome, \
-             response, responded_at, delivered_at, answered_by) ",
-        );
-        self.values([h], |b, h| {
-            b.bind(h.mission_id.as_str())
-                .bind(h.hitl_id.as_str())
-                .bind(h.prompt.as_str())
-                .bind(h.context.as_deref())
-                .bind(h.expires_at.map(clock::format))
-                .bind(clock::format(h.requested_at))
-                .bind(h.outcome.as_str())
-                .bind(h.response.as_deref())
-                .bind(h.responded_at.map(clock::format))
-                .bind(h.delivered_at.map(clock::format))
-                .bind(h.answered_by.as_deref());
-        });
-        self.push(
-            " ON CONFLICT (mission_id, hitl_id) DO UPDATE SET prompt = excluded.prompt, context = excluded.context, \
-             expires_at = excluded.expires_at, outcome = excluded.outcome, response = excluded.response, \
-             responded_at = excluded.responded_at, delivered_at = excluded.delivered_at, \
-             answered_by = excluded.answered_by",
-        )
-        .end();
     }
 
     pub(super) fn patch(&mut self, id: &'a str, p: &'a MissionPatch) {

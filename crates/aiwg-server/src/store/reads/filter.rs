@@ -1,0 +1,44 @@
+//! The filters of an event read.
+
+use sqlx::{Database, Encode, Type};
+
+/// The filters of an event read, and only those: one mission's events are read through its index
+/// (`mission_events`), the whole log's through the sequence numbers.
+pub(super) struct EventFilter<'a> {
+    pub(super) table: &'static str,
+    /// ` AND column = $N` for each filter given.
+    pub(super) conditions: String,
+    values: Vec<&'a str>,
+    /// The number of the placeholder after the filters'.
+    pub(super) next: usize,
+}
+
+impl<'a> EventFilter<'a> {
+    /// `bound`: the placeholders the query takes before the filters'.
+    pub(super) fn new(mission_id: Option<&'a str>, executor_id: Option<&'a str>, bound: usize) -> EventFilter<'a> {
+        let table = if mission_id.is_some() { "mission_events" } else { "events" };
+        let mut filter = EventFilter { table, conditions: String::new(), values: Vec::new(), next: bound + 1 };
+        for (column, value) in [("mission_id", mission_id), ("executor_id", executor_id)] {
+            if let Some(value) = value {
+                filter.conditions.push_str(&format!(" AND {column} = ${}", filter.next));
+                filter.values.push(value);
+                filter.next += 1;
+            }
+        }
+        filter
+    }
+
+    pub(super) fn bind<'q, DB: Database>(
+        &self,
+        mut query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
+    ) -> sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+    where
+        'a: 'q,
+        &'q str: Encode<'q, DB> + Type<DB>,
+    {
+        for value in &self.values {
+            query = query.bind(*value);
+        }
+        query
+    }
+}
