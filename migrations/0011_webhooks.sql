@@ -37,3 +37,9 @@ CREATE TABLE notify_cursor (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
     seq  INTEGER NOT NULL
 ) STRICT;
+
+-- The events notifications follow (a mission's question and end, an executor's deregistration), read
+-- after the mark through an index of their own: the others, progress above all, are the volume. The
+-- condition is repeated word for word by the reads (store/reads/queries.rs, NOTABLE), and a test holds
+-- them equal.
+CREATE INDEX events_notable ON events (seq) WHERE event IN ('mission.hitl_required', 'mission.completed', 'mission.failed', 'mission.aborted', 'executor.deregistered');

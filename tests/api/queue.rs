@@ -76,7 +76,20 @@ async fn aborting_a_queued_mission_takes_it_out_of_the_queue() {
     let (mut e, _ws) = ScriptedExecutor::online(&server, &[]).await;
     let (later, _) = queue_dispatch(&server, &[]).await;
     assert_eq!(e.next_dispatch().await.body["mission_id"], later.as_str(), "the aborted one was never sent");
-    assert_eq!(server.mission(&id).await["state"], "aborted");
+    let m = server.mission(&id).await;
+    assert_eq!(
+        (m["state"].as_str(), m["error"].as_str()),
+        (Some("aborted"), Some("aborted by anonymous while queued"))
+    );
+    // Its timeline says so, and who: an event under the nil executor id, as no executor had it.
+    let events = m["recent_events"].as_array().unwrap();
+    let aborted = events.iter().find(|e| e["event"] == "mission.aborted").expect("the abort is in the timeline");
+    assert_eq!(aborted["executor_id"], "00000000-0000-0000-0000-000000000000");
+    assert_eq!(
+        (aborted["data"]["aborted_by"].as_str(), aborted["data"]["by"].as_str()),
+        (Some("operator"), Some("anonymous")),
+        "{aborted}"
+    );
 }
 
 #[tokio::test]

@@ -51,6 +51,7 @@ macro_rules! storage_contract {
                 compaction_removes_an_ended_missions_progress_but_its_first_and_last_events,
                 events_of_no_mission_are_removed_but_each_executors_latest,
                 webhooks_and_their_outbox_round_trip_once_per_source,
+                notable_events_are_read_alone,
             );
 
             #[tokio::test]
@@ -1287,6 +1288,30 @@ mod cases {
         let left: Vec<String> = store.due_deliveries(10).await.unwrap().into_iter().map(|d| d.id).collect();
         assert_eq!(left, [first.id.clone(), retried.id.clone()], "pending ones stay");
         assert_eq!(store.delivery(&delivered.id).await.unwrap(), None, "done ones go by age");
+    }
+
+    /// The notable events (a question, an end, a deregistration) read alone, in order, the others skipped.
+    pub(super) async fn notable_events_are_read_alone(store: Store) {
+        let log = [
+            event("mission.progress", "e1", Some("m1"), 1),
+            event("mission.hitl_required", "e1", Some("m1"), 2),
+            event("executor.registered", "e2", None, 3),
+            event("mission.completed", "e1", Some("m1"), 4),
+            event("mission.progress", "e2", Some("m2"), 5),
+            event("executor.deregistered", "e2", None, 6),
+            event("mission.failed", "e2", Some("m2"), 7),
+        ];
+        store.commit(log.iter().map(append).collect()).await.unwrap();
+        let read = |after: i64, limit: u32| {
+            let store = store.clone();
+            async move {
+                let page = store.events_after(EventQuery::after(after, limit).notable()).await.unwrap();
+                (page.events.iter().map(|e| e.seq).collect::<Vec<_>>(), page.more)
+            }
+        };
+        assert_eq!(read(0, 100).await, (vec![2, 4, 6, 7], false));
+        assert_eq!(read(2, 2).await, (vec![4, 6], true));
+        assert_eq!(read(7, 100).await, (vec![], false));
     }
 
     async fn due_seq(store: &Store, id: &str) -> i64 {

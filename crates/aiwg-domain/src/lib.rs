@@ -32,5 +32,5 @@ pub use executor::{
 pub use hitl::{HitlOutcome, HitlRequest};
 pub use live::{progress_key, session_prefix, Handover, Live, Projection, Undo};
 pub use mission::{Mission, MissionPatch};
-pub use serve_events::{AbortedBy, Recorded, ServeEvent};
+pub use serve_events::{AbortedBy, Recorded, ServeEvent, NO_EXECUTOR};
 pub use state::{on_control, on_executor_event, resume_target, Control, MissionState, Outcome};

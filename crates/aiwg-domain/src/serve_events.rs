@@ -11,6 +11,10 @@ use super::{patch_for, MissionPatch, MissionState, NewEvent};
 use aiwg_contract::clock;
 use aiwg_contract::{EventType, RegisterPayload};
 
+/// The executor id of an event about a mission no executor had (one aborted while it was queued): the
+/// nil UUID, which the contract's pattern takes and no real executor is given.
+pub const NO_EXECUTOR: &str = "00000000-0000-0000-0000-000000000000";
+
 /// Who aborted a mission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -8,6 +8,17 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::StoredEvent;
+use aiwg_contract::EventType;
+
+/// The events of the log a topic may come from: the store reads these through an index of their own
+/// (the others, progress above all, are the volume). [`Topic::of_event`] decides among them.
+pub const NOTABLE: [EventType; 5] = [
+    EventType::MissionHitlRequired,
+    EventType::MissionCompleted,
+    EventType::MissionFailed,
+    EventType::MissionAborted,
+    EventType::ExecutorDeregistered,
+];
 
 /// What a subscription can be told of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -437,6 +448,11 @@ mod tests {
         ];
         for (event, data, topic) in cases {
             assert_eq!(Topic::of_event(&stored(1, event, data)), topic, "{event}");
+        }
+        for event in aiwg_contract::EventType::ALL {
+            let data = json!({"reason": "timeout"});
+            let notifies = Topic::of_event(&stored(1, event.as_str(), data)).is_some();
+            assert_eq!(notifies, NOTABLE.contains(&event), "{event}: a topic comes from the notable events only");
         }
         for t in Topic::ALL {
             assert_eq!(Topic::parse(t.as_str()), Some(t));

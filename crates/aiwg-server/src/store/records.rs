@@ -217,6 +217,9 @@ pub struct EventQuery<'a> {
     pub after: i64,
     pub mission_id: Option<&'a str>,
     pub executor_id: Option<&'a str>,
+    /// Only the notable events (`aiwg_domain::webhooks::NOTABLE`: a mission's question and end, an
+    /// executor's deregistration), read through an index of their own whatever the volume of the others.
+    pub notable: bool,
     pub limit: u32,
     pub max_bytes: usize,
 }
@@ -225,7 +228,7 @@ impl<'a> EventQuery<'a> {
     /// Every event after `after`, `limit` at most, with no byte bound (set one with [`EventQuery::bytes`]
     /// wherever the events' size is not already known to be small).
     pub fn after(after: i64, limit: u32) -> EventQuery<'a> {
-        EventQuery { after, mission_id: None, executor_id: None, limit, max_bytes: usize::MAX }
+        EventQuery { after, mission_id: None, executor_id: None, notable: false, limit, max_bytes: usize::MAX }
     }
 
     pub fn mission(self, mission_id: Option<&'a str>) -> EventQuery<'a> {
@@ -234,6 +237,10 @@ impl<'a> EventQuery<'a> {
 
     pub fn executor(self, executor_id: Option<&'a str>) -> EventQuery<'a> {
         EventQuery { executor_id, ..self }
+    }
+
+    pub fn notable(self) -> EventQuery<'a> {
+        EventQuery { notable: true, ..self }
     }
 
     pub fn bytes(self, max_bytes: usize) -> EventQuery<'a> {

@@ -165,7 +165,7 @@ impl Controls {
             Decided::Done((Ok(_), None)) => unreachable!("a queued action has an undo point"),
             Decided::Done((Err(why), _)) => return Err(self.refused(mission_id, why).await),
             Decided::Rebuilding => return Err(Error::StorageUnavailable(REREAD.into())),
-            Decided::NotLive => return self.not_live(mission_id, action).await,
+            Decided::NotLive => return self.not_live(mission_id, action, by).await,
         };
         self.ledger.conclude(d.commit, ticket, Some(d.delivery.to)).await?;
         if d.delivery.answered.is_some() || d.delivery.to.is_terminal() {
@@ -190,9 +190,9 @@ impl Controls {
     }
 
     /// An action on a mission the ledger does not hold: queued, ended, or unknown.
-    async fn not_live(&self, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
+    async fn not_live(&self, mission_id: &str, action: Action<'_>, by: &str) -> Result<ControlOutcome> {
         match self.store.mission(mission_id).await? {
-            Some(m) if m.state == MissionState::Queued => self.act_on_queued(mission_id, action).await,
+            Some(m) if m.state == MissionState::Queued => self.act_on_queued(mission_id, action, by).await,
             Some(m) => Err(refusal(action, m.state)),
             None => Err(Error::NotFound(format!("mission {mission_id} not found"))),
         }
@@ -240,8 +240,8 @@ impl Controls {
 
 impl Controls {
     /// A queued mission has no executor: only abort applies, and it just leaves the queue.
-    async fn act_on_queued(&self, mission_id: &str, action: Action<'_>) -> Result<ControlOutcome> {
-        if !matches!(action, Action::Abort) || !self.dispatcher.abort_queued(mission_id).await? {
+    async fn act_on_queued(&self, mission_id: &str, action: Action<'_>, by: &str) -> Result<ControlOutcome> {
+        if !matches!(action, Action::Abort) || !self.dispatcher.abort_queued(mission_id, by).await? {
             return Err(refusal(action, MissionState::Queued));
         }
         Ok(ControlOutcome {

@@ -184,9 +184,9 @@ impl Dispatcher {
         self.queue.kick();
     }
 
-    /// Aborts a queued mission (see `Queue::abort`); `false` when it is not waiting here.
-    pub(crate) async fn abort_queued(&self, mission_id: &str) -> Result<bool> {
-        self.queue.abort(&self.store, mission_id).await
+    /// Aborts a queued mission for operator `by` (see `Queue::abort`); `false` when it is not waiting here.
+    pub(crate) async fn abort_queued(&self, mission_id: &str, by: &str) -> Result<bool> {
+        self.queue.abort(&self.store, mission_id, by).await
     }
 
     /// Forwards a dispatch to an executor again (a resync's replay): see `Handout::forward_to`.

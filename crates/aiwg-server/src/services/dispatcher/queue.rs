@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::DispatchPayload;
-use aiwg_domain::{Mission, MissionPatch, MissionState};
+use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, ServeEvent, NO_EXECUTOR};
 use chrono::{DateTime, Utc};
 
 struct Waiting {
@@ -196,17 +196,19 @@ impl Queue {
 
     /// Aborts a queued mission: it leaves the queue once the abort is committed (and goes back to its
     /// place if the commit fails). `false` when it is not waiting here.
-    pub(super) async fn abort(&self, store: &Store, mission_id: &str) -> Result<bool> {
+    pub(super) async fn abort(&self, store: &Store, mission_id: &str, by: &str) -> Result<bool> {
         let Some(w) = self.take(mission_id) else { return Ok(false) };
-        let now = clock::now();
-        let patch = MissionPatch {
-            state: Some(MissionState::Aborted),
-            updated_at: Some(now),
-            completed_at: Some(now),
-            error: Some("aborted by the operator while queued".into()),
-            ..MissionPatch::default()
-        };
-        if let Err(e) = store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await {
+        // Recorded as every operator's abort is, for the timeline, the trail and the webhooks; under the
+        // nil executor id, as no executor had the mission.
+        let said = ServeEvent::Aborted { by: AbortedBy::Operator, reason: "operator_request" };
+        let mut recorded = said.record(NO_EXECUTOR, mission_id, MissionState::Aborted, clock::now());
+        if let Some(fields) = recorded.event.data.as_object_mut() {
+            fields.insert("by".into(), by.into());
+        }
+        if let Some((_, patch)) = &mut recorded.patch {
+            patch.error = Some(format!("aborted by {by} while queued"));
+        }
+        if let Err(e) = store.commit(Change::recorded(recorded)).await {
             self.requeue(w);
             return Err(e.into());
         }

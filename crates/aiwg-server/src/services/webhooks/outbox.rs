@@ -1,23 +1,26 @@
-//! The outbox's producer: follows the committed log and queues a delivery for each notice a
-//! subscription asked for, with how far it has read, in one unit; and every few seconds looks for
-//! missions that have waited in the queue too long.
+//! The outbox's producer: reads the committed log after its mark and queues a delivery for each notice
+//! a subscription asked for, with how far it has read, in one unit; and looks for missions that have
+//! waited in the queue too long.
 //!
-//! It reads the events the store publishes as they commit, which costs nothing but a filter on their
-//! type. From its mark in the store it reads the log itself: at start (what was committed while serve
-//! was down, or killed before the mark moved), when it fell behind the publication (lagged), and after
-//! a commit of its own failed. The mark moves with the deliveries it covers, and otherwise at most
-//! every [`MARK_EVERY`], so that a restart reads little again.
+//! It reads the log rather than follow the store's publication of every event: a subscriber to that
+//! makes the writer (the one thread every commit goes through) rebuild each event it commits, progress
+//! and all, for the one in a thousand that notifies anyone. The notable events have an index of their
+//! own (`EventQuery::notable`), and the log is read only when its end has moved, at most every
+//! [`POLL`]. Killed, serve reads again from the mark at the next start; the mark moves with the
+//! deliveries it covers, and otherwise at most every [`MARK_EVERY`], so that a restart reads little
+//! again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::broadcast::error::RecvError;
-
 use super::Webhooks;
 use crate::store::{Change, Delivery, EventQuery, StoredEvent};
 use aiwg_contract::clock;
-use aiwg_domain::webhooks::Notice;
+use aiwg_domain::webhooks::{Notice, Webhook};
+
+/// How often the end of the log is looked at: a notification's delay at most, beside the commit.
+const POLL: Duration = Duration::from_millis(200);
 
 /// The mark moves at least this often while the log grows and notifies no one.
 const MARK_EVERY: Duration = Duration::from_secs(10);
@@ -33,17 +36,17 @@ struct Reader {
     /// The last mark committed.
     marked: i64,
     marked_at: Instant,
-    /// Whether the log must be read from the mark again (a commit failed).
-    behind: bool,
     /// Missions notified as queued too long and still queued.
     alerted: HashSet<String>,
+    /// When queueing last failed: the log is read again after [`RETRY_AFTER`], not at every poll.
+    failed_at: Option<Instant>,
 }
+
+/// A failed queueing is tried again after this.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 pub(super) async fn run(webhooks: Arc<Webhooks>) {
     let mut shutdown = webhooks.shutdown.clone();
-    // Subscribed before the mark is read: every event after it is either in the log read below or
-    // published to this subscription.
-    let mut published = webhooks.store.subscribe();
     let mark = loop {
         let mark = match webhooks.store.notify_cursor().await {
             Ok(Some(mark)) => Ok(mark),
@@ -64,37 +67,33 @@ pub(super) async fn run(webhooks: Arc<Webhooks>) {
             _ = shutdown.changed() => return,
         }
     };
-    let mut reader =
-        Reader { webhooks, read: mark, marked: mark, marked_at: Instant::now(), behind: true, alerted: HashSet::new() };
-    let every = queue_check_every(reader.webhooks.config.queued_alert_s);
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let queue_every = queue_check_every(webhooks.config.queued_alert_s);
+    let mut reader = Reader {
+        webhooks,
+        read: mark,
+        marked: mark,
+        marked_at: Instant::now(),
+        alerted: HashSet::new(),
+        failed_at: None,
+    };
+    let mut poll = tokio::time::interval(POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut queue_checked = Instant::now();
     loop {
-        if reader.behind {
+        tokio::select! {
+            _ = poll.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let failing = reader.failed_at.is_some_and(|at| at.elapsed() < RETRY_AFTER);
+        if !failing && reader.read < reader.webhooks.store.last_seq() {
             reader.catch_up().await;
         }
-        tokio::select! {
-            received = published.recv() => match received {
-                Ok(event) => {
-                    let mut batch = vec![event];
-                    while batch.len() < PAGE as usize {
-                        match published.try_recv() {
-                            Ok(event) => batch.push(event),
-                            Err(_) => break,
-                        }
-                    }
-                    reader.take(batch.iter().map(|e| e.as_ref())).await;
-                }
-                Err(RecvError::Lagged(_)) => reader.behind = true,
-                Err(RecvError::Closed) => return,
-            },
-            _ = tick.tick() => {
-                reader.queued_too_long().await;
-                if reader.read > reader.marked && reader.marked_at.elapsed() >= MARK_EVERY {
-                    reader.commit(Vec::new()).await;
-                }
-            }
-            _ = shutdown.changed() => return,
+        if queue_checked.elapsed() >= queue_every {
+            queue_checked = Instant::now();
+            reader.queued_too_long().await;
+        }
+        if reader.read > reader.marked && reader.marked_at.elapsed() >= MARK_EVERY {
+            reader.commit(Vec::new()).await;
         }
     }
 }
@@ -105,58 +104,43 @@ fn queue_check_every(threshold_s: u64) -> Duration {
 }
 
 impl Reader {
-    /// Reads the log from the last mark to its end.
+    /// Reads the notable events from the last one read to the end of the log.
     async fn catch_up(&mut self) {
-        self.behind = false;
         loop {
-            let q = EventQuery::after(self.read, PAGE).bytes(PAGE_BYTES);
+            // The end as it is before the read: every event up to it is in what the read sees.
+            let end = self.webhooks.store.last_seq();
+            let q = EventQuery::after(self.read, PAGE).notable().bytes(PAGE_BYTES);
             let page = match self.webhooks.store.events_after(q).await {
                 Ok(page) => page,
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read the log for notifications; trying again later");
-                    self.behind = true;
-                    return;
-                }
+                Err(e) => return tracing::warn!(error = %e, "cannot read the log for notifications; trying again"),
             };
-            let more = page.more;
-            if page.events.is_empty() {
-                return;
-            }
-            self.take(page.events.iter()).await;
-            if !more || self.behind {
+            let last = page.events.last().map_or(self.read, |e| e.seq);
+            let read_to = if page.more { last } else { last.max(end) };
+            if !self.take(&page.events, read_to).await || !page.more {
                 return;
             }
         }
     }
 
-    /// Queues the deliveries of `events` (in order, any already read skipped).
-    async fn take<'e>(&mut self, events: impl Iterator<Item = &'e StoredEvent>) {
+    /// Queues the deliveries of `events` (any already read skipped), the log read up to `read_to`;
+    /// `false` when they could not be queued (the log is read again from the mark).
+    async fn take(&mut self, events: &[StoredEvent], read_to: i64) -> bool {
         let active = self.webhooks.active();
-        let mut deliveries = Vec::new();
         let now = clock::now();
-        for event in events {
-            if event.seq <= self.read {
-                continue;
-            }
-            self.read = event.seq;
-            if active.is_empty() {
-                continue;
-            }
-            if let Some(notice) = Notice::of_event(event) {
+        let mut deliveries = Vec::new();
+        for event in events.iter().filter(|e| e.seq > self.read) {
+            if let Some(notice) = Notice::of_event(event).filter(|_| !active.is_empty()) {
                 deliveries.extend(self.deliveries_of(&notice, &active, now));
             }
         }
-        if !deliveries.is_empty() || (self.read > self.marked && self.marked_at.elapsed() >= MARK_EVERY) {
-            self.commit(deliveries).await;
+        self.read = self.read.max(read_to);
+        if deliveries.is_empty() && self.marked_at.elapsed() < MARK_EVERY {
+            return true;
         }
+        self.commit(deliveries).await
     }
 
-    fn deliveries_of(
-        &self,
-        notice: &Notice,
-        active: &[aiwg_domain::webhooks::Webhook],
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Vec<Delivery> {
+    fn deliveries_of(&self, notice: &Notice, active: &[Webhook], now: chrono::DateTime<chrono::Utc>) -> Vec<Delivery> {
         let name = notice.executor_id.as_deref().and_then(|e| self.webhooks.registry.name(e));
         let dashboard = self.webhooks.dashboard();
         active
@@ -170,7 +154,7 @@ impl Reader {
     }
 
     /// Commits `deliveries` with the mark; a failure leaves the mark where it was, to read from again.
-    async fn commit(&mut self, deliveries: Vec<Delivery>) {
+    async fn commit(&mut self, deliveries: Vec<Delivery>) -> bool {
         let queued = deliveries.len();
         let mut changes: Vec<Change> = deliveries.into_iter().map(|d| Change::QueueDelivery(Box::new(d))).collect();
         changes.push(Change::NotifiedUpTo(self.read));
@@ -178,14 +162,17 @@ impl Reader {
             Ok(_) => {
                 self.marked = self.read;
                 self.marked_at = Instant::now();
+                self.failed_at = None;
                 if queued > 0 {
                     self.webhooks.wake.notify_one();
                 }
+                true
             }
             Err(e) => {
                 tracing::warn!(error = %e, queued, "notifications could not be queued; the log will be read again");
                 self.read = self.marked;
-                self.behind = true;
+                self.failed_at = Some(Instant::now());
+                false
             }
         }
     }

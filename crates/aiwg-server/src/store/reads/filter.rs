@@ -14,10 +14,20 @@ pub(super) struct EventFilter<'a> {
 }
 
 impl<'a> EventFilter<'a> {
-    /// `bound`: the placeholders the query takes before the filters'.
-    pub(super) fn new(mission_id: Option<&'a str>, executor_id: Option<&'a str>, bound: usize) -> EventFilter<'a> {
+    /// `bound`: the placeholders the query takes before the filters'. `notable`: the notable events
+    /// only, by the condition of their partial index, written as the index's (a planner matches it as
+    /// written).
+    pub(super) fn new(
+        mission_id: Option<&'a str>,
+        executor_id: Option<&'a str>,
+        notable: bool,
+        bound: usize,
+    ) -> EventFilter<'a> {
         let table = if mission_id.is_some() { "mission_events" } else { "events" };
         let mut filter = EventFilter { table, conditions: String::new(), values: Vec::new(), next: bound + 1 };
+        if notable {
+            filter.conditions.push_str(&format!(" AND event IN ({})", *super::queries::NOTABLE));
+        }
         for (column, value) in [("mission_id", mission_id), ("executor_id", executor_id)] {
             if let Some(value) = value {
                 filter.conditions.push_str(&format!(" AND {column} = ${}", filter.next));

@@ -239,7 +239,7 @@ where
     }
 
     pub(super) async fn events_after(&self, q: EventQuery<'_>) -> Result<EventPage> {
-        let filter = EventFilter::new(q.mission_id, q.executor_id, 1);
+        let filter = EventFilter::new(q.mission_id, q.executor_id, q.notable, 1);
         // The sizes first (octet_length reads a value's length, not the value): which events fit the page,
         // and whether one more follows.
         let sql = format!(
@@ -273,7 +273,7 @@ where
     }
 
     pub(super) async fn tail_start(&self, mission_id: Option<&str>, executor_id: Option<&str>, n: u32) -> Result<i64> {
-        let filter = EventFilter::new(mission_id, executor_id, 0);
+        let filter = EventFilter::new(mission_id, executor_id, false, 0);
         let sql = format!(
             "SELECT seq FROM {} WHERE TRUE{} ORDER BY seq DESC LIMIT 1 OFFSET ${}",
             filter.table, filter.conditions, filter.next

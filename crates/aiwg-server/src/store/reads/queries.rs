@@ -25,6 +25,14 @@ fn states(which: impl Fn(MissionState) -> bool) -> String {
     names.join(", ")
 }
 
+/// The notable event types as an SQL list of literals, in the order of
+/// [`NOTABLE`](aiwg_domain::webhooks::NOTABLE): the condition of the partial index `events_notable`
+/// (migrations 11 and postgres 9), which a query must repeat word for word for the planner to use it.
+pub(super) static NOTABLE: LazyLock<String> = LazyLock::new(|| {
+    let names: Vec<String> = aiwg_domain::webhooks::NOTABLE.iter().map(|e| format!("'{e}'")).collect();
+    names.join(", ")
+});
+
 pub(super) static LIVE_MISSIONS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT mission_id, executor_id, state, pty_session_ref FROM missions WHERE state NOT IN ({}) \
@@ -130,4 +138,18 @@ pub(super) fn inbox(q: &HitlQuery) -> (String, Vec<String>) {
     }
     sql.push_str(&format!(" ORDER BY h.requested_at, h.mission_id, h.hitl_id LIMIT ${}", texts.len() + 1));
     (sql, texts)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_notable_events_index_has_the_condition_the_reads_write() {
+        let condition = format!("WHERE event IN ({})", *super::NOTABLE);
+        for migration in [
+            include_str!("../../../../../migrations/0011_webhooks.sql"),
+            include_str!("../../../../../migrations/postgres/0009_webhooks.sql"),
+        ] {
+            assert!(migration.contains(&format!("ON events (seq) {condition};")), "{condition}");
+        }
+    }
 }
