@@ -314,7 +314,8 @@ impl Notice {
             source: format!("event:{}", event.seq),
             at: event.received_at,
             mission_id: e.mission_id.clone(),
-            executor_id: Some(e.executor_id.clone()),
+            // A mission aborted while queued had no executor: its event's is the nil id.
+            executor_id: Some(e.executor_id.clone()).filter(|id| id != crate::NO_EXECUTOR),
             detail,
         })
     }
@@ -374,7 +375,10 @@ impl Notice {
             }
             Topic::Completed => format!(":white_check_mark: Mission {mission} completed{on} <{link}|Open>"),
             Topic::Failed => format!(":x: Mission {mission} failed{on}{why} <{link}|Open>"),
-            Topic::Aborted => format!(":stop_sign: Mission {mission} was aborted{on}{why} <{link}|Open>"),
+            Topic::Aborted => {
+                let by = said("by").map(|b| format!(" by {b}")).unwrap_or_default();
+                format!(":stop_sign: Mission {mission} was aborted{by}{on}{why} <{link}|Open>")
+            }
             Topic::ExecutorLost => {
                 let executor = executor_name.or(self.executor_id.as_deref()).map(slack_escape).unwrap_or_default();
                 format!(
@@ -482,6 +486,15 @@ mod tests {
         assert_eq!(
             slack["text"],
             ":x: Mission `m/1` failed on `exec-1`: executor_disconnected <http://h/#/missions/m%2F1|Open>"
+        );
+        let mut queued = stored(9, "mission.aborted", json!({"reason": "operator_request", "by": "ada"}));
+        queued.envelope.executor_id = crate::NO_EXECUTOR.into();
+        let aborted = Notice::of_event(&queued).unwrap();
+        assert_eq!(aborted.executor_id, None, "no executor had it");
+        let slack: Value = serde_json::from_str(&aborted.body(Format::Slack, None, "http://h")).unwrap();
+        assert_eq!(
+            slack["text"],
+            ":stop_sign: Mission `m/1` was aborted by ada: operator_request <http://h/#/missions/m%2F1|Open>"
         );
     }
 
