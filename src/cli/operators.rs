@@ -29,7 +29,7 @@ pub enum Role {
     Viewer,
     /// Also dispatches, pauses, resumes, aborts and answers HITL requests
     Operator,
-    /// Also removes and drains executors, adds runtimes, compacts the store, manages operators
+    /// Also removes and drains executors, adds runtimes, compacts the store, manages operators and webhooks
     Admin,
 }
 

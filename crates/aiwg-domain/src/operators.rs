@@ -12,7 +12,7 @@ pub enum Role {
     /// Drives missions: dispatch, pause, resume, abort, answer HITL requests.
     Operator,
     /// Runs the installation: removes and drains executors, adds runtimes, compacts the store,
-    /// manages operators.
+    /// manages operators and webhooks.
     Admin,
 }
 
