@@ -25,6 +25,7 @@ mod executors;
 mod faults;
 mod hardening;
 mod health_ops;
+mod idempotency;
 mod inbox;
 mod limits;
 mod logs;

@@ -9,6 +9,7 @@ mod effects;
 mod event;
 mod executor;
 mod hitl;
+pub mod idempotency;
 mod live;
 mod mission;
 pub mod net;

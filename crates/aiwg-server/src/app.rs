@@ -17,6 +17,7 @@ use crate::services::controls::Controls;
 use crate::services::dispatcher::Dispatcher;
 use crate::services::feed::Feed;
 use crate::services::fleet::Fleet;
+use crate::services::idempotency::Idempotency;
 use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
 use crate::services::operators::Operators;
@@ -54,6 +55,8 @@ pub struct App {
     pub status: Status,
     pub feed: Feed,
     pub retention: Arc<Retention>,
+    /// The answers to keyed creating requests.
+    pub idempotency: Idempotency,
     /// Webhook subscriptions and the outbox of their deliveries.
     pub webhooks: Arc<Webhooks>,
     /// The socket tasks, on a runtime of their own, which a graceful stop waits for before closing the
@@ -99,8 +102,8 @@ impl App {
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
         let status = Status::new(&core, dispatcher.clone());
         let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
-        let webhooks = Arc::new(Webhooks::load(&core, dispatcher.clone(), &config, shutdown.clone()).await?);
         Ok(App {
+            webhooks: Arc::new(Webhooks::load(&core, dispatcher.clone(), &config, shutdown.clone()).await?),
             config,
             schema,
             metrics,
@@ -118,7 +121,7 @@ impl App {
             status,
             feed: Feed::new(store.clone(), shutdown.clone()),
             retention,
-            webhooks,
+            idempotency: Idempotency::new(store.clone()),
             sockets: Arc::new(sockets),
             shutdown,
         })

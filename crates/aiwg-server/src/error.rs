@@ -74,6 +74,12 @@ pub enum Error {
     /// An operator to add whose name or role serve cannot use.
     #[error("{0}")]
     InvalidOperator(String),
+    /// An `Idempotency-Key` header serve cannot use.
+    #[error("{0}")]
+    InvalidIdempotencyKey(String),
+    /// An `Idempotency-Key` used before for another request.
+    #[error("{0}")]
+    IdempotencyConflict(String),
     /// A webhook subscription serve cannot use (its URL, events or format).
     #[error("{0}")]
     InvalidWebhook(String),
@@ -151,6 +157,8 @@ codes! {
         "A binary frame on a socket (an error frame).";
     InvalidQuery => "invalid_query", BAD_REQUEST,
         "A bad query parameter: an unknown state, a bad timestamp, a foreign cursor (one this listing did not give), a limit out of range, a bad `since`, an unknown parameter (the executor and sandbox listings ignore unknown parameters, as upstream does).";
+    InvalidIdempotencyKey => "invalid_idempotency_key", BAD_REQUEST,
+        "An `Idempotency-Key` header that is empty, longer than 255 characters, or not visible ASCII.";
     InvalidPath => "invalid_path", BAD_REQUEST,
         "A path segment that is not UTF-8 once percent-decoded (`/api/v1/missions/%FF`), on every `{id}` route.";
     Unauthorized => "unauthorized", UNAUTHORIZED,
@@ -165,6 +173,8 @@ codes! {
         "A known route, another method.";
     Conflict => "conflict", CONFLICT,
         "A `mission_id` that exists already (never overwritten); an HITL answer that names no pending request (stale, duplicate, expired).";
+    IdempotencyConflict => "idempotency_conflict", CONFLICT,
+        "An `Idempotency-Key` sent before, within 24 hours, by the same operator with another request (another route or body): a new request needs a new key.";
     IllegalTransition => "illegal_transition", CONFLICT,
         "An event or a control the mission's state does not allow (`mission.started` after `mission.completed`); on a socket, an error frame.";
     Ambiguous => "ambiguous", CONFLICT,
@@ -259,6 +269,8 @@ impl Error {
             Error::NotFound(_) => Code::NotFound,
             Error::MethodNotAllowed => Code::MethodNotAllowed,
             Error::Conflict(_) => Code::Conflict,
+            Error::IdempotencyConflict(_) => Code::IdempotencyConflict,
+            Error::InvalidIdempotencyKey(_) => Code::InvalidIdempotencyKey,
             Error::IllegalTransition(_) => Code::IllegalTransition,
             Error::Ambiguous(_) => Code::Ambiguous,
             Error::ExecutorNotConnected(_) => Code::ExecutorNotConnected,

@@ -1,7 +1,7 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
 //! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, reconciler, controls,
-//! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention, webhooks.
+//! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention, webhooks, idempotency.
 
 pub(crate) mod audit;
 pub(crate) mod connections;
@@ -9,6 +9,7 @@ pub(crate) mod controls;
 pub(crate) mod dispatcher;
 pub mod feed;
 pub(crate) mod fleet;
+pub(crate) mod idempotency;
 pub(crate) mod ingest;
 pub(crate) mod ledger;
 pub(crate) mod links;

@@ -112,6 +112,7 @@ impl Retention {
             .commit(vec![
                 Change::ForgetAudit { before: days_ago(self.config.audit_keep_days) },
                 Change::ForgetDeliveries { before: days_ago(self.config.deliveries_keep_days) },
+                Change::ForgetIdempotent { before: aiwg_contract::clock::now() - aiwg_domain::idempotency::KEEP },
             ])
             .await?;
         loop {

@@ -231,6 +231,13 @@ pub trait Storage: Send + Sync {
     /// A delivery by its id (`msg_...`).
     fn delivery<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Delivery>>>;
 
+    /// The answer kept for an operator's idempotency key, if any (expired ones too).
+    fn idempotent<'a>(
+        &'a self,
+        operator: &'a str,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<aiwg_domain::idempotency::Answered>>>;
+
     /// The last event read for notifications (`None`: never read).
     fn notify_cursor(&self) -> BoxFuture<'_, Result<Option<i64>>>;
 

@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
 use super::Result;
+use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::webhooks::{Delivery, Webhook};
 use aiwg_domain::{
@@ -74,6 +75,12 @@ pub enum Change {
     PutDelivery(Box<Delivery>),
     /// Removes the deliveries queued before `before` that are done, delivered or failed (retention).
     ForgetDeliveries {
+        before: chrono::DateTime<chrono::Utc>,
+    },
+    /// Keeps the answer to a keyed request (replacing an expired one of the key).
+    PutIdempotent(Box<Answered>),
+    /// Removes the kept answers older than `before` (retention).
+    ForgetIdempotent {
         before: chrono::DateTime<chrono::Utc>,
     },
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).

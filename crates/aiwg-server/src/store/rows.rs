@@ -11,6 +11,7 @@ use sqlx::{ColumnIndex, Decode, Row, Type};
 use crate::store::{ExecutorRecord, HitlOutcome, HitlRequest, Mission, Result, SandboxRecord, StoreError, StoredEvent};
 use aiwg_contract::clock;
 use aiwg_contract::{Envelope, RegisterPayload};
+use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord, Role};
 use aiwg_domain::webhooks::{Delivery, DeliveryState, Format, Topic, Webhook};
 use aiwg_domain::MissionState;
@@ -212,6 +213,19 @@ pub(super) fn delivery_from_row<R: Cols>(r: &R) -> Result<Delivery> {
         last_status: status.map(|s| u16::try_from(s).map_err(|_| corrupt("status", &s))).transpose()?,
         last_error: r.text_opt("last_error")?,
         delivered_at: time_opt(r, "delivered_at")?,
+    })
+}
+
+pub(super) fn answered_from_row<R: Cols>(r: &R) -> Result<Answered> {
+    let status = r.int("status")?;
+    let fingerprint = r.bytes("fingerprint")?;
+    Ok(Answered {
+        operator: r.text("operator")?,
+        key: r.text("key")?,
+        fingerprint: fingerprint.try_into().map_err(|_| StoreError::Corrupt("a fingerprint is not 32 bytes".into()))?,
+        status: u16::try_from(status).map_err(|_| StoreError::Corrupt(format!("status {status}")))?,
+        body: r.text("body")?,
+        created_at: time(r, "created_at")?,
     })
 }
 

@@ -13,6 +13,8 @@ use tokio::sync::broadcast;
 use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
+use aiwg_domain::idempotency::Answered;
+
 use super::{
     AskedRequest, AuditQuery, AuditRecord, CommitSlot, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery,
     ExecutorRecord, HitlQuery, HitlRequest, LiveMission, Mission, MissionQuery, OperatorRecord, ProgressSeen, Result,
@@ -193,6 +195,10 @@ where
 
     fn delivery<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<Delivery>>> {
         Box::pin(self.reads.delivery(id))
+    }
+
+    fn idempotent<'a>(&'a self, operator: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Answered>>> {
+        Box::pin(self.reads.idempotent(operator, key))
     }
 
     fn notify_cursor(&self) -> BoxFuture<'_, Result<Option<i64>>> {

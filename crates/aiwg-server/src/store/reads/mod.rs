@@ -18,13 +18,14 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 use super::migrate;
 use super::rows::{
-    audit_from_row, delivery_from_row, event_from_row, executor_from_row, hitl_from_row, located, mission_from_row,
-    operator_from_row, parse_json, parse_state, sandbox_from_row, webhook_from_row, Cols,
+    answered_from_row, audit_from_row, delivery_from_row, event_from_row, executor_from_row, hitl_from_row, located,
+    mission_from_row, operator_from_row, parse_json, parse_state, sandbox_from_row, webhook_from_row, Cols,
 };
 use crate::store::{
     AskedRequest, AuditQuery, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery, ExecutorRecord, HitlQuery,
     HitlRequest, LiveMission, Mission, MissionQuery, ProgressSeen, Result, SandboxRecord, StoredEvent, Webhook,
 };
+use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::{progress_key, MissionState};
 use filter::EventFilter;
@@ -415,6 +416,12 @@ where
     pub(super) async fn delivery(&self, id: &str) -> Result<Option<Delivery>> {
         let row = sqlx::query("SELECT * FROM webhook_deliveries WHERE id = $1").bind(id).fetch_optional(&self.pool);
         row.await?.as_ref().map(located("webhook_deliveries", "id", delivery_from_row)).transpose()
+    }
+
+    pub(super) async fn idempotent(&self, operator: &str, key: &str) -> Result<Option<Answered>> {
+        let sql = "SELECT * FROM idempotency_keys WHERE operator = $1 AND key = $2";
+        let row = sqlx::query(sql).bind(operator).bind(key).fetch_optional(&self.pool).await?;
+        row.as_ref().map(located("idempotency_keys", "key", answered_from_row)).transpose()
     }
 
     pub(super) async fn notify_cursor(&self) -> Result<Option<i64>> {

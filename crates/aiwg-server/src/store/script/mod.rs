@@ -150,8 +150,8 @@ impl<'a, B: Builder<'a>> Script<B> {
         }
     }
 
-    /// A record's upsert (an executor, sandbox, operator, HITL request, audit record, webhook, delivery),
-    /// or rows forgotten (a sandbox, old audit records, old deliveries): written one by one, as they
+    /// A record's upsert (an executor, sandbox, operator, HITL request, audit record, webhook, delivery,
+    /// a keyed request's answer), or rows forgotten (a sandbox, old audit records, deliveries, answers): written one by one, as they
     /// come; other changes write nothing here.
     pub(super) fn push_upsert(&mut self, change: &'a Change) {
         match change {
@@ -176,6 +176,11 @@ impl<'a, B: Builder<'a>> Script<B> {
                 self.push(") ON CONFLICT (id) DO UPDATE SET seq = excluded.seq").end();
             }
             Change::PutDelivery(d) => d.upsert(self),
+            Change::PutIdempotent(a) => a.upsert(self),
+            Change::ForgetIdempotent { before } => {
+                self.push("DELETE FROM idempotency_keys WHERE created_at < ").bind(clock::format(*before));
+                self.end();
+            }
             Change::ForgetDeliveries { before } => {
                 self.push("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < ")
                     .bind(clock::format(*before));

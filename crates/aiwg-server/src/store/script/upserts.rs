@@ -1,9 +1,11 @@
 //! The records written by a statement of their own, one upsert (or insert) each: executors, sandboxes,
-//! operators, HITL requests, audit records, webhook subscriptions and their deliveries.
+//! operators, HITL requests, audit records, webhook subscriptions and their deliveries, the answers
+//! to keyed requests.
 
 use super::{Builder, Script};
 use crate::store::{ExecutorRecord, HitlRequest, SandboxRecord};
 use aiwg_contract::clock;
+use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::webhooks::{Delivery, Webhook};
 
@@ -198,5 +200,24 @@ impl<'a> Upsert<'a> for Delivery {
         s.push(", delivered_at = ").bind(self.delivered_at.map(clock::format));
         s.push(" WHERE id = ").bind(self.id.as_str());
         s.end();
+    }
+}
+
+impl<'a> Upsert<'a> for Answered {
+    fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
+        s.push("INSERT INTO idempotency_keys (operator, key, fingerprint, status, body, created_at) ");
+        s.values([self], |b, a| {
+            b.bind(a.operator.as_str())
+                .bind(a.key.as_str())
+                .bind(&a.fingerprint[..])
+                .bind(i64::from(a.status))
+                .bind(a.body.as_str())
+                .bind(clock::format(a.created_at));
+        });
+        s.push(
+            " ON CONFLICT (operator, key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status, \
+             body = excluded.body, created_at = excluded.created_at",
+        )
+        .end();
     }
 }

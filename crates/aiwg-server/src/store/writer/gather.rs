@@ -84,7 +84,9 @@ impl<'a> Gathered<'a> {
                 | Change::QueueDelivery(_)
                 | Change::NotifiedUpTo(_)
                 | Change::PutDelivery(_)
-                | Change::ForgetDeliveries { .. } => statements.upsert(change).await?,
+                | Change::ForgetDeliveries { .. }
+                | Change::PutIdempotent(_)
+                | Change::ForgetIdempotent { .. } => statements.upsert(change).await?,
                 Change::ExecutorSeen { executor_id, ts } => {
                     self.seen.insert(executor_id, ts);
                 }
