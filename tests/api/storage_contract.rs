@@ -1255,7 +1255,8 @@ mod cases {
         let ids: Vec<&str> = due.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, [second.id.as_str(), other.id.as_str(), first.id.as_str()], "soonest due first; m1 once for a");
         assert_eq!(Delivery { seq: due[2].seq, ..first.clone() }, due[2], "read back as queued");
-        assert_eq!(store.due_deliveries(1).await.unwrap().len(), 1);
+        let firsts: Vec<String> = store.due_deliveries(1).await.unwrap().into_iter().map(|d| d.id).collect();
+        assert_eq!(firsts, [second.id.clone(), other.id.clone()], "of each subscription its first");
 
         let backoff = Backoff { base: std::time::Duration::from_secs(1), max: std::time::Duration::from_secs(8) };
         let failed = Attempt::Failed { status: Some(503), error: "HTTP 503: busy".into() };

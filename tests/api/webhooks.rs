@@ -220,7 +220,7 @@ async fn retries_back_off_and_a_failed_delivery_can_be_sent_again() {
 }
 
 /// A receiver that never answers holds its own share of the deliveries, not the others': a second
-/// subscription gets every notice at once.
+/// subscription gets every notice at once, even behind the first one's backlog.
 #[tokio::test]
 async fn a_receiver_that_never_answers_does_not_hold_up_the_others() {
     let server = TestServer::start_with(|c| {
@@ -228,11 +228,17 @@ async fn a_receiver_that_never_answers_does_not_hold_up_the_others() {
         c.notify.timeout_ms = 60_000;
     })
     .await;
-    let stuck = receiver(std::iter::repeat_n(Behavior::Stall, 10)).await;
-    let fine = receiver([]).await;
+    let stuck = receiver(std::iter::repeat_n(Behavior::Stall, 30)).await;
     subscribe(&server, &format!("{}/hook", stuck.url()), &["mission.completed"], "standard").await;
-    subscribe(&server, &format!("{}/hook", fine.url()), &["mission.completed"], "standard").await;
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    // A backlog for the receiver that does not answer, older than anything the other will be sent.
+    for _ in 0..12 {
+        let id = dispatch_to(&server, &mut e).await;
+        ws.ack("mission.completed", &id, json!({"state": "done"})).await;
+    }
+    stuck.wait_for("/hook", 1).await;
+    let fine = receiver([]).await;
+    subscribe(&server, &format!("{}/hook", fine.url()), &["mission.completed"], "standard").await;
     let mut ids = Vec::new();
     for _ in 0..3 {
         let id = dispatch_to(&server, &mut e).await;

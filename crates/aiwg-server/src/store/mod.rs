@@ -222,8 +222,8 @@ pub trait Storage: Send + Sync {
     /// Every stored webhook subscription, removed ones too, oldest first.
     fn webhooks(&self) -> BoxFuture<'_, Result<Vec<Webhook>>>;
 
-    /// The pending deliveries whose attempt is due soonest, `limit` at most, due ones first.
-    fn due_deliveries(&self, limit: u32) -> BoxFuture<'_, Result<Vec<Delivery>>>;
+    /// The pending deliveries, soonest due first: of each subscription its first `per_webhook`.
+    fn due_deliveries(&self, per_webhook: u32) -> BoxFuture<'_, Result<Vec<Delivery>>>;
 
     /// A page of a subscription's delivery log, newest first.
     fn deliveries<'a>(&'a self, q: &'a DeliveryQuery) -> BoxFuture<'a, Result<Vec<Delivery>>>;

@@ -185,8 +185,8 @@ where
         Box::pin(self.reads.webhooks())
     }
 
-    fn due_deliveries(&self, limit: u32) -> BoxFuture<'_, Result<Vec<Delivery>>> {
-        Box::pin(self.reads.due_deliveries(limit))
+    fn due_deliveries(&self, per_webhook: u32) -> BoxFuture<'_, Result<Vec<Delivery>>> {
+        Box::pin(self.reads.due_deliveries(per_webhook))
     }
 
     fn deliveries<'a>(&'a self, q: &'a DeliveryQuery) -> BoxFuture<'a, Result<Vec<Delivery>>> {

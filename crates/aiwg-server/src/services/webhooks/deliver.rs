@@ -52,7 +52,8 @@ pub(super) async fn run(webhooks: Arc<Webhooks>) {
     let max = webhooks.config.max_in_flight;
     let per_webhook = (max / 4).max(1);
     loop {
-        let wait = match webhooks.store.due_deliveries(u32::try_from(max * 2).unwrap_or(u32::MAX)).await {
+        // Each subscription's share, those in flight among them: the others' are never behind its backlog.
+        let wait = match webhooks.store.due_deliveries(u32::try_from(per_webhook).unwrap_or(u32::MAX)).await {
             Ok(due) => start_due(&webhooks, &in_flight, due, max, per_webhook),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the webhook outbox; trying again");

@@ -399,10 +399,13 @@ where
         rows.iter().map(located("webhooks", "id", webhook_from_row)).collect()
     }
 
-    /// Through the partial index of pending deliveries (its condition written as the index's).
-    pub(super) async fn due_deliveries(&self, limit: u32) -> Result<Vec<Delivery>> {
-        let sql = "SELECT * FROM webhook_deliveries WHERE state = 'pending' ORDER BY next_at, seq LIMIT $1";
-        let rows = sqlx::query(sql).bind(i64::from(limit)).fetch_all(&self.pool).await?;
+    /// Through the partial index of pending deliveries (its condition written as the index's), each
+    /// subscription's first `per_webhook` by when they are due: a receiver with a backlog fills its own
+    /// share, and the others' due deliveries are in the answer beside it.
+    pub(super) async fn due_deliveries(&self, per_webhook: u32) -> Result<Vec<Delivery>> {
+        let sql = "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY webhook_id ORDER BY next_at, seq) AS nth \
+                   FROM webhook_deliveries WHERE state = 'pending') AS due WHERE nth <= $1 ORDER BY next_at, seq";
+        let rows = sqlx::query(sql).bind(i64::from(per_webhook)).fetch_all(&self.pool).await?;
         rows.iter().map(located("webhook_deliveries", "id", delivery_from_row)).collect()
     }
 
