@@ -339,7 +339,7 @@ impl Notice {
         let dashboard = dashboard.trim_end_matches('/');
         let link = match (&self.mission_id, self.topic) {
             (Some(_), Topic::HitlRequired) => format!("{dashboard}/#/inbox"),
-            (Some(id), _) => format!("{dashboard}/#/missions/{}", encode_fragment(id)),
+            (Some(id), _) => format!("{dashboard}/#/missions/{}", aiwg_contract::encode_segment(id)),
             (None, _) => format!("{dashboard}/#/executors"),
         };
         match format {
@@ -397,7 +397,7 @@ impl Notice {
 }
 
 /// `s` cut to `max` characters, with an ellipsis when cut.
-fn shortened(s: &str, max: usize) -> String {
+pub fn shortened(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &s[..at]),
         None => s.to_owned(),
@@ -407,16 +407,6 @@ fn shortened(s: &str, max: usize) -> String {
 /// Text Slack shows as written: `&`, `<` and `>` are its control characters.
 fn slack_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
-}
-
-/// A mission id in a URL's fragment: what is not unreserved is percent-encoded.
-fn encode_fragment(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]

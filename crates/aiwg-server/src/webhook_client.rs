@@ -19,7 +19,7 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::Sha256;
 
-use aiwg_domain::webhooks::{Attempt, Format, Topic, SECRET_PREFIX};
+use aiwg_domain::webhooks::{shortened, Attempt, Format, Topic, SECRET_PREFIX};
 
 /// Bytes of a receiver's answer kept for the delivery log.
 const ANSWER_KEPT: usize = 300;
@@ -113,14 +113,14 @@ impl Sender {
         }
         let error = if status.is_redirection() {
             let to = response.headers().get("location").and_then(|l| l.to_str().ok()).unwrap_or("nowhere");
-            format!("HTTP {status}: redirected to {}; webhooks follow no redirect", shortened(to))
+            format!("HTTP {status}: redirected to {}; webhooks follow no redirect", shortened(to, ANSWER_KEPT))
         } else {
             // The start of the answer (its first chunk), for the log: a receiver's reason, not its page.
             let answer = match tokio::time::timeout(Duration::from_secs(1), response.chunk()).await {
                 Ok(Ok(Some(chunk))) => String::from_utf8_lossy(&chunk).into_owned(),
                 _ => String::new(),
             };
-            format!("HTTP {status}: {}", shortened(answer.trim()))
+            format!("HTTP {status}: {}", shortened(answer.trim(), ANSWER_KEPT))
         };
         Attempt::Failed { status: Some(status.as_u16()), error }
     }
@@ -144,14 +144,7 @@ fn transport_error(e: &reqwest::Error) -> String {
     if why.is_empty() {
         kind.to_owned()
     } else {
-        format!("{kind}: {}", shortened(&why))
-    }
-}
-
-fn shortened(s: &str) -> String {
-    match s.char_indices().nth(ANSWER_KEPT) {
-        Some((at, _)) => format!("{}…", &s[..at]),
-        None => s.to_owned(),
+        format!("{kind}: {}", shortened(&why, ANSWER_KEPT))
     }
 }
 

@@ -10,11 +10,12 @@
 use std::sync::Arc;
 
 use axum::body::{to_bytes, Body};
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::extract::Bearer;
 use crate::app::App;
 use crate::error::Error;
 use crate::services::idempotency::Begun;
@@ -38,12 +39,12 @@ pub(super) async fn keyed(State(app): State<Arc<App>>, request: Request, next: N
         ))
         .into_response();
     };
+    let (mut parts, body) = request.into_parts();
     // The handler refuses a caller who may not (and nothing is kept for them).
-    let bearer = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    let Ok(who) = app.operators.caller(aiwg_contract::tokens::bearer(bearer)).await else {
-        return next.run(request).await;
+    let bearer = Bearer::from_request_parts(&mut parts, &app).await.ok().and_then(|Bearer(b)| b);
+    let Ok(who) = app.operators.caller(bearer.as_deref()).await else {
+        return next.run(Request::from_parts(parts, body)).await;
     };
-    let (parts, body) = request.into_parts();
     let limit = app.config.server.max_body_bytes;
     let Ok(body) = to_bytes(body, limit).await else { return Error::PayloadTooLarge(limit).into_response() };
     let asked = fingerprint(parts.method.as_str(), parts.uri.path(), &body);
