@@ -53,6 +53,7 @@ mod socket;
 mod sqlite_only;
 mod storage_contract;
 mod takeover;
+mod timeouts;
 mod vagaris;
 mod webdriver_smoke;
 mod webhooks;

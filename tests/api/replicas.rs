@@ -36,6 +36,19 @@ async fn eventually(client: &Client, path: &str, what: &str, check: impl Fn(u16,
     }
 }
 
+/// How many of the mission's events in the database say `word` in their data.
+async fn events_saying(db: &TestDatabase, mission_id: &str, word: &str) -> i64 {
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let n = sqlx::query_scalar("SELECT count(*) FROM events WHERE mission_id = $1 AND data LIKE $2")
+        .bind(mission_id)
+        .bind(format!("%{word}%"))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    n
+}
+
 /// A database of the test's own and two replicas on it, the first leading; `None` on SQLite.
 async fn two_replicas() -> Option<(TestDatabase, TestServer, TestServer)> {
     if !backend_is_postgres() {
@@ -134,15 +147,36 @@ async fn a_hitl_deadline_armed_by_a_leader_that_stops_fires_once_on_the_next() {
     let m =
         follower.eventually(&format!("/api/v1/missions/{id}"), "the HITL deadline", |m| m["state"] == "failed").await;
     assert_eq!(m["error"], "HITL request h-1 expired unanswered");
-    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    let fired: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM events WHERE mission_id = $1 AND data LIKE '%hitl_expired%'")
-            .bind(&id)
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-    assert_eq!(fired, 1, "the deadline fired once");
-    conn.close().await.unwrap();
+    assert_eq!(events_saying(&db, &id, "hitl_expired").await, 1, "the deadline fired once");
+    follower.stop().await;
+}
+
+/// Issue 38: a mission's timeouts are derived from the shared store, so the replica that leads next
+/// fires what the one before it would have, once.
+#[tokio::test]
+async fn a_heartbeat_timeout_due_after_the_leader_stops_fires_once_on_the_next() {
+    let Some((db, leader, follower)) = two_replicas().await else { return };
+    let (mut e, mut socket) = ScriptedExecutor::online(&follower, &["x-abort"]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    body["timeouts"] = json!({"heartbeat_s": 2});
+    assert_eq!(follower.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    e.next_dispatch().await;
+    socket.ack("mission.started", &id, json!({"state": "running"})).await;
+    leader.stop().await;
+    socket.closed().await;
+    let mut socket = reconnect(&follower, &e).await;
+    let m = follower
+        .eventually(&format!("/api/v1/missions/{id}"), "the heartbeat timeout", |m| m["state"] == "failed")
+        .await;
+    assert_eq!(m["error"], "heartbeat timed out");
+    let abort = socket.next_pushed().await;
+    assert_eq!(
+        (abort["event"].as_str(), abort["data"]["reason"].as_str()),
+        (Some("mission.aborted"), Some("heartbeat_timeout"))
+    );
+    assert_eq!(events_saying(&db, &id, "heartbeat_timeout").await, 1, "the timeout fired once");
     follower.stop().await;
 }
 

@@ -187,6 +187,18 @@ pub struct DispatchPayload {
     /// `objective` and `completion`.
     #[serde(default)]
     pub task: Option<TaskSpec>,
+    /// Our extension: how long the mission may wait, run and stay silent (`[timeouts]` in serve's
+    /// configuration fills in what it leaves out).
+    #[serde(default)]
+    pub timeouts: Option<DispatchTimeouts>,
+}
+
+/// A dispatch's timeouts, in seconds (fractions allowed); each one absent takes serve's default.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+pub struct DispatchTimeouts {
+    pub schedule_to_start_s: Option<f64>,
+    pub start_to_close_s: Option<f64>,
+    pub heartbeat_s: Option<f64>,
 }
 
 impl DispatchPayload {

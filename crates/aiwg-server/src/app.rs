@@ -27,6 +27,7 @@ use crate::services::retention::Retention;
 use crate::services::runtimes::Runtimes;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
+use crate::services::timeouts::Timeouts;
 use crate::services::webhooks::Webhooks;
 use crate::services::Core;
 use crate::store::Store;
@@ -59,6 +60,8 @@ pub struct App {
     pub idempotency: Idempotency,
     /// Webhook subscriptions and the outbox of their deliveries.
     pub webhooks: Arc<Webhooks>,
+    /// Missions' schedule-to-start, start-to-close and heartbeat timeouts.
+    pub timeouts: Arc<Timeouts>,
     /// The socket tasks, on a runtime of their own, which a graceful stop waits for before closing the
     /// store.
     pub sockets: Arc<Sockets>,
@@ -88,21 +91,18 @@ impl App {
             Arc::new(Reconciler::new(&core, &config.hub, dispatcher.clone(), sandboxes.clone(), shutdown.clone()));
         let controls = Arc::new(Controls::new(&core, dispatcher.clone(), sandboxes.clone()));
         let schema = Arc::new(schema);
-        let ingest = Arc::new(Ingest::new(
-            &core,
-            schema.clone(),
-            reconciler.clone(),
-            controls.clone(),
-            config.hitl.default_expiry(),
-        ));
+        let hitl_expiry = config.hitl.default_expiry();
+        let ingest = Arc::new(Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), hitl_expiry));
         let fleet = Arc::new(Fleet::new(&core, &config));
         let operators =
             Arc::new(Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?);
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
-        let status = Status::new(&core, dispatcher.clone());
-        let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
+        let limits = config.timeouts.limits();
+        let status = Status::new(&core, dispatcher.clone(), limits);
         Ok(App {
+            timeouts: Arc::new(Timeouts::new(&core, dispatcher.clone(), sandboxes.clone(), limits, shutdown.clone())),
+            retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
             webhooks: Arc::new(Webhooks::load(&core, dispatcher.clone(), &config, shutdown.clone()).await?),
             config,
             schema,
@@ -120,7 +120,6 @@ impl App {
             connections,
             status,
             feed: Feed::new(store.clone(), shutdown.clone()),
-            retention,
             idempotency: Idempotency::new(store.clone()),
             sockets: Arc::new(sockets),
             shutdown,
@@ -128,7 +127,8 @@ impl App {
     }
 
     /// What was under way when serve stopped goes on: HITL deadlines and disconnect graces are armed
-    /// again, and the queue is loaded and drained. Retention's passes start, and the webhooks' outbox.
+    /// again, and the queue is loaded and drained; missions' timeouts are watched again (their deadlines
+    /// are derived from the store). Retention's passes start, and the webhooks' outbox.
     pub async fn resume(&self) -> Result<()> {
         self.retention.start(self.shutdown.clone());
         self.webhooks.start();
@@ -137,6 +137,7 @@ impl App {
         self.runtimes.start().await?;
         self.dispatcher.load_queue().await?;
         self.dispatcher.run_queue();
+        self.timeouts.start();
         Ok(())
     }
 

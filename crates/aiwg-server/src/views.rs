@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use aiwg_contract::Envelope;
+use aiwg_domain::timeouts::Limits;
 use aiwg_domain::MissionState;
 use aiwg_domain::{HitlOutcome, HitlRequest, Mission, StoredEvent};
 use chrono::{DateTime, Utc};
@@ -29,6 +30,31 @@ pub struct MissionStatus {
     /// The pending HITL request, while there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hitl: Option<PendingHitl>,
+    /// Its timeouts as they apply (what its dispatch asked, else serve's defaults), while it has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<TimeoutsView>,
+}
+
+/// A mission's timeouts, in seconds.
+#[derive(Debug, Serialize)]
+pub struct TimeoutsView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule_to_start_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_to_close_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat_s: Option<f64>,
+}
+
+impl From<Limits> for TimeoutsView {
+    fn from(l: Limits) -> TimeoutsView {
+        let s = |d: Option<std::time::Duration>| d.map(|d| d.as_millis() as f64 / 1000.0);
+        TimeoutsView {
+            schedule_to_start_s: s(l.schedule_to_start),
+            start_to_close_s: s(l.start_to_close),
+            heartbeat_s: s(l.heartbeat),
+        }
+    }
 }
 
 impl MissionStatus {
@@ -43,7 +69,18 @@ impl MissionStatus {
             recent_events: events.into_iter().map(|e| e.envelope).collect(),
             routing,
             hitl: None,
+            timeouts: None,
         }
+    }
+
+    /// With its timeouts, serve's `defaults` filling in what its dispatch left out. How long it has
+    /// been silent is the reader's to say from `updated_at` (a field that changed with every read would
+    /// defeat the read's ETag).
+    pub fn with_timeouts(mut self, payload: &Value, defaults: Limits) -> MissionStatus {
+        let asked = payload.get("timeouts").and_then(|t| serde_json::from_value(t.clone()).ok());
+        let limits = Limits::of(asked.as_ref(), defaults);
+        self.timeouts = (!limits.is_none()).then(|| limits.into());
+        self
     }
 
     /// With the mission's pending HITL request (a request that is no longer pending is not shown).

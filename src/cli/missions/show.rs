@@ -34,6 +34,15 @@ pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
     if let Some(silent) = silent_for(m, chrono::Utc::now()) {
         field(out, "silent for", format!("{silent} (no event or sign of life from its executor since updated_at)"))?;
     }
+    if let Some(limits) = m["timeouts"].as_object().filter(|t| !t.is_empty()) {
+        let names = [
+            ("schedule_to_start_s", "schedule-to-start"),
+            ("start_to_close_s", "start-to-close"),
+            ("heartbeat_s", "heartbeat"),
+        ];
+        let set = names.iter().filter_map(|(key, name)| Some(format!("{name} {}s", limits.get(*key)?.as_f64()?)));
+        field(out, "timeouts", set.collect::<Vec<_>>().join(", "))?;
+    }
     if !m["compacted_at"].is_null() {
         field(
             out,

@@ -88,7 +88,23 @@ impl Config {
         self.validate_server()?;
         self.validate_store()?;
         self.validate_services()?;
+        self.validate_timeouts()?;
         self.validate_notify()
+    }
+
+    fn validate_timeouts(&self) -> Result<(), ConfigError> {
+        let t = &self.timeouts;
+        let max = aiwg_domain::timeouts::MAX_SECONDS;
+        for (key, s) in [
+            ("schedule_to_start_s", t.schedule_to_start_s),
+            ("start_to_close_s", t.start_to_close_s),
+            ("heartbeat_s", t.heartbeat_s),
+        ] {
+            if !(0.0..=max).contains(&s) {
+                return bad(format!("timeouts.{key} must be from 0 (none) to {max} seconds, not {s}"));
+            }
+        }
+        Ok(())
     }
 
     /// Notifications: the configured subscriptions, and the timings of their deliveries.

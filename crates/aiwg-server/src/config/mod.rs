@@ -33,6 +33,34 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub hitl: HitlConfig,
     pub notify: NotifyConfig,
+    pub timeouts: TimeoutsConfig,
+}
+
+/// Every mission's timeouts, where its dispatch names none (`timeouts` in the dispatch overrides each
+/// one): seconds, fractions allowed, 0 for none.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TimeoutsConfig {
+    /// Still queued, or assigned without `mission.started`, this long after its dispatch: failed
+    /// (`schedule_to_start_timeout`).
+    pub schedule_to_start_s: f64,
+    /// Not ended this long after it started, paused and `hitl-required` time not counted: aborted
+    /// (`start_to_close_timeout`).
+    pub start_to_close_s: f64,
+    /// Running, and nothing heard of it for this long: failed (`heartbeat_timeout`).
+    pub heartbeat_s: f64,
+}
+
+impl TimeoutsConfig {
+    /// The defaults as the domain takes them.
+    pub fn limits(&self) -> aiwg_domain::timeouts::Limits {
+        use aiwg_domain::timeouts::seconds;
+        aiwg_domain::timeouts::Limits {
+            schedule_to_start: seconds(self.schedule_to_start_s),
+            start_to_close: seconds(self.start_to_close_s),
+            heartbeat: seconds(self.heartbeat_s),
+        }
+    }
 }
 
 /// Notifications: webhooks serve POSTs when something needs a human or has happened

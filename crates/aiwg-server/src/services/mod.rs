@@ -1,7 +1,8 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
 //! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, reconciler, controls,
-//! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention, webhooks, idempotency.
+//! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention, webhooks, idempotency,
+//! timeouts.
 
 pub(crate) mod audit;
 pub(crate) mod connections;
@@ -20,6 +21,7 @@ pub mod retention;
 pub(crate) mod runtimes;
 pub(crate) mod sandboxes;
 pub(crate) mod status;
+pub(crate) mod timeouts;
 pub(crate) mod webhooks;
 
 use std::sync::Arc;

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot, StoreStats};
 use crate::store::{HitlCursor, HitlQuery, MissionQuery, Store};
 use crate::views::{AskedHitl, MissionPage, MissionStatus, MissionSummary, Overview};
+use aiwg_domain::timeouts::Limits;
 use aiwg_domain::{LISTED, MIN_PREFIX};
 
 /// Events shown with a mission (the contract's "last N events").
@@ -24,11 +25,14 @@ pub struct Status {
     /// The queue's depth, for the metrics.
     dispatcher: Arc<Dispatcher>,
     metrics: Arc<Metrics>,
+    /// The configuration's `[timeouts]`, shown with a mission whose dispatch left them out.
+    timeouts: Limits,
 }
 
 impl Status {
-    pub(crate) fn new(core: &Core, dispatcher: Arc<Dispatcher>) -> Status {
-        Status { store: core.store.clone(), registry: core.registry.clone(), dispatcher, metrics: core.metrics.clone() }
+    pub(crate) fn new(core: &Core, dispatcher: Arc<Dispatcher>, timeouts: Limits) -> Status {
+        let (store, registry, metrics) = (core.store.clone(), core.registry.clone(), core.metrics.clone());
+        Status { store, registry, dispatcher, metrics, timeouts }
     }
 
     /// `GET /metrics`: counters plus what is read at scrape time.
@@ -108,7 +112,9 @@ impl Status {
         let mission_id = row.mission_id.clone();
         let events = self.store.recent_events(&mission_id, RECENT_EVENTS, RECENT_EVENTS_BYTES).await?;
         let pending = self.store.pending_hitl(&mission_id).await?;
-        Ok(MissionStatus::from_row(row, events).with_hitl(pending))
+        let payload = row.payload.clone();
+        let status = MissionStatus::from_row(row, events).with_hitl(pending);
+        Ok(status.with_timeouts(&payload, self.timeouts))
     }
 
     /// A page of the HITL inbox, with the executors' names, and the cursor after its last request

@@ -34,7 +34,7 @@ pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConf
 pub use postgres::Leadership;
 pub use records::{
     AskedRequest, AuditQuery, Change, CommitSlot, DeliveryQuery, EventPage, EventQuery, HitlCursor, HitlQuery,
-    LiveMission, MissionQuery, Pending, ProgressSeen, Returned,
+    LiveMission, MissionClock, MissionQuery, Only, Pending, ProgressSeen, Returned,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +142,9 @@ pub trait Storage: Send + Sync {
 
     /// Every mission that is not terminal (the working set), oldest first.
     fn live_missions(&self) -> BoxFuture<'_, Result<Vec<LiveMission>>>;
+
+    /// Every mission that has not ended, queued ones included, with its clocks, oldest first.
+    fn mission_clocks(&self) -> BoxFuture<'_, Result<Vec<MissionClock>>>;
 
     /// The latest 16 `mission.progress` events of every live mission, oldest first, as the keys that
     /// recognise a resend the crash left unacknowledged. Read row by row: holding them all at once

@@ -26,6 +26,13 @@ pub struct LiveMission {
     pub pty_session_ref: Option<String>,
 }
 
+/// A mission that has not ended (queued ones included) with its clocks, for its timeouts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissionClock {
+    pub mission_id: String,
+    pub seen: aiwg_domain::timeouts::Seen,
+}
+
 /// A recent `mission.progress` of a live mission, as the key that recognises its resend
 /// ([`progress_key`](aiwg_domain::progress_key)): the events themselves are not kept.
 #[derive(Clone, Debug, PartialEq)]
@@ -224,9 +231,7 @@ pub struct EventQuery<'a> {
     pub after: i64,
     pub mission_id: Option<&'a str>,
     pub executor_id: Option<&'a str>,
-    /// Only the notable events (`aiwg_domain::webhooks::NOTABLE`: a mission's question and end, an
-    /// executor's deregistration), read through an index of their own whatever the volume of the others.
-    pub notable: bool,
+    pub only: Only,
     pub limit: u32,
     pub max_bytes: usize,
 }
@@ -235,7 +240,7 @@ impl<'a> EventQuery<'a> {
     /// Every event after `after`, `limit` at most, with no byte bound (set one with [`EventQuery::bytes`]
     /// wherever the events' size is not already known to be small).
     pub fn after(after: i64, limit: u32) -> EventQuery<'a> {
-        EventQuery { after, mission_id: None, executor_id: None, notable: false, limit, max_bytes: usize::MAX }
+        EventQuery { after, mission_id: None, executor_id: None, only: Only::All, limit, max_bytes: usize::MAX }
     }
 
     pub fn mission(self, mission_id: Option<&'a str>) -> EventQuery<'a> {
@@ -247,12 +252,27 @@ impl<'a> EventQuery<'a> {
     }
 
     pub fn notable(self) -> EventQuery<'a> {
-        EventQuery { notable: true, ..self }
+        EventQuery { only: Only::Notable, ..self }
+    }
+
+    pub fn lifecycle(self) -> EventQuery<'a> {
+        EventQuery { only: Only::Lifecycle, ..self }
     }
 
     pub fn bytes(self, max_bytes: usize) -> EventQuery<'a> {
         EventQuery { max_bytes, ..self }
     }
+}
+
+/// Which kinds of events an [`EventQuery`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Only {
+    All,
+    /// The notable events (`aiwg_domain::webhooks::NOTABLE`: a mission's question and end, an
+    /// executor's deregistration), read through an index of their own whatever the volume of the others.
+    Notable,
+    /// Every event but `mission.progress`: a mission's steps (what its timeouts are counted from).
+    Lifecycle,
 }
 
 /// What an [`EventQuery`] read: its events, and whether more follow the last of them.

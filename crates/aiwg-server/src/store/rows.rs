@@ -8,11 +8,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
-use crate::store::{ExecutorRecord, HitlOutcome, HitlRequest, Mission, Result, SandboxRecord, StoreError, StoredEvent};
+use crate::store::{
+    ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionClock, Result, SandboxRecord, StoreError, StoredEvent,
+};
 use aiwg_contract::clock;
 use aiwg_contract::{Envelope, RegisterPayload};
 use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord, Role};
+use aiwg_domain::timeouts::Seen;
 use aiwg_domain::webhooks::{Delivery, DeliveryState, Format, Topic, Webhook};
 use aiwg_domain::MissionState;
 
@@ -227,6 +230,15 @@ pub(super) fn answered_from_row<R: Cols>(r: &R) -> Result<Answered> {
         body: r.text("body")?,
         created_at: time(r, "created_at")?,
     })
+}
+
+pub(super) fn clock_from_row<R: Cols>(r: &R) -> Result<MissionClock> {
+    let seen = Seen {
+        state: parse_state(r.text("state")?)?,
+        created_at: time(r, "created_at")?,
+        updated_at: time(r, "updated_at")?,
+    };
+    Ok(MissionClock { mission_id: r.text("mission_id")?, seen })
 }
 
 pub(super) fn mission_from_row<R: Cols>(r: &R) -> Result<Mission> {

@@ -17,8 +17,8 @@ use aiwg_domain::idempotency::Answered;
 
 use super::{
     AskedRequest, AuditQuery, AuditRecord, CommitSlot, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery,
-    ExecutorRecord, HitlQuery, HitlRequest, LiveMission, Mission, MissionQuery, OperatorRecord, ProgressSeen, Result,
-    SandboxRecord, Storage, StoredEvent, Webhook,
+    ExecutorRecord, HitlQuery, HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, OperatorRecord,
+    ProgressSeen, Result, SandboxRecord, Storage, StoredEvent, Webhook,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -61,6 +61,10 @@ where
 
     fn live_missions(&self) -> BoxFuture<'_, Result<Vec<LiveMission>>> {
         Box::pin(self.reads.live_missions())
+    }
+
+    fn mission_clocks(&self) -> BoxFuture<'_, Result<Vec<MissionClock>>> {
+        Box::pin(self.reads.mission_clocks())
     }
 
     fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<ProgressSeen>>> {

@@ -73,6 +73,21 @@ function time(ts) {
   return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: ts }, d.toLocaleString());
 }
 
+// How long a running mission has been silent (its updated_at is when it was last heard of), as "42 s",
+// "7 min", "3 h"; '' for a mission that does not run. Said by the reader's clock: serve does not send it.
+function silence(m) {
+  if (m.state !== 'running') return '';
+  const s = Math.max(0, Math.round((Date.now() - Date.parse(m.updated_at)) / 1000));
+  if (Number.isNaN(s)) return '';
+  return s < 120 ? `${s} s` : s < 7200 ? `${Math.round(s / 60)} min` : `${Math.round(s / 3600)} h`;
+}
+
+function timeouts(t) {
+  if (!t) return '';
+  const names = { schedule_to_start_s: 'schedule-to-start', start_to_close_s: 'start-to-close', heartbeat_s: 'heartbeat' };
+  return Object.entries(names).filter(([k]) => t[k] !== undefined).map(([k, n]) => `${n} ${t[k]} s`).join(', ');
+}
+
 function json(value) {
   return JSON.stringify(value, null, 2);
 }
@@ -462,7 +477,7 @@ function missionsPage(params) {
       h('td', {}, badge(m.state)),
       h('td', {}, m.executor_id || m.queued_reason || ''),
       h('td', {}, m.session_id),
-      h('td', {}, time(m.updated_at)),
+      h('td', {}, time(m.updated_at), silence(m) && h('span', { class: 'note', 'data-silent': '' }, ` · silent ${silence(m)}`)),
       h('td', {}, m.exit_code ?? ''),
       h('td', { class: 'clip' }, m.error || ''),
     ));
@@ -536,6 +551,8 @@ function missionPage(id) {
       ['Session', m.session_id],
       ['Created', time(m.created_at)],
       ['Updated', time(m.updated_at)],
+      ['Silent for', silence(m)],
+      ['Timeouts', timeouts(m.timeouts)],
       ['Completed', time(m.completed_at)],
       ['Exit code', m.exit_code],
       ['Error', m.error],

@@ -189,6 +189,15 @@ impl Dispatcher {
         self.queue.abort(&self.store, mission_id, by).await
     }
 
+    /// Fails a queued mission whose wait for an executor ran out (`reason`); `false` when it is not
+    /// waiting here (it is being handed out: its timeout is judged again as an assigned mission's).
+    pub(crate) async fn time_out_queued(&self, mission_id: &str, reason: &'static str, error: String) -> Result<bool> {
+        let said = aiwg_domain::ServeEvent::ending(MissionState::Failed, reason, Some(error));
+        let recorded =
+            said.record(aiwg_domain::NO_EXECUTOR, mission_id, MissionState::Failed, aiwg_contract::clock::now());
+        self.queue.end(&self.store, mission_id, recorded).await
+    }
+
     /// Forwards a dispatch to an executor again (a resync's replay): see `Handout::forward_to`.
     pub(crate) async fn forward_to(
         &self,

@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::DispatchPayload;
-use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, ServeEvent, NO_EXECUTOR};
+use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, Recorded, ServeEvent, NO_EXECUTOR};
 use chrono::{DateTime, Utc};
 
 struct Waiting {
@@ -194,12 +194,9 @@ impl Queue {
         }
     }
 
-    /// Aborts a queued mission: it leaves the queue once the abort is committed (and goes back to its
-    /// place if the commit fails). `false` when it is not waiting here.
+    /// Aborts a queued mission for operator `by`: see [`Queue::end`]. Recorded as every operator's abort
+    /// is, for the timeline, the trail and the webhooks.
     pub(super) async fn abort(&self, store: &Store, mission_id: &str, by: &str) -> Result<bool> {
-        let Some(w) = self.take(mission_id) else { return Ok(false) };
-        // Recorded as every operator's abort is, for the timeline, the trail and the webhooks; under the
-        // nil executor id, as no executor had the mission.
         let said = ServeEvent::Aborted { by: AbortedBy::Operator, reason: "operator_request" };
         let mut recorded = said.record(NO_EXECUTOR, mission_id, MissionState::Aborted, clock::now());
         if let Some(fields) = recorded.event.data.as_object_mut() {
@@ -208,6 +205,14 @@ impl Queue {
         if let Some((_, patch)) = &mut recorded.patch {
             patch.error = Some(format!("aborted by {by} while queued"));
         }
+        self.end(store, mission_id, recorded).await
+    }
+
+    /// Ends a queued mission as `recorded` says (under the nil executor id, as no executor had it): it
+    /// leaves the queue once that is committed (and goes back to its place if the commit fails).
+    /// `false` when it is not waiting here.
+    pub(super) async fn end(&self, store: &Store, mission_id: &str, recorded: Recorded) -> Result<bool> {
+        let Some(w) = self.take(mission_id) else { return Ok(false) };
         if let Err(e) = store.commit(Change::recorded(recorded)).await {
             self.requeue(w);
             return Err(e.into());

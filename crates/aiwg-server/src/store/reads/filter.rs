@@ -2,6 +2,9 @@
 
 use sqlx::{Database, Encode, Type};
 
+use crate::store::Only;
+use aiwg_contract::EventType;
+
 /// The filters of an event read, and only those: one mission's events are read through its index
 /// (`mission_events`), the whole log's through the sequence numbers.
 pub(super) struct EventFilter<'a> {
@@ -14,19 +17,20 @@ pub(super) struct EventFilter<'a> {
 }
 
 impl<'a> EventFilter<'a> {
-    /// `bound`: the placeholders the query takes before the filters'. `notable`: the notable events
-    /// only, by the condition of their partial index, written as the index's (a planner matches it as
-    /// written).
+    /// `bound`: the placeholders the query takes before the filters'. The notable events are read by
+    /// the condition of their partial index, written as the index's (a planner matches it as written).
     pub(super) fn new(
         mission_id: Option<&'a str>,
         executor_id: Option<&'a str>,
-        notable: bool,
+        only: Only,
         bound: usize,
     ) -> EventFilter<'a> {
         let table = if mission_id.is_some() { "mission_events" } else { "events" };
         let mut filter = EventFilter { table, conditions: String::new(), values: Vec::new(), next: bound + 1 };
-        if notable {
-            filter.conditions.push_str(&format!(" AND event IN ({})", *super::queries::NOTABLE));
+        match only {
+            Only::All => {}
+            Only::Notable => filter.conditions.push_str(&format!(" AND event IN ({})", *super::queries::NOTABLE)),
+            Only::Lifecycle => filter.conditions.push_str(&format!(" AND event <> '{}'", EventType::MissionProgress)),
         }
         for (column, value) in [("mission_id", mission_id), ("executor_id", executor_id)] {
             if let Some(value) = value {

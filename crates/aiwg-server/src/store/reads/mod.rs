@@ -18,20 +18,22 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 use super::migrate;
 use super::rows::{
-    answered_from_row, audit_from_row, delivery_from_row, event_from_row, executor_from_row, hitl_from_row, located,
-    mission_from_row, operator_from_row, parse_json, parse_state, sandbox_from_row, webhook_from_row, Cols,
+    answered_from_row, audit_from_row, clock_from_row, delivery_from_row, event_from_row, executor_from_row,
+    hitl_from_row, located, mission_from_row, operator_from_row, parse_json, parse_state, sandbox_from_row,
+    webhook_from_row, Cols,
 };
 use crate::store::{
     AskedRequest, AuditQuery, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery, ExecutorRecord, HitlQuery,
-    HitlRequest, LiveMission, Mission, MissionQuery, ProgressSeen, Result, SandboxRecord, StoredEvent, Webhook,
+    HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, Only, ProgressSeen, Result, SandboxRecord,
+    StoredEvent, Webhook,
 };
 use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::{progress_key, MissionState};
 use filter::EventFilter;
 use queries::{
-    ENDED, LIVE_MISSIONS, OPEN_HITL, PENDING_HITL, QUEUED_MISSIONS, RECENT_PROGRESS_OF, RECENT_PROGRESS_OF_LIVE,
-    UNDELIVERED_ANSWERS,
+    ENDED, LIVE_MISSIONS, MISSION_CLOCKS, OPEN_HITL, PENDING_HITL, QUEUED_MISSIONS, RECENT_PROGRESS_OF,
+    RECENT_PROGRESS_OF_LIVE, UNDELIVERED_ANSWERS,
 };
 
 /// The read side of an adapter: its pool, and every read the port asks for. The bounds say what a
@@ -87,6 +89,11 @@ where
             })
         };
         rows.iter().map(located("missions", "mission_id", live)).collect()
+    }
+
+    pub(super) async fn mission_clocks(&self) -> Result<Vec<MissionClock>> {
+        let rows = sqlx::query(&MISSION_CLOCKS).fetch_all(&self.pool).await?;
+        rows.iter().map(located("missions", "mission_id", clock_from_row)).collect()
     }
 
     pub(super) async fn recent_progress_of_live(&self) -> Result<Vec<ProgressSeen>> {
@@ -240,7 +247,7 @@ where
     }
 
     pub(super) async fn events_after(&self, q: EventQuery<'_>) -> Result<EventPage> {
-        let filter = EventFilter::new(q.mission_id, q.executor_id, q.notable, 1);
+        let filter = EventFilter::new(q.mission_id, q.executor_id, q.only, 1);
         // The sizes first (octet_length reads a value's length, not the value): which events fit the page,
         // and whether one more follows.
         let sql = format!(
@@ -274,7 +281,7 @@ where
     }
 
     pub(super) async fn tail_start(&self, mission_id: Option<&str>, executor_id: Option<&str>, n: u32) -> Result<i64> {
-        let filter = EventFilter::new(mission_id, executor_id, false, 0);
+        let filter = EventFilter::new(mission_id, executor_id, Only::All, 0);
         let sql = format!(
             "SELECT seq FROM {} WHERE TRUE{} ORDER BY seq DESC LIMIT 1 OFFSET ${}",
             filter.table, filter.conditions, filter.next

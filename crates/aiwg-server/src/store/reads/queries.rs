@@ -41,6 +41,13 @@ pub(super) static LIVE_MISSIONS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+pub(super) static MISSION_CLOCKS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT mission_id, state, created_at, updated_at FROM missions WHERE state NOT IN ({}) ORDER BY id",
+        *ENDED
+    )
+});
+
 /// The window runs over sequence numbers only, and the data of the sixteen it keeps per mission is read
 /// by key afterwards: a window over the rows with their data had the database materialise every progress
 /// event of every live mission (200 of 900 KB made a restart take 213 MB of anonymous memory, the
