@@ -414,3 +414,27 @@ async fn the_inbox_answers_in_place_and_a_question_in_the_background_notifies() 
     browser.wait_gone("#inbox-count:not(:empty)").await;
     assert_eq!(browser.script("return document.title", vec![]).await, "aiwg-serve");
 }
+
+/// Issue 38: a retried mission's page lists its attempts, its timeouts, and how long it has been silent.
+#[tokio::test]
+async fn a_retried_mission_shows_its_attempts_timeouts_and_silence() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let retry = json!({"max_attempts": 2, "on": ["executor_lost"], "initial_interval_s": 0});
+    let ((first, _old), (mut second, mut second_ws), id) =
+        crate::retries::two_and_a_mission(&server, retry, json!({"heartbeat_s": 600})).await;
+    let _first_ws = crate::retries::lose(&server, &first).await;
+    second.next_dispatch().await;
+    second_ws.ack("mission.started", &id, json!({"state": "running"})).await;
+
+    browser.goto(&format!("{}/#/missions/{id}", server.base)).await;
+    browser.wait_text("dd[data-field='state']", "running").await;
+    let attempts =
+        browser.wait_text("dd[data-field='attempts'] li[data-attempt='1']", "executor_lost").await.text().await;
+    assert!(attempts.contains(&first.id), "the first attempt names its executor: {attempts}");
+    let second_attempt = browser.find("dd[data-field='attempts'] li[data-attempt='2']").await.text().await;
+    assert!(second_attempt.contains(&second.id), "{second_attempt}");
+    browser.wait_text("dd[data-field='timeouts']", "heartbeat 600 s").await;
+    let silent = browser.find("dd[data-field='silent-for']").await.text().await;
+    assert!(silent.ends_with(" s"), "running, and silent for a few seconds: {silent}");
+}

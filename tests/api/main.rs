@@ -44,6 +44,7 @@ mod register;
 mod replicas;
 mod resumable;
 mod retention;
+mod retries;
 mod routes;
 mod runtimes;
 mod sandbox;

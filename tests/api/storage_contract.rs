@@ -52,6 +52,7 @@ macro_rules! storage_contract {
                 events_of_no_mission_are_removed_but_each_executors_latest,
                 webhooks_and_their_outbox_round_trip_once_per_source,
                 notable_events_are_read_alone,
+                clocks_and_lifecycles_are_what_timeouts_and_retries_read,
             );
 
             #[tokio::test]
@@ -423,6 +424,7 @@ mod cases {
             terminal_data: Some(json!({"exit_code": 3})),
             queued_reason: Some("none".into()),
             checkpoint_id: Some("ck-1".into()),
+            scheduled_at: Some(ts(40)),
         };
         store.commit(vec![patch("m1", full.clone())]).await.unwrap();
         let expected = Mission {
@@ -1313,6 +1315,39 @@ mod cases {
         assert_eq!(read(0, 100).await, (vec![2, 4, 6, 7], false));
         assert_eq!(read(2, 2).await, (vec![4, 6], true));
         assert_eq!(read(7, 100).await, (vec![], false));
+    }
+
+    /// Every mission that has not ended, queued included, with its attempt's scheduling time (its
+    /// dispatch until a retry sets it), last heard, and its dispatch's own timeouts; a mission's
+    /// lifecycle is its events but the progress, in order.
+    pub(super) async fn clocks_and_lifecycles_are_what_timeouts_and_retries_read(store: Store) {
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
+        let timed = Mission {
+            payload: json!({"objective": "x", "timeouts": {"heartbeat_s": 2.5}}),
+            ..mission("m1", "s1", None, MissionState::Queued)
+        };
+        let retried = mission("m2", "s1", Some("e1"), MissionState::Running);
+        let ended = mission("m3", "s1", Some("e1"), MissionState::Done);
+        store.commit(vec![insert(&timed), insert(&retried), insert(&ended)]).await.unwrap();
+        let later = MissionPatch { scheduled_at: Some(ts(50)), updated_at: Some(ts(60)), ..Default::default() };
+        store.commit(vec![patch("m2", later)]).await.unwrap();
+        let clocks = store.mission_clocks().await.unwrap();
+        let got: Vec<_> =
+            clocks.iter().map(|c| (c.mission_id.as_str(), c.seen.scheduled_at, c.seen.updated_at)).collect();
+        assert_eq!(got, [("m1", ts(0), ts(0)), ("m2", ts(50), ts(60))]);
+        assert_eq!(clocks[0].timeouts.and_then(|t| t.heartbeat_s), Some(2.5));
+        assert_eq!((clocks[1].timeouts, clocks[1].seen.state), (None, MissionState::Running));
+
+        let steps = [
+            event("mission.started", "e1", Some("m2"), 1),
+            event("mission.progress", "e1", Some("m2"), 2),
+            event("mission.paused", "e1", Some("m2"), 3),
+            event("mission.progress", "e1", Some("m1"), 4),
+            event("mission.resumed", "e1", Some("m2"), 5),
+        ];
+        store.commit(steps.iter().map(append).collect()).await.unwrap();
+        let lifecycle: Vec<_> = store.lifecycle("m2").await.unwrap().into_iter().map(|e| e.envelope.event).collect();
+        assert_eq!(lifecycle, ["mission.started", "mission.paused", "mission.resumed"]);
     }
 
     async fn due_seq(store: &Store, id: &str) -> i64 {

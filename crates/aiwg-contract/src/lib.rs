@@ -191,6 +191,20 @@ pub struct DispatchPayload {
     /// configuration fills in what it leaves out).
     #[serde(default)]
     pub timeouts: Option<DispatchTimeouts>,
+    /// Our extension: which failures start a new attempt of the mission, and how many.
+    #[serde(default)]
+    pub retry: Option<DispatchRetry>,
+}
+
+/// A dispatch's retry policy (`aiwg_domain::retry`): what the schema accepts, defaults left out.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct DispatchRetry {
+    pub max_attempts: u32,
+    pub initial_interval_s: Option<f64>,
+    pub backoff: Option<f64>,
+    pub max_interval_s: Option<f64>,
+    #[serde(default)]
+    pub on: Vec<String>,
 }
 
 /// A dispatch's timeouts, in seconds (fractions allowed); each one absent takes serve's default.

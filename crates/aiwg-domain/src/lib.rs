@@ -2,7 +2,7 @@
 //! HITL requests; the mission state machine and what each event does; the events serve records itself;
 //! routing; readiness; what an HTTP agent runtime is asked and how its answers settle a mission; the
 //! resync decisions; the reclaim rule for executor identities; what a sandbox session says about a
-//! mission; operators and their roles; what a webhook is told, and when it is told again; when a mission's timeouts expire. Nothing here imports the services, the store or the edge.
+//! mission; operators and their roles; what a webhook is told, and when it is told again; when a mission's timeouts expire; when a failure ends only an attempt. Nothing here imports the services, the store or the edge.
 
 pub mod capabilities;
 mod effects;
@@ -17,6 +17,7 @@ pub mod operators;
 pub mod readiness;
 pub mod reclaim;
 pub mod resync;
+pub mod retry;
 pub mod routing;
 pub mod runtime_task;
 pub mod sandbox_sessions;

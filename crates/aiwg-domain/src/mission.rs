@@ -69,6 +69,8 @@ pub struct MissionPatch {
     pub terminal_data: Option<Value>,
     pub queued_reason: Option<String>,
     pub checkpoint_id: Option<String>,
+    /// When the mission's current attempt was scheduled (a retry's; the first attempt's is its dispatch).
+    pub scheduled_at: Option<DateTime<Utc>>,
 }
 
 impl MissionPatch {
@@ -93,7 +95,8 @@ impl MissionPatch {
             routing,
             terminal_data,
             queued_reason,
-            checkpoint_id
+            checkpoint_id,
+            scheduled_at
         );
     }
 }

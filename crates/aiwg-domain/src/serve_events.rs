@@ -48,8 +48,18 @@ pub enum ServeEvent {
         response: String,
         responded_at: Option<DateTime<Utc>>,
     },
-    /// A dispatch handed again to the executor that never received it.
-    Assigned,
+    /// A dispatch handed again to the executor that never received it (`attempt: None`), or attempt
+    /// number `attempt` (2 or more) of a mission handed to its executor.
+    Assigned {
+        attempt: Option<u32>,
+    },
+    /// An attempt of the mission ended for `reason` and the next, number `attempt + 1`, may start at
+    /// `retry_at` (`aiwg_domain::retry`): the mission is queued again, not ended.
+    Retrying {
+        reason: &'static str,
+        attempt: u32,
+        retry_at: DateTime<Utc>,
+    },
     Started {
         pty_session_id: String,
     },
@@ -105,11 +115,22 @@ struct Data<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     responded_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     capabilities: Option<&'a [String]>,
     #[serde(skip_serializing_if = "Option::is_none")]
     transport_endpoints: Option<&'a aiwg_contract::TransportEndpoints>,
+}
+
+impl Data<'_> {
+    /// The data of an event that moves a mission to `state`.
+    fn of(state: MissionState) -> Self {
+        Data { state: Some(state), ..Data::default() }
+    }
 }
 
 impl ServeEvent {
@@ -121,7 +142,8 @@ impl ServeEvent {
             ServeEvent::Paused => EventType::MissionPaused,
             ServeEvent::Resumed { .. } => EventType::MissionResumed,
             ServeEvent::HitlResponded { .. } => EventType::MissionHitlResponded,
-            ServeEvent::Assigned => EventType::MissionAssigned,
+            ServeEvent::Assigned { .. } => EventType::MissionAssigned,
+            ServeEvent::Retrying { .. } => EventType::MissionSuspended,
             ServeEvent::Started { .. } => EventType::MissionStarted,
             ServeEvent::Completed { .. } => EventType::MissionCompleted,
             ServeEvent::Registered(_) => EventType::ExecutorRegistered,
@@ -149,9 +171,7 @@ impl ServeEvent {
     /// The event's `data`, as the contract shapes it.
     pub fn data(&self) -> Value {
         let d = match self {
-            ServeEvent::Suspended { reason } => {
-                Data { state: Some(MissionState::Suspended), reason: Some(reason), ..Data::default() }
-            }
+            ServeEvent::Suspended { reason } => Data { reason: Some(reason), ..Data::of(MissionState::Suspended) },
             ServeEvent::Failed { reason, error, exit_code } => Data {
                 state: Some(MissionState::Failed),
                 reason: Some(reason),
@@ -165,12 +185,8 @@ impl ServeEvent {
                 reason: Some(reason),
                 ..Data::default()
             },
-            ServeEvent::Paused => {
-                Data { state: Some(MissionState::Paused), reason: Some("operator_request"), ..Data::default() }
-            }
-            ServeEvent::Resumed { from } => {
-                Data { state: Some(MissionState::Running), resumed_from: Some(*from), ..Data::default() }
-            }
+            ServeEvent::Paused => Data { reason: Some("operator_request"), ..Data::of(MissionState::Paused) },
+            ServeEvent::Resumed { from } => Data { resumed_from: Some(*from), ..Data::of(MissionState::Running) },
             ServeEvent::HitlResponded { hitl_id, response, responded_at } => Data {
                 hitl_id: Some(hitl_id),
                 response: Some(response),
@@ -178,9 +194,16 @@ impl ServeEvent {
                 responded_at: responded_at.map(clock::format),
                 ..Data::default()
             },
-            ServeEvent::Assigned => Data { state: Some(MissionState::Assigned), ..Data::default() },
+            ServeEvent::Assigned { attempt } => Data { attempt: *attempt, ..Data::of(MissionState::Assigned) },
+            ServeEvent::Retrying { reason, attempt, retry_at } => Data {
+                state: Some(MissionState::Suspended),
+                reason: Some(reason),
+                attempt: Some(*attempt),
+                retry_at: Some(clock::format(*retry_at)),
+                ..Data::default()
+            },
             ServeEvent::Started { pty_session_id } => {
-                Data { state: Some(MissionState::Running), pty_session_id: Some(pty_session_id), ..Data::default() }
+                Data { pty_session_id: Some(pty_session_id), ..Data::of(MissionState::Running) }
             }
             ServeEvent::Completed { exit_code, summary } => Data {
                 state: Some(MissionState::Done),
@@ -259,7 +282,16 @@ mod tests {
                 },
                 json!({"hitl_id": "h", "response": "yes", "text": "yes", "responded_at": "2026-11-30T12:00:00.000Z"}),
             ),
-            (ServeEvent::Assigned, json!({"state": "assigned"})),
+            (ServeEvent::Assigned { attempt: None }, json!({"state": "assigned"})),
+            (ServeEvent::Assigned { attempt: Some(2) }, json!({"state": "assigned", "attempt": 2})),
+            (
+                ServeEvent::Retrying {
+                    reason: "executor_lost",
+                    attempt: 1,
+                    retry_at: clock::parse("2026-11-30T12:00:00Z").unwrap(),
+                },
+                json!({"state": "suspended", "reason": "executor_lost", "attempt": 1, "retry_at": "2026-11-30T12:00:00.000Z"}),
+            ),
             (ServeEvent::Started { pty_session_id: "s".into() }, json!({"state": "running", "pty_session_id": "s"})),
             (
                 ServeEvent::Completed { exit_code: 0, summary: "ok".into() },

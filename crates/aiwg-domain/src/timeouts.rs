@@ -1,7 +1,7 @@
 //! A mission's timeouts (our extension): how long it may wait for its start, run, and stay silent.
 //!
-//! Pure: when each is due is computed from what the store keeps of the mission (its state, when it was
-//! dispatched, when it was last heard of) and, for start-to-close, from its lifecycle events, so that a
+//! Pure: when each is due is computed from what the store keeps of the mission (its state, when its attempt was
+//! scheduled, when it was last heard of) and, for start-to-close, from its lifecycle events, so that a
 //! restarted serve or the replica that takes over computes the same deadlines as the one before it: the
 //! timers are durable because they are derived, never kept. Paused and `hitl-required` time does not
 //! count against start-to-close (and a heartbeat is only watched while the mission runs); suspended time
@@ -90,7 +90,8 @@ impl Expiry {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Seen {
     pub state: MissionState,
-    pub created_at: DateTime<Utc>,
+    /// When its current attempt was scheduled: its dispatch, or the retry that queued it again.
+    pub scheduled_at: DateTime<Utc>,
     /// When it was last heard of: every event of the mission (and a linked sandbox's session frames)
     /// moves it, and so does serve's return of it to running (a resume, a HITL answer).
     pub updated_at: DateTime<Utc>,
@@ -146,11 +147,11 @@ pub fn next(limits: &Limits, seen: &Seen, ran: Option<&Ran>) -> Option<(DateTime
     let due = |expiry: Expiry, limit: Option<Duration>| {
         let limit = limit.filter(|_| expiry.applies(seen.state))?;
         let at = match expiry {
-            Expiry::ScheduleToStart => after(seen.created_at, limit),
+            Expiry::ScheduleToStart => after(seen.scheduled_at, limit),
             Expiry::Heartbeat => after(seen.updated_at, limit),
             Expiry::StartToClose => match ran {
                 Some(r) => after(r.as_of, limit.saturating_sub(r.counted)),
-                None => after(seen.created_at, limit),
+                None => after(seen.scheduled_at, limit),
             },
         };
         Some((at, expiry))
@@ -230,7 +231,7 @@ mod tests {
     fn the_next_deadline_is_the_earliest_that_applies() {
         let limits =
             Limits { schedule_to_start: Some(secs(30)), start_to_close: Some(secs(100)), heartbeat: Some(secs(20)) };
-        let seen = |state| Seen { state, created_at: t(0), updated_at: t(50) };
+        let seen = |state| Seen { state, scheduled_at: t(0), updated_at: t(50) };
         assert_eq!(next(&limits, &seen(MissionState::Queued), None), Some((t(30), Expiry::ScheduleToStart)));
         assert_eq!(next(&limits, &seen(MissionState::Running), None), Some((t(70), Expiry::Heartbeat)));
         assert_eq!(next(&limits, &seen(MissionState::Paused), None), Some((t(100), Expiry::StartToClose)));

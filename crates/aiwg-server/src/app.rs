@@ -24,6 +24,7 @@ use crate::services::operators::Operators;
 use crate::services::reconciler::Reconciler;
 use crate::services::registry::Registry;
 use crate::services::retention::Retention;
+use crate::services::retries::Retries;
 use crate::services::runtimes::Runtimes;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
@@ -87,29 +88,33 @@ impl App {
         let dispatcher =
             Arc::new(Dispatcher::new(&core, config.dispatch.clone(), forwarder, runtimes.clone(), shutdown.clone()));
         let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
-        let reconciler =
-            Arc::new(Reconciler::new(&core, &config.hub, dispatcher.clone(), sandboxes.clone(), shutdown.clone()));
+        let retries = Arc::new(Retries::new(&core, dispatcher.clone(), sandboxes.clone()));
+        let reconciler = Arc::new(Reconciler::new(
+            &core,
+            &config.hub,
+            dispatcher.clone(),
+            retries.clone(),
+            sandboxes.clone(),
+            shutdown.clone(),
+        ));
         let controls = Arc::new(Controls::new(&core, dispatcher.clone(), sandboxes.clone()));
         let schema = Arc::new(schema);
         let hitl_expiry = config.hitl.default_expiry();
         let ingest = Arc::new(Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), hitl_expiry));
-        let fleet = Arc::new(Fleet::new(&core, &config));
-        let operators =
-            Arc::new(Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?);
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
-        let limits = config.timeouts.limits();
-        let status = Status::new(&core, dispatcher.clone(), limits);
+        let (limits, tokens) = (config.timeouts.limits(), &config.server.operator_tokens);
         Ok(App {
-            timeouts: Arc::new(Timeouts::new(&core, dispatcher.clone(), sandboxes.clone(), limits, shutdown.clone())),
+            operators: Arc::new(Operators::load(store.clone(), core.registry.clone(), tokens).await?),
+            fleet: Arc::new(Fleet::new(&core, &config)),
+            status: Status::new(&core, dispatcher.clone(), limits),
+            timeouts: Arc::new(Timeouts::new(&core, dispatcher.clone(), retries, limits, shutdown.clone())),
             retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
             webhooks: Arc::new(Webhooks::load(&core, dispatcher.clone(), &config, shutdown.clone()).await?),
             config,
             schema,
             metrics,
             registry: core.registry,
-            fleet,
-            operators,
             audit: Arc::new(Audit::new(store.clone())),
             dispatcher,
             runtimes,
@@ -118,7 +123,6 @@ impl App {
             reconciler,
             sandboxes,
             connections,
-            status,
             feed: Feed::new(store.clone(), shutdown.clone()),
             idempotency: Idempotency::new(store.clone()),
             sockets: Arc::new(sockets),

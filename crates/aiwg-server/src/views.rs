@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use aiwg_contract::Envelope;
+use aiwg_domain::retry::Attempt;
 use aiwg_domain::timeouts::Limits;
 use aiwg_domain::MissionState;
 use aiwg_domain::{HitlOutcome, HitlRequest, Mission, StoredEvent};
@@ -33,6 +34,9 @@ pub struct MissionStatus {
     /// Its timeouts as they apply (what its dispatch asked, else serve's defaults), while it has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeouts: Option<TimeoutsView>,
+    /// Every attempt, when its dispatch has a retry policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<Attempt>>,
 }
 
 /// A mission's timeouts, in seconds.
@@ -70,6 +74,7 @@ impl MissionStatus {
             routing,
             hitl: None,
             timeouts: None,
+            attempts: None,
         }
     }
 
@@ -226,7 +231,8 @@ impl From<Mission> for MissionSummary {
     fn from(r: Mission) -> MissionSummary {
         MissionSummary {
             mission_id: r.mission_id,
-            executor_id: r.executor_id,
+            // A mission queued again for a new attempt still names its last executor in the store.
+            executor_id: r.executor_id.filter(|_| r.state != MissionState::Queued),
             session_id: r.session_id,
             queued_reason: r.queued_reason.filter(|_| r.state == MissionState::Queued),
             checkpoint_id: r.checkpoint_id,

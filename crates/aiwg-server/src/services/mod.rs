@@ -1,6 +1,7 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
-//! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, reconciler, controls,
+//! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, retries, reconciler,
+//! controls,
 //! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention, webhooks, idempotency,
 //! timeouts.
 
@@ -18,6 +19,7 @@ pub(crate) mod operators;
 pub(crate) mod reconciler;
 pub(crate) mod registry;
 pub mod retention;
+pub(crate) mod retries;
 pub(crate) mod runtimes;
 pub(crate) mod sandboxes;
 pub(crate) mod status;

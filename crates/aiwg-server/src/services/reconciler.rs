@@ -28,6 +28,7 @@ use super::dispatcher::Dispatcher;
 use super::ledger::{Ledger, Verdict};
 use super::links::Origin;
 use super::registry::Registry;
+use super::retries::{Failure, Retries};
 use super::sandboxes::Sandboxes;
 use super::Core;
 use crate::config::HubConfig;
@@ -85,6 +86,8 @@ pub struct Reconciler {
     store: Store,
     /// Replays a dispatch the executor never received.
     dispatcher: Arc<Dispatcher>,
+    /// A mission its executor lost, or left behind, may be retried.
+    retries: Arc<Retries>,
     /// Which executors are agentic-sandbox executors (they act on nothing a resync would send).
     sandboxes: Arc<Sandboxes>,
     answered: Mutex<Answered>,
@@ -106,6 +109,7 @@ impl Reconciler {
         core: &Core,
         hub: &HubConfig,
         dispatcher: Arc<Dispatcher>,
+        retries: Arc<Retries>,
         sandboxes: Arc<Sandboxes>,
         stopping: watch::Receiver<bool>,
     ) -> Reconciler {
@@ -114,6 +118,7 @@ impl Reconciler {
             ledger: core.ledger.clone(),
             store: core.store.clone(),
             dispatcher,
+            retries,
             sandboxes,
             answered: Mutex::default(),
             resyncs: Mutex::default(),
@@ -185,8 +190,9 @@ impl Reconciler {
                 Decision::Replay(id) => self.replay_dispatch(executor_id, &id).await,
                 Decision::Lost(id) => {
                     let error = Some("the executor's resync did not list this mission".to_owned());
-                    let said = ServeEvent::ending(MissionState::Failed, "executor_lost", error);
-                    self.end_for_executor(executor_id, &id, MissionState::Failed, said).await;
+                    let (to, reason) = (MissionState::Failed, "executor_lost");
+                    let failure = Failure { to, said: ServeEvent::ending(to, reason, error), reason };
+                    self.retries.fail(Some(executor_id), &id, failure, |s| !s.is_terminal()).await;
                 }
                 Decision::Abort(id, why) => frames.extend(self.abort_stranger(executor_id, &id, why, abilities).await),
             }
@@ -281,7 +287,11 @@ impl Reconciler {
             Ok(Some(m)) => m,
             _ => return,
         };
-        let note = Change::AppendEvent(ServeEvent::Assigned.row(executor_id, Some(mission_id), clock::now()));
+        let note = Change::AppendEvent(ServeEvent::Assigned { attempt: None }.row(
+            executor_id,
+            Some(mission_id),
+            clock::now(),
+        ));
         if self.store.commit(vec![note]).await.is_err() {
             return;
         }
@@ -355,7 +365,7 @@ impl Reconciler {
     }
 
     /// The grace passed without a reconnect: missions of a resumable executor are suspended, the others
-    /// failed (`executor_disconnected`), and `executor.deregistered {reason: "timeout"}` is recorded. The
+    /// failed (`executor_disconnected`; or retried, as their policy says), and `executor.deregistered {reason: "timeout"}` is recorded. The
     /// identity stays: the executor can come back.
     async fn disconnect_expired(&self, executor_id: &str, epoch: u64) {
         // With a grace of 0 a stopping serve timed missions out before its store closed (seen in CI).
@@ -363,9 +373,11 @@ impl Reconciler {
             return;
         }
         let resumable = self.registry.has_capability(executor_id, capabilities::RESUMABLE);
-        let (to, said) = ServeEvent::executor_gone(resumable, "executor_disconnected");
+        let reason = "executor_disconnected";
+        let (to, said) = ServeEvent::executor_gone(resumable, reason);
         for mission_id in self.ledger.owned_by(executor_id) {
-            self.end_for_executor(executor_id, &mission_id, to, said.clone()).await;
+            let failure = Failure { to, said: said.clone(), reason };
+            self.retries.fail(Some(executor_id), &mission_id, failure, |s| !s.is_terminal() && s != to).await;
         }
         let event = ServeEvent::Deregistered { reason: "timeout" }.row(executor_id, None, clock::now());
         if let Err(e) = self.store.commit(vec![Change::AppendEvent(event)]).await {

@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot, StoreStats};
 use crate::store::{HitlCursor, HitlQuery, MissionQuery, Store};
 use crate::views::{AskedHitl, MissionPage, MissionStatus, MissionSummary, Overview};
+use aiwg_domain::retry::{attempts, Step};
 use aiwg_domain::timeouts::Limits;
+use aiwg_domain::NO_EXECUTOR;
 use aiwg_domain::{LISTED, MIN_PREFIX};
 
 /// Events shown with a mission (the contract's "last N events").
@@ -113,8 +115,12 @@ impl Status {
         let events = self.store.recent_events(&mission_id, RECENT_EVENTS, RECENT_EVENTS_BYTES).await?;
         let pending = self.store.pending_hitl(&mission_id).await?;
         let payload = row.payload.clone();
-        let status = MissionStatus::from_row(row, events).with_hitl(pending);
-        Ok(status.with_timeouts(&payload, self.timeouts))
+        let mut status = MissionStatus::from_row(row, events).with_hitl(pending).with_timeouts(&payload, self.timeouts);
+        if payload.get("retry").is_some() {
+            let steps = self.store.lifecycle(&mission_id).await?;
+            status.attempts = Some(attempts(steps.iter().filter_map(Step::of), NO_EXECUTOR));
+        }
+        Ok(status)
     }
 
     /// A page of the HITL inbox, with the executors' names, and the cursor after its last request

@@ -24,6 +24,7 @@ pub(super) const SQLITE: Migrations = &[
     (10, "hitl_inbox", include_str!("../../../../migrations/0010_hitl_inbox.sql")),
     (11, "webhooks", include_str!("../../../../migrations/0011_webhooks.sql")),
     (12, "idempotency", include_str!("../../../../migrations/0012_idempotency.sql")),
+    (13, "attempts", include_str!("../../../../migrations/0013_attempts.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -38,6 +39,7 @@ pub(super) const POSTGRES: Migrations = &[
     (8, "hitl_inbox", include_str!("../../../../migrations/postgres/0008_hitl_inbox.sql")),
     (9, "webhooks", include_str!("../../../../migrations/postgres/0009_webhooks.sql")),
     (10, "idempotency", include_str!("../../../../migrations/postgres/0010_idempotency.sql")),
+    (11, "attempts", include_str!("../../../../migrations/postgres/0011_attempts.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

@@ -194,6 +194,23 @@ pub trait Storage: Send + Sync {
     /// that no more is read than the page holds.
     fn events_after<'a>(&'a self, q: EventQuery<'a>) -> BoxFuture<'a, Result<EventPage>>;
 
+    /// Every event of a mission but its progress reports (its steps: what its timeouts and attempts are
+    /// read from), in log order, read a page at a time.
+    fn lifecycle<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Vec<StoredEvent>>> {
+        Box::pin(async move {
+            let (mut steps, mut after) = (Vec::new(), 0);
+            loop {
+                let q = EventQuery::after(after, 1_000).mission(Some(mission_id)).lifecycle();
+                let page = self.events_after(q).await?;
+                after = page.events.last().map_or(after, |e| e.seq);
+                steps.extend(page.events);
+                if !page.more {
+                    return Ok(steps);
+                }
+            }
+        })
+    }
+
     /// The sequence number after which exactly the last `n` events of the filter follow (0 when there
     /// are no more than `n`).
     fn tail_start<'a>(

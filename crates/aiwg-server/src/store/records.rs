@@ -31,6 +31,8 @@ pub struct LiveMission {
 pub struct MissionClock {
     pub mission_id: String,
     pub seen: aiwg_domain::timeouts::Seen,
+    /// Its dispatch's own timeouts, if it named any.
+    pub timeouts: Option<aiwg_contract::DispatchTimeouts>,
 }
 
 /// A recent `mission.progress` of a live mission, as the key that recognises its resend

@@ -235,10 +235,12 @@ pub(super) fn answered_from_row<R: Cols>(r: &R) -> Result<Answered> {
 pub(super) fn clock_from_row<R: Cols>(r: &R) -> Result<MissionClock> {
     let seen = Seen {
         state: parse_state(r.text("state")?)?,
-        created_at: time(r, "created_at")?,
+        scheduled_at: time(r, "scheduled_at")?,
         updated_at: time(r, "updated_at")?,
     };
-    Ok(MissionClock { mission_id: r.text("mission_id")?, seen })
+    // Written by serve from a dispatch the schema accepted; unreadable, it is as if absent.
+    let timeouts = r.text_opt("timeouts")?.and_then(|t| serde_json::from_str(&t).ok());
+    Ok(MissionClock { mission_id: r.text("mission_id")?, seen, timeouts })
 }
 
 pub(super) fn mission_from_row<R: Cols>(r: &R) -> Result<Mission> {

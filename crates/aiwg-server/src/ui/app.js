@@ -88,6 +88,17 @@ function timeouts(t) {
   return Object.entries(names).filter(([k]) => t[k] !== undefined).map(([k, n]) => `${n} ${t[k]} s`).join(', ');
 }
 
+// A retried mission's attempts, one line each: number, executor, how it ended.
+function attempts(list) {
+  if (!list || list.length < 2) return '';
+  return h('ol', { class: 'attempts' }, list.map((a) => h(
+    'li',
+    { 'data-attempt': String(a.attempt) },
+    `${a.executor_id || 'no executor yet'}: ${a.reason || 'under way'}`,
+    a.retry_at ? ` (next attempt at ${new Date(a.retry_at).toLocaleString()})` : '',
+  )));
+}
+
 function json(value) {
   return JSON.stringify(value, null, 2);
 }
@@ -553,6 +564,7 @@ function missionPage(id) {
       ['Updated', time(m.updated_at)],
       ['Silent for', silence(m)],
       ['Timeouts', timeouts(m.timeouts)],
+      ['Attempts', attempts(m.attempts)],
       ['Completed', time(m.completed_at)],
       ['Exit code', m.exit_code],
       ['Error', m.error],

@@ -32,8 +32,8 @@ use aiwg_domain::routing::{self, Rejection};
 use aiwg_domain::runtime_task::{self, Task};
 use aiwg_domain::{capabilities, Mission, MissionState};
 use handout::Handout;
-pub(crate) use queue::Overdue;
 use queue::Queue;
+pub(crate) use queue::{Overdue, Retry};
 
 /// Routes missions, records them and hands them to executors; keeps the queue of those that wait.
 pub struct Dispatcher {
@@ -187,6 +187,11 @@ impl Dispatcher {
     /// Aborts a queued mission for operator `by` (see `Queue::abort`); `false` when it is not waiting here.
     pub(crate) async fn abort_queued(&self, mission_id: &str, by: &str) -> Result<bool> {
         self.queue.abort(&self.store, mission_id, by).await
+    }
+
+    /// Queues a mission again for its next attempt (`retry`), handed out once its time comes.
+    pub(crate) fn queue_attempt(&self, mission: Mission, retry: Retry) {
+        self.queue.retry(mission, retry);
     }
 
     /// Fails a queued mission whose wait for an executor ran out (`reason`); `false` when it is not

@@ -18,6 +18,7 @@ use crate::error::Result;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::DispatchPayload;
+use aiwg_domain::retry::{attempts, Step};
 use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, Recorded, ServeEvent, NO_EXECUTOR};
 use chrono::{DateTime, Utc};
 
@@ -30,6 +31,26 @@ struct Waiting {
     /// When it was queued, as stored (a restart keeps it; `since` is this process's).
     queued_at: DateTime<Utc>,
     reason: Option<String>,
+    /// When it waits for a new attempt: which, from when, and whom it passes over.
+    retry: Option<Retry>,
+}
+
+/// The next attempt of a mission whose previous attempt failed (`services::retries`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Retry {
+    /// Its number (2 or more).
+    pub(crate) attempt: u32,
+    /// It is not handed out before this.
+    pub(crate) not_before: DateTime<Utc>,
+    /// The executors of the attempts that failed: passed over while another fits.
+    pub(crate) passed_over: Vec<String>,
+}
+
+/// The waiting mission the queue tries next.
+struct Next {
+    mission_id: String,
+    payload: DispatchPayload,
+    retry: Option<Retry>,
 }
 
 /// A mission that has waited longer than asked: who, since when, and why.
@@ -55,10 +76,11 @@ impl Queue {
         self.waiting.lock().expect("queue lock").push_back(w);
     }
 
-    /// The id and payload of the `index`-th waiting mission.
-    fn get(&self, index: usize) -> Option<(String, DispatchPayload)> {
+    /// What the queue needs of the `index`-th waiting mission to try it.
+    fn get(&self, index: usize) -> Option<Next> {
         let waiting = self.waiting.lock().expect("queue lock");
-        waiting.get(index).map(|w| (w.mission_id.clone(), w.payload.clone()))
+        let w = waiting.get(index)?;
+        Some(Next { mission_id: w.mission_id.clone(), payload: w.payload.clone(), retry: w.retry.clone() })
     }
 
     fn take(&self, mission_id: &str) -> Option<Waiting> {
@@ -124,6 +146,7 @@ impl Queue {
             since: Instant::now(),
             queued_at: now,
             reason: Some(reason.clone()),
+            retry: None,
         });
         self.kick();
         Ok(Dispatched {
@@ -136,38 +159,101 @@ impl Queue {
         })
     }
 
-    /// Loads the missions that were queued when serve stopped, oldest first.
+    /// Loads the missions that were queued when serve stopped, oldest first; one waiting for a new
+    /// attempt waits on, as its log says.
     pub(super) async fn load(&self, store: &Store) -> Result<()> {
         let rows = store.queued_missions().await?;
         for row in rows {
-            match serde_json::from_value::<DispatchPayload>(row.payload.clone()) {
-                Ok(payload) => self.push(Waiting {
-                    mission_id: row.mission_id,
-                    session_id: row.session_id,
-                    body: row.payload,
-                    payload,
-                    since: Instant::now(),
-                    queued_at: row.created_at,
-                    reason: row.queued_reason,
-                }),
+            let payload = match serde_json::from_value::<DispatchPayload>(row.payload.clone()) {
+                Ok(payload) => payload,
                 Err(e) => {
-                    tracing::error!(mission_id = %row.mission_id, error = %e, "unreadable queued mission skipped")
+                    tracing::error!(mission_id = %row.mission_id, error = %e, "unreadable queued mission skipped");
+                    continue;
                 }
+            };
+            let retry = match payload.retry {
+                Some(_) => Queue::retry_of(store, &row.mission_id).await?,
+                None => None,
+            };
+            if let Some(r) = &retry {
+                self.kick_at(r.not_before);
             }
+            self.push(Waiting {
+                mission_id: row.mission_id,
+                session_id: row.session_id,
+                body: row.payload,
+                payload,
+                since: Instant::now(),
+                queued_at: row.created_at,
+                reason: row.queued_reason,
+                retry,
+            });
         }
         Ok(())
     }
 
-    /// Tries every waiting mission in order: one that fits an executor now is assigned and handed out.
+    /// The attempt a queued mission waits for, from its log (`None`: its first).
+    async fn retry_of(store: &Store, mission_id: &str) -> Result<Option<Retry>> {
+        let steps = store.lifecycle(mission_id).await?;
+        let so_far = attempts(steps.iter().filter_map(Step::of), NO_EXECUTOR);
+        let [.., ended, next] = so_far.as_slice() else { return Ok(None) };
+        Ok(Some(Retry {
+            attempt: next.attempt,
+            not_before: ended.retry_at.unwrap_or_else(clock::now),
+            passed_over: so_far.iter().filter(|a| a.ended_at.is_some()).filter_map(|a| a.executor_id.clone()).collect(),
+        }))
+    }
+
+    /// Queues a mission again for its next attempt, tried from `retry.not_before`.
+    pub(super) fn retry(&self, mission: Mission, retry: Retry) {
+        let payload = match serde_json::from_value::<DispatchPayload>(mission.payload.clone()) {
+            Ok(payload) => payload,
+            Err(e) => {
+                return tracing::error!(mission_id = %mission.mission_id, error = %e, "unreadable mission not retried")
+            }
+        };
+        self.kick_at(retry.not_before);
+        self.push(Waiting {
+            mission_id: mission.mission_id,
+            session_id: mission.session_id,
+            body: mission.payload,
+            payload,
+            since: Instant::now(),
+            queued_at: clock::now(),
+            reason: mission.queued_reason,
+            retry: Some(retry),
+        });
+    }
+
+    /// Rings the queue at `at` (a retry's time comes).
+    fn kick_at(&self, at: DateTime<Utc>) {
+        let wake = Arc::clone(&self.wake);
+        let wait = (at - clock::now()).to_std().unwrap_or_default();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            wake.notify_one();
+        });
+    }
+
+    /// Tries every waiting mission in order: one that fits an executor now is assigned and handed out
+    /// (a new attempt once its time has come, passing over the executors that failed it while another
+    /// fits).
     pub(super) async fn drain(&self, dispatcher: &Dispatcher) {
         let mut index = 0;
         loop {
             let Some(next) = self.get(index) else { return };
-            let Ok((attempts, record)) = dispatcher.candidates(&next.1).await else {
+            if next.retry.as_ref().is_some_and(|r| r.not_before > clock::now()) {
+                index += 1;
+                continue;
+            }
+            let Ok((mut attempts, mut record)) = dispatcher.candidates(&next.payload).await else {
                 index += 1;
                 continue;
             };
-            let Some(w) = self.take(&next.0) else { continue };
+            if let Some(r) = &next.retry {
+                pass_over(&mut attempts, &mut record, &r.passed_over);
+            }
+            let Some(w) = self.take(&next.mission_id) else { continue };
             let patch = MissionPatch {
                 state: Some(MissionState::Assigned),
                 executor_id: attempts.first().cloned(),
@@ -185,7 +271,14 @@ impl Queue {
             let waited = w.since.elapsed();
             match dispatcher.handout.hand_out(&w.mission_id, &w.session_id, &w.body, attempts, record).await {
                 Ok(d) => {
-                    tracing::info!(mission_id = %w.mission_id, executor_id = ?d.executor_id, ?waited, "queued mission assigned")
+                    tracing::info!(mission_id = %w.mission_id, executor_id = ?d.executor_id, ?waited, "queued mission assigned");
+                    if let (Some(r), Some(executor_id)) = (&w.retry, &d.executor_id) {
+                        let said = ServeEvent::Assigned { attempt: Some(r.attempt) };
+                        let row = said.row(executor_id, Some(w.mission_id.as_str()), clock::now());
+                        if let Err(e) = dispatcher.store.commit(vec![Change::AppendEvent(row)]).await {
+                            tracing::warn!(error = %e, mission_id = %w.mission_id, "recording a new attempt failed");
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(mission_id = %w.mission_id, error = %e, "queued mission could not be handed out")
@@ -221,6 +314,23 @@ impl Queue {
     }
 }
 
+/// Leaves out of a new attempt's candidates the executors that failed the earlier ones, unless no
+/// other fits.
+fn pass_over(candidates: &mut Vec<String>, record: &mut super::RoutingRecord, failed: &[String]) {
+    let others: Vec<String> = candidates.iter().filter(|e| !failed.contains(e)).cloned().collect();
+    if others.is_empty() || others.len() == candidates.len() {
+        return;
+    }
+    for executor_id in candidates.iter().filter(|e| failed.contains(e)) {
+        record.passed_over(
+            executor_id,
+            &"failed an earlier attempt of this mission",
+            others.first().map(String::as_str),
+        );
+    }
+    *candidates = others;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,11 +346,12 @@ mod tests {
             since,
             queued_at: clock::now(),
             reason: None,
+            retry: None,
         }
     }
 
     fn ids(q: &Queue) -> Vec<String> {
-        (0..).map_while(|i| q.get(i).map(|(id, _)| id)).collect()
+        (0..).map_while(|i| q.get(i).map(|n| n.mission_id)).collect()
     }
 
     /// First come first served; a mission taken out (to be assigned, or aborted) and put back after a

@@ -256,14 +256,15 @@ impl Ledger {
 }
 
 impl Ledger {
-    /// A queued change's commit is known. Committed: a mission that ended leaves the ledger and its
-    /// executor's count. Failed: the change is undone in place if nothing was decided on top of it since,
+    /// A queued change's commit is known. Committed: a mission that ended (or was queued again for a
+    /// new attempt) leaves the ledger and its executor's count. Failed: the change is undone in place if nothing was decided on top of it since,
     /// else the mission is re-read from the store once every change queued for it is resolved.
     pub(crate) fn resolve(self: &Arc<Self>, ticket: Ticket, committed: bool, to: Option<MissionState>) {
         let mut live = self.lock();
         let Some(entry) = live.by_id.get_mut(&ticket.mission_id) else { return };
         entry.inflight = entry.inflight.saturating_sub(1);
-        let ended = committed && to.is_some_and(MissionState::is_terminal);
+        // A mission queued again for its next attempt leaves too: the dispatcher's queue holds it.
+        let ended = committed && to.is_some_and(|to| to.is_terminal() || to == MissionState::Queued);
         if !committed {
             match ticket.undo {
                 undo @ Undo::Progress(_) => entry.live.undo(undo),

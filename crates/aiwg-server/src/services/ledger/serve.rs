@@ -59,7 +59,9 @@ impl Verdict {
         }
         let event = recorded.event.clone();
         changes.extend(Change::recorded(recorded));
-        if let (Some(open), true) = (live.hitl(), self.to.is_terminal()) {
+        // A mission queued again for a new attempt leaves its executor, and the question it asked too.
+        let leaves = self.to.is_terminal() || self.to == MissionState::Queued;
+        if let (Some(open), true) = (live.hitl(), leaves) {
             changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: self.fate, ..open.clone() })));
         }
         changes.extend(self.also);

@@ -43,7 +43,8 @@ pub(super) static LIVE_MISSIONS: LazyLock<String> = LazyLock::new(|| {
 
 pub(super) static MISSION_CLOCKS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT mission_id, state, created_at, updated_at FROM missions WHERE state NOT IN ({}) ORDER BY id",
+        "SELECT mission_id, state, COALESCE(scheduled_at, created_at) AS scheduled_at, updated_at, timeouts \
+         FROM missions WHERE state NOT IN ({}) ORDER BY id",
         *ENDED
     )
 });

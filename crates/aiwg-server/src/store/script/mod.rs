@@ -195,7 +195,7 @@ impl<'a, B: Builder<'a>> Script<B> {
         self.push(
             "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
              completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data, queued_reason, \
-             checkpoint_id) ",
+             checkpoint_id, timeouts) ",
         );
         self.values([m], |b, m| {
             b.bind(m.mission_id.as_str())
@@ -213,7 +213,8 @@ impl<'a, B: Builder<'a>> Script<B> {
                 .bind(m.routing.as_ref().map(|v| v.to_string()))
                 .bind(m.terminal_data.as_ref().map(|v| v.to_string()))
                 .bind(m.queued_reason.as_deref())
-                .bind(m.checkpoint_id.as_deref());
+                .bind(m.checkpoint_id.as_deref())
+                .bind(m.payload.get("timeouts").map(|t| t.to_string()));
         });
         self.push(" ON CONFLICT (mission_id) DO NOTHING").end();
     }
@@ -255,6 +256,9 @@ impl<'a, B: Builder<'a>> Script<B> {
         }
         if let Some(v) = &p.checkpoint_id {
             self.push(", checkpoint_id = ").bind(v);
+        }
+        if let Some(v) = p.scheduled_at {
+            self.push(", scheduled_at = ").bind(clock::format(v));
         }
         self.push(" WHERE mission_id = ").bind(id).end();
     }

@@ -1,0 +1,209 @@
+//! A mission's retry policy (our extension): which of serve's failure verdicts end only an attempt of
+//! the mission, how long the next attempt waits, and the attempts as the mission's log tells them.
+//!
+//! An attempt ends with serve's `mission.suspended {reason, attempt, retry_at}` (the mission is queued
+//! again, not failed: the contract's states are unchanged on the wire) and the next one begins with
+//! serve's `mission.assigned {attempt}` to the executor it was routed to. Nothing else is stored: the
+//! attempts are read back from the log, so a restart or the replica that takes over knows them.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use aiwg_contract::{clock, DispatchRetry, EventType};
+
+/// The reasons a policy may list: serve's verdicts on a mission whose executor, not the mission, failed.
+pub const RETRYABLE: [&str; 4] =
+    ["executor_lost", "executor_disconnected", "heartbeat_timeout", "schedule_to_start_timeout"];
+
+/// A dispatch's retry policy with its defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub max_attempts: u32,
+    pub initial: Duration,
+    pub backoff: f64,
+    pub max_interval: Duration,
+    pub on: Vec<String>,
+}
+
+impl Policy {
+    pub fn of(spec: &DispatchRetry) -> Policy {
+        let secs = |s: Option<f64>, default: f64| Duration::from_secs_f64(s.unwrap_or(default).clamp(0.0, 86_400.0));
+        Policy {
+            max_attempts: spec.max_attempts.max(1),
+            initial: secs(spec.initial_interval_s, 1.0),
+            backoff: spec.backoff.unwrap_or(2.0).clamp(1.0, 10.0),
+            max_interval: secs(spec.max_interval_s, 60.0),
+            on: spec.on.clone(),
+        }
+    }
+
+    /// The policy a stored dispatch carries, if any.
+    pub fn in_payload(payload: &Value) -> Option<Policy> {
+        let spec: DispatchRetry = serde_json::from_value(payload.get("retry")?.clone()).ok()?;
+        Some(Policy::of(&spec))
+    }
+
+    /// How long the next attempt waits when attempt `attempt` (from 1) ends for `reason`; `None` when
+    /// the mission fails instead (the reason is not listed, or no attempt is left).
+    pub fn retry_after(&self, attempt: u32, reason: &str) -> Option<Duration> {
+        if attempt >= self.max_attempts || !self.on.iter().any(|r| r == reason) {
+            return None;
+        }
+        let factor = self.backoff.powi(i32::try_from(attempt - 1).unwrap_or(i32::MAX));
+        Some(self.initial.mul_f64(factor.min(1e9)).min(self.max_interval.max(self.initial)))
+    }
+}
+
+/// One attempt of a mission, as its read shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Attempt {
+    pub attempt: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "time")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "time")]
+    pub ended_at: Option<DateTime<Utc>>,
+    /// Why it ended: serve's reason, or the mission's end (`done`, `failed`, `aborted`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the attempt after it may start.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "time")]
+    pub retry_at: Option<DateTime<Utc>>,
+}
+
+fn time<S: serde::Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&t.map(clock::format).unwrap_or_default())
+}
+
+/// One of a mission's lifecycle events, as the attempts are read from them.
+pub struct Step<'a> {
+    pub event: EventType,
+    pub executor_id: &'a str,
+    pub at: DateTime<Utc>,
+    pub data: &'a Value,
+}
+
+impl<'a> Step<'a> {
+    /// A stored event as a step (`None` for a type the contract does not name).
+    pub fn of(e: &'a crate::StoredEvent) -> Option<Step<'a>> {
+        static NO_DATA: Value = Value::Null;
+        Some(Step {
+            event: EventType::parse(&e.envelope.event)?,
+            executor_id: &e.envelope.executor_id,
+            at: e.received_at,
+            data: e.envelope.data.as_ref().unwrap_or(&NO_DATA),
+        })
+    }
+}
+
+/// The attempts of a mission from its lifecycle events, in log order (`no_executor`: the id of
+/// serve's events about a mission nobody had).
+pub fn attempts<'a>(steps: impl IntoIterator<Item = Step<'a>>, no_executor: &str) -> Vec<Attempt> {
+    let fresh = |attempt| Attempt {
+        attempt,
+        executor_id: None,
+        started_at: None,
+        ended_at: None,
+        reason: None,
+        retry_at: None,
+    };
+    let mut done = Vec::new();
+    let mut current = fresh(1);
+    for step in steps {
+        if current.executor_id.is_none() && step.executor_id != no_executor {
+            current.executor_id = Some(step.executor_id.to_owned());
+        }
+        let text = |key: &str| step.data.get(key).and_then(Value::as_str).map(str::to_owned);
+        match step.event {
+            EventType::MissionStarted if current.started_at.is_none() => current.started_at = Some(step.at),
+            EventType::MissionSuspended if step.data.get("retry_at").is_some() => {
+                let next = fresh(current.attempt + 1);
+                let retry_at = text("retry_at").and_then(|t| clock::parse(&t));
+                // Recorded under the attempt's executor, whether or not it ever said anything.
+                let executor_id = Some(step.executor_id.to_owned());
+                done.push(Attempt {
+                    executor_id,
+                    ended_at: Some(step.at),
+                    reason: text("reason"),
+                    retry_at,
+                    ..current
+                });
+                current = next;
+            }
+            EventType::MissionCompleted | EventType::MissionFailed | EventType::MissionAborted => {
+                let state = match step.event {
+                    EventType::MissionCompleted => "done",
+                    EventType::MissionFailed => "failed",
+                    _ => "aborted",
+                };
+                current.ended_at = Some(step.at);
+                current.reason = Some(text("reason").map_or(state.to_owned(), |r| format!("{state}: {r}")));
+            }
+            _ => {}
+        }
+    }
+    done.push(current);
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy(on: &[&str]) -> Policy {
+        let spec = DispatchRetry {
+            max_attempts: 4,
+            initial_interval_s: Some(2.0),
+            backoff: Some(3.0),
+            max_interval_s: Some(10.0),
+            on: on.iter().map(|s| s.to_string()).collect(),
+        };
+        Policy::of(&spec)
+    }
+
+    /// Listed reasons are retried with a growing wait, capped; others, and the last attempt, are not.
+    #[test]
+    fn waits_grow_to_the_cap_and_attempts_run_out() {
+        let p = policy(&["executor_lost"]);
+        let waits: Vec<_> = (1..=4).map(|n| p.retry_after(n, "executor_lost")).collect();
+        assert_eq!(
+            waits,
+            [Some(Duration::from_secs(2)), Some(Duration::from_secs(6)), Some(Duration::from_secs(10)), None]
+        );
+        assert_eq!(p.retry_after(1, "heartbeat_timeout"), None);
+        assert_eq!(Policy::in_payload(&json!({"retry": {"max_attempts": 2}})).unwrap().initial, Duration::from_secs(1));
+        assert_eq!(Policy::in_payload(&json!({"objective": "x"})), None);
+    }
+
+    /// The log tells each attempt: who had it, when it started and ended, why, and when the next may go.
+    #[test]
+    fn attempts_are_read_from_the_log() {
+        let t = |s: i64| DateTime::<Utc>::from_timestamp(1_800_000_000 + s, 0).unwrap();
+        let retry = json!({"reason": "executor_lost", "attempt": 1, "retry_at": clock::format(t(12))});
+        let (none, started, failed) = (json!({}), json!({"state": "running"}), json!({"reason": "boom"}));
+        let second = json!({"attempt": 2});
+        let steps = [
+            Step { event: EventType::MissionAssigned, executor_id: "a", at: t(0), data: &none },
+            Step { event: EventType::MissionStarted, executor_id: "a", at: t(1), data: &started },
+            Step { event: EventType::MissionSuspended, executor_id: "a", at: t(10), data: &retry },
+            Step { event: EventType::MissionAssigned, executor_id: "b", at: t(12), data: &second },
+            Step { event: EventType::MissionStarted, executor_id: "b", at: t(13), data: &started },
+            Step { event: EventType::MissionFailed, executor_id: "b", at: t(20), data: &failed },
+        ];
+        let got = attempts(steps, "nobody");
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].executor_id.as_deref(), got[0].reason.as_deref()), (Some("a"), Some("executor_lost")));
+        assert_eq!((got[0].started_at, got[0].ended_at, got[0].retry_at), (Some(t(1)), Some(t(10)), Some(t(12))));
+        assert_eq!((got[1].attempt, got[1].executor_id.as_deref()), (2, Some("b")));
+        assert_eq!((got[1].started_at, got[1].reason.as_deref()), (Some(t(13)), Some("failed: boom")));
+        assert_eq!(
+            attempts([], "nobody"),
+            [Attempt { attempt: 1, executor_id: None, started_at: None, ended_at: None, reason: None, retry_at: None }]
+        );
+    }
+}
