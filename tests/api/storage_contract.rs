@@ -1331,7 +1331,9 @@ mod cases {
         store.commit(vec![insert(&timed), insert(&retried), insert(&ended)]).await.unwrap();
         let later = MissionPatch { scheduled_at: Some(ts(50)), updated_at: Some(ts(60)), ..Default::default() };
         store.commit(vec![patch("m2", later)]).await.unwrap();
-        let clocks = store.mission_clocks().await.unwrap();
+        let timed: Vec<_> = store.mission_clocks(true).await.unwrap().into_iter().map(|c| c.mission_id).collect();
+        assert_eq!(timed, ["m1"], "only the missions whose dispatch named timeouts");
+        let clocks = store.mission_clocks(false).await.unwrap();
         let got: Vec<_> =
             clocks.iter().map(|c| (c.mission_id.as_str(), c.seen.scheduled_at, c.seen.updated_at)).collect();
         assert_eq!(got, [("m1", ts(0), ts(0)), ("m2", ts(50), ts(60))]);

@@ -83,7 +83,7 @@ impl Timeouts {
     /// One look at every mission that has not ended: fires what is due, and says how long until the
     /// next deadline.
     async fn look(&self) -> Result<Duration, StoreError> {
-        let clocks = self.store.mission_clocks().await?;
+        let clocks = self.store.mission_clocks(self.defaults.is_none()).await?;
         self.ran.lock().expect("ran lock").retain(|id, _| clocks.iter().any(|c| &c.mission_id == id));
         let mut soonest = clock::now() + LOOK_AGAIN;
         for MissionClock { mission_id, seen, timeouts } in clocks {

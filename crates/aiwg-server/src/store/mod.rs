@@ -143,8 +143,10 @@ pub trait Storage: Send + Sync {
     /// Every mission that is not terminal (the working set), oldest first.
     fn live_missions(&self) -> BoxFuture<'_, Result<Vec<LiveMission>>>;
 
-    /// Every mission that has not ended, queued ones included, with its clocks, oldest first.
-    fn mission_clocks(&self) -> BoxFuture<'_, Result<Vec<MissionClock>>>;
+    /// Every mission that has not ended, queued ones included, with its clocks, oldest first; with
+    /// `only_timed`, only those whose dispatch named timeouts (with no default timeouts, the others have
+    /// no deadline to watch, and a fleet's thousands of live missions need not be read every second).
+    fn mission_clocks(&self, only_timed: bool) -> BoxFuture<'_, Result<Vec<MissionClock>>>;
 
     /// The latest 16 `mission.progress` events of every live mission, oldest first, as the keys that
     /// recognise a resend the crash left unacknowledged. Read row by row: holding them all at once

@@ -63,8 +63,8 @@ where
         Box::pin(self.reads.live_missions())
     }
 
-    fn mission_clocks(&self) -> BoxFuture<'_, Result<Vec<MissionClock>>> {
-        Box::pin(self.reads.mission_clocks())
+    fn mission_clocks(&self, only_timed: bool) -> BoxFuture<'_, Result<Vec<MissionClock>>> {
+        Box::pin(self.reads.mission_clocks(only_timed))
     }
 
     fn recent_progress_of_live(&self) -> BoxFuture<'_, Result<Vec<ProgressSeen>>> {

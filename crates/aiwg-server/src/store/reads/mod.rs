@@ -33,7 +33,7 @@ use aiwg_domain::{progress_key, MissionState};
 use filter::EventFilter;
 use queries::{
     ENDED, LIVE_MISSIONS, MISSION_CLOCKS, OPEN_HITL, PENDING_HITL, QUEUED_MISSIONS, RECENT_PROGRESS_OF,
-    RECENT_PROGRESS_OF_LIVE, UNDELIVERED_ANSWERS,
+    RECENT_PROGRESS_OF_LIVE, TIMED_MISSION_CLOCKS, UNDELIVERED_ANSWERS,
 };
 
 /// The read side of an adapter: its pool, and every read the port asks for. The bounds say what a
@@ -91,8 +91,9 @@ where
         rows.iter().map(located("missions", "mission_id", live)).collect()
     }
 
-    pub(super) async fn mission_clocks(&self) -> Result<Vec<MissionClock>> {
-        let rows = sqlx::query(&MISSION_CLOCKS).fetch_all(&self.pool).await?;
+    pub(super) async fn mission_clocks(&self, only_timed: bool) -> Result<Vec<MissionClock>> {
+        let sql = if only_timed { &TIMED_MISSION_CLOCKS } else { &MISSION_CLOCKS };
+        let rows = sqlx::query(sql).fetch_all(&self.pool).await?;
         rows.iter().map(located("missions", "mission_id", clock_from_row)).collect()
     }
 
