@@ -183,6 +183,8 @@ async fn malformed_retry_policies_are_refused() {
         json!({"max_attempts": 2, "initial_interval_s": -1}),
         json!({"max_attempts": 2, "on": ["executor_lost", "executor_lost"]}),
         json!({"max_attempts": 2, "forever": true}),
+        json!({"max_attempts": 2, "exit_codes": ["75"]}),
+        json!({"max_attempts": 2, "exit_codes": [75, 75]}),
     ] {
         let id = mission_id();
         let mut body = dispatch_body(&id);
@@ -191,4 +193,36 @@ async fn malformed_retry_policies_are_refused() {
         server.client.post("/api/v1/sessions/s/dispatch", &body).await.assert_error(400, "schema_violation");
         assert_eq!(server.client.get(&format!("/api/v1/missions/{id}")).await.status, 404, "{retry}");
     }
+}
+
+/// An executor's failure with an exit code the policy lists ends only the attempt: serve records the
+/// attempt's end in its stead (acknowledged with that event's seq) and the other executor gets the
+/// mission; an exit code it does not list fails the mission as ever.
+#[tokio::test]
+async fn a_listed_exit_code_is_retried_and_another_is_not() {
+    let server = TestServer::start().await;
+    let retry = json!({"max_attempts": 3, "exit_codes": [75], "initial_interval_s": 0});
+    let ((first, mut first_ws), (mut second, mut second_ws), id) = two_and_a_mission(&server, retry, json!(null)).await;
+    let failed = json!({"state": "failed", "exit_code": 75, "error": "temporary failure"});
+    let seq = first_ws.ack("mission.failed", &id, failed).await;
+    assert_eq!(second.next_dispatch().await.body["mission_id"], json!(id));
+
+    let events = events_of(&server, &id).await;
+    let ended = events.iter().find(|e| e["seq"] == seq).expect("the acknowledged event");
+    assert_eq!(ended["envelope"]["event"], "mission.suspended", "{ended}");
+    assert_eq!(ended["envelope"]["executor_id"], json!(first.id));
+    let data = &ended["envelope"]["data"];
+    assert_eq!((data["reason"].as_str(), data["exit_code"].as_i64()), (Some("exit_code"), Some(75)));
+    assert_eq!((data["error"].as_str(), data["attempt"].as_u64()), (Some("temporary failure"), Some(1)));
+    assert!(
+        events.iter().all(|e| e["envelope"]["event"] != "mission.failed"),
+        "the executor's failure is not the mission's"
+    );
+
+    second_ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    second_ws.ack("mission.failed", &id, json!({"state": "failed", "exit_code": 1, "error": "tests fail"})).await;
+    let m = server.mission(&id).await;
+    assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("failed"), Some(1)), "exit code 1 is not listed");
+    let reasons: Vec<&str> = m["attempts"].as_array().unwrap().iter().map(|a| a["reason"].as_str().unwrap()).collect();
+    assert_eq!(reasons, ["exit_code", "failed: tests fail"]);
 }

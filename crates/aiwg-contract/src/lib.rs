@@ -205,6 +205,8 @@ pub struct DispatchRetry {
     pub max_interval_s: Option<f64>,
     #[serde(default)]
     pub on: Vec<String>,
+    #[serde(default)]
+    pub exit_codes: Vec<i64>,
 }
 
 /// A dispatch's timeouts, in seconds (fractions allowed); each one absent takes serve's default.

@@ -26,6 +26,14 @@ pub struct Policy {
     pub backoff: f64,
     pub max_interval: Duration,
     pub on: Vec<String>,
+    pub exit_codes: Vec<i64>,
+}
+
+/// What ended an attempt: one of serve's reasons, or the exit code an executor's agent failed with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Cause<'a> {
+    Reason(&'a str),
+    ExitCode(i64),
 }
 
 impl Policy {
@@ -37,6 +45,7 @@ impl Policy {
             backoff: spec.backoff.unwrap_or(2.0).clamp(1.0, 10.0),
             max_interval: secs(spec.max_interval_s, 60.0),
             on: spec.on.clone(),
+            exit_codes: spec.exit_codes.clone(),
         }
     }
 
@@ -46,10 +55,18 @@ impl Policy {
         Some(Policy::of(&spec))
     }
 
-    /// How long the next attempt waits when attempt `attempt` (from 1) ends for `reason`; `None` when
-    /// the mission fails instead (the reason is not listed, or no attempt is left).
-    pub fn retry_after(&self, attempt: u32, reason: &str) -> Option<Duration> {
-        if attempt >= self.max_attempts || !self.on.iter().any(|r| r == reason) {
+    /// Whether the policy retries what ended the attempt.
+    pub fn lists(&self, cause: Cause<'_>) -> bool {
+        match cause {
+            Cause::Reason(reason) => self.on.iter().any(|r| r == reason),
+            Cause::ExitCode(code) => self.exit_codes.contains(&code),
+        }
+    }
+
+    /// How long the next attempt waits when attempt `attempt` (from 1) ends for `cause`; `None` when
+    /// the mission fails instead (the cause is not listed, or no attempt is left).
+    pub fn retry_after(&self, attempt: u32, cause: Cause<'_>) -> Option<Duration> {
+        if attempt >= self.max_attempts || !self.lists(cause) {
             return None;
         }
         let factor = self.backoff.powi(i32::try_from(attempt - 1).unwrap_or(i32::MAX));
@@ -141,7 +158,8 @@ pub fn attempts<'a>(steps: impl IntoIterator<Item = Step<'a>>, no_executor: &str
                     _ => "aborted",
                 };
                 current.ended_at = Some(step.at);
-                current.reason = Some(text("reason").map_or(state.to_owned(), |r| format!("{state}: {r}")));
+                let why = text("error").or_else(|| text("reason"));
+                current.reason = Some(why.map_or(state.to_owned(), |r| format!("{state}: {r}")));
             }
             _ => {}
         }
@@ -162,6 +180,7 @@ mod tests {
             backoff: Some(3.0),
             max_interval_s: Some(10.0),
             on: on.iter().map(|s| s.to_string()).collect(),
+            exit_codes: vec![75],
         };
         Policy::of(&spec)
     }
@@ -170,12 +189,14 @@ mod tests {
     #[test]
     fn waits_grow_to_the_cap_and_attempts_run_out() {
         let p = policy(&["executor_lost"]);
-        let waits: Vec<_> = (1..=4).map(|n| p.retry_after(n, "executor_lost")).collect();
+        let waits: Vec<_> = (1..=4).map(|n| p.retry_after(n, Cause::Reason("executor_lost"))).collect();
         assert_eq!(
             waits,
             [Some(Duration::from_secs(2)), Some(Duration::from_secs(6)), Some(Duration::from_secs(10)), None]
         );
-        assert_eq!(p.retry_after(1, "heartbeat_timeout"), None);
+        assert_eq!(p.retry_after(1, Cause::Reason("heartbeat_timeout")), None);
+        assert_eq!(p.retry_after(1, Cause::ExitCode(75)), Some(Duration::from_secs(2)));
+        assert_eq!(p.retry_after(1, Cause::ExitCode(1)), None);
         assert_eq!(Policy::in_payload(&json!({"retry": {"max_attempts": 2}})).unwrap().initial, Duration::from_secs(1));
         assert_eq!(Policy::in_payload(&json!({"objective": "x"})), None);
     }

@@ -55,10 +55,13 @@ pub enum ServeEvent {
     },
     /// An attempt of the mission ended for `reason` and the next, number `attempt + 1`, may start at
     /// `retry_at` (`aiwg_domain::retry`): the mission is queued again, not ended.
+    /// `exit_code` and `error`: what the executor's `mission.failed` said, when its exit code is why.
     Retrying {
         reason: &'static str,
         attempt: u32,
         retry_at: DateTime<Utc>,
+        exit_code: Option<i64>,
+        error: Option<String>,
     },
     Started {
         pty_session_id: String,
@@ -131,6 +134,24 @@ impl Data<'_> {
     fn of(state: MissionState) -> Self {
         Data { state: Some(state), ..Data::default() }
     }
+
+    /// The data of an attempt's end (see [`ServeEvent::Retrying`]).
+    fn retrying<'a>(
+        reason: &'a str,
+        attempt: u32,
+        retry_at: DateTime<Utc>,
+        exit_code: Option<i64>,
+        error: Option<&'a str>,
+    ) -> Data<'a> {
+        Data {
+            reason: Some(reason),
+            attempt: Some(attempt),
+            retry_at: Some(clock::format(retry_at)),
+            exit_code,
+            error,
+            ..Data::of(MissionState::Suspended)
+        }
+    }
 }
 
 impl ServeEvent {
@@ -195,13 +216,9 @@ impl ServeEvent {
                 ..Data::default()
             },
             ServeEvent::Assigned { attempt } => Data { attempt: *attempt, ..Data::of(MissionState::Assigned) },
-            ServeEvent::Retrying { reason, attempt, retry_at } => Data {
-                state: Some(MissionState::Suspended),
-                reason: Some(reason),
-                attempt: Some(*attempt),
-                retry_at: Some(clock::format(*retry_at)),
-                ..Data::default()
-            },
+            ServeEvent::Retrying { reason, attempt, retry_at, exit_code, error } => {
+                Data::retrying(reason, *attempt, *retry_at, *exit_code, error.as_deref())
+            }
             ServeEvent::Started { pty_session_id } => {
                 Data { pty_session_id: Some(pty_session_id), ..Data::of(MissionState::Running) }
             }
@@ -289,8 +306,10 @@ mod tests {
                     reason: "executor_lost",
                     attempt: 1,
                     retry_at: clock::parse("2026-11-30T12:00:00Z").unwrap(),
+                    exit_code: Some(75),
+                    error: None,
                 },
-                json!({"state": "suspended", "reason": "executor_lost", "attempt": 1, "retry_at": "2026-11-30T12:00:00.000Z"}),
+                json!({"state": "suspended", "reason": "executor_lost", "attempt": 1, "retry_at": "2026-11-30T12:00:00.000Z", "exit_code": 75}),
             ),
             (ServeEvent::Started { pty_session_id: "s".into() }, json!({"state": "running", "pty_session_id": "s"})),
             (

@@ -99,8 +99,8 @@ impl App {
         ));
         let controls = Arc::new(Controls::new(&core, dispatcher.clone(), sandboxes.clone()));
         let schema = Arc::new(schema);
-        let hitl_expiry = config.hitl.default_expiry();
-        let ingest = Arc::new(Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), hitl_expiry));
+        let expiry = config.hitl.default_expiry();
+        let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
         let (limits, tokens) = (config.timeouts.limits(), &config.server.operator_tokens);
@@ -118,7 +118,7 @@ impl App {
             audit: Arc::new(Audit::new(store.clone())),
             dispatcher,
             runtimes,
-            ingest,
+            ingest: Arc::new(ingest),
             controls,
             reconciler,
             sandboxes,

@@ -154,6 +154,9 @@ impl Session {
             Ok(Ingested::Duplicate(reference)) => {
                 self.answers.push_back(Either::Right(ready(Answer::Ack { seq: None, reference })))
             }
+            Ok(Ingested::Replaced { seq, reference }) => {
+                self.answers.push_back(Either::Right(ready(Answer::Ack { seq: Some(seq), reference })))
+            }
             Err(refusal) => {
                 let floods = counts_as_flood(&refusal.error);
                 self.answers.push_back(Either::Right(ready(Answer::Refused(refusal))));

@@ -4,7 +4,8 @@
 //! retry_at}` in its log), its executor told to abort it, and the dispatcher's queue hands the next
 //! attempt out at `retry_at`, passing over the executors that failed it while another fits. Anything the
 //! abandoned attempt's executor says after is refused (it no longer owns the mission), and its resync
-//! is answered with an abort.
+//! is answered with an abort. An executor's `mission.failed` whose exit code the policy lists ends only
+//! the attempt too, in that event's stead (`Retries::retry_exit`, from ingestion).
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use super::Core;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_domain::capabilities::{Abilities, Ability};
-use aiwg_domain::retry::{attempts, Policy, Step};
+use aiwg_domain::retry::{attempts, Cause, Policy, Step};
 use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, ServeEvent, NO_EXECUTOR};
 
 /// Ends attempts of missions, or missions, on serve's word.
@@ -36,6 +37,14 @@ pub(crate) struct Failure {
     pub(crate) to: MissionState,
     pub(crate) said: ServeEvent,
     pub(crate) reason: &'static str,
+}
+
+/// How an attempt ended: serve's reason, and what the executor's `mission.failed` said when its exit
+/// code is why.
+struct Ended {
+    reason: &'static str,
+    exit_code: Option<i64>,
+    error: Option<String>,
 }
 
 /// The next attempt, as decided before the verdict.
@@ -63,46 +72,82 @@ impl Retries {
         applies: impl Fn(MissionState) -> bool,
     ) -> Option<Moved> {
         let next = match failure.to {
-            MissionState::Failed => self.next_attempt(mission_id, failure.reason).await,
+            MissionState::Failed => self.next_attempt(mission_id, Cause::Reason(failure.reason)).await,
             _ => None,
         };
-        let verdict = match &next {
-            Some(n) => {
-                let said = ServeEvent::Retrying { reason: failure.reason, attempt: n.attempt, retry_at: n.retry_at };
-                let why = format!("attempt {} after {} ({})", n.attempt + 1, failure.reason, clock::format(n.retry_at));
-                let patch = MissionPatch {
-                    queued_reason: Some(why),
-                    scheduled_at: Some(n.retry_at),
-                    ..MissionPatch::default()
-                };
-                Verdict::new(said, MissionState::Queued)
-                    .with(Change::PatchMission { mission_id: mission_id.to_owned(), patch })
-            }
-            None => Verdict::new(failure.said, failure.to),
-        };
-        let judge = |live: &aiwg_domain::Live| applies(live.state()).then_some(verdict);
-        let moved = match self.ledger.serve_decides_one(owner, mission_id, judge).await {
-            Ok(moved) => moved?,
-            Err(e) => {
-                tracing::warn!(error = %e, mission_id, reason = failure.reason, "recording a mission's failure failed");
-                return None;
-            }
-        };
-        if let Some(mut n) = next {
-            self.tell_to_abort(&moved.executor_id, mission_id, failure.reason);
-            n.tried.push(moved.executor_id.clone());
-            tracing::info!(mission_id, executor_id = %moved.executor_id, reason = failure.reason, attempt = n.attempt, "mission attempt failed; retrying");
-            let retry = Retry { attempt: n.attempt + 1, not_before: n.retry_at, passed_over: n.tried };
-            self.dispatcher.queue_attempt(n.mission, retry);
+        let ended = Ended { reason: failure.reason, exit_code: None, error: None };
+        match next {
+            Some(next) => self.retry(owner, mission_id, next, ended, applies).await,
+            None => self.decide(owner, mission_id, Verdict::new(failure.said, failure.to), &ended, applies).await,
         }
+    }
+
+    /// An executor's `mission.failed` with `exit_code` (and `error`): when the mission's policy retries
+    /// that code with an attempt left, only the attempt ends, in the event's stead (`Some`, committed);
+    /// `None`, and the event takes its usual path.
+    pub(crate) async fn retry_exit(
+        &self,
+        owner: &str,
+        mission_id: &str,
+        exit_code: i64,
+        error: Option<String>,
+    ) -> Option<Moved> {
+        let next = self.next_attempt(mission_id, Cause::ExitCode(exit_code)).await?;
+        let ended = Ended { reason: "exit_code", exit_code: Some(exit_code), error };
+        self.retry(Some(owner), mission_id, next, ended, |s| !s.is_terminal()).await
+    }
+
+    /// Ends the mission's attempt and queues the next.
+    async fn retry(
+        &self,
+        owner: Option<&str>,
+        mission_id: &str,
+        mut n: Next,
+        ended: Ended,
+        applies: impl Fn(MissionState) -> bool,
+    ) -> Option<Moved> {
+        let (reason, attempt, retry_at) = (ended.reason, n.attempt, n.retry_at);
+        let said =
+            ServeEvent::Retrying { reason, attempt, retry_at, exit_code: ended.exit_code, error: ended.error.clone() };
+        let why = format!("attempt {} after {reason} ({})", attempt + 1, clock::format(retry_at));
+        let patch = MissionPatch { queued_reason: Some(why), scheduled_at: Some(retry_at), ..MissionPatch::default() };
+        let verdict = Verdict::new(said, MissionState::Queued)
+            .with(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
+        let moved = self.decide(owner, mission_id, verdict, &ended, applies).await?;
+        if ended.exit_code.is_none() {
+            self.tell_to_abort(&moved.executor_id, mission_id, reason);
+        }
+        n.tried.push(moved.executor_id.clone());
+        tracing::info!(mission_id, executor_id = %moved.executor_id, reason, attempt, "mission attempt failed; retrying");
+        self.dispatcher
+            .queue_attempt(n.mission, Retry { attempt: attempt + 1, not_before: retry_at, passed_over: n.tried });
         Some(moved)
     }
 
-    /// The attempt that follows the mission's current one, if its policy retries `reason` now.
-    async fn next_attempt(&self, mission_id: &str, reason: &str) -> Option<Next> {
+    /// Serve's verdict on a live mission in a state `applies` accepts, committed.
+    async fn decide(
+        &self,
+        owner: Option<&str>,
+        mission_id: &str,
+        verdict: Verdict,
+        ended: &Ended,
+        applies: impl Fn(MissionState) -> bool,
+    ) -> Option<Moved> {
+        let judge = |live: &aiwg_domain::Live| applies(live.state()).then_some(verdict);
+        match self.ledger.serve_decides_one(owner, mission_id, judge).await {
+            Ok(moved) => moved,
+            Err(e) => {
+                tracing::warn!(error = %e, mission_id, reason = ended.reason, "recording a mission's failure failed");
+                None
+            }
+        }
+    }
+
+    /// The attempt that follows the mission's current one, if its policy retries `cause` now.
+    async fn next_attempt(&self, mission_id: &str, cause: Cause<'_>) -> Option<Next> {
         let mission = self.store.mission(mission_id).await.ok()??;
         let policy = Policy::in_payload(&mission.payload)?;
-        if !policy.on.iter().any(|r| r == reason) {
+        if !policy.lists(cause) {
             return None;
         }
         let steps = match self.store.lifecycle(mission_id).await {
@@ -114,7 +159,7 @@ impl Retries {
         };
         let so_far = attempts(steps.iter().filter_map(Step::of), NO_EXECUTOR);
         let attempt = so_far.last().map_or(1, |a| a.attempt);
-        let wait = policy.retry_after(attempt, reason)?;
+        let wait = policy.retry_after(attempt, cause)?;
         let tried = so_far.into_iter().filter_map(|a| a.executor_id).collect();
         let retry_at = clock::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX);
         Some(Next { mission, attempt, retry_at, tried })

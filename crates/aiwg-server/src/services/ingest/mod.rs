@@ -18,6 +18,7 @@ use super::ledger::{Decided, Ledger, Ticket, REBUILD_WAIT};
 use super::links::Origin;
 use super::reconciler::Reconciler;
 use super::registry::Registry;
+use super::retries::Retries;
 use super::Core;
 use crate::error::Error;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
@@ -63,6 +64,10 @@ pub enum Ingested {
     Pending(Box<PendingCommit>),
     /// An identical repeat of the terminal event: acknowledged, not stored again.
     Duplicate(FrameRef),
+    /// Recorded in serve's words instead, committed: a `mission.failed` whose exit code the mission's
+    /// retry policy lists ended only the attempt (`mission.suspended {exit_code, attempt, retry_at}`).
+    /// Acknowledged with that event's sequence number.
+    Replaced { seq: i64, reference: FrameRef },
 }
 
 pub struct PendingCommit {
@@ -104,6 +109,8 @@ pub struct Ingest {
     reconciler: Arc<Reconciler>,
     /// A committed HITL request with a deadline is watched.
     controls: Arc<Controls>,
+    /// A failure with an exit code the mission's retry policy lists ends only the attempt.
+    retries: Arc<Retries>,
     /// The deadline of a HITL request that names none (`hitl.default_expiry_s`).
     hitl_default_expiry: Option<chrono::Duration>,
 }
@@ -114,6 +121,7 @@ impl Ingest {
         schema: Arc<Schema>,
         reconciler: Arc<Reconciler>,
         controls: Arc<Controls>,
+        retries: Arc<Retries>,
         hitl_default_expiry: Option<chrono::Duration>,
     ) -> Ingest {
         Ingest {
@@ -123,6 +131,7 @@ impl Ingest {
             store: core.store.clone(),
             reconciler,
             controls,
+            retries,
             hitl_default_expiry,
         }
     }
@@ -170,6 +179,11 @@ impl Ingest {
         let resumable =
             !matches!(event, EventType::MissionSuspended | EventType::MissionReconnected | EventType::MissionResumed)
                 || self.registry.has_capability(executor_id, capabilities::RESUMABLE);
+        if let Some((exit_code, error)) = failed_with(event, &row.data) {
+            if let Some(moved) = self.retries.retry_exit(executor_id, &mission_id, exit_code, error).await {
+                return Ok(Ingested::Replaced { seq: moved.seq, reference });
+            }
+        }
         let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry };
         match self.queue_mission_event(judged, &mission_id, row, seen).await {
             Ok(Some(q)) => Ok(pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None)),
@@ -376,6 +390,13 @@ fn resync_listing(data: &Value) -> Result<Vec<String>, Error> {
         return Err(Error::InvalidFrame("executor.resync lists more than 10000 missions"));
     }
     Ok(listed)
+}
+
+/// The exit code (and error) of a `mission.failed` that names one: what a retry policy's `exit_codes`
+/// may retry.
+fn failed_with(event: EventType, data: &Value) -> Option<(i64, Option<String>)> {
+    let exit_code = data.get("exit_code").and_then(Value::as_i64).filter(|_| event == EventType::MissionFailed)?;
+    Some((exit_code, data.get("error").and_then(Value::as_str).map(str::to_owned)))
 }
 
 #[cfg(test)]

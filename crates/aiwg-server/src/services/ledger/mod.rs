@@ -405,8 +405,11 @@ impl Ledger {
         };
         let outcome = commit.await.unwrap_or(Err(StoreError::WriterGone));
         let mut moved = Vec::with_capacity(queued.len());
-        for (ticket, m) in queued {
+        for (ticket, mut m) in queued {
             self.resolve(ticket, outcome.is_ok(), Some(m.to));
+            if let Ok(seqs) = &outcome {
+                m.seq = seqs.get(m.nth_event).copied().unwrap_or_default();
+            }
             moved.push(m);
         }
         outcome.map(|_| moved)

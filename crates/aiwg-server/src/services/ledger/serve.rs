@@ -26,6 +26,10 @@ pub(crate) struct Moved {
     pub executor_id: String,
     pub to: MissionState,
     pub event: NewEvent,
+    /// The event's sequence number, once committed.
+    pub seq: i64,
+    /// Where the event is among its unit's events (their sequence numbers come back in that order).
+    pub(super) nth_event: usize,
 }
 
 impl Verdict {
@@ -58,6 +62,7 @@ impl Verdict {
             live.patched(patch);
         }
         let event = recorded.event.clone();
+        let nth_event = changes.iter().filter(|c| matches!(c, Change::AppendEvent(_))).count();
         changes.extend(Change::recorded(recorded));
         // A mission queued again for a new attempt leaves its executor, and the question it asked too.
         let leaves = self.to.is_terminal() || self.to == MissionState::Queued;
@@ -66,7 +71,7 @@ impl Verdict {
         }
         changes.extend(self.also);
         live.advance(self.to, &event.data);
-        Moved { executor_id, to: self.to, event }
+        Moved { executor_id, to: self.to, event, seq: 0, nth_event }
     }
 }
 
