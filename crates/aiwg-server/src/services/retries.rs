@@ -19,8 +19,8 @@ use super::Core;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_domain::capabilities::{Abilities, Ability};
-use aiwg_domain::retry::{attempts, Cause, Policy, Step};
-use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, ServeEvent, NO_EXECUTOR};
+use aiwg_domain::retry::{Cause, Policy};
+use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, ServeEvent};
 
 /// Ends attempts of missions, or missions, on serve's word.
 pub(crate) struct Retries {
@@ -150,14 +150,13 @@ impl Retries {
         if !policy.lists(cause) {
             return None;
         }
-        let steps = match self.store.lifecycle(mission_id).await {
-            Ok(steps) => steps,
+        let so_far = match self.store.attempts(mission_id).await {
+            Ok(so_far) => so_far,
             Err(e) => {
                 tracing::warn!(error = %e, mission_id, "cannot read a mission's attempts: it fails instead of retrying");
                 return None;
             }
         };
-        let so_far = attempts(steps.iter().filter_map(Step::of), NO_EXECUTOR);
         let attempt = so_far.last().map_or(1, |a| a.attempt);
         let wait = policy.retry_after(attempt, cause)?;
         let tried = so_far.into_iter().filter_map(|a| a.executor_id).collect();

@@ -10,9 +10,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot, StoreStats};
 use crate::store::{HitlCursor, HitlQuery, MissionQuery, Store};
 use crate::views::{AskedHitl, MissionPage, MissionStatus, MissionSummary, Overview};
-use aiwg_domain::retry::{attempts, Step};
 use aiwg_domain::timeouts::Limits;
-use aiwg_domain::NO_EXECUTOR;
 use aiwg_domain::{LISTED, MIN_PREFIX};
 
 /// Events shown with a mission (the contract's "last N events").
@@ -117,8 +115,7 @@ impl Status {
         let payload = row.payload.clone();
         let mut status = MissionStatus::from_row(row, events).with_hitl(pending).with_timeouts(&payload, self.timeouts);
         if payload.get("retry").is_some() {
-            let steps = self.store.lifecycle(&mission_id).await?;
-            status.attempts = Some(attempts(steps.iter().filter_map(Step::of), NO_EXECUTOR));
+            status.attempts = Some(self.store.attempts(&mission_id).await?);
         }
         Ok(status)
     }

@@ -213,6 +213,15 @@ pub trait Storage: Send + Sync {
         })
     }
 
+    /// A mission's attempts as its lifecycle tells them (`aiwg_domain::retry::attempts`), oldest first.
+    fn attempts<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Vec<aiwg_domain::retry::Attempt>>> {
+        Box::pin(async move {
+            let steps = self.lifecycle(mission_id).await?;
+            let steps = steps.iter().filter_map(aiwg_domain::retry::Step::of);
+            Ok(aiwg_domain::retry::attempts(steps, aiwg_domain::NO_EXECUTOR))
+        })
+    }
+
     /// The sequence number after which exactly the last `n` events of the filter follow (0 when there
     /// are no more than `n`).
     fn tail_start<'a>(

@@ -18,7 +18,6 @@ use crate::error::Result;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::DispatchPayload;
-use aiwg_domain::retry::{attempts, Step};
 use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, Recorded, ServeEvent, NO_EXECUTOR};
 use chrono::{DateTime, Utc};
 
@@ -194,8 +193,7 @@ impl Queue {
 
     /// The attempt a queued mission waits for, from its log (`None`: its first).
     async fn retry_of(store: &Store, mission_id: &str) -> Result<Option<Retry>> {
-        let steps = store.lifecycle(mission_id).await?;
-        let so_far = attempts(steps.iter().filter_map(Step::of), NO_EXECUTOR);
+        let so_far = store.attempts(mission_id).await?;
         let [.., ended, next] = so_far.as_slice() else { return Ok(None) };
         Ok(Some(Retry {
             attempt: next.attempt,
