@@ -152,35 +152,52 @@ async fn a_hitl_deadline_armed_by_a_leader_that_stops_fires_once_on_the_next() {
 }
 
 /// Issue 38: a mission's timeouts are derived from the shared store, so the replica that leads next
-/// fires what the one before it would have, once.
+/// fires what the one before it would have, each once: a silent mission's heartbeat, a long run's
+/// start-to-close, a queued mission's schedule-to-start.
 #[tokio::test]
-async fn a_heartbeat_timeout_due_after_the_leader_stops_fires_once_on_the_next() {
+async fn timeouts_due_after_the_leader_stops_fire_once_on_the_next() {
     let Some((db, leader, follower)) = two_replicas().await else { return };
     let (mut e, mut socket) = ScriptedExecutor::online(&follower, &["x-abort"]).await;
-    let id = mission_id();
-    let mut body = dispatch_body(&id);
-    body["executor_filter"]["executor_id"] = json!(e.id);
-    body["timeouts"] = json!({"heartbeat_s": 2});
-    assert_eq!(follower.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
-    e.next_dispatch().await;
-    socket.ack("mission.started", &id, json!({"state": "running"})).await;
+    let dispatch = |id: &str, timeouts: Value, to: Option<&str>| {
+        let mut body = dispatch_body(id);
+        match to {
+            Some(executor_id) => body["executor_filter"]["executor_id"] = json!(executor_id),
+            None => {
+                (body["executor_filter"]["capabilities"], body["queue"]) = (json!(["x-nobody-has-it"]), json!(true))
+            }
+        }
+        body["timeouts"] = timeouts;
+        let client = &follower.client;
+        async move { assert_eq!(client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202) }
+    };
+    let (silent, long, queued) = (mission_id(), mission_id(), mission_id());
+    for (id, timeouts) in [(&silent, json!({"heartbeat_s": 2})), (&long, json!({"start_to_close_s": 2}))] {
+        dispatch(id, timeouts, Some(&e.id)).await;
+        e.next_dispatch().await;
+        socket.ack("mission.started", id, json!({"state": "running"})).await;
+    }
+    dispatch(&queued, json!({"schedule_to_start_s": 2}), None).await;
     leader.stop().await;
     socket.closed().await;
-    // The executor comes back still holding the mission, and says nothing more of it.
+    // The executor comes back still holding its missions, and says nothing more of them.
     let mut socket = reconnect(&follower, &e).await;
-    let resync =
-        socket.envelope("executor.resync", None, json!({"owned_mission_ids": [&id], "protocol_version": "1.0.0"}));
-    assert_eq!(socket.send_json(&resync).await["ack"], true);
-    let m = follower
-        .eventually(&format!("/api/v1/missions/{id}"), "the heartbeat timeout", |m| m["state"] == "failed")
-        .await;
-    assert_eq!(m["error"], "heartbeat timed out");
+    let owned = json!({"owned_mission_ids": [&silent, &long], "protocol_version": "1.0.0"});
+    assert_eq!(socket.send_json(&socket.envelope("executor.resync", None, owned)).await["ack"], true);
+    for (id, state, reason) in [
+        (&silent, "failed", "heartbeat_timeout"),
+        (&long, "aborted", "start_to_close_timeout"),
+        (&queued, "failed", "schedule_to_start_timeout"),
+    ] {
+        follower.eventually(&format!("/api/v1/missions/{id}"), reason, |m| m["state"] == state).await;
+        assert_eq!(events_saying(&db, id, reason).await, 1, "{reason} fired once");
+    }
     // Told to stop: by the timeout if it was back in time, else by the answer to its resync.
-    let abort = socket.next_pushed().await;
-    assert_eq!((abort["event"].as_str(), abort["mission_id"].as_str()), (Some("mission.aborted"), Some(id.as_str())));
-    let reason = abort["data"]["reason"].as_str().unwrap_or_default();
-    assert!(["heartbeat_timeout", "mission_ended"].contains(&reason), "{abort}");
-    assert_eq!(events_saying(&db, &id, "heartbeat_timeout").await, 1, "the timeout fired once");
+    for _ in 0..2 {
+        let abort = socket.next_pushed().await;
+        assert_eq!(abort["event"], "mission.aborted", "{abort}");
+        let reason = abort["data"]["reason"].as_str().unwrap_or_default();
+        assert!(["heartbeat_timeout", "start_to_close_timeout", "mission_ended"].contains(&reason), "{abort}");
+    }
     follower.stop().await;
 }
 

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::support::executor::{ExecSocket, ScriptedExecutor};
+use crate::support::executor::{Answer, ExecSocket, ScriptedExecutor};
 use crate::support::{dispatch_body, mission_id, TestServer};
 
 fn at(v: &Value) -> DateTime<Utc> {
@@ -225,4 +225,89 @@ async fn a_listed_exit_code_is_retried_and_another_is_not() {
     assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("failed"), Some(1)), "exit code 1 is not listed");
     let reasons: Vec<&str> = m["attempts"].as_array().unwrap().iter().map(|a| a["reason"].as_str().unwrap()).collect();
     assert_eq!(reasons, ["exit_code", "failed: tests fail"]);
+}
+
+/// A dispatch for the retry pool, with `retry`.
+fn pooled(id: &str, retry: Value) -> Value {
+    let mut body = dispatch_body(id);
+    body["executor_filter"]["capabilities"] = json!(["x-retry-pool"]);
+    body["retry"] = retry;
+    body
+}
+
+#[tokio::test]
+async fn a_dispatch_nobody_took_waits_for_its_next_attempt_when_its_policy_lists_forward_failed() {
+    let server = TestServer::start().await;
+    let (mut a, _a_ws) = ScriptedExecutor::online(&server, &["x-retry-pool"]).await;
+    a.answer_with(Answer::Status(503));
+    let id = mission_id();
+    let retry = json!({"max_attempts": 3, "on": ["forward_failed"], "initial_interval_s": 0.2});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &pooled(&id, retry)).await;
+    assert_eq!((r.status, r.body["status"].as_str()), (202, Some("queued")), "{}", r.body);
+    assert!(r.body["queued_reason"].as_str().unwrap().contains("503"), "{}", r.body);
+    a.next_dispatch().await;
+    let m = server.mission(&id).await;
+    assert_eq!(m["state"], "queued", "{m}");
+    assert_eq!(m["attempts"][0]["reason"], "forward_failed", "{m}");
+    assert_eq!(m["attempts"][0]["executor_id"], json!(a.id));
+
+    // Another executor joins: the next attempt goes to it, passing over the one that refused.
+    let (mut b, mut b_ws) = ScriptedExecutor::online(&server, &["x-retry-pool"]).await;
+    assert_eq!(b.next_dispatch().await.body["mission_id"], json!(id));
+    b_ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    b_ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    let m = server.mission(&id).await;
+    assert_eq!((m["state"].as_str(), m["executor_id"].as_str()), (Some("done"), Some(b.id.as_str())), "{m}");
+    assert_eq!(m["attempts"].as_array().map(Vec::len), Some(2), "{m}");
+
+    // The last attempt refused by all fails the mission as a dispatch without a policy would.
+    b.answer_with(Answer::Status(503));
+    let last = mission_id();
+    let retry = json!({"max_attempts": 2, "on": ["forward_failed"], "initial_interval_s": 0.1});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &pooled(&last, retry)).await;
+    assert_eq!(r.body["status"], "queued", "{}", r.body);
+    let m = server
+        .eventually(&format!("/api/v1/missions/{last}"), "the last attempt's failure", |m| m["state"] == "failed")
+        .await;
+    let events = events_of(&server, &last).await;
+    let ended: Vec<&str> = events.iter().filter_map(|e| e["envelope"]["data"]["reason"].as_str()).collect();
+    assert_eq!(ended, ["forward_failed", "executor_forward_failed"], "{m}");
+
+    // A policy that does not list it: the refusal is the dispatch's answer.
+    let unlisted = mission_id();
+    let retry = json!({"max_attempts": 3, "on": ["executor_lost"]});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &pooled(&unlisted, retry)).await;
+    r.assert_error(502, "executor_forward_failed");
+    assert_eq!(server.mission(&unlisted).await["state"], "failed");
+}
+
+/// The executor of an abandoned attempt comes back still holding the mission: its resync is answered
+/// with an abort, and nothing it says ends the mission, which its next attempt's executor finishes.
+#[tokio::test]
+async fn an_executor_back_with_an_abandoned_attempt_is_told_to_abort_it_and_cannot_end_it() {
+    let server = TestServer::start_with(|c| {
+        c.hub.disconnect_grace_s = 0;
+        c.hub.restart_grace_s = 0;
+    })
+    .await;
+    let retry = json!({"max_attempts": 2, "on": ["executor_disconnected"], "initial_interval_s": 0.1});
+    let ((first, first_ws), (mut second, mut second_ws), id) = two_and_a_mission(&server, retry, json!(null)).await;
+    first_ws.close().await;
+    assert_eq!(second.next_dispatch().await.body["mission_id"], json!(id), "the next attempt, on the other");
+    second_ws.ack("mission.started", &id, json!({"state": "running"})).await;
+
+    let mut back = first.connect(&server).await;
+    let frame = back.envelope("executor.resync", None, json!({"owned_mission_ids": [id], "protocol_version": "1.0.0"}));
+    assert_eq!(back.send_json(&frame).await["ack"], true);
+    let abort = back.next_pushed().await;
+    assert_eq!((abort["event"].as_str(), abort["mission_id"].as_str()), (Some("mission.aborted"), Some(id.as_str())));
+    assert_eq!(abort["data"]["reason"], "not_owned", "{abort}");
+    let late = back.event("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    assert_eq!(late["error"], "forbidden", "{late}");
+    let m = server.mission(&id).await;
+    assert_eq!((m["state"].as_str(), m["executor_id"].as_str()), (Some("running"), Some(second.id.as_str())), "{m}");
+    second_ws.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    let attempts: Vec<Value> = server.mission(&id).await["attempts"].as_array().unwrap().clone();
+    let reasons: Vec<&str> = attempts.iter().filter_map(|a| a["reason"].as_str()).collect();
+    assert_eq!(reasons, ["executor_disconnected", "done"]);
 }

@@ -198,21 +198,41 @@ async fn the_configured_defaults_apply_where_a_dispatch_names_none() {
     );
 }
 
-/// A deadline is derived from the store, not kept by a timer: a restart finds it where it was, and it
-/// fires once.
+/// A deadline is derived from the store, not kept by a timer: a restart finds each one where it was,
+/// and each fires once.
 #[tokio::test]
-async fn a_heartbeat_fires_once_across_a_restart() {
+async fn every_timeout_fires_once_across_a_restart() {
     let server = TestServer::start_with(|c| c.hub.restart_grace_s = 600).await;
-    let (_e, mut ws, id) = running_with(&server, &[], json!({"heartbeat_s": 1.5})).await;
-    ws.ack("mission.progress", &id, json!({"summary": "last words"})).await;
-    let last_heard = server.mission(&id).await["updated_at"].clone();
-    drop(ws);
+    let (_e, mut ws, silent) = running_with(&server, &[], json!({"heartbeat_s": 1.5})).await;
+    ws.ack("mission.progress", &silent, json!({"summary": "last words"})).await;
+    let last_heard = server.mission(&silent).await["updated_at"].clone();
+    let (_f, long_ws, long) = running_with(&server, &[], json!({"start_to_close_s": 1.5})).await;
+    let queued = mission_id();
+    dispatch(&server, &queued, None, json!({"schedule_to_start_s": 1.5})).await;
+    drop((ws, long_ws));
     let server = server.restart().await;
-    let m = ended(&server, &id).await;
+
+    let m = ended(&server, &silent).await;
     assert_eq!(m["state"], "failed");
     let silence = ms(&last_heard, &m["completed_at"]);
     assert!((1_500..1_500 + LATE).contains(&silence), "failed after {silence} ms of silence, a restart between");
-    ended_once_for(&server, &id, "mission.failed", "heartbeat_timeout").await;
+    ended_once_for(&server, &silent, "mission.failed", "heartbeat_timeout").await;
+
+    let m = ended(&server, &long).await;
+    assert_eq!(m["state"], "aborted");
+    let page = server.client.get(&format!("/api/v1/events?follow=false&since=0&mission_id={long}&limit=1000")).await;
+    let events = page.body["events"].as_array().unwrap();
+    let started = events.iter().find(|e| e["envelope"]["event"] == "mission.started").expect("its start");
+    let ran = ms(&started["received_at"], &m["completed_at"]);
+    assert!((1_500..1_500 + LATE).contains(&ran), "aborted after {ran} ms of running, a restart between");
+    ended_once_for(&server, &long, "mission.aborted", "start_to_close_timeout").await;
+
+    let m = ended(&server, &queued).await;
+    assert_eq!(m["state"], "failed");
+    let waited = ms(&m["created_at"], &m["completed_at"]);
+    assert!((1_500..1_500 + LATE).contains(&waited), "failed {waited} ms after its dispatch, a restart between");
+    ended_once_for(&server, &queued, "mission.failed", "schedule_to_start_timeout").await;
+    assert_eq!(server.client.get("/api/v1/overview").await.body["queue_depth"], 0, "it left the queue");
 }
 
 /// Timeouts that are not positive numbers of seconds up to 30 days, or that name something else, are

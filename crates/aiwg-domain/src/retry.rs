@@ -14,9 +14,10 @@ use serde_json::Value;
 
 use aiwg_contract::{clock, DispatchRetry, EventType};
 
-/// The reasons a policy may list: serve's verdicts on a mission whose executor, not the mission, failed.
-pub const RETRYABLE: [&str; 4] =
-    ["executor_lost", "executor_disconnected", "heartbeat_timeout", "schedule_to_start_timeout"];
+/// The reasons a policy may list: serve's verdicts on a mission whose executor, not the mission, failed
+/// (the schema's `retry.on` enum, which a test holds to this list).
+pub const RETRYABLE: [&str; 5] =
+    ["executor_lost", "executor_disconnected", "forward_failed", "heartbeat_timeout", "schedule_to_start_timeout"];
 
 /// A dispatch's retry policy with its defaults.
 #[derive(Clone, Debug, PartialEq)]
@@ -115,6 +116,16 @@ impl<'a> Step<'a> {
             data: e.envelope.data.as_ref().unwrap_or(&NO_DATA),
         })
     }
+
+    /// Whether this step ends an attempt: serve's `mission.suspended {retry_at}`.
+    pub fn ends_attempt(&self) -> bool {
+        self.event == EventType::MissionSuspended && self.data.get("retry_at").is_some()
+    }
+}
+
+/// The steps of the mission's current attempt: those after the last attempt's end.
+pub fn current_attempt<'s, 'a>(steps: &'s [Step<'a>]) -> &'s [Step<'a>] {
+    &steps[steps.iter().rposition(Step::ends_attempt).map_or(0, |i| i + 1)..]
 }
 
 /// The attempts of a mission from its lifecycle events, in log order (`no_executor`: the id of
@@ -137,7 +148,7 @@ pub fn attempts<'a>(steps: impl IntoIterator<Item = Step<'a>>, no_executor: &str
         let text = |key: &str| step.data.get(key).and_then(Value::as_str).map(str::to_owned);
         match step.event {
             EventType::MissionStarted if current.started_at.is_none() => current.started_at = Some(step.at),
-            EventType::MissionSuspended if step.data.get("retry_at").is_some() => {
+            _ if step.ends_attempt() => {
                 let next = fresh(current.attempt + 1);
                 let retry_at = text("retry_at").and_then(|t| clock::parse(&t));
                 // Recorded under the attempt's executor, whether or not it ever said anything.
@@ -172,6 +183,14 @@ pub fn attempts<'a>(steps: impl IntoIterator<Item = Step<'a>>, no_executor: &str
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The schema validates what a dispatch may list; serve must retry exactly that.
+    #[test]
+    fn the_schema_lists_the_retryable_reasons() {
+        let schema: Value = serde_json::from_str(include_str!("../../../schemas/executor-v1.json")).unwrap();
+        let listed = &schema["$defs"]["dispatch_payload"]["properties"]["retry"]["properties"]["on"]["items"]["enum"];
+        assert_eq!(listed, &json!(RETRYABLE));
+    }
 
     fn policy(on: &[&str]) -> Policy {
         let spec = DispatchRetry {
@@ -216,6 +235,10 @@ mod tests {
             Step { event: EventType::MissionStarted, executor_id: "b", at: t(13), data: &started },
             Step { event: EventType::MissionFailed, executor_id: "b", at: t(20), data: &failed },
         ];
+        let current: Vec<_> = current_attempt(&steps).iter().map(|s| s.at).collect();
+        assert_eq!(current, [t(12), t(13), t(20)], "the current attempt begins after the last one's end");
+        let paused = [Step { event: EventType::MissionSuspended, executor_id: "a", at: t(5), data: &none }];
+        assert_eq!(current_attempt(&paused).len(), 1, "a suspension without retry_at ends no attempt");
         let got = attempts(steps, "nobody");
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].executor_id.as_deref(), got[0].reason.as_deref()), (Some("a"), Some("executor_lost")));

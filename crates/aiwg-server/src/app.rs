@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::Result;
@@ -21,6 +21,7 @@ use crate::services::idempotency::Idempotency;
 use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
 use crate::services::operators::Operators;
+use crate::services::queue::Queue;
 use crate::services::reconciler::Reconciler;
 use crate::services::registry::Registry;
 use crate::services::retention::Retention;
@@ -78,17 +79,18 @@ impl App {
         sockets: Sockets,
         shutdown: watch::Receiver<bool>,
     ) -> Result<App> {
-        let wake_queue = Arc::new(Notify::new());
         let registry = Arc::new(Registry::load(store.clone()).await?);
-        let ledger = Arc::new(Ledger::load(store.clone(), registry.clone(), wake_queue.clone()).await?);
-        let core = Core { registry, ledger, store: store.clone(), metrics: metrics.clone(), wake_queue };
+        let queue = Arc::new(Queue::new(store.clone()));
+        let ledger = Arc::new(Ledger::load(store.clone(), registry.clone(), queue.clone()).await?);
+        let core = Core { registry, ledger, store: store.clone(), metrics: metrics.clone(), queue };
         let runtimes =
             Arc::new(Runtimes::new(&core, config.runtimes.clone(), config.server.max_executors, shutdown.clone()));
-        let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
-        let dispatcher =
-            Arc::new(Dispatcher::new(&core, config.dispatch.clone(), forwarder, runtimes.clone(), shutdown.clone()));
         let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
-        let retries = Arc::new(Retries::new(&core, dispatcher.clone(), sandboxes.clone()));
+        let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
+        let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
+        let dispatch = config.dispatch.clone();
+        let dispatcher =
+            Arc::new(Dispatcher::new(&core, dispatch, forwarder, runtimes.clone(), retries.clone(), shutdown.clone()));
         let reconciler = Arc::new(Reconciler::new(
             &core,
             &config.hub,
@@ -97,7 +99,7 @@ impl App {
             sandboxes.clone(),
             shutdown.clone(),
         ));
-        let controls = Arc::new(Controls::new(&core, dispatcher.clone(), sandboxes.clone()));
+        let controls = Arc::new(Controls::new(&core, sandboxes.clone()));
         let schema = Arc::new(schema);
         let expiry = config.hitl.default_expiry();
         let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
@@ -107,10 +109,10 @@ impl App {
         Ok(App {
             operators: Arc::new(Operators::load(store.clone(), core.registry.clone(), tokens).await?),
             fleet: Arc::new(Fleet::new(&core, &config)),
-            status: Status::new(&core, dispatcher.clone(), limits),
-            timeouts: Arc::new(Timeouts::new(&core, dispatcher.clone(), retries, limits, shutdown.clone())),
+            status: Status::new(&core, limits),
+            timeouts: Arc::new(Timeouts::new(&core, retries, limits, shutdown.clone())),
             retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
-            webhooks: Arc::new(Webhooks::load(&core, dispatcher.clone(), &config, shutdown.clone()).await?),
+            webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
             config,
             schema,
             metrics,

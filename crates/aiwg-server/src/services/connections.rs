@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 use super::controls::Controls;
 use super::links::{LastEvent, Link, Origin, Outbound};
+use super::queue::Queue;
 use super::reconciler::Reconciler;
 use super::registry::Registry;
 use super::sandboxes::Sandboxes;
@@ -26,8 +27,8 @@ pub struct Connections {
     controls: Arc<Controls>,
     /// Watches a disconnection's grace.
     reconciler: Arc<Reconciler>,
-    /// The dispatcher's queue wakes when an executor connects.
-    wake_queue: Arc<Notify>,
+    /// The queue wakes when an executor connects.
+    queue: Arc<Queue>,
     /// Agentic-sandbox executors keep more sockets.
     sandboxes: Arc<Sandboxes>,
     max_sockets_per_executor: usize,
@@ -58,7 +59,7 @@ impl Connections {
             metrics: core.metrics.clone(),
             controls,
             reconciler,
-            wake_queue: core.wake_queue.clone(),
+            queue: core.queue.clone(),
             sandboxes,
             max_sockets_per_executor: hub.max_sockets_per_executor,
             max_sockets_per_sandbox_executor: hub.max_sockets_per_sandbox_executor,
@@ -83,7 +84,7 @@ impl Connections {
             self.metrics.executor_reconnects.add(1);
         }
         // A connected executor may take a queued mission.
-        self.wake_queue.notify_one();
+        self.queue.kick();
         tracing::info!(%executor_id, link_id, "executor socket open");
         self.controls.redeliver_answers(executor_id).await;
         Some(Attached { origin: Origin { link_id, opened }, outbound, last_event, reads_answers })

@@ -5,9 +5,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::Notify;
-
 use super::ledger::{Ledger, Verdict};
+use super::queue::Queue;
 use super::registry::{Registered, Registry};
 use super::Core;
 use crate::config::Config;
@@ -31,8 +30,8 @@ pub struct Fleet {
     registry: Arc<Registry>,
     ledger: Arc<Ledger>,
     store: Store,
-    /// The dispatcher's queue wakes when an executor stops draining.
-    wake_queue: Arc<Notify>,
+    /// The queue wakes when an executor stops draining.
+    queue: Arc<Queue>,
     registrations: RateLimiter,
     registrations_per_minute: u32,
     max_executors: usize,
@@ -46,7 +45,7 @@ impl Fleet {
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
             store: core.store.clone(),
-            wake_queue: core.wake_queue.clone(),
+            queue: core.queue.clone(),
             registrations: RateLimiter::per_minute(config.server.registrations_per_minute),
             registrations_per_minute: config.server.registrations_per_minute,
             max_executors: config.server.max_executors,
@@ -194,7 +193,7 @@ impl Fleet {
             .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))??;
         tracing::info!(executor_id, draining, "executor drain changed");
         if !draining {
-            self.wake_queue.notify_one();
+            self.queue.kick();
         }
         Ok(())
     }

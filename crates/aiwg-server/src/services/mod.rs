@@ -1,9 +1,8 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
-//! an earlier one, never the reverse): links, registry, ledger, runtimes, dispatcher, retries, reconciler,
-//! controls,
-//! ingest, fleet, operators, audit, sandboxes, connections, status, feed, retention, webhooks, idempotency,
-//! timeouts.
+//! an earlier one, never the reverse): links, registry, queue, ledger, sandboxes, runtimes, retries,
+//! dispatcher, reconciler, controls, ingest, fleet, operators, audit, connections, status, feed,
+//! retention, webhooks, idempotency, timeouts.
 
 pub(crate) mod audit;
 pub(crate) mod connections;
@@ -16,6 +15,7 @@ pub(crate) mod ingest;
 pub(crate) mod ledger;
 pub(crate) mod links;
 pub(crate) mod operators;
+pub(crate) mod queue;
 pub(crate) mod reconciler;
 pub(crate) mod registry;
 pub mod retention;
@@ -28,19 +28,19 @@ pub(crate) mod webhooks;
 
 use std::sync::Arc;
 
-use tokio::sync::Notify;
-
 use crate::metrics::Metrics;
 use crate::store::Store;
 
 /// What every service is built from: the two services all the others read (the registry of executors
-/// and the ledger of live missions), the store, the metrics, and the queue's wake-up.
+/// and the ledger of live missions), the store, the metrics, and the queue of missions waiting for an
+/// executor.
 #[derive(Clone)]
 pub(crate) struct Core {
     pub(crate) registry: Arc<registry::Registry>,
     pub(crate) ledger: Arc<ledger::Ledger>,
     pub(crate) store: Store,
     pub(crate) metrics: Arc<Metrics>,
-    /// Rung when a queued mission may have become dispatchable.
-    pub(crate) wake_queue: Arc<Notify>,
+    /// Kicked when a queued mission may have become dispatchable; queued missions are ended or queued
+    /// again here.
+    pub(crate) queue: Arc<queue::Queue>,
 }

@@ -192,7 +192,9 @@ impl Reconciler {
                     let error = Some("the executor's resync did not list this mission".to_owned());
                     let (to, reason) = (MissionState::Failed, "executor_lost");
                     let failure = Failure { to, said: ServeEvent::ending(to, reason, error), reason };
-                    self.retries.fail(Some(executor_id), &id, failure, |s| !s.is_terminal()).await;
+                    if let Err(e) = self.retries.fail(Some(executor_id), &id, failure, |s| !s.is_terminal()).await {
+                        tracing::warn!(error = %e, mission_id = %id, "recording a lost mission failed");
+                    }
                 }
                 Decision::Abort(id, why) => frames.extend(self.abort_stranger(executor_id, &id, why, abilities).await),
             }
@@ -377,7 +379,10 @@ impl Reconciler {
         let (to, said) = ServeEvent::executor_gone(resumable, reason);
         for mission_id in self.ledger.owned_by(executor_id) {
             let failure = Failure { to, said: said.clone(), reason };
-            self.retries.fail(Some(executor_id), &mission_id, failure, |s| !s.is_terminal() && s != to).await;
+            let applies = |s: MissionState| !s.is_terminal() && s != to;
+            if let Err(e) = self.retries.fail(Some(executor_id), &mission_id, failure, applies).await {
+                tracing::warn!(error = %e, %mission_id, "recording a mission's end at its executor's timeout failed");
+            }
         }
         let event = ServeEvent::Deregistered { reason: "timeout" }.row(executor_id, None, clock::now());
         if let Err(e) = self.store.commit(vec![Change::AppendEvent(event)]).await {

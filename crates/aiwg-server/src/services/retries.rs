@@ -1,7 +1,7 @@
 //! Retries (`aiwg_domain::retry`): when serve fails a live mission for a reason its dispatch's retry
 //! policy lists (its executor lost it, stayed away, went silent, never started it) and an attempt is
 //! left, only the attempt ends. The mission is queued again (`mission.suspended {reason, attempt,
-//! retry_at}` in its log), its executor told to abort it, and the dispatcher's queue hands the next
+//! retry_at}` in its log), its executor told to abort it, and the queue hands the next
 //! attempt out at `retry_at`, passing over the executors that failed it while another fits. Anything the
 //! abandoned attempt's executor says after is refused (it no longer owns the mission), and its resync
 //! is answered with an abort. An executor's `mission.failed` whose exit code the policy lists ends only
@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::dispatcher::{Dispatcher, Retry};
 use super::ledger::{Ledger, Moved, Verdict};
+use super::queue::{Queue, Retry};
 use super::registry::Registry;
 use super::sandboxes::Sandboxes;
 use super::Core;
-use crate::store::{Change, Store};
+use crate::store::{Change, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_domain::capabilities::{Abilities, Ability};
 use aiwg_domain::retry::{Cause, Policy};
@@ -27,12 +27,15 @@ pub(crate) struct Retries {
     ledger: Arc<Ledger>,
     registry: Arc<Registry>,
     store: Store,
-    dispatcher: Arc<Dispatcher>,
+    /// Where the next attempt waits.
+    queue: Arc<Queue>,
     /// Which executors are agentic-sandbox executors (they act on no abort).
     sandboxes: Arc<Sandboxes>,
 }
 
-/// A failure serve decided: the mission's fate if it is not retried, and why.
+/// A failure serve decided: the mission's fate if it is not retried, and why, as a retry policy's `on`
+/// names it (`said` may give a finer reason: a dispatch nobody took is `forward_failed` to the policy,
+/// `executor_forward_failed` or `executor_unreachable` in the mission's end).
 pub(crate) struct Failure {
     pub(crate) to: MissionState,
     pub(crate) said: ServeEvent,
@@ -56,9 +59,10 @@ struct Next {
 }
 
 impl Retries {
-    pub(crate) fn new(core: &Core, dispatcher: Arc<Dispatcher>, sandboxes: Arc<Sandboxes>) -> Retries {
-        let (ledger, registry, store) = (core.ledger.clone(), core.registry.clone(), core.store.clone());
-        Retries { ledger, registry, store, dispatcher, sandboxes }
+    pub(crate) fn new(core: &Core, sandboxes: Arc<Sandboxes>) -> Retries {
+        let (ledger, registry, store, queue) =
+            (core.ledger.clone(), core.registry.clone(), core.store.clone(), core.queue.clone());
+        Retries { ledger, registry, store, queue, sandboxes }
     }
 
     /// Moves a live mission (held by `owner`, when given; in a state `applies` accepts) as `failure`
@@ -70,15 +74,17 @@ impl Retries {
         mission_id: &str,
         failure: Failure,
         applies: impl Fn(MissionState) -> bool,
-    ) -> Option<Moved> {
+    ) -> Result<Option<Moved>, StoreError> {
         let next = match failure.to {
             MissionState::Failed => self.next_attempt(mission_id, Cause::Reason(failure.reason)).await,
             _ => None,
         };
-        let ended = Ended { reason: failure.reason, exit_code: None, error: None };
         match next {
-            Some(next) => self.retry(owner, mission_id, next, ended, applies).await,
-            None => self.decide(owner, mission_id, Verdict::new(failure.said, failure.to), &ended, applies).await,
+            Some(next) => {
+                let ended = Ended { reason: failure.reason, exit_code: None, error: None };
+                self.retry(owner, mission_id, next, ended, applies).await
+            }
+            None => self.decide(owner, mission_id, Verdict::new(failure.said, failure.to), applies).await,
         }
     }
 
@@ -91,8 +97,8 @@ impl Retries {
         mission_id: &str,
         exit_code: i64,
         error: Option<String>,
-    ) -> Option<Moved> {
-        let next = self.next_attempt(mission_id, Cause::ExitCode(exit_code)).await?;
+    ) -> Result<Option<Moved>, StoreError> {
+        let Some(next) = self.next_attempt(mission_id, Cause::ExitCode(exit_code)).await else { return Ok(None) };
         let ended = Ended { reason: "exit_code", exit_code: Some(exit_code), error };
         self.retry(Some(owner), mission_id, next, ended, |s| !s.is_terminal()).await
     }
@@ -105,7 +111,7 @@ impl Retries {
         mut n: Next,
         ended: Ended,
         applies: impl Fn(MissionState) -> bool,
-    ) -> Option<Moved> {
+    ) -> Result<Option<Moved>, StoreError> {
         let (reason, attempt, retry_at) = (ended.reason, n.attempt, n.retry_at);
         let said =
             ServeEvent::Retrying { reason, attempt, retry_at, exit_code: ended.exit_code, error: ended.error.clone() };
@@ -113,15 +119,14 @@ impl Retries {
         let patch = MissionPatch { queued_reason: Some(why), scheduled_at: Some(retry_at), ..MissionPatch::default() };
         let verdict = Verdict::new(said, MissionState::Queued)
             .with(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
-        let moved = self.decide(owner, mission_id, verdict, &ended, applies).await?;
+        let Some(moved) = self.decide(owner, mission_id, verdict, applies).await? else { return Ok(None) };
         if ended.exit_code.is_none() {
             self.tell_to_abort(&moved.executor_id, mission_id, reason);
         }
         n.tried.push(moved.executor_id.clone());
         tracing::info!(mission_id, executor_id = %moved.executor_id, reason, attempt, "mission attempt failed; retrying");
-        self.dispatcher
-            .queue_attempt(n.mission, Retry { attempt: attempt + 1, not_before: retry_at, passed_over: n.tried });
-        Some(moved)
+        self.queue.retry(n.mission, Retry { attempt: attempt + 1, not_before: retry_at, passed_over: n.tried });
+        Ok(Some(moved))
     }
 
     /// Serve's verdict on a live mission in a state `applies` accepts, committed.
@@ -130,17 +135,10 @@ impl Retries {
         owner: Option<&str>,
         mission_id: &str,
         verdict: Verdict,
-        ended: &Ended,
         applies: impl Fn(MissionState) -> bool,
-    ) -> Option<Moved> {
+    ) -> Result<Option<Moved>, StoreError> {
         let judge = |live: &aiwg_domain::Live| applies(live.state()).then_some(verdict);
-        match self.ledger.serve_decides_one(owner, mission_id, judge).await {
-            Ok(moved) => moved,
-            Err(e) => {
-                tracing::warn!(error = %e, mission_id, reason = ended.reason, "recording a mission's failure failed");
-                None
-            }
-        }
+        self.ledger.serve_decides_one(owner, mission_id, judge).await
     }
 
     /// The attempt that follows the mission's current one, if its policy retries `cause` now.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::dispatcher::Dispatcher;
+use super::queue::Queue;
 use super::registry::Registry;
 use super::Core;
 use crate::error::{Error, Result};
@@ -23,16 +23,17 @@ pub struct Status {
     store: Store,
     registry: Arc<Registry>,
     /// The queue's depth, for the metrics.
-    dispatcher: Arc<Dispatcher>,
+    queue: Arc<Queue>,
     metrics: Arc<Metrics>,
     /// The configuration's `[timeouts]`, shown with a mission whose dispatch left them out.
     timeouts: Limits,
 }
 
 impl Status {
-    pub(crate) fn new(core: &Core, dispatcher: Arc<Dispatcher>, timeouts: Limits) -> Status {
-        let (store, registry, metrics) = (core.store.clone(), core.registry.clone(), core.metrics.clone());
-        Status { store, registry, dispatcher, metrics, timeouts }
+    pub(crate) fn new(core: &Core, timeouts: Limits) -> Status {
+        let (store, registry, metrics, queue) =
+            (core.store.clone(), core.registry.clone(), core.metrics.clone(), core.queue.clone());
+        Status { store, registry, queue, metrics, timeouts }
     }
 
     /// `GET /metrics`: counters plus what is read at scrape time.
@@ -64,7 +65,7 @@ impl Status {
 
     async fn snapshot(&self) -> Result<Snapshot> {
         let (registered, connected) = self.registry.counts();
-        let (queue_depth, oldest) = self.dispatcher.queue_depth();
+        let (queue_depth, oldest) = self.queue.depth();
         Ok(Snapshot {
             executors_registered: registered,
             executors_connected: connected,

@@ -19,14 +19,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
-use super::dispatcher::Dispatcher;
+use super::queue::Queue;
 use super::retries::{Failure, Retries};
 use super::Core;
 use crate::store::{MissionClock, Store, StoreError};
 use aiwg_contract::clock;
-use aiwg_contract::EventType;
+use aiwg_domain::retry::{self, Step};
 use aiwg_domain::timeouts::{self, Expiry, Limits, Ran, Seen};
-use aiwg_domain::StoredEvent;
 use aiwg_domain::{MissionState, ServeEvent};
 
 /// The longest sleep between two looks: a mission dispatched meanwhile is first seen within this.
@@ -37,8 +36,8 @@ const LOOK_SOONEST: Duration = Duration::from_millis(20);
 /// Watches the timeouts of every mission that has not ended, and fires them.
 pub struct Timeouts {
     store: Store,
-    /// A queued mission's schedule-to-start timeout takes it out of the dispatcher's queue.
-    dispatcher: Arc<Dispatcher>,
+    /// A queued mission's schedule-to-start timeout takes it out of the queue.
+    queue: Arc<Queue>,
     /// Every other expiry is a failure serve decides, which the mission's retry policy may retry.
     retries: Arc<Retries>,
     /// The configuration's `[timeouts]`: what a dispatch leaves out.
@@ -51,12 +50,12 @@ pub struct Timeouts {
 impl Timeouts {
     pub(crate) fn new(
         core: &Core,
-        dispatcher: Arc<Dispatcher>,
         retries: Arc<Retries>,
         defaults: Limits,
         shutdown: watch::Receiver<bool>,
     ) -> Timeouts {
-        Timeouts { store: core.store.clone(), dispatcher, retries, defaults, ran: Mutex::default(), shutdown }
+        let (store, queue) = (core.store.clone(), core.queue.clone());
+        Timeouts { store, queue, retries, defaults, ran: Mutex::default(), shutdown }
     }
 
     /// Starts the task that fires the timeouts.
@@ -124,11 +123,9 @@ impl Timeouts {
     /// How long the mission's current attempt has run, from its lifecycle events (a retry's
     /// `mission.suspended {retry_at}` ends the attempt before it).
     async fn ran_of(&self, mission_id: &str) -> Result<Ran, StoreError> {
-        let steps = self.store.lifecycle(mission_id).await?;
-        let retried = |e: &&StoredEvent| e.envelope.data.as_ref().is_some_and(|d| d.get("retry_at").is_some());
-        let attempt = steps.iter().rposition(|e| retried(&e)).map_or(0, |i| i + 1);
-        let typed = steps[attempt..].iter().filter_map(|e| Some((EventType::parse(&e.envelope.event)?, e.received_at)));
-        Ok(timeouts::ran(typed, clock::now()))
+        let events = self.store.lifecycle(mission_id).await?;
+        let steps: Vec<Step> = events.iter().filter_map(Step::of).collect();
+        Ok(timeouts::ran(retry::current_attempt(&steps).iter().map(|s| (s.event, s.at)), clock::now()))
     }
 
     /// Moves a mission whose timeout expired, once (or ends only its attempt, as its retry policy
@@ -136,7 +133,7 @@ impl Timeouts {
     async fn fire(&self, mission_id: &str, state: MissionState, expiry: Expiry) {
         let error = format!("{} timed out", expiry.reason().trim_end_matches("_timeout").replace('_', "-"));
         if state == MissionState::Queued {
-            match self.dispatcher.time_out_queued(mission_id, expiry.reason(), error).await {
+            match self.queue.time_out(mission_id, expiry.reason(), error).await {
                 Ok(true) => tracing::info!(mission_id, reason = expiry.reason(), "queued mission timed out"),
                 Ok(false) => {}
                 Err(e) => tracing::warn!(error = %e, mission_id, "recording a queued mission's timeout failed"),
@@ -145,7 +142,11 @@ impl Timeouts {
         }
         let (to, reason) = (expiry.to(), expiry.reason());
         let failure = Failure { to, said: ServeEvent::ending(to, reason, Some(error)), reason };
-        let Some(moved) = self.retries.fail(None, mission_id, failure, |s| expiry.applies(s)).await else { return };
+        let moved = match self.retries.fail(None, mission_id, failure, |s| expiry.applies(s)).await {
+            Ok(Some(moved)) => moved,
+            Ok(None) => return,
+            Err(e) => return tracing::warn!(error = %e, mission_id, reason, "recording a timeout failed"),
+        };
         tracing::info!(mission_id, executor_id = %moved.executor_id, reason, to = %moved.to, "mission timed out");
         if moved.to != MissionState::Queued {
             self.retries.tell_to_abort(&moved.executor_id, mission_id, reason);

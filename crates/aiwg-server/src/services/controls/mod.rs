@@ -26,8 +26,8 @@ use std::sync::{Arc, Mutex};
 use chrono::Utc;
 use serde::Serialize;
 
-use super::dispatcher::Dispatcher;
 use super::ledger::{Decided, Ledger, Moved, Verdict, REBUILD_WAIT};
+use super::queue::Queue;
 use super::registry::Registry;
 use super::sandboxes::Sandboxes;
 use super::Core;
@@ -83,8 +83,8 @@ pub struct Controls {
     registry: Arc<Registry>,
     ledger: Arc<Ledger>,
     store: Store,
-    /// A queued mission is aborted in the dispatcher's queue.
-    dispatcher: Arc<Dispatcher>,
+    /// A queued mission is aborted in the queue.
+    queue: Arc<Queue>,
     /// Which executors are agentic-sandbox executors (they act on nothing but HITL answers).
     sandboxes: Arc<Sandboxes>,
     /// The timer of each mission's open HITL request with a deadline: one per mission, replaced by the
@@ -118,12 +118,12 @@ struct Delivery {
 }
 
 impl Controls {
-    pub(crate) fn new(core: &Core, dispatcher: Arc<Dispatcher>, sandboxes: Arc<Sandboxes>) -> Controls {
+    pub(crate) fn new(core: &Core, sandboxes: Arc<Sandboxes>) -> Controls {
         Controls {
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
             store: core.store.clone(),
-            dispatcher,
+            queue: core.queue.clone(),
             sandboxes,
             deadlines: Mutex::default(),
             metrics: core.metrics.clone(),
@@ -241,7 +241,7 @@ impl Controls {
 impl Controls {
     /// A queued mission has no executor: only abort applies, and it just leaves the queue.
     async fn act_on_queued(&self, mission_id: &str, action: Action<'_>, by: &str) -> Result<ControlOutcome> {
-        if !matches!(action, Action::Abort) || !self.dispatcher.abort_queued(mission_id, by).await? {
+        if !matches!(action, Action::Abort) || !self.queue.abort(mission_id, by).await? {
             return Err(refusal(action, MissionState::Queued));
         }
         Ok(ControlOutcome {

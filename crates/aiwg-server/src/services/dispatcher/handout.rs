@@ -9,8 +9,9 @@ use super::{Dispatched, RoutingRecord};
 use crate::error::{Error, Result};
 use crate::forward::{ForwardError, Forwarder, Target};
 use crate::metrics::Metrics;
-use crate::services::ledger::{Ledger, Verdict};
+use crate::services::ledger::Ledger;
 use crate::services::registry::Registry;
+use crate::services::retries::{Failure, Retries};
 use crate::services::runtimes::Runtimes;
 use crate::services::Core;
 use crate::store::{Change, Store};
@@ -26,17 +27,20 @@ pub(super) struct Handout {
     forwarder: Forwarder,
     /// Missions routed to HTTP agent runtimes are handed to it.
     runtimes: Arc<Runtimes>,
+    /// A dispatch nobody took is retried when its policy lists `forward_failed`.
+    retries: Arc<Retries>,
     metrics: Arc<Metrics>,
 }
 
 impl Handout {
-    pub(super) fn new(core: &Core, forwarder: Forwarder, runtimes: Arc<Runtimes>) -> Handout {
+    pub(super) fn new(core: &Core, forwarder: Forwarder, runtimes: Arc<Runtimes>, retries: Arc<Retries>) -> Handout {
         Handout {
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
             store: core.store.clone(),
             forwarder,
             runtimes,
+            retries,
             metrics: core.metrics.clone(),
         }
     }
@@ -178,6 +182,8 @@ impl Handout {
         self.registry.send(executor_id, abort.frame(executor_id, mission_id, clock::now()));
     }
 
+    /// No candidate took the mission: it fails, or, when its retry policy lists `forward_failed` with
+    /// an attempt left, waits in the queue for its next attempt (a 202 that says so).
     async fn fail_dispatch(
         &self,
         mission_id: &str,
@@ -189,16 +195,21 @@ impl Handout {
             ForwardError::Refused { .. } => Error::ExecutorForwardFailed(failure.to_string()),
             _ => Error::ExecutorUnreachable(failure.to_string()),
         };
-        let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
+        // Who passed the mission over is kept whatever follows.
         let patch = MissionPatch { routing: Some(record.kept(&self.registry)), ..MissionPatch::default() };
-        let routing = Change::PatchMission { mission_id: mission_id.to_owned(), patch };
-        let verdict = Verdict::new(said, MissionState::Failed).with(routing);
-        let judge = |live: &Live| (live.state() == MissionState::Assigned).then_some(verdict);
-        if self.ledger.serve_decides_one(Some(executor_id), mission_id, judge).await?.is_none() {
+        self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
+        let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
+        let failed = Failure { to: MissionState::Failed, said, reason: "forward_failed" };
+        let assigned = |state| state == MissionState::Assigned;
+        match self.retries.fail(Some(executor_id), mission_id, failed, assigned).await? {
+            Some(moved) if moved.to == MissionState::Queued => {
+                let at = moved.event.data.get("retry_at").and_then(Value::as_str).unwrap_or("later");
+                Ok(Dispatched::queued(mission_id, format!("no executor took it ({failure}); tried again from {at}")))
+            }
+            Some(_) => Err(error),
             // The executor reported on the mission while we waited: it took it after all.
-            return Ok(Dispatched::assigned(mission_id, executor_id, None));
+            None => Ok(Dispatched::assigned(mission_id, executor_id, None)),
         }
-        Err(error)
     }
 }
 

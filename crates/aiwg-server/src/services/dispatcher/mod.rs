@@ -5,10 +5,12 @@
 //! mission they own. A refusal or timeout moves ownership to the next candidate (at most
 //! `dispatch.max_attempts`), unless the executor has meanwhile reported progress, which proves it took
 //! the mission. A candidate that timed out is told to abort, in case it accepted late. When every attempt
-//! fails the mission is stored `failed` with the reason, and the caller gets a 502.
+//! fails the mission is stored `failed` with the reason, and the caller gets a 502, unless its retry
+//! policy lists `forward_failed`: then it waits in the queue for its next attempt, and the caller gets a
+//! 202 `queued` that says when.
 
+mod drain;
 mod handout;
-mod queue;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -18,7 +20,9 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::ledger::Ledger;
+use super::queue::Queue;
 use super::registry::Registry;
+use super::retries::Retries;
 use super::runtimes::Runtimes;
 use crate::config::{DispatchConfig, IsolationTrust};
 use crate::error::{Error, Result};
@@ -32,8 +36,6 @@ use aiwg_domain::routing::{self, Rejection};
 use aiwg_domain::runtime_task::{self, Task};
 use aiwg_domain::{capabilities, Mission, MissionState};
 use handout::Handout;
-use queue::Queue;
-pub(crate) use queue::{Overdue, Retry};
 
 /// Routes missions, records them and hands them to executors; keeps the queue of those that wait.
 pub struct Dispatcher {
@@ -43,7 +45,8 @@ pub struct Dispatcher {
     store: Store,
     handout: Handout,
     metrics: Arc<Metrics>,
-    queue: Queue,
+    /// The missions waiting for an executor, shared (`Core::queue`); this dispatcher drains it.
+    queue: Arc<Queue>,
     /// Where round-robin among equally good candidates starts next.
     rotation: AtomicUsize,
     shutdown: watch::Receiver<bool>,
@@ -79,6 +82,17 @@ pub struct Dispatched {
 const SCREENED_CANDIDATES: usize = 32;
 
 impl Dispatched {
+    fn queued(mission_id: &str, reason: String) -> Dispatched {
+        Dispatched {
+            mission_id: mission_id.to_owned(),
+            executor_id: None,
+            status: DispatchStatus::Queued,
+            estimated_start: None,
+            queued_reason: Some(reason),
+            warning: None,
+        }
+    }
+
     fn assigned(mission_id: &str, executor_id: &str, estimated_start: Option<String>) -> Dispatched {
         Dispatched {
             mission_id: mission_id.to_owned(),
@@ -146,26 +160,25 @@ impl Dispatcher {
         config: DispatchConfig,
         forwarder: Forwarder,
         runtimes: Arc<Runtimes>,
+        retries: Arc<Retries>,
         shutdown: watch::Receiver<bool>,
     ) -> Dispatcher {
-        let queue = Queue::new(core.wake_queue.clone());
         Dispatcher {
             config,
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
             store: core.store.clone(),
-            handout: Handout::new(core, forwarder, runtimes),
+            handout: Handout::new(core, forwarder, runtimes, retries),
             metrics: core.metrics.clone(),
-            queue,
+            queue: core.queue.clone(),
             rotation: AtomicUsize::new(0),
             shutdown,
         }
     }
 
-    /// `(depth, age of the oldest)` of the queue.
     /// Loads the missions that were queued when serve stopped, oldest first.
     pub async fn load_queue(&self) -> Result<()> {
-        self.queue.load(&self.store).await
+        self.queue.load().await
     }
 
     /// The queue's task: wait for a kick, then try every waiting mission in order.
@@ -178,29 +191,10 @@ impl Dispatcher {
                     () = dispatcher.queue.rung() => {}
                     _ = shutdown.changed() => return,
                 }
-                dispatcher.queue.drain(&dispatcher).await;
+                drain::drain(&dispatcher).await;
             }
         });
         self.queue.kick();
-    }
-
-    /// Aborts a queued mission for operator `by` (see `Queue::abort`); `false` when it is not waiting here.
-    pub(crate) async fn abort_queued(&self, mission_id: &str, by: &str) -> Result<bool> {
-        self.queue.abort(&self.store, mission_id, by).await
-    }
-
-    /// Queues a mission again for its next attempt (`retry`), handed out once its time comes.
-    pub(crate) fn queue_attempt(&self, mission: Mission, retry: Retry) {
-        self.queue.retry(mission, retry);
-    }
-
-    /// Fails a queued mission whose wait for an executor ran out (`reason`); `false` when it is not
-    /// waiting here (it is being handed out: its timeout is judged again as an assigned mission's).
-    pub(crate) async fn time_out_queued(&self, mission_id: &str, reason: &'static str, error: String) -> Result<bool> {
-        let said = aiwg_domain::ServeEvent::ending(MissionState::Failed, reason, Some(error));
-        let recorded =
-            said.record(aiwg_domain::NO_EXECUTOR, mission_id, MissionState::Failed, aiwg_contract::clock::now());
-        self.queue.end(&self.store, mission_id, recorded).await
     }
 
     /// Forwards a dispatch to an executor again (a resync's replay): see `Handout::forward_to`.
@@ -211,15 +205,6 @@ impl Dispatcher {
         body: axum::body::Bytes,
     ) -> std::result::Result<crate::forward::Accepted, crate::forward::ForwardError> {
         self.handout.forward_to(executor_id, session_id, body).await
-    }
-
-    /// The queued missions that were queued at or before `cutoff`, oldest first.
-    pub(crate) fn queued_by(&self, cutoff: chrono::DateTime<chrono::Utc>) -> Vec<Overdue> {
-        self.queue.queued_by(cutoff)
-    }
-
-    pub fn queue_depth(&self) -> (usize, std::time::Duration) {
-        self.queue.depth()
     }
 
     /// `body` is the validated payload exactly as received; it is forwarded untouched.
@@ -258,7 +243,8 @@ impl Dispatcher {
             // failed when none was asked.
             Err(NoneFit { reason, refused_by_all: true }) => return Err(Error::MissionRefused(reason)),
             Err(NoneFit { reason, .. }) if payload.queue.unwrap_or(self.config.queue_when_unavailable) => {
-                return self.queue.enqueue(&self.store, session_id, body, payload, reason).await;
+                self.queue.enqueue(session_id, body, payload, reason.clone()).await?;
+                return Ok(Dispatched::queued(&mission_id, reason));
             }
             Err(NoneFit { reason, .. }) => {
                 return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason })

@@ -180,7 +180,12 @@ impl Ingest {
             !matches!(event, EventType::MissionSuspended | EventType::MissionReconnected | EventType::MissionResumed)
                 || self.registry.has_capability(executor_id, capabilities::RESUMABLE);
         if let Some((exit_code, error)) = failed_with(event, &row.data) {
-            if let Some(moved) = self.retries.retry_exit(executor_id, &mission_id, exit_code, error).await {
+            let retried = self
+                .retries
+                .retry_exit(executor_id, &mission_id, exit_code, error)
+                .await
+                .map_err(|e| refuse(e.into()))?;
+            if let Some(moved) = retried {
                 return Ok(Ingested::Replaced { seq: moved.seq, reference });
             }
         }

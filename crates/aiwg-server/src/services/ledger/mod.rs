@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::queue::Queue;
 use super::registry::Registry;
 use crate::error::Result;
 use crate::store::{Change, LiveMission, Pending, ProgressSeen, Store, StoreError};
@@ -44,8 +45,8 @@ pub(crate) struct Ledger {
     live: Mutex<Missions>,
     store: Store,
     registry: Arc<Registry>,
-    /// The dispatcher's queue wakes when a mission ends (a slot is free).
-    wake_queue: Arc<Notify>,
+    /// The queue wakes when a mission ends (a slot is free).
+    queue: Arc<Queue>,
     /// Rung whenever a mission's projection has been re-read from the store.
     rebuilt: Notify,
 }
@@ -78,10 +79,10 @@ impl Ledger {
     /// Rebuilds the working set at start: live missions and their pending HITL requests.
     /// `progress` is the latest progress events of live missions, oldest first: `(mission, ts, data)`.
     /// Seeds the registry's per-executor counts with what it loaded.
-    pub(crate) async fn load(store: Store, registry: Arc<Registry>, wake_queue: Arc<Notify>) -> Result<Ledger> {
+    pub(crate) async fn load(store: Store, registry: Arc<Registry>, queue: Arc<Queue>) -> Result<Ledger> {
         let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending).collect();
         let live = Ledger::project(store.live_missions().await?, pending, store.recent_progress_of_live().await?);
-        let ledger = Ledger { live: Mutex::new(live), store, registry, wake_queue, rebuilt: Notify::new() };
+        let ledger = Ledger { live: Mutex::new(live), store, registry, queue, rebuilt: Notify::new() };
         for (executor_id, n) in ledger.counts() {
             ledger.registry.adjust_active(&executor_id, n as isize);
         }
@@ -282,7 +283,7 @@ impl Ledger {
             drop(live);
             self.registry.adjust_active(&executor_id, -1);
             // A slot is free: a queued mission may fit now.
-            self.wake_queue.notify_one();
+            self.queue.kick();
         } else if rebuild {
             drop(live);
             tokio::spawn(Arc::clone(self).rebuild(ticket.mission_id));
@@ -353,7 +354,7 @@ impl Ledger {
             live.remove(&mission_id);
             drop(live);
             self.registry.adjust_active(&executor_id, -1);
-            self.wake_queue.notify_one();
+            self.queue.kick();
         } else {
             drop(live);
         }

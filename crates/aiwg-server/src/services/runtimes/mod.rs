@@ -26,6 +26,7 @@ use tokio::sync::{watch, Notify};
 
 use super::ledger::Ledger;
 use super::links::{Link, Outbound};
+use super::queue::Queue;
 use super::registry::{Registry, RuntimeView};
 use crate::config::RuntimesConfig;
 use crate::error::{Error, Result};
@@ -53,7 +54,7 @@ pub struct Runtimes {
     /// Missions being driven, with their runtimes and the switch that cancels the drive.
     inflight: Mutex<HashMap<String, Inflight>>,
     /// Rung when a runtime became healthy: a queued mission may fit it now.
-    wake_queue: Arc<Notify>,
+    queue: Arc<Queue>,
     /// Rung when a runtime was added or changed, so the prober looks at it now.
     wake_prober: Notify,
     shutdown: watch::Receiver<bool>,
@@ -126,7 +127,7 @@ impl Runtimes {
             config,
             max_executors,
             inflight: Mutex::default(),
-            wake_queue: core.wake_queue.clone(),
+            queue: core.queue.clone(),
             wake_prober: Notify::new(),
             shutdown,
         }

@@ -56,7 +56,7 @@ impl Runtimes {
         match self.registry.runtime_probed(id, healthy, caps).await {
             Ok(true) if healthy => {
                 tracing::info!(runtime = name, "runtime healthy");
-                self.wake_queue.notify_one();
+                self.queue.kick();
             }
             Ok(true) => tracing::warn!(runtime = name, error = ?health.as_ref().err(), "runtime unhealthy"),
             Ok(false) => {}

@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 
-use super::dispatcher::Dispatcher;
+use super::queue::Queue;
 use super::registry::Registry;
 use crate::config::NotifyConfig;
 use crate::error::{Error, Result};
@@ -37,7 +37,7 @@ const CONFIG_PREFIX: &str = "config-";
 pub struct Webhooks {
     store: Store,
     registry: Arc<Registry>,
-    dispatcher: Arc<Dispatcher>,
+    queue: Arc<Queue>,
     config: NotifyConfig,
     /// The dashboard's URL for links: `notify.dashboard_url`, else where serve listens (known once it is
     /// bound, after the services start: see [`Webhooks::served_at`]).
@@ -79,7 +79,6 @@ pub struct Added {
 impl Webhooks {
     pub(crate) async fn load(
         core: &super::Core,
-        dispatcher: Arc<Dispatcher>,
         config: &crate::config::Config,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Webhooks> {
@@ -112,7 +111,7 @@ impl Webhooks {
             stored: Mutex::new(core.store.webhooks().await?),
             store: core.store.clone(),
             registry: core.registry.clone(),
-            dispatcher,
+            queue: core.queue.clone(),
             sender: Sender::new(Duration::from_millis(notify.timeout_ms)),
             config: notify,
             dashboard,

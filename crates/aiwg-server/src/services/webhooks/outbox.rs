@@ -185,7 +185,7 @@ impl Reader {
         }
         let now = clock::now();
         let cutoff = now - chrono::Duration::seconds(i64::try_from(threshold).unwrap_or(i64::MAX / 1000));
-        let overdue = self.webhooks.dispatcher.queued_by(cutoff);
+        let overdue = self.webhooks.queue.queued_by(cutoff);
         self.alerted.retain(|id| overdue.iter().any(|o| &o.mission_id == id));
         let active = self.webhooks.active();
         let mut deliveries = Vec::new();

@@ -2,8 +2,11 @@
 //! come first served when one does. A mission at the head that still fits nobody does not hold up the
 //! ones behind it that fit someone (no head-of-line blocking).
 //!
-//! One background task drains the queue whenever something may have changed the answer: an executor
-//! connected, a mission ended (freeing a slot), an executor stopped draining, a mission was queued.
+//! One background task, the dispatcher's, drains the queue whenever something may have changed the
+//! answer: an executor connected, a mission ended (freeing a slot), an executor stopped draining, a
+//! mission was queued, a retry's time came. The queue itself is shared (`Core::queue`): whoever ends a
+//! waiting mission (an operator's abort, its schedule-to-start timeout) or queues it again (a retry)
+//! does so here, without going through the dispatcher.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,25 +16,24 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::{DispatchStatus, Dispatched, Dispatcher};
 use crate::error::Result;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::DispatchPayload;
-use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, Recorded, ServeEvent, NO_EXECUTOR};
+use aiwg_domain::{AbortedBy, Mission, MissionState, Recorded, ServeEvent, NO_EXECUTOR};
 use chrono::{DateTime, Utc};
 
-struct Waiting {
-    mission_id: String,
-    session_id: String,
-    body: Value,
+pub(crate) struct Waiting {
+    pub(crate) mission_id: String,
+    pub(crate) session_id: String,
+    pub(crate) body: Value,
     payload: DispatchPayload,
-    since: Instant,
+    pub(crate) since: Instant,
     /// When it was queued, as stored (a restart keeps it; `since` is this process's).
     queued_at: DateTime<Utc>,
     reason: Option<String>,
     /// When it waits for a new attempt: which, from when, and whom it passes over.
-    retry: Option<Retry>,
+    pub(crate) retry: Option<Retry>,
 }
 
 /// The next attempt of a mission whose previous attempt failed (`services::retries`).
@@ -46,10 +48,10 @@ pub(crate) struct Retry {
 }
 
 /// The waiting mission the queue tries next.
-struct Next {
-    mission_id: String,
-    payload: DispatchPayload,
-    retry: Option<Retry>,
+pub(crate) struct Next {
+    pub(crate) mission_id: String,
+    pub(crate) payload: DispatchPayload,
+    pub(crate) retry: Option<Retry>,
 }
 
 /// A mission that has waited longer than asked: who, since when, and why.
@@ -61,14 +63,15 @@ pub(crate) struct Overdue {
 }
 
 /// The waiting missions in arrival order, and the bell that wakes the task that drains them.
-pub(super) struct Queue {
+pub(crate) struct Queue {
     waiting: Mutex<VecDeque<Waiting>>,
     wake: Arc<Notify>,
+    store: Store,
 }
 
 impl Queue {
-    pub(super) fn new(wake: Arc<Notify>) -> Queue {
-        Queue { waiting: Mutex::default(), wake }
+    pub(crate) fn new(store: Store) -> Queue {
+        Queue { waiting: Mutex::default(), wake: Arc::new(Notify::new()), store }
     }
 
     fn push(&self, w: Waiting) {
@@ -76,33 +79,33 @@ impl Queue {
     }
 
     /// What the queue needs of the `index`-th waiting mission to try it.
-    fn get(&self, index: usize) -> Option<Next> {
+    pub(crate) fn get(&self, index: usize) -> Option<Next> {
         let waiting = self.waiting.lock().expect("queue lock");
         let w = waiting.get(index)?;
         Some(Next { mission_id: w.mission_id.clone(), payload: w.payload.clone(), retry: w.retry.clone() })
     }
 
-    fn take(&self, mission_id: &str) -> Option<Waiting> {
+    pub(crate) fn take(&self, mission_id: &str) -> Option<Waiting> {
         let mut waiting = self.waiting.lock().expect("queue lock");
         let at = waiting.iter().position(|w| w.mission_id == mission_id)?;
         waiting.remove(at)
     }
 
     /// Puts a mission taken out of the queue back where its arrival puts it.
-    fn requeue(&self, w: Waiting) {
+    pub(crate) fn requeue(&self, w: Waiting) {
         let mut waiting = self.waiting.lock().expect("queue lock");
         let at = waiting.iter().position(|other| other.since > w.since).unwrap_or(waiting.len());
         waiting.insert(at, w);
     }
 
     /// `(depth, age of the oldest)`.
-    pub(super) fn depth(&self) -> (usize, Duration) {
+    pub(crate) fn depth(&self) -> (usize, Duration) {
         let waiting = self.waiting.lock().expect("queue lock");
         (waiting.len(), waiting.front().map_or(Duration::ZERO, |w| w.since.elapsed()))
     }
 
     /// The missions queued at or before `cutoff`, oldest first.
-    pub(super) fn queued_by(&self, cutoff: DateTime<Utc>) -> Vec<Overdue> {
+    pub(crate) fn queued_by(&self, cutoff: DateTime<Utc>) -> Vec<Overdue> {
         let waiting = self.waiting.lock().expect("queue lock");
         let overdue = waiting.iter().filter(|w| w.queued_at <= cutoff);
         overdue
@@ -110,31 +113,30 @@ impl Queue {
             .collect()
     }
 
-    /// Something changed that may let a queued mission through.
     /// Resolves when the queue is kicked (see [`Queue::kick`]).
-    pub(super) async fn rung(&self) {
+    pub(crate) async fn rung(&self) {
         self.wake.notified().await
     }
 
-    pub(super) fn kick(&self) {
+    /// Something changed that may let a queued mission through.
+    pub(crate) fn kick(&self) {
         self.wake.notify_one();
     }
 
-    /// Stores a mission `queued` and answers 202 with the reason it waits.
-    pub(super) async fn enqueue(
+    /// Stores a mission `queued`, waiting for the reason given.
+    pub(crate) async fn enqueue(
         &self,
-        store: &Store,
         session_id: &str,
         body: Value,
         payload: DispatchPayload,
         reason: String,
-    ) -> Result<Dispatched> {
+    ) -> Result<()> {
         let now = clock::now();
         let row = Mission {
             queued_reason: Some(reason.clone()),
             ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), now)
         };
-        store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
+        self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
         let mission_id = payload.mission_id.clone();
         tracing::info!(%mission_id, %reason, "mission queued");
         self.push(Waiting {
@@ -144,24 +146,17 @@ impl Queue {
             payload,
             since: Instant::now(),
             queued_at: now,
-            reason: Some(reason.clone()),
+            reason: Some(reason),
             retry: None,
         });
         self.kick();
-        Ok(Dispatched {
-            mission_id,
-            executor_id: None,
-            status: DispatchStatus::Queued,
-            estimated_start: None,
-            queued_reason: Some(reason),
-            warning: None,
-        })
+        Ok(())
     }
 
     /// Loads the missions that were queued when serve stopped, oldest first; one waiting for a new
     /// attempt waits on, as its log says.
-    pub(super) async fn load(&self, store: &Store) -> Result<()> {
-        let rows = store.queued_missions().await?;
+    pub(crate) async fn load(&self) -> Result<()> {
+        let rows = self.store.queued_missions().await?;
         for row in rows {
             let payload = match serde_json::from_value::<DispatchPayload>(row.payload.clone()) {
                 Ok(payload) => payload,
@@ -171,7 +166,7 @@ impl Queue {
                 }
             };
             let retry = match payload.retry {
-                Some(_) => Queue::retry_of(store, &row.mission_id).await?,
+                Some(_) => self.retry_of(&row.mission_id).await?,
                 None => None,
             };
             if let Some(r) = &retry {
@@ -192,8 +187,8 @@ impl Queue {
     }
 
     /// The attempt a queued mission waits for, from its log (`None`: its first).
-    async fn retry_of(store: &Store, mission_id: &str) -> Result<Option<Retry>> {
-        let so_far = store.attempts(mission_id).await?;
+    async fn retry_of(&self, mission_id: &str) -> Result<Option<Retry>> {
+        let so_far = self.store.attempts(mission_id).await?;
         let [.., ended, next] = so_far.as_slice() else { return Ok(None) };
         Ok(Some(Retry {
             attempt: next.attempt,
@@ -203,7 +198,7 @@ impl Queue {
     }
 
     /// Queues a mission again for its next attempt, tried from `retry.not_before`.
-    pub(super) fn retry(&self, mission: Mission, retry: Retry) {
+    pub(crate) fn retry(&self, mission: Mission, retry: Retry) {
         let payload = match serde_json::from_value::<DispatchPayload>(mission.payload.clone()) {
             Ok(payload) => payload,
             Err(e) => {
@@ -233,61 +228,9 @@ impl Queue {
         });
     }
 
-    /// Tries every waiting mission in order: one that fits an executor now is assigned and handed out
-    /// (a new attempt once its time has come, passing over the executors that failed it while another
-    /// fits).
-    pub(super) async fn drain(&self, dispatcher: &Dispatcher) {
-        let mut index = 0;
-        loop {
-            let Some(next) = self.get(index) else { return };
-            if next.retry.as_ref().is_some_and(|r| r.not_before > clock::now()) {
-                index += 1;
-                continue;
-            }
-            let Ok((mut attempts, mut record)) = dispatcher.candidates(&next.payload).await else {
-                index += 1;
-                continue;
-            };
-            if let Some(r) = &next.retry {
-                pass_over(&mut attempts, &mut record, &r.passed_over);
-            }
-            let Some(w) = self.take(&next.mission_id) else { continue };
-            let patch = MissionPatch {
-                state: Some(MissionState::Assigned),
-                executor_id: attempts.first().cloned(),
-                updated_at: Some(clock::now()),
-                routing: Some(record.kept(&dispatcher.registry)),
-                ..MissionPatch::default()
-            };
-            if let Err(e) =
-                dispatcher.store.commit(vec![Change::PatchMission { mission_id: w.mission_id.clone(), patch }]).await
-            {
-                tracing::error!(error = %e, mission_id = %w.mission_id, "assigning a queued mission failed");
-                self.requeue(w);
-                return;
-            }
-            let waited = w.since.elapsed();
-            match dispatcher.handout.hand_out(&w.mission_id, &w.session_id, &w.body, attempts, record).await {
-                Ok(d) => {
-                    tracing::info!(mission_id = %w.mission_id, executor_id = ?d.executor_id, ?waited, "queued mission assigned");
-                    if let (Some(r), Some(executor_id)) = (&w.retry, &d.executor_id) {
-                        let said = ServeEvent::Assigned { attempt: Some(r.attempt) };
-                        let row = said.row(executor_id, Some(w.mission_id.as_str()), clock::now());
-                        if let Err(e) = dispatcher.store.commit(vec![Change::AppendEvent(row)]).await {
-                            tracing::warn!(error = %e, mission_id = %w.mission_id, "recording a new attempt failed");
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(mission_id = %w.mission_id, error = %e, "queued mission could not be handed out")
-                }
-            }
-        }
-    }
-
     /// Aborts a queued mission for operator `by`: see [`Queue::end`]. Recorded as every operator's abort
     /// is, for the timeline, the trail and the webhooks.
-    pub(super) async fn abort(&self, store: &Store, mission_id: &str, by: &str) -> Result<bool> {
+    pub(crate) async fn abort(&self, mission_id: &str, by: &str) -> Result<bool> {
         let said = ServeEvent::Aborted { by: AbortedBy::Operator, reason: "operator_request" };
         let mut recorded = said.record(NO_EXECUTOR, mission_id, MissionState::Aborted, clock::now());
         if let Some(fields) = recorded.event.data.as_object_mut() {
@@ -296,37 +239,27 @@ impl Queue {
         if let Some((_, patch)) = &mut recorded.patch {
             patch.error = Some(format!("aborted by {by} while queued"));
         }
-        self.end(store, mission_id, recorded).await
+        self.end(mission_id, recorded).await
+    }
+
+    /// Fails a queued mission whose wait for an executor ran out (`reason`); `false` when it is not
+    /// waiting here (it is being handed out: its timeout is judged again as an assigned mission's).
+    pub(crate) async fn time_out(&self, mission_id: &str, reason: &'static str, error: String) -> Result<bool> {
+        let said = ServeEvent::ending(MissionState::Failed, reason, Some(error));
+        self.end(mission_id, said.record(NO_EXECUTOR, mission_id, MissionState::Failed, clock::now())).await
     }
 
     /// Ends a queued mission as `recorded` says (under the nil executor id, as no executor had it): it
     /// leaves the queue once that is committed (and goes back to its place if the commit fails).
     /// `false` when it is not waiting here.
-    pub(super) async fn end(&self, store: &Store, mission_id: &str, recorded: Recorded) -> Result<bool> {
+    async fn end(&self, mission_id: &str, recorded: Recorded) -> Result<bool> {
         let Some(w) = self.take(mission_id) else { return Ok(false) };
-        if let Err(e) = store.commit(Change::recorded(recorded)).await {
+        if let Err(e) = self.store.commit(Change::recorded(recorded)).await {
             self.requeue(w);
             return Err(e.into());
         }
         Ok(true)
     }
-}
-
-/// Leaves out of a new attempt's candidates the executors that failed the earlier ones, unless no
-/// other fits.
-fn pass_over(candidates: &mut Vec<String>, record: &mut super::RoutingRecord, failed: &[String]) {
-    let others: Vec<String> = candidates.iter().filter(|e| !failed.contains(e)).cloned().collect();
-    if others.is_empty() || others.len() == candidates.len() {
-        return;
-    }
-    for executor_id in candidates.iter().filter(|e| failed.contains(e)) {
-        record.passed_over(
-            executor_id,
-            &"failed an earlier attempt of this mission",
-            others.first().map(String::as_str),
-        );
-    }
-    *candidates = others;
 }
 
 #[cfg(test)]
@@ -348,15 +281,25 @@ mod tests {
         }
     }
 
+    /// A queue over a real (empty) store in `dir`; these tests touch only its waiting list.
+    async fn queue(dir: &tempfile::TempDir) -> Queue {
+        let (store, _writer) =
+            crate::store::sqlite::open(dir.path(), crate::store::Synchronous::Normal, 16, Default::default())
+                .await
+                .unwrap();
+        Queue::new(store)
+    }
+
     fn ids(q: &Queue) -> Vec<String> {
         (0..).map_while(|i| q.get(i).map(|n| n.mission_id)).collect()
     }
 
     /// First come first served; a mission taken out (to be assigned, or aborted) and put back after a
     /// failed commit returns to its place by arrival, not to the end.
-    #[test]
-    fn arrival_order_survives_a_requeue() {
-        let q = Queue::new(Arc::new(Notify::new()));
+    #[tokio::test]
+    async fn arrival_order_survives_a_requeue() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(&dir).await;
         let t0 = Instant::now();
         for (i, id) in ["a", "b", "c", "d"].iter().enumerate() {
             q.push(waiting(id, t0 + Duration::from_millis(i as u64)));
@@ -372,9 +315,10 @@ mod tests {
         assert_eq!(q.depth().0, 4);
     }
 
-    #[test]
-    fn an_empty_queue_has_no_age() {
-        let q = Queue::new(Arc::new(Notify::new()));
+    #[tokio::test]
+    async fn an_empty_queue_has_no_age() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = queue(&dir).await;
         assert_eq!(q.depth(), (0, Duration::ZERO));
         assert!(q.get(0).is_none());
     }
