@@ -121,6 +121,11 @@ async fn bad_stream_requests_are_refused() {
         "follow=false&tail=3&since=1",
         "tail=3",
         "max_bytes=4096",
+        "follow=false&before=0",
+        "follow=false&before=x",
+        "follow=false&before=5&since=1",
+        "before=5",
+        "progress=maybe",
     ] {
         server.client.get(&format!("/api/v1/events?{query}")).await.assert_error(400, "invalid_query");
     }
@@ -297,5 +302,52 @@ async fn next_item_or_close(ws: &mut OperatorSocket) -> Value {
         Some(Ok(Message::Text(t))) => serde_json::from_str(t.as_str()).unwrap(),
         Some(Ok(Message::Close(f))) => json!({"close": f.map(|f| u16::from(f.code))}),
         other => json!({"close": format!("{other:?}")}),
+    }
+}
+
+/// History, newest first: `before` walks back a page at a time to the first event, `older` says when
+/// it got there, and `progress=false` leaves the progress out of pages and streams alike.
+#[tokio::test]
+async fn history_pages_walk_back_and_progress_can_be_left_out() {
+    let server = TestServer::start().await;
+    let (_e, mut ws, id) = some_history(&server).await;
+    let mut follower = operator_socket(&server, &format!("?since=0&mission_id={id}&progress=false")).await;
+    for n in 0..25 {
+        ws.ack("mission.progress", &id, json!({"summary": format!("step {n}")})).await;
+    }
+    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
+    let page = |query: String| {
+        let (client, path) = (server.client.clone(), format!("/api/v1/events?follow=false&mission_id={id}&{query}"));
+        async move {
+            let r = client.get(&path).await;
+            assert_eq!(r.status, 200, "{query}: {:?}", r.body);
+            let seqs: Vec<i64> =
+                r.body["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+            (seqs, r.body["older"].clone())
+        }
+    };
+    let (everything, older) = page("limit=1000".into()).await;
+    assert_eq!((everything.len(), older), (28, Value::Null), "assigned, started, 25 steps, completed");
+    let (mut walked, mut before, mut pages) = (Vec::new(), None::<i64>, 0);
+    loop {
+        let query = before.map_or("tail=10".to_owned(), |b| format!("before={b}&limit=10"));
+        let (seqs, older) = page(query).await;
+        assert!(seqs.len() <= 10 && !seqs.is_empty(), "{seqs:?}");
+        before = seqs.first().copied();
+        walked.splice(0..0, seqs);
+        pages += 1;
+        if older == json!(false) {
+            break;
+        }
+        assert_eq!(older, json!(true));
+    }
+    assert_eq!((walked, pages), (everything.clone(), 3), "every event once, newest page first");
+
+    let (steps, _) = page("progress=false".into()).await;
+    assert_eq!(steps.len(), 3, "assigned, started, completed: {steps:?}");
+    let (last_step, older) = page("progress=false&tail=1".into()).await;
+    assert_eq!((last_step, older), (vec![*everything.last().unwrap()], json!(true)));
+    for expected in ["mission.assigned", "mission.started", "mission.completed"] {
+        assert_eq!(next_item(&mut follower).await["envelope"]["event"], expected, "the stream skips progress too");
     }
 }

@@ -645,17 +645,33 @@ mod cases {
     }
 
     pub(super) async fn the_tail_starts_where_the_last_n_events_of_the_filter_begin(store: Store) {
-        assert_eq!(store.tail_start(None, None, 3).await.unwrap(), 0, "an empty log");
+        let tail = |n: u32, mission: Option<&'static str>, executor: Option<&'static str>| {
+            let store = store.clone();
+            async move { store.tail_start(EventQuery::after(0, n).mission(mission).executor(executor)).await.unwrap() }
+        };
+        assert_eq!(tail(3, None, None).await, 0, "an empty log");
         let sent = two_executors_log();
         store.commit(sent.iter().map(append).collect()).await.unwrap();
-        assert_eq!(store.tail_start(None, None, 1).await.unwrap(), 5);
-        assert_eq!(store.tail_start(None, None, 3).await.unwrap(), 3);
-        assert_eq!(store.tail_start(None, None, 6).await.unwrap(), 0);
-        assert_eq!(store.tail_start(None, None, 100).await.unwrap(), 0);
-        assert_eq!(store.tail_start(Some("m1"), None, 2).await.unwrap(), 1, "m1's last two: 4 and 6");
-        assert_eq!(store.tail_start(None, Some("e2"), 2).await.unwrap(), 3, "e2's last two: 5 and 6");
-        assert_eq!(store.tail_start(Some("m1"), Some("e1"), 1).await.unwrap(), 1, "m1 by e1: 1 and 4");
-        assert_eq!(store.tail_start(Some("m9"), None, 1).await.unwrap(), 0);
+        assert_eq!(tail(1, None, None).await, 5);
+        assert_eq!(tail(3, None, None).await, 3);
+        assert_eq!(tail(6, None, None).await, 0);
+        assert_eq!(tail(100, None, None).await, 0);
+        assert_eq!(tail(2, Some("m1"), None).await, 1, "m1's last two: 4 and 6");
+        assert_eq!(tail(2, None, Some("e2")).await, 3, "e2's last two: 5 and 6");
+        assert_eq!(tail(1, Some("m1"), Some("e1")).await, 1, "m1 by e1: 1 and 4");
+        assert_eq!(tail(1, Some("m9"), None).await, 0);
+        // A page of history: the last n below a sequence number, of the kinds asked for.
+        let history = |q: EventQuery<'static>| {
+            let store = store.clone();
+            async move { store.tail_start(q).await.unwrap() }
+        };
+        assert_eq!(history(EventQuery::after(0, 2).before(Some(5))).await, 2, "below 5, the last two: 3 and 4");
+        assert_eq!(history(EventQuery::after(0, 2).before(Some(5)).mission(Some("m1"))).await, 0, "m1 below 5: 1, 4");
+        assert_eq!(history(EventQuery::after(0, 1).lifecycle()).await, 3, "the last one not progress (5) follows 3");
+        assert_eq!(history(EventQuery::after(0, 1).mission(Some("m1")).lifecycle()).await, 0, "m1's only step: 1");
+        assert_eq!(history(EventQuery::after(4, 10)).await, 4, "never before `after`");
+        let page = store.events_after(EventQuery::after(2, 100).before(Some(5))).await.unwrap();
+        assert_eq!(page.events.iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4], "a page stops below `before`");
     }
 
     pub(super) async fn hitl_requests_are_found_by_outcome(store: Store) {

@@ -2,8 +2,10 @@
 //! Events). Both take `?since=N` (or `Last-Event-ID` for SSE), `?mission_id=`, `?executor_id=`, and, for
 //! clients that cannot set headers (browsers), `?token=` instead of a bearer header.
 //! `GET /api/v1/events?follow=false` answers one JSON page instead (`limit`, default 100, at most 1000;
-//! `max_bytes` of event data, 4 MiB by default; `tail=N` to start at the last N events), for scripts and
-//! the dashboard that read the log without following it.
+//! `max_bytes` of event data, 4 MiB by default; `tail=N` to start at the last N events; `before=S` for
+//! the page of history below sequence S, `older` saying whether more precede it), for scripts and the
+//! dashboard that read the log without following it. `progress=false` leaves `mission.progress` out,
+//! in pages and streams alike.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -43,6 +45,8 @@ struct StreamParams {
     limit: Option<u32>,
     max_bytes: Option<usize>,
     tail: Option<u32>,
+    before: Option<String>,
+    progress: Option<bool>,
 }
 
 const PAGE_DEFAULT: u32 = 100;
@@ -61,15 +65,22 @@ async fn open(
     last_event_id: Option<&str>,
 ) -> Result<(Option<i64>, Filter)> {
     app.operators.authorize(bearer.or(p.token).as_deref(), Role::Viewer).await?;
-    let since =
-        // A reconnecting EventSource repeats its original URL: the Last-Event-ID it adds is the newer truth.
-        match last_event_id.or(p.since.as_deref()) {
-            None => None,
-            Some(s) => Some(s.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
-                Error::InvalidQuery(format!("since {s:?} is not a sequence number (an integer >= 0)"))
-            })?),
-        };
-    Ok((since, Filter { mission_id: p.mission_id, executor_id: p.executor_id.as_deref().map(canonical_id) }))
+    // A reconnecting EventSource repeats its original URL: the Last-Event-ID it adds is the newer truth.
+    let since = sequence("since", last_event_id.or(p.since.as_deref()), 0)?;
+    let filter = Filter {
+        mission_id: p.mission_id,
+        executor_id: p.executor_id.as_deref().map(canonical_id),
+        skip_progress: p.progress == Some(false),
+    };
+    Ok((since, filter))
+}
+
+/// A sequence number given as `name`, at least `min`.
+fn sequence(name: &str, given: Option<&str>, min: i64) -> Result<Option<i64>> {
+    let Some(s) = given else { return Ok(None) };
+    let n = s.parse::<i64>().ok().filter(|n| *n >= min);
+    n.map(Some)
+        .ok_or_else(|| Error::InvalidQuery(format!("{name} {s:?} is not a sequence number (an integer >= {min})")))
 }
 
 async fn sse(
@@ -80,6 +91,7 @@ async fn sse(
 ) -> Result<Response> {
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let (follow, limit, max_bytes, tail) = (p.follow.unwrap_or(true), p.limit, p.max_bytes, p.tail);
+    let before = sequence("before", p.before.as_deref(), 1)?;
     let (since, filter) = open(&app, p, bearer, last_event_id).await?;
     app.feed.resumable(since, &filter).await?;
     if !follow {
@@ -92,16 +104,20 @@ async fn sse(
         }
         let start = match (tail, since) {
             (Some(_), Some(_)) => return Err(Error::InvalidQuery("tail and since exclude each other".into())),
+            (_, Some(_)) if before.is_some() => {
+                return Err(Error::InvalidQuery("before and since exclude each other".into()))
+            }
             (Some(n), None) if !(1..=PAGE_MAX).contains(&n) => {
                 return Err(Error::InvalidQuery(format!("tail must be between 1 and {PAGE_MAX}")))
             }
-            (Some(n), None) => log::Start::Tail(n),
+            (Some(n), None) => log::Start::Tail { n, before },
+            (None, None) if before.is_some() => log::Start::Tail { n: limit, before },
             (None, since) => log::Start::After(since.unwrap_or(0)),
         };
         return Ok(page_body(app.feed.page(start, &filter, limit, max_bytes).await?));
     }
-    if tail.is_some() || max_bytes.is_some() {
-        return Err(Error::InvalidQuery("tail and max_bytes are for pages (follow=false)".into()));
+    if tail.is_some() || max_bytes.is_some() || before.is_some() {
+        return Err(Error::InvalidQuery("tail, before and max_bytes are for pages (follow=false)".into()));
     }
     let items = app.feed.follow(since, filter);
     let events = stream::unfold(items, |mut items| async move {
@@ -114,14 +130,16 @@ async fn sse(
 /// A page as JSON, `{"events": [...], "next_since": N, "more": bool}`, written one event at a time: the
 /// page's events are in memory once (as read), not again as one serialized document.
 fn page_body(page: log::Page) -> Response {
-    let log::Page { events, next_since, more } = page;
+    let log::Page { events, next_since, more, older } = page;
     let head = stream::once(async { Bytes::from_static(b"{\"events\":[") });
     let items = stream::iter(events.into_iter().enumerate()).map(move |(i, item)| {
         let mut chunk = if i == 0 { Vec::new() } else { vec![b','] };
         serde_json::to_writer(&mut chunk, &item).expect("items serialize");
         Bytes::from(chunk)
     });
-    let tail = stream::once(async move { Bytes::from(format!("],\"next_since\":{next_since},\"more\":{more}}}")) });
+    let older = older.map(|o| format!(",\"older\":{o}")).unwrap_or_default();
+    let tail =
+        stream::once(async move { Bytes::from(format!("],\"next_since\":{next_since},\"more\":{more}{older}}}")) });
     let body = Body::from_stream(head.chain(items).chain(tail).map(Ok::<_, Infallible>));
     ([(CONTENT_TYPE, "application/json")], body).into_response()
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::store::{EventQuery, Store, StoredEvent};
-use aiwg_contract::Envelope;
+use aiwg_contract::{Envelope, EventType};
 
 /// Events read from the database per query while catching up, and their data's bytes at most (past the
 /// first): what a follower holds in memory at once, however large its executors' events are.
@@ -21,17 +21,31 @@ const BACKLOG_BYTES: usize = 4 << 20;
 /// Items buffered between the follower task and the connection writing them out.
 const HANDOFF: usize = 256;
 
-/// Which events a follower wants; both fields optional, combined with AND.
+/// Which events a follower wants; every filter optional, combined with AND.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Filter {
     pub mission_id: Option<String>,
     pub executor_id: Option<String>,
+    /// Leave `mission.progress` out: missions' steps only (most of a busy log is progress).
+    pub skip_progress: bool,
 }
 
 impl Filter {
     pub fn matches(&self, envelope: &Envelope) -> bool {
         self.mission_id.as_ref().is_none_or(|m| envelope.mission_id.as_ref() == Some(m))
             && self.executor_id.as_ref().is_none_or(|e| &envelope.executor_id == e)
+            && !(self.skip_progress && envelope.event == EventType::MissionProgress.as_str())
+    }
+
+    /// The store's read of this filter's events after `after`, `limit` at most.
+    fn query(&self, after: i64, limit: u32) -> EventQuery<'_> {
+        let query =
+            EventQuery::after(after, limit).mission(self.mission_id.as_deref()).executor(self.executor_id.as_deref());
+        if self.skip_progress {
+            query.lifecycle()
+        } else {
+            query
+        }
     }
 }
 
@@ -60,16 +74,18 @@ impl From<StoredEvent> for Item {
 pub enum Start {
     /// After this sequence number.
     After(i64),
-    /// Where exactly the last `n` events of the filter begin.
-    Tail(u32),
+    /// Where exactly the last `n` events of the filter (below `before`, when given) begin.
+    Tail { n: u32, before: Option<i64> },
 }
 
-/// One page of the log: its events, where the next page starts, and whether there is more to read now.
+/// One page of the log: its events, where the next page starts, and whether there is more to read now;
+/// for a page of the tail or of history, whether older events of the filter precede it.
 #[derive(Debug)]
 pub struct Page {
     pub events: Vec<Item>,
     pub next_since: i64,
     pub more: bool,
+    pub older: Option<bool>,
 }
 
 /// Why a stream ended, and where to resume.
@@ -109,15 +125,15 @@ impl Feed {
         limit: u32,
         max_bytes: usize,
     ) -> crate::error::Result<Page> {
-        let (mission_id, executor_id) = (filter.mission_id.as_deref(), filter.executor_id.as_deref());
-        let since = match start {
-            Start::After(since) => since,
-            Start::Tail(n) => self.store.tail_start(mission_id, executor_id, n).await?,
+        let (since, before) = match start {
+            Start::After(since) => (since, None),
+            // The tail's start is an event of the filter's, or 0: older events precede it when it is not 0.
+            Start::Tail { n, before } => (self.store.tail_start(filter.query(0, n).before(before)).await?, before),
         };
-        let query = EventQuery::after(since, limit).mission(mission_id).executor(executor_id).bytes(max_bytes);
-        let page = self.store.events_after(query).await?;
+        let older = matches!(start, Start::Tail { .. }).then_some(since > 0);
+        let page = self.store.events_after(filter.query(since, limit).before(before).bytes(max_bytes)).await?;
         let next_since = page.events.last().map_or(since, |e| e.seq);
-        Ok(Page { events: page.events.into_iter().map(Item::from).collect(), next_since, more: page.more })
+        Ok(Page { events: page.events.into_iter().map(Item::from).collect(), next_since, more: page.more, older })
     }
 
     /// Refuses to resume a stream of the whole log (or of an executor's events) below the compaction
@@ -174,11 +190,7 @@ async fn run(
 ) -> Option<End> {
     if backlog {
         loop {
-            let query = EventQuery::after(last, BACKLOG_PAGE)
-                .mission(filter.mission_id.as_deref())
-                .executor(filter.executor_id.as_deref())
-                .bytes(BACKLOG_BYTES);
-            let page = store.events_after(query).await;
+            let page = store.events_after(filter.query(last, BACKLOG_PAGE).bytes(BACKLOG_BYTES)).await;
             let page = match page {
                 Ok(page) => page.events,
                 Err(e) => {
@@ -245,8 +257,8 @@ mod tests {
     #[test]
     fn filters_combine_with_and() {
         let any = Filter::default();
-        let by_mission = Filter { mission_id: Some("m1".into()), executor_id: None };
-        let by_both = Filter { mission_id: Some("m1".into()), executor_id: Some("e1".into()) };
+        let by_mission = Filter { mission_id: Some("m1".into()), ..Filter::default() };
+        let by_both = Filter { mission_id: Some("m1".into()), executor_id: Some("e1".into()), ..Filter::default() };
         let cases = [
             (envelope("e1", Some("m1")), [true, true, true]),
             (envelope("e2", Some("m1")), [true, true, false]),
@@ -256,5 +268,8 @@ mod tests {
         for (e, expected) in cases {
             assert_eq!([any.matches(&e), by_mission.matches(&e), by_both.matches(&e)], expected, "{e:?}");
         }
+        let steps = Filter { skip_progress: true, ..by_mission };
+        let started = Envelope { event: "mission.started".into(), ..envelope("e1", Some("m1")) };
+        assert_eq!([steps.matches(&envelope("e1", Some("m1"))), steps.matches(&started)], [false, true]);
     }
 }

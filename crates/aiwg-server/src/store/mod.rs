@@ -222,14 +222,9 @@ pub trait Storage: Send + Sync {
         })
     }
 
-    /// The sequence number after which exactly the last `n` events of the filter follow (0 when there
-    /// are no more than `n`).
-    fn tail_start<'a>(
-        &'a self,
-        mission_id: Option<&'a str>,
-        executor_id: Option<&'a str>,
-        n: u32,
-    ) -> BoxFuture<'a, Result<i64>>;
+    /// The sequence number after which exactly the last `q.limit` events of the query follow (its
+    /// `after` when there are no more than that): a history page's start. Its `max_bytes` is not read.
+    fn tail_start<'a>(&'a self, q: EventQuery<'a>) -> BoxFuture<'a, Result<i64>>;
 
     /// HITL requests still open: pending ones, and answered ones not yet delivered.
     fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>>;

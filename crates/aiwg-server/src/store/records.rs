@@ -224,13 +224,15 @@ pub struct DeliveryQuery {
     pub limit: u32,
 }
 
-/// A page of the event log: the events after `after` (optionally of one mission and/or one executor), in
-/// order, at most `limit` of them and, past the first, at most `max_bytes` of event data. An executor
+/// A page of the event log: the events after `after` (and before `before`, when given; optionally of one
+/// mission and/or one executor), in order, at most `limit` of them and, past the first, at most
+/// `max_bytes` of event data. An executor
 /// decides how large its events are (up to a frame, 1 MiB): a count alone let one page of a mission's
 /// history cost gigabytes.
 #[derive(Clone, Copy, Debug)]
 pub struct EventQuery<'a> {
     pub after: i64,
+    pub before: Option<i64>,
     pub mission_id: Option<&'a str>,
     pub executor_id: Option<&'a str>,
     pub only: Only,
@@ -242,7 +244,20 @@ impl<'a> EventQuery<'a> {
     /// Every event after `after`, `limit` at most, with no byte bound (set one with [`EventQuery::bytes`]
     /// wherever the events' size is not already known to be small).
     pub fn after(after: i64, limit: u32) -> EventQuery<'a> {
-        EventQuery { after, mission_id: None, executor_id: None, only: Only::All, limit, max_bytes: usize::MAX }
+        EventQuery {
+            after,
+            before: None,
+            mission_id: None,
+            executor_id: None,
+            only: Only::All,
+            limit,
+            max_bytes: usize::MAX,
+        }
+    }
+
+    /// Only events below this sequence number.
+    pub fn before(self, before: Option<i64>) -> EventQuery<'a> {
+        EventQuery { before, ..self }
     }
 
     pub fn mission(self, mission_id: Option<&'a str>) -> EventQuery<'a> {

@@ -116,13 +116,8 @@ where
         Box::pin(self.reads.events_after(q))
     }
 
-    fn tail_start<'a>(
-        &'a self,
-        mission_id: Option<&'a str>,
-        executor_id: Option<&'a str>,
-        n: u32,
-    ) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(self.reads.tail_start(mission_id, executor_id, n))
+    fn tail_start<'a>(&'a self, q: EventQuery<'a>) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(self.reads.tail_start(q))
     }
 
     fn compactable_missions(

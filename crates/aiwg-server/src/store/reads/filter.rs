@@ -42,6 +42,17 @@ impl<'a> EventFilter<'a> {
         filter
     }
 
+    /// Only events after `after` and, when given, below `before` (numbers, written into the SQL).
+    pub(super) fn between(mut self, after: i64, before: Option<i64>) -> EventFilter<'a> {
+        if after > 0 {
+            self.conditions.push_str(&format!(" AND seq > {after}"));
+        }
+        if let Some(before) = before {
+            self.conditions.push_str(&format!(" AND seq < {before}"));
+        }
+        self
+    }
+
     pub(super) fn bind<'q, DB: Database>(
         &self,
         mut query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,

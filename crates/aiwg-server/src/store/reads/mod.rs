@@ -24,8 +24,8 @@ use super::rows::{
 };
 use crate::store::{
     AskedRequest, AuditQuery, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery, ExecutorRecord, HitlQuery,
-    HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, Only, ProgressSeen, Result, SandboxRecord,
-    StoredEvent, Webhook,
+    HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, ProgressSeen, Result, SandboxRecord, StoredEvent,
+    Webhook,
 };
 use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
@@ -248,7 +248,7 @@ where
     }
 
     pub(super) async fn events_after(&self, q: EventQuery<'_>) -> Result<EventPage> {
-        let filter = EventFilter::new(q.mission_id, q.executor_id, q.only, 1);
+        let filter = EventFilter::new(q.mission_id, q.executor_id, q.only, 1).between(0, q.before);
         // The sizes first (octet_length reads a value's length, not the value): which events fit the page,
         // and whether one more follows.
         let sql = format!(
@@ -281,14 +281,14 @@ where
         Ok(EventPage { events, more })
     }
 
-    pub(super) async fn tail_start(&self, mission_id: Option<&str>, executor_id: Option<&str>, n: u32) -> Result<i64> {
-        let filter = EventFilter::new(mission_id, executor_id, Only::All, 0);
+    pub(super) async fn tail_start(&self, q: EventQuery<'_>) -> Result<i64> {
+        let filter = EventFilter::new(q.mission_id, q.executor_id, q.only, 0).between(q.after, q.before);
         let sql = format!(
             "SELECT seq FROM {} WHERE TRUE{} ORDER BY seq DESC LIMIT 1 OFFSET ${}",
             filter.table, filter.conditions, filter.next
         );
-        let row = filter.bind(sqlx::query(&sql)).bind(i64::from(n)).fetch_optional(&self.pool).await?;
-        row.map_or(Ok(0), |r| r.int("seq"))
+        let row = filter.bind(sqlx::query(&sql)).bind(i64::from(q.limit)).fetch_optional(&self.pool).await?;
+        row.map_or(Ok(q.after), |r| r.int("seq"))
     }
 
     pub(super) async fn compactable_missions(
