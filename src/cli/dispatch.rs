@@ -1,4 +1,5 @@
-//! `aiwg-serve dispatch`: send a mission (with its lease) and, with `--wait`, follow it to its end.
+//! `aiwg-serve dispatch`: send a mission (with its lease) and, with `--wait`, follow it to its end; with
+//! `--plan`, say where it would go now without sending it.
 
 use std::time::Duration;
 
@@ -51,8 +52,11 @@ pub struct DispatchArgs {
     #[arg(long, default_value = "cli")]
     pub(crate) session: String,
     /// Follow the mission until it ends; exit 0 only if it is done
-    #[arg(long)]
+    #[arg(long, conflicts_with = "plan")]
     pub(crate) wait: bool,
+    /// Do not send it: say where it would go now, and why each other executor would not take it
+    #[arg(long)]
+    pub(crate) plan: bool,
     /// Give up waiting after this many seconds
     #[arg(long)]
     pub(crate) timeout: Option<u64>,
@@ -100,6 +104,9 @@ pub(super) async fn run(client: &Client, out: &Output, args: DispatchArgs) -> Re
     if args.queue {
         payload["queue"] = json!(true);
     }
+    if args.plan {
+        return plan(out, &client.post("/api/v1/dispatch/plan", &payload).await?);
+    }
     let answer = client.post(&format!("/api/v1/sessions/{}/dispatch", enc(&args.session)), &payload).await?;
     if args.wait {
         return follow_to_end(client, out, &mission_id, args.timeout.map(Duration::from_secs)).await;
@@ -114,5 +121,33 @@ pub(super) async fn run(client: &Client, out: &Output, args: DispatchArgs) -> Re
             answer["queued_reason"].as_str().unwrap_or("no executor fits it yet")
         )),
         _ => out.line(format!("mission {mission_id} assigned to executor {}", text(&answer, "executor_id"))),
+    }
+}
+
+/// A plan in words: where the dispatch would go (in turn), why, and who was passed over and why.
+fn plan(out: &Output, planned: &Value) -> Result<(), Failure> {
+    if out.json {
+        return out.json(planned);
+    }
+    let named = |v: &Value| match v["name"].as_str() {
+        Some(name) => format!("{name} ({})", text(v, "executor_id")),
+        None => text(v, "executor_id"),
+    };
+    match planned["outcome"].as_str() {
+        Some("assign") => {
+            let candidates: Vec<String> = planned["candidates"].as_array().into_iter().flatten().map(named).collect();
+            out.line(format!("would be assigned to {}", candidates.join(", then ")))?;
+            out.line(format!("  why: {}", text(&planned["routing"], "reason")))?;
+            for passed in planned["routing"]["rejected"].as_array().into_iter().flatten() {
+                out.line(format!("  passed over {}: {}", named(passed), text(passed, "reason")))?;
+            }
+            Ok(())
+        }
+        Some("queue") => out.line(format!("would wait in the queue: {}", text(planned, "queued_reason"))),
+        _ => out.line(format!(
+            "would be refused: {} ({})",
+            text(&planned["error"], "message"),
+            text(&planned["error"], "code")
+        )),
     }
 }

@@ -55,6 +55,7 @@ async fn every_route_against_every_credential() {
         (Method::POST, format!("{executor}/remove"), None),
         (Method::GET, format!("{executor}/readiness"), None),
         (Method::POST, "/api/v1/sessions/s/dispatch".to_owned(), Some(dispatch_body(&mission_id()))),
+        (Method::POST, "/api/v1/dispatch/plan".to_owned(), Some(dispatch_body(&mission_id()))),
         (Method::GET, "/api/v1/missions".to_owned(), None),
         (Method::GET, mission.clone(), None),
         (Method::POST, format!("{mission}/pause"), None),

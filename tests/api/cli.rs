@@ -187,6 +187,34 @@ async fn a_failed_mission_makes_dispatch_wait_exit_1() {
     assert!(stderr(&out).contains("ended with mission.failed"), "{}", stderr(&out));
 }
 
+/// `dispatch --plan` says where the mission would go, by name, and who was passed over and why, and sends
+/// nothing; a dispatch nobody fits says it would wait or be refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatch_plan_says_where_it_would_go_and_sends_nothing() {
+    let server = TestServer::start().await;
+    let (mut e, _ws) = ScriptedExecutor::online(&server, &["x-planned"]).await;
+    let (_other, _other_ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = mission_id();
+    let args = ["dispatch", "--objective", "o", "--completion", "c", "--no-lease", "--capability", "x-planned"];
+    let planned = [&args[..], &["--mission-id", &id, "--plan"]].concat();
+    let out = cli(&server.base, &planned, &[]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(said.starts_with(&format!("would be assigned to scripted-executor ({})", e.id)), "{said}");
+    assert!(said.contains("passed over scripted-executor (") && said.contains("x-planned"), "{said}");
+    assert!(e.no_dispatch_pending(), "nothing sent");
+    server.client.get(&format!("/api/v1/missions/{id}")).await.assert_error(404, "not_found");
+
+    let nobody =
+        ["dispatch", "--objective", "o", "--completion", "c", "--no-lease", "--capability", "x-none", "--plan"];
+    let said = stdout(&cli(&server.base, &nobody, &[]).await);
+    assert!(said.starts_with("would be refused: ") && said.contains("(no_executor_available)"), "{said}");
+    let said = stdout(&cli(&server.base, &[&nobody[..], &["--queue"]].concat(), &[]).await);
+    assert!(said.starts_with("would wait in the queue: ") && said.contains("x-none"), "{said}");
+    let out = cli(&server.base, &[&args[..], &["--plan", "--wait"]].concat(), &[]).await;
+    assert_eq!(out.status.code(), Some(2), "--plan and --wait exclude each other: {}", stderr(&out));
+}
+
 /// `--check` is the completion check, its own field beside the prose, and shown as such.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dispatch_check_travels_as_its_own_field() {

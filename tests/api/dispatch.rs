@@ -360,3 +360,70 @@ async fn declared_refusals_route_around_and_refuse_only_when_everyone_would() {
     let message = dispatch(&server, &runtime_task).await.assert_error(422, "invalid_task");
     assert!(message.contains("task.inputs.completion_check"), "{message}");
 }
+
+/// Issue 39: a plan says where a dispatch would go and why the others would not, storing and forwarding
+/// nothing; the dispatch sent after it goes where it said; what the dispatch would refuse, or queue, the
+/// plan says it would.
+#[tokio::test]
+async fn a_plan_says_where_a_dispatch_would_go_and_changes_nothing() {
+    let server = TestServer::start().await;
+    let (mut a, _a) = ScriptedExecutor::online(&server, &["x-plan"]).await;
+    let (mut b, _b) = ScriptedExecutor::online(&server, &["x-plan"]).await;
+    let (mut other, _o) = ScriptedExecutor::online(&server, &[]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["capabilities"] = json!(["x-plan"]);
+    let last_seq = server.client.get("/api/v1/overview").await.body["last_seq"].clone();
+    let plan = server.client.post("/api/v1/dispatch/plan", &body).await;
+    assert_eq!((plan.status, plan.body["outcome"].as_str()), (200, Some("assign")), "{}", plan.body);
+    let candidates: Vec<&str> =
+        plan.body["candidates"].as_array().unwrap().iter().map(|c| c["executor_id"].as_str().unwrap()).collect();
+    let mut both = vec![a.id.as_str(), b.id.as_str()];
+    both.sort_unstable();
+    let mut sorted = candidates.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, both, "{}", plan.body);
+    assert_eq!(plan.body["routing"]["chosen"], candidates[0]);
+    let passed_over = plan.body["routing"]["rejected"].as_array().unwrap();
+    let why = passed_over.iter().find(|r| r["executor_id"] == other.id.as_str()).expect("the other executor, named");
+    assert!(why["reason"].as_str().unwrap().contains("x-plan"), "{why}");
+
+    // Nothing stored, nothing forwarded, and planning again answers the same.
+    server.client.get(&format!("/api/v1/missions/{id}")).await.assert_error(404, "not_found");
+    assert_eq!(server.client.get("/api/v1/overview").await.body["last_seq"], last_seq);
+    assert!(a.no_dispatch_pending() && b.no_dispatch_pending() && other.no_dispatch_pending());
+    let again = server.client.post("/api/v1/dispatch/plan", &body).await;
+    assert_eq!(again.body["candidates"], plan.body["candidates"]);
+    // The dispatch goes where the plan said.
+    let sent = dispatch(&server, &body).await;
+    assert_eq!(sent.body["executor_id"], candidates[0], "{}", sent.body);
+
+    // What the dispatch would refuse or queue, the plan says, with the dispatch's own code.
+    let refused = |body: Value| {
+        let server = &server;
+        async move {
+            let r = server.client.post("/api/v1/dispatch/plan", &body).await;
+            assert_eq!((r.status, r.body["outcome"].as_str()), (200, Some("refuse")), "{}", r.body);
+            r.body["error"]["code"].as_str().unwrap().to_owned()
+        }
+    };
+    assert_eq!(refused(body.clone()).await, "conflict", "the id is taken now");
+    let mut nothing_allowed = dispatch_body(&mission_id());
+    nothing_allowed["lease"] = json!({"tools": "none"});
+    assert_eq!(refused(nothing_allowed).await, "lease_denies_all_tools");
+    let mut nobody = dispatch_body(&mission_id());
+    nobody["executor_filter"]["capabilities"] = json!(["x-nobody-has-it"]);
+    assert_eq!(refused(nobody.clone()).await, "no_executor_available");
+    nobody["queue"] = json!(true);
+    let queued = server.client.post("/api/v1/dispatch/plan", &nobody).await;
+    assert_eq!(queued.body["outcome"], "queue", "{}", queued.body);
+    assert!(queued.body["queued_reason"].as_str().unwrap().contains("x-nobody-has-it"), "{}", queued.body);
+    server
+        .client
+        .get(&format!("/api/v1/missions/{}", nobody["mission_id"].as_str().unwrap()))
+        .await
+        .assert_error(404, "not_found");
+    // A body the dispatch would not accept is refused as the dispatch refuses it.
+    let r = server.client.post("/api/v1/dispatch/plan", &json!({"objective": "no id"})).await;
+    r.assert_error(400, "schema_violation");
+}

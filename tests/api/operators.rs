@@ -59,6 +59,13 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
             Some(dispatch_body(&mission_id())),
             "operator",
         ),
+        (
+            Method::POST,
+            "/api/v1/dispatch/plan",
+            "/api/v1/dispatch/plan".into(),
+            Some(dispatch_body(&mission_id())),
+            "operator",
+        ),
         (Method::POST, "/api/v1/missions/{id}/pause", format!("{mission}/pause"), None, "operator"),
         (Method::POST, "/api/v1/missions/{id}/resume", format!("{mission}/resume"), None, "operator"),
         (Method::POST, "/api/v1/missions/{id}/abort", format!("{mission}/abort"), None, "operator"),

@@ -1,4 +1,5 @@
-//! `POST /api/v1/sessions/{id}/dispatch`, and upstream's legacy path redirecting to it.
+//! `POST /api/v1/sessions/{id}/dispatch`, upstream's legacy path redirecting to it, and
+//! `POST /api/v1/dispatch/plan` (where the same body would go now, nothing stored).
 
 use std::sync::Arc;
 
@@ -20,6 +21,16 @@ pub(super) fn router() -> Router<Arc<App>> {
     Router::new()
         .route("/api/v1/sessions/{id}/dispatch", post(dispatch))
         .route("/api/sessions/{id}/dispatch", post(legacy_dispatch))
+        .route("/api/v1/dispatch/plan", post(plan))
+}
+
+/// An operator's: planning asks executors for their readiness, as a dispatch does.
+async fn plan(
+    _: Operator,
+    State(app): State<Arc<App>>,
+    Contract { body, raw }: Contract<DispatchPayload>,
+) -> Result<Json<crate::services::dispatcher::Planned>> {
+    Ok(Json(app.dispatcher.plan(&raw, &body).await?))
 }
 
 async fn dispatch(

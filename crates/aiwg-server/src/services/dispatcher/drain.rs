@@ -1,7 +1,7 @@
 //! Draining the shared queue (`services::queue`): each waiting mission that fits an executor now is
 //! assigned and handed out, in arrival order, without head-of-line blocking.
 
-use super::{Dispatcher, RoutingRecord};
+use super::{Dispatcher, RoutingRecord, Turn};
 use crate::store::Change;
 use aiwg_contract::clock;
 use aiwg_domain::{MissionPatch, MissionState, ServeEvent};
@@ -18,7 +18,7 @@ pub(super) async fn drain(dispatcher: &Dispatcher) {
             index += 1;
             continue;
         }
-        let Ok((mut attempts, mut record)) = dispatcher.candidates(&next.payload).await else {
+        let Ok((mut attempts, mut record)) = dispatcher.candidates(&next.payload, Turn::Take).await else {
             index += 1;
             continue;
         };

@@ -11,6 +11,7 @@
 
 mod drain;
 mod handout;
+mod plan;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use aiwg_domain::routing::{self, Rejection};
 use aiwg_domain::runtime_task::{self, Task};
 use aiwg_domain::{capabilities, Mission, MissionState};
 use handout::Handout;
+pub(crate) use plan::Planned;
 
 /// Routes missions, records them and hands them to executors; keeps the queue of those that wait.
 pub struct Dispatcher {
@@ -207,6 +209,11 @@ impl Dispatcher {
         self.handout.forward_to(executor_id, session_id, body).await
     }
 
+    /// Where a dispatch would go now, nothing stored (see `plan.rs`).
+    pub(crate) async fn plan(&self, body: &Value, payload: &DispatchPayload) -> Result<Planned> {
+        plan::plan(self, body, payload).await
+    }
+
     /// `body` is the validated payload exactly as received; it is forwarded untouched.
     pub async fn dispatch(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
         let started = std::time::Instant::now();
@@ -224,30 +231,13 @@ impl Dispatcher {
         if self.ledger.contains(&mission_id) {
             return Err(Error::Conflict(format!("mission {mission_id} already exists")));
         }
-        if payload.lease.as_ref().is_some_and(|l| l.tools.denies_all()) {
-            return Err(Error::LeaseDeniesAllTools);
-        }
-        if payload.task.is_some() {
-            if payload.completion_check.is_some() {
-                return Err(Error::InvalidTask(
-                    "completion_check is run by WebSocket executors; a runtime's task carries its check in \
-                     task.inputs.completion_check"
-                        .into(),
-                ));
-            }
-            Task::of(&payload, &body).map_err(Error::InvalidTask)?;
-        }
-        let (attempts, record) = match self.candidates(&payload).await {
+        Dispatcher::refuse_early(&payload, &body)?;
+        let (attempts, record) = match self.candidates(&payload, Turn::Take).await {
             Ok(found) => found,
-            // Nothing is stored: waiting would not help, and a failed mission would say an executor
-            // failed when none was asked.
-            Err(NoneFit { reason, refused_by_all: true }) => return Err(Error::MissionRefused(reason)),
-            Err(NoneFit { reason, .. }) if payload.queue.unwrap_or(self.config.queue_when_unavailable) => {
+            Err(none) => {
+                let reason = self.unplaced(&payload, none)?;
                 self.queue.enqueue(session_id, body, payload, reason.clone()).await?;
                 return Ok(Dispatched::queued(&mission_id, reason));
-            }
-            Err(NoneFit { reason, .. }) => {
-                return Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason })
             }
         };
         let row = Mission {
@@ -261,6 +251,37 @@ impl Dispatcher {
             dispatched.warning = self.session_collision_warning(&mission_id, executor_id);
         }
         Ok(dispatched)
+    }
+
+    /// What is wrong with a dispatch whatever the fleet: refused before it is routed.
+    fn refuse_early(payload: &DispatchPayload, body: &Value) -> Result<()> {
+        if payload.lease.as_ref().is_some_and(|l| l.tools.denies_all()) {
+            return Err(Error::LeaseDeniesAllTools);
+        }
+        if payload.task.is_some() {
+            if payload.completion_check.is_some() {
+                return Err(Error::InvalidTask(
+                    "completion_check is run by WebSocket executors; a runtime's task carries its check in \
+                     task.inputs.completion_check"
+                        .into(),
+                ));
+            }
+            Task::of(payload, body).map_err(Error::InvalidTask)?;
+        }
+        Ok(())
+    }
+
+    /// A dispatch nobody can take now: the reason it would wait in the queue, or why it is refused.
+    /// Nothing is stored for a refusal: waiting would not help, and a failed mission would say an
+    /// executor failed when none was asked.
+    fn unplaced(&self, payload: &DispatchPayload, none: NoneFit) -> Result<String> {
+        match none {
+            NoneFit { reason, refused_by_all: true } => Err(Error::MissionRefused(reason)),
+            NoneFit { reason, .. } if payload.queue.unwrap_or(self.config.queue_when_unavailable) => Ok(reason),
+            NoneFit { reason, .. } => {
+                Err(Error::NoExecutorAvailable { resumable_required: payload.long_running, reason })
+            }
+        }
     }
 
     /// Live missions of the executor whose ids share this one's first 8 bytes: executors that name a
@@ -287,10 +308,11 @@ impl Dispatcher {
     pub(crate) async fn candidates(
         &self,
         payload: &DispatchPayload,
+        turn: Turn,
     ) -> std::result::Result<(Vec<String>, RoutingRecord), NoneFit> {
         let needed = payload.executions();
         let tries = self.config.max_attempts.max(needed);
-        let plan = self.screen_readiness(self.place(payload), payload.unattended, tries).await;
+        let plan = self.screen_readiness(self.place(payload, turn), payload.unattended, tries).await;
         if plan.ordered.is_empty() {
             return Err(NoneFit { reason: plan.why_none(), refused_by_all: plan.refused_by_all() });
         }
@@ -355,7 +377,7 @@ impl Dispatcher {
     }
 
     /// The routing plan for a dispatch payload against the executors as they are now.
-    pub(crate) fn place(&self, payload: &DispatchPayload) -> routing::Plan {
+    fn place(&self, payload: &DispatchPayload, turn: Turn) -> routing::Plan {
         let mut filter = payload.executor_filter.clone().unwrap_or_default();
         filter.executor_id = filter.executor_id.as_deref().map(aiwg_domain::canonical_id);
         for needed in payload.task.iter().flat_map(runtime_task::required_capabilities) {
@@ -379,12 +401,23 @@ impl Dispatcher {
             completion_check: payload.completion_check.is_some(),
             trust,
         };
-        let rotation = self.rotation.fetch_add(1, Ordering::Relaxed);
+        let rotation = match turn {
+            Turn::Take => self.rotation.fetch_add(1, Ordering::Relaxed),
+            Turn::Look => self.rotation.load(Ordering::Relaxed),
+        };
         self.registry.with_routing_views(request.pin, |views, offline| routing::Plan {
             offline,
             ..routing::plan(&request, views, rotation, SCREENED_CANDIDATES)
         })
     }
+}
+
+/// Whether routing takes its turn in the round-robin among equally good executors (a dispatch), or only
+/// looks where the next dispatch would go (a plan), so that a plan and the dispatch sent after it agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    Take,
+    Look,
 }
 
 /// Why no executor gets a dispatch now.
