@@ -58,6 +58,24 @@ async fn lists_newest_first_with_filters_and_a_cursor() {
     assert_eq!(ids(&future), Vec::<String>::new());
     let past = server.client.get("/api/v1/missions?updated_since=2000-01-01T00:00:00%2B02:00").await.body;
     assert_eq!(ids(&past).len(), 7);
+
+    // An executor by a prefix of its id (or its name, when one executor has it); a name two executors
+    // share is refused naming both; an id nobody has now still filters (an executor removed).
+    let by_prefix = server.client.get(&format!("/api/v1/missions?executor_id={}", &b.id[..8])).await.body;
+    assert_eq!(ids(&by_prefix), ids(&by_executor));
+    let r = server.client.get("/api/v1/missions?executor_id=scripted-executor").await;
+    assert!(r.assert_error(409, "ambiguous").contains(&a.id), "names both");
+    let gone = server.client.get("/api/v1/missions?executor_id=00000000-0000-0000-0000-000000000000").await;
+    assert_eq!((gone.status, ids(&gone.body).len()), (200, 0));
+    // Search over the id and the objective, any case; the most recently changed first; the longest first.
+    let found = server.client.get("/api/v1/missions?q=M-03").await.body;
+    assert_eq!(ids(&found), [dispatched[3].clone()]);
+    assert_eq!(ids(&server.client.get("/api/v1/missions?q=jwt%20VALIDATION").await.body).len(), 7);
+    let active = server.client.get("/api/v1/missions?sort=updated&limit=1").await.body;
+    assert_eq!(ids(&active), [dispatched[0].clone()], "the one that just started");
+    assert!(active["next_cursor"].is_string());
+    let ended = server.client.get("/api/v1/missions?sort=duration").await.body;
+    assert_eq!(ids(&ended), Vec::<String>::new(), "none has ended: none has a duration");
 }
 
 #[tokio::test]
@@ -72,6 +90,9 @@ async fn bad_queries_are_refused() {
         "limit=501",
         "limit=ten",
         "color=red",
+        "sort=colour",
+        "sort=",
+        &format!("q={}", "x".repeat(201)),
     ] {
         server.client.get(&format!("/api/v1/missions?{query}")).await.assert_error(400, "invalid_query");
     }

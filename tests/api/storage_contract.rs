@@ -32,6 +32,7 @@ macro_rules! storage_contract {
                 a_failing_unit_fails_alone_and_takes_no_sequence_number,
                 missions_read_back_as_inserted_and_patched,
                 missions_filter_and_page_newest_dispatch_first,
+                missions_are_searched_and_sorted_and_page_in_their_order,
                 mission_counts_list_every_state,
                 recent_events_are_the_newest_of_a_mission_oldest_first,
                 events_after_reads_the_log_in_order_with_filters_and_limit,
@@ -165,7 +166,7 @@ mod cases {
     use aiwg_domain::{MissionState, RuntimeKind, RuntimeRecord};
     use aiwg_server::store::{
         Change, Compaction, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch,
-        MissionQuery, NewEvent, Pending, ProgressSeen, SandboxRecord, Store, StoreError, StoredEvent,
+        MissionQuery, MissionSort, NewEvent, Pending, ProgressSeen, SandboxRecord, Store, StoreError, StoredEvent,
     };
     use aiwg_wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
@@ -535,6 +536,47 @@ mod cases {
         let page =
             list(MissionQuery { before_id: Some(everything[1].0), session_id: Some("s2".into()), ..limit(1) }).await;
         assert_eq!(ids(&page), ["m4"]);
+    }
+
+    pub(super) async fn missions_are_searched_and_sorted_and_page_in_their_order(store: Store) {
+        use MissionState::{Done, Running};
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
+        // (id, objective, last change, seconds it took when ended)
+        let specs = [
+            ("m-alpha", "Fix the LOGIN page", 5, Some(30)),
+            ("m-beta", "write docs", 9, None),
+            ("m-gamma", "login rate limit", 2, Some(50)),
+            ("m-delta", "50% off_sale", 7, Some(10)),
+        ];
+        for (n, (id, objective, updated, took)) in (1..).zip(specs) {
+            let mut row = mission(id, "s1", Some("e1"), if took.is_some() { Done } else { Running });
+            (row.created_at, row.updated_at, row.completed_at) = (ts(n), ts(updated), took.map(|s| ts(n + s)));
+            row.payload["objective"] = json!(objective);
+            store.commit(vec![insert(&row)]).await.unwrap();
+        }
+        let list = |text: Option<&str>, sort: MissionSort, limit: u32, before_id: Option<i64>| {
+            let store = store.clone();
+            let q = MissionQuery { text: text.map(str::to_owned), sort, limit, before_id, ..Default::default() };
+            async move { store.missions(&q).await.unwrap() }
+        };
+        let ids = |page: &[(i64, Mission)]| page.iter().map(|(_, m)| m.mission_id.clone()).collect::<Vec<_>>();
+        let created = MissionSort::Created;
+        assert_eq!(ids(&list(Some("login"), created, 10, None).await), ["m-gamma", "m-alpha"], "any case");
+        assert_eq!(ids(&list(Some("gam"), created, 10, None).await), ["m-gamma"], "the id too");
+        assert_eq!(ids(&list(Some("%"), created, 10, None).await), ["m-delta"], "no wildcards: a %");
+        assert_eq!(ids(&list(Some("_"), created, 10, None).await), ["m-delta"], "no wildcards: an _");
+        assert!(list(Some("nowhere"), created, 10, None).await.is_empty());
+
+        let updated = list(None, MissionSort::Updated, 10, None).await;
+        assert_eq!(ids(&updated), ["m-beta", "m-delta", "m-alpha", "m-gamma"], "the most recently changed first");
+        let first = list(None, MissionSort::Updated, 2, None).await;
+        let rest = list(None, MissionSort::Updated, 2, Some(first[1].0)).await;
+        assert_eq!((ids(&first), ids(&rest)), (ids(&updated[..2]), ids(&updated[2..])), "pages in that order");
+        let longest = list(None, MissionSort::Duration, 10, None).await;
+        assert_eq!(ids(&longest), ["m-gamma", "m-alpha", "m-delta"], "ended ones, the longest first");
+        let first = list(None, MissionSort::Duration, 2, None).await;
+        assert_eq!(ids(&list(None, MissionSort::Duration, 2, Some(first[1].0)).await), ["m-delta"]);
+        assert_eq!(ids(&list(Some("LOGIN"), MissionSort::Duration, 10, None).await), ["m-gamma", "m-alpha"]);
     }
 
     pub(super) async fn mission_counts_list_every_state(store: Store) {

@@ -28,6 +28,13 @@ pub enum MissionsCommand {
         executor: Option<String>,
         #[arg(long)]
         session: Option<String>,
+        /// Only missions whose id or objective contains this, whatever the case
+        #[arg(long)]
+        search: Option<String>,
+        /// The order: created (newest first), updated (most recently active first), duration (ended
+        /// ones, longest first)
+        #[arg(long, value_parser = ["created", "updated", "duration"])]
+        sort: Option<String>,
         /// Missions per page (1-500)
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -65,14 +72,13 @@ pub enum MissionsCommand {
 
 pub(super) async fn run(client: &Client, out: &Output, cmd: MissionsCommand) -> Result<(), Failure> {
     match cmd {
-        MissionsCommand::List { state, executor, session, limit, cursor, all } => {
-            let executor = match executor {
-                Some(reference) => Some(executor_id(client, &reference).await?),
-                None => None,
-            };
+        MissionsCommand::List { state, executor, session, search, sort, limit, cursor, all } => {
+            // Serve resolves the executor (id, name or id prefix; an id it no longer knows as written).
             let state = (!state.is_empty()).then(|| state.join(","));
             let mut query = vec![format!("limit={limit}")];
-            for (k, v) in [("state", state), ("executor_id", executor), ("session_id", session)] {
+            let filters =
+                [("state", state), ("executor_id", executor), ("session_id", session), ("q", search), ("sort", sort)];
+            for (k, v) in filters {
                 if let Some(v) = v {
                     query.push(format!("{k}={}", enc(&v)));
                 }
@@ -241,16 +247,6 @@ pub(super) fn human(secs: i64) -> String {
 
 /// How much of an objective a row of the table shows.
 const OBJECTIVE_CHARS: usize = 40;
-
-/// The id of the executor an operator names (id, name or id prefix), as serve resolves it; one serve
-/// does not know (deregistered, its missions kept) is taken as written.
-async fn executor_id(client: &Client, reference: &str) -> Result<String, Failure> {
-    match client.get(&format!("/api/v1/executors/{}", enc(reference))).await {
-        Ok(e) => Ok(text(&e, "executor_id")),
-        Err(CallError::Refused { status: 404, .. }) => Ok(reference.to_owned()),
-        Err(e) => Err(e.into()),
-    }
-}
 
 /// Every registered executor's name, by id: the table shows names, not UUIDs.
 async fn executor_names(client: &Client) -> Result<HashMap<String, String>, Failure> {

@@ -18,7 +18,7 @@ use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::controls::{Action, ControlOutcome};
 use crate::services::operators::Who;
-use crate::store::MissionQuery;
+use crate::store::{MissionQuery, MissionSort};
 use crate::views::decode_cursor;
 use aiwg_contract::HitlResponsePayload;
 use aiwg_domain::{canonical_id, MissionState};
@@ -83,9 +83,30 @@ struct ListParams {
     executor_id: Option<String>,
     session_id: Option<String>,
     updated_since: Option<String>,
+    q: Option<String>,
+    sort: Option<String>,
     cursor: Option<String>,
     limit: Option<u32>,
 }
+
+/// An executor by id, name or id prefix; an id no executor has now (one removed) still finds its
+/// missions.
+fn executor_filter(app: &App, reference: &str) -> Result<String> {
+    match app.registry.resolve(reference) {
+        Err(Error::NotFound(_)) => Ok(canonical_id(reference)),
+        resolved => resolved,
+    }
+}
+
+fn sort_param(s: &str) -> Result<MissionSort> {
+    MissionSort::ALL.iter().find(|(name, _)| *name == s).map(|(_, sort)| *sort).ok_or_else(|| {
+        let known: Vec<&str> = MissionSort::ALL.iter().map(|(name, _)| *name).collect();
+        Error::InvalidQuery(format!("unknown sort {s:?}; the orders are {}", known.join(", ")))
+    })
+}
+
+/// The longest text a listing searches for: longer is a mistake, not a search.
+const MAX_SEARCH: usize = 200;
 
 async fn list(
     _: Viewer,
@@ -108,7 +129,13 @@ async fn list(
     let updated_since = time_param("updated_since", p.updated_since)?;
     let before_id = cursor_param(p.cursor, decode_cursor)?;
     let limit = page_limit(p.limit, DEFAULT_PAGE, MAX_PAGE)?;
-    let executor_id = p.executor_id.as_deref().map(canonical_id);
-    let query = MissionQuery { states, executor_id, session_id: p.session_id, updated_since, before_id, limit };
+    let executor_id = p.executor_id.as_deref().map(|reference| executor_filter(&app, reference)).transpose()?;
+    let text = p.q.map(|q| q.trim().to_owned()).filter(|q| !q.is_empty());
+    if text.as_ref().is_some_and(|q| q.chars().count() > MAX_SEARCH) {
+        return Err(Error::InvalidQuery(format!("q is at most {MAX_SEARCH} characters")));
+    }
+    let sort = p.sort.as_deref().map(sort_param).transpose()?.unwrap_or_default();
+    let session_id = p.session_id;
+    let query = MissionQuery { states, executor_id, session_id, updated_since, text, sort, before_id, limit };
     Ok(etag::respond(&headers, &app.status.missions(query).await?))
 }

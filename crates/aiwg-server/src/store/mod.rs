@@ -34,7 +34,7 @@ pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConf
 pub use postgres::Leadership;
 pub use records::{
     AskedRequest, AuditQuery, Change, CommitSlot, DeliveryQuery, EventPage, EventQuery, HitlCursor, HitlQuery,
-    LiveMission, MissionClock, MissionQuery, Only, Pending, ProgressSeen, Returned,
+    LiveMission, MissionClock, MissionQuery, MissionSort, Only, Pending, ProgressSeen, Returned,
 };
 
 #[derive(Debug, thiserror::Error)]

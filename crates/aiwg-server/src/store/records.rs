@@ -172,9 +172,29 @@ pub struct MissionQuery {
     pub executor_id: Option<String>,
     pub session_id: Option<String>,
     pub updated_since: Option<chrono::DateTime<chrono::Utc>>,
-    /// Only missions dispatched before this one (the cursor of the previous page).
+    /// Only missions whose id or objective contains this, whatever the case.
+    pub text: Option<String>,
+    pub sort: MissionSort,
+    /// Only missions after this one in the order of `sort` (the cursor of the previous page).
     pub before_id: Option<i64>,
     pub limit: u32,
+}
+
+/// The order of a mission listing, newest or largest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MissionSort {
+    /// By dispatch.
+    #[default]
+    Created,
+    /// By the last change (an event, a control): the most recently active first.
+    Updated,
+    /// Ended missions only, the longest first.
+    Duration,
+}
+
+impl MissionSort {
+    pub const ALL: [(&'static str, MissionSort); 3] =
+        [("created", MissionSort::Created), ("updated", MissionSort::Updated), ("duration", MissionSort::Duration)];
 }
 
 /// Filters of the HITL inbox (`GET /api/v1/hitl`): requests of one outcome, optionally of one

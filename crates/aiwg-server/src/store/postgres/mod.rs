@@ -29,7 +29,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{mpsc, watch};
 
-use super::reads::Reads;
+use super::reads::{Dialect, Reads};
 use super::sql_store::SqlStore;
 use super::writer::{self, EventFeed, Health, WriterHandle, WriterTask};
 use super::{Result, Store, StoreError};
@@ -42,10 +42,15 @@ const MIGRATION_LOCK: (i32, i32) = (0x6169_7767, 2);
 /// No notices ("relation already exists, skipping" from each start's migrations) as log lines.
 const QUIET: (&str, &str) = ("client_min_messages", "warning");
 
-/// The database's size on disk (what autovacuum frees is reused by later writes).
-/// A listed mission's payload: the first 120 characters of its objective (see `Reads::listed_objective`).
-const LISTED_OBJECTIVE: &str = "json_build_object('objective', left(payload::json->>'objective', 120))::text";
-const SIZE: &str = "SELECT pg_database_size(current_database()) AS bytes";
+/// PostgreSQL's SQL. The size is the database's on disk (what autovacuum frees is reused by later
+/// writes).
+const DIALECT: Dialect = Dialect {
+    size: "SELECT pg_database_size(current_database()) AS bytes",
+    listed_objective: "json_build_object('objective', left(payload::json->>'objective', 120))::text",
+    objective: "(payload::json->>'objective')",
+    position: "strpos",
+    duration: "(completed_at::timestamptz - created_at::timestamptz)",
+};
 
 /// Read connections: the dashboard and listings read while executors stream.
 const READ_CONNECTIONS: u32 = 8;
@@ -108,7 +113,7 @@ pub async fn open(
         .await?;
     let (tx, rx) = mpsc::channel(writer::QUEUE);
     let feed = EventFeed::new(feed_capacity, last_seq);
-    let reads = Reads { pool, migrations: super::migrate::POSTGRES, size: SIZE, listed_objective: LISTED_OBJECTIVE };
+    let reads = Reads { pool, migrations: super::migrate::POSTGRES, dialect: &DIALECT };
     let writer_pid = Arc::new(AtomicU32::new(0));
     let tail = tail::start(reads.clone(), feed.clone(), writer_pid.clone(), claim == Claim::Shared);
     let (deposed, deposed_rx) = watch::channel(false);

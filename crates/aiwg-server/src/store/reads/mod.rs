@@ -24,8 +24,8 @@ use super::rows::{
 };
 use crate::store::{
     AskedRequest, AuditQuery, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery, ExecutorRecord, HitlQuery,
-    HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, ProgressSeen, Result, SandboxRecord, StoredEvent,
-    Webhook,
+    HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, MissionSort, ProgressSeen, Result, SandboxRecord,
+    StoredEvent, Webhook,
 };
 use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
@@ -42,23 +42,30 @@ pub(super) struct Reads<DB: Database> {
     pub(super) pool: Pool<DB>,
     /// The migrations the adapter embeds (version, name, SQL), for [`Reads::missing_migrations`].
     pub(super) migrations: migrate::Migrations,
-    /// The adapter's query for the bytes its data takes, as one `bytes` column.
+    /// What the adapter's SQL says its own way.
+    pub(super) dialect: &'static Dialect,
+}
+
+/// The SQL the two adapters write differently.
+pub(super) struct Dialect {
+    /// The query for the bytes the data takes, as one `bytes` column.
     pub(super) size: &'static str,
-    /// The adapter's expression for a listed mission's payload: a JSON object with the first 120
-    /// characters of its objective, not the whole dispatch (a page of 500 would read every lease and
-    /// objective whole).
+    /// A listed mission's payload: a JSON object with the first 120 characters of its objective, not the
+    /// whole dispatch (a page of 500 would read every lease and objective whole).
     pub(super) listed_objective: &'static str,
+    /// A mission's objective as text.
+    pub(super) objective: &'static str,
+    /// The function giving the 1-based position of its second argument in its first (0: absent), for
+    /// a search that needs no escaping of `%` and `_`.
+    pub(super) position: &'static str,
+    /// An ended mission's duration, as a number that sorts (its unit is the adapter's).
+    pub(super) duration: &'static str,
 }
 
 // By hand: a derive would ask `DB: Clone`, which database types are not.
 impl<DB: Database> Clone for Reads<DB> {
     fn clone(&self) -> Reads<DB> {
-        Reads {
-            pool: self.pool.clone(),
-            migrations: self.migrations,
-            size: self.size,
-            listed_objective: self.listed_objective,
-        }
+        Reads { pool: self.pool.clone(), migrations: self.migrations, dialect: self.dialect }
     }
 }
 
@@ -195,7 +202,7 @@ where
              completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, \
              NULL AS terminal_data, queued_reason, checkpoint_id, compacted_at \
              FROM missions WHERE 1 = 1",
-            objective = self.listed_objective,
+            objective = self.dialect.listed_objective,
         );
         let mut texts = Vec::new();
         if !q.states.is_empty() {
@@ -217,12 +224,32 @@ where
         if let Some(since) = &q.updated_since {
             filter("updated_at", ">", aiwg_contract::clock::format(*since));
         }
+        let Dialect { objective, position, duration, .. } = self.dialect;
+        if let Some(text) = &q.text {
+            texts.push(text.to_lowercase());
+            let n = texts.len();
+            sql.push_str(&format!(
+                " AND ({position}(lower(mission_id), ${n}) > 0 OR {position}(lower({objective}), ${n}) > 0)"
+            ));
+        }
+        // Keyset paging: the rows after the cursor's row in the listing's order. A mission updated
+        // between two pages of the `updated` order moves up, as a live listing should.
+        let key: &[&str] = match q.sort {
+            MissionSort::Created => &["id"],
+            MissionSort::Updated => &["updated_at", "id"],
+            MissionSort::Duration => {
+                sql.push_str(" AND completed_at IS NOT NULL");
+                &[duration, "id"]
+            }
+        };
         let mut n = texts.len();
         if q.before_id.is_some() {
             n += 1;
-            sql.push_str(&format!(" AND id < ${n}"));
+            let columns = key.join(", ");
+            sql.push_str(&format!(" AND ({columns}) < (SELECT {columns} FROM missions WHERE id = ${n})"));
         }
-        sql.push_str(&format!(" ORDER BY id DESC LIMIT ${}", n + 1));
+        let order = key.iter().map(|column| format!("{column} DESC")).collect::<Vec<_>>().join(", ");
+        sql.push_str(&format!(" ORDER BY {order} LIMIT ${}", n + 1));
         let mut query = sqlx::query(&sql);
         for text in texts {
             query = query.bind(text);
@@ -356,7 +383,7 @@ where
     }
 
     pub(super) async fn size_bytes(&self) -> Result<i64> {
-        let row = sqlx::query(self.size).fetch_one(&self.pool).await?;
+        let row = sqlx::query(self.dialect.size).fetch_one(&self.pool).await?;
         row.int("bytes")
     }
 

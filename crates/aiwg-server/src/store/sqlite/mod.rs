@@ -23,7 +23,7 @@ use sqlx::sqlite::{SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, Sq
 use sqlx::ConnectOptions;
 use tokio::sync::mpsc;
 
-use super::reads::Reads;
+use super::reads::{Dialect, Reads};
 use super::sql_store::SqlStore;
 use super::writer::{self, EventFeed, Health, WriterHandle};
 use super::{Result, Store, Synchronous};
@@ -47,12 +47,16 @@ pub(super) fn unavailable(code: i32) -> Option<&'static str> {
     }
 }
 
-/// The pages in use: the file less its free pages (which later writes reuse, and an incremental vacuum
-/// gives back).
-/// A listed mission's payload: the first 120 characters of its objective (see `Reads::listed_objective`).
-const LISTED_OBJECTIVE: &str = "json_object('objective', substr(json_extract(payload, '$.objective'), 1, 120))";
-const SIZE: &str = "SELECT (p.page_count - f.freelist_count) * s.page_size AS bytes \
-                    FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s";
+/// SQLite's SQL. The size is the pages in use: the file less its free pages (which later writes reuse,
+/// and an incremental vacuum gives back).
+const DIALECT: Dialect = Dialect {
+    size: "SELECT (p.page_count - f.freelist_count) * s.page_size AS bytes \
+           FROM pragma_page_count() AS p, pragma_freelist_count() AS f, pragma_page_size() AS s",
+    listed_objective: "json_object('objective', substr(json_extract(payload, '$.objective'), 1, 120))",
+    objective: "json_extract(payload, '$.objective')",
+    position: "instr",
+    duration: "(julianday(completed_at) - julianday(created_at))",
+};
 
 /// Opens (creating if needed) `<data_dir>/aiwg-serve.db`, applies migrations, starts the writer.
 /// `feed_capacity` is how far a feed subscriber may fall behind before it is told it lagged.
@@ -103,7 +107,7 @@ pub async fn open(
         commit::SqliteCommitter { conn, next_seq: last_seq + 1, backfilled, incremental, reclaim: false, index };
     let health = Arc::new(Health::default());
     let task = WriterTask::spawn(committer, rx, feed.clone(), metrics, health.clone()).await?;
-    let reads = Reads { pool, migrations: super::migrate::SQLITE, size: SIZE, listed_objective: LISTED_OBJECTIVE };
+    let reads = Reads { pool, migrations: super::migrate::SQLITE, dialect: &DIALECT };
     let directory = Some(data_dir.to_owned());
     Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed, health, directory }), task))
 }
