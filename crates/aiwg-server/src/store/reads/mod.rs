@@ -24,13 +24,13 @@ use super::rows::{
 };
 use crate::store::{
     AskedRequest, AuditQuery, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery, ExecutorRecord, HitlQuery,
-    HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, MissionSort, ProgressSeen, Result, SandboxRecord,
-    StoredEvent, Webhook,
+    HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, ProgressSeen, Result, SandboxRecord, StoredEvent,
+    Webhook,
 };
 use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord};
 use aiwg_domain::{progress_key, MissionState};
-use filter::EventFilter;
+use filter::{EventFilter, MissionListing};
 use queries::{
     ENDED, LIVE_MISSIONS, MISSION_CLOCKS, OPEN_HITL, PENDING_HITL, QUEUED_MISSIONS, RECENT_PROGRESS_OF,
     RECENT_PROGRESS_OF_LIVE, TIMED_MISSION_CLOCKS, UNDELIVERED_ANSWERS,
@@ -197,67 +197,8 @@ where
     }
 
     pub(super) async fn missions(&self, q: &MissionQuery) -> Result<Vec<(i64, Mission)>> {
-        let mut sql = format!(
-            "SELECT id, mission_id, session_id, executor_id, state, {objective} AS payload, created_at, updated_at, \
-             completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, \
-             NULL AS terminal_data, queued_reason, checkpoint_id, compacted_at \
-             FROM missions WHERE 1 = 1",
-            objective = self.dialect.listed_objective,
-        );
-        let mut texts = Vec::new();
-        if !q.states.is_empty() {
-            let first = texts.len() + 1;
-            texts.extend(q.states.iter().map(|s| s.as_str().to_owned()));
-            let places: Vec<String> = (first..=texts.len()).map(|n| format!("${n}")).collect();
-            sql.push_str(&format!(" AND state IN ({})", places.join(", ")));
-        }
-        let mut filter = |column: &str, op: &str, value: String| {
-            texts.push(value);
-            sql.push_str(&format!(" AND {column} {op} ${}", texts.len()));
-        };
-        if let Some(executor_id) = &q.executor_id {
-            filter("executor_id", "=", executor_id.clone());
-        }
-        if let Some(session_id) = &q.session_id {
-            filter("session_id", "=", session_id.clone());
-        }
-        if let Some(since) = &q.updated_since {
-            filter("updated_at", ">", aiwg_contract::clock::format(*since));
-        }
-        let Dialect { objective, position, duration, .. } = self.dialect;
-        if let Some(text) = &q.text {
-            texts.push(text.to_lowercase());
-            let n = texts.len();
-            sql.push_str(&format!(
-                " AND ({position}(lower(mission_id), ${n}) > 0 OR {position}(lower({objective}), ${n}) > 0)"
-            ));
-        }
-        // Keyset paging: the rows after the cursor's row in the listing's order. A mission updated
-        // between two pages of the `updated` order moves up, as a live listing should.
-        let key: &[&str] = match q.sort {
-            MissionSort::Created => &["id"],
-            MissionSort::Updated => &["updated_at", "id"],
-            MissionSort::Duration => {
-                sql.push_str(" AND completed_at IS NOT NULL");
-                &[duration, "id"]
-            }
-        };
-        let mut n = texts.len();
-        if q.before_id.is_some() {
-            n += 1;
-            let columns = key.join(", ");
-            sql.push_str(&format!(" AND ({columns}) < (SELECT {columns} FROM missions WHERE id = ${n})"));
-        }
-        let order = key.iter().map(|column| format!("{column} DESC")).collect::<Vec<_>>().join(", ");
-        sql.push_str(&format!(" ORDER BY {order} LIMIT ${}", n + 1));
-        let mut query = sqlx::query(&sql);
-        for text in texts {
-            query = query.bind(text);
-        }
-        if let Some(before) = q.before_id {
-            query = query.bind(before);
-        }
-        let rows = query.bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
+        let listing = MissionListing::new(q, self.dialect);
+        let rows = listing.bind(sqlx::query(&listing.sql)).fetch_all(&self.pool).await?;
         rows.iter().map(|r| Ok((r.int("id")?, mission_from_row(r)?))).collect()
     }
 
