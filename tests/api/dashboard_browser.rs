@@ -172,7 +172,7 @@ async fn with_operator_tokens_nothing_shows_until_sign_in() {
 
     browser.find("#token").await.send_keys(TOKEN).await;
     browser.find("form.signin button").await.click().await;
-    browser.wait_text(&format!("tr[data-mission='{id}']"), &id).await;
+    browser.wait_text(&format!("tr[data-mission='{id}'] a[title='{id}']"), &id[..12]).await;
     browser.wait_text("#live", "live").await;
     // Kept for this tab's session only, never in a URL, a cookie or localStorage.
     let kept = browser
@@ -437,4 +437,63 @@ async fn a_retried_mission_shows_its_attempts_timeouts_and_silence() {
     browser.wait_text("dd[data-field='timeouts']", "heartbeat 600 s").await;
     let silent = browser.find("dd[data-field='silent-for']").await.text().await;
     assert!(silent.ends_with(" s"), "running, and silent for a few seconds: {silent}");
+}
+
+/// Issue 39: the missions list leads with what a mission is for and who runs it, searches the server
+/// side, keeps a selection (and the rows it is in) through live updates of other missions, and aborts
+/// several missions at once after a confirmation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_missions_list_searches_keeps_a_selection_live_and_aborts_in_batch() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["x-abort"]).await;
+    let mut ids = Vec::new();
+    for objective in ["Rotate the signing keys", "Fix the login page", "Write the release notes"] {
+        let mut body = pinned(&e);
+        body["objective"] = json!(objective);
+        ids.push(dispatch(&server, &mut e, body).await);
+    }
+    let (keys, login, notes) = (&ids[0], &ids[1], &ids[2]);
+    browser.goto(&format!("{}/#/missions", server.base)).await;
+    let row = |id: &str| format!("tr[data-mission='{id}']");
+    browser.wait_text(&format!("{} .objective", row(login)), "Fix the login page").await;
+    browser.wait_text(&format!("{} .executor", row(login)), "scripted-executor").await;
+    browser.screenshot(&shot("missions-list")).await;
+
+    // A selection in one row survives another mission's live changes: its node is never replaced.
+    let selected = browser
+        .script(
+            "const cell = document.querySelector(arguments[0]); window.__cell = cell; \
+             const range = document.createRange(); range.selectNodeContents(cell); \
+             const s = window.getSelection(); s.removeAllRanges(); s.addRange(range); return s.toString()",
+            vec![json!(format!("{} .objective", row(keys)))],
+        )
+        .await;
+    assert_eq!(selected, "Rotate the signing keys");
+    ws.ack("mission.started", notes, json!({"state": "running"})).await;
+    browser.wait_text(&format!("{} .state", row(notes)), "running").await;
+    ws.ack("mission.progress", notes, json!({"summary": "drafting"})).await;
+    browser.wait_text(&format!("{} .state", row(notes)), "running").await;
+    let kept = browser.script("return [window.__cell.isConnected, window.getSelection().toString()]", vec![]).await;
+    assert_eq!(kept, json!([true, "Rotate the signing keys"]), "the selection and its node survived");
+
+    // Server-side search: by objective, any case.
+    browser.find("#f-q").await.send_keys("LOGIN").await;
+    browser.find("form.filters button[type=submit]").await.click().await;
+    browser.wait_gone(&row(keys)).await;
+    assert_eq!(browser.find_all("tr[data-mission]").await.len(), 1);
+    browser.wait_text(&row(login), "Fix the login page").await;
+
+    // Batch abort: pick two, confirm, both aborted.
+    browser.goto(&format!("{}/#/missions", server.base)).await;
+    browser.wait_text(&format!("{} .objective", row(keys)), "Rotate").await;
+    browser.find(&format!("{} [data-pick]", row(keys))).await.click().await;
+    browser.find(&format!("{} [data-pick]", row(login))).await.click().await;
+    browser.find(".batch button.danger").await.click().await;
+    browser.wait_text(".batch .confirm", "Abort 2 missions?").await.find("[data-confirm]").await.click().await;
+    browser.wait_text(".batch [role=status]", "Aborted 2.").await;
+    for id in [keys, login] {
+        browser.wait_text(&format!("{} .state", row(id)), "aborted").await;
+    }
+    assert_eq!(server.mission(notes).await["state"], "running", "the one not picked runs on");
 }

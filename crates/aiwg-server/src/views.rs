@@ -195,6 +195,9 @@ pub struct MissionSummary {
     /// Absent while the mission is queued.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executor_id: Option<String>,
+    /// The executor's name, when serve knows the executor (listings lead with names).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_name: Option<String>,
     pub session_id: String,
     pub state: MissionState,
     /// While queued: the constraint no executor meets.
@@ -233,6 +236,7 @@ impl From<Mission> for MissionSummary {
             mission_id: r.mission_id,
             // A mission queued again for a new attempt still names its last executor in the store.
             executor_id: r.executor_id.filter(|_| r.state != MissionState::Queued),
+            executor_name: None,
             session_id: r.session_id,
             queued_reason: r.queued_reason.filter(|_| r.state == MissionState::Queued),
             checkpoint_id: r.checkpoint_id,

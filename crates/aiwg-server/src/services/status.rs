@@ -150,7 +150,12 @@ impl Status {
         } else {
             None
         };
-        Ok(MissionPage { missions: rows.into_iter().map(|(_, r)| MissionSummary::from(r)).collect(), next_cursor })
+        let named = |(_, row)| {
+            let mut summary = MissionSummary::from(row);
+            summary.executor_name = summary.executor_id.as_deref().and_then(|id| self.registry.name(id));
+            summary
+        };
+        Ok(MissionPage { missions: rows.into_iter().map(named).collect(), next_cursor })
     }
 
     /// Readiness: the store's writer still commits (an empty unit).

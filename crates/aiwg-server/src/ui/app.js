@@ -432,18 +432,44 @@ function toLocalInput(iso) {
   return new Date(d.getTime() - d.getTimezoneOffset() * 60000).toISOString().slice(0, 16);
 }
 
-// Missions: filters, counts (the overview bar), pages of 50 over any number of missions.
-function missionsPage(params) {
+// An id as a person reads it: short, the whole of it on hover and in the clipboard.
+function shortId(id) {
+  return id.length > 14 ? `${id.slice(0, 12)}…` : id;
+}
+
+// A length of time as "42 s", "7 min", "3.5 h", "2 d".
+function span(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${(s / 3600).toFixed(1)} h`;
+  return `${Math.round(s / 86400)} d`;
+}
+
+// How long a mission took, or (live) has taken so far by the reader's clock.
+function duration(m) {
+  if (m.duration_s !== undefined) return span(m.duration_s);
+  const s = (Date.now() - Date.parse(m.created_at)) / 1000;
+  return Number.isNaN(s) ? '' : `${span(s)} so far`;
+}
+
+const SORTS = { created: 'Newest first', updated: 'Most recently active first', duration: 'Longest first (ended)' };
+
+// The filters of the missions page, from the URL and back.
+function missionFilters(params) {
   const filters = {};
-  for (const k of ['state', 'executor_id', 'session_id', 'updated_since']) {
+  for (const k of ['q', 'state', 'executor_id', 'session_id', 'updated_since', 'sort']) {
     if (params.get(k)) filters[k] = params.get(k);
   }
-  const cursors = [null];
-  const stateSelect = h('select', {}, h('option', { value: '' }, 'any state'),
-    STATES.map((s) => h('option', { value: s, selected: filters.state === s }, s)));
-  const executor = h('input', { type: 'text', value: filters.executor_id || '' });
+  const chosen = new Set((filters.state || '').split(',').filter(Boolean));
+  const states = h('fieldset', { class: 'states' }, h('legend', {}, 'States'), STATES.map((st) => h(
+    'label', {}, h('input', { type: 'checkbox', name: 'state', value: st, checked: chosen.has(st) }), ` ${st}`,
+  )));
+  const search = h('input', { type: 'search', value: filters.q || '', placeholder: 'id or objective' });
+  const executor = h('input', { type: 'text', value: filters.executor_id || '', placeholder: 'name or id' });
   const session = h('input', { type: 'text', value: filters.session_id || '' });
   const since = h('input', { type: 'datetime-local', value: filters.updated_since ? toLocalInput(filters.updated_since) : '' });
+  const sort = h('select', {}, Object.entries(SORTS).map(([v, label]) => h('option', { value: v, selected: (filters.sort || 'created') === v }, label)));
   const form = h(
     'form',
     {
@@ -452,23 +478,114 @@ function missionsPage(params) {
       onsubmit: (e) => {
         e.preventDefault();
         const q = new URLSearchParams();
-        if (stateSelect.value) q.set('state', stateSelect.value);
+        const ticked = [...states.querySelectorAll('input:checked')].map((i) => i.value);
+        if (search.value.trim()) q.set('q', search.value.trim());
+        if (ticked.length) q.set('state', ticked.join(','));
         if (executor.value.trim()) q.set('executor_id', executor.value.trim());
         if (session.value.trim()) q.set('session_id', session.value.trim());
         if (since.value) q.set('updated_since', fromLocalInput(since.value));
+        if (sort.value !== 'created') q.set('sort', sort.value);
         location.hash = `#/missions?${q}`;
       },
     },
-    field('State', 'f-state', stateSelect),
+    field('Search', 'f-q', search),
+    states,
     field('Executor', 'f-executor', executor),
     field('Session', 'f-session', session),
     field('Updated since', 'f-since', since),
+    field('Order', 'f-sort', sort),
     h('button', { type: 'submit' }, 'Filter'),
   );
-  const body = h('div', { 'aria-live': 'polite' });
-  const newer = h('button', { type: 'button', onclick: () => { cursors.pop(); load(); } }, '← Newer');
-  const older = h('button', { type: 'button', onclick: () => { cursors.push(older.dataset.cursor); load(); } }, 'Older →');
-  page('Missions', form, body, h('div', { class: 'pager' }, newer, older));
+  return { filters, form };
+}
+
+// One mission's row: its cells are rewritten in place, each only when what it shows changed, so that
+// a selection, a focused box or a click in the row survives live updates.
+function missionRow(m) {
+  const tick = h('input', { type: 'checkbox', 'aria-label': `select ${m.mission_id}`, 'data-pick': m.mission_id });
+  const cells = {
+    id: h('td', {}, h('a', { href: `#/missions/${encodeURIComponent(m.mission_id)}`, title: m.mission_id, class: 'id' }, shortId(m.mission_id))),
+    objective: h('td', { class: 'clip objective' }),
+    executor: h('td', { class: 'executor' }),
+    state: h('td', {}),
+    created: h('td', {}),
+    duration: h('td', { class: 'duration' }),
+    activity: h('td', {}),
+    exit: h('td', {}),
+    error: h('td', { class: 'clip' }),
+  };
+  const row = h('tr', { 'data-mission': m.mission_id }, h('td', {}, tick), Object.values(cells));
+  const shown = {};
+  row.update = (next) => {
+    const views = {
+      objective: [next.objective || ''],
+      executor: [next.executor_name
+        ? h('span', { title: next.executor_id }, next.executor_name)
+        : next.executor_id ? h('span', { title: next.executor_id }, shortId(next.executor_id)) : next.queued_reason || ''],
+      state: [badge(next.state)],
+      created: [time(next.created_at)],
+      duration: [duration(next)],
+      activity: [time(next.updated_at), silence(next) && h('span', { class: 'note', 'data-silent': '' }, ` · silent ${silence(next)}`)],
+      exit: [next.exit_code ?? ''],
+      error: [next.error || ''],
+    };
+    const keys = { objective: next.objective, executor: `${next.executor_id}${next.executor_name}${next.queued_reason}`,
+      state: next.state, created: next.created_at, duration: duration(next),
+      activity: `${next.updated_at}${silence(next)}`, exit: next.exit_code, error: next.error };
+    for (const [name, key] of Object.entries(keys)) {
+      if (shown[name] === key) continue;
+      shown[name] = key;
+      fill(cells[name], ...views[name]);
+      if (name === 'objective') cells.objective.title = next.objective || '';
+    }
+  };
+  row.picked = () => tick.checked;
+  row.update(m);
+  return row;
+}
+
+// Missions: search and filters, counts (the overview bar), pages of 50 over any number of missions, and
+// aborting several at once.
+function missionsPage(params) {
+  const { filters, form } = missionFilters(params);
+  const cursors = [null];
+  const rows = new Map();
+  const tbody = h('tbody', {});
+  const listing = h('div', { class: 'scroll' }, h('table', { class: 'missions' },
+    h('caption', {}, SORTS[filters.sort || 'created']),
+    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, h('span', { class: 'sr' }, 'Pick')),
+      ['Mission', 'Objective', 'Executor', 'State', 'Created', 'Duration', 'Last activity', 'Exit', 'Error'].map((t) => h('th', { scope: 'col' }, t)))),
+    tbody));
+  const empty = h('p', { hidden: true }, 'No missions match.');
+  const status = h('p', { role: 'status', class: 'note' });
+  const body = h('div', { 'aria-live': 'polite' }, listing, empty);
+  const abortPicked = h('button', { type: 'button', class: 'danger', onclick: () => confirmAbort() }, 'Abort selected…');
+  const confirmBox = h('div', { class: 'confirm', hidden: true });
+  const newer = h('button', { type: 'button', onclick: () => { cursors.pop(); rows.clear(); tbody.replaceChildren(); load(); } }, '← Previous');
+  const older = h('button', { type: 'button', onclick: () => { cursors.push(older.dataset.cursor); rows.clear(); tbody.replaceChildren(); load(); } }, 'Next →');
+  page('Missions', form, h('div', { class: 'batch' }, abortPicked, confirmBox, status), body, h('div', { class: 'pager' }, newer, older));
+
+  const picked = () => [...rows.entries()].filter(([, row]) => row.picked()).map(([id]) => id);
+  function confirmAbort() {
+    const ids = picked();
+    if (!ids.length) { status.textContent = 'Tick the missions to abort first.'; return; }
+    fill(confirmBox,
+      `Abort ${ids.length} mission${ids.length === 1 ? '' : 's'}? `,
+      h('button', { type: 'button', class: 'danger', 'data-confirm': '', onclick: () => abortAll(ids) }, `Abort ${ids.length}`),
+      ' ',
+      h('button', { type: 'button', onclick: () => { confirmBox.hidden = true; } }, 'Cancel'));
+    confirmBox.hidden = false;
+  }
+  async function abortAll(ids) {
+    confirmBox.hidden = true;
+    const answers = await Promise.all(ids.map((id) => api('POST', `/api/v1/missions/${encodeURIComponent(id)}/abort`, {})));
+    const refused = answers.map((r, i) => [ids[i], r]).filter(([, r]) => !r.ok);
+    status.textContent = refused.length
+      ? `Aborted ${ids.length - refused.length}; refused: ${refused.map(([id, r]) => `${shortId(id)} (${describeError(r)})`).join(', ')}`
+      : `Aborted ${ids.length}.`;
+    for (const id of ids) if (rows.has(id)) rows.get(id).querySelector('[data-pick]').checked = false;
+    refresh();
+  }
 
   let alive = true;
   async function load() {
@@ -478,23 +595,23 @@ function missionsPage(params) {
     const r = await api('GET', `/api/v1/missions?${q}`);
     if (!alive) return;
     if (!r.ok) {
-      body.replaceChildren(h('p', { class: 'error', role: 'alert' }, describeError(r)));
+      status.replaceChildren(h('span', { class: 'error', role: 'alert' }, describeError(r)));
       return;
     }
-    const rows = r.data.missions.map((m) => h(
-      'tr',
-      { 'data-mission': m.mission_id },
-      h('td', {}, missionLink(m.mission_id)),
-      h('td', {}, badge(m.state)),
-      h('td', {}, m.executor_id || m.queued_reason || ''),
-      h('td', {}, m.session_id),
-      h('td', {}, time(m.updated_at), silence(m) && h('span', { class: 'note', 'data-silent': '' }, ` · silent ${silence(m)}`)),
-      h('td', {}, m.exit_code ?? ''),
-      h('td', { class: 'clip' }, m.error || ''),
-    ));
-    body.replaceChildren(rows.length
-      ? table('Newest first', ['Mission', 'State', 'Executor', 'Session', 'Updated', 'Exit', 'Error'], rows)
-      : h('p', {}, 'No missions match.'));
+    // Keyed: a row is made once per mission and updated in place; only rows that leave the page go.
+    const ids = new Set(r.data.missions.map((m) => m.mission_id));
+    for (const [id, row] of rows) if (!ids.has(id)) { row.remove(); rows.delete(id); }
+    let before = null;
+    for (const m of r.data.missions) {
+      let row = rows.get(m.mission_id);
+      if (row) row.update(m);
+      else { row = missionRow(m); rows.set(m.mission_id, row); }
+      const at = before ? before.nextSibling : tbody.firstChild;
+      if (at !== row) tbody.insertBefore(row, at);
+      before = row;
+    }
+    empty.hidden = rows.size > 0;
+    listing.hidden = rows.size === 0;
     newer.disabled = cursors.length === 1;
     older.disabled = !r.data.next_cursor;
     if (r.data.next_cursor) older.dataset.cursor = r.data.next_cursor;
