@@ -497,3 +497,45 @@ async fn the_missions_list_searches_keeps_a_selection_live_and_aborts_in_batch()
     }
     assert_eq!(server.mission(notes).await["state"], "running", "the one not picked runs on");
 }
+
+/// Issue 39: the dispatch form plans before sending (where the mission would go, and why), puts the
+/// API's schema failures beside the fields they are about, and follows the mission it sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dispatch_form_plans_shows_field_errors_and_follows_its_mission() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["runtime:custom:shell"]).await;
+    let (_other, _other_ws) = ScriptedExecutor::online(&server, &[]).await;
+    browser.goto(&format!("{}/#/dispatch", server.base)).await;
+    browser.find("#d-objective").await.send_keys("Rotate the signing keys").await;
+    browser.find("#d-capabilities").await.send_keys("runtime:custom:shell").await;
+    browser.find("form.dispatch button.plan").await.click().await;
+    let plan = browser.wait_text("#dispatch-result [data-plan=assign]", "Would be assigned to").await.text().await;
+    assert!(plan.contains(&format!("scripted-executor ({}", &e.id[..12])), "{plan}");
+    assert!(plan.contains("runtime:custom:shell"), "the other executor, passed over and why: {plan}");
+    assert!(e.no_dispatch_pending(), "a plan sends nothing");
+    browser.screenshot(&shot("dispatch-plan")).await;
+
+    // A capability the schema refuses: the error sits beside the capabilities field.
+    browser.find("#d-capabilities").await.clear().await;
+    browser.find("#d-capabilities").await.send_keys("Not A Capability").await;
+    browser.find("form.dispatch button[type=submit]").await.click().await;
+    browser.wait_text("#d-capabilities-error", "").await;
+    assert_eq!(browser.find("#d-capabilities").await.attr("aria-invalid").await.as_deref(), Some("true"));
+    browser.wait_text("#dispatch-result", "schema_violation").await;
+    assert!(e.no_dispatch_pending());
+
+    // Sent, then followed: the result's state moves with the mission.
+    browser.find("#d-capabilities").await.clear().await;
+    browser.find("#d-capabilities").await.send_keys("runtime:custom:shell").await;
+    browser.find("form.dispatch button[type=submit]").await.click().await;
+    browser.wait_text("#dispatch-result", "Assigned to").await;
+    assert!(browser.find_all("#d-capabilities-error").await.is_empty(), "the old error is gone");
+    let id = e.next_dispatch().await.body["mission_id"].as_str().unwrap().to_owned();
+    let followed = format!("#dispatch-result [data-follow='{id}']");
+    browser.wait_text(&followed, "assigned").await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    browser.wait_text(&followed, "running").await;
+    ws.ack("mission.failed", &id, json!({"state": "failed", "error": "the keys were locked"})).await;
+    browser.wait_text(&followed, "the keys were locked").await;
+}

@@ -931,15 +931,44 @@ function fleetPage() {
   return { onEvent: refresh, refresh, dispose: () => { alive = false; } };
 }
 
-// A new mission, and where it went or why it waits.
+// Which form field a schema failure is about, from its path in the body (or, for a missing property,
+// the property its message names).
+const DISPATCH_FIELDS = [
+  ['/objective', 'd-objective'], ['/completion', 'd-completion'], ['/mission_id', 'd-mission'],
+  ['/executor_filter/capabilities', 'd-capabilities'], ['/executor_filter/executor_id', 'd-pin'], ['/lease', 'd-tools'],
+];
+
+function fieldOf(detail) {
+  const named = detail.keyword === 'required' ? `/${(detail.message.match(/"([^"]+)"|'([^']+)'/) || []).slice(1).find(Boolean) || ''}` : '';
+  const path = `${detail.instance_path}${named}`;
+  const hit = DISPATCH_FIELDS.find(([prefix]) => path === prefix || path.startsWith(`${prefix}/`));
+  return hit ? hit[1] : null;
+}
+
+// A plan in words: where the dispatch would go, why, and who was passed over and why.
+function planView(plan) {
+  const who = (c) => (c.name ? `${c.name} (${shortId(c.executor_id)})` : shortId(c.executor_id));
+  if (plan.outcome === 'assign') {
+    const passed = plan.routing.rejected || [];
+    return h('div', { 'data-plan': 'assign' },
+      h('p', {}, 'Would be assigned to ', h('strong', {}, plan.candidates.map(who).join(', then ')), '.'),
+      h('p', { class: 'note' }, plan.routing.reason),
+      passed.length ? h('ul', { class: 'rejected' }, passed.map((r) => h('li', {}, h('strong', {}, who(r)), `: ${r.reason}`))) : null);
+  }
+  if (plan.outcome === 'queue') return h('p', { 'data-plan': 'queue' }, `Would wait in the queue: ${plan.queued_reason}`);
+  return h('p', { class: 'error', 'data-plan': 'refuse' }, `Would be refused: ${plan.error.message} (${plan.error.code})`);
+}
+
+// Dispatch: a plan before sending, errors beside the fields they are about, and the new mission
+// followed live until it ends.
 function dispatchPage() {
   const session = h('input', { type: 'text', value: 'dashboard', required: true });
   const missionId = h('input', { type: 'text', value: newMissionId(), required: true, pattern: '[A-Za-z0-9][A-Za-z0-9._:\\-]{0,127}' });
   const objective = h('textarea', { rows: '4', required: true });
   const completion = h('input', { type: 'text', value: 'the objective is met', required: true });
-  const capabilities = h('input', { type: 'text', placeholder: 'e.g. shell, x-isolation:container' });
+  const capabilities = h('input', { type: 'text', placeholder: 'e.g. isolation:container, runtime:claude-code' });
   const pin = h('input', { type: 'text', placeholder: 'any executor' });
-  const tools = h('input', { type: 'text', placeholder: 'e.g. Bash (the shell adapter); empty sends no lease' });
+  const tools = h('input', { type: 'text', placeholder: 'e.g. Bash, or Read,Edit,Bash' });
   const longRunning = h('input', { type: 'checkbox' });
   const unattended = h('input', { type: 'checkbox' });
   const queue = h('input', { type: 'checkbox' });
@@ -949,53 +978,99 @@ function dispatchPage() {
   unattended.id = 'd-unattended';
   queue.id = 'd-queue';
   const list = (input) => input.value.split(',').map((s) => s.trim()).filter(Boolean);
+  let followed = null;
 
-  async function submit(e) {
-    e.preventDefault();
-    const body = { mission_id: missionId.value.trim(), objective: objective.value, completion: completion.value };
+  function body() {
+    const b = { mission_id: missionId.value.trim(), objective: objective.value, completion: completion.value };
     const filter = {};
     if (list(capabilities).length) filter.capabilities = list(capabilities);
     if (pin.value.trim()) filter.executor_id = pin.value.trim();
-    if (Object.keys(filter).length) body.executor_filter = filter;
-    if (longRunning.checked) body.long_running = true;
-    if (unattended.checked) body.unattended = true;
-    if (queue.checked) body.queue = true;
-    if (tools.value.trim()) body.lease = { tools: tools.value.trim() === 'none' ? 'none' : list(tools) };
-    result.replaceChildren('dispatching…');
-    const r = await api('POST', `/api/v1/sessions/${encodeURIComponent(session.value.trim())}/dispatch`, body);
-    const d = r.data || {};
-    result.dataset.status = String(r.status);
-    if (r.ok && d.status === 'assigned') {
-      result.replaceChildren(h('p', {}, 'Assigned to ', h('strong', {}, d.executor_id), '. ', missionLink(d.mission_id)));
-    } else if (r.ok) {
-      result.replaceChildren(h('p', {}, `Queued: ${d.queued_reason}. `, missionLink(d.mission_id)));
-    } else {
-      result.replaceChildren(h('p', { class: 'error' }, `Not dispatched: ${describeError(r)}`));
-    }
-    if (r.warning) result.append(h('ul', {}, h('li', {}, r.warning)));
-    if (r.ok) missionId.value = newMissionId();
+    if (Object.keys(filter).length) b.executor_filter = filter;
+    if (longRunning.checked) b.long_running = true;
+    if (unattended.checked) b.unattended = true;
+    if (queue.checked) b.queue = true;
+    if (tools.value.trim()) b.lease = { tools: tools.value.trim() === 'none' ? 'none' : list(tools) };
+    return b;
   }
 
-  page(
-    'Dispatch a mission',
-    h(
-      'form',
-      { class: 'card dispatch', onsubmit: submit },
-      field('Objective', 'd-objective', objective),
-      field('Completion (how the executor knows it is done)', 'd-completion', completion),
-      field('Session', 'd-session', session),
-      field('Mission id', 'd-mission', missionId),
-      field('Capabilities required (comma-separated)', 'd-capabilities', capabilities),
-      field('Pin to executor', 'd-pin', pin),
-      field('Lease tools (comma-separated allowlist, or none)', 'd-tools', tools),
-      check('Long-running (resumable executors only)', 'd-long', longRunning),
-      check('Unattended (nobody will answer a prompt)', 'd-unattended', unattended),
-      check('Queue when no executor fits now', 'd-queue', queue),
-      h('button', { type: 'submit' }, 'Dispatch'),
-    ),
-    result,
+  // The API's schema failures, each beside its field (the rest in the result).
+  function showErrors(r) {
+    for (const el of form.querySelectorAll('.field-error')) el.remove();
+    for (const el of form.querySelectorAll('[aria-invalid]')) el.removeAttribute('aria-invalid');
+    const unplaced = [];
+    for (const d of (r && r.data && r.data.details) || []) {
+      const input = fieldOf(d) && document.getElementById(fieldOf(d));
+      if (!input) { unplaced.push(d); continue; }
+      const note = h('p', { class: 'field-error error', id: `${input.id}-error` }, d.message);
+      input.setAttribute('aria-invalid', 'true');
+      input.setAttribute('aria-describedby', note.id);
+      input.parentElement.append(note);
+    }
+    return unplaced;
+  }
+
+  async function plan() {
+    showErrors(null);
+    result.replaceChildren('planning…');
+    const r = await api('POST', '/api/v1/dispatch/plan', body());
+    result.dataset.status = String(r.status);
+    if (r.ok) result.replaceChildren(planView(r.data));
+    else notDispatched(r, 'Not planned');
+    result.scrollIntoView({ block: 'nearest' });
+  }
+
+  function notDispatched(r, what) {
+    const rest = showErrors(r);
+    result.replaceChildren(h('p', { class: 'error' }, `${what}: ${describeError(r)}`),
+      rest.length ? h('ul', {}, rest.map((d) => h('li', {}, `${d.instance_path || 'body'}: ${d.message}`))) : null);
+  }
+
+  async function submit(e) {
+    e.preventDefault();
+    showErrors(null);
+    result.replaceChildren('dispatching…');
+    const r = await api('POST', `/api/v1/sessions/${encodeURIComponent(session.value.trim())}/dispatch`, body());
+    const d = r.data || {};
+    result.dataset.status = String(r.status);
+    if (!r.ok) return notDispatched(r, 'Not dispatched');
+    followed = { id: d.mission_id, badge: h('span', { 'data-follow': d.mission_id }, badge(d.status)) };
+    const where = d.status === 'assigned'
+      ? ['Assigned to ', h('strong', { title: d.executor_id }, d.executor_id), '. ']
+      : [`Queued: ${d.queued_reason}. `];
+    result.replaceChildren(h('p', {}, ...where, missionLink(d.mission_id), ' ', followed.badge));
+    if (r.warning) result.append(h('ul', {}, h('li', {}, r.warning)));
+    missionId.value = newMissionId();
+    result.scrollIntoView({ block: 'nearest' });
+  }
+
+  // The mission just dispatched, followed: its state as it moves, and its error if it fails.
+  function follow(item) {
+    if (!followed || item.envelope.mission_id !== followed.id) return;
+    const state = (item.envelope.data && item.envelope.data.state) || item.envelope.event.replace('mission.', '');
+    if (!STATES.includes(state)) return;
+    const error = item.envelope.data && (item.envelope.data.error || item.envelope.data.reason);
+    fill(followed.badge, badge(state), ['failed', 'aborted'].includes(state) && error ? ` ${error}` : '');
+  }
+
+  const form = h(
+    'form',
+    { class: 'card dispatch', onsubmit: submit },
+    field('Objective', 'd-objective', objective),
+    field('Completion (how the executor knows it is done)', 'd-completion', completion),
+    field('Session', 'd-session', session),
+    field('Mission id', 'd-mission', missionId),
+    field('Capabilities required (comma-separated)', 'd-capabilities', capabilities),
+    field('Pin to executor (id)', 'd-pin', pin),
+    field('Lease tools (comma-separated allowlist, or none; empty sends no lease)', 'd-tools', tools),
+    check('Long-running (resumable executors only)', 'd-long', longRunning),
+    check('Unattended (nobody will answer a prompt)', 'd-unattended', unattended),
+    check('Queue when no executor fits now', 'd-queue', queue),
+    h('div', { class: 'buttons' },
+      h('button', { type: 'button', class: 'plan', onclick: () => plan().catch(() => {}) }, 'Plan'),
+      h('button', { type: 'submit' }, 'Dispatch')),
   );
-  return { onEvent: () => {}, refresh: () => {}, dispose: () => {} };
+  page('Dispatch a mission', form, result);
+  return { onEvent: follow, refresh: () => {}, dispose: () => {} };
 }
 
 // The live log, newest first, filtered on the page.
