@@ -104,14 +104,15 @@ async fn the_mission_page_shows_routing_events_and_honest_control_answers() {
     assert_eq!(frame["event"], "mission.paused", "{frame}");
     ws.ack("mission.paused", &id, json!({"state": "paused"})).await;
     browser.wait_text("dd[data-field='state']", "paused").await;
-    // Pausing a paused mission is refused; the page shows the server's answer as it is.
-    browser.find("#do-pause").await.click().await;
-    browser.wait_text(".outcome[data-status='409']", "pause refused: 409 illegal_transition").await;
+    // The controls are what the state allows: a paused mission resumes or is aborted, never paused again.
+    let offered = "return ['pause', 'resume', 'abort'].map(a => document.getElementById('do-' + a).disabled)";
+    assert_eq!(browser.script(offered, vec![]).await, json!([true, false, false]));
     browser.find("#do-abort").await.click().await;
     browser.wait_text(".outcome[data-status='202']", "abort: delivered").await;
     assert_eq!(ws.next_pushed().await["event"], "mission.aborted");
     browser.wait_text("dd[data-field='state']", "aborted").await;
-    browser.wait_text("#timeline", "mission.aborted").await;
+    browser.wait_text("#timeline li[data-event='mission.aborted']", "aborted").await;
+    assert_eq!(browser.script(offered, vec![]).await, json!([true, true, true]), "nothing to offer once ended");
     browser.screenshot(&shot("mission")).await;
 }
 
@@ -256,7 +257,10 @@ async fn large_events_are_read_in_pages_and_shown_in_part() {
     }
     ws.ack("mission.progress", &id, json!({"summary": "the small last step"})).await;
     browser.goto(&format!("{}/#/missions/{id}", server.base)).await;
-    browser.wait_text("#timeline", "the small last step").await;
+    // Consecutive progress is one row that shows the latest line; its steps open on demand.
+    let group = browser.wait_text("#timeline li.group", "the small last step").await;
+    assert!(group.text().await.starts_with("5 progress"), "{}", group.text().await);
+    browser.find("#timeline li.group summary").await.click().await;
     let shown = browser
         .script(
             "return [...document.querySelectorAll('#timeline li[data-event=\"mission.progress\"] pre')]\
@@ -267,7 +271,9 @@ async fn large_events_are_read_in_pages_and_shown_in_part() {
     let lengths: Vec<u64> = shown.as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).collect();
     assert_eq!(lengths.len(), 5, "every event, across pages: {lengths:?}");
     assert!(lengths[..4].iter().all(|n| (16 * 1024..20 * 1024).contains(n)), "shown in part: {lengths:?}");
-    browser.wait_text("#timeline", "more characters").await;
+    let said =
+        "return [...document.querySelectorAll('#timeline pre')].some(p => p.textContent.includes('more characters'))";
+    assert_eq!(browser.script(said, vec![]).await, json!(true), "how much more there is, said");
     browser.goto(&format!("{}/#/events", server.base)).await;
     browser.wait_text("#events", "the small last step").await;
     browser.wait_text("#events", "step 0").await;

@@ -48,7 +48,16 @@ async fn the_mission_read_returns_objective_completion_and_the_pending_hitl_requ
         json!({"hitl_id": "h-ship", "prompt": "Ship it?", "context": "all tests pass",
                "requested_at": requested_at, "expires_at": "2099-01-01T00:00:00.000Z"})
     );
-    validates_with_extensions(&m, &["objective", "completion", "hitl", "routing", "session_id"]);
+    assert_eq!(
+        m["controls"],
+        json!(["pause", "abort", "hitl_response"]),
+        "what its state allows, by the state machine"
+    );
+    assert_eq!(m["executor_name"], "scripted-executor");
+    validates_with_extensions(
+        &m,
+        &["objective", "completion", "hitl", "routing", "session_id", "executor_name", "controls"],
+    );
 
     let answer = json!({"hitl_id": "h-ship", "response": "yes"});
     assert_eq!(server.client.post(&format!("/api/v1/missions/{id}/hitl_response"), &answer).await.status, 202);

@@ -138,7 +138,11 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
     ours(&schema, "ack_frame", &dup);
 
     let status = server.mission(&id).await;
-    both("mission_status_response", &status, &["routing", "session_id", "objective", "completion", "duration_s"]);
+    both(
+        "mission_status_response",
+        &status,
+        &["routing", "session_id", "objective", "completion", "duration_s", "executor_name", "controls"],
+    );
     let list = server.executors().await;
     both("executors_list_response", &list, &[]);
     both("executor_status", &list["executors"][0], &[]);
@@ -153,7 +157,11 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
     let pushed = ws.next_pushed().await;
     both("event_envelope", &pushed, &[]);
     let status = server.mission(&late).await;
-    both("mission_status_response", &status, &["routing", "session_id", "objective", "completion", "duration_s"]);
+    both(
+        "mission_status_response",
+        &status,
+        &["routing", "session_id", "objective", "completion", "duration_s", "executor_name", "controls"],
+    );
 
     for r in [
         server.client.get("/api/v1/missions/none").await,

@@ -157,6 +157,21 @@ pub enum Control {
 
 impl Control {
     pub const ALL: [Control; 4] = [Control::Pause, Control::Resume, Control::Abort, Control::AnswerHitl];
+
+    /// The control's name, as its route ends (`/pause`, ...) and as a mission's read lists it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Control::Pause => "pause",
+            Control::Resume => "resume",
+            Control::Abort => "abort",
+            Control::AnswerHitl => "hitl_response",
+        }
+    }
+
+    /// The controls the state machine allows in `state`: what a page offers, no more.
+    pub fn allowed(state: MissionState) -> Vec<Control> {
+        Control::ALL.into_iter().filter(|c| on_control(state, *c).is_some()).collect()
+    }
 }
 
 /// The transition table for operator actions: the state the mission moves to, or `None` when the action
@@ -272,6 +287,17 @@ mod tests {
         (Control::Abort, "xxxxxx..."),
         (Control::AnswerHitl, "....R...."),
     ];
+
+    /// What a page offers is the matrix's row for the state, in the controls' order.
+    #[test]
+    fn the_allowed_controls_are_the_matrix_read_by_state() {
+        use MissionState as S;
+        assert_eq!(Control::allowed(S::Paused), [Control::Resume, Control::Abort]);
+        assert_eq!(Control::allowed(S::HitlRequired), [Control::Pause, Control::Abort, Control::AnswerHitl]);
+        assert!(Control::allowed(S::Done).is_empty() && Control::allowed(S::Aborted).is_empty());
+        let names: Vec<&str> = Control::ALL.into_iter().map(Control::as_str).collect();
+        assert_eq!(names, ["pause", "resume", "abort", "hitl_response"], "the routes' last segments");
+    }
 
     #[test]
     fn every_state_control_pair_matches_the_matrix() {

@@ -9,7 +9,7 @@ use serde_json::Value;
 use aiwg_contract::Envelope;
 use aiwg_domain::retry::Attempt;
 use aiwg_domain::timeouts::Limits;
-use aiwg_domain::MissionState;
+use aiwg_domain::{Control, MissionState};
 use aiwg_domain::{HitlOutcome, HitlRequest, Mission, StoredEvent};
 use chrono::{DateTime, Utc};
 
@@ -37,6 +37,10 @@ pub struct MissionStatus {
     /// Every attempt, when its dispatch has a retry policy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<Attempt>>,
+    /// The operator controls its state allows (`pause`, `resume`, `abort`, `hitl_response`), by the
+    /// state machine: a page offers these and no others. Whether the executor acts on them is the
+    /// control's answer to say.
+    pub controls: Vec<&'static str>,
 }
 
 /// A mission's timeouts, in seconds.
@@ -66,6 +70,7 @@ impl MissionStatus {
         let routing = row.routing.take();
         let text = |key: &str| row.payload.get(key).and_then(Value::as_str).map(str::to_owned);
         let (completion, completion_check) = (text("completion"), text("completion_check"));
+        let controls = Control::allowed(row.state).into_iter().map(Control::as_str).collect();
         MissionStatus {
             summary: MissionSummary::from(row),
             completion,
@@ -75,6 +80,7 @@ impl MissionStatus {
             hitl: None,
             timeouts: None,
             attempts: None,
+            controls,
         }
     }
 

@@ -118,6 +118,7 @@ impl Status {
         if payload.get("retry").is_some() {
             status.attempts = Some(self.store.attempts(&mission_id).await?);
         }
+        status.summary.executor_name = status.summary.executor_id.as_deref().and_then(|id| self.registry.name(id));
         Ok(status)
     }
 

@@ -366,9 +366,8 @@ function renderOverview(o) {
   ));
 }
 
-// One event of the log: on a mission's timeline its data in full; in the log of every mission, with a
-// link to its mission and its data folded.
-function eventRow(item, inLog) {
+// One event of the log of every mission: with a link to its mission, its data folded.
+function eventRow(item) {
   const e = item.envelope;
   const hasData = e.data !== undefined && e.data !== null;
   const flat = hasData ? JSON.stringify(e.data) : '';
@@ -381,9 +380,8 @@ function eventRow(item, inLog) {
     ' ',
     h('strong', {}, e.event),
     ` from ${e.executor_id}`,
-    inLog && e.mission_id ? [' on ', missionLink(e.mission_id)] : '',
-    hasData && !inLog && h('pre', {}, shown(e.data)),
-    hasData && inLog && h('details', {}, h('summary', {}, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat), h('pre', {}, shown(e.data))),
+    e.mission_id ? [' on ', missionLink(e.mission_id)] : '',
+    hasData && h('details', {}, h('summary', {}, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat), h('pre', {}, shown(e.data))),
   );
 }
 
@@ -625,6 +623,48 @@ function missionsPage(params) {
   };
 }
 
+// What an event says in a few words: its state, reason, error, exit code or summary.
+function gist(e) {
+  const d = e.data || {};
+  const parts = [d.summary, d.message, d.state && `state ${d.state}`, d.reason && `reason ${d.reason}`,
+    d.error, d.exit_code !== undefined && `exit ${d.exit_code}`, d.prompt, d.attempt && `attempt ${d.attempt}`];
+  return parts.filter((p) => p !== undefined && p !== null && p !== false && p !== '').map(String).join(' · ');
+}
+
+// One step of a mission's timeline: a line, the event's data on demand.
+function stepRow(item) {
+  const e = item.envelope;
+  const hasData = e.data !== undefined && e.data !== null;
+  const li = h('li', { 'data-seq': item.seq, 'data-event': e.event },
+    time(item.received_at), ' ', h('strong', {}, e.event.replace('mission.', '')), ' ',
+    h('span', { class: 'gist' }, gist(e)),
+    hasData && h('details', {}, h('summary', {}, 'data'), h('pre', {}, shown(e.data))));
+  li.item = item;
+  return li;
+}
+
+// Consecutive progress as one row: how many, the latest line, each one on demand (rendered only when
+// opened: a long job's thousands of lines cost nothing until then).
+function progressGroup(first) {
+  const items = [];
+  const count = h('strong', {});
+  const latest = h('span', { class: 'gist latest' });
+  const list = h('ol', { class: 'progress' });
+  const details = h('details', { ontoggle: () => { if (details.open) list.replaceChildren(...items.map(stepRow)); else list.replaceChildren(); } },
+    h('summary', {}, count, ' ', latest), list);
+  const li = h('li', { class: 'group', 'data-event': 'mission.progress', 'data-seq': first.seq }, details);
+  li.group = {
+    add(item) {
+      items.push(item);
+      fill(count, items.length === 1 ? 'progress' : `${items.length} progress`);
+      fill(latest, gist(item.envelope), ' · ', time(item.received_at));
+      if (details.open) list.append(stepRow(item));
+    },
+  };
+  li.group.add(first);
+  return li;
+}
+
 // One mission: what it is, where it went and why, every event, its controls and its pending question.
 function missionPage(id) {
   const summary = h('dl', { class: 'summary' });
@@ -645,7 +685,7 @@ function missionPage(id) {
     h('section', { 'aria-labelledby': 'timeline-h' }, h('h2', { id: 'timeline-h' }, 'Timeline'), timelineNote, timeline),
   );
   for (const action of ['pause', 'resume', 'abort']) {
-    controls.append(h('button', { type: 'button', id: `do-${action}`, onclick: () => control(action) },
+    controls.append(h('button', { type: 'button', id: `do-${action}`, 'data-control': action, disabled: true, onclick: () => control(action) },
       action[0].toUpperCase() + action.slice(1)));
   }
 
@@ -674,7 +714,8 @@ function missionPage(id) {
       ['State', badge(m.state)],
       ['Objective', m.objective],
       ['Completion', m.completion],
-      ['Executor', m.executor_id],
+      ['Executor', m.executor_id && h('a', { href: `#/missions?executor_id=${encodeURIComponent(m.executor_id)}`, title: m.executor_id },
+        m.executor_name || m.executor_id)],
       ['Queued because', m.queued_reason],
       ['Session', m.session_id],
       ['Created', time(m.created_at)],
@@ -689,6 +730,8 @@ function missionPage(id) {
     ];
     summary.replaceChildren(...rows.filter(([, v]) => v !== undefined && v !== null && v !== '')
       .flatMap(([k, v]) => [h('dt', {}, k), h('dd', { 'data-field': k.toLowerCase().replace(/ /g, '-') }, v)]));
+    // Only what the mission's state allows (serve says which); the executor's own answer is the outcome's.
+    for (const b of controls.querySelectorAll('button[data-control]')) b.disabled = !(m.controls || []).includes(b.dataset.control);
   }
 
   function renderHitl(m) {
@@ -746,7 +789,7 @@ function missionPage(id) {
   }
 
   function renderArtifacts() {
-    const done = [...timeline.children].map((li) => li.item).filter((i) => i.envelope.event === 'mission.completed');
+    const done = [...timeline.children].map((li) => li.item).filter((i) => i && i.envelope.event === 'mission.completed');
     const list = done.flatMap((i) => (i.envelope.data && Array.isArray(i.envelope.data.artifacts) ? i.envelope.data.artifacts : []));
     fill(artifacts, ...(list.length ? [
       h('h2', { id: 'artifacts-h' }, 'Artifacts'),
@@ -754,22 +797,19 @@ function missionPage(id) {
     ] : []));
   }
 
-  function eventItem(item) {
-    const li = eventRow(item, false);
-    li.item = item;
-    return li;
-  }
-
   function addEvent(item) {
     if (seen.has(item.seq)) return;
     seen.add(item.seq);
-    const li = eventItem(item);
+    const progress = item.envelope.event === 'mission.progress';
     if (item.seq > lastSeq) {
-      timeline.append(li);
       lastSeq = item.seq;
+      const last = timeline.lastElementChild;
+      if (progress && last && last.group) last.group.add(item);
+      else timeline.append(progress ? progressGroup(item) : stepRow(item));
     } else {
+      // Older than what is shown (a page read after a live event): in its place, ungrouped.
       const after = [...timeline.children].find((x) => Number(x.dataset.seq) > item.seq);
-      timeline.insertBefore(li, after || null);
+      timeline.insertBefore(progress ? progressGroup(item) : stepRow(item), after || null);
     }
     if (item.envelope.event === 'mission.completed') renderArtifacts();
   }
@@ -802,8 +842,10 @@ function missionPage(id) {
     if (!alive) return;
     if (!r.ok) {
       summary.replaceChildren(h('p', { class: 'error', role: 'alert' }, describeError(r)));
+      controls.hidden = true;
       return;
     }
+    controls.hidden = false;
     renderSummary(r.data);
     const hitlId = r.data.hitl ? r.data.hitl.hitl_id : null;
     if (hitlId !== shownHitl) {
@@ -1093,7 +1135,7 @@ function eventsPage() {
       && (!executor.value.trim() || e.executor_id === executor.value.trim())
       && (!mission.value.trim() || e.mission_id === mission.value.trim());
   };
-  const row = (item) => eventRow(item, true);
+  const row = (item) => eventRow(item);
   const render = () => list.replaceChildren(...kept.filter(matches).reverse().map(row));
   const add = (incoming) => {
     if (kept.length && incoming.seq <= kept[kept.length - 1].seq) return;
