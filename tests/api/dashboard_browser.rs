@@ -545,3 +545,44 @@ async fn the_dispatch_form_plans_shows_field_errors_and_follows_its_mission() {
     ws.ack("mission.failed", &id, json!({"state": "failed", "error": "the keys were locked"})).await;
     browser.wait_text(&followed, "the keys were locked").await;
 }
+
+/// Issue 39: the events page leaves types out (progress, most of a busy log), pauses without losing what
+/// arrives, and reads older history from the server until the log's beginning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_page_filters_out_pauses_and_reads_history() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
+    for step in 0..240 {
+        ws.ack("mission.progress", &id, json!({"summary": format!("step {step}")})).await;
+    }
+    browser.goto(&format!("{}/#/events", server.base)).await;
+    browser.wait_text("#events", "step 239").await;
+    let shown = |css: &'static str| {
+        let browser = &browser;
+        async move { browser.script("return document.querySelectorAll(arguments[0]).length", vec![json!(css)]).await }
+    };
+    // The last 200 of the log at first; older pages on demand until the beginning.
+    assert_eq!(shown("#events li").await, json!(200));
+    while browser.find("#events-older").await.property("disabled").await != json!(true) {
+        browser.find("#events-older").await.click().await;
+        browser.wait_text("#events-older", "").await;
+    }
+    let last_seq = server.client.get("/api/v1/overview").await.body["last_seq"].clone();
+    browser.wait_text("#events-older", "The beginning of the log").await;
+    assert_eq!(shown("#events li").await, last_seq, "every event of the log, once");
+
+    // Progress left out: the steps remain.
+    browser.find("#e-type").await.send_keys("-mission.progress").await;
+    browser.wait_gone("#events li[data-event='mission.progress']").await;
+    assert!(shown("#events li[data-event='mission.started']").await.as_u64() >= Some(1));
+
+    // Paused: what arrives is held, said, and shown on resume.
+    browser.find("#events-pause").await.click().await;
+    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
+    browser.wait_text("#events-paused", "1 new event").await;
+    assert_eq!(shown("#events li[data-event='mission.completed']").await, json!(0));
+    browser.find("#events-pause").await.click().await;
+    browser.wait_text("#events li[data-event='mission.completed']", "mission.completed").await;
+}

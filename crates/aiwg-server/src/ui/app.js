@@ -1117,9 +1117,14 @@ function dispatchPage() {
 
 // The live log, newest first, filtered on the page.
 function eventsPage() {
-  const type = h('input', { type: 'text', placeholder: 'e.g. mission.completed or executor.' });
-  const executor = h('input', { type: 'text' });
-  const mission = h('input', { type: 'text' });
+  const type = h('input', { type: 'text', placeholder: 'e.g. mission.failed, -mission.progress' });
+  const executor = h('input', { type: 'text', placeholder: 'name or id' });
+  const mission = h('input', { type: 'text', placeholder: 'id or its start' });
+  const hideProgress = h('input', { type: 'checkbox', id: 'e-no-progress' });
+  const paused = h('p', { class: 'note', id: 'events-paused', hidden: true });
+  const pause = h('button', { type: 'button', id: 'events-pause', onclick: () => togglePause() }, 'Pause');
+  const older = h('button', { type: 'button', id: 'events-older', onclick: () => readOlder().catch(() => {}) }, 'Older events');
+  const names = new Map();
   const list = h('ol', { class: 'events', id: 'events', reversed: true });
   const gone = h('p', { class: 'note', id: 'events-compacted', hidden: true });
   const sayCompacted = () => {
@@ -1128,12 +1133,22 @@ function eventsPage() {
       + 'still shows what its history kept.';
   };
   const kept = [];
+  // How many events the page keeps: the live window, plus the history the operator asked for.
+  let cap = EVENTS_KEPT;
+  let held = 0;
   let alive = true;
+  // Types: comma-separated starts of event types to show; one written -start is left out.
   const matches = (item) => {
     const e = item.envelope;
-    return e.event.startsWith(type.value.trim())
-      && (!executor.value.trim() || e.executor_id === executor.value.trim())
-      && (!mission.value.trim() || e.mission_id === mission.value.trim());
+    const rules = type.value.split(',').map((r) => r.trim()).filter(Boolean);
+    const shown = rules.filter((r) => !r.startsWith('-'));
+    const left = rules.filter((r) => r.startsWith('-')).map((r) => r.slice(1));
+    const who = executor.value.trim();
+    return !(hideProgress.checked && e.event === 'mission.progress')
+      && (!shown.length || shown.some((r) => e.event.startsWith(r)))
+      && !left.some((r) => r && e.event.startsWith(r))
+      && (!who || e.executor_id.startsWith(who) || names.get(e.executor_id) === who)
+      && (!mission.value.trim() || (e.mission_id || '').startsWith(mission.value.trim()));
   };
   const row = (item) => eventRow(item);
   const render = () => list.replaceChildren(...kept.filter(matches).reverse().map(row));
@@ -1141,23 +1156,70 @@ function eventsPage() {
     if (kept.length && incoming.seq <= kept[kept.length - 1].seq) return;
     const item = slim(incoming);
     kept.push(item);
-    if (kept.length > EVENTS_KEPT) kept.shift();
-    if (matches(item)) list.prepend(row(item));
-    if (list.children.length > EVENTS_KEPT) list.lastChild.remove();
+    if (kept.length > cap) kept.shift();
+    if (item.envelope.event.startsWith('executor.')) loadNames();
+    // Paused: kept, not shown, until the operator resumes.
+    if (!pause.dataset.paused) {
+      if (matches(item)) list.prepend(row(item));
+      if (list.children.length > cap) list.lastChild.remove();
+    } else {
+      held += 1;
+      paused.textContent = `Paused: ${held} new event${held === 1 ? '' : 's'} not shown yet.`;
+    }
   };
+  function togglePause() {
+    if (pause.dataset.paused) {
+      delete pause.dataset.paused;
+      pause.textContent = 'Pause';
+      paused.hidden = true;
+      held = 0;
+      render();
+    } else {
+      pause.dataset.paused = 'yes';
+      pause.textContent = 'Resume';
+      paused.hidden = false;
+      paused.textContent = 'Paused: no new event yet.';
+    }
+  }
+  // A page of history before the oldest event kept (the server's `before`), progress left out when
+  // it is hidden.
+  async function readOlder() {
+    const oldest = kept.length ? kept[0].seq : live.since + 1;
+    const q = { follow: 'false', before: String(oldest), limit: '200', max_bytes: String(TIMELINE_PAGE_BYTES) };
+    if (hideProgress.checked) q.progress = 'false';
+    const r = await api('GET', `/api/v1/events?${new URLSearchParams(q)}`);
+    if (!alive || !r.ok) return;
+    kept.unshift(...r.data.events.map(slim));
+    cap += r.data.events.length;
+    render();
+    if (!r.data.older) {
+      older.disabled = true;
+      older.textContent = 'The beginning of the log';
+    }
+  }
+  async function loadNames() {
+    const r = await api('GET', '/api/v1/executors');
+    if (!alive || !r.ok) return;
+    for (const x of r.data.executors) names.set(x.executor_id, x.name);
+  }
   page(
     'Events',
     h(
       'form',
       { class: 'filters', role: 'search', oninput: render, onsubmit: (e) => e.preventDefault() },
-      field('Event type starts with', 'e-type', type),
+      field('Types (starts; -type leaves out)', 'e-type', type),
       field('Executor', 'e-executor', executor),
       field('Mission', 'e-mission', mission),
+      h('div', { class: 'check' }, hideProgress, h('label', { for: 'e-no-progress' }, 'Hide mission.progress')),
+      pause,
     ),
-    h('p', { class: 'note' }, `The last ${EVENTS_KEPT} events, newest first, live.`),
+    h('p', { class: 'note' }, `The last ${EVENTS_KEPT} events, newest first, live; older ones on demand below.`),
+    paused,
     gone,
     list,
+    h('div', { class: 'pager' }, older),
   );
+  loadNames().catch(() => {});
   // The last 200 sequence numbers of the log, in pages of bounded size.
   async function backlog() {
     const read = (since, limit) => {
