@@ -341,12 +341,30 @@ async fn the_fleet_page_drains_and_asks_for_readiness_and_fits_a_phone() {
     let row = format!("tr[data-executor='{}']", e.id);
     browser.wait_text(&row, "connected").await;
     assert!(browser.find(&row).await.text().await.contains("unattended_machine"));
-    browser.find(&format!("{row} td:nth-child(7) button")).await.click().await;
+    browser.find(&format!("{row} [data-act=check]")).await.click().await;
     browser.wait_text(&row, "token expires in 2 minutes").await;
-    browser.find(&format!("{row} td:nth-child(8) button")).await.click().await;
+    browser.find(&format!("{row} [data-act=drain]")).await.click().await;
     browser.wait_text(&row, "draining").await;
     assert_eq!(server.executors().await["executors"][0]["draining"], true);
+    // Led by its name, its capabilities as chips; a connected executor cannot be removed from here.
+    assert_eq!(browser.find(&format!("{row} th")).await.text().await.lines().next(), Some("scripted-executor"));
+    let declared = server.executors().await["executors"][0]["capabilities"].as_array().unwrap().len();
+    assert_eq!(browser.find_all(&format!("{row} .chip")).await.len(), declared, "a chip per capability");
+    assert!(browser.find_all(&format!("{row} [data-act=remove]")).await.is_empty());
     browser.screenshot(&shot("fleet")).await;
+
+    // Disconnected: no readiness or drain, but removal, after a confirmation in the row.
+    let (stale, stale_ws) = ScriptedExecutor::online(&server, &[]).await;
+    let stale_row = format!("tr[data-executor='{}']", stale.id);
+    browser.wait_text(&stale_row, "connected").await;
+    stale_ws.close().await;
+    browser.wait_text(&stale_row, "disconnected").await;
+    assert!(browser.find_all(&format!("{stale_row} [data-act=drain]")).await.is_empty());
+    browser.find(&format!("{stale_row} [data-act=remove]")).await.click().await;
+    browser.find(&format!("{stale_row} [data-act=remove-confirm]")).await.click().await;
+    browser.wait_gone(&stale_row).await;
+    let listed = server.executors().await;
+    assert!(!listed.to_string().contains(&stale.id), "removed: {listed}");
 
     // Every control has a label, and at phone width nothing but a table's own box scrolls sideways.
     for page in ["fleet", "missions", "dispatch", "events"] {

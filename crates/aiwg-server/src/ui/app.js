@@ -20,6 +20,7 @@ const MARKS = {
 // How often a page re-reads what an event changed, at most: "within a second", without a read per event
 // under a flood of progress events.
 const REFRESH_MS = 250;
+const FLEET_POLL_MS = 3000;
 // A mission's timeline holds this many events, or this much event data, at most; it is read in pages of
 // at most TIMELINE_PAGE_BYTES (an executor's events can be 1 MiB each), and one event shows at most
 // EVENT_SHOWN characters of its data.
@@ -901,6 +902,32 @@ function fleetPage() {
     load();
   }
 
+  // Removing a stale executor (its token revoked, its id released) asks first, in the row.
+  const removing = new Set();
+  async function remove(id) {
+    removing.delete(id);
+    const r = await api('POST', `/api/v1/executors/${encodeURIComponent(id)}/remove`);
+    readiness.set(id, r.ok ? 'removed' : h('span', { class: 'error' }, describeError(r)));
+    load();
+  }
+
+  // What an executor row offers: readiness and drain while it is connected; removal once it is not.
+  function actions(x) {
+    if (x.connected) {
+      return [
+        readiness.get(x.executor_id) || h('button', { type: 'button', 'data-act': 'check', onclick: () => checkReadiness(x.executor_id) }, 'Check'),
+        ' ',
+        h('button', { type: 'button', 'data-act': 'drain', onclick: () => drain(x.executor_id, !x.draining) }, x.draining ? 'Undrain' : 'Drain'),
+      ];
+    }
+    if (removing.has(x.executor_id)) {
+      return ['Remove it? ', h('button', { type: 'button', class: 'danger', 'data-act': 'remove-confirm', onclick: () => remove(x.executor_id) }, 'Remove'),
+        ' ', h('button', { type: 'button', onclick: () => { removing.delete(x.executor_id); load(); } }, 'Cancel')];
+    }
+    return [readiness.get(x.executor_id) || '', ' ',
+      h('button', { type: 'button', 'data-act': 'remove', onclick: () => { removing.add(x.executor_id); load(); } }, 'Remove…')];
+  }
+
   async function checkReadiness(id) {
     readiness.set(id, 'asking…');
     load();
@@ -932,20 +959,22 @@ function fleetPage() {
       return;
     }
     if (!alive) return;
-    const rows = list.map((x) => h(
+    // HTTP agent runtimes are registry entries too: they have their own table below.
+    const own = list.filter((x) => !x.capabilities.includes('x-kind:http-runtime'));
+    const rows = own.map((x) => h(
       'tr',
       { 'data-executor': x.executor_id },
-      h('th', { scope: 'row' }, x.executor_id, h('div', { class: 'note' }, `${x.name} ${x.version}`)),
+      h('th', { scope: 'row' }, x.name, h('div', { class: 'note' }, h('code', { title: x.executor_id }, shortId(x.executor_id)), ` · ${x.version}`)),
       h('td', {}, x.connected ? '● connected' : ['○ disconnected ', time(x.disconnected_at)], x.draining ? h('div', { class: 'draining' }, '‖ draining') : ''),
       h('td', {}, classOf(x.capabilities)),
-      h('td', { class: 'caps' }, x.capabilities.join(', ')),
-      h('td', {}, h('a', { href: `#/missions?executor_id=${encodeURIComponent(x.executor_id)}` }, String(x.active_mission_count))),
+      h('td', { class: 'caps' }, x.capabilities.map((c) => h('span', { class: 'chip' }, c))),
+      h('td', {}, h('a', { href: `#/missions?executor_id=${encodeURIComponent(x.executor_id)}&state=assigned,running,paused,hitl-required,suspended` }, String(x.active_mission_count)),
+        ' · ', h('a', { href: `#/missions?executor_id=${encodeURIComponent(x.executor_id)}` }, 'all')),
       h('td', {}, time(x.last_event_ts)),
-      h('td', {}, readiness.get(x.executor_id) || h('button', { type: 'button', onclick: () => checkReadiness(x.executor_id) }, 'Check')),
-      h('td', {}, h('button', { type: 'button', onclick: () => drain(x.executor_id, !x.draining) }, x.draining ? 'Undrain' : 'Drain')),
+      h('td', { class: 'actions' }, actions(x)),
     ));
     executors.replaceChildren(rows.length
-      ? table(`Executors (${rows.length})`, ['Executor', 'Status', 'Class', 'Capabilities', 'Active', 'Last event', 'Readiness', ''], rows)
+      ? table(`Executors (${rows.length})`, ['Executor', 'Status', 'Class', 'Capabilities', 'Missions', 'Last event', ''], rows)
       : h('p', {}, 'No executor has registered. Start one: aiwg-serve executor --adapter shell'));
     const [sb, rt] = await Promise.all([
       api('GET', '/api/v1/sandboxes').catch(() => null),
@@ -970,7 +999,10 @@ function fleetPage() {
   }
   const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
   refresh();
-  return { onEvent: refresh, refresh, dispose: () => { alive = false; } };
+  // A socket that drops is no event in the log (only its deregistration, after the grace is): the page
+  // also looks again every few seconds, so it never offers Drain to an executor that is gone.
+  const poll = setInterval(refresh, FLEET_POLL_MS);
+  return { onEvent: refresh, refresh, dispose: () => { alive = false; clearInterval(poll); } };
 }
 
 // Which form field a schema failure is about, from its path in the body (or, for a missing property,
