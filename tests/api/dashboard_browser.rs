@@ -114,6 +114,17 @@ async fn the_mission_page_shows_routing_events_and_honest_control_answers() {
     browser.wait_text("#timeline li[data-event='mission.aborted']", "aborted").await;
     assert_eq!(browser.script(offered, vec![]).await, json!([true, true, true]), "nothing to offer once ended");
     browser.screenshot(&shot("mission")).await;
+
+    // Dispatched again: the form as this mission was asked, under a new id.
+    browser.find("#do-again").await.click().await;
+    browser.wait_text("#dispatch-result", "Copied from").await;
+    let filled = "return ['d-objective', 'd-capabilities', 'd-mission'].map(f => document.getElementById(f).value)";
+    let filled = browser.script(filled, vec![]).await;
+    assert_eq!(
+        (filled[0].as_str(), filled[1].as_str()),
+        (Some("Add JWT validation to /auth/login"), Some("runtime:custom:shell"))
+    );
+    assert_ne!(filled[2], json!(id), "a new id");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,7 +56,17 @@ async fn the_mission_read_returns_objective_completion_and_the_pending_hitl_requ
     assert_eq!(m["executor_name"], "scripted-executor");
     validates_with_extensions(
         &m,
-        &["objective", "completion", "hitl", "routing", "session_id", "executor_name", "controls"],
+        &[
+            "objective",
+            "completion",
+            "hitl",
+            "routing",
+            "session_id",
+            "executor_name",
+            "controls",
+            "executor_filter",
+            "lease",
+        ],
     );
 
     let answer = json!({"hitl_id": "h-ship", "response": "yes"});

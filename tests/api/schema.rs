@@ -141,7 +141,17 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
     both(
         "mission_status_response",
         &status,
-        &["routing", "session_id", "objective", "completion", "duration_s", "executor_name", "controls"],
+        &[
+            "routing",
+            "session_id",
+            "objective",
+            "completion",
+            "duration_s",
+            "executor_name",
+            "controls",
+            "executor_filter",
+            "lease",
+        ],
     );
     let list = server.executors().await;
     both("executors_list_response", &list, &[]);
@@ -160,7 +170,17 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
     both(
         "mission_status_response",
         &status,
-        &["routing", "session_id", "objective", "completion", "duration_s", "executor_name", "controls"],
+        &[
+            "routing",
+            "session_id",
+            "objective",
+            "completion",
+            "duration_s",
+            "executor_name",
+            "controls",
+            "executor_filter",
+            "lease",
+        ],
     );
 
     for r in [

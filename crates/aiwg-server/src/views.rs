@@ -25,6 +25,11 @@ pub struct MissionStatus {
     pub completion: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completion_check: Option<String>,
+    /// What else its dispatch asked for, as it asked (to dispatch it again alike).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor_filter: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Value>,
     pub recent_events: Vec<Envelope>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<Value>,
@@ -70,11 +75,14 @@ impl MissionStatus {
         let routing = row.routing.take();
         let text = |key: &str| row.payload.get(key).and_then(Value::as_str).map(str::to_owned);
         let (completion, completion_check) = (text("completion"), text("completion_check"));
+        let (executor_filter, lease) = (row.payload.get("executor_filter").cloned(), row.payload.get("lease").cloned());
         let controls = Control::allowed(row.state).into_iter().map(Control::as_str).collect();
         MissionStatus {
             summary: MissionSummary::from(row),
             completion,
             completion_check,
+            executor_filter,
+            lease,
             recent_events: events.into_iter().map(|e| e.envelope).collect(),
             routing,
             hitl: None,

@@ -689,6 +689,8 @@ function missionPage(id) {
     controls.append(h('button', { type: 'button', id: `do-${action}`, 'data-control': action, disabled: true, onclick: () => control(action) },
       action[0].toUpperCase() + action.slice(1)));
   }
+  // Retry or clone: the dispatch form, filled in as this mission was asked, under a new id.
+  controls.append(' ', h('a', { class: 'button', id: 'do-again', href: `#/dispatch?from=${encodeURIComponent(id)}` }, 'Dispatch again…'));
 
   let alive = true;
   const seen = new Set();
@@ -722,6 +724,8 @@ function missionPage(id) {
       ['Created', time(m.created_at)],
       ['Updated', time(m.updated_at)],
       ['Silent for', silence(m)],
+      ['Waiting for', m.state === 'queued' ? span((Date.now() - Date.parse(m.updated_at)) / 1000) : ''],
+      ['Away for', m.state === 'suspended' ? span((Date.now() - Date.parse(m.updated_at)) / 1000) : ''],
       ['Timeouts', timeouts(m.timeouts)],
       ['Attempts', attempts(m.attempts)],
       ['Completed', time(m.completed_at)],
@@ -1035,7 +1039,7 @@ function planView(plan) {
 
 // Dispatch: a plan before sending, errors beside the fields they are about, and the new mission
 // followed live until it ends.
-function dispatchPage() {
+function dispatchPage(params) {
   const session = h('input', { type: 'text', value: 'dashboard', required: true });
   const missionId = h('input', { type: 'text', value: newMissionId(), required: true, pattern: '[A-Za-z0-9][A-Za-z0-9._:\\-]{0,127}' });
   const objective = h('textarea', { rows: '4', required: true });
@@ -1117,6 +1121,22 @@ function dispatchPage() {
     result.scrollIntoView({ block: 'nearest' });
   }
 
+  // The form as mission `from` was asked (objective, completion, filter, lease, flags), under a new id.
+  async function prefill(from) {
+    const r = await api('GET', `/api/v1/missions/${encodeURIComponent(from)}`);
+    if (!r.ok) { result.replaceChildren(h('p', { class: 'error' }, `Cannot copy ${from}: ${describeError(r)}`)); return; }
+    const m = r.data;
+    objective.value = m.objective || '';
+    completion.value = m.completion || '';
+    session.value = m.session_id || session.value;
+    const filter = m.executor_filter || {};
+    capabilities.value = (filter.capabilities || []).join(', ');
+    pin.value = filter.executor_id || '';
+    const leased = m.lease && m.lease.tools;
+    tools.value = Array.isArray(leased) ? leased.join(', ') : leased || '';
+    result.replaceChildren(h('p', { class: 'note' }, 'Copied from ', missionLink(from), '; check it, then Plan or Dispatch.'));
+  }
+
   // The mission just dispatched, followed: its state as it moves, and its error if it fails.
   function follow(item) {
     if (!followed || item.envelope.mission_id !== followed.id) return;
@@ -1144,6 +1164,7 @@ function dispatchPage() {
       h('button', { type: 'submit' }, 'Dispatch')),
   );
   page('Dispatch a mission', form, result);
+  if (params && params.get('from')) prefill(params.get('from')).catch(() => {});
   return { onEvent: follow, refresh: () => {}, dispose: () => {} };
 }
 
@@ -1372,7 +1393,7 @@ function route() {
   }
   if (name === 'missions' && parts[1]) current = missionPage(decodeURIComponent(parts[1]));
   else if (name === 'fleet') current = fleetPage();
-  else if (name === 'dispatch') current = dispatchPage();
+  else if (name === 'dispatch') current = dispatchPage(params);
   else if (name === 'events') current = eventsPage();
   else if (name === 'inbox') current = inboxPage();
   else current = missionsPage(params);
