@@ -272,6 +272,7 @@ async fn large_events_are_read_in_pages_and_shown_in_part() {
     let group = browser.wait_text("#timeline li.group", "the small last step").await;
     assert!(group.text().await.starts_with("5 progress"), "{}", group.text().await);
     browser.find("#timeline li.group summary").await.click().await;
+    browser.wait_text("#timeline ol.progress", "the small last step").await;
     let shown = browser
         .script(
             "return [...document.querySelectorAll('#timeline li[data-event=\"mission.progress\"] pre')]\
@@ -614,4 +615,31 @@ async fn the_events_page_filters_out_pauses_and_reads_history() {
     assert_eq!(shown("#events li[data-event='mission.completed']").await, json!(0));
     browser.find("#events-pause").await.click().await;
     browser.wait_text("#events li[data-event='mission.completed']", "mission.completed").await;
+}
+
+/// Issue 39: an executor has a page of its own, reached from the fleet by its name: who it is, its
+/// capabilities, its readiness asked now, its live and recent missions, and drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executor_page_shows_its_missions_readiness_and_drains() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &["x-readiness", "isolation:container"]).await;
+    e.report_readiness(Some(json!({"ready": true, "executor_class": "interactive_local"})));
+    let running = running_mission(&server, &mut e, &mut ws).await;
+    let body = pinned(&e);
+    let ended = dispatch(&server, &mut e, body).await;
+    ws.ack("mission.completed", &ended, json!({"state": "done"})).await;
+    browser.goto(&format!("{}/#/fleet", server.base)).await;
+    browser.find(&format!("tr[data-executor='{}'] th a", e.id)).await.click().await;
+    browser.wait_text("main h1", "Executor scripted-executor").await;
+    browser.wait_text("dd[data-field='capabilities'] .chip", "isolation:container").await;
+    browser.wait_text(&format!("#live-h + div li[data-mission='{running}']"), "running").await;
+    browser.wait_text(&format!("#recent-h + div li[data-mission='{ended}']"), "done").await;
+    assert!(browser.find_all(&format!("#live-h + div li[data-mission='{ended}']")).await.is_empty(), "ended: not live");
+    browser.find("#x-check").await.click().await;
+    browser.wait_text("#x-readiness", "ready").await;
+    browser.find("#x-drain").await.click().await;
+    browser.wait_text("dd[data-field='draining']", "no new missions").await;
+    assert_eq!(server.executors().await["executors"][0]["draining"], true);
+    browser.screenshot(&shot("executor")).await;
 }

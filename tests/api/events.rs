@@ -29,6 +29,13 @@ async fn next_item(ws: &mut OperatorSocket) -> Value {
 }
 
 /// An executor running one mission through a few events; returns the mission id.
+/// A page of one mission's events (`follow=false` and `query`), answered 200.
+async fn mission_page(server: &TestServer, id: &str, query: &str) -> Value {
+    let r = server.client.get(&format!("/api/v1/events?follow=false&mission_id={id}&{query}")).await;
+    assert_eq!(r.status, 200, "{query}: {:?}", r.body);
+    r.body
+}
+
 async fn some_history(server: &TestServer) -> (ScriptedExecutor, crate::support::ExecSocket, String) {
     let (mut e, mut ws) = ScriptedExecutor::online(server, &[]).await;
     let id = mission_id();
@@ -145,12 +152,11 @@ async fn pages_of_large_events_stop_at_their_byte_budget() {
     }
     ws.ack("mission.completed", &id, json!({"state": "done"})).await;
     let page = |query: String| {
-        let (client, path) = (server.client.clone(), format!("/api/v1/events?follow=false&mission_id={id}&{query}"));
+        let (server, id) = (&server, &id);
         async move {
-            let r = client.get(&path).await;
-            assert_eq!(r.status, 200, "{query}: {:?}", r.body);
-            let events: Vec<Value> = r.body["events"].as_array().unwrap().clone();
-            (events, r.body["next_since"].as_i64().unwrap(), r.body["more"].as_bool().unwrap())
+            let body = mission_page(server, id, &query).await;
+            let events: Vec<Value> = body["events"].as_array().unwrap().clone();
+            (events, body["next_since"].as_i64().unwrap(), body["more"].as_bool().unwrap())
         }
     };
     // assigned, started (small), then the large ones: 4 MiB holds four of them past the small ones.
@@ -317,13 +323,12 @@ async fn history_pages_walk_back_and_progress_can_be_left_out() {
     }
     ws.ack("mission.completed", &id, json!({"state": "done"})).await;
     let page = |query: String| {
-        let (client, path) = (server.client.clone(), format!("/api/v1/events?follow=false&mission_id={id}&{query}"));
+        let (server, id) = (&server, &id);
         async move {
-            let r = client.get(&path).await;
-            assert_eq!(r.status, 200, "{query}: {:?}", r.body);
+            let body = mission_page(server, id, &query).await;
             let seqs: Vec<i64> =
-                r.body["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
-            (seqs, r.body["older"].clone())
+                body["events"].as_array().unwrap().iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+            (seqs, body["older"].clone())
         }
     };
     let (everything, older) = page("limit=1000".into()).await;

@@ -54,20 +54,7 @@ async fn the_mission_read_returns_objective_completion_and_the_pending_hitl_requ
         "what its state allows, by the state machine"
     );
     assert_eq!(m["executor_name"], "scripted-executor");
-    validates_with_extensions(
-        &m,
-        &[
-            "objective",
-            "completion",
-            "hitl",
-            "routing",
-            "session_id",
-            "executor_name",
-            "controls",
-            "executor_filter",
-            "lease",
-        ],
-    );
+    validates_with_extensions(&m, crate::schema::STATUS_EXTENSIONS);
 
     let answer = json!({"hitl_id": "h-ship", "response": "yes"});
     assert_eq!(server.client.post(&format!("/api/v1/missions/{id}/hitl_response"), &answer).await.status, 202);

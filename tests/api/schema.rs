@@ -8,6 +8,20 @@ use serde_json::{json, Value};
 use crate::support::upstream::Upstream;
 use crate::support::{dispatch_body, mission_id, ScriptedExecutor, TestServer};
 
+/// The fields a mission's read adds to upstream's `mission_status_response` (our extensions).
+pub(crate) const STATUS_EXTENSIONS: &[&str] = &[
+    "routing",
+    "session_id",
+    "objective",
+    "completion",
+    "duration_s",
+    "hitl",
+    "executor_name",
+    "controls",
+    "executor_filter",
+    "lease",
+];
+
 fn fixture(path: &str) -> Value {
     let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(path);
     serde_json::from_str(&std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))).unwrap()
@@ -138,21 +152,7 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
     ours(&schema, "ack_frame", &dup);
 
     let status = server.mission(&id).await;
-    both(
-        "mission_status_response",
-        &status,
-        &[
-            "routing",
-            "session_id",
-            "objective",
-            "completion",
-            "duration_s",
-            "executor_name",
-            "controls",
-            "executor_filter",
-            "lease",
-        ],
-    );
+    both("mission_status_response", &status, STATUS_EXTENSIONS);
     let list = server.executors().await;
     both("executors_list_response", &list, &[]);
     both("executor_status", &list["executors"][0], &[]);
@@ -167,21 +167,7 @@ async fn everything_the_server_emits_validates_against_ours_and_upstreams_schema
     let pushed = ws.next_pushed().await;
     both("event_envelope", &pushed, &[]);
     let status = server.mission(&late).await;
-    both(
-        "mission_status_response",
-        &status,
-        &[
-            "routing",
-            "session_id",
-            "objective",
-            "completion",
-            "duration_s",
-            "executor_name",
-            "controls",
-            "executor_filter",
-            "lease",
-        ],
-    );
+    both("mission_status_response", &status, STATUS_EXTENSIONS);
 
     for r in [
         server.client.get("/api/v1/missions/none").await,

@@ -717,7 +717,7 @@ function missionPage(id) {
       ['State', badge(m.state)],
       ['Objective', m.objective],
       ['Completion', m.completion],
-      ['Executor', m.executor_id && h('a', { href: `#/missions?executor_id=${encodeURIComponent(m.executor_id)}`, title: m.executor_id },
+      ['Executor', m.executor_id && h('a', { href: `#/executors/${encodeURIComponent(m.executor_id)}`, title: m.executor_id },
         m.executor_name || m.executor_id)],
       ['Queued because', m.queued_reason],
       ['Session', m.session_id],
@@ -873,6 +873,28 @@ function missionPage(id) {
   };
 }
 
+// An executor's class (Vagaris): what it declares, else an interactive local one.
+function classOf(capabilities) {
+  const c = capabilities.find((x) => x.startsWith('x-class:'));
+  return c ? c.slice('x-class:'.length) : 'interactive_local';
+}
+
+// A readiness check's answer: ready or not, the budget, the credential, the gaps, and whether serve would
+// send it unattended missions.
+function readinessView(c) {
+  if (!c.report) return h('span', { class: 'not-ready' }, `✗ no report: ${c.error || 'none served'}`);
+  const gaps = Array.isArray(c.report.gaps) ? c.report.gaps : [];
+  return h(
+    'div',
+    {},
+    h('span', { class: c.report.ready ? 'ready' : 'not-ready' }, c.report.ready ? '✓ ready' : '✗ not ready'),
+    c.report.budget && ` · budget ${c.report.budget.state}`,
+    'credential_expires_at' in c.report && ` · credential ${c.report.credential_expires_at ? `expires ${c.report.credential_expires_at}` : 'does not expire'}`,
+    gaps.length > 0 && h('ul', {}, gaps.map((g) => h('li', {}, `${g.kind}: ${g.detail}`))),
+    h('div', { class: 'note' }, c.unattended_ready ? 'takes unattended missions' : `no unattended missions: ${c.gap}`),
+  );
+}
+
 // The fleet: every executor, sandbox and HTTP runtime, with drain and readiness.
 function fleetPage() {
   const executors = h('div', { 'aria-live': 'polite' });
@@ -893,11 +915,6 @@ function fleetPage() {
       if (!cursor) break;
     }
     return out;
-  }
-
-  function classOf(capabilities) {
-    const c = capabilities.find((x) => x.startsWith('x-class:'));
-    return c ? c.slice('x-class:'.length) : 'interactive_local';
   }
 
   async function drain(id, on) {
@@ -940,20 +957,6 @@ function fleetPage() {
     load();
   }
 
-  function readinessView(c) {
-    if (!c.report) return h('span', { class: 'not-ready' }, `✗ no report: ${c.error || 'none served'}`);
-    const gaps = Array.isArray(c.report.gaps) ? c.report.gaps : [];
-    return h(
-      'div',
-      {},
-      h('span', { class: c.report.ready ? 'ready' : 'not-ready' }, c.report.ready ? '✓ ready' : '✗ not ready'),
-      c.report.budget && ` · budget ${c.report.budget.state}`,
-      'credential_expires_at' in c.report && ` · credential ${c.report.credential_expires_at ? `expires ${c.report.credential_expires_at}` : 'does not expire'}`,
-      gaps.length > 0 && h('ul', {}, gaps.map((g) => h('li', {}, `${g.kind}: ${g.detail}`))),
-      h('div', { class: 'note' }, c.unattended_ready ? 'takes unattended missions' : `no unattended missions: ${c.gap}`),
-    );
-  }
-
   async function load() {
     let list;
     try {
@@ -968,7 +971,8 @@ function fleetPage() {
     const rows = own.map((x) => h(
       'tr',
       { 'data-executor': x.executor_id },
-      h('th', { scope: 'row' }, x.name, h('div', { class: 'note' }, h('code', { title: x.executor_id }, shortId(x.executor_id)), ` · ${x.version}`)),
+      h('th', { scope: 'row' }, h('a', { href: `#/executors/${encodeURIComponent(x.executor_id)}` }, x.name),
+        h('div', { class: 'note' }, h('code', { title: x.executor_id }, shortId(x.executor_id)), ` · ${x.version}`)),
       h('td', {}, x.connected ? '● connected' : ['○ disconnected ', time(x.disconnected_at)], x.draining ? h('div', { class: 'draining' }, '‖ draining') : ''),
       h('td', {}, classOf(x.capabilities)),
       h('td', { class: 'caps' }, x.capabilities.map((c) => h('span', { class: 'chip' }, c))),
@@ -1007,6 +1011,77 @@ function fleetPage() {
   // also looks again every few seconds, so it never offers Drain to an executor that is gone.
   const poll = setInterval(refresh, FLEET_POLL_MS);
   return { onEvent: refresh, refresh, dispose: () => { alive = false; clearInterval(poll); } };
+}
+
+// One executor: who it is, what it can do, its readiness, its live and recent missions, drain and remove.
+function executorPage(id) {
+  const summary = h('dl', { class: 'summary' });
+  const controls = h('div', { class: 'controls' });
+  const outcome = h('p', { class: 'outcome', role: 'status' });
+  const readiness = h('div', { id: 'x-readiness' });
+  const liveList = h('div', {});
+  const recentList = h('div', {});
+  const heading = page(`Executor ${shortId(id)}`, summary, h('section', { 'aria-label': 'Controls' }, controls, outcome),
+    h('section', { 'aria-labelledby': 'readiness-h' }, h('h2', { id: 'readiness-h' }, 'Readiness'),
+      h('button', { type: 'button', id: 'x-check', onclick: () => check().catch(() => {}) }, 'Check now'), readiness),
+    h('section', { 'aria-labelledby': 'live-h' }, h('h2', { id: 'live-h' }, 'Live missions'), liveList),
+    h('section', { 'aria-labelledby': 'recent-h' }, h('h2', { id: 'recent-h' }, 'Recent missions'), recentList));
+  let alive = true;
+  let executorId = id;
+
+  async function act(method, path, what) {
+    const r = await api(method, `/api/v1/executors/${encodeURIComponent(executorId)}${path}`);
+    outcome.textContent = r.ok ? `${what}: done` : `${what} refused: ${describeError(r)}`;
+    refresh();
+  }
+  async function check() {
+    readiness.replaceChildren('asking…');
+    const r = await api('GET', `/api/v1/executors/${encodeURIComponent(executorId)}/readiness`);
+    readiness.replaceChildren(r.ok ? readinessView(r.data) : h('span', { class: 'error' }, describeError(r)));
+  }
+  const missionList = (missions) => (missions.length ? h('ul', { class: 'missions' }, missions.map((m) => h('li', { 'data-mission': m.mission_id },
+    missionLink(m.mission_id), ' ', badge(m.state), ' ', m.objective || '', ' · ', duration(m)))) : h('p', { class: 'note' }, 'None.'));
+
+  async function load() {
+    const r = await api('GET', `/api/v1/executors/${encodeURIComponent(id)}`);
+    if (!alive) return;
+    if (!r.ok) {
+      summary.replaceChildren(h('p', { class: 'error', role: 'alert' }, describeError(r)));
+      controls.hidden = true;
+      return;
+    }
+    const x = r.data;
+    executorId = x.executor_id;
+    heading.textContent = `Executor ${x.name}`;
+    const rows = [
+      ['Name', x.name], ['Id', h('code', {}, x.executor_id)], ['Version', x.version], ['Class', classOf(x.capabilities)],
+      ['Capabilities', x.capabilities.map((c) => h('span', { class: 'chip' }, c))],
+      ['Status', x.connected ? '● connected' : ['○ disconnected since ', time(x.disconnected_at)]],
+      ['Draining', x.draining ? 'yes: no new missions' : ''], ['Registered', time(x.registered_at)],
+      ['Last event', time(x.last_event_ts)], ['Active missions', String(x.active_mission_count)],
+    ];
+    summary.replaceChildren(...rows.filter(([, v]) => v !== '' && v !== undefined && v !== null)
+      .flatMap(([k, v]) => [h('dt', {}, k), h('dd', { 'data-field': k.toLowerCase().replace(/ /g, '-') }, v)]));
+    controls.hidden = false;
+    controls.replaceChildren(...(x.connected
+      ? [h('button', { type: 'button', id: 'x-drain', onclick: () => act(x.draining ? 'DELETE' : 'POST', '/drain', x.draining ? 'undrain' : 'drain') }, x.draining ? 'Undrain' : 'Drain')]
+      : [h('button', { type: 'button', id: 'x-remove', class: 'danger', onclick: () => act('POST', '/remove', 'remove') }, 'Remove')]));
+    const by = encodeURIComponent(x.executor_id);
+    const [live, recent] = await Promise.all([
+      api('GET', `/api/v1/missions?executor_id=${by}&state=assigned,running,paused,hitl-required,suspended&limit=50`),
+      api('GET', `/api/v1/missions?executor_id=${by}&sort=updated&limit=10`),
+    ]);
+    if (!alive) return;
+    if (live.ok) liveList.replaceChildren(missionList(live.data.missions));
+    if (recent.ok) recentList.replaceChildren(missionList(recent.data.missions));
+  }
+  const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
+  refresh();
+  return {
+    onEvent: (item) => { if (item.envelope.executor_id === executorId) refresh(); },
+    refresh,
+    dispose: () => { alive = false; },
+  };
 }
 
 // Which form field a schema failure is about, from its path in the body (or, for a missing property,
@@ -1388,11 +1463,12 @@ function route() {
   if (current) current.dispose();
   const name = parts[0] || 'missions';
   for (const a of document.querySelectorAll('nav a')) {
-    if (a.dataset.page === name) a.setAttribute('aria-current', 'page');
+    if (a.dataset.page === (name === 'executors' ? 'fleet' : name)) a.setAttribute('aria-current', 'page');
     else a.removeAttribute('aria-current');
   }
   if (name === 'missions' && parts[1]) current = missionPage(decodeURIComponent(parts[1]));
   else if (name === 'fleet') current = fleetPage();
+  else if (name === 'executors' && parts[1]) current = executorPage(decodeURIComponent(parts[1]));
   else if (name === 'dispatch') current = dispatchPage(params);
   else if (name === 'events') current = eventsPage();
   else if (name === 'inbox') current = inboxPage();
