@@ -123,6 +123,11 @@ impl<'a> Step<'a> {
     }
 }
 
+/// The executors of a mission's ended attempts: its next attempt passes over them while another fits.
+pub fn failed_executors(attempts: &[Attempt]) -> Vec<String> {
+    attempts.iter().filter(|a| a.ended_at.is_some()).filter_map(|a| a.executor_id.clone()).collect()
+}
+
 /// The steps of the mission's current attempt: those after the last attempt's end.
 pub fn current_attempt<'s, 'a>(steps: &'s [Step<'a>]) -> &'s [Step<'a>] {
     &steps[steps.iter().rposition(Step::ends_attempt).map_or(0, |i| i + 1)..]
@@ -245,6 +250,9 @@ mod tests {
         assert_eq!((got[0].started_at, got[0].ended_at, got[0].retry_at), (Some(t(1)), Some(t(10)), Some(t(12))));
         assert_eq!((got[1].attempt, got[1].executor_id.as_deref()), (2, Some("b")));
         assert_eq!((got[1].started_at, got[1].reason.as_deref()), (Some(t(13)), Some("failed: boom")));
+        assert_eq!(failed_executors(&got), ["a", "b"], "each ended attempt's executor");
+        let under_way = [got[0].clone(), Attempt { ended_at: None, ..got[1].clone() }];
+        assert_eq!(failed_executors(&under_way), ["a"], "not the one under way");
         assert_eq!(
             attempts([], "nobody"),
             [Attempt { attempt: 1, executor_id: None, started_at: None, ended_at: None, reason: None, retry_at: None }]

@@ -193,7 +193,7 @@ impl Queue {
         Ok(Some(Retry {
             attempt: next.attempt,
             not_before: ended.retry_at.unwrap_or_else(clock::now),
-            passed_over: so_far.iter().filter(|a| a.ended_at.is_some()).filter_map(|a| a.executor_id.clone()).collect(),
+            passed_over: aiwg_domain::retry::failed_executors(&so_far),
         }))
     }
 

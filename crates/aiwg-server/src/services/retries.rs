@@ -19,7 +19,7 @@ use super::Core;
 use crate::store::{Change, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_domain::capabilities::{Abilities, Ability};
-use aiwg_domain::retry::{Cause, Policy};
+use aiwg_domain::retry::{failed_executors, Cause, Policy};
 use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, ServeEvent};
 
 /// Ends attempts of missions, or missions, on serve's word.
@@ -75,6 +75,19 @@ impl Retries {
         failure: Failure,
         applies: impl Fn(MissionState) -> bool,
     ) -> Result<Option<Moved>, StoreError> {
+        self.fail_with(owner, mission_id, failure, None, applies).await
+    }
+
+    /// As [`Retries::fail`], committing `also` with the verdict, whichever it is (and not at all when
+    /// the mission is left alone).
+    pub(crate) async fn fail_with(
+        &self,
+        owner: Option<&str>,
+        mission_id: &str,
+        failure: Failure,
+        also: Option<Change>,
+        applies: impl Fn(MissionState) -> bool,
+    ) -> Result<Option<Moved>, StoreError> {
         let next = match failure.to {
             MissionState::Failed => self.next_attempt(mission_id, Cause::Reason(failure.reason)).await,
             _ => None,
@@ -82,9 +95,13 @@ impl Retries {
         match next {
             Some(next) => {
                 let ended = Ended { reason: failure.reason, exit_code: None, error: None };
-                self.retry(owner, mission_id, next, ended, applies).await
+                self.retry(owner, mission_id, next, ended, also, applies).await
             }
-            None => self.decide(owner, mission_id, Verdict::new(failure.said, failure.to), applies).await,
+            None => {
+                let verdict = Verdict::new(failure.said, failure.to);
+                let verdict = also.into_iter().fold(verdict, Verdict::with);
+                self.decide(owner, mission_id, verdict, applies).await
+            }
         }
     }
 
@@ -100,7 +117,7 @@ impl Retries {
     ) -> Result<Option<Moved>, StoreError> {
         let Some(next) = self.next_attempt(mission_id, Cause::ExitCode(exit_code)).await else { return Ok(None) };
         let ended = Ended { reason: "exit_code", exit_code: Some(exit_code), error };
-        self.retry(Some(owner), mission_id, next, ended, |s| !s.is_terminal()).await
+        self.retry(Some(owner), mission_id, next, ended, None, |s| !s.is_terminal()).await
     }
 
     /// Ends the mission's attempt and queues the next.
@@ -110,6 +127,7 @@ impl Retries {
         mission_id: &str,
         mut n: Next,
         ended: Ended,
+        also: Option<Change>,
         applies: impl Fn(MissionState) -> bool,
     ) -> Result<Option<Moved>, StoreError> {
         let (reason, attempt, retry_at) = (ended.reason, n.attempt, n.retry_at);
@@ -119,6 +137,7 @@ impl Retries {
         let patch = MissionPatch { queued_reason: Some(why), scheduled_at: Some(retry_at), ..MissionPatch::default() };
         let verdict = Verdict::new(said, MissionState::Queued)
             .with(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
+        let verdict = also.into_iter().fold(verdict, Verdict::with);
         let Some(moved) = self.decide(owner, mission_id, verdict, applies).await? else { return Ok(None) };
         if ended.exit_code.is_none() {
             self.tell_to_abort(&moved.executor_id, mission_id, reason);
@@ -157,7 +176,8 @@ impl Retries {
         };
         let attempt = so_far.last().map_or(1, |a| a.attempt);
         let wait = policy.retry_after(attempt, cause)?;
-        let tried = so_far.into_iter().filter_map(|a| a.executor_id).collect();
+        // The current attempt's executor joins them once its end is committed (`retry`).
+        let tried = failed_executors(&so_far);
         let retry_at = clock::now() + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX);
         Some(Next { mission, attempt, retry_at, tried })
     }

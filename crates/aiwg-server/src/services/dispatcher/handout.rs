@@ -195,13 +195,14 @@ impl Handout {
             ForwardError::Refused { .. } => Error::ExecutorForwardFailed(failure.to_string()),
             _ => Error::ExecutorUnreachable(failure.to_string()),
         };
-        // Who passed the mission over is kept whatever follows.
+        // Who passed the mission over is kept with the verdict, failed or retried; not when the executor
+        // turns out to have taken it after all.
         let patch = MissionPatch { routing: Some(record.kept(&self.registry)), ..MissionPatch::default() };
-        self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
+        let routing = Change::PatchMission { mission_id: mission_id.to_owned(), patch };
         let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
         let failed = Failure { to: MissionState::Failed, said, reason: "forward_failed" };
         let assigned = |state| state == MissionState::Assigned;
-        match self.retries.fail(Some(executor_id), mission_id, failed, assigned).await? {
+        match self.retries.fail_with(Some(executor_id), mission_id, failed, Some(routing), assigned).await? {
             Some(moved) if moved.to == MissionState::Queued => {
                 let at = moved.event.data.get("retry_at").and_then(Value::as_str).unwrap_or("later");
                 Ok(Dispatched::queued(mission_id, format!("no executor took it ({failure}); tried again from {at}")))
