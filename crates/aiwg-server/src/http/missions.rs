@@ -99,10 +99,14 @@ fn executor_filter(app: &App, reference: &str) -> Result<String> {
 }
 
 fn sort_param(s: &str) -> Result<MissionSort> {
-    MissionSort::ALL.iter().find(|(name, _)| *name == s).map(|(_, sort)| *sort).ok_or_else(|| {
-        let known: Vec<&str> = MissionSort::ALL.iter().map(|(name, _)| *name).collect();
-        Error::InvalidQuery(format!("unknown sort {s:?}; the orders are {}", known.join(", ")))
-    })
+    let found = MissionSort::ALL.iter().find(|(name, _)| *name == s).map(|(_, sort)| *sort);
+    found.ok_or_else(|| unknown("sort", s, "orders", MissionSort::ALL.iter().map(|(name, _)| *name)))
+}
+
+/// A listing's parameter named none of the values it takes: refused, listing them.
+fn unknown<'a>(what: &str, given: &str, kinds: &str, known: impl Iterator<Item = &'a str>) -> Error {
+    let known: Vec<&str> = known.collect();
+    Error::InvalidQuery(format!("unknown {what} {given:?}; the {kinds} are {}", known.join(", ")))
 }
 
 /// The longest text a listing searches for: longer is a mistake, not a search.
@@ -120,10 +124,8 @@ async fn list(
         .iter()
         .flat_map(|s| s.split(','))
         .map(|s| {
-            MissionState::parse(s.trim()).ok_or_else(|| {
-                let known: Vec<&str> = MissionState::ALL.iter().map(|s| s.as_str()).collect();
-                Error::InvalidQuery(format!("unknown state {s:?}; the states are {}", known.join(", ")))
-            })
+            MissionState::parse(s.trim())
+                .ok_or_else(|| unknown("state", s, "states", MissionState::ALL.iter().map(|s| s.as_str())))
         })
         .collect::<Result<Vec<_>>>()?;
     let updated_since = time_param("updated_since", p.updated_since)?;

@@ -118,7 +118,7 @@ impl Status {
         if payload.get("retry").is_some() {
             status.attempts = Some(self.store.attempts(&mission_id).await?);
         }
-        status.summary.executor_name = status.summary.executor_id.as_deref().and_then(|id| self.registry.name(id));
+        self.name_executor(&mut status.summary);
         Ok(status)
     }
 
@@ -153,10 +153,15 @@ impl Status {
         };
         let named = |(_, row)| {
             let mut summary = MissionSummary::from(row);
-            summary.executor_name = summary.executor_id.as_deref().and_then(|id| self.registry.name(id));
+            self.name_executor(&mut summary);
             summary
         };
         Ok(MissionPage { missions: rows.into_iter().map(named).collect(), next_cursor })
+    }
+
+    /// A mission's executor by name too, when serve knows the executor.
+    fn name_executor(&self, summary: &mut MissionSummary) {
+        summary.executor_name = summary.executor_id.as_deref().and_then(|id| self.registry.name(id));
     }
 
     /// Readiness: the store's writer still commits (an empty unit).

@@ -733,8 +733,7 @@ function missionPage(id) {
       ['Error', m.error],
       ['Checkpoint', m.checkpoint_id],
     ];
-    summary.replaceChildren(...rows.filter(([, v]) => v !== undefined && v !== null && v !== '')
-      .flatMap(([k, v]) => [h('dt', {}, k), h('dd', { 'data-field': k.toLowerCase().replace(/ /g, '-') }, v)]));
+    definitions(summary, rows);
     // Only what the mission's state allows (serve says which); the executor's own answer is the outcome's.
     for (const b of controls.querySelectorAll('button[data-control]')) b.disabled = !(m.controls || []).includes(b.dataset.control);
   }
@@ -873,6 +872,18 @@ function missionPage(id) {
   };
 }
 
+// A summary list: each (label, value) with a value, as a term and its definition.
+function definitions(dl, rows) {
+  dl.replaceChildren(...rows.filter(([, v]) => v !== undefined && v !== null && v !== '')
+    .flatMap(([k, v]) => [h('dt', {}, k), h('dd', { 'data-field': k.toLowerCase().replace(/ /g, '-') }, v)]));
+}
+
+// An executor's readiness report, asked for now, as shown.
+async function askReadiness(id) {
+  const r = await api('GET', `/api/v1/executors/${encodeURIComponent(id)}/readiness`);
+  return r.ok ? readinessView(r.data) : h('span', { class: 'error' }, describeError(r));
+}
+
 // An executor's class (Vagaris): what it declares, else an interactive local one.
 function classOf(capabilities) {
   const c = capabilities.find((x) => x.startsWith('x-class:'));
@@ -952,8 +963,7 @@ function fleetPage() {
   async function checkReadiness(id) {
     readiness.set(id, 'asking…');
     load();
-    const r = await api('GET', `/api/v1/executors/${encodeURIComponent(id)}/readiness`);
-    readiness.set(id, r.ok ? readinessView(r.data) : h('span', { class: 'error' }, describeError(r)));
+    readiness.set(id, await askReadiness(id));
     load();
   }
 
@@ -1036,8 +1046,7 @@ function executorPage(id) {
   }
   async function check() {
     readiness.replaceChildren('asking…');
-    const r = await api('GET', `/api/v1/executors/${encodeURIComponent(executorId)}/readiness`);
-    readiness.replaceChildren(r.ok ? readinessView(r.data) : h('span', { class: 'error' }, describeError(r)));
+    readiness.replaceChildren(await askReadiness(executorId));
   }
   const missionList = (missions) => (missions.length ? h('ul', { class: 'missions' }, missions.map((m) => h('li', { 'data-mission': m.mission_id },
     missionLink(m.mission_id), ' ', badge(m.state), ' ', m.objective || '', ' · ', duration(m)))) : h('p', { class: 'note' }, 'None.'));
@@ -1060,8 +1069,7 @@ function executorPage(id) {
       ['Draining', x.draining ? 'yes: no new missions' : ''], ['Registered', time(x.registered_at)],
       ['Last event', time(x.last_event_ts)], ['Active missions', String(x.active_mission_count)],
     ];
-    summary.replaceChildren(...rows.filter(([, v]) => v !== '' && v !== undefined && v !== null)
-      .flatMap(([k, v]) => [h('dt', {}, k), h('dd', { 'data-field': k.toLowerCase().replace(/ /g, '-') }, v)]));
+    definitions(summary, rows);
     controls.hidden = false;
     controls.replaceChildren(...(x.connected
       ? [h('button', { type: 'button', id: 'x-drain', onclick: () => act(x.draining ? 'DELETE' : 'POST', '/drain', x.draining ? 'undrain' : 'drain') }, x.draining ? 'Undrain' : 'Drain')]
