@@ -516,9 +516,10 @@ async fn the_missions_list_searches_keeps_a_selection_live_and_aborts_in_batch()
     // Server-side search: by objective, any case.
     browser.find("#f-q").await.send_keys("LOGIN").await;
     browser.find("form.filters button[type=submit]").await.click().await;
+    // The new page's rows come in one pass: once the match shows, the page is complete.
+    browser.wait_text(&row(login), "Fix the login page").await;
     browser.wait_gone(&row(keys)).await;
     assert_eq!(browser.find_all("tr[data-mission]").await.len(), 1);
-    browser.wait_text(&row(login), "Fix the login page").await;
 
     // Batch abort: pick two, confirm, both aborted.
     browser.goto(&format!("{}/#/missions", server.base)).await;
@@ -595,9 +596,11 @@ async fn the_events_page_filters_out_pauses_and_reads_history() {
     };
     // The last 200 of the log at first; older pages on demand until the beginning.
     assert_eq!(shown("#events li").await, json!(200));
-    while browser.find("#events-older").await.property("disabled").await != json!(true) {
+    // The button is busy while a page is read (a second click would read the same page again).
+    while browser.find("#events-older:not([data-state=reading])").await.attr("data-state").await.as_deref()
+        == Some("idle")
+    {
         browser.find("#events-older").await.click().await;
-        browser.wait_text("#events-older", "").await;
     }
     let last_seq = server.client.get("/api/v1/overview").await.body["last_seq"].clone();
     browser.wait_text("#events-older", "The beginning of the log").await;

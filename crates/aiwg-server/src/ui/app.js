@@ -1259,7 +1259,15 @@ function eventsPage() {
   const hideProgress = h('input', { type: 'checkbox', id: 'e-no-progress' });
   const paused = h('p', { class: 'note', id: 'events-paused', hidden: true });
   const pause = h('button', { type: 'button', id: 'events-pause', onclick: () => togglePause() }, 'Pause');
-  const older = h('button', { type: 'button', id: 'events-older', onclick: () => readOlder().catch(() => {}) }, 'Older events');
+  // Disabled while the backlog or a page of history is read: two reads from the same oldest event
+  // would show its page twice.
+  const older = h('button', { type: 'button', id: 'events-older', disabled: true, 'data-state': 'reading',
+    onclick: () => readOlder().catch(() => {}) }, 'Older events');
+  const olderReady = (more) => {
+    older.disabled = !more;
+    older.dataset.state = more ? 'idle' : 'done';
+    if (!more) older.textContent = 'The beginning of the log';
+  };
   const names = new Map();
   const list = h('ol', { class: 'events', id: 'events', reversed: true });
   const gone = h('p', { class: 'note', id: 'events-compacted', hidden: true });
@@ -1320,18 +1328,19 @@ function eventsPage() {
   // A page of history before the oldest event kept (the server's `before`), progress left out when
   // it is hidden.
   async function readOlder() {
+    older.disabled = true;
+    older.dataset.state = 'reading';
     const oldest = kept.length ? kept[0].seq : live.since + 1;
     const q = { follow: 'false', before: String(oldest), limit: '200', max_bytes: String(TIMELINE_PAGE_BYTES) };
     if (hideProgress.checked) q.progress = 'false';
     const r = await api('GET', `/api/v1/events?${new URLSearchParams(q)}`);
-    if (!alive || !r.ok) return;
-    kept.unshift(...r.data.events.map(slim));
-    cap += r.data.events.length;
+    if (!alive) return;
+    if (!r.ok) { olderReady(true); return; }
+    const page = r.data.events.filter((e) => !kept.length || e.seq < kept[0].seq).map(slim);
+    kept.unshift(...page);
+    cap += page.length;
     render();
-    if (!r.data.older) {
-      older.disabled = true;
-      older.textContent = 'The beginning of the log';
-    }
+    olderReady(r.data.older);
   }
   async function loadNames() {
     const r = await api('GET', '/api/v1/executors');
@@ -1370,7 +1379,8 @@ function eventsPage() {
     }
     const got = [];
     for (;;) {
-      if (!alive || !r.ok) return;
+      if (!alive) return;
+      if (!r.ok) { olderReady(true); return; }
       got.push(...r.data.events.map(slim));
       if (!r.data.more || got.length >= 200) break;
       r = await read(r.data.next_since, 200 - got.length);
@@ -1382,8 +1392,10 @@ function eventsPage() {
       if (!kept.length || item.seq > kept[kept.length - 1].seq) kept.push(item);
     }
     render();
+    // Older events may precede the backlog unless it starts at the log's first; the server says.
+    olderReady(!got.length || got[0].seq > 1);
   }
-  backlog().catch(() => {});
+  backlog().catch(() => olderReady(true));
   return { onEvent: add, refresh: sayCompacted, dispose: () => { alive = false; } };
 }
 
