@@ -11,7 +11,7 @@ use crate::metrics::{Metrics, Snapshot, StoreStats};
 use crate::store::{HitlCursor, HitlQuery, MissionQuery, Store};
 use crate::views::{AskedHitl, MissionPage, MissionStatus, MissionSummary, Overview};
 use aiwg_domain::timeouts::Limits;
-use aiwg_domain::{LISTED, MIN_PREFIX};
+use aiwg_domain::{MissionState, LISTED, MIN_PREFIX};
 
 /// Events shown with a mission (the contract's "last N events").
 pub(crate) const RECENT_EVENTS: u32 = 50;
@@ -116,7 +116,14 @@ impl Status {
         let payload = row.payload.clone();
         let mut status = MissionStatus::from_row(row, events).with_hitl(pending).with_timeouts(&payload, self.timeouts);
         if payload.get("retry").is_some() {
-            status.attempts = Some(self.store.attempts(&mission_id).await?);
+            let mut attempts = self.store.attempts(&mission_id).await?;
+            // An attempt handed out is its executor's from the assignment on, before that executor's
+            // first word or serve's `mission.assigned` record of it reach the log: the row says whose.
+            let summary = &status.summary;
+            if let Some(open) = attempts.last_mut().filter(|a| a.ended_at.is_none() && a.executor_id.is_none()) {
+                open.executor_id = summary.executor_id.clone().filter(|_| summary.state != MissionState::Queued);
+            }
+            status.attempts = Some(attempts);
         }
         self.name_executor(&mut status.summary);
         Ok(status)
