@@ -23,6 +23,11 @@ async fn dispatch(server: &TestServer, e: &mut ScriptedExecutor, body: Value) ->
     body["mission_id"].as_str().unwrap().to_owned()
 }
 
+/// The events page's row of an event by this executor: named, its id on hover.
+fn by_executor(id: &str) -> String {
+    format!("#events .by[title='{id}']")
+}
+
 fn pinned(e: &ScriptedExecutor) -> Value {
     let mut body = dispatch_body(&mission_id());
     body["executor_filter"]["executor_id"] = json!(e.id);
@@ -67,8 +72,11 @@ async fn a_mission_dispatched_from_the_page_reaches_done_live() {
 async fn the_mission_page_shows_routing_events_and_honest_control_answers() {
     let Some(browser) = Browser::start().await else { return };
     let server = TestServer::start().await;
-    let (mut e, mut ws) =
-        ScriptedExecutor::online(&server, &["runtime:custom:shell", "x-pause-resume", "x-abort"]).await;
+    let (mut e, mut ws) = ScriptedExecutor::online(
+        &server,
+        &["runtime:custom:shell", "x-pause-resume", "x-abort", "x-completion-check:shell"],
+    )
+    .await;
     // A second executor that lacks the capability: passed over, and the page says why.
     let (_other, _other_ws) = ScriptedExecutor::online(&server, &[]).await;
     let mut body = dispatch_body(&mission_id());
@@ -113,6 +121,18 @@ async fn the_mission_page_shows_routing_events_and_honest_control_answers() {
     browser.wait_text("dd[data-field='state']", "aborted").await;
     browser.wait_text("#timeline li[data-event='mission.aborted']", "aborted").await;
     assert_eq!(browser.script(offered, vec![]).await, json!([true, true, true]), "nothing to offer once ended");
+    // Who did what: the executor by name; the pause and the abort the operator's (anonymous: no tokens),
+    // the executor's confirmation of the pause its own.
+    let who = "return [...document.querySelectorAll('#timeline > li')]\
+        .map(li => [li.dataset.event, li.querySelector(':scope > .by')?.textContent ?? null])";
+    let expected = json!([
+        ["mission.started", "by scripted-executor"],
+        ["mission.progress", null],
+        ["mission.paused", "by anonymous"],
+        ["mission.paused", "by scripted-executor"],
+        ["mission.aborted", "by anonymous"]
+    ]);
+    assert_eq!(browser.script(who, vec![]).await, expected);
     browser.screenshot(&shot("mission")).await;
 
     // Dispatched again: the form as this mission was asked, under a new id.
@@ -125,6 +145,17 @@ async fn the_mission_page_shows_routing_events_and_honest_control_answers() {
         (Some("Add JWT validation to /auth/login"), Some("runtime:custom:shell"))
     );
     assert_ne!(filled[2], json!(id), "a new id");
+
+    // A completion check that failed: the exit code is said to be the check's, the agent's beside it.
+    let mut checked = pinned(&e);
+    checked["completion_check"] = json!("npm test");
+    let id = dispatch(&server, &mut e, checked).await;
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    let failed =
+        json!({"state": "failed", "reason": "completion_not_met", "exit_code": 4, "error": "npm test exits 4"});
+    ws.ack("mission.failed", &id, failed).await;
+    browser.goto(&format!("{}/#/missions/{id}", server.base)).await;
+    browser.wait_text("dd[data-field='exit-code']", "agent 0 · completion check 4").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,7 +262,7 @@ async fn the_page_recovers_after_serve_restarts_and_misses_nothing() {
     let before = ScriptedExecutor::register(&server, &[]).await;
     browser.goto(&format!("{}/#/events", server.base)).await;
     browser.wait_text("#live", "live").await;
-    browser.wait_text("#events", &before.id).await;
+    browser.find(&by_executor(&before.id)).await;
 
     // Every state the live indicator goes through, recorded by the page itself.
     let watch = "const live = document.getElementById('live'); window.__states = []; \
@@ -240,7 +271,7 @@ async fn the_page_recovers_after_serve_restarts_and_misses_nothing() {
     let server = server.restart_on_same_port().await;
     let after = ScriptedExecutor::register(&server, &[]).await;
     browser.wait_text("#live", "live").await;
-    browser.wait_text("#events", &after.id).await;
+    browser.find(&by_executor(&after.id)).await;
     let states = browser.script("return window.__states", vec![]).await;
     assert!(states.as_array().unwrap().contains(&json!("reconnecting")), "the page said it lost serve: {states}");
     // Every event once: the stream resumed from the last sequence the page had seen.
@@ -303,7 +334,7 @@ async fn a_tab_away_while_events_were_compacted_picks_up_at_the_first_kept() {
     let before = ScriptedExecutor::register(&server, &[]).await;
     browser.goto(&format!("{}/#/events", server.base)).await;
     browser.wait_text("#live", "live").await;
-    browser.wait_text("#events", &before.id).await;
+    browser.find(&by_executor(&before.id)).await;
 
     // The tab loses serve; meanwhile (serve on another port) a mission runs, ends and is compacted.
     let addr = server.addr();
@@ -322,7 +353,7 @@ async fn a_tab_away_while_events_were_compacted_picks_up_at_the_first_kept() {
     // event and says what it missed, instead of retrying a refused resume forever.
     let server = away.restart_on(addr).await;
     let after = ScriptedExecutor::register(&server, &[]).await;
-    browser.wait_text("#events", &after.id).await;
+    browser.find(&by_executor(&after.id)).await;
     browser.wait_text("#live", "live").await;
     browser.wait_text("#events-compacted", "were compacted away").await;
     let shown = |event: &str| format!("return document.querySelectorAll(\"#events li[data-event='{event}']\").length");
@@ -333,7 +364,7 @@ async fn a_tab_away_while_events_were_compacted_picks_up_at_the_first_kept() {
     // first kept event instead of showing nothing.
     browser.script("location.reload(); return null", vec![]).await;
     browser.wait_text("#live", "live").await;
-    browser.wait_text("#events", &after.id).await;
+    browser.find(&by_executor(&after.id)).await;
     browser.wait_text("#events-compacted", "were compacted away").await;
     assert_eq!(browser.script(&shown("mission.completed"), vec![]).await, json!(1), "the backlog reached back");
     assert_eq!(browser.script(&shown("mission.progress"), vec![]).await, json!(0));

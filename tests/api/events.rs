@@ -219,6 +219,7 @@ async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
             ts: "2026-01-01T00:00:00Z".into(),
             data: json!({"owned_mission_ids": [], "protocol_version": n.to_string()}),
             raw: None,
+            origin: Default::default(),
         })
     };
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
@@ -355,4 +356,43 @@ async fn history_pages_walk_back_and_progress_can_be_left_out() {
     for expected in ["mission.assigned", "mission.started", "mission.completed"] {
         assert_eq!(next_item(&mut follower).await["envelope"]["event"], expected, "the stream skips progress too");
     }
+}
+
+/// Each event says whose word it is: the executor's frames, serve's decisions (here a dispatch nobody
+/// took), an operator's action by name (here an abort); the stream says it as the pages do.
+#[tokio::test]
+async fn each_event_says_whether_the_executor_serve_or_which_operator_did_it() {
+    let server = TestServer::start().await;
+    let (e, _ws, id) = some_history(&server).await;
+    let mut follower = operator_socket(&server, "?since=0").await;
+    assert_eq!(server.client.post(&format!("/api/v1/missions/{id}/abort"), &json!({})).await.status, 202);
+    e.answer_with(crate::support::executor::Answer::Status(503));
+    let refused = mission_id();
+    server
+        .client
+        .post("/api/v1/sessions/s/dispatch", &dispatch_body(&refused))
+        .await
+        .assert_error(502, "executor_forward_failed");
+
+    let whose = |page: &Value| -> Vec<(String, Value)> {
+        let events = page["events"].as_array().unwrap();
+        events.iter().map(|i| (i["envelope"]["event"].as_str().unwrap().to_owned(), i["origin"].clone())).collect()
+    };
+    let executor = json!({"kind": "executor"});
+    let expected = vec![
+        ("mission.assigned".to_owned(), executor.clone()),
+        ("mission.started".to_owned(), executor.clone()),
+        ("mission.aborted".to_owned(), json!({"kind": "operator", "name": "anonymous"})),
+    ];
+    assert_eq!(whose(&mission_page(&server, &id, "").await), expected);
+    let failed = vec![("mission.failed".to_owned(), json!({"kind": "serve"}))];
+    assert_eq!(whose(&mission_page(&server, &refused, "").await), failed);
+    let mut streamed = Vec::new();
+    while streamed.len() < 4 {
+        let item = next_item(&mut follower).await;
+        if item["envelope"]["mission_id"].is_string() {
+            streamed.push((item["envelope"]["event"].as_str().unwrap().to_owned(), item["origin"].clone()));
+        }
+    }
+    assert_eq!(streamed, [expected, failed].concat());
 }

@@ -346,13 +346,17 @@ async fn shell_missions_succeed_fail_ask_pause_resume_and_abort() {
     };
     let m = run_to_end(&server, &checked("echo hello; touch done.txt", "test -f done.txt")).await;
     assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("done"), Some(0)), "{m}");
+    assert_eq!(m["exit_codes"], json!({"agent": 0, "completion_check": 0}));
 
+    // The contract's one exit code is the check's; the read says whose, and the agent's beside it.
     let m = run_to_end(&server, &checked("echo nothing", "test -f never.txt")).await;
     assert_eq!((m["state"].as_str(), m["exit_code"].as_i64()), (Some("failed"), Some(1)), "{m}");
-    assert_eq!(m["error"], "the completion check `test -f never.txt` failed: exit 1");
+    assert_eq!(m["exit_codes"], json!({"agent": 0, "completion_check": 1}));
+    assert_eq!(m["error"], "the agent exited 0; the completion check `test -f never.txt` failed: exit 1");
     assert_eq!(m["recent_events"].as_array().unwrap().last().unwrap()["data"]["reason"], "completion_not_met");
     let m = run_to_end(&server, &checked("true", "no-such-checker --all")).await;
-    assert_eq!(m["error"], "the completion check `no-such-checker --all` failed: command not found (exit 127)");
+    let error = "the agent exited 0; the completion check `no-such-checker --all` failed: command not found (exit 127)";
+    assert_eq!(m["error"], error);
 
     // `completion` is prose: never run, whatever it says.
     let mut prose = body(&mission_id(), "echo done", bash.clone());
@@ -364,6 +368,7 @@ async fn shell_missions_succeed_fail_ask_pause_resume_and_abort() {
         (m["state"].as_str(), m["exit_code"].as_i64(), m["error"].as_str()),
         (Some("failed"), Some(3), Some("oops"))
     );
+    assert_eq!(m["exit_codes"], json!({"agent": 3}), "no check ran");
 
     // It declares x-lease-needs:bash: serve knows it would refuse, and stores nothing.
     let id = mission_id();

@@ -28,6 +28,7 @@ fn event(writer: usize, unit: usize, n: usize) -> Change {
         ts: "2026-01-01T00:00:00.000Z".into(),
         data: json!({"writer": writer, "unit": unit, "n": n}),
         raw: None,
+        origin: Default::default(),
     })
 }
 

@@ -20,6 +20,7 @@ pub(crate) const STATUS_EXTENSIONS: &[&str] = &[
     "controls",
     "executor_filter",
     "lease",
+    "exit_codes",
 ];
 
 fn fixture(path: &str) -> Value {

@@ -24,6 +24,7 @@ fn progress(mission: &str, n: usize) -> Change {
         ts: "2026-01-01T00:00:00.000Z".into(),
         data: json!({"n": n}),
         raw: None,
+        origin: Default::default(),
     })
 }
 
@@ -35,6 +36,7 @@ fn resync(n: usize) -> Change {
         ts: "2026-01-01T00:00:00.000Z".into(),
         data: json!({"n": n}),
         raw: None,
+        origin: Default::default(),
     })
 }
 

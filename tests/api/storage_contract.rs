@@ -54,6 +54,7 @@ macro_rules! storage_contract {
                 webhooks_and_their_outbox_round_trip_once_per_source,
                 notable_events_are_read_alone,
                 clocks_and_lifecycles_are_what_timeouts_and_retries_read,
+                each_event_reads_back_with_whose_word_it_is,
             );
 
             #[tokio::test]
@@ -163,7 +164,7 @@ impl Harness for PgHarness {
 /// The cases, each an adapter-agnostic function of a fresh store.
 mod cases {
     use aiwg_contract::{RegisterPayload, TransportEndpoints};
-    use aiwg_domain::{MissionState, RuntimeKind, RuntimeRecord};
+    use aiwg_domain::{MissionState, Origin, RuntimeKind, RuntimeRecord};
     use aiwg_server::store::{
         Change, Compaction, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch,
         MissionQuery, MissionSort, NewEvent, Pending, ProgressSeen, SandboxRecord, Store, StoreError, StoredEvent,
@@ -252,6 +253,7 @@ mod cases {
             ts: text(0),
             data: json!({"n": n, "text": format!("event {n}")}),
             raw: None,
+            origin: Default::default(),
         }
     }
 
@@ -624,6 +626,32 @@ mod cases {
         assert_eq!(got, mine[4..].to_vec());
         let got: Vec<_> = store.recent_events("m1", 100, 1).await.unwrap().into_iter().map(|e| e.seq).collect();
         assert_eq!(got, [mine[5].0], "the newest even when it alone is over the budget");
+    }
+
+    /// An event's origin reads back from every read of the log: the whole log, a mission's events (the
+    /// view an adapter may build over an index) and followers of the commit.
+    pub(super) async fn each_event_reads_back_with_whose_word_it_is(store: Store) {
+        let origins = [Origin::Executor, Origin::Serve, Origin::Operator { name: "ada:ops".into() }];
+        let mut followed = store.subscribe();
+        let events: Vec<NewEvent> = origins
+            .iter()
+            .enumerate()
+            .map(|(n, origin)| NewEvent {
+                origin: origin.clone(),
+                ..event("mission.progress", "e1", Some("m1"), n as i64)
+            })
+            .collect();
+        store.commit(events.iter().map(append).collect()).await.unwrap();
+        let whose = |events: Vec<StoredEvent>| events.into_iter().map(|e| e.origin).collect::<Vec<_>>();
+        let log = store.events_after(EventQuery::after(0, 100)).await.unwrap().events;
+        assert_eq!(whose(log), origins);
+        assert_eq!(whose(store.recent_events("m1", 100, usize::MAX).await.unwrap()), origins);
+        let mut heard = Vec::new();
+        for _ in &origins {
+            let got = tokio::time::timeout(WAIT, followed.recv()).await.expect("in time").unwrap();
+            heard.push(std::sync::Arc::unwrap_or_clone(got));
+        }
+        assert_eq!(whose(heard), origins);
     }
 
     pub(super) async fn events_after_reads_the_log_in_order_with_filters_and_limit(store: Store) {

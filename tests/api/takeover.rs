@@ -2,7 +2,7 @@
 //! token is refused unless it comes from the loopback address the identity was registered from (where
 //! the real agentic-sandbox executor re-registers tokenless on every socket cycle).
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support::{dispatch_body, dispatch_to, mission_id, Client, ScriptedExecutor, TestServer};
 
@@ -105,6 +105,17 @@ async fn an_operator_releases_a_stale_identity() {
     assert_eq!((r.status, &r.body), (200, &json!({"executor_id": e.id, "removed": true})));
     server.client.get(&format!("/api/v1/executors/{}", e.id)).await.assert_error(404, "not_found");
     assert_eq!(server.mission(&id).await["state"], "suspended", "its missions are kept, suspended");
+    let log = server.client.get(&format!("/api/v1/events?follow=false&executor_id={}", e.id)).await.body;
+    let whose: Vec<(&str, &Value)> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["envelope"]["event"].as_str().unwrap(), &i["origin"]))
+        .collect();
+    let (registered, removed) = (&json!({"kind": "executor"}), &json!({"kind": "operator", "name": "anonymous"}));
+    assert_eq!(whose.first(), Some(&("executor.registered", registered)), "{log}");
+    let deregistered = whose.iter().find(|(event, _)| *event == "executor.deregistered");
+    assert_eq!(deregistered, Some(&("executor.deregistered", removed)), "the operator's removal: {log}");
     let again = server.client.post(&remove, &json!(null)).await;
     assert_eq!((again.status, &again.body), (200, &json!({"executor_id": e.id, "removed": true, "already": true})));
     let r = elsewhere.post("/api/v1/executors/register", &e.register_payload()).await;

@@ -20,7 +20,8 @@ pub const ABORT: &str = "x-abort";
 /// overflow silently ends its HITL handling. So answers go only to executors that ask for them.
 pub const ACKS: &str = "x-acks";
 /// An extension: the executor runs a mission's `completion_check` command (with `sh -c`, where the agent
-/// ran) after the agent exits. A mission that carries one goes only to executors declaring this: one
+/// ran) after the agent exits 0, so a `completion_not_met` failure's exit code is the check's and the
+/// agent's was 0 (`Mission::exit_codes`). A mission that carries one goes only to executors declaring this: one
 /// that does not would either skip the check or refuse the mission.
 pub const COMPLETION_CHECK: &str = "x-completion-check:shell";
 /// An extension (Vagaris): the executor never runs a mission whose lease carries no tool list (every

@@ -27,13 +27,13 @@ pub mod timeouts;
 pub mod webhooks;
 
 pub use effects::{hitl_effect, is_repeat, patch_for};
-pub use event::{NewEvent, StoredEvent};
+pub use event::{NewEvent, Origin, StoredEvent};
 pub use executor::{
     canonical_id, resolve_executor, ExecutorRecord, Named, RuntimeKind, RuntimeRecord, SandboxRecord, LISTED,
     MIN_PREFIX,
 };
 pub use hitl::{HitlOutcome, HitlRequest};
 pub use live::{progress_key, session_prefix, Handover, Live, Projection, Undo};
-pub use mission::{Mission, MissionPatch};
+pub use mission::{ExitCodes, Mission, MissionPatch};
 pub use serve_events::{AbortedBy, Recorded, ServeEvent, NO_EXECUTOR};
 pub use state::{on_control, on_executor_event, resume_target, Control, MissionState, Outcome};

@@ -1,6 +1,7 @@
 //! A mission as serve records it, and the partial updates events make to it.
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::MissionState;
@@ -51,6 +52,30 @@ impl Mission {
             compacted_at: None,
         }
     }
+
+    /// Whose exit code the mission's `exit_code` is. The contract has one, which a failure for
+    /// `completion_not_met` fills with the completion check's; a dispatch with a `completion_check` went
+    /// only to an executor that runs it after its agent exits 0 (`capabilities::COMPLETION_CHECK`), so
+    /// there the agent's is known too. `None` when the mission reported no exit code.
+    pub fn exit_codes(&self) -> Option<ExitCodes> {
+        let code = self.exit_code?;
+        let reason = self.terminal_data.as_ref().and_then(|d| d.get("reason")).and_then(Value::as_str);
+        let checked = self.payload.get("completion_check").is_some_and(Value::is_string);
+        Some(match reason {
+            Some("completion_not_met") => ExitCodes { agent: checked.then_some(0), completion_check: Some(code) },
+            _ if checked && self.state == MissionState::Done => ExitCodes { agent: Some(0), completion_check: Some(0) },
+            _ => ExitCodes { agent: Some(code), completion_check: None },
+        })
+    }
+}
+
+/// The agent's exit code and the completion check's, each where serve knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ExitCodes {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_check: Option<i64>,
 }
 
 /// A partial update of a mission; later patches of the same mission in a batch override earlier ones
@@ -98,5 +123,32 @@ impl MissionPatch {
             checkpoint_id,
             scheduled_at
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ended(state: MissionState, payload: Value, exit_code: i64, data: Value) -> Mission {
+        let now = Utc::now();
+        Mission { exit_code: Some(exit_code), terminal_data: Some(data), ..Mission::new("m", "s", state, payload, now) }
+    }
+
+    #[test]
+    fn the_exit_code_is_said_to_be_the_agents_or_the_checks() {
+        let checked = json!({"completion_check": "npm test"});
+        let not_met = json!({"reason": "completion_not_met"});
+        let codes = |agent, completion_check| Some(ExitCodes { agent, completion_check });
+        let failed = MissionState::Failed;
+        assert_eq!(ended(failed, checked.clone(), 4, not_met.clone()).exit_codes(), codes(Some(0), Some(4)));
+        assert_eq!(ended(failed, json!({}), 4, not_met).exit_codes(), codes(None, Some(4)), "judged by the executor");
+        let agent_failed = json!({"reason": "agent_failed"});
+        assert_eq!(ended(failed, checked.clone(), 2, agent_failed).exit_codes(), codes(Some(2), None));
+        assert_eq!(ended(MissionState::Done, checked, 0, json!({})).exit_codes(), codes(Some(0), Some(0)));
+        assert_eq!(ended(MissionState::Done, json!({}), 0, json!({})).exit_codes(), codes(Some(0), None));
+        let silent = Mission::new("m", "s", failed, json!({}), Utc::now());
+        assert_eq!(silent.exit_codes(), None);
     }
 }

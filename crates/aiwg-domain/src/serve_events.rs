@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{patch_for, MissionPatch, MissionState, NewEvent};
+use super::{patch_for, MissionPatch, MissionState, NewEvent, Origin};
 use aiwg_contract::clock;
 use aiwg_contract::{EventType, RegisterPayload};
 
@@ -249,6 +249,12 @@ impl ServeEvent {
             ts: clock::format(now),
             data: self.data(),
             raw: None,
+            // A registration is the executor's act; a runtime has no socket to say it with, so what serve
+            // records for it is the runtime's word. A deregistration's origin is its caller's to set.
+            origin: match self {
+                ServeEvent::Runtime { .. } | ServeEvent::Registered(_) => Origin::Executor,
+                _ => Origin::Serve,
+            },
         }
     }
 

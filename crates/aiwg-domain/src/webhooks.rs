@@ -425,6 +425,7 @@ mod tests {
                 data: Some(data),
             },
             received_at: "2026-12-04T10:00:00Z".parse().unwrap(),
+            origin: Default::default(),
         }
     }
 

@@ -10,7 +10,7 @@ use aiwg_contract::Envelope;
 use aiwg_domain::retry::Attempt;
 use aiwg_domain::timeouts::Limits;
 use aiwg_domain::{Control, MissionState};
-use aiwg_domain::{HitlOutcome, HitlRequest, Mission, StoredEvent};
+use aiwg_domain::{ExitCodes, HitlOutcome, HitlRequest, Mission, StoredEvent};
 use chrono::{DateTime, Utc};
 
 /// `GET /api/v1/missions/{id}`: the contract's `mission_status_response`, plus our extensions: the
@@ -42,6 +42,9 @@ pub struct MissionStatus {
     /// Every attempt, when its dispatch has a retry policy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<Attempt>>,
+    /// Whose `exit_code` is: the agent's, the completion check's, or both where serve knows them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_codes: Option<ExitCodes>,
     /// The operator controls its state allows (`pause`, `resume`, `abort`, `hitl_response`), by the
     /// state machine: a page offers these and no others. Whether the executor acts on them is the
     /// control's answer to say.
@@ -77,6 +80,7 @@ impl MissionStatus {
         let (completion, completion_check) = (text("completion"), text("completion_check"));
         let (executor_filter, lease) = (row.payload.get("executor_filter").cloned(), row.payload.get("lease").cloned());
         let controls = Control::allowed(row.state).into_iter().map(Control::as_str).collect();
+        let exit_codes = row.exit_codes();
         MissionStatus {
             summary: MissionSummary::from(row),
             completion,
@@ -88,6 +92,7 @@ impl MissionStatus {
             hitl: None,
             timeouts: None,
             attempts: None,
+            exit_codes,
             controls,
         }
     }

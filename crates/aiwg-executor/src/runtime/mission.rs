@@ -166,7 +166,7 @@ impl Executor {
         let found = spawn::check_completion(check, dir, env).await;
         let Some(why) = found.failure() else { return done };
         let mut failed = json!({"state": "failed", "reason": "completion_not_met",
-                                "error": format!("the completion check `{check}` failed: {why}")});
+                                "error": format!("the agent exited 0; the completion check `{check}` failed: {why}")});
         if let spawn::Completion::NotMet(code) = found {
             failed["exit_code"] = json!(code);
         }

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::acted::Acted;
 use super::etag;
-use super::extract::{Admin, Bearer, Contract, ExecutorId, ExecutorRef, Page, PathId, SocketUpgrade, Viewer};
+use super::extract::{Admin, Bearer, Caller, Contract, ExecutorId, ExecutorRef, Page, PathId, SocketUpgrade, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::hub;
@@ -110,8 +110,8 @@ async fn readiness(_: Viewer, State(app): State<Arc<App>>, ExecutorRef(id): Exec
 
 /// By id, name or prefix as the other operator routes, and also by the exact id of an executor that has
 /// left (to release its identity, or to answer that it is removed already): so not an `ExecutorRef`.
-async fn remove(_: Admin, State(app): State<Arc<App>>, PathId(reference): PathId) -> Result<Response> {
-    let removed = app.fleet.remove_executor(&reference).await?;
+async fn remove(Caller(by, _): Admin, State(app): State<Arc<App>>, PathId(reference): PathId) -> Result<Response> {
+    let removed = app.fleet.remove_executor(&reference, &by.name).await?;
     let acted = Acted { mission_id: None, executor_id: Some(removed.executor_id.clone()) };
     Ok((Extension(acted), Json(removed)).into_response())
 }

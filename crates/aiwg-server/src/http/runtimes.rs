@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{Admin, JsonBody, PathId, Viewer};
+use super::extract::{Admin, Caller, JsonBody, PathId, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use aiwg_domain::RuntimeKind;
@@ -68,8 +68,8 @@ async fn check(_: Admin, State(app): State<Arc<App>>, PathId(id): PathId) -> Res
 
 /// Removes the runtime as `POST /api/v1/executors/{id}/remove` removes any executor: its live
 /// missions end (`executor_removed`) and the calls in flight are dropped.
-async fn remove(_: Admin, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
+async fn remove(Caller(by, _): Admin, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<Response> {
     let runtime = app.runtimes.get(&id)?;
-    app.fleet.remove_executor(&runtime.executor_id).await?;
+    app.fleet.remove_executor(&runtime.executor_id, &by.name).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

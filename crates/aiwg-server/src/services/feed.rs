@@ -13,6 +13,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::store::{EventQuery, Store, StoredEvent};
 use aiwg_contract::{Envelope, EventType};
+use aiwg_domain::Origin;
 
 /// Events read from the database per query while catching up, and their data's bytes at most (past the
 /// first): what a follower holds in memory at once, however large its executors' events are.
@@ -55,17 +56,20 @@ pub struct Item {
     pub seq: i64,
     pub received_at: String,
     pub envelope: Envelope,
+    /// Who the event is the word of (our extension): the executor, serve, or an operator by name.
+    pub origin: Origin,
 }
 
 impl From<&StoredEvent> for Item {
     fn from(e: &StoredEvent) -> Item {
-        Item { seq: e.seq, received_at: aiwg_contract::clock::format(e.received_at), envelope: e.envelope.clone() }
+        Item::from(e.clone())
     }
 }
 
 impl From<StoredEvent> for Item {
     fn from(e: StoredEvent) -> Item {
-        Item { seq: e.seq, received_at: aiwg_contract::clock::format(e.received_at), envelope: e.envelope }
+        let received_at = aiwg_contract::clock::format(e.received_at);
+        Item { seq: e.seq, received_at, envelope: e.envelope, origin: e.origin }
     }
 }
 

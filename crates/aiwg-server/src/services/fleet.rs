@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::limits::RateLimiter;
 use crate::store::Store;
 use aiwg_contract::{spec_support, RegisterPayload, SpecSupport, SPEC_VERSION};
-use aiwg_domain::{capabilities, Live, ServeEvent};
+use aiwg_domain::{capabilities, Live, Origin, ServeEvent};
 
 /// The answer to `POST /api/v1/executors/{id}/remove`.
 #[derive(Debug, serde::Serialize)]
@@ -119,7 +119,7 @@ impl Fleet {
     /// Nothing changes unless all of it is committed.
     pub async fn deregister(&self, executor_id: &str, bearer: Option<&str>) -> Result<()> {
         self.registry.authenticate(executor_id, bearer)?;
-        self.end_identity(executor_id, "graceful_shutdown", false).await
+        self.end_identity(executor_id, "graceful_shutdown", false, Origin::Executor).await
     }
 
     /// `POST /api/v1/executors/{id}/remove` (operator): what a deregistration does, for an executor that
@@ -129,7 +129,7 @@ impl Fleet {
     /// Idempotent, as the other controls: an executor that has left already (by its exact id) has its
     /// identity released if it still held one (the refusal of a registration from elsewhere tells the
     /// operator to remove it), and a repeated removal answers that it is removed already.
-    pub async fn remove_executor(&self, reference: &str) -> Result<Removed> {
+    pub async fn remove_executor(&self, reference: &str, by: &str) -> Result<Removed> {
         let executor_id = match self.registry.resolve(reference) {
             Ok(id) => id,
             Err(Error::NotFound(why)) => match self.registry.departed(reference) {
@@ -144,7 +144,7 @@ impl Fleet {
                 "executor {executor_id} is connected: stop it (or let it deregister itself) before removing it"
             )));
         }
-        self.end_identity(&executor_id, "operator_deleted", true).await?;
+        self.end_identity(&executor_id, "operator_deleted", true, Origin::Operator { name: by.to_owned() }).await?;
         tracing::info!(%executor_id, "executor removed by an operator; its identity is released");
         Ok(Removed { executor_id, removed: true, already: false })
     }
@@ -163,14 +163,15 @@ impl Fleet {
         Ok(Removed { executor_id, removed: true, already: false })
     }
 
-    /// Ends an executor's registration (`reason` for `executor.deregistered`), suspending or failing its
-    /// live missions, and with `release` frees the identity for anyone. One commit, then memory.
-    async fn end_identity(&self, executor_id: &str, reason: &'static str, release: bool) -> Result<()> {
+    /// Ends an executor's registration (`reason` for `executor.deregistered`, the word of `origin`),
+    /// suspending or failing its live missions, and with `release` frees the identity for anyone. One
+    /// commit, then memory.
+    async fn end_identity(&self, executor_id: &str, reason: &'static str, release: bool, origin: Origin) -> Result<()> {
         let _serial = self.registry.serialized().await;
         let resumable = self.registry.has_capability(executor_id, capabilities::RESUMABLE);
         let changes = self
             .registry
-            .deregister_changes(executor_id, reason, release)
+            .deregister_changes(executor_id, reason, release, origin)
             .ok_or_else(|| Error::NotFound(format!("executor {executor_id} is not registered")))?;
         let (to, said) = ServeEvent::executor_gone(resumable, "executor_deregistered");
         let owned = self.ledger.owned_by(executor_id);

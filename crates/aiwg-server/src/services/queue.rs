@@ -233,9 +233,7 @@ impl Queue {
     pub(crate) async fn abort(&self, mission_id: &str, by: &str) -> Result<bool> {
         let said = ServeEvent::Aborted { by: AbortedBy::Operator, reason: "operator_request" };
         let mut recorded = said.record(NO_EXECUTOR, mission_id, MissionState::Aborted, clock::now());
-        if let Some(fields) = recorded.event.data.as_object_mut() {
-            fields.insert("by".into(), by.into());
-        }
+        recorded.event.by_operator(by);
         if let Some((_, patch)) = &mut recorded.patch {
             patch.error = Some(format!("aborted by {by} while queued"));
         }

@@ -21,7 +21,9 @@ use aiwg_contract::clock;
 use aiwg_contract::tokens;
 use aiwg_contract::EventType;
 use aiwg_domain::sandbox_sessions::{sessions_mentioned, Inferred, Tracker, INFERRED};
-use aiwg_domain::{canonical_id, on_executor_event, MissionState, NewEvent, Outcome, SandboxRecord, ServeEvent};
+use aiwg_domain::{
+    canonical_id, on_executor_event, MissionState, NewEvent, Origin, Outcome, SandboxRecord, ServeEvent,
+};
 
 /// The longest `type` of a sandbox frame that is stored; anything else is not a SandboxEvent.
 const MAX_TYPE_LEN: usize = 64;
@@ -242,6 +244,7 @@ impl Sandboxes {
             ts: clock::format(now),
             data: frame.clone(),
             raw: None,
+            origin: Origin::Executor,
         };
         if let Err(e) = self.store.commit(vec![Change::AppendEvent(row)]).await {
             tracing::error!(error = %e, sandbox_id, "storing a sandbox event failed");

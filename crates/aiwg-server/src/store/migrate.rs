@@ -25,6 +25,7 @@ pub(super) const SQLITE: Migrations = &[
     (11, "webhooks", include_str!("../../../../migrations/0011_webhooks.sql")),
     (12, "idempotency", include_str!("../../../../migrations/0012_idempotency.sql")),
     (13, "attempts", include_str!("../../../../migrations/0013_attempts.sql")),
+    (14, "event_origin", include_str!("../../../../migrations/0014_event_origin.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -40,6 +41,7 @@ pub(super) const POSTGRES: Migrations = &[
     (9, "webhooks", include_str!("../../../../migrations/postgres/0009_webhooks.sql")),
     (10, "idempotency", include_str!("../../../../migrations/postgres/0010_idempotency.sql")),
     (11, "attempts", include_str!("../../../../migrations/postgres/0011_attempts.sql")),
+    (12, "event_origin", include_str!("../../../../migrations/postgres/0012_event_origin.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

@@ -17,7 +17,7 @@ use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{AuditRecord, OperatorRecord, Role};
 use aiwg_domain::timeouts::Seen;
 use aiwg_domain::webhooks::{Delivery, DeliveryState, Format, Topic, Webhook};
-use aiwg_domain::MissionState;
+use aiwg_domain::{MissionState, Origin};
 
 /// The column reads the mapping needs, for any row whose database decodes text, 64-bit integers,
 /// booleans and bytes (SQLite reads its 0/1 integers as booleans).
@@ -293,5 +293,6 @@ pub(super) fn event_from_row<R: Cols>(r: &R) -> Result<StoredEvent> {
             ts: r.text("ts")?,
             data: Some(parse_json(&r.text("data")?, "event data")?),
         },
+        origin: Origin::from_column(r.text_opt("origin")?.as_deref()),
     })
 }

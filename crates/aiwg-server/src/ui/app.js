@@ -367,6 +367,23 @@ function renderOverview(o) {
   ));
 }
 
+// Executors' names by id, as the pages last read them: events say who did what by name.
+const executorNames = new Map();
+
+async function readExecutorNames() {
+  const r = await api('GET', '/api/v1/executors');
+  if (r.ok) for (const x of r.data.executors) executorNames.set(x.executor_id, x.name);
+}
+
+// Who did what (serve says): the executor (by name, once known), serve, or the operator by name.
+function byLabel(item) {
+  const o = item.origin || { kind: 'executor' };
+  if (o.kind === 'operator') return h('span', { class: 'by operator' }, `by ${o.name}`);
+  if (o.kind === 'serve') return h('span', { class: 'by serve' }, 'by serve');
+  const id = item.envelope.executor_id;
+  return h('span', { class: 'by executor', title: id }, `by ${executorNames.get(id) || shortId(id)}`);
+}
+
 // One event of the log of every mission: with a link to its mission, its data folded.
 function eventRow(item) {
   const e = item.envelope;
@@ -380,7 +397,8 @@ function eventRow(item) {
     time(item.received_at),
     ' ',
     h('strong', {}, e.event),
-    ` from ${e.executor_id}`,
+    ' ',
+    byLabel(item),
     e.mission_id ? [' on ', missionLink(e.mission_id)] : '',
     hasData && h('details', {}, h('summary', {}, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat), h('pre', {}, shown(e.data))),
   );
@@ -637,7 +655,7 @@ function stepRow(item) {
   const e = item.envelope;
   const hasData = e.data !== undefined && e.data !== null;
   const li = h('li', { 'data-seq': item.seq, 'data-event': e.event },
-    time(item.received_at), ' ', h('strong', {}, e.event.replace('mission.', '')), ' ',
+    time(item.received_at), ' ', h('strong', {}, e.event.replace('mission.', '')), ' ', byLabel(item), ' ',
     h('span', { class: 'gist' }, gist(e)),
     hasData && h('details', {}, h('summary', {}, 'data'), h('pre', {}, shown(e.data))));
   li.item = item;
@@ -729,7 +747,7 @@ function missionPage(id) {
       ['Timeouts', timeouts(m.timeouts)],
       ['Attempts', attempts(m.attempts)],
       ['Completed', time(m.completed_at)],
-      ['Exit code', m.exit_code],
+      ['Exit code', exitCodes(m)],
       ['Error', m.error],
       ['Checkpoint', m.checkpoint_id],
     ];
@@ -850,6 +868,7 @@ function missionPage(id) {
       return;
     }
     controls.hidden = false;
+    if (r.data.executor_name) executorNames.set(r.data.executor_id, r.data.executor_name);
     renderSummary(r.data);
     const hitlId = r.data.hitl ? r.data.hitl.hitl_id : null;
     if (hitlId !== shownHitl) {
@@ -860,7 +879,8 @@ function missionPage(id) {
   }
   const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
 
-  load().then(() => loadTimeline()).catch(() => {});
+  // The timeline says who did what by name: the names first (executors of earlier attempts too).
+  Promise.all([load(), readExecutorNames()]).then(() => loadTimeline()).catch(() => {});
   return {
     onEvent: (item) => {
       if (item.envelope.mission_id !== id) return;
@@ -873,6 +893,14 @@ function missionPage(id) {
 }
 
 // A summary list: each (label, value) with a value, as a term and its definition.
+// The exit code and whose it is: the agent's, the completion check's, or both (serve says which it knows).
+function exitCodes(m) {
+  const c = m.exit_codes;
+  if (!c) return m.exit_code;
+  return [c.agent !== undefined && `agent ${c.agent}`, c.completion_check !== undefined && `completion check ${c.completion_check}`]
+    .filter(Boolean).join(' · ');
+}
+
 function definitions(dl, rows) {
   dl.replaceChildren(...rows.filter(([, v]) => v !== undefined && v !== null && v !== '')
     .flatMap(([k, v]) => [h('dt', {}, k), h('dd', { 'data-field': k.toLowerCase().replace(/ /g, '-') }, v)]));
@@ -1268,7 +1296,6 @@ function eventsPage() {
     older.dataset.state = more ? 'idle' : 'done';
     if (!more) older.textContent = 'The beginning of the log';
   };
-  const names = new Map();
   const list = h('ol', { class: 'events', id: 'events', reversed: true });
   const gone = h('p', { class: 'note', id: 'events-compacted', hidden: true });
   const sayCompacted = () => {
@@ -1291,7 +1318,7 @@ function eventsPage() {
     return !(hideProgress.checked && e.event === 'mission.progress')
       && (!shown.length || shown.some((r) => e.event.startsWith(r)))
       && !left.some((r) => r && e.event.startsWith(r))
-      && (!who || e.executor_id.startsWith(who) || names.get(e.executor_id) === who)
+      && (!who || e.executor_id.startsWith(who) || executorNames.get(e.executor_id) === who)
       && (!mission.value.trim() || (e.mission_id || '').startsWith(mission.value.trim()));
   };
   const row = (item) => eventRow(item);
@@ -1301,7 +1328,7 @@ function eventsPage() {
     const item = slim(incoming);
     kept.push(item);
     if (kept.length > cap) kept.shift();
-    if (item.envelope.event.startsWith('executor.')) loadNames();
+    if (item.envelope.event.startsWith('executor.')) readExecutorNames().catch(() => {});
     // Paused: kept, not shown, until the operator resumes.
     if (!pause.dataset.paused) {
       if (matches(item)) list.prepend(row(item));
@@ -1342,11 +1369,6 @@ function eventsPage() {
     render();
     olderReady(r.data.older);
   }
-  async function loadNames() {
-    const r = await api('GET', '/api/v1/executors');
-    if (!alive || !r.ok) return;
-    for (const x of r.data.executors) names.set(x.executor_id, x.name);
-  }
   page(
     'Events',
     h(
@@ -1364,7 +1386,8 @@ function eventsPage() {
     list,
     h('div', { class: 'pager' }, older),
   );
-  loadNames().catch(() => {});
+  // Rows say who did what by name: shown again once the names are in.
+  readExecutorNames().then(() => { if (alive) render(); }).catch(() => {});
   // The last 200 sequence numbers of the log, in pages of bounded size.
   async function backlog() {
     const read = (since, limit) => {

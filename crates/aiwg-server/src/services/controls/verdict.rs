@@ -53,11 +53,9 @@ pub(super) fn decide_action(
     let mut recorded = said(action, now).record(live.executor_id(), mission_id, to, now);
     let frame = recorded.event.frame();
     let data = recorded.event.data.clone();
-    if let Some(fields) = recorded.event.data.as_object_mut() {
-        fields.insert("by".into(), by.into());
-        if let Some(a) = &answered {
-            fields.insert("waited_s".into(), (now - a.requested_at).num_seconds().max(0).into());
-        }
+    recorded.event.by_operator(by);
+    if let (Some(fields), Some(a)) = (recorded.event.data.as_object_mut(), &answered) {
+        fields.insert("waited_s".into(), (now - a.requested_at).num_seconds().max(0).into());
     }
     let mut changes = Change::recorded(recorded);
     if let Some(a) = &answered {

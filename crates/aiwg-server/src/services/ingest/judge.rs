@@ -154,6 +154,7 @@ mod tests {
             ts: "2026-11-30T11:59:59.000Z".into(),
             data,
             raw: None,
+            origin: aiwg_domain::Origin::Executor,
         }
     }
 

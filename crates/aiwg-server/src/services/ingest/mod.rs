@@ -330,6 +330,7 @@ pub(crate) fn read_progress(executor_id: &str, text: &str) -> Option<(NewEvent, 
         ts,
         data,
         raw: None,
+        origin: aiwg_domain::Origin::Executor,
     };
     Some((row, event, reference))
 }
@@ -358,6 +359,7 @@ fn record(schema: &Schema, executor_id: &str, event: EventType, envelope: &mut E
         ts: envelope.ts.clone(),
         data,
         raw,
+        origin: aiwg_domain::Origin::Executor,
     }
 }
 

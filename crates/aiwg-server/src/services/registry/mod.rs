@@ -20,7 +20,7 @@ use aiwg_contract::RegisterPayload;
 use aiwg_contract::{clock, tokens};
 use aiwg_domain::capabilities::{Abilities, Known};
 use aiwg_domain::routing::RoutingView;
-use aiwg_domain::{resolve_executor, ExecutorRecord, Named, ServeEvent};
+use aiwg_domain::{resolve_executor, ExecutorRecord, Named, NewEvent, Origin, ServeEvent};
 use entry::{Admitted, Entry, Inner};
 
 pub struct Registry {
@@ -166,7 +166,13 @@ impl Registry {
     /// to be committed with the consequences for its missions before [`Registry::apply_deregister`].
     /// `None` for an unknown or already deregistered executor.
     /// With `release`, the identity is freed: no address is remembered, so anyone may claim it.
-    pub fn deregister_changes(&self, executor_id: &str, reason: &'static str, release: bool) -> Option<Vec<Change>> {
+    pub fn deregister_changes(
+        &self,
+        executor_id: &str,
+        reason: &'static str,
+        release: bool,
+        origin: Origin,
+    ) -> Option<Vec<Change>> {
         let now = clock::now();
         let inner = self.inner.read().expect("registry lock");
         let entry = inner.executors.get(executor_id).filter(|e| e.live())?;
@@ -178,7 +184,7 @@ impl Registry {
             registered_from: if release { None } else { current.registered_from.clone() },
             ..current
         };
-        let event = ServeEvent::Deregistered { reason }.row(executor_id, None, now);
+        let event = NewEvent { origin, ..ServeEvent::Deregistered { reason }.row(executor_id, None, now) };
         Some(vec![Change::PutExecutor(Box::new(row)), Change::AppendEvent(event)])
     }
 

@@ -266,7 +266,7 @@ impl<'a, B: Builder<'a>> Script<B> {
     /// Event rows, one multi-row insert (at most [`Builder::ROWS`]), all received at the commit time
     /// `now`.
     pub(super) fn events(&mut self, rows: &[(i64, &'a NewEvent, &'a Encoded)], now: &'a str) {
-        self.push("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw) ");
+        self.push("INSERT INTO events (seq, event, executor_id, mission_id, ts, received_at, data, raw, origin) ");
         self.values(rows, |b, (seq, ev, (data, raw))| {
             b.bind(*seq)
                 .bind(ev.event.as_ref())
@@ -275,7 +275,8 @@ impl<'a, B: Builder<'a>> Script<B> {
                 .bind(ev.ts.as_str())
                 .bind(now)
                 .bind(data.as_str())
-                .bind(raw.as_deref());
+                .bind(raw.as_deref())
+                .bind(ev.origin.column());
         });
         self.end();
     }

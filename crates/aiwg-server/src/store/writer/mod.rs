@@ -402,7 +402,7 @@ impl Committed {
                 // The tree was dropped in `Unit::new` (off the writer); only followers need it back.
                 let mut envelope = ev.envelope();
                 envelope.data = serde_json::from_str(&units[*unit].encoded[*encoding].0).ok();
-                Some(StoredEvent { seq: *seq, envelope, received_at: self.received_at })
+                Some(StoredEvent { seq: *seq, envelope, received_at: self.received_at, origin: ev.origin.clone() })
             }
             _ => None,
         })
