@@ -504,6 +504,9 @@ async fn a_retried_mission_shows_its_attempts_timeouts_and_silence() {
     browser.wait_text("dd[data-field='timeouts']", "heartbeat 600 s").await;
     let silent = browser.find("dd[data-field='silent-for']").await.text().await;
     assert!(silent.ends_with(" s"), "running, and silent for a few seconds: {silent}");
+    // The list says which attempt each mission is on.
+    browser.goto(&format!("{}/#/missions", server.base)).await;
+    browser.wait_text(&format!("tr[data-mission='{id}'] td.attempt"), "2").await;
 }
 
 /// Issue 39: the missions list leads with what a mission is for and who runs it, searches the server

@@ -86,6 +86,10 @@ async fn a_mission_its_executor_lost_is_retried_on_another_and_ends_there() {
         (Some(2), Some(second.id.as_str()))
     );
     assert_eq!(attempts[1]["reason"], "done");
+    // The read and the listing say which attempt it is on (the first says nothing).
+    let listed = server.client.get("/api/v1/missions").await.body;
+    let item = listed["missions"].as_array().unwrap().iter().find(|i| i["mission_id"] == json!(id)).cloned();
+    assert_eq!((m["attempt"].as_u64(), item.map(|i| i["attempt"].clone())), (Some(2), Some(json!(2))), "{listed}");
     let waited = (at(&attempts[0]["retry_at"]) - at(&attempts[0]["ended_at"])).num_milliseconds();
     assert!((100..=300).contains(&waited), "the first retry waits initial_interval_s from its decision: {waited} ms");
 

@@ -21,6 +21,7 @@ pub(crate) const STATUS_EXTENSIONS: &[&str] = &[
     "executor_filter",
     "lease",
     "exit_codes",
+    "attempt",
 ];
 
 fn fixture(path: &str) -> Value {

@@ -428,6 +428,7 @@ mod cases {
             queued_reason: Some("none".into()),
             checkpoint_id: Some("ck-1".into()),
             scheduled_at: Some(ts(40)),
+            attempt: Some(3),
         };
         store.commit(vec![patch("m1", full.clone())]).await.unwrap();
         let expected = Mission {
@@ -443,6 +444,7 @@ mod cases {
             terminal_data: full.terminal_data.clone(),
             queued_reason: full.queued_reason.clone(),
             checkpoint_id: full.checkpoint_id.clone(),
+            attempt: 3,
             ..queued
         };
         assert_eq!(store.mission("m1").await.unwrap(), Some(expected.clone()));

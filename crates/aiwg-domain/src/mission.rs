@@ -27,6 +27,8 @@ pub struct Mission {
     pub checkpoint_id: Option<String>,
     /// When retention compacted its history (its progress events removed).
     pub compacted_at: Option<DateTime<Utc>>,
+    /// The number of its current attempt: 1 until a retry policy queues it again.
+    pub attempt: u32,
 }
 
 impl Mission {
@@ -50,6 +52,7 @@ impl Mission {
             queued_reason: None,
             checkpoint_id: None,
             compacted_at: None,
+            attempt: 1,
         }
     }
 
@@ -96,6 +99,8 @@ pub struct MissionPatch {
     pub checkpoint_id: Option<String>,
     /// When the mission's current attempt was scheduled (a retry's; the first attempt's is its dispatch).
     pub scheduled_at: Option<DateTime<Utc>>,
+    /// The number of the attempt a retry queues.
+    pub attempt: Option<u32>,
 }
 
 impl MissionPatch {
@@ -121,7 +126,8 @@ impl MissionPatch {
             terminal_data,
             queued_reason,
             checkpoint_id,
-            scheduled_at
+            scheduled_at,
+            attempt
         );
     }
 }

@@ -247,6 +247,9 @@ pub struct MissionSummary {
     /// a field that changed with every read would defeat the listing's ETag).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
+    /// The number of its current attempt, from 2 on: a retry policy queued it again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 impl From<Mission> for MissionSummary {
@@ -269,6 +272,7 @@ impl From<Mission> for MissionSummary {
             compacted_at: r.compacted_at.map(clock::format),
             objective: r.payload.get("objective").and_then(Value::as_str).map(str::to_owned),
             duration_s: r.completed_at.map(|end| (end - r.created_at).num_milliseconds().max(0) as f64 / 1000.0),
+            attempt: (r.attempt > 1).then_some(r.attempt),
         }
     }
 }

@@ -134,7 +134,12 @@ impl Retries {
         let said =
             ServeEvent::Retrying { reason, attempt, retry_at, exit_code: ended.exit_code, error: ended.error.clone() };
         let why = format!("attempt {} after {reason} ({})", attempt + 1, clock::format(retry_at));
-        let patch = MissionPatch { queued_reason: Some(why), scheduled_at: Some(retry_at), ..MissionPatch::default() };
+        let patch = MissionPatch {
+            queued_reason: Some(why),
+            scheduled_at: Some(retry_at),
+            attempt: Some(attempt + 1),
+            ..MissionPatch::default()
+        };
         let verdict = Verdict::new(said, MissionState::Queued)
             .with(Change::PatchMission { mission_id: mission_id.to_owned(), patch });
         let verdict = also.into_iter().fold(verdict, Verdict::with);

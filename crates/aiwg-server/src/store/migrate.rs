@@ -26,6 +26,7 @@ pub(super) const SQLITE: Migrations = &[
     (12, "idempotency", include_str!("../../../../migrations/0012_idempotency.sql")),
     (13, "attempts", include_str!("../../../../migrations/0013_attempts.sql")),
     (14, "event_origin", include_str!("../../../../migrations/0014_event_origin.sql")),
+    (15, "attempt", include_str!("../../../../migrations/0015_attempt.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -42,6 +43,7 @@ pub(super) const POSTGRES: Migrations = &[
     (10, "idempotency", include_str!("../../../../migrations/postgres/0010_idempotency.sql")),
     (11, "attempts", include_str!("../../../../migrations/postgres/0011_attempts.sql")),
     (12, "event_origin", include_str!("../../../../migrations/postgres/0012_event_origin.sql")),
+    (13, "attempt", include_str!("../../../../migrations/postgres/0013_attempt.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

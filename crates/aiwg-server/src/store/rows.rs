@@ -263,6 +263,7 @@ pub(super) fn mission_from_row<R: Cols>(r: &R) -> Result<Mission> {
         queued_reason: r.text_opt("queued_reason")?,
         checkpoint_id: r.text_opt("checkpoint_id")?,
         compacted_at: time_opt(r, "compacted_at")?,
+        attempt: r.int_opt("attempt")?.and_then(|n| u32::try_from(n).ok()).unwrap_or(1),
     })
 }
 

@@ -525,6 +525,7 @@ function missionRow(m) {
     objective: h('td', { class: 'clip objective' }),
     executor: h('td', { class: 'executor' }),
     state: h('td', {}),
+    attempt: h('td', { class: 'attempt' }),
     created: h('td', {}),
     duration: h('td', { class: 'duration' }),
     activity: h('td', {}),
@@ -540,6 +541,7 @@ function missionRow(m) {
         ? h('span', { title: next.executor_id }, next.executor_name)
         : next.executor_id ? h('span', { title: next.executor_id }, shortId(next.executor_id)) : next.queued_reason || ''],
       state: [badge(next.state)],
+      attempt: [String(next.attempt || 1)],
       created: [time(next.created_at)],
       duration: [duration(next)],
       activity: [time(next.updated_at), silence(next) && h('span', { class: 'note', 'data-silent': '' }, ` · silent ${silence(next)}`)],
@@ -547,7 +549,7 @@ function missionRow(m) {
       error: [next.error || ''],
     };
     const keys = { objective: next.objective, executor: `${next.executor_id}${next.executor_name}${next.queued_reason}`,
-      state: next.state, created: next.created_at, duration: duration(next),
+      state: next.state, attempt: next.attempt, created: next.created_at, duration: duration(next),
       activity: `${next.updated_at}${silence(next)}`, exit: next.exit_code, error: next.error };
     for (const [name, key] of Object.entries(keys)) {
       if (shown[name] === key) continue;
@@ -571,7 +573,7 @@ function missionsPage(params) {
   const listing = h('div', { class: 'scroll' }, h('table', { class: 'missions' },
     h('caption', {}, SORTS[filters.sort || 'created']),
     h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, h('span', { class: 'sr' }, 'Pick')),
-      ['Mission', 'Objective', 'Executor', 'State', 'Created', 'Duration', 'Last activity', 'Exit', 'Error'].map((t) => h('th', { scope: 'col' }, t)))),
+      ['Mission', 'Objective', 'Executor', 'State', 'Attempt', 'Created', 'Duration', 'Last activity', 'Exit', 'Error'].map((t) => h('th', { scope: 'col' }, t)))),
     tbody));
   const empty = h('p', { hidden: true }, 'No missions match.');
   const status = h('p', { role: 'status', class: 'note' });

@@ -260,6 +260,9 @@ impl<'a, B: Builder<'a>> Script<B> {
         if let Some(v) = p.scheduled_at {
             self.push(", scheduled_at = ").bind(clock::format(v));
         }
+        if let Some(v) = p.attempt {
+            self.push(", attempt = ").bind(i64::from(v));
+        }
         self.push(" WHERE mission_id = ").bind(id).end();
     }
 
