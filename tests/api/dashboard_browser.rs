@@ -680,3 +680,25 @@ async fn an_executor_page_shows_its_missions_readiness_and_drains() {
     assert_eq!(server.executors().await["executors"][0]["draining"], true);
     browser.screenshot(&shot("executor")).await;
 }
+
+/// An operator keeps the dashboard open in many tabs. Over HTTP/1.1 a browser opens at most six
+/// connections to a host, and a stream held open per tab would take one each for good: the seventh tab's
+/// reads would wait forever. Each tab's live stream must not take one of those six.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tabs_of_the_dashboard_each_stay_live_and_read() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start().await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = dispatch_to(&server, &mut e).await;
+    for tab in 0..8 {
+        if tab > 0 {
+            browser.new_tab().await;
+        }
+        browser.goto(&format!("{}/#/missions", server.base)).await;
+        browser.wait_text("#live", "live").await;
+        browser.find(&format!("tr[data-mission='{id}']")).await;
+    }
+    // The last tab hears what happens, and reads after it.
+    ws.ack("mission.started", &id, json!({"state": "running"})).await;
+    browser.wait_text(&format!("tr[data-mission='{id}']"), "running").await;
+}

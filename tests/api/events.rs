@@ -396,3 +396,37 @@ async fn each_event_says_whether_the_executor_serve_or_which_operator_did_it() {
     }
     assert_eq!(streamed, [expected, failed].concat());
 }
+
+/// A browser's WebSocket sets no Authorization header: it offers its token as a subprotocol,
+/// `aiwg.bearer.<base64url>`, beside `aiwg.events`, which serve answers. A wrong or missing one is
+/// refused before the upgrade, as a wrong bearer is.
+#[tokio::test]
+async fn the_event_socket_takes_a_token_offered_as_a_subprotocol() {
+    use base64::Engine;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    const TOKEN: &str = "subprotocol-operator-token-0123456789 with spaces";
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![TOKEN.into()]).await;
+    let offer = |token: Option<&str>| {
+        let mut request = server.ws_url("/ws/events?since=0").into_client_request().unwrap();
+        let mut protocols = "aiwg.events".to_owned();
+        if let Some(t) = token {
+            protocols += &format!(", aiwg.bearer.{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(t));
+        }
+        request.headers_mut().insert("sec-websocket-protocol", protocols.parse().unwrap());
+        request
+    };
+    let (mut ws, answer) = tokio_tungstenite::connect_async(offer(Some(TOKEN))).await.expect("upgraded");
+    assert_eq!(answer.headers()["sec-websocket-protocol"], "aiwg.events");
+    let e = ScriptedExecutor::register(&server, &[]).await;
+    let registered = next_item(&mut ws).await;
+    assert_eq!(
+        (registered["envelope"]["event"].as_str(), registered["envelope"]["executor_id"].as_str()),
+        (Some("executor.registered"), Some(e.id.as_str()))
+    );
+    for refused in [Some("not-the-token"), None] {
+        match tokio_tungstenite::connect_async(offer(refused)).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status(), 401, "{refused:?}"),
+            other => panic!("{refused:?}: {:?}", other.map(|(_, r)| r.status())),
+        }
+    }
+}

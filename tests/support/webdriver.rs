@@ -1,14 +1,16 @@
-//! A small W3C WebDriver client for the dashboard's browser tests: one chromedriver per test binary,
-//! one headless Chromium session per test. Only what the tests use: navigate, find (waiting), click,
-//! type, read text and attributes, run a script, resize, screenshot, read the console's errors.
+//! The dashboard's browser tests' hands on a page: one headless Chromium session per test (the
+//! session and its chromedriver are `aiwg_webdriver`'s), and what the tests do with it: navigate, find
+//! (waiting), click, type, read text and attributes, run a script, resize, screenshot, read the
+//! console's errors.
 //!
 //! Waiting is always on a condition in the page (an element, a text), polled, bounded by [`WAIT`];
 //! nothing sleeps to synchronise.
 
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
+use aiwg_webdriver::{Session, ELEMENT};
 use base64::Engine;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -16,55 +18,10 @@ use tokio::time::Instant;
 
 use super::WAIT;
 
-const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const CHROMIUM: &str = "/usr/bin/chromium";
-/// The W3C key under which an element reference travels.
-const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 const POLL: Duration = Duration::from_millis(50);
 
-/// Kills the whole process group (chromedriver and every Chromium it started) when this test binary
-/// goes, however it goes: chromedriver does not stop its browsers when it is killed (not even on
-/// SIGTERM), and a Chromium whose chromedriver is gone lives on, reparented to init. `sh` is the group's
-/// leader; PR_SET_PDEATHSIG sends it SIGTERM when its parent dies, and its trap kills the group.
-const SUPERVISOR: &str = "trap 'kill -s KILL 0' TERM; \"$0\" --port=\"$1\" >/dev/null 2>&1 & wait";
-
-/// The chromedriver of this test binary (started on first use): its base URL.
-fn driver() -> &'static str {
-    static DRIVER: OnceLock<String> = OnceLock::new();
-    DRIVER.get_or_init(|| {
-        // Spawned from a thread that lives as long as the process: PR_SET_PDEATHSIG fires when the
-        // *thread* that forked the child ends, and a test's own thread ends with the test.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            // A port free now; chromedriver binds it a moment later (a race nothing else here runs).
-            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-            let mut command = std::process::Command::new("sh");
-            command.args(["-c", SUPERVISOR, CHROMEDRIVER, &port.to_string()]);
-            command.stdin(std::process::Stdio::null());
-            use std::os::unix::process::CommandExt;
-            // Its own group, so that the trap's `kill 0` reaches chromedriver and its browsers and
-            // nothing of cargo's, and a Ctrl-C at the terminal leaves the cleanup to the trap.
-            command.process_group(0);
-            // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-            unsafe {
-                command.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-                    Ok(())
-                });
-            }
-            let mut child = command.spawn().expect("chromedriver starts");
-            tx.send(port).unwrap();
-            // Blocks for the life of the process (or until chromedriver dies on its own: then reaped).
-            let _ = child.wait();
-        });
-        format!("http://127.0.0.1:{}", rx.recv().expect("chromedriver port"))
-    })
-}
-
 pub struct Browser {
-    http: reqwest::Client,
-    driver: &'static str,
-    session: String,
+    session: Session,
     /// A fresh profile per session: parallel tests must not share cookies, storage or a profile lock.
     _profile: tempfile::TempDir,
 }
@@ -73,59 +30,21 @@ impl Browser {
     /// A fresh headless Chromium at 1280x900; `None` (with a line saying so) where none is installed,
     /// unless `AIWG_REQUIRE_BROWSER` is set, where a missing browser fails the test.
     pub async fn start() -> Option<Browser> {
-        if let Some(missing) = [CHROMEDRIVER, CHROMIUM].into_iter().find(|p| !Path::new(p).exists()) {
+        if let Some(missing) = aiwg_webdriver::missing() {
             let name = missing.rsplit('/').next().unwrap();
             let why = format!("{name} not found; run .ci/install-browser");
             assert!(std::env::var_os("AIWG_REQUIRE_BROWSER").is_none(), "AIWG_REQUIRE_BROWSER is set but {why}");
             eprintln!("browser tests skipped: {why}");
             return None;
         }
-        // A client per Browser: a reqwest pool belongs to the runtime it was used on, one per test.
-        let (http, driver) = (reqwest::Client::new(), driver());
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let status = http.get(format!("{driver}/status")).send().await;
-            let ready = match status {
-                Ok(r) => r.json::<Value>().await.is_ok_and(|s| s["value"]["ready"] == true),
-                Err(_) => false,
-            };
-            if ready {
-                break;
-            }
-            assert!(Instant::now() < deadline, "chromedriver at {driver} not ready after {WAIT:?}");
-            tokio::time::sleep(POLL).await;
-        }
         let profile = tempfile::tempdir().unwrap();
-        let caps = json!({"capabilities": {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:loggingPrefs": {"browser": "SEVERE"},
-            // Notifications allowed, as an operator who clicked "Notify me" would have them.
-            "goog:chromeOptions": {"binary": CHROMIUM,
-                "prefs": {"profile.default_content_setting_values.notifications": 1},
-                "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display())]},
-        }}});
-        let body: Value =
-            http.post(format!("{driver}/session")).json(&caps).send().await.unwrap().json().await.unwrap();
-        let session = body["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {body}")).to_owned();
-        Some(Browser { http, driver, session, _profile: profile })
+        let session = Session::start(profile.path(), WAIT).await.unwrap_or_else(|e| panic!("{e}"));
+        Some(Browser { session, _profile: profile })
     }
 
     /// One WebDriver command; its `value`, or the WebDriver error (`{error, message}`) as `Err`.
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, Value> {
-        let mut request = self.http.request(method, format!("{}/session/{}{path}", self.driver, self.session));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("chromedriver answers");
-        let ok = response.status().is_success();
-        let value = response.json::<Value>().await.expect("a WebDriver answer")["value"].take();
-        if ok {
-            Ok(value)
-        } else {
-            Err(value)
-        }
+        self.session.call(method, path, body).await
     }
 
     async fn command(&self, method: Method, path: &str, body: Option<Value>) -> Value {
@@ -138,6 +57,12 @@ impl Browser {
 
     pub async fn url(&self) -> String {
         self.command(Method::GET, "/url", None).await.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Opens a new tab of the same browser (sharing its connections, cache and storage) and switches to it.
+    pub async fn new_tab(&self) {
+        let tab = self.command(Method::POST, "/window/new", Some(json!({"type": "tab"}))).await;
+        self.command(Method::POST, "/window", Some(json!({"handle": tab["handle"]}))).await;
     }
 
     pub async fn set_window(&self, width: u32, height: u32) {
@@ -239,21 +164,6 @@ impl Browser {
     async fn page_text(&self) -> String {
         let text = self.script("return document.body ? document.body.innerText : ''", vec![]).await;
         text.as_str().unwrap_or_default().chars().take(2000).collect()
-    }
-}
-
-impl Drop for Browser {
-    /// Ends the session (and its Chromium) from a plain thread with its own runtime: Drop cannot await,
-    /// block_on inside the test's runtime panics, and that runtime may be shutting down.
-    fn drop(&mut self) {
-        let url = format!("{}/session/{}", self.driver, self.session);
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async {
-                let _ = tokio::time::timeout(Duration::from_secs(5), reqwest::Client::new().delete(url).send()).await;
-            });
-        })
-        .join();
     }
 }
 

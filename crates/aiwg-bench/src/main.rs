@@ -69,6 +69,10 @@ pub struct Scale {
     pub hitl_rounds: usize,
     pub runtime_missions: usize,
     pub compaction_fill: usize,
+    pub dashboard_missions: usize,
+    pub dashboard_loads: usize,
+    pub dashboard_executors: usize,
+    pub dashboard_stream_seconds: f64,
 }
 
 impl Scale {
@@ -94,6 +98,10 @@ impl Scale {
             hitl_rounds: 500,
             runtime_missions: 5_000,
             compaction_fill: 1_000_000,
+            dashboard_missions: 1_000_000,
+            dashboard_loads: 40,
+            dashboard_executors: 64,
+            dashboard_stream_seconds: 10.0,
         }
     }
 
@@ -119,6 +127,10 @@ impl Scale {
             hitl_rounds: 30,
             runtime_missions: 300,
             compaction_fill: 4_000,
+            dashboard_missions: 10_000,
+            dashboard_loads: 5,
+            dashboard_executors: 8,
+            dashboard_stream_seconds: 1.0,
         }
     }
 }
@@ -305,6 +317,9 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
     }
     if wanted("storm") {
         rows.extend(workloads::reconnect_storm(dir, scale, failures).await);
+    }
+    if wanted("dashboard") {
+        rows.extend(workloads::dashboard(dir, scale, failures).await);
     }
     rows
 }

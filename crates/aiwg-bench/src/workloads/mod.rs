@@ -1,8 +1,10 @@
 //! The workloads of DESIGN section 7, each measured beside its baseline in the same run: one file per
 //! family (ingestion and `kill -9`; dispatch; dashboard polling; serve's footprint: cold start, an idle
 //! fleet, a restart under a fleet; HITL; missions through an HTTP agent runtime; on PostgreSQL, the
-//! store and replicas; retention's compaction; ingestion beside a slow webhook receiver), and here what they share.
+//! store and replicas; retention's compaction; ingestion beside a slow webhook receiver; the dashboard
+//! in headless Chromium), and here what they share.
 
+mod browser;
 mod dispatch;
 mod fleet;
 mod hitl;
@@ -24,6 +26,7 @@ use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::ConnectOptions;
 
+pub use browser::dashboard;
 pub use dispatch::dispatch;
 pub use fleet::{cold_start, idle_fleet, reconnect_storm};
 pub use hitl::hitl_round_trip;

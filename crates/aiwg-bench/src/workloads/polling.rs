@@ -65,7 +65,7 @@ const INSERT_SEED_EXECUTOR: &str =
      registered_at) VALUES (?, 'seed', '1', '1.0.0', '{\"rest\":\"http://127.0.0.1:1\",\"ws\":\"ws://127.0.0.1:1\"}', '[]', ?, '2026-01-01T00:00:00.000Z')";
 
 /// `count` done missions, 500 a transaction, straight into the store.
-async fn seed_missions(db: &Path, count: usize) {
+pub(super) async fn seed_missions(db: &Path, count: usize) {
     let mut conn = open(db).await;
     let executor = "00000000-0000-4000-8000-000000000001";
     sqlx::query(INSERT_SEED_EXECUTOR).bind(executor).bind(vec![0u8; 32]).execute(&mut conn).await.unwrap();

@@ -1,6 +1,8 @@
 //! The operator event stream: `GET /ws/events` (WebSocket) and `GET /api/v1/events` (Server-Sent
 //! Events). Both take `?since=N` (or `Last-Event-ID` for SSE), `?mission_id=`, `?executor_id=`, and, for
-//! clients that cannot set headers (browsers), `?token=` instead of a bearer header.
+//! clients that cannot set headers, `?token=` instead of a bearer header. A browser's WebSocket can set
+//! one header, its subprotocols: it offers `aiwg.events` and `aiwg.bearer.<the token, base64url>`, and
+//! the token stays out of URLs (and so out of proxies' logs); serve answers `aiwg.events`.
 //! `GET /api/v1/events?follow=false` answers one JSON page instead (`limit`, default 100, at most 1000;
 //! `max_bytes` of event data, 4 MiB by default; `tail=N` to start at the last N events; `before=S` for
 //! the page of history below sequence S, `older` saying whether more precede it), for scripts and the
@@ -157,11 +159,12 @@ fn sse_event(next: Next) -> Event {
 async fn socket(
     State(app): State<Arc<App>>,
     Bearer(bearer): Bearer,
+    headers: HeaderMap,
     Params(p): Params<StreamParams>,
     upgrade: std::result::Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response> {
-    let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?;
-    let (since, filter) = open(&app, p, bearer, None).await?;
+    let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?.protocols([EVENTS_PROTOCOL]);
+    let (since, filter) = open(&app, p, bearer.or_else(|| offered_token(&headers)), None).await?;
     app.feed.resumable(since, &filter).await?;
     let items = app.feed.follow(since, filter);
     let hub = app.config.hub.clone();
@@ -171,6 +174,20 @@ async fn socket(
         .max_message_size(FOLLOWER_MAX_MESSAGE)
         .max_frame_size(FOLLOWER_MAX_MESSAGE);
     Ok(upgrade.on_upgrade(move |socket| follow_socket(socket, items, hub)))
+}
+
+/// The subprotocol serve answers a browser that offered its token as another.
+const EVENTS_PROTOCOL: &str = "aiwg.events";
+const BEARER_PROTOCOL: &str = "aiwg.bearer.";
+
+/// The token a WebSocket client offered as a subprotocol, `aiwg.bearer.<base64url of the token>` (a
+/// subprotocol is a header's token: any character a token may hold travels encoded).
+fn offered_token(headers: &HeaderMap) -> Option<String> {
+    use base64::Engine;
+    let offered = headers.get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL).iter().filter_map(|v| v.to_str().ok());
+    let encoded = offered.flat_map(|v| v.split(',')).find_map(|p| p.trim().strip_prefix(BEARER_PROTOCOL))?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded).ok()?;
+    String::from_utf8(bytes).ok().filter(|t| !t.is_empty())
 }
 
 /// The largest message an operator's event socket may send (it has nothing to say but close frames).

@@ -3,12 +3,13 @@
 // Three rules hold everywhere in this file:
 // - Every value that comes from the server (objectives, progress, prompts, ids) is put on the page as
 //   text, through `h` below, never as markup: an objective holding `<script>` shows as those characters.
-// - The operator's token lives in sessionStorage (this tab's session only) and travels only in the
-//   Authorization header, never in a URL, so it never reaches a log line or a Referer.
-// - The pages learn about changes from the operator event stream, `/api/v1/events`, read with `fetch`
-//   (an EventSource cannot send a header) and resumed after a drop from the last sequence seen, so no
-//   event is lost and none is shown twice. The stream says *that* something changed; the REST reads
-//   say what it is now.
+// - The operator's token lives in sessionStorage (this tab's session only) and travels in the
+//   Authorization header (to the event socket, which can carry no such header, as a subprotocol): never
+//   in a URL, so it never reaches a log line or a Referer.
+// - The pages learn about changes from the operator event stream, `/ws/events` (a WebSocket: a stream
+//   read with fetch would hold one of the six connections a browser opens to a host, per tab), resumed
+//   after a drop from the last sequence seen, so no event is lost and none is shown twice. The stream
+//   says *that* something changed; the REST reads say what it is now.
 
 const TOKEN_KEY = 'aiwg-serve.operator-token';
 const STATES = ['queued', 'assigned', 'running', 'paused', 'hitl-required', 'suspended', 'done', 'failed', 'aborted'];
@@ -152,6 +153,12 @@ function newMissionId() {
 
 class SignInRequired extends Error {}
 
+// Text as unpadded base64url (what a subprotocol may carry, whatever characters the text holds).
+function base64url(text) {
+  const bytes = new TextEncoder().encode(text);
+  return btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
+
 function authHeaders(extra) {
   const headers = { ...extra };
   const token = sessionStorage.getItem(TOKEN_KEY);
@@ -218,75 +225,61 @@ const live = {
     }
   },
 
-  // Reads one connection until it ends; true when it was established.
+  // Reads one connection until it ends; true when it was established. A WebSocket, not a streamed
+  // fetch: a browser opens at most six HTTP/1.1 connections to a host, and a stream would hold one per
+  // tab for as long as the tab is open (the seventh tab's reads would wait forever); its WebSockets
+  // are counted apart.
   async read(controller) {
-    const headers = authHeaders({ Accept: 'text/event-stream', 'Last-Event-ID': String(this.since) });
-    const r = await fetch('/api/v1/events', { headers, signal: controller.signal, cache: 'no-store' });
-    if (r.status === 401) {
+    // What a refused upgrade cannot tell a page, an ordinary read of the same place says first: a token
+    // refused (401), or events this tab has not seen compacted away (410).
+    const q = new URLSearchParams({ follow: 'false', since: String(this.since), limit: '1', max_bytes: '1024' });
+    const check = await fetch(`/api/v1/events?${q}`, { headers: authHeaders({ Accept: 'application/json' }), signal: controller.signal, cache: 'no-store' });
+    if (check.status === 401) {
       signIn('That token was refused.');
       throw new SignInRequired();
     }
-    if (r.status === 410) {
+    if (check.status === 410) {
       // Retention compacted events this tab had not seen yet (it was away while serve compacted): they
       // are gone, so pick up at the first available and re-read what the page shows.
-      const gone = await r.json().catch(() => ({}));
+      const gone = await check.json().catch(() => ({}));
       if (!Number.isInteger(gone.resume_since) || gone.resume_since <= this.since) return false;
       this.since = gone.resume_since;
       compactedBefore = gone.resume_since;
       refreshAll();
       return true;
     }
-    if (!r.ok || !r.body) return false;
-    setLive('live', 'live');
-    // After a drop (serve restarted, say) the page re-reads what it shows: the events it missed arrive
-    // from the stream, but a page may have failed a read meanwhile.
-    if (this.connectedOnce) refreshAll();
-    this.connectedOnce = true;
-    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
-    let buffer = '';
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) return true;
-      buffer += value;
-      let cut;
-      while ((cut = buffer.indexOf('\n\n')) >= 0) {
-        const block = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        if (this.block(block) === 'end') {
-          reader.cancel().catch(() => {});
-          return true;
-        }
-      }
-    }
+    if (!check.ok) return false;
+    // The token goes as a subprotocol (the one header a page's WebSocket sets), never in the URL.
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    const protocols = ['aiwg.events', ...(token ? [`aiwg.bearer.${base64url(token)}`] : [])];
+    const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    const socket = new WebSocket(`${scheme}//${location.host}/ws/events?since=${this.since}`, protocols);
+    return new Promise((resolve) => {
+      let opened = false;
+      controller.signal.addEventListener('abort', () => socket.close());
+      socket.onopen = () => {
+        opened = true;
+        setLive('live', 'live');
+        // After a drop (serve restarted, say) the page re-reads what it shows: the events it missed
+        // arrive from the stream, but a page may have failed a read meanwhile.
+        if (this.connectedOnce) refreshAll();
+        this.connectedOnce = true;
+      };
+      socket.onmessage = (m) => this.item(JSON.parse(m.data));
+      socket.onclose = () => resolve(opened);
+    });
   },
 
-  // One server-sent event. Sequences are strictly increasing; one at or below the last seen was shown.
-  block(text) {
-    let id = null;
-    let type = 'message';
-    const data = [];
-    for (const line of text.split('\n')) {
-      if (line.startsWith(':')) continue;
-      const colon = line.indexOf(':');
-      const field = colon < 0 ? line : line.slice(0, colon);
-      let value = colon < 0 ? '' : line.slice(colon + 1);
-      if (value.startsWith(' ')) value = value.slice(1);
-      if (field === 'id') id = value;
-      else if (field === 'event') type = value;
-      else if (field === 'data') data.push(value);
+  // One item of the stream, or its end (lagged behind, serve stopping): resumed from where it says.
+  // Sequences are strictly increasing; one at or below the last seen was shown.
+  item(item) {
+    if (item.end) {
+      this.since = Math.max(this.since, item.end.resume_since);
+      return;
     }
-    if (type === 'end') {
-      const end = JSON.parse(data.join('\n'));
-      this.since = Math.max(this.since, end.resume_since);
-      return 'end';
-    }
-    if (id === null || data.length === 0) return null;
-    const seq = Number(id);
-    if (!(seq > this.since)) return null;
-    this.since = seq;
-    const item = JSON.parse(data.join('\n'));
+    if (!(item.seq > this.since)) return;
+    this.since = item.seq;
     for (const listener of this.listeners) listener(item);
-    return null;
   },
 };
 
@@ -516,6 +509,16 @@ function missionFilters(params) {
   return { filters, form };
 }
 
+// When the first rows of missions were painted, as `performance` entry `aiwg:first-rows` (from the
+// navigation's start): what aiwg-bench measures in Chromium. Marked at the frame after the one that drew
+// them, so never early.
+let firstRowsMarked = false;
+function markFirstRows() {
+  if (firstRowsMarked) return;
+  firstRowsMarked = true;
+  requestAnimationFrame(() => requestAnimationFrame(() => performance.mark('aiwg:first-rows')));
+}
+
 // One mission's row: its cells are rewritten in place, each only when what it shows changed, so that
 // a selection, a focused box or a click in the row survives live updates.
 function missionRow(m) {
@@ -631,6 +634,7 @@ function missionsPage(params) {
     }
     empty.hidden = rows.size > 0;
     listing.hidden = rows.size === 0;
+    if (rows.size) markFirstRows();
     newer.disabled = cursors.length === 1;
     older.disabled = !r.data.next_cursor;
     if (r.data.next_cursor) older.dataset.cursor = r.data.next_cursor;
