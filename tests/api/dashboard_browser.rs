@@ -133,6 +133,8 @@ async fn the_mission_page_shows_routing_events_and_honest_control_answers() {
         ["mission.aborted", "by anonymous"]
     ]);
     assert_eq!(browser.script(who, vec![]).await, expected);
+    let took = browser.find("dd[data-field='duration']").await.text().await;
+    assert!(took.ends_with(" s") && !took.contains("so far"), "ended: its whole duration, {took}");
     browser.screenshot(&shot("mission")).await;
 
     // Dispatched again: the form as this mission was asked, under a new id.

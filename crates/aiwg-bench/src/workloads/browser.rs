@@ -44,7 +44,13 @@ const FRAMES: &str = "const [ms, done] = [arguments[0], arguments[arguments.leng
 
 pub async fn dashboard(dir: &Path, scale: &Scale, failures: &mut Vec<String>) -> Vec<Row> {
     if let Some(missing) = aiwg_webdriver::missing() {
-        eprintln!("aiwg-bench: dashboard skipped: {missing} not found (run .ci/install-browser)");
+        let why = format!("{missing} not found (run .ci/install-browser)");
+        // As the browser tests: skipped where no browser is installed, unless one is required (CI).
+        if std::env::var_os("AIWG_REQUIRE_BROWSER").is_some() {
+            failures.push(format!("dashboard: AIWG_REQUIRE_BROWSER is set but {why}"));
+        } else {
+            eprintln!("aiwg-bench: dashboard skipped: {why}");
+        }
         return Vec::new();
     }
     let data = dir.join("dashboard");

@@ -746,6 +746,7 @@ function missionPage(id) {
       ['Queued because', m.queued_reason],
       ['Session', m.session_id],
       ['Created', time(m.created_at)],
+      ['Duration', duration(m)],
       ['Updated', time(m.updated_at)],
       ['Silent for', silence(m)],
       ['Waiting for', m.state === 'queued' ? span((Date.now() - Date.parse(m.updated_at)) / 1000) : ''],
