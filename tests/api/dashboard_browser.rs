@@ -398,10 +398,18 @@ async fn the_fleet_page_drains_and_asks_for_readiness_and_fits_a_phone() {
     assert!(browser.find_all(&format!("{row} [data-act=remove]")).await.is_empty());
     browser.screenshot(&shot("fleet")).await;
 
-    // Disconnected: no readiness or drain, but removal, after a confirmation in the row.
+    // Rows are kept across reloads: a button under the pointer is not replaced when another executor
+    // joins (a click between press and release would be lost).
+    browser
+        .script(&format!("window.__drain = document.querySelector(\"{row} [data-act=drain]\"); return null"), vec![])
+        .await;
     let (stale, stale_ws) = ScriptedExecutor::online(&server, &[]).await;
     let stale_row = format!("tr[data-executor='{}']", stale.id);
     browser.wait_text(&stale_row, "connected").await;
+    let kept = "return window.__drain.isConnected && window.__drain.textContent";
+    assert_eq!(browser.script(kept, vec![]).await, json!("Undrain"), "the same button, still in the page");
+
+    // Disconnected: no readiness or drain, but removal, after a confirmation in the row.
     stale_ws.close().await;
     browser.wait_text(&stale_row, "disconnected").await;
     assert!(browser.find_all(&format!("{stale_row} [data-act=drain]")).await.is_empty());

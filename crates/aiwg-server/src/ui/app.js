@@ -413,6 +413,40 @@ function page(title, ...content) {
   return heading;
 }
 
+// A table row whose cells are rewritten in place, each only when what it shows changed (`row.show(name,
+// key, ...content)` with the key of what it shows), so that a selection, a focused box or a click in
+// the row survives the live updates of the page. `cells`: [name, class] in order, after `lead`.
+function keyedRow(attrs, cells, lead = []) {
+  const tds = Object.fromEntries(cells.map(([name, cls]) => [name, h(name === 'name' ? 'th' : 'td', cls ? { class: cls } : {})]));
+  if (tds.name) tds.name.setAttribute('scope', 'row');
+  const row = h('tr', attrs, lead, Object.values(tds));
+  const shown = new Map();
+  row.cell = (name) => tds[name];
+  row.show = (name, key, ...content) => {
+    if (shown.has(name) && shown.get(name) === key) return;
+    shown.set(name, key);
+    fill(tds[name], ...content);
+  };
+  return row;
+}
+
+// Puts one row per item in `tbody`, in the items' order: made once (`make`), updated in place
+// (`row.update`), removed when its item is gone; a row already in its place is not moved.
+function syncRows(tbody, rows, items, keyOf, make) {
+  const keys = new Set(items.map(keyOf));
+  for (const [k, row] of rows) if (!keys.has(k)) { row.remove(); rows.delete(k); }
+  let before = null;
+  for (const item of items) {
+    const k = keyOf(item);
+    let row = rows.get(k);
+    if (!row) { row = make(item); rows.set(k, row); }
+    row.update(item);
+    const at = before ? before.nextSibling : tbody.firstChild;
+    if (at !== row) tbody.insertBefore(row, at);
+    before = row;
+  }
+}
+
 function table(caption, headings, rows) {
   return h(
     'div',
@@ -519,50 +553,31 @@ function markFirstRows() {
   requestAnimationFrame(() => requestAnimationFrame(() => performance.mark('aiwg:first-rows')));
 }
 
-// One mission's row: its cells are rewritten in place, each only when what it shows changed, so that
-// a selection, a focused box or a click in the row survives live updates.
+// One mission's row (a keyed row: a selection of its id survives live updates).
 function missionRow(m) {
   const tick = h('input', { type: 'checkbox', 'aria-label': `select ${m.mission_id}`, 'data-pick': m.mission_id });
-  const cells = {
-    id: h('td', {}, h('a', { href: `#/missions/${encodeURIComponent(m.mission_id)}`, title: m.mission_id, class: 'id' }, shortId(m.mission_id))),
-    objective: h('td', { class: 'clip objective' }),
-    executor: h('td', { class: 'executor' }),
-    state: h('td', {}),
-    attempt: h('td', { class: 'attempt' }),
-    created: h('td', {}),
-    duration: h('td', { class: 'duration' }),
-    activity: h('td', {}),
-    exit: h('td', {}),
-    error: h('td', { class: 'clip' }),
-  };
-  const row = h('tr', { 'data-mission': m.mission_id }, h('td', {}, tick), Object.values(cells));
-  const shown = {};
+  const link = h('a', { href: `#/missions/${encodeURIComponent(m.mission_id)}`, title: m.mission_id, class: 'id' }, shortId(m.mission_id));
+  const row = keyedRow({ 'data-mission': m.mission_id },
+    [['id'], ['objective', 'clip objective'], ['executor', 'executor'], ['state'], ['attempt', 'attempt'], ['created'],
+      ['duration', 'duration'], ['activity'], ['exit'], ['error', 'clip']],
+    [h('td', {}, tick)]);
+  row.show('id', m.mission_id, link);
   row.update = (next) => {
-    const views = {
-      objective: [next.objective || ''],
-      executor: [next.executor_name
-        ? h('span', { title: next.executor_id }, next.executor_name)
-        : next.executor_id ? h('span', { title: next.executor_id }, shortId(next.executor_id)) : next.queued_reason || ''],
-      state: [badge(next.state)],
-      attempt: [String(next.attempt || 1)],
-      created: [time(next.created_at)],
-      duration: [duration(next)],
-      activity: [time(next.updated_at), silence(next) && h('span', { class: 'note', 'data-silent': '' }, ` · silent ${silence(next)}`)],
-      exit: [next.exit_code ?? ''],
-      error: [next.error || ''],
-    };
-    const keys = { objective: next.objective, executor: `${next.executor_id}${next.executor_name}${next.queued_reason}`,
-      state: next.state, attempt: next.attempt, created: next.created_at, duration: duration(next),
-      activity: `${next.updated_at}${silence(next)}`, exit: next.exit_code, error: next.error };
-    for (const [name, key] of Object.entries(keys)) {
-      if (shown[name] === key) continue;
-      shown[name] = key;
-      fill(cells[name], ...views[name]);
-      if (name === 'objective') cells.objective.title = next.objective || '';
-    }
+    row.show('objective', next.objective, next.objective || '');
+    row.cell('objective').title = next.objective || '';
+    row.show('executor', `${next.executor_id}${next.executor_name}${next.queued_reason}`, next.executor_name
+      ? h('span', { title: next.executor_id }, next.executor_name)
+      : next.executor_id ? h('span', { title: next.executor_id }, shortId(next.executor_id)) : next.queued_reason || '');
+    row.show('state', next.state, badge(next.state));
+    row.show('attempt', next.attempt, String(next.attempt || 1));
+    row.show('created', next.created_at, time(next.created_at));
+    row.show('duration', duration(next), duration(next));
+    row.show('activity', `${next.updated_at}${silence(next)}`, time(next.updated_at),
+      silence(next) && h('span', { class: 'note', 'data-silent': '' }, ` · silent ${silence(next)}`));
+    row.show('exit', next.exit_code, next.exit_code ?? '');
+    row.show('error', next.error, next.error || '');
   };
   row.picked = () => tick.checked;
-  row.update(m);
   return row;
 }
 
@@ -620,18 +635,7 @@ function missionsPage(params) {
       status.replaceChildren(h('span', { class: 'error', role: 'alert' }, describeError(r)));
       return;
     }
-    // Keyed: a row is made once per mission and updated in place; only rows that leave the page go.
-    const ids = new Set(r.data.missions.map((m) => m.mission_id));
-    for (const [id, row] of rows) if (!ids.has(id)) { row.remove(); rows.delete(id); }
-    let before = null;
-    for (const m of r.data.missions) {
-      let row = rows.get(m.mission_id);
-      if (row) row.update(m);
-      else { row = missionRow(m); rows.set(m.mission_id, row); }
-      const at = before ? before.nextSibling : tbody.firstChild;
-      if (at !== row) tbody.insertBefore(row, at);
-      before = row;
-    }
+    syncRows(tbody, rows, r.data.missions, (m) => m.mission_id, missionRow);
     empty.hidden = rows.size > 0;
     listing.hidden = rows.size === 0;
     if (rows.size) markFirstRows();
@@ -963,9 +967,17 @@ function fleetPage() {
     return out;
   }
 
+  // What the row's last cell says of an executor (a readiness report, an error), and a count of its
+  // changes: the cell is rewritten when it changes, not at every reload.
+  const said = new Map();
+  function say(id, what) {
+    readiness.set(id, what);
+    said.set(id, (said.get(id) || 0) + 1);
+  }
+
   async function drain(id, on) {
     const r = await api(on ? 'POST' : 'DELETE', `/api/v1/executors/${encodeURIComponent(id)}/drain`);
-    if (!r.ok) readiness.set(id, h('span', { class: 'error' }, describeError(r)));
+    if (!r.ok) say(id, h('span', { class: 'error' }, describeError(r)));
     load();
   }
 
@@ -974,7 +986,7 @@ function fleetPage() {
   async function remove(id) {
     removing.delete(id);
     const r = await api('POST', `/api/v1/executors/${encodeURIComponent(id)}/remove`);
-    readiness.set(id, r.ok ? 'removed' : h('span', { class: 'error' }, describeError(r)));
+    say(id, r.ok ? 'removed' : h('span', { class: 'error' }, describeError(r)));
     load();
   }
 
@@ -996,11 +1008,39 @@ function fleetPage() {
   }
 
   async function checkReadiness(id) {
-    readiness.set(id, 'asking…');
+    say(id, 'asking…');
     load();
-    readiness.set(id, await askReadiness(id));
+    say(id, await askReadiness(id));
     load();
   }
+
+  // One executor's row, keyed: a click on Check or Drain is never lost to a reload under the pointer.
+  function executorRow(first) {
+    const id = first.executor_id;
+    const row = keyedRow({ 'data-executor': id },
+      [['name'], ['status'], ['class'], ['caps', 'caps'], ['missions'], ['last'], ['actions', 'actions']]);
+    row.update = (x) => {
+      row.show('name', `${x.name} ${x.version}`, h('a', { href: `#/executors/${encodeURIComponent(id)}` }, x.name),
+        h('div', { class: 'note' }, h('code', { title: id }, shortId(id)), ` · ${x.version}`));
+      row.show('status', `${x.connected} ${x.disconnected_at} ${x.draining}`,
+        x.connected ? '● connected' : ['○ disconnected ', time(x.disconnected_at)], x.draining ? h('div', { class: 'draining' }, '‖ draining') : '');
+      row.show('class', x.capabilities.join(' '), classOf(x.capabilities));
+      row.show('caps', x.capabilities.join(' '), x.capabilities.map((c) => h('span', { class: 'chip' }, c)));
+      row.show('missions', x.active_mission_count,
+        h('a', { href: `#/missions?executor_id=${encodeURIComponent(id)}&state=assigned,running,paused,hitl-required,suspended` }, String(x.active_mission_count)),
+        ' · ', h('a', { href: `#/missions?executor_id=${encodeURIComponent(id)}` }, 'all'));
+      row.show('last', x.last_event_ts, time(x.last_event_ts));
+      row.show('actions', `${x.connected} ${x.draining} ${removing.has(id)} ${said.get(id) || 0}`, actions(x));
+    };
+    return row;
+  }
+  const rows = new Map();
+  const tbody = h('tbody', {});
+  const caption = h('caption', {});
+  const listing = h('div', { class: 'scroll' }, h('table', {}, caption,
+    h('thead', {}, h('tr', {}, ['Executor', 'Status', 'Class', 'Capabilities', 'Missions', 'Last event', ''].map((t) => h('th', { scope: 'col' }, t)))),
+    tbody));
+  const none = h('p', {}, 'No executor has registered. Start one: aiwg-serve executor --adapter shell');
 
   async function load() {
     let list;
@@ -1013,22 +1053,10 @@ function fleetPage() {
     if (!alive) return;
     // HTTP agent runtimes are registry entries too: they have their own table below.
     const own = list.filter((x) => !x.capabilities.includes('x-kind:http-runtime'));
-    const rows = own.map((x) => h(
-      'tr',
-      { 'data-executor': x.executor_id },
-      h('th', { scope: 'row' }, h('a', { href: `#/executors/${encodeURIComponent(x.executor_id)}` }, x.name),
-        h('div', { class: 'note' }, h('code', { title: x.executor_id }, shortId(x.executor_id)), ` · ${x.version}`)),
-      h('td', {}, x.connected ? '● connected' : ['○ disconnected ', time(x.disconnected_at)], x.draining ? h('div', { class: 'draining' }, '‖ draining') : ''),
-      h('td', {}, classOf(x.capabilities)),
-      h('td', { class: 'caps' }, x.capabilities.map((c) => h('span', { class: 'chip' }, c))),
-      h('td', {}, h('a', { href: `#/missions?executor_id=${encodeURIComponent(x.executor_id)}&state=assigned,running,paused,hitl-required,suspended` }, String(x.active_mission_count)),
-        ' · ', h('a', { href: `#/missions?executor_id=${encodeURIComponent(x.executor_id)}` }, 'all')),
-      h('td', {}, time(x.last_event_ts)),
-      h('td', { class: 'actions' }, actions(x)),
-    ));
-    executors.replaceChildren(rows.length
-      ? table(`Executors (${rows.length})`, ['Executor', 'Status', 'Class', 'Capabilities', 'Missions', 'Last event', ''], rows)
-      : h('p', {}, 'No executor has registered. Start one: aiwg-serve executor --adapter shell'));
+    syncRows(tbody, rows, own, (x) => x.executor_id, executorRow);
+    if (caption.textContent !== `Executors (${own.length})`) caption.textContent = `Executors (${own.length})`;
+    const shown = own.length ? listing : none;
+    if (executors.firstChild !== shown) executors.replaceChildren(shown);
     const [sb, rt] = await Promise.all([
       api('GET', '/api/v1/sandboxes').catch(() => null),
       api('GET', '/api/v1/runtimes').catch(() => null),
