@@ -51,9 +51,14 @@ pub(crate) struct Refused {
 }
 
 impl Planned {
+    /// A plan with nothing but its outcome, for the others to fill in.
+    fn bare(outcome: Outcome) -> Planned {
+        Planned { outcome, candidates: Vec::new(), routing: None, queued_reason: None, error: None }
+    }
+
     fn refused(error: &Error) -> Planned {
         let error = Some(Refused { code: error.code(), message: error.to_string() });
-        Planned { outcome: Outcome::Refuse, candidates: Vec::new(), routing: None, queued_reason: None, error }
+        Planned { error, ..Planned::bare(Outcome::Refuse) }
     }
 }
 
@@ -70,13 +75,7 @@ pub(super) async fn plan(d: &Dispatcher, body: &Value, payload: &DispatchPayload
         Ok(found) => found,
         Err(none) => {
             return Ok(match d.unplaced(payload, none) {
-                Ok(reason) => Planned {
-                    outcome: Outcome::Queue,
-                    candidates: Vec::new(),
-                    routing: None,
-                    queued_reason: Some(reason),
-                    error: None,
-                },
+                Ok(reason) => Planned { queued_reason: Some(reason), ..Planned::bare(Outcome::Queue) },
                 Err(e) => Planned::refused(&e),
             })
         }
@@ -86,5 +85,5 @@ pub(super) async fn plan(d: &Dispatcher, body: &Value, payload: &DispatchPayload
         .map(|executor_id| Candidate { name: d.registry.name(&executor_id), executor_id })
         .collect();
     let routing = Some(record.kept(&d.registry));
-    Ok(Planned { outcome: Outcome::Assign, candidates, routing, queued_reason: None, error: None })
+    Ok(Planned { candidates, routing, ..Planned::bare(Outcome::Assign) })
 }
