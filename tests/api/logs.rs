@@ -21,9 +21,18 @@ struct Serve {
 
 impl Serve {
     async fn start(log: &str) -> Serve {
+        Serve::start_on("127.0.0.1:0", log, &[]).await
+    }
+
+    /// On `bind`, with these variables set.
+    async fn start_on(bind: &str, log: &str, env: &[(&str, &str)]) -> Serve {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = command(&["serve", "--bind", "127.0.0.1:0", "--log-format", "json", "--data-dir"]);
-        c.arg(dir.path()).env("AIWG_SERVE_LOG", log).stderr(Stdio::piped()).stdout(Stdio::null());
+        let mut c = command(&["serve", "--bind", bind, "--log-format", "json", "--data-dir"]);
+        c.arg(dir.path())
+            .env("AIWG_SERVE_LOG", log)
+            .envs(env.iter().copied())
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null());
         let mut child = c.spawn().unwrap();
         let lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let mut serve = Serve { child, lines, seen: Vec::new(), base: String::new(), _dir: dir };
@@ -197,4 +206,21 @@ async fn closes_are_logged_with_their_code_and_a_resync_is_one_line() {
         closes.iter().any(|l| l["level"] == "INFO" && l["fields"]["code"] == 4000),
         "the 4000 close is logged: {closes:?}"
     );
+}
+
+/// Serve speaks plain HTTP: bound off the host, every token crosses the network readable. It says so,
+/// naming the risk, unless `server.behind_proxy` names the proxy that terminates TLS in front of it; on
+/// loopback it says nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_off_the_host_is_warned_about_unless_behind_a_proxy() {
+    let tokens = ("AIWG_SERVE_OPERATOR_TOKENS", "an-operator-token-long-enough-0123456789");
+    let in_clear = |seen: &[Value]| {
+        seen.iter()
+            .any(|l| l["level"] == "WARN" && l["fields"]["message"].as_str().is_some_and(|m| m.contains("in clear")))
+    };
+    let exposed = Serve::start_on("0.0.0.0:0", "info", &[tokens]).await;
+    assert!(in_clear(&exposed.stop().await), "a warning that names the risk");
+    let proxied = Serve::start_on("0.0.0.0:0", "info", &[tokens, ("AIWG_SERVE_BEHIND_PROXY", "127.0.0.1")]).await;
+    assert!(!in_clear(&proxied.stop().await));
+    assert!(!in_clear(&Serve::start("info").await.stop().await), "loopback");
 }

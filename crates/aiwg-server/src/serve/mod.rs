@@ -114,6 +114,15 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
         tracing::info!("stopped");
     });
     tracing::info!(%addr, dashboard = %format!("http://{addr}/"), store = %store_name(&config), max_connections, "aiwg-serve listening");
+    // Serve speaks plain HTTP: off the host, executors' and operators' tokens would cross the network
+    // readable, unless a proxy named in server.behind_proxy terminates TLS in front of it.
+    if !addr.ip().is_loopback() && config.server.behind_proxy.is_empty() {
+        tracing::warn!(
+            %addr,
+            "plain HTTP on a non-loopback address: every executor and operator token crosses the network in \
+             clear; bind loopback, or put a TLS-terminating proxy in front and name it in server.behind_proxy"
+        );
+    }
     Ok(Handle { addr, stop, task })
 }
 
