@@ -2,7 +2,7 @@
 //! effects: ownership, the transition, and what the event records.
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::error::Error;
 use crate::store::Change;
@@ -127,6 +127,26 @@ pub(super) fn decide(
 
 pub(super) fn illegal(event: EventType, mission_id: &str, state: MissionState) -> Error {
     Error::IllegalTransition(format!("{event} is not allowed for mission {mission_id} in state {state}"))
+}
+
+/// What serve records of an abandoned attempt's end (`event`, from the executor of attempt `attempt`,
+/// which a retry moved elsewhere): that executor's `mission.progress` saying so, with what it sent
+/// under `late_end` (our extension). Not the event itself: the contract has no event for the end of one
+/// attempt, and a terminal event in the log of a mission that goes on would tell every reader of the
+/// stream that the mission ended, twice.
+pub(super) fn late_end(row: NewEvent, event: EventType, attempt: u32) -> NewEvent {
+    let state = row.data.get("state").and_then(Value::as_str).unwrap_or("ended");
+    let exit =
+        row.data.get("exit_code").and_then(Value::as_i64).map(|c| format!(", exit code {c}")).unwrap_or_default();
+    let summary = format!(
+        "attempt {attempt} ended late ({event}: {state}{exit}), after serve had moved the mission on; not the mission's end"
+    );
+    let data = json!({
+        "phase": "late_end",
+        "summary": summary,
+        "late_end": {"attempt": attempt, "event": event.as_str(), "data": row.data},
+    });
+    NewEvent { event: EventType::MissionProgress.as_str().into(), data, raw: None, ..row }
 }
 
 /// Unknown and foreign missions get the same answer, so an executor cannot probe for others' mission ids.

@@ -190,11 +190,43 @@ impl Ingest {
             }
         }
         let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry };
+        // Kept only for the rare end that may come from an abandoned attempt (see `late_end`).
+        let end = ends(event).then(|| (row.clone(), seen.clone()));
         match self.queue_mission_event(judged, &mission_id, row, seen).await {
             Ok(Some(q)) => Ok(pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None)),
             Ok(None) => Ok(Ingested::Duplicate(reference)),
+            Err(Error::Forbidden(why)) => match end {
+                Some((row, seen)) => match self.late_end(event, &mission_id, row, seen).await {
+                    Ok(Some(commit)) => Ok(pending(commit, None, None, None)),
+                    Ok(None) => Err(refuse(Error::Forbidden(why))),
+                    Err(e) => Err(refuse(e)),
+                },
+                None => Err(refuse(Error::Forbidden(why))),
+            },
             Err(e) => Err(refuse(e)),
         }
+    }
+
+    /// The end of a mission's attempt from the executor serve took it away from (a retry moved the
+    /// mission on): recorded as that executor's word, and acknowledged, but not the mission's end
+    /// ([`judge::late_end`]). `None` when the executor never held an earlier attempt of it: the frame
+    /// is refused as any other foreign mission's.
+    async fn late_end(
+        &self,
+        event: EventType,
+        mission_id: &str,
+        row: NewEvent,
+        seen: Change,
+    ) -> Result<Option<Pending>, Error> {
+        let attempts = self.store.attempts(mission_id).await?;
+        let Some((_current, earlier)) = attempts.split_last() else { return Ok(None) };
+        let Some(abandoned) = earlier.iter().rev().find(|a| a.executor_id.as_deref() == Some(row.executor_id.as_str()))
+        else {
+            return Ok(None);
+        };
+        tracing::info!(mission_id, executor_id = %row.executor_id, %event, attempt = abandoned.attempt, "late end of an abandoned attempt recorded");
+        let slot = self.slot().await?;
+        Ok(Some(slot.submit(vec![Change::AppendEvent(judge::late_end(row, event, abandoned.attempt)), seen])))
     }
 
     /// Judges a mission event against its mission's projection and queues its commit in the same
@@ -397,6 +429,11 @@ fn resync_listing(data: &Value) -> Result<Vec<String>, Error> {
         return Err(Error::InvalidFrame("executor.resync lists more than 10000 missions"));
     }
     Ok(listed)
+}
+
+/// An event that ends a mission.
+fn ends(event: EventType) -> bool {
+    matches!(event, EventType::MissionCompleted | EventType::MissionFailed | EventType::MissionAborted)
 }
 
 /// The exit code (and error) of a `mission.failed` that names one: what a retry policy's `exit_codes`
