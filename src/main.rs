@@ -101,7 +101,7 @@ enum Command {
         command: aiwg_conformance::ConformanceCommand,
     },
     /// Run the reference executor: register with a serve and run its missions through an adapter.
-    Executor(aiwg_executor::ExecutorArgs),
+    Executor(Box<aiwg_executor::ExecutorArgs>),
     /// Copy the store to FILE, consistently, also while serve runs (restore: see docs/operations/backup-and-restore.md)
     Backup {
         /// Where to write the copy; an existing file is never overwritten
@@ -146,7 +146,7 @@ impl Command {
             Command::Serve { .. } | Command::Backup { .. } | Command::Completions { .. } => {
                 &["server", "token", "ca_cert", "json"]
             }
-            Command::Executor(_) => &["token", "ca_cert", "json"],
+            Command::Executor(_) => &["token", "json"],
             _ => &[],
         }
     }
@@ -188,7 +188,7 @@ fn main() -> ExitCode {
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),
-        Command::Executor(args) => return runtime.block_on(aiwg_executor::run(args)),
+        Command::Executor(args) => return runtime.block_on(aiwg_executor::run(*args)),
         Command::Conformance { command } => {
             return runtime.block_on(aiwg_conformance::run(&cli.global, command));
         }
@@ -266,32 +266,45 @@ async fn serve(overrides: Overrides, file: Option<PathBuf>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let stop = handle.stopper();
+    let (stop, reload) = (handle.stopper(), handle.reloader());
+    let Signals { interrupt, terminate, mut hangup } = signals;
     tokio::spawn(async move {
-        signals.received().await;
+        stopping(interrupt, terminate).await;
         tracing::info!("signal received; shutting down");
         let _ = stop.send(true);
+    });
+    tokio::spawn(async move {
+        while hangup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reading the TLS certificate and key again");
+            reload.reload();
+        }
     });
     handle.stopped().await;
     ExitCode::SUCCESS
 }
 
-/// SIGINT and SIGTERM, registered when installed.
+/// SIGINT and SIGTERM (stop), SIGHUP (read the TLS files again), registered when installed.
 struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
 }
 
 impl Signals {
     fn install() -> std::io::Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals { interrupt: signal(SignalKind::interrupt())?, terminate: signal(SignalKind::terminate())? })
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+        })
     }
+}
 
-    async fn received(mut self) {
-        tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
-        }
+/// Resolves at the first SIGINT or SIGTERM.
+async fn stopping(mut interrupt: tokio::signal::unix::Signal, mut terminate: tokio::signal::unix::Signal) {
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
     }
 }

@@ -115,7 +115,7 @@ impl From<CallError> for Failure {
                     "{e}\nIs it running? Start one with `aiwg-serve serve`, or point --server (AIWG_SERVE_URL) at it."
                 ),
             ),
-            CallError::Unreachable { .. } => Failure::Exit(Exit::Unreachable, e.to_string()),
+            CallError::Unreachable { .. } | CallError::Tls { .. } => Failure::Exit(Exit::Unreachable, e.to_string()),
             // The server's sentence for a wrong token is addressed to executors ("re-register"); an
             // operator's fix is the token they pass.
             CallError::Refused { status: 401, code, .. } if code == "token_invalid" => Failure::Exit(

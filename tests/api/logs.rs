@@ -8,6 +8,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr};
 
 use crate::cli::command;
+use crate::support::tls::Ca;
 use crate::support::{dispatch_body, mission_id, Client, ExecSocket, ScriptedExecutor, WAIT};
 
 /// `aiwg-serve serve --log-format json` on a port of its own; its address, read from its log.
@@ -39,7 +40,8 @@ impl Serve {
         loop {
             let line = serve.next().await.expect("serve logs that it listens");
             if line["fields"]["message"] == "aiwg-serve listening" {
-                serve.base = format!("http://{}", line["fields"]["addr"].as_str().unwrap());
+                let scheme = if env.iter().any(|(k, _)| *k == "AIWG_SERVE_TLS_CERT") { "https" } else { "http" };
+                serve.base = format!("{scheme}://{}", line["fields"]["addr"].as_str().unwrap());
                 // Where an operator points a browser, said where they look first.
                 assert_eq!(line["fields"]["dashboard"].as_str(), Some(format!("{}/", serve.base).as_str()));
                 return serve;
@@ -56,10 +58,25 @@ impl Serve {
         Some(value)
     }
 
+    fn signal(&self, signal: libc::c_int) {
+        let pid = self.child.id().expect("running") as libc::pid_t;
+        // SAFETY: kill sends a signal to the child we started; it touches no memory of ours.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// Log lines until one with this message; panics if serve stops first.
+    async fn until(&mut self, message: &str) -> Value {
+        loop {
+            let line = self.next().await.unwrap_or_else(|| panic!("serve stopped before logging {message:?}"));
+            if line["fields"]["message"] == message {
+                return line;
+            }
+        }
+    }
+
     /// SIGTERM (a graceful stop), then every line up to its exit.
     async fn stop(mut self) -> Vec<Value> {
-        let pid = self.child.id().expect("running") as libc::pid_t;
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        self.signal(libc::SIGTERM);
         while self.next().await.is_some() {}
         let status = tokio::time::timeout(WAIT, self.child.wait()).await.expect("serve exits").unwrap();
         assert!(status.success(), "{status}");
@@ -223,4 +240,32 @@ async fn plain_http_off_the_host_is_warned_about_unless_behind_a_proxy() {
     let proxied = Serve::start_on("0.0.0.0:0", "info", &[tokens, ("AIWG_SERVE_BEHIND_PROXY", "127.0.0.1")]).await;
     assert!(!in_clear(&proxied.stop().await));
     assert!(!in_clear(&Serve::start("info").await.stop().await), "loopback");
+    let dir = tempfile::tempdir().unwrap();
+    let leaf = Ca::new(dir.path(), "ca").issue(dir.path(), "serve", &["127.0.0.1"], "2030-01-01");
+    let (cert, key) = (leaf.cert.to_str().unwrap(), leaf.key.to_str().unwrap());
+    let env = [tokens, ("AIWG_SERVE_TLS_CERT", cert), ("AIWG_SERVE_TLS_KEY", key)];
+    assert!(!in_clear(&Serve::start_on("0.0.0.0:0", "info", &env).await.stop().await), "TLS");
+}
+
+/// SIGHUP reads the TLS files again (here the only way: `tls_watch_ms = 0`), and new handshakes get the
+/// new certificate from the same process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reads_the_tls_certificate_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old_ca, new_ca) = (Ca::new(dir.path(), "old"), Ca::new(dir.path(), "new"));
+    let leaf = old_ca.issue(dir.path(), "serve", &["127.0.0.1"], "2030-01-01");
+    let (cert, key) = (leaf.cert.to_str().unwrap(), leaf.key.to_str().unwrap());
+    let env = [("AIWG_SERVE_TLS_CERT", cert), ("AIWG_SERVE_TLS_KEY", key), ("AIWG_SERVE_TLS_WATCH_MS", "0")];
+    let mut serve = Serve::start_on("127.0.0.1:0", "info", &env).await;
+    new_ca.issue(dir.path(), "serve", &["127.0.0.1"], "2033-03-03");
+    let old = aiwg_client::Client::over(&serve.base, None, old_ca.client_config(None));
+    let new = aiwg_client::Client::over(&serve.base, None, new_ca.client_config(None));
+    assert_eq!(old.get("/healthz").await.unwrap()["tls"]["not_after"], "2030-01-01T00:00:00.000Z", "not watched");
+    serve.signal(libc::SIGHUP);
+    let reloaded = serve.until("TLS certificate reloaded").await;
+    assert_eq!(reloaded["fields"]["not_after"], "2033-03-03T00:00:00.000Z");
+    assert_eq!(new.get("/healthz").await.unwrap()["tls"]["not_after"], "2033-03-03T00:00:00.000Z");
+    let fresh = aiwg_client::Client::over(&serve.base, None, old_ca.client_config(None));
+    assert!(fresh.get("/healthz").await.is_err(), "new handshakes no longer get the old certificate");
+    assert!(errors(&serve.stop().await).is_empty());
 }

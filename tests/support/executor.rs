@@ -211,8 +211,18 @@ impl ExecSocket {
 
     /// The socket, or why the upgrade failed (refused, answered with an error).
     pub async fn try_open(url: &str, executor_id: &str) -> Result<ExecSocket, tokio_tungstenite::tungstenite::Error> {
-        let (ws, _) =
-            tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url)).await.expect("ws connect in time")?;
+        ExecSocket::try_open_tls(url, executor_id, None).await
+    }
+
+    /// As [`ExecSocket::try_open`], a `wss://` URL met with this TLS configuration.
+    pub async fn try_open_tls(
+        url: &str,
+        executor_id: &str,
+        tls: Option<Arc<tokio_rustls::rustls::ClientConfig>>,
+    ) -> Result<ExecSocket, tokio_tungstenite::tungstenite::Error> {
+        let connector = tls.map(tokio_tungstenite::Connector::Rustls);
+        let connect = tokio_tungstenite::connect_async_tls_with_config(url, None, false, connector);
+        let (ws, _) = tokio::time::timeout(WAIT, connect).await.expect("ws connect in time")?;
         Ok(ExecSocket { ws, executor_id: executor_id.to_owned(), pushed: Vec::new() })
     }
 
@@ -343,5 +353,64 @@ impl ExecSocket {
     /// Stops reading from the socket (so pings go unanswered) but keeps it open.
     pub fn into_silent(self) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
         self.ws
+    }
+}
+
+/// The WebSocket side of an executor that only listens: serve opens its sockets here (`serve::dial`).
+/// Each is handed over with the request serve made, as an [`ExecSocket`] (server role).
+pub struct DialListener {
+    /// What the executor registers as `transport_endpoints.ws`.
+    pub url: String,
+    accepted: mpsc::UnboundedReceiver<Dialled>,
+}
+
+/// A socket serve opened, and how it asked.
+pub struct Dialled {
+    pub path_and_query: String,
+    pub authorization: Option<String>,
+    pub socket: ExecSocket,
+}
+
+impl DialListener {
+    // The handshake callback's Result is tungstenite's `Callback` signature, not ours to shrink.
+    #[allow(clippy::result_large_err)]
+    pub async fn start(executor_id: &str) -> DialListener {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}", listener.local_addr().unwrap());
+        let (accepted, received) = mpsc::unbounded_channel();
+        let executor_id = executor_id.to_owned();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (accepted, executor_id) = (accepted.clone(), executor_id.clone());
+                tokio::spawn(async move {
+                    let asked = Arc::new(Mutex::new(None));
+                    let seen = asked.clone();
+                    let callback = move |request: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                                         response| {
+                        let path = request.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+                        let authorization =
+                            request.headers().get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                        *seen.lock().unwrap() = Some((path, authorization));
+                        Ok(response)
+                    };
+                    let Ok(ws) = tokio_tungstenite::accept_hdr_async(MaybeTlsStream::Plain(tcp), callback).await else {
+                        return;
+                    };
+                    let (path_and_query, authorization) = asked.lock().unwrap().take().unwrap();
+                    let socket = ExecSocket { ws, executor_id, pushed: Vec::new() };
+                    let _ = accepted.send(Dialled { path_and_query, authorization, socket });
+                });
+            }
+        });
+        DialListener { url, accepted: received }
+    }
+
+    /// The next socket serve opens.
+    pub async fn next(&mut self) -> Dialled {
+        tokio::time::timeout(WAIT, self.accepted.recv()).await.expect("serve dials in time").expect("listening")
+    }
+
+    pub fn none_pending(&mut self) -> bool {
+        self.accepted.try_recv().is_err()
     }
 }

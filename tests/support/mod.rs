@@ -11,6 +11,7 @@ pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod runtime;
+pub mod tls;
 pub mod upstream;
 pub mod webdriver;
 

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -13,6 +14,9 @@ use futures_util::{Stream, StreamExt};
 use reqwest::header::{ACCEPT, AUTHORIZATION};
 use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::{self, ClientConfig};
 
 /// Where a serve listens unless told otherwise.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7337";
@@ -33,11 +37,77 @@ pub struct Global {
     pub json: bool,
 }
 
+/// How a client meets a serve that speaks TLS (itself, or a proxy in front): the roots it trusts and the
+/// certificate it presents, if serve asks executors for one (`server.tls_client_ca`).
+#[derive(Clone, Debug, Default)]
+pub struct TlsOptions {
+    /// PEM certificate(s) trusted beside the built-in roots.
+    pub ca_cert: Option<PathBuf>,
+    /// PEM certificate (its chain after it) and private key presented to serve.
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+}
+
+impl TlsOptions {
+    /// The rustls configuration of every connection to serve, REST and WebSocket alike: the built-in
+    /// (Mozilla, `webpki-roots`) roots and `ca_cert`'s, and the client certificate when given. A file
+    /// that does not read is an error here, at start, not a failed handshake later.
+    pub fn client_config(&self) -> Result<Arc<ClientConfig>, String> {
+        let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        if let Some(path) = &self.ca_cert {
+            let pem = read_pem(path, "the CA certificate")?;
+            let mut added = 0;
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| format!("{} is not a PEM certificate: {e}", path.display()))?;
+                roots.add(cert).map_err(|e| format!("{}: {e}", path.display()))?;
+                added += 1;
+            }
+            if added == 0 {
+                return Err(format!("{} holds no PEM certificate", path.display()));
+            }
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots);
+        let config = match (&self.client_cert, &self.client_key) {
+            (None, None) => builder.with_no_client_auth(),
+            (Some(cert), Some(key)) => {
+                let chain = CertificateDer::pem_slice_iter(&read_pem(cert, "the client certificate")?)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("{} is not a PEM certificate: {e}", cert.display()))?;
+                let key = PrivateKeyDer::from_pem_slice(&read_pem(key, "the client key")?)
+                    .map_err(|e| format!("{} holds no PEM private key: {e}", key.display()))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("the client certificate and key do not make a pair: {e}"))?
+            }
+            _ => return Err("a client certificate needs its key, and a key its certificate".into()),
+        };
+        Ok(Arc::new(config))
+    }
+}
+
+fn read_pem(path: &Path, what: &str) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read {what} {}: {e}", path.display()))
+}
+
+impl Global {
+    /// The TLS configuration of the command's connections to serve: the built-in roots and `--ca-cert`.
+    pub fn tls(&self) -> Result<Arc<ClientConfig>, String> {
+        TlsOptions { ca_cert: self.ca_cert.clone(), ..TlsOptions::default() }.client_config()
+    }
+}
+
 /// Why a call failed, as the CLI reports it.
 #[derive(Debug)]
 pub enum CallError {
     /// Nothing answered at the server URL.
     Unreachable { url: String, cause: String },
+    /// The server answered, but TLS with it failed: its certificate is not trusted or not its own, or
+    /// it refused ours. Trying again changes nothing.
+    Tls { url: String, cause: String },
     /// The server answered with an error body. `message` is the server's sentence, followed by one line
     /// per entry of its `details` (which field failed which check, for schema violations).
     Refused { status: u16, code: String, message: String },
@@ -47,6 +117,7 @@ impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CallError::Unreachable { url, cause } => write!(f, "cannot reach the server at {url}: {cause}"),
+            CallError::Tls { url, cause } => write!(f, "TLS with the server at {url} failed: {cause}"),
             CallError::Refused { status, code, message } => write!(f, "{status} {code}: {message}"),
         }
     }
@@ -72,24 +143,24 @@ impl Client {
         Client::with_ca_cert(base, token, None).expect("a client with the built-in roots always builds")
     }
 
-    /// A client that also trusts the PEM certificate(s) in `ca_cert`, for a TLS proxy with a private CA.
+    /// A client that also trusts the PEM certificate(s) in `ca_cert`, for a serve (or its TLS proxy)
+    /// with a private CA.
     pub fn with_ca_cert(base: &str, token: Option<String>, ca_cert: Option<&Path>) -> Result<Client, String> {
-        let mut builder = reqwest::Client::builder()
+        let tls = TlsOptions { ca_cert: ca_cert.map(Path::to_owned), ..TlsOptions::default() };
+        Ok(Client::over(base, token, tls.client_config()?))
+    }
+
+    /// A client with this TLS configuration (from [`TlsOptions::client_config`]).
+    pub fn over(base: &str, token: Option<String>, tls: Arc<ClientConfig>) -> Client {
+        let http = reqwest::Client::builder()
             .tcp_nodelay(true)
             // The serve to talk to is named explicitly; a proxy from the environment would reroute the
             // loopback default behind the operator's back.
-            .no_proxy();
-        if let Some(path) = ca_cert {
-            let pem =
-                std::fs::read(path).map_err(|e| format!("cannot read the CA certificate {}: {e}", path.display()))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| format!("{} is not a PEM certificate: {e}", path.display()))?;
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let http = builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Client { base: base.trim_end_matches('/').to_owned(), token, http })
+            .no_proxy()
+            .use_preconfigured_tls(ClientConfig::clone(&tls))
+            .build()
+            .expect("a rustls configuration of reqwest's own rustls version always builds");
+        Client { base: base.trim_end_matches('/').to_owned(), token, http }
     }
 
     pub async fn get(&self, path: &str) -> Result<Value, CallError> {
@@ -113,7 +184,10 @@ impl Client {
     }
 
     async fn send(&self, request: RequestBuilder) -> Result<reqwest::Response, CallError> {
-        request.send().await.map_err(|e| CallError::Unreachable { url: self.base.clone(), cause: cause(&e) })
+        request.send().await.map_err(|e| match tls_failure(&e) {
+            Some(cause) => CallError::Tls { url: self.base.clone(), cause },
+            None => CallError::Unreachable { url: self.base.clone(), cause: cause(&e) },
+        })
     }
 
     async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, CallError> {
@@ -166,6 +240,34 @@ fn refusal(status: u16, json: &Value) -> CallError {
 
 /// Why a request got no answer, in the words an operator looks for: "connection refused" rather than
 /// hyper's "client error (Connect)".
+/// What failed in a TLS handshake, when that is why a request failed, with what to do about it.
+fn tls_failure(e: &reqwest::Error) -> Option<String> {
+    let tls = rustls_error(e)?;
+    let hint = match tls {
+        rustls::Error::InvalidCertificate(_) => {
+            "; if serve's certificate comes from a private CA, give that CA's certificate with --ca-cert"
+        }
+        rustls::Error::AlertReceived(_) => {
+            "; serve refused the handshake (does it require a client certificate, --client-cert?)"
+        }
+        _ => "",
+    };
+    Some(format!("{tls}{hint}"))
+}
+
+/// The rustls error in `e`'s chain. It arrives wrapped in io::Errors (twice, from reqwest's connector),
+/// whose `source` skips what they wrap: those are opened with `get_ref`.
+fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let wrapped = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref());
+    if let Some(found) = wrapped.and_then(|inner| rustls_error(inner)) {
+        return Some(found);
+    }
+    e.source().and_then(rustls_error)
+}
+
 fn cause(e: &reqwest::Error) -> String {
     use std::io::ErrorKind;
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);

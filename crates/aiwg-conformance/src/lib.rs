@@ -92,7 +92,10 @@ pub async fn run(global: &Global, command: ConformanceCommand) -> ExitCode {
     };
     match command {
         ConformanceCommand::Server { url, profile, junit, skip_fixtures } => {
-            let target = target(global, url);
+            let target = match target(global, url) {
+                Ok(target) => target,
+                Err(e) => return refuse(&e),
+            };
             let mut report = server::run(&target, profile == Profile::Strict).await;
             if !skip_fixtures {
                 replay::upstream(&target, &schema, &mut report).await;
@@ -107,9 +110,10 @@ pub async fn run(global: &Global, command: ConformanceCommand) -> ExitCode {
             finish(global, &report, junit, required)
         }
         ConformanceCommand::Replay { file, url, junit } => replay_file(global, &schema, &file, url, junit).await,
-        ConformanceCommand::Record { url, listen, out, name } => {
-            record::run(url.as_deref().unwrap_or(&global.server), listen, &out, name).await
-        }
+        ConformanceCommand::Record { url, listen, out, name } => match global.tls() {
+            Ok(tls) => record::run(url.as_deref().unwrap_or(&global.server), listen, &out, name, tls).await,
+            Err(e) => refuse(&e),
+        },
         ConformanceCommand::Executor(suite) => match executor::run(&suite, &schema).await {
             // Checks above the executor's declared level were skipped, so every level counts.
             Ok(report) => finish(global, &report, suite.junit.clone(), Level::Strict),
@@ -137,13 +141,23 @@ async fn replay_file(
             return ExitCode::from(2);
         }
     };
-    let report = replay::file(&target(global, url), schema, &scenario, file).await;
+    let target = match target(global, url) {
+        Ok(target) => target,
+        Err(e) => return refuse(&e),
+    };
+    let report = replay::file(&target, schema, &scenario, file).await;
     finish(global, &report, junit, Level::Strict)
 }
 
-fn target(global: &Global, url: Option<String>) -> peer::Target {
+fn target(global: &Global, url: Option<String>) -> Result<peer::Target, String> {
     let base = url.unwrap_or_else(|| global.server.clone()).trim_end_matches('/').to_owned();
-    peer::Target::new(base, global.token.clone())
+    Ok(peer::Target::new(base, global.token.clone(), global.tls()?))
+}
+
+/// A command that cannot start (its `--ca-cert` does not read): the reason, exit 2.
+fn refuse(why: &str) -> ExitCode {
+    eprintln!("aiwg-serve conformance: {why}");
+    ExitCode::from(2)
 }
 
 /// Prints the report (and writes its JUnit file); the exit code says whether every check required

@@ -2,6 +2,7 @@
 //! listener of its own (recording what it is handed), and speaks the event stream over a WebSocket.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Path;
@@ -11,6 +12,7 @@ use axum::{Json, Router};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use tokio_rustls::rustls::ClientConfig;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -26,6 +28,8 @@ pub(super) struct Target {
     pub base: String,
     pub operator: Option<String>,
     pub http: reqwest::Client,
+    /// How its sockets meet TLS (`wss://`), as its HTTP client does.
+    tls: Arc<ClientConfig>,
     /// The session every mission of this run is dispatched under (`aiwg-conformance-<run>`): an
     /// operator tells the suite's missions from real ones by it.
     pub session: String,
@@ -46,18 +50,25 @@ pub(super) struct Response {
 }
 
 impl Target {
-    pub(super) fn new(base: String, operator: Option<String>) -> Target {
+    pub(super) fn new(base: String, operator: Option<String>, tls: Arc<ClientConfig>) -> Target {
         let run = uuid::Uuid::new_v4().simple().to_string();
         Target {
             base,
             operator,
             http: reqwest::Client::builder()
                 .no_proxy()
+                .use_preconfigured_tls(ClientConfig::clone(&tls))
                 .build()
-                .expect("an HTTP client without TLS roots to load builds"),
+                .expect("a rustls configuration of reqwest's own rustls version builds"),
+            tls,
             session: format!("aiwg-conformance-{}", &run[..8]),
             registered: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// An executor socket at `url` (`ws://` or `wss://`), as `executor_id`.
+    pub(super) async fn open(&self, url: &str, executor_id: &str) -> Result<Stream, String> {
+        Stream::open(url, executor_id, &self.tls).await
     }
 
     /// Remembers an executor the suite registered (its latest token), to deregister it at the end.
@@ -190,7 +201,7 @@ impl Peer {
 
     pub(super) async fn connect(&self, target: &Target) -> Result<Stream, String> {
         let url = target.ws_url(&format!("/ws/executors/{}?token={}", self.id, self.token));
-        Stream::open(&url, &self.id).await
+        target.open(&url, &self.id).await
     }
 }
 
@@ -227,8 +238,9 @@ pub(super) struct Stream {
 }
 
 impl Stream {
-    pub(super) async fn open(url: &str, executor_id: &str) -> Result<Stream, String> {
-        let connect = tokio_tungstenite::connect_async(url);
+    async fn open(url: &str, executor_id: &str, tls: &Arc<ClientConfig>) -> Result<Stream, String> {
+        let connector = Some(tokio_tungstenite::Connector::Rustls(tls.clone()));
+        let connect = tokio_tungstenite::connect_async_tls_with_config(url, None, false, connector);
         match tokio::time::timeout(WAIT, connect).await {
             Ok(Ok((socket, _))) => Ok(Stream { socket, executor_id: executor_id.to_owned() }),
             Ok(Err(e)) => Err(format!("WebSocket {url}: {e}")),

@@ -168,7 +168,7 @@ async fn identity_kept(target: &Target, peer: &Peer) -> Result<(), String> {
 
 async fn socket_needs_the_token(target: &Target, peer: &Peer) -> Result<(), String> {
     let url = target.ws_url(&format!("/ws/executors/{}?token=not-the-token", peer.id));
-    match Stream::open(&url, &peer.id).await {
+    match target.open(&url, &peer.id).await {
         // Refused at the upgrade: also a refusal.
         Err(e) if e.contains("401") => Ok(()),
         Err(e) => Err(format!("a socket with a wrong token failed otherwise: {e}")),

@@ -55,6 +55,18 @@ pub struct ExecutorArgs {
         env = "AIWG_EXECUTOR_SERVE"
     )]
     pub(crate) serve_url: String,
+    /// PEM certificate(s) trusted beside the built-in roots, for a serve (https://, wss://) with a
+    /// private CA
+    // The id is the operator commands' global `--ca-cert`, as `--server`'s is theirs: one flag, read here.
+    #[arg(id = "ca_cert", long = "ca-cert", value_name = "PEM", env = "AIWG_EXECUTOR_CA_CERT")]
+    pub(crate) ca_cert: Option<PathBuf>,
+    /// PEM certificate presented to serve, when it asks executors for one (server.tls_client_ca); it
+    /// must name this executor (--name) in its subjectAltName
+    #[arg(long, value_name = "PEM", env = "AIWG_EXECUTOR_CLIENT_CERT", requires = "client_key")]
+    pub(crate) client_cert: Option<PathBuf>,
+    /// The private key of --client-cert (PEM)
+    #[arg(long, value_name = "PEM", env = "AIWG_EXECUTOR_CLIENT_KEY", requires = "client_cert")]
+    pub(crate) client_key: Option<PathBuf>,
     /// Adapter: claude-local, codex-local, spine-unattended or shell (case and -/_ ignored)
     #[arg(long, default_value = "claude-local", value_parser = adapter_name)]
     pub(crate) adapter: String,

@@ -37,6 +37,10 @@ impl Gauge {
     pub(crate) fn get(&self) -> i64 {
         self.0.load(Ordering::Relaxed)
     }
+
+    pub(crate) fn set(&self, n: i64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
 }
 
 /// Counters keyed by a label value (an error code).
@@ -115,6 +119,8 @@ pub struct Metrics {
     pub(crate) executor_reconnects: Counter,
     /// Calls to HTTP agent runtimes, by `<endpoint>:<outcome>`.
     pub(crate) runtime_calls: Labelled,
+    /// When serve's TLS certificate expires, in seconds since the epoch (0: plain HTTP).
+    pub(crate) tls_not_after: Gauge,
 }
 
 impl Default for Metrics {
@@ -130,6 +136,7 @@ impl Default for Metrics {
             hitl_deadlines: Gauge::default(),
             executor_reconnects: Counter::default(),
             runtime_calls: Labelled::default(),
+            tls_not_after: Gauge::default(),
         }
     }
 }
@@ -209,6 +216,14 @@ impl Metrics {
             "outcome",
             self.runtime_calls.snapshot(),
         );
+        if let n @ 1.. = self.tls_not_after.get() {
+            gauge(
+                out,
+                "aiwg_tls_certificate_not_after_seconds",
+                "When the TLS certificate serve presents expires (Unix time): alert well before it.",
+                n.to_string(),
+            );
+        }
     }
 }
 

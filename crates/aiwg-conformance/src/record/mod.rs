@@ -13,14 +13,21 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use tokio::signal::unix::{signal, SignalKind};
+use tokio_rustls::rustls::ClientConfig;
 
 use fixture::Fixture;
 use journal::Journal;
 use proxy::Proxy;
 
 /// Records until SIGINT or SIGTERM; 0 then, 2 when the recorder cannot start or the file cannot be written.
-pub(crate) async fn run(upstream: &str, listen: SocketAddr, out: &Path, name: Option<String>) -> ExitCode {
-    match record(upstream.trim_end_matches('/'), listen, out, name).await {
+pub(crate) async fn run(
+    upstream: &str,
+    listen: SocketAddr,
+    out: &Path,
+    name: Option<String>,
+    tls: Arc<ClientConfig>,
+) -> ExitCode {
+    match record(upstream.trim_end_matches('/'), listen, out, name, tls).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("aiwg-serve conformance record: {e}");
@@ -29,7 +36,13 @@ pub(crate) async fn run(upstream: &str, listen: SocketAddr, out: &Path, name: Op
     }
 }
 
-async fn record(upstream: &str, listen: SocketAddr, out: &Path, name: Option<String>) -> Result<(), String> {
+async fn record(
+    upstream: &str,
+    listen: SocketAddr,
+    out: &Path,
+    name: Option<String>,
+    tls: Arc<ClientConfig>,
+) -> Result<(), String> {
     // Before the address is announced, so a signal right after it is not the default one (death mid-write).
     let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| format!("cannot handle SIGINT: {e}"))?;
     let mut terminate = signal(SignalKind::terminate()).map_err(|e| format!("cannot handle SIGTERM: {e}"))?;
@@ -39,7 +52,7 @@ async fn record(upstream: &str, listen: SocketAddr, out: &Path, name: Option<Str
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = router(Arc::new(Proxy::new(upstream.to_owned(), journal.clone(), addr.ip())));
+    let app = router(Arc::new(Proxy::new(upstream.to_owned(), journal.clone(), addr.ip(), tls)));
     tokio::spawn(async move { axum::serve(listener, app).await });
     println!("recording at http://{addr} -> {upstream}");
     tokio::select! {

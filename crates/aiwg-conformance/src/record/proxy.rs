@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
+use tokio_rustls::rustls::ClientConfig;
 
 use super::fixture::{exchange_step, Direction, Exchange};
 use super::journal::Journal;
@@ -42,6 +43,8 @@ pub(crate) struct Proxy {
     pub(crate) upstream: String,
     pub(crate) journal: Arc<Journal>,
     http: reqwest::Client,
+    /// How sockets relayed to serve meet TLS (`wss://`), as `http` does.
+    pub(crate) tls: Arc<ClientConfig>,
     /// Where executors' listeners bind: the recorder's own address.
     bind: IpAddr,
     /// Per executor id, the listener standing for its REST endpoint.
@@ -81,15 +84,16 @@ impl IntoResponse for Relayed {
 }
 
 impl Proxy {
-    pub(crate) fn new(upstream: String, journal: Arc<Journal>, bind: IpAddr) -> Proxy {
+    pub(crate) fn new(upstream: String, journal: Arc<Journal>, bind: IpAddr, tls: Arc<ClientConfig>) -> Proxy {
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
             // The recorder relays what each side says, redirects included, and never through the host's proxy.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
+            .use_preconfigured_tls(ClientConfig::clone(&tls))
             .build()
-            .expect("an HTTP client without TLS roots or proxies to load always builds");
-        Proxy { upstream, journal, http, bind, executors: Mutex::new(HashMap::new()) }
+            .expect("a rustls configuration of reqwest's own rustls version builds");
+        Proxy { upstream, journal, http, tls, bind, executors: Mutex::new(HashMap::new()) }
     }
 
     /// Records an exchange in the place its request took.

@@ -34,7 +34,9 @@ pub(crate) async fn relay(
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let url = format!("{}{path}", proxy.upstream.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1));
     let slot = proxy.journal.reserve().await;
-    let (answer, serve) = match tokio::time::timeout(CONNECT_WAIT, tokio_tungstenite::connect_async(url)).await {
+    let connector = Some(tokio_tungstenite::Connector::Rustls(proxy.tls.clone()));
+    let connect = tokio_tungstenite::connect_async_tls_with_config(url, None, false, connector);
+    let (answer, serve) = match tokio::time::timeout(CONNECT_WAIT, connect).await {
         Ok(Ok((serve, accepted))) => (Relayed::empty(accepted.status()), Some(serve)),
         Ok(Err(tungstenite::Error::Http(refusal))) => (refused(*refusal), None),
         // Without the URL: its query holds the token.

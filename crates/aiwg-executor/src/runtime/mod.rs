@@ -21,12 +21,13 @@ use rand::Rng;
 use serde_json::{json, Value};
 use tokio::process::ChildStdin;
 use tokio::sync::{mpsc, watch};
+use tokio_rustls::rustls::ClientConfig;
 
 use super::adapters::Adapter;
 use super::state::{Identity, Records, StateDir};
 use super::worktrees::Worktrees;
 use super::{spawn, CompletionCheck, ExecutorArgs, StopSignals};
-use aiwg_client::{CallError, Client};
+use aiwg_client::{CallError, Client, TlsOptions};
 use aiwg_contract::tokens;
 use aiwg_contract::SPEC_VERSION;
 
@@ -71,10 +72,18 @@ pub(crate) struct Executor {
     unacked: AtomicUsize,
     hitl_counter: AtomicUsize,
     stop: watch::Sender<bool>,
+    /// How every connection to serve meets TLS, REST and WebSocket alike.
+    tls: Arc<ClientConfig>,
 }
 
 impl Executor {
     pub(crate) async fn start(args: ExecutorArgs, adapter: Arc<Adapter>) -> Result<Arc<Executor>, String> {
+        let tls = TlsOptions {
+            ca_cert: args.ca_cert.clone(),
+            client_cert: args.client_cert.clone(),
+            client_key: args.client_key.clone(),
+        }
+        .client_config()?;
         let (state, identity, records) = open_state(args.state_dir.clone()).await?;
         let worktrees = Worktrees::open(state.as_ref().map(StateDir::path), args.keep_failed_worktrees())
             .await
@@ -99,6 +108,7 @@ impl Executor {
             unacked: AtomicUsize::new(0),
             hitl_counter: AtomicUsize::new(0),
             stop,
+            tls,
         });
         // Registered anyway: readiness is what serve asks before each dispatch, and the gap may close
         // (the binary installed, a credential bound) while the executor runs. The operator hears it now.
@@ -112,6 +122,11 @@ impl Executor {
         tokio::spawn(async move { ws.socket_loop().await });
         tracing::info!(executor_id = %executor.id, adapter = executor.adapter.name, rest = %rest, "executor ready");
         Ok(executor)
+    }
+
+    /// A client of serve's REST API, with the executor's token and TLS configuration.
+    fn client(&self) -> Client {
+        Client::over(&self.args.serve_url, self.token(), self.tls.clone())
     }
 
     fn capabilities(&self) -> Vec<String> {
@@ -167,7 +182,7 @@ impl Executor {
         });
         let mut attempt = 0;
         loop {
-            let client = Client::new(&self.args.serve_url, self.token());
+            let client = self.client();
             match client.post("/api/v1/executors/register", &payload).await {
                 Ok(answer) => {
                     let token = answer["token"].as_str().ok_or("serve answered a register without a token")?.to_owned();
@@ -177,6 +192,8 @@ impl Executor {
                 Err(CallError::Refused { status, code, message }) if status < 500 => {
                     return Err(format!("serve refused the registration: {status} {code}: {message}"));
                 }
+                // A certificate that is not trusted now will not be on the next try.
+                Err(e @ CallError::Tls { .. }) => return Err(format!("cannot register: {e}")),
                 Err(e) => {
                     tracing::warn!(error = %e, "registering failed; retrying");
                     tokio::time::sleep(backoff(attempt)).await;
@@ -214,7 +231,7 @@ impl Executor {
         // Let the socket loop flush, then deregister (which closes our sockets on serve's side).
         tokio::time::sleep(Duration::from_millis(50)).await;
         settled_within(FLUSH_WAIT, || self.unacked.load(Ordering::SeqCst) == 0).await;
-        let client = Client::new(&self.args.serve_url, self.token());
+        let client = self.client();
         if let Err(e) = client.delete(&format!("/api/v1/executors/{}", self.id)).await {
             tracing::warn!(error = %e, "deregistering failed");
         }

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::Connector;
 
 use super::{backoff, spawn, Executor, FLUSH_WAIT};
 use aiwg_contract::clock;
@@ -42,7 +43,8 @@ impl Executor {
                 self.id,
                 self.token().unwrap_or_default()
             );
-            match tokio_tungstenite::connect_async_with_config(&url, None, true).await {
+            let tls = Some(Connector::Rustls(self.tls.clone()));
+            match tokio_tungstenite::connect_async_tls_with_config(&url, None, true, tls).await {
                 Ok((socket, _)) => {
                     match connected_before {
                         true => tracing::info!(attempts = attempt, "reconnected to serve"),

@@ -160,6 +160,24 @@ impl Config {
                  must be positive"
                 .into());
         }
+        self.validate_tls()
+    }
+
+    /// TLS needs its certificate and its key; client certificates need TLS.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        let set = |p: &Path| !p.as_os_str().is_empty();
+        if set(&s.tls_cert) != set(&s.tls_key) {
+            return bad("server.tls_cert and server.tls_key go together: set both (TLS) or neither (plain HTTP)".into());
+        }
+        if set(&s.tls_client_ca) && !set(&s.tls_cert) {
+            return bad("server.tls_client_ca needs TLS: set server.tls_cert and server.tls_key too".into());
+        }
+        if set(&s.tls_cert) && !self.replica.secret.is_empty() {
+            return bad("replicas relay to their leader over plain HTTP: server.tls_cert cannot be set with \
+                 replica.secret; put a TLS-terminating proxy in front of the replicas instead"
+                .into());
+        }
         Ok(())
     }
 
@@ -493,6 +511,17 @@ mod tests {
         assert!(load(&[("AIWG_SERVE_OPERATOR_TOKENS", "short")]).contains("too short"));
         assert!(load(&[("AIWG_SERVE_HUB_PING_INTERVAL_S", "0")]).contains("must be positive"));
         assert!(load(&[("AIWG_SERVE_STORE_SYNCHRONOUS", "sometimes")]).contains("unknown variant"));
+        // TLS needs both files; client certificates need TLS; replicas relay in plain HTTP.
+        assert!(load(&[("AIWG_SERVE_TLS_CERT", "c.pem")]).contains("go together"));
+        assert!(load(&[("AIWG_SERVE_TLS_KEY", "k.pem")]).contains("go together"));
+        assert!(load(&[("AIWG_SERVE_TLS_CLIENT_CA", "ca.pem")]).contains("needs TLS"));
+        let replica = [
+            ("AIWG_SERVE_TLS_CERT", "c.pem"),
+            ("AIWG_SERVE_TLS_KEY", "k.pem"),
+            ("AIWG_SERVE_STORE_DATABASE_URL", "postgres://u@db/aiwg"),
+            ("AIWG_SERVE_REPLICA_SECRET", "0123456789abcdef"),
+        ];
+        assert!(load(&replica).contains("cannot be set with replica.secret"));
         let ok = Config::load(
             None,
             env(&[("AIWG_SERVE_BIND", "0.0.0.0:7337"), ("AIWG_SERVE_OPERATOR_TOKENS", "0123456789abcdef")]),

@@ -217,6 +217,14 @@ pub struct ServerConfig {
     /// Reverse proxies in front of serve, by address: only their `X-Forwarded-For` and `Forwarded`
     /// name a client (see `serve::client`).
     pub behind_proxy: Vec<std::net::IpAddr>,
+    /// TLS on serve's own listener: the certificate (PEM, its chain after it) and its private key, both
+    /// or neither (see `serve::tls`).
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    /// The CA whose client certificates executors must present, naming themselves, beside their token.
+    pub tls_client_ca: PathBuf,
+    /// How often the TLS files are looked at for a change (0: only on SIGHUP).
+    pub tls_watch_ms: u64,
 }
 
 /// Several serves on one PostgreSQL database (`docs/operations/postgresql-and-replicas.md`): one leads, the
@@ -246,6 +254,9 @@ pub struct HubConfig {
     /// The same bound for agentic-sandbox executors, which never close an old socket and lose an event
     /// each time serve closes one.
     pub max_sockets_per_sandbox_executor: usize,
+    /// Seconds a registered executor may go without a socket before serve dials its
+    /// `transport_endpoints.ws` (`serve::dial`); 0: only executors declaring `x-dial-in`.
+    pub dial_after_s: u64,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -311,6 +322,10 @@ impl Default for ServerConfig {
             idle_timeout_s: 60,
             max_connections: 0,
             behind_proxy: Vec::new(),
+            tls_cert: PathBuf::new(),
+            tls_key: PathBuf::new(),
+            tls_client_ca: PathBuf::new(),
+            tls_watch_ms: 5000,
         }
     }
 }
@@ -327,6 +342,7 @@ impl Default for HubConfig {
             restart_grace_s: 120,
             max_sockets_per_executor: 4,
             max_sockets_per_sandbox_executor: 64,
+            dial_after_s: 10,
         }
     }
 }

@@ -14,6 +14,7 @@ use serde_json::json;
 use super::acted::Acted;
 use super::etag;
 use super::extract::{Admin, Bearer, Caller, Contract, ExecutorId, ExecutorRef, Page, PathId, SocketUpgrade, Viewer};
+use super::peer::Vouched;
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::hub;
@@ -35,9 +36,11 @@ pub(super) fn router() -> Router<Arc<App>> {
 async fn register(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    vouched: Option<Extension<Vouched>>,
     Bearer(bearer): Bearer,
     Contract { mut body, .. }: Contract<RegisterPayload>,
 ) -> Result<Response> {
+    super::peer::vouches(&app, vouched.as_deref(), &body.name)?;
     app.fleet.admit_registration(peer.ip())?;
     body.executor_id = canonical_id(&body.executor_id);
     let (registered, warning) = app.fleet.register(&body, peer.ip(), bearer.as_deref()).await?;
@@ -128,9 +131,12 @@ async fn deregister(
 async fn socket(
     State(app): State<Arc<App>>,
     ExecutorId(id): ExecutorId,
+    vouched: Option<Extension<Vouched>>,
     SocketUpgrade { upgrade, token }: SocketUpgrade,
 ) -> Result<Response> {
-    Ok(match app.registry.authenticate(&id, token.as_deref()) {
+    let name = app.registry.name(&id).unwrap_or_default();
+    let vouched = super::peer::vouches(&app, vouched.as_deref(), &name);
+    Ok(match vouched.and_then(|()| app.registry.authenticate(&id, token.as_deref())) {
         Ok(()) => hub::accept(app, id, upgrade).await,
         Err(e) => {
             tracing::info!(executor_id = %id, code = e.code(), "executor socket refused");

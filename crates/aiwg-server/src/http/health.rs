@@ -48,8 +48,16 @@ async fn overview(_: Viewer, State(app): State<Arc<App>>, headers: axum::http::H
     Ok(super::etag::respond(&headers, &app.status.overview().await?))
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// `{"status": "ok"}`, and with TLS when its certificate expires (`tls.not_after`, `tls.expires_in_s`):
+/// what a probe that already polls liveness can alert on.
+async fn health(State(app): State<Arc<App>>) -> Json<Value> {
+    let mut health = json!({"status": "ok"});
+    let not_after = app.metrics.tls_not_after.get();
+    if let Some(at) = chrono::DateTime::from_timestamp(not_after, 0).filter(|_| not_after > 0) {
+        let left = (at - aiwg_contract::clock::now()).num_seconds();
+        health["tls"] = json!({"not_after": aiwg_contract::clock::format(at), "expires_in_s": left});
+    }
+    Json(health)
 }
 
 /// The REST API as an OpenAPI 3.1 document. Public, like the contract it describes.

@@ -14,6 +14,7 @@ mod hitl;
 mod idempotency;
 mod missions;
 mod operators;
+mod peer;
 mod runtimes;
 mod sandboxes;
 mod sessions;
@@ -31,6 +32,7 @@ use tracing::Level;
 
 use crate::app::App;
 use crate::error::Error;
+pub use peer::Vouched;
 
 pub fn router(app: Arc<App>) -> Router {
     let limit = app.config.server.max_body_bytes;

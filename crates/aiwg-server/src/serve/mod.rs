@@ -4,8 +4,10 @@
 mod accept;
 mod activity;
 mod client;
+mod dial;
 mod relay;
 mod replica;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,6 +17,8 @@ use tokio::task::JoinHandle;
 
 use accept::{listen, serve_http, Limits};
 pub use accept::{MAX_HEADERS, MAX_HEAD_BYTES, MAX_URI_BYTES};
+pub use tls::Reload;
+use tls::Tls;
 
 use crate::app::App;
 use crate::config::Config;
@@ -35,6 +39,8 @@ pub enum StartError {
     Runtime(std::io::Error),
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot start TLS: {0}")]
+    Tls(String),
 }
 
 impl From<StoreError> for StartError {
@@ -59,6 +65,7 @@ pub struct Handle {
     addr: SocketAddr,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
+    reload: Reload,
 }
 
 impl Handle {
@@ -82,6 +89,11 @@ impl Handle {
     pub fn stopper(&self) -> watch::Sender<bool> {
         self.stop.clone()
     }
+
+    /// What reads the TLS files again (for SIGHUP); nothing to read when serve speaks plain HTTP.
+    pub fn reloader(&self) -> Reload {
+        self.reload.clone()
+    }
 }
 
 pub async fn start(config: Config) -> Result<Handle, StartError> {
@@ -91,11 +103,13 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
     }
     let metrics = Arc::new(Metrics::default());
     let (stop, stopped) = watch::channel(false);
+    let tls = Tls::from_config(&config.server, metrics.clone()).map_err(StartError::Tls)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let (leading, mut deposed) = Leading::open(&config, Role::Alone, schema, metrics, stopped.clone()).await?;
     let bind = config.server.bind;
     let listener = listen(bind).map_err(|source| StartError::Bind { addr: bind, source })?;
     let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: bind, source })?;
-    leading.app.webhooks.served_at(&format!("http://{addr}"));
+    leading.app.webhooks.served_at(&format!("{scheme}://{addr}"));
     let limits = Limits::from_config(&config);
     let max_connections = limits.max_connections;
     let (_routes, routes) = watch::channel(leading.router());
@@ -107,23 +121,29 @@ pub async fn start(config: Config) -> Result<Handle, StartError> {
         tracing::error!("stopping: another aiwg-serve holds the database now");
         let _ = stopper.send(true);
     });
+    dial::Dialer::start(leading.app.clone(), routes.clone(), limits.clone(), stopped.clone());
+    let reload = Reload::default();
+    if let Some(tls) = &tls {
+        let every = std::time::Duration::from_millis(config.server.tls_watch_ms);
+        tokio::spawn(tls.clone().watch(reload.clone(), every, stopped.clone()));
+    }
     let task = tokio::spawn(async move {
-        serve_http(listener, routes, limits, stopped).await;
+        serve_http(listener, routes, limits, tls, stopped).await;
         deposition.abort();
         leading.stop().await;
         tracing::info!("stopped");
     });
-    tracing::info!(%addr, dashboard = %format!("http://{addr}/"), store = %store_name(&config), max_connections, "aiwg-serve listening");
-    // Serve speaks plain HTTP: off the host, executors' and operators' tokens would cross the network
-    // readable, unless a proxy named in server.behind_proxy terminates TLS in front of it.
-    if !addr.ip().is_loopback() && config.server.behind_proxy.is_empty() {
+    tracing::info!(%addr, dashboard = %format!("{scheme}://{addr}/"), store = %store_name(&config), max_connections, "aiwg-serve listening");
+    // Plain HTTP off the host: executors' and operators' tokens would cross the network readable,
+    // unless a proxy named in server.behind_proxy terminates TLS in front of serve.
+    if scheme == "http" && !addr.ip().is_loopback() && config.server.behind_proxy.is_empty() {
         tracing::warn!(
             %addr,
             "plain HTTP on a non-loopback address: every executor and operator token crosses the network in \
              clear; bind loopback, or put a TLS-terminating proxy in front and name it in server.behind_proxy"
         );
     }
-    Ok(Handle { addr, stop, task })
+    Ok(Handle { addr, stop, task, reload })
 }
 
 /// The store a log line names: the SQLite file, or the PostgreSQL database without its credentials.

@@ -85,14 +85,15 @@ pub(super) async fn start(config: Config, schema: Schema) -> Result<Handle, Star
         })
     });
     let task = tokio::spawn(async move {
-        serve_http(listener, routes.1, limits, stopped).await;
+        // No TLS: the configuration refuses it for replicas (their relay speaks plain HTTP).
+        serve_http(listener, routes.1, limits, None, stopped).await;
         let _ = http_done.send(());
         if let Err(e) = roles.await {
             tracing::error!(error = %e, "the replica's roles ended abnormally");
         }
         tracing::info!("stopped");
     });
-    Ok(Handle { addr, stop, task })
+    Ok(Handle { addr, stop, task, reload: super::Reload::default() })
 }
 
 /// The address a leader announces: `replica.advertise`, else the one it is bound to.

@@ -18,17 +18,19 @@ use tower::Service;
 
 use super::{MAX_HEADERS, MAX_HEAD_BYTES, MAX_URI_BYTES};
 use crate::error::Error;
+use crate::http::Vouched;
 use crate::serve::activity::{Activity, InFlight};
 use crate::serve::client::Believed;
 
 /// The router as hyper's service for one connection: the client's address for `ConnectInfo` (as far as
-/// serve believes it, see [`Believed`]), our limits on the head, and the connection marked busy until the
+/// serve believes it, see [`Believed`]), what vouches for the peer (`http::Vouched`), our limits on the head, and the connection marked busy until the
 /// answer is written.
 pub(super) fn edge_service(
     routes: watch::Receiver<Router>,
     peer: SocketAddr,
     believed: Believed,
     activity: Arc<Activity>,
+    vouched: Option<Vouched>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<BusyBody>,
@@ -42,6 +44,9 @@ pub(super) fn edge_service(
                 let mut request = request.map(Body::new);
                 let client = believed.client(request.headers_mut(), peer);
                 request.extensions_mut().insert(ConnectInfo(client));
+                if let Some(vouched) = &vouched {
+                    request.extensions_mut().insert(vouched.clone());
+                }
                 let mut router = routes.borrow().clone();
                 Ok(router.call(request))
             }

@@ -28,10 +28,13 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 
 use super::activity::Activity;
 use super::client::Believed;
+use super::tls::Tls;
 use crate::config::Config;
+use crate::http::Vouched;
 use aiwg_contract::tokens;
 use head::edge_service;
 
@@ -149,9 +152,9 @@ pub(super) async fn serve_http(
     listener: TcpListener,
     routes: watch::Receiver<Router>,
     limits: Limits,
+    tls: Option<Arc<Tls>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let http = http1_builder();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut connections = JoinSet::new();
     let mut errors = AcceptErrors::new();
@@ -191,13 +194,59 @@ pub(super) async fn serve_http(
         }
         let activity = Arc::new(Activity::new());
         let io = ClientConn { tcp, activity: activity.clone(), _slot: slot };
-        let service = edge_service(routes.clone(), peer, limits.believed.clone(), activity.clone());
-        let connection = http.serve_connection(TokioIo::new(io), service).with_upgrades();
-        connections.spawn(serve_connection(connection, activity, limits.clone(), stop.clone()));
+        let edge = Edge::new(routes.clone(), peer, limits.clone(), stop.clone());
+        match &tls {
+            None => connections.spawn(edge.serve(io, activity, None)),
+            Some(tls) => connections.spawn(edge.serve_tls(tls.acceptor(), io, activity)),
+        };
     }
     // No new connections from here on (connecting clients are refused), then wait for the open ones.
     drop(listener);
     drain(connections, limits.drain).await;
+}
+
+/// What serving one connection needs: an accepted one, or one of serve's own (`serve::dial`).
+pub(super) struct Edge {
+    http: http1::Builder,
+    routes: watch::Receiver<Router>,
+    peer: SocketAddr,
+    limits: Limits,
+    stop: watch::Receiver<bool>,
+}
+
+impl Edge {
+    pub(super) fn new(
+        routes: watch::Receiver<Router>,
+        peer: SocketAddr,
+        limits: Limits,
+        stop: watch::Receiver<bool>,
+    ) -> Edge {
+        Edge { http: http1_builder(), routes, peer, limits, stop }
+    }
+
+    /// Serves HTTP on `io`, whose requests carry what vouches for its peer, if anything.
+    pub(super) async fn serve<I>(self, io: I, activity: Arc<Activity>, vouched: Option<Vouched>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let service = edge_service(self.routes, self.peer, self.limits.believed.clone(), activity.clone(), vouched);
+        let connection = self.http.serve_connection(TokioIo::new(io), service).with_upgrades();
+        serve_connection(connection, activity, self.limits, self.stop).await;
+    }
+
+    /// The TLS handshake first, within the head's deadline (a client that opens a connection and
+    /// never finishes its handshake holds a slot no longer than one that never sends its head).
+    async fn serve_tls(self, acceptor: TlsAcceptor, io: ClientConn, activity: Arc<Activity>) {
+        let deadline = activity.opened + self.limits.header_read;
+        let tls = match tokio::time::timeout_at(deadline, acceptor.accept(io)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(e)) => return tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed"),
+            Err(_) => return tracing::debug!(peer = %self.peer, "TLS handshake not finished in time"),
+        };
+        let cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+        let vouched = cert.map(|c| Vouched::Certificate(Arc::new(c.clone().into_owned())));
+        self.serve(tls, activity, vouched).await;
+    }
 }
 
 /// Waits for the open connections as long as the drain deadline allows: a client trickling a body, or a

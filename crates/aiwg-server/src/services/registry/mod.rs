@@ -4,6 +4,7 @@
 //! plaintext token (learned when issued or presented, needed to call the executor) and the executor's
 //! open WebSockets. Changes are written through the store before the caller answers.
 
+mod dialable;
 mod entry;
 mod listing;
 
@@ -21,6 +22,7 @@ use aiwg_contract::{clock, tokens};
 use aiwg_domain::capabilities::{Abilities, Known};
 use aiwg_domain::routing::RoutingView;
 use aiwg_domain::{resolve_executor, ExecutorRecord, Named, NewEvent, Origin, ServeEvent};
+pub(crate) use dialable::Listening;
 use entry::{Admitted, Entry, Inner};
 
 pub struct Registry {
@@ -236,12 +238,12 @@ impl Registry {
         self.inner.read().expect("registry lock").by_token.contains_key(hash)
     }
 
-    /// Registered and with at least one live socket.
     /// The name an executor registered with, live or not.
     pub fn name(&self, executor_id: &str) -> Option<String> {
         self.inner.read().expect("registry lock").executors.get(executor_id).map(|e| e.row.identity.name.clone())
     }
 
+    /// Registered and with at least one live socket.
     pub fn is_connected(&self, executor_id: &str) -> bool {
         let inner = self.inner.read().expect("registry lock");
         inner.executors.get(executor_id).is_some_and(|e| e.live() && e.connected())
