@@ -318,6 +318,9 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
     if wanted("storm") {
         rows.extend(workloads::reconnect_storm(dir, scale, failures).await);
     }
+    if wanted("tls") {
+        rows.extend(workloads::tls_cost(dir, scale).await);
+    }
     if wanted("dashboard") {
         rows.extend(workloads::dashboard(dir, scale, failures).await);
     }

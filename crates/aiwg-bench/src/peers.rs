@@ -6,9 +6,10 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aiwg_client::Client;
+use aiwg_client::{Client, TlsOptions};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::serve::ListenerExt;
@@ -17,8 +18,9 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls::ClientConfig;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
 pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -29,9 +31,29 @@ pub struct Serve {
     pub data_dir: PathBuf,
     /// From spawn to the "listening" line.
     pub started_in: Duration,
+    /// With TLS on: how its clients trust its certificate.
+    tls: Option<Arc<ClientConfig>>,
 }
 
 impl Serve {
+    /// Serve with TLS on its port (`server.tls_cert`): a certificate for 127.0.0.1 made for the run, and
+    /// clients that trust it (the production client's configuration).
+    pub fn start_tls(data_dir: &Path, extra_env: &[(&str, &str)]) -> Serve {
+        std::fs::create_dir_all(data_dir).expect("data dir");
+        let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).expect("a certificate");
+        let (cert, key) = (data_dir.join("serve.pem"), data_dir.join("serve.key"));
+        std::fs::write(&cert, made.cert.pem()).expect("cert");
+        std::fs::write(&key, made.key_pair.serialize_pem()).expect("key");
+        let (cert_path, key_path) = (cert.display().to_string(), key.display().to_string());
+        let mut env = vec![("AIWG_SERVE_TLS_CERT", cert_path.as_str()), ("AIWG_SERVE_TLS_KEY", key_path.as_str())];
+        env.extend_from_slice(extra_env);
+        let mut serve = Serve::start(data_dir, &env);
+        let tls = TlsOptions { ca_cert: Some(cert), ..TlsOptions::default() }.client_config().expect("trust");
+        serve.base = serve.base.replacen("http://", "https://", 1);
+        serve.tls = Some(tls);
+        serve
+    }
+
     pub fn start(data_dir: &Path, extra_env: &[(&str, &str)]) -> Serve {
         let began = Instant::now();
         let mut command = Command::new(serve_binary());
@@ -55,15 +77,24 @@ impl Serve {
             }
         });
         let addr = rx.recv_timeout(Duration::from_secs(30)).expect("aiwg-serve reports its address");
-        Serve { child, base: format!("http://{addr}"), data_dir: data_dir.to_path_buf(), started_in: began.elapsed() }
+        let (base, data_dir, started_in) = (format!("http://{addr}"), data_dir.to_path_buf(), began.elapsed());
+        Serve { child, base, data_dir, started_in, tls: None }
     }
 
     pub fn client(&self) -> Client {
-        Client::new(&self.base, None)
+        match &self.tls {
+            Some(tls) => Client::over(&self.base, None, tls.clone()),
+            None => Client::new(&self.base, None),
+        }
     }
 
     pub fn ws(&self, path: &str) -> String {
-        format!("{}{path}", self.base.replacen("http://", "ws://", 1))
+        format!("{}{path}", self.base.replacen("https://", "wss://", 1).replacen("http://", "ws://", 1))
+    }
+
+    /// How a socket meets serve's TLS, when it speaks TLS.
+    pub fn connector(&self) -> Option<Connector> {
+        self.tls.clone().map(Connector::Rustls)
     }
 
     pub fn pid(&self) -> u32 {
@@ -166,7 +197,8 @@ impl Peer {
     /// The executor's socket, or `None` when serve refuses it (down, or a replica without a leader).
     pub async fn try_connect(&self, serve: &Serve) -> Option<Socket> {
         let url = serve.ws(&format!("/ws/executors/{}?token={}", self.id, self.token));
-        tokio_tungstenite::connect_async_with_config(url, None, true).await.ok().map(|(socket, _)| socket)
+        let connect = tokio_tungstenite::connect_async_tls_with_config(url, None, true, serve.connector());
+        connect.await.ok().map(|(socket, _)| socket)
     }
 
     pub fn envelope(&self, event: &str, mission_id: Option<&str>, data: Value) -> Message {

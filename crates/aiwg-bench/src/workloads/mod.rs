@@ -16,6 +16,7 @@ mod raw;
 mod replicas;
 mod retention;
 mod runtimes;
+mod tls;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -37,6 +38,7 @@ pub use postgres::{ingestion_pg, kill9_pg};
 pub use replicas::{dispatch_replicas, storm_after_kill9};
 pub use retention::compaction;
 pub use runtimes::runtime_missions;
+pub use tls::tls_cost;
 
 use crate::peers::{self, Peer, RestPeer, Serve};
 

@@ -171,8 +171,9 @@ impl<'a> Scenario<'a> {
             .await;
         let verdict = match first {
             Err(why) => Err(format!(
-                "{why}: the executor did not dial in (a socket the executor serves at transport_endpoints.ws, \
-                 which the contract allows serve to dial, is not dialled: neither aiwg serve does)"
+                "{why}: the executor did not dial in (an executor that only serves its socket at \
+                 transport_endpoints.ws works with aiwg-serve, which dials it, but this suite checks executors \
+                 that dial; upstream's aiwg serve does not dial)"
             )),
             Ok((_, _, id)) if id != e.id => Err(format!("the socket was opened for executor {id}, not {}", e.id)),
             Ok((None, _, _)) => Err("the socket was opened without ?token= (closed with 4001)".to_owned()),
