@@ -257,3 +257,47 @@ async fn tls_files_that_do_not_load_stop_the_start_with_the_reason() {
         }
     }
 }
+
+/// The recorder between plain-HTTP executors and a serve that speaks TLS: REST relayed over `https://`
+/// and the socket over `wss://`, both trusting `--ca-cert`; and the command line follows the event
+/// stream over TLS with the same flag.
+#[tokio::test]
+async fn the_recorder_and_the_command_line_reach_a_serve_over_tls() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let leaf = ca.issue(dir.path(), "serve", &["127.0.0.1"], "2030-01-01");
+    let (server, base) = tls_server(&leaf, |_| {}).await;
+    let (ca_pem, out) = (ca.pem.to_str().unwrap(), dir.path().join("over-tls.json"));
+    let args = ["--ca-cert", ca_pem, "conformance", "record", "--url", &base, "--out", out.to_str().unwrap()];
+    let mut recorder = crate::cli::command(&args).spawn().unwrap();
+    let mut lines = BufReader::new(recorder.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line()).await.expect("announced").unwrap().unwrap();
+    let front = line.strip_prefix("recording at ").and_then(|l| l.split(' ').next()).expect("its address").to_owned();
+    let front = TestServer::external(&front, server.config.clone());
+
+    // An executor that knows nothing of TLS, through the recorder.
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let r = front.client.post("/api/v1/executors/register", &e.register_payload()).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    e.token = r.body["token"].as_str().unwrap().to_owned();
+    let mut ws = e.connect(&front).await;
+    let resync = ws.envelope("executor.resync", None, json!({"owned_mission_ids": [], "protocol_version": "1.0.0"}));
+    assert_eq!(ws.send_json(&resync).await["ack"], true, "relayed to serve over wss:// and answered");
+    let client = Client::over(&base, None, ca.client_config(None));
+    eventually(&client, &format!("/api/v1/executors/{}", e.id), "connected", |b| b["connected"] == true).await;
+
+    // The command line's follower, over TLS with --ca-cert: the registration is in the log.
+    let follow = ["--server", &base, "--ca-cert", ca_pem, "--json", "events", "--follow", "--since", "0"];
+    let mut events = crate::cli::command(&follow).spawn().unwrap();
+    let mut followed = BufReader::new(events.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(WAIT, followed.next_line()).await.expect("an event in time").unwrap().unwrap();
+    let first: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["envelope"]["event"], "executor.registered", "{first}");
+    let _ = events.kill().await;
+
+    let fixture: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let steps = fixture["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["event"] == "executor.resync"), "the relayed frame is recorded: {fixture}");
+    let _ = recorder.kill().await;
+}
