@@ -10,6 +10,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use aiwg_server::config::{Config, Overrides};
 
 mod cli;
+mod telemetry;
 
 /// glibc's allocator spent a large part of serve's CPU under ingestion (perf), much of it freeing on one
 /// thread what another allocated (frames parsed by socket tasks, dropped by the writer). The `override`
@@ -166,7 +167,10 @@ fn main() -> ExitCode {
             format!("--{} is for the operator commands; `{name}` takes no notice of it", flag.replace('_', "-"));
         command().error(clap::error::ErrorKind::ArgumentConflict, message).exit();
     }
-    init_logs(cli.log_format);
+    // serve's logs start once its configuration is read: they may send spans too (`[otel]`).
+    if !matches!(cli.command, Command::Serve { .. }) {
+        init_logs(cli.log_format, None);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -176,7 +180,7 @@ fn main() -> ExitCode {
     };
     let operator = match cli.command {
         Command::Serve { bind, data_dir, database_url, config } => {
-            return runtime.block_on(serve(Overrides { bind, data_dir, database_url }, config))
+            return runtime.block_on(serve(Overrides { bind, data_dir, database_url }, config, cli.log_format))
         }
         Command::Executors { command } => cli::Operator::Executors(command),
         Command::Store { command } => cli::Operator::Store(command),
@@ -205,13 +209,24 @@ fn main() -> ExitCode {
 /// or `info,tower_http=debug` shows them; see `http::router`). Faults are logged where they happen (a
 /// storage failure behind a 500 at ERROR, a forward failure at WARN), not for every 5xx: a 503 for no
 /// executor available is a normal answer.
-fn init_logs(format: LogFormat) {
+///
+/// With `tracer`, the server's spans (its own, at DEBUG) also go to OpenTelemetry: each layer filters
+/// for itself, so the log's filter does not decide what is traced, nor the other way round.
+fn init_logs(format: LogFormat, tracer: Option<opentelemetry_sdk::trace::Tracer>) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_env("AIWG_SERVE_LOG").unwrap_or_else(|_| "info".into());
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
-        LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),
-    }
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Text => {
+            logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).with_filter(filter).boxed()
+        }
+        LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).with_filter(filter).boxed(),
+    };
+    let traced = tracing_subscriber::filter::Targets::new().with_target("aiwg_server", tracing::Level::DEBUG);
+    let traces = tracer.map(|tracer| tracing_opentelemetry::layer().with_tracer(tracer).with_filter(traced));
+    tracing_subscriber::registry().with(logs).with(traces).init();
 }
 
 async fn backup(file: PathBuf, data_dir: Option<PathBuf>, config: Option<PathBuf>) -> ExitCode {
@@ -243,7 +258,7 @@ async fn backup(file: PathBuf, data_dir: Option<PathBuf>, config: Option<PathBuf
     }
 }
 
-async fn serve(overrides: Overrides, file: Option<PathBuf>) -> ExitCode {
+async fn serve(overrides: Overrides, file: Option<PathBuf>, log_format: LogFormat) -> ExitCode {
     let config = match Config::load(file.as_deref(), std::env::vars(), overrides) {
         Ok(c) => c,
         Err(e) => {
@@ -251,6 +266,16 @@ async fn serve(overrides: Overrides, file: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Dropped last, after the server stopped: the spans still queued are sent then.
+    let (_traces, tracer) = match telemetry::Traces::start(&config.otel) {
+        Ok(Some((traces, tracer))) => (Some(traces), Some(tracer)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            eprintln!("aiwg-serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logs(log_format, tracer);
     // Handlers first: a signal that arrives while the server starts must stop it gracefully too.
     let signals = match Signals::install() {
         Ok(s) => s,

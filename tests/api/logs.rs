@@ -269,3 +269,105 @@ async fn sighup_reads_the_tls_certificate_again() {
     assert!(fresh.get("/healthz").await.is_err(), "new handshakes no longer get the old certificate");
     assert!(errors(&serve.stop().await).is_empty());
 }
+
+/// An OTLP/HTTP collector of our own: every JSON body posted to `/v1/traces`, as its spans flattened to
+/// `(name, trace id, parent span id, span id, attributes)`.
+struct Collector {
+    endpoint: String,
+    spans: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl Collector {
+    async fn start() -> Collector {
+        let (tx, spans) = tokio::sync::mpsc::unbounded_channel();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let export: Value = serde_json::from_slice(&body).expect("OTLP JSON");
+                    for resource in export["resourceSpans"].as_array().into_iter().flatten() {
+                        let service = resource["resource"]["attributes"].clone();
+                        for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+                            for span in scope["spans"].as_array().into_iter().flatten() {
+                                let mut span = span.clone();
+                                span["service"] = service.clone();
+                                let _ = tx.send(span);
+                            }
+                        }
+                    }
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Collector { endpoint, spans, seen: Vec::new() }
+    }
+
+    /// The first span received (or already seen) that `check` accepts.
+    async fn span(&mut self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        if let Some(found) = self.seen.iter().find(|s| check(s)) {
+            return found.clone();
+        }
+        loop {
+            let span = tokio::time::timeout(WAIT, self.spans.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no {what} span in time"));
+            let span = span.expect("collector running");
+            self.seen.push(span.clone());
+            if check(&span) {
+                return span;
+            }
+        }
+    }
+}
+
+/// A span's attribute, as OTLP's JSON writes it.
+fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
+    let attributes = span["attributes"].as_array()?;
+    attributes.iter().find(|a| a["key"] == key)?["value"]["stringValue"].as_str()
+}
+
+/// Traces over OTLP (`otel.endpoint`): a dispatch is a trace whose route, commit and forward are its
+/// children, an executor's frame is a span, each with the mission's id; the service is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_collector_with_the_mission_id() {
+    let mut collector = Collector::start().await;
+    let env = [
+        ("AIWG_SERVE_OTEL_ENDPOINT", collector.endpoint.as_str()),
+        ("AIWG_SERVE_OTEL_SERVICE_NAME", "serve-under-test"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+    ];
+    let serve = Serve::start_on("127.0.0.1:0", "info", &env).await;
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let client = Client::new(&serve.base);
+    let r = client.post("/api/v1/executors/register", &e.register_payload()).await;
+    e.token = r.body["token"].as_str().unwrap().to_owned();
+    let url = format!("{}/ws/executors/{}?token={}", serve.base.replacen("http://", "ws://", 1), e.id, e.token);
+    let mut ws = ExecSocket::open(&url, &e.id).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = serde_json::json!(e.id);
+    let r = client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    e.next_dispatch().await;
+    ws.ack("mission.started", &id, serde_json::json!({"state": "running"})).await;
+
+    let of_mission = |name: &'static str| {
+        let id = id.clone();
+        move |s: &Value| s["name"] == name && attribute(s, "mission_id") == Some(id.as_str())
+    };
+    let dispatch = collector.span("dispatch", of_mission("dispatch")).await;
+    let service = dispatch["service"].as_array().unwrap().iter().find(|a| a["key"] == "service.name").cloned();
+    assert_eq!(service.unwrap()["value"]["stringValue"], "serve-under-test");
+    for child in ["dispatch.route", "dispatch.commit", "dispatch.forward"] {
+        let span = collector.span(child, |s| s["name"] == child && s["traceId"] == dispatch["traceId"]).await;
+        assert_eq!(span["parentSpanId"], dispatch["spanId"], "{child} is the dispatch's child: {span}");
+    }
+    let frame = collector.span("ingest.frame", of_mission("ingest.frame")).await;
+    assert_eq!(attribute(&frame, "executor_id"), Some(e.id.as_str()));
+    assert!(errors(&serve.stop().await).is_empty());
+}

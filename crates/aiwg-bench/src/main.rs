@@ -287,18 +287,7 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
         rows.extend(workloads::compaction(dir, scale, failures).await);
     }
     if let Some(url) = &args.database_url {
-        if wanted("ingest-pg") {
-            rows.extend(workloads::ingestion_pg(dir, scale, url, failures).await);
-        }
-        if wanted("kill-pg") {
-            rows.extend(workloads::kill9_pg(dir, scale, url, failures).await);
-        }
-        if wanted("dispatch-replicas") {
-            rows.extend(workloads::dispatch_replicas(dir, scale, url).await);
-        }
-        if wanted("storm-replicas") {
-            rows.extend(workloads::storm_after_kill9(dir, scale, url, failures).await);
-        }
+        rows.extend(measure_postgres(&wanted, url, scale, dir, failures).await);
     }
     if wanted("dispatch") {
         rows.extend(workloads::dispatch(dir, scale).await);
@@ -323,6 +312,30 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
     }
     if wanted("dashboard") {
         rows.extend(workloads::dashboard(dir, scale, failures).await);
+    }
+    rows
+}
+
+/// The workloads that need PostgreSQL (`--database-url`).
+async fn measure_postgres(
+    wanted: &impl Fn(&str) -> bool,
+    url: &str,
+    scale: &Scale,
+    dir: &Path,
+    failures: &mut Vec<String>,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if wanted("ingest-pg") {
+        rows.extend(workloads::ingestion_pg(dir, scale, url, failures).await);
+    }
+    if wanted("kill-pg") {
+        rows.extend(workloads::kill9_pg(dir, scale, url, failures).await);
+    }
+    if wanted("dispatch-replicas") {
+        rows.extend(workloads::dispatch_replicas(dir, scale, url).await);
+    }
+    if wanted("storm-replicas") {
+        rows.extend(workloads::storm_after_kill9(dir, scale, url, failures).await);
     }
     rows
 }

@@ -129,7 +129,8 @@ impl RuntimeClient {
     }
 
     /// One call: the attempts, then the status, then the body (within what is left of the last attempt's
-    /// timeout).
+    /// timeout). A span of its own (`runtime.call`), a child of the mission's when it has one.
+    #[tracing::instrument(name = "runtime.call", level = "debug", skip(self, body, timeout), fields(%method))]
     async fn call(
         &self,
         method: Method,

@@ -89,7 +89,19 @@ impl Config {
         self.validate_store()?;
         self.validate_services()?;
         self.validate_timeouts()?;
-        self.validate_notify()
+        self.validate_notify()?;
+        self.validate_otel()
+    }
+
+    fn validate_otel(&self) -> Result<(), ConfigError> {
+        let o = &self.otel;
+        if !o.endpoint.is_empty() && crate::net::http_url(&o.endpoint).is_err() {
+            return bad(format!("otel.endpoint must be an http(s) URL (an OTLP/HTTP collector), not {:?}", o.endpoint));
+        }
+        if !(0.0..=1.0).contains(&o.sample_ratio) || o.service_name.is_empty() {
+            return bad("otel.sample_ratio must be from 0 to 1, and otel.service_name not empty".into());
+        }
+        Ok(())
     }
 
     fn validate_timeouts(&self) -> Result<(), ConfigError> {
@@ -512,6 +524,8 @@ mod tests {
         assert!(load(&[("AIWG_SERVE_HUB_PING_INTERVAL_S", "0")]).contains("must be positive"));
         assert!(load(&[("AIWG_SERVE_STORE_SYNCHRONOUS", "sometimes")]).contains("unknown variant"));
         // TLS needs both files; client certificates need TLS; replicas relay in plain HTTP.
+        assert!(load(&[("AIWG_SERVE_OTEL_ENDPOINT", "collector:4318")]).contains("otel.endpoint must be"));
+        assert!(load(&[("AIWG_SERVE_OTEL_SAMPLE_RATIO", "1.5")]).contains("otel.sample_ratio"));
         assert!(load(&[("AIWG_SERVE_TLS_CERT", "c.pem")]).contains("go together"));
         assert!(load(&[("AIWG_SERVE_TLS_KEY", "k.pem")]).contains("go together"));
         assert!(load(&[("AIWG_SERVE_TLS_CLIENT_CA", "ca.pem")]).contains("needs TLS"));

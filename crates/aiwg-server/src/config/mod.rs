@@ -34,6 +34,27 @@ pub struct Config {
     pub hitl: HitlConfig,
     pub notify: NotifyConfig,
     pub timeouts: TimeoutsConfig,
+    pub otel: OtelConfig,
+}
+
+/// Traces over OpenTelemetry (OTLP over HTTP, JSON), off unless an endpoint is named: spans of each
+/// dispatch (route, commit, forward), each ingested frame, each store commit and each runtime call,
+/// with the mission id where there is one.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtelConfig {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`); spans go to `<endpoint>/v1/traces`.
+    pub endpoint: String,
+    /// `service.name` of the spans.
+    pub service_name: String,
+    /// The share of traces kept (each dispatch and each ingested frame starts one), 0 to 1.
+    pub sample_ratio: f64,
+}
+
+impl Default for OtelConfig {
+    fn default() -> OtelConfig {
+        OtelConfig { endpoint: String::new(), service_name: "aiwg-serve".into(), sample_ratio: 1.0 }
+    }
 }
 
 /// Every mission's timeouts, where its dispatch names none (`timeouts` in the dispatch overrides each

@@ -129,6 +129,11 @@ pub(super) fn illegal(event: EventType, mission_id: &str, state: MissionState) -
     Error::IllegalTransition(format!("{event} is not allowed for mission {mission_id} in state {state}"))
 }
 
+/// An event that ends a mission (or, from an abandoned attempt's executor, only that attempt).
+pub(super) fn ends(event: EventType) -> bool {
+    matches!(event, EventType::MissionCompleted | EventType::MissionFailed | EventType::MissionAborted)
+}
+
 /// What serve records of an abandoned attempt's end (`event`, from the executor of attempt `attempt`,
 /// which a retry moved elsewhere): that executor's `mission.progress` saying so, with what it sent
 /// under `late_end` (our extension). Not the event itself: the contract has no event for the end of one

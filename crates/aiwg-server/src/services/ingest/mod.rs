@@ -25,7 +25,7 @@ use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_contract::{progress, Envelope, EventType, Schema};
 use aiwg_domain::{capabilities, is_repeat, on_executor_event, HitlRequest, MissionState, NewEvent, Outcome};
-use judge::{decide, illegal, not_owned, Decision, Judged};
+use judge::{decide, ends, illegal, not_owned, Decision, Judged};
 
 /// Why a frame for a mission being re-read after a failed commit is refused, once its wait ran out.
 const REREAD: &str = "the mission is being re-read from the store after a storage failure; send the event again later";
@@ -148,11 +148,17 @@ impl Ingest {
         text: &'a str,
         origin: Origin,
     ) -> BoxFuture<'a, Result<Ingested, Refusal>> {
-        Box::pin(self.judge_frame(executor_id, text, origin))
+        // A span per frame (`otel.endpoint`), named after its mission once read (`judge_frame`). At
+        // DEBUG: with traces off and logs at INFO its callsite is disabled, and costs a branch.
+        let span = tracing::debug_span!("ingest.frame", %executor_id, mission_id = tracing::field::Empty);
+        Box::pin(tracing::Instrument::instrument(self.judge_frame(executor_id, text, origin), span))
     }
 
     async fn judge_frame(&self, executor_id: &str, text: &str, origin: Origin) -> Result<Ingested, Refusal> {
         let (row, event, reference) = read(&self.schema, executor_id, text)?;
+        if let Some(mission_id) = &row.mission_id {
+            tracing::Span::current().record("mission_id", mission_id.as_str());
+        }
         let refuse = |error: Error| Refusal { error, reference: reference.clone() };
         let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: row.ts.clone() };
         // The row moves into the ledger's critical section; the acknowledgement keeps its time.
@@ -429,11 +435,6 @@ fn resync_listing(data: &Value) -> Result<Vec<String>, Error> {
         return Err(Error::InvalidFrame("executor.resync lists more than 10000 missions"));
     }
     Ok(listed)
-}
-
-/// An event that ends a mission.
-fn ends(event: EventType) -> bool {
-    matches!(event, EventType::MissionCompleted | EventType::MissionFailed | EventType::MissionAborted)
 }
 
 /// The exit code (and error) of a `mission.failed` that names one: what a retry policy's `exit_codes`

@@ -94,13 +94,16 @@ impl Runtimes {
         self.inflight.lock().expect("inflight lock").insert(mission_id.to_owned(), inflight);
         let this = self.clone();
         let mission_id = mission_id.to_owned();
-        tokio::spawn(async move {
+        // A trace per runtime mission (`otel.endpoint`): each call to a runtime is a child span.
+        let span = tracing::debug_span!("runtime.mission", mission_id = %mission_id);
+        let drive = async move {
             tokio::select! {
                 _ = cancelled.wait_for(|c| *c) => {}
                 _ = this.run(&mission_id, task, &chosen) => {}
             }
             this.inflight.lock().expect("inflight lock").remove(&mission_id);
-        });
+        };
+        tokio::spawn(tracing::Instrument::instrument(drive, span));
     }
 
     async fn run(&self, mission_id: &str, task: std::result::Result<Task, String>, runtimes: &[String]) {

@@ -269,7 +269,8 @@ async fn run<C: Committer, P: Publisher>(
         }
         let started = std::time::Instant::now();
         metrics.commit_batch_units.observe(batch.len() as f64);
-        commit_batch(&mut committer, &mut batch, &feed, &health).await;
+        let span = tracing::debug_span!("store.commit", units = batch.len());
+        tracing::Instrument::instrument(commit_batch(&mut committer, &mut batch, &feed, &health), span).await;
         metrics.commit_latency.observe_duration(started.elapsed());
         committer.between_batches().await;
     }
