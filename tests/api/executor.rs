@@ -615,6 +615,14 @@ async fn a_missions_worktree_lives_as_long_as_the_mission_and_the_state_is_priva
     e.child.kill().unwrap();
     e.child.wait().unwrap();
     Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    // Until serve has seen the crash, it lists the identity connected: the restart's connection (and
+    // the clean-up before it) is only told apart from the crashed run's after that.
+    let gone = e.name.clone();
+    server
+        .eventually("/api/v1/executors", "the crashed run's socket closed", |b| {
+            b["executors"].as_array().unwrap().iter().any(|x| x["name"] == gone.as_str() && x["connected"] == false)
+        })
+        .await;
     let cwd = tempfile::tempdir().unwrap();
     let restarted = ExecutorProcess {
         child: e.child_restart(&server, &sd, cwd.path(), &["--workdir", &wd]),

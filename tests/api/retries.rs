@@ -161,8 +161,12 @@ async fn a_retry_waiting_for_its_time_survives_a_restart() {
     let server = TestServer::start_with(|c| c.hub.restart_grace_s = 600).await;
     let retry = json!({"max_attempts": 2, "on": ["executor_lost"], "initial_interval_s": 1.5});
     let ((first, old_ws), (mut second, second_ws), id) = two_and_a_mission(&server, retry, json!(null)).await;
-    let first_ws = lose(&server, &first).await;
+    let mut first_ws = lose(&server, &first).await;
     server.eventually(&format!("/api/v1/missions/{id}"), "queued again", |m| m["state"] == "queued").await;
+    // A late end from the attempt that was lost, while the next one waits: recorded, and it ends nothing.
+    let late = first_ws.event("mission.failed", &id, json!({"state": "failed", "reason": "crashed"})).await;
+    assert_eq!(late["ack"], true, "{late}");
+    assert_ne!(server.mission(&id).await["state"], "failed");
     // Nobody may take the attempt before the restart, however late the restart comes on a loaded
     // machine: with no executor connected, its time passing leaves it waiting in the store.
     drop((old_ws, first_ws, second_ws));

@@ -27,6 +27,22 @@ async fn tls_server(leaf: &Leaf, adjust: impl FnOnce(&mut aiwg_server::config::C
     (server, base)
 }
 
+/// A CA of the test's own in a scratch directory, and a serve whose certificate (for 127.0.0.1) it signed.
+struct Signed {
+    dir: tempfile::TempDir,
+    ca: Ca,
+    server: TestServer,
+    base: String,
+}
+
+async fn signed_server(adjust: impl FnOnce(&mut aiwg_server::config::Config)) -> Signed {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let leaf = ca.issue(dir.path(), "serve", &["127.0.0.1"], "2030-01-01");
+    let (server, base) = tls_server(&leaf, adjust).await;
+    Signed { dir, ca, server, base }
+}
+
 /// `GET path` until `check` holds (or the wait runs out).
 async fn eventually(client: &Client, path: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -149,10 +165,10 @@ async fn a_renewed_certificate_is_served_without_dropping_an_open_socket() {
 
 #[tokio::test]
 async fn executors_client_certificates_must_come_from_the_ca_and_name_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let (ca, clients) = (Ca::new(dir.path(), "ca"), Ca::new(dir.path(), "executors"));
-    let leaf = ca.issue(dir.path(), "serve", &["127.0.0.1"], "2030-01-01");
-    let (_server, base) = tls_server(&leaf, |c| c.server.tls_client_ca = clients.pem.clone()).await;
+    let elsewhere = tempfile::tempdir().unwrap();
+    let clients = Ca::new(elsewhere.path(), "executors");
+    let Signed { dir, ca, base, server: _server } =
+        signed_server(|c| c.server.tls_client_ca = clients.pem.clone()).await;
     let build_a = clients.issue(dir.path(), "build-a", &["build-a"], "2030-01-01");
     let build_b = clients.issue(dir.path(), "build-b", &["build-b"], "2030-01-01");
     let forged = Ca::new(dir.path(), "forger").issue(dir.path(), "forged", &["build-a"], "2030-01-01");
@@ -191,10 +207,7 @@ async fn executors_client_certificates_must_come_from_the_ca_and_name_them() {
 /// stops at once with the reason, instead of retrying what cannot succeed.
 #[tokio::test]
 async fn the_reference_executor_runs_a_mission_over_tls_with_its_ca() {
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new(dir.path(), "ca");
-    let leaf = ca.issue(dir.path(), "serve", &["127.0.0.1"], "2030-01-01");
-    let (_server, base) = tls_server(&leaf, |_| {}).await;
+    let Signed { dir, ca, base, server: _server } = signed_server(|_| {}).await;
     let client = Client::over(&base, None, ca.client_config(None));
     let workdir = tempfile::tempdir().unwrap();
     let executor = |ca_cert: &Path| {
@@ -264,10 +277,7 @@ async fn tls_files_that_do_not_load_stop_the_start_with_the_reason() {
 #[tokio::test]
 async fn the_recorder_and_the_command_line_reach_a_serve_over_tls() {
     use tokio::io::{AsyncBufReadExt, BufReader};
-    let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new(dir.path(), "ca");
-    let leaf = ca.issue(dir.path(), "serve", &["127.0.0.1"], "2030-01-01");
-    let (server, base) = tls_server(&leaf, |_| {}).await;
+    let Signed { dir, ca, server, base } = signed_server(|_| {}).await;
     let (ca_pem, out) = (ca.pem.to_str().unwrap(), dir.path().join("over-tls.json"));
     let args = ["--ca-cert", ca_pem, "conformance", "record", "--url", &base, "--out", out.to_str().unwrap()];
     let mut recorder = crate::cli::command(&args).spawn().unwrap();

@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Sink, SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
 use super::accept::{Edge, Limits};
@@ -51,6 +51,47 @@ pub(super) struct Dialer {
     stop: watch::Receiver<bool>,
     /// Executors with a dialling task.
     dialling: Mutex<HashSet<String>>,
+}
+
+/// The two ends of a relayed socket, named in what the relay says when one fails.
+#[derive(Clone, Copy)]
+enum Side {
+    Executor,
+    Serve,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Executor => "the executor's side",
+            Side::Serve => "serve's side",
+        }
+    }
+
+    fn other(self) -> Side {
+        match self {
+            Side::Executor => Side::Serve,
+            Side::Serve => Side::Executor,
+        }
+    }
+}
+
+/// Relays a frame read from `from` to the other side: `Ok(true)` to go on, `Ok(false)` once a close
+/// was passed on. Pings and pongs stay on their side.
+async fn pass<S>(frame: Option<Result<Message, WsError>>, to: &mut S, from: Side) -> Result<bool, String>
+where
+    S: Sink<Message, Error = WsError> + Unpin,
+{
+    match frame {
+        Some(Ok(Message::Ping(_) | Message::Pong(_))) => Ok(true),
+        Some(Ok(Message::Close(close))) => {
+            let _ = to.send(Message::Close(close)).await;
+            Ok(false)
+        }
+        Some(Ok(frame)) => to.send(frame).await.map(|()| true).map_err(|e| format!("{}: {e}", from.other().name())),
+        Some(Err(e)) => Err(format!("{}: {e}", from.name())),
+        None => Err(format!("{} ended", from.name())),
+    }
 }
 
 /// One socket serve opened, relayed to its own route.
@@ -172,38 +213,25 @@ impl Dialer {
         let mut ping = tokio::time::interval_at(Instant::now() + ping_every, ping_every);
         // No stop of its own: on serve's stop its route closes its side (1001), relayed as any close.
         loop {
-            tokio::select! {
+            // Keep-alives are each side's own: serve's pings are answered by this relay's side of it,
+            // and the executor's side is pinged below.
+            let relayed = tokio::select! {
                 frame = from_executor.next() => {
                     heard = Instant::now();
-                    match frame {
-                        Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                        Some(Ok(Message::Close(close))) => {
-                            let _ = to_serve.send(Message::Close(close)).await;
-                            return Ok(());
-                        }
-                        Some(Ok(frame)) => to_serve.send(frame).await.map_err(|e| format!("serve's side: {e}"))?,
-                        Some(Err(e)) => return Err(format!("the executor's side: {e}")),
-                        None => return Err("the executor's side ended".into()),
-                    }
+                    pass(frame, &mut to_serve, Side::Executor).await
                 }
-                frame = from_serve.next() => match frame {
-                    // Serve's keep-alive is for this relay, which answers it; the executor's is below.
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                    Some(Ok(Message::Close(close))) => {
-                        let _ = to_executor.send(Message::Close(close)).await;
-                        return Ok(());
-                    }
-                    Some(Ok(frame)) => to_executor.send(frame).await.map_err(|e| format!("the executor's side: {e}"))?,
-                    Some(Err(e)) => return Err(format!("serve's side: {e}")),
-                    None => return Err("serve's side ended".into()),
-                },
+                frame = from_serve.next() => pass(frame, &mut to_executor, Side::Serve).await,
                 _ = ping.tick() => {
                     if heard.elapsed() > silence {
                         let _ = to_serve.send(Message::Close(None)).await;
                         return Err(format!("nothing heard from the executor for {} s", silence.as_secs()));
                     }
                     let _ = to_executor.send(Message::Ping(Vec::new().into())).await;
+                    Ok(true)
                 }
+            };
+            if !relayed? {
+                return Ok(());
             }
         }
     }

@@ -201,13 +201,15 @@ impl Ingest {
         match self.queue_mission_event(judged, &mission_id, row, seen).await {
             Ok(Some(q)) => Ok(pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None)),
             Ok(None) => Ok(Ingested::Duplicate(reference)),
-            Err(Error::Forbidden(why)) => match end {
+            // Not its mission (another executor has the next attempt), or not now (the next attempt
+            // waits in the queue): a late end of an attempt of its own, or the refusal.
+            Err(e @ (Error::Forbidden(_) | Error::IllegalTransition(_))) => match end {
                 Some((row, seen)) => match self.late_end(event, &mission_id, row, seen).await {
                     Ok(Some(commit)) => Ok(pending(commit, None, None, None)),
-                    Ok(None) => Err(refuse(Error::Forbidden(why))),
-                    Err(e) => Err(refuse(e)),
+                    Ok(None) => Err(refuse(e)),
+                    Err(failed) => Err(refuse(failed)),
                 },
-                None => Err(refuse(Error::Forbidden(why))),
+                None => Err(refuse(e)),
             },
             Err(e) => Err(refuse(e)),
         }
@@ -225,11 +227,11 @@ impl Ingest {
         seen: Change,
     ) -> Result<Option<Pending>, Error> {
         let attempts = self.store.attempts(mission_id).await?;
-        let Some((_current, earlier)) = attempts.split_last() else { return Ok(None) };
-        let Some(abandoned) = earlier.iter().rev().find(|a| a.executor_id.as_deref() == Some(row.executor_id.as_str()))
-        else {
-            return Ok(None);
-        };
+        let sender = Some(row.executor_id.as_str());
+        let Some((current, earlier)) = attempts.split_last() else { return Ok(None) };
+        // The current attempt's executor is judged as its owner: its refusals are its own.
+        let abandoned = earlier.iter().rev().find(|a| a.executor_id.as_deref() == sender);
+        let Some(abandoned) = abandoned.filter(|_| current.executor_id.as_deref() != sender) else { return Ok(None) };
         tracing::info!(mission_id, executor_id = %row.executor_id, %event, attempt = abandoned.attempt, "late end of an abandoned attempt recorded");
         let slot = self.slot().await?;
         Ok(Some(slot.submit(vec![Change::AppendEvent(judge::late_end(row, event, abandoned.attempt)), seen])))
