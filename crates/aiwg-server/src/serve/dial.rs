@@ -117,9 +117,11 @@ impl Dialer {
                 _ = tick.tick() => {}
             }
             let now = Instant::now();
-            let listening = self.app.registry.listening();
-            without.retain(|id, _| listening.iter().any(|l| l.executor_id == *id && !l.connected));
-            for l in listening.into_iter().filter(|l| !l.connected) {
+            let unconnected: Vec<Listening> =
+                self.app.registry.listening().into_iter().filter(|l| !l.connected).collect();
+            let ids: HashSet<&str> = unconnected.iter().map(|l| l.executor_id.as_str()).collect();
+            without.retain(|id, _| ids.contains(id.as_str()));
+            for l in unconnected {
                 let since = *without.entry(l.executor_id.clone()).or_insert(now);
                 let due = l.dial_in || (!after.is_zero() && now.duration_since(since) >= after);
                 if due && self.dialling.lock().expect("dialler lock").insert(l.executor_id.clone()) {
