@@ -23,6 +23,13 @@ async fn lists_newest_first_with_filters_and_a_cursor() {
         target.next_dispatch().await;
         dispatched.push(id);
     }
+    // The start must come after the last dispatch to the millisecond the store keeps (CI once started
+    // it within the same one, and the sort by update could not tell them apart): the clock passes it.
+    let last: chrono::DateTime<chrono::Utc> =
+        server.mission(&dispatched[6]).await["updated_at"].as_str().unwrap().parse().unwrap();
+    while chrono::Utc::now() <= last + chrono::Duration::milliseconds(1) {
+        tokio::task::yield_now().await;
+    }
     a_ws.ack("mission.started", &dispatched[0], json!({"state": "running"})).await;
     let newest_first: Vec<String> = dispatched.iter().rev().cloned().collect();
 
