@@ -238,8 +238,6 @@ fn refusal(status: u16, json: &Value) -> CallError {
     CallError::Refused { status, code: text(json, "error").unwrap_or_else(|| "http_error".into()), message }
 }
 
-/// Why a request got no answer, in the words an operator looks for: "connection refused" rather than
-/// hyper's "client error (Connect)".
 /// What failed in a TLS handshake, when that is why a request failed, with what to do about it.
 fn tls_failure(e: &reqwest::Error) -> Option<String> {
     let tls = rustls_error(e)?;
@@ -268,6 +266,8 @@ fn rustls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rust
     e.source().and_then(rustls_error)
 }
 
+/// Why a request got no answer, in the words an operator looks for: "connection refused" rather than
+/// hyper's "client error (Connect)".
 fn cause(e: &reqwest::Error) -> String {
     use std::io::ErrorKind;
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);

@@ -23,8 +23,8 @@ use crate::serve::activity::{Activity, InFlight};
 use crate::serve::client::Believed;
 
 /// The router as hyper's service for one connection: the client's address for `ConnectInfo` (as far as
-/// serve believes it, see [`Believed`]), what vouches for the peer (`http::Vouched`), our limits on the head, and the connection marked busy until the
-/// answer is written.
+/// serve believes it, see [`Believed`]), what vouches for the peer (`http::Vouched`), our limits on the
+/// head, and the connection marked busy until the answer is written.
 pub(super) fn edge_service(
     routes: watch::Receiver<Router>,
     peer: SocketAddr,

@@ -6,6 +6,7 @@
 //! applied (counts, ledger) and the frame acknowledged. A refused frame changes nothing.
 
 mod judge;
+mod read;
 
 use std::sync::Arc;
 
@@ -23,9 +24,13 @@ use super::Core;
 use crate::error::Error;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
 use aiwg_contract::clock;
-use aiwg_contract::{progress, Envelope, EventType, Schema};
+use aiwg_contract::{EventType, Schema};
 use aiwg_domain::{capabilities, is_repeat, on_executor_event, HitlRequest, MissionState, NewEvent, Outcome};
 use judge::{decide, ends, illegal, not_owned, Decision, Judged};
+use read::read;
+// The two readings, held to agree by the property tests.
+#[cfg(test)]
+pub(crate) use read::{read_generally, read_progress};
 
 /// Why a frame for a mission being re-read after a failed commit is refused, once its wait ran out.
 const REREAD: &str = "the mission is being re-read from the store after a storage failure; send the event again later";
@@ -88,6 +93,12 @@ pub struct PendingCommit {
 pub enum Answer {
     Ack { seq: Option<i64>, reference: FrameRef },
     Refused(Refusal),
+}
+
+/// A mission event that was not queued: why, and the row when it was not consumed.
+struct Unqueued {
+    error: Error,
+    row: Option<NewEvent>,
 }
 
 /// A mission event queued for commit: its change of the projection, to resolve once the commit is
@@ -196,22 +207,21 @@ impl Ingest {
             }
         }
         let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry };
-        // Kept only for the rare end that may come from an abandoned attempt (see `late_end`).
-        let end = ends(event).then(|| (row.clone(), seen.clone()));
-        match self.queue_mission_event(judged, &mission_id, row, seen).await {
+        match self.queue_mission_event(judged, &mission_id, row, &seen).await {
             Ok(Some(q)) => Ok(pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None)),
             Ok(None) => Ok(Ingested::Duplicate(reference)),
             // Not its mission (another executor has the next attempt), or not now (the next attempt
             // waits in the queue): a late end of an attempt of its own, or the refusal.
-            Err(e @ (Error::Forbidden(_) | Error::IllegalTransition(_))) => match end {
-                Some((row, seen)) => match self.late_end(event, &mission_id, row, seen).await {
+            Err(Unqueued { error: e @ (Error::Forbidden(_) | Error::IllegalTransition(_)), row: Some(row) })
+                if ends(event) =>
+            {
+                match self.late_end(event, &mission_id, row, seen).await {
                     Ok(Some(commit)) => Ok(pending(commit, None, None, None)),
                     Ok(None) => Err(refuse(e)),
                     Err(failed) => Err(refuse(failed)),
-                },
-                None => Err(refuse(e)),
-            },
-            Err(e) => Err(refuse(e)),
+                }
+            }
+            Err(Unqueued { error, .. }) => Err(refuse(error)),
         }
     }
 
@@ -238,19 +248,23 @@ impl Ingest {
     }
 
     /// Judges a mission event against its mission's projection and queues its commit in the same
-    /// critical section; `None` for a repeat of what the mission already has.
+    /// critical section; `None` for a repeat of what the mission already has. A refusal gives the row
+    /// back, for what the caller may still make of it.
     async fn queue_mission_event(
         &self,
         judged: Judged<'_>,
         mission_id: &str,
         row: NewEvent,
-        seen: Change,
-    ) -> Result<Option<Queued>, Error> {
+        seen: &Change,
+    ) -> Result<Option<Queued>, Unqueued> {
         let now = clock::now();
         let mut row = Some(row);
         let mut waited = false;
         loop {
-            let mut slot = Some(self.slot().await?);
+            let mut slot = match self.slot().await {
+                Ok(slot) => Some(slot),
+                Err(error) => return Err(Unqueued { error, row }),
+            };
             let decided = self.ledger.decide(mission_id, |live| {
                 let row_ref = row.as_ref().expect("kept until queued");
                 match decide(live, judged, row_ref, mission_id, now) {
@@ -266,12 +280,12 @@ impl Ingest {
                     }
                 }
             });
-            return match decided {
+            let error = match decided {
                 Decided::Done((Ok(Some((commit, moved, deadline))), Some(ticket))) => {
-                    Ok(Some(Queued { commit, ticket, moved, deadline }))
+                    return Ok(Some(Queued { commit, ticket, moved, deadline }))
                 }
-                Decided::Done((Ok(_), _)) => Ok(None),
-                Decided::Done((Err(e), _)) => Err(e),
+                Decided::Done((Ok(_), _)) => return Ok(None),
+                Decided::Done((Err(e), _)) => e,
                 // Its projection is re-read after a failed commit: judged once it is (the socket stops
                 // reading meanwhile), refused as a storage failure if the store stays down.
                 Decided::Rebuilding if !waited => {
@@ -279,14 +293,18 @@ impl Ingest {
                     if self.ledger.rebuilt(mission_id, REBUILD_WAIT).await {
                         continue;
                     }
-                    Err(Error::StorageUnavailable(REREAD.into()))
+                    Error::StorageUnavailable(REREAD.into())
                 }
-                Decided::Rebuilding => Err(Error::StorageUnavailable(REREAD.into())),
+                Decided::Rebuilding => Error::StorageUnavailable(REREAD.into()),
                 Decided::NotLive => {
-                    let data = row.map(|r| r.data);
-                    self.not_live(judged.executor_id, judged.event, mission_id, data).await.map(|()| None)
+                    let data = row.as_ref().map(|r| &r.data);
+                    match self.not_live(judged.executor_id, judged.event, mission_id, data).await {
+                        Ok(()) => return Ok(None),
+                        Err(e) => e,
+                    }
                 }
             };
+            return Err(Unqueued { error, row });
         }
     }
 
@@ -306,11 +324,11 @@ impl Ingest {
         executor_id: &str,
         event: EventType,
         mission_id: &str,
-        data: Option<Value>,
+        data: Option<&Value>,
     ) -> Result<(), Error> {
         match self.store.mission(mission_id).await? {
             Some(m) if m.executor_id.as_deref() == Some(executor_id) => match on_executor_event(m.state, event) {
-                Outcome::TerminalRepeat if data.is_some_and(|d| is_repeat(m.terminal_data.as_ref(), &d)) => Ok(()),
+                Outcome::TerminalRepeat if data.is_some_and(|d| is_repeat(m.terminal_data.as_ref(), d)) => Ok(()),
                 Outcome::Late => Ok(()),
                 _ => Err(illegal(event, mission_id, m.state)),
             },
@@ -347,84 +365,6 @@ impl Ingest {
             }
         }
     }
-}
-
-/// Reads a frame into the event to store: a `mission.progress` report already in canonical form by the
-/// typed reading of [`progress`], anything else by the general one ([`parse`], then [`record`]).
-pub(crate) fn read(schema: &Schema, executor_id: &str, text: &str) -> Result<(NewEvent, EventType, FrameRef), Refusal> {
-    match read_progress(executor_id, text) {
-        Some(read) => Ok(read),
-        None => read_generally(schema, executor_id, text),
-    }
-}
-
-/// The typed reading of a `mission.progress` frame, when it takes the frame.
-pub(crate) fn read_progress(executor_id: &str, text: &str) -> Option<(NewEvent, EventType, FrameRef)> {
-    let progress::Progress { mission_id, ts, data } = progress::read(text)?;
-    let event = EventType::MissionProgress;
-    let reference = FrameRef { event: Some(event.as_str().to_owned()), mission_id: Some(mission_id.clone()) };
-    let row = NewEvent {
-        event: event.as_str().into(),
-        executor_id: executor_id.to_owned(),
-        mission_id: Some(mission_id),
-        ts,
-        data,
-        raw: None,
-        origin: aiwg_domain::Origin::Executor,
-    };
-    Some((row, event, reference))
-}
-
-/// The general reading of any frame: parsed, validated, and reduced to canonical form.
-pub(crate) fn read_generally(
-    schema: &Schema,
-    executor_id: &str,
-    text: &str,
-) -> Result<(NewEvent, EventType, FrameRef), Refusal> {
-    let (mut envelope, event, reference) = parse(schema, text)?;
-    Ok((record(schema, executor_id, event, &mut envelope), event, reference))
-}
-
-/// The event as stored: its data in canonical form (what was received, if that differed, kept
-/// beside it), under the socket's authenticated identity whatever the frame claims (as upstream does).
-/// Takes the envelope's `data` (the frame's tree is not copied).
-fn record(schema: &Schema, executor_id: &str, event: EventType, envelope: &mut Envelope) -> NewEvent {
-    let received = envelope.data.take();
-    let data = schema.canonical_data(event, received.as_ref());
-    let raw = received.filter(|d| *d != data);
-    NewEvent {
-        event: event.as_str().into(),
-        executor_id: executor_id.to_owned(),
-        mission_id: envelope.mission_id.clone(),
-        ts: envelope.ts.clone(),
-        data,
-        raw,
-        origin: aiwg_domain::Origin::Executor,
-    }
-}
-
-/// Parses and validates a frame: JSON, a known event type, the schema of the envelope and of its
-/// data, and a direction executors may send.
-fn parse(schema: &Schema, text: &str) -> Result<(Envelope, EventType, FrameRef), Refusal> {
-    let frame: Value = serde_json::from_str(text)
-        .map_err(|e| Refusal { error: Error::InvalidJson(e.to_string()), reference: FrameRef::default() })?;
-    let reference = FrameRef::of(&frame);
-    let refuse = |error: Error| Refusal { error, reference: reference.clone() };
-    if let Some(name) = frame.get("event").and_then(Value::as_str) {
-        if EventType::parse(name).is_none() {
-            return Err(refuse(Error::UnknownEventType(name.chars().take(64).collect())));
-        }
-    }
-    schema
-        .validate("event_envelope", &frame)
-        .map_err(|details| refuse(Error::SchemaViolation { what: "the event", details }))?;
-    let envelope: Envelope = serde_json::from_value(frame).map_err(|e| refuse(Error::InvalidJson(e.to_string())))?;
-    let event =
-        EventType::parse(&envelope.event).ok_or_else(|| refuse(Error::UnknownEventType(envelope.event.clone())))?;
-    if event.is_server_originated() {
-        return Err(refuse(Error::Forbidden(format!("{event} is sent by serve, never by an executor"))));
-    }
-    Ok((envelope, event, reference))
 }
 
 /// The missions an `executor.resync` lists, refused past [`MAX_RESYNC_IDS`].
