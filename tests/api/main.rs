@@ -30,6 +30,7 @@ mod idempotency;
 mod inbox;
 mod limits;
 mod logs;
+mod mission_log;
 mod mission_show;
 mod missions;
 mod net;

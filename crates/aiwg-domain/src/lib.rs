@@ -11,6 +11,7 @@ mod executor;
 mod hitl;
 pub mod idempotency;
 mod live;
+pub mod log;
 mod mission;
 pub mod net;
 pub mod operators;

@@ -20,6 +20,7 @@ use crate::services::fleet::Fleet;
 use crate::services::idempotency::Idempotency;
 use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
+use crate::services::logs::Logs;
 use crate::services::operators::Operators;
 use crate::services::queue::Queue;
 use crate::services::reconciler::Reconciler;
@@ -51,6 +52,8 @@ pub struct App {
     /// HTTP agent runtimes: added by operators, probed, and driven by serve.
     pub runtimes: Arc<Runtimes>,
     pub ingest: Arc<Ingest>,
+    /// Missions' logs: executors' chunks in, text out.
+    pub(crate) logs: Arc<Logs>,
     pub controls: Arc<Controls>,
     pub reconciler: Arc<Reconciler>,
     pub sandboxes: Arc<Sandboxes>,
@@ -88,9 +91,8 @@ impl App {
         let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
         let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
         let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
-        let dispatch = config.dispatch.clone();
-        let dispatcher =
-            Arc::new(Dispatcher::new(&core, dispatch, forwarder, runtimes.clone(), retries.clone(), shutdown.clone()));
+        let (dispatch, stop) = (config.dispatch.clone(), shutdown.clone());
+        let dispatcher = Arc::new(Dispatcher::new(&core, dispatch, forwarder, runtimes.clone(), retries.clone(), stop));
         let reconciler = Arc::new(Reconciler::new(
             &core,
             &config.hub,
@@ -105,12 +107,13 @@ impl App {
         let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
-        let (limits, tokens) = (config.timeouts.limits(), &config.server.operator_tokens);
+        let operators = Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?;
         Ok(App {
-            operators: Arc::new(Operators::load(store.clone(), core.registry.clone(), tokens).await?),
+            operators: Arc::new(operators),
             fleet: Arc::new(Fleet::new(&core, &config)),
-            status: Status::new(&core, limits),
-            timeouts: Arc::new(Timeouts::new(&core, retries, limits, shutdown.clone())),
+            logs: Arc::new(Logs::new(&core, &config)),
+            status: Status::new(&core, config.timeouts.limits()),
+            timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), shutdown.clone())),
             retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
             webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
             config,

@@ -92,6 +92,18 @@ pub enum Change {
     ForgetIdempotent {
         before: chrono::DateTime<chrono::Utc>,
     },
+    /// A row of a mission's log (`aiwg_domain::log`).
+    AppendLog(Box<aiwg_domain::log::LogRow>),
+    /// A mission's log state, written with each of its rows.
+    PutLogState(Box<aiwg_domain::log::LogState>),
+    /// Removes a log's rows in `[from, to)`: a segment its cap drops.
+    DropLog {
+        mission_id: String,
+        from: u64,
+        to: u64,
+    },
+    /// Removes a mission's whole log (retention).
+    ForgetLog(String),
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
     ForgetSandbox(String),
     /// Removes events of an ended mission (retention; `seqs` are its own, as
@@ -195,6 +207,25 @@ pub enum MissionSort {
 impl MissionSort {
     pub const ALL: [(&'static str, MissionSort); 3] =
         [("created", MissionSort::Created), ("updated", MissionSort::Updated), ("duration", MissionSort::Duration)];
+}
+
+/// A read of a mission's log: the rows holding the bytes from `from` on (positions in the whole log,
+/// or in `stream`'s when it names one), at most `rows` of them.
+#[derive(Clone, Copy, Debug)]
+pub struct LogQuery<'a> {
+    pub mission_id: &'a str,
+    pub stream: Option<aiwg_contract::log::Stream>,
+    pub from: u64,
+    pub rows: u32,
+}
+
+/// Where a log row is and what it holds, without its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogMeta {
+    pub pos: u64,
+    pub stream_pos: u64,
+    pub len: u64,
+    pub lines: u64,
 }
 
 /// Filters of the HITL inbox (`GET /api/v1/hitl`): requests of one outcome, optionally of one
