@@ -4,8 +4,10 @@
 
 use futures_util::StreamExt;
 use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::cli::{cli, command, stdout};
 use crate::support::{running_mission, ExecSocket, ScriptedExecutor, TestServer, WAIT};
 use aiwg_contract::log::{encode, ChunkHeader, Stream};
 
@@ -225,4 +227,64 @@ async fn a_log_survives_a_restart_and_its_executor_resumes_where_serve_left_it()
     let answer = chunk(&mut socket, &id, Stream::Stdout, 0, b"before\nafter\n").await;
     assert_eq!(answer["log_offset"], at + 6, "{answer}");
     assert_eq!(log(&server, &id, "").await.1, "before\nafter\n");
+}
+
+#[tokio::test]
+async fn retention_removes_a_log_with_its_missions_history_and_a_read_then_says_so() {
+    let server = TestServer::start_with(|c| c.retention.keep_days = 0.0).await;
+    let (mut e, mut socket) = logging_executor(&server).await;
+    let (ended, live) =
+        (running_mission(&server, &mut e, &mut socket).await, running_mission(&server, &mut e, &mut socket).await);
+    write(&mut socket, &ended, Stream::Stdout, 0, b"old output\n").await;
+    write(&mut socket, &live, Stream::Stdout, 0, b"still running\n").await;
+    socket.ack("mission.completed", &ended, json!({"state": "done", "exit_code": 0})).await;
+    let pass = server.client.post("/api/v1/store/compact", &json!({})).await;
+    assert_eq!(pass.status, 200, "{}", pass.body);
+    let gone = server.client.get(&format!("/api/v1/missions/{ended}/log")).await;
+    gone.assert_error(410, "mission_compacted");
+    assert_eq!(log(&server, &live, "").await.1, "still running\n", "a live mission's log is never touched");
+}
+
+#[tokio::test]
+async fn missions_logs_prints_the_log_by_stream_or_tail() {
+    let server = TestServer::start().await;
+    let (mut e, mut socket) = logging_executor(&server).await;
+    let id = running_mission(&server, &mut e, &mut socket).await;
+    let at = write(&mut socket, &id, Stream::Stdout, 0, b"one\ntwo\n").await;
+    let at = write(&mut socket, &id, Stream::Stderr, at, b"oops \xff\n").await;
+    write(&mut socket, &id, Stream::Stdout, at, b"three\n").await;
+    let prefix = &id[..12];
+    let whole = cli(&server.base, &["missions", "logs", prefix], &[]).await;
+    assert_eq!(whole.status.code(), Some(0), "{}", String::from_utf8_lossy(&whole.stderr));
+    assert_eq!(whole.stdout, b"one\ntwo\noops \xff\nthree\n", "the bytes as the agents wrote them");
+    let errors = cli(&server.base, &["missions", "logs", &id, "--stderr"], &[]).await;
+    assert_eq!(errors.stdout, b"oops \xff\n");
+    let tail = cli(&server.base, &["missions", "logs", &id, "--tail", "2"], &[]).await;
+    assert_eq!(stdout(&tail), "oops \u{fffd}\nthree\n");
+    let unknown = cli(&server.base, &["missions", "logs", "m-nobody"], &[]).await;
+    assert_eq!(unknown.status.code(), Some(4), "refused: {}", String::from_utf8_lossy(&unknown.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missions_logs_follow_goes_on_across_a_restart_of_serve_and_ends_with_the_mission() {
+    let server = TestServer::start().await;
+    let (mut e, mut socket) = logging_executor(&server).await;
+    let id = running_mission(&server, &mut e, &mut socket).await;
+    let at = write(&mut socket, &id, Stream::Stdout, 0, b"before the restart\n").await;
+    let mut follow = command(&["--server", &server.base, "missions", "logs", "-f", &id]).spawn().unwrap();
+    let mut lines = BufReader::new(follow.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(WAIT, lines.next_line()).await.expect("a line in time").unwrap();
+    assert_eq!(line.as_deref(), Some("before the restart"));
+    drop(socket);
+    let server = server.restart_on_same_port().await;
+    let mut socket = e.connect(&server).await;
+    write(&mut socket, &id, Stream::Stdout, at, b"after the restart\n").await;
+    socket.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
+    let out = tokio::time::timeout(WAIT * 2, follow.wait_with_output()).await.expect("ends with the mission").unwrap();
+    let mut rest = Vec::new();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        rest.push(line);
+    }
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(rest, ["after the restart"], "nothing shown twice, nothing missed");
 }

@@ -92,6 +92,27 @@ impl std::fmt::Display for ChunkError {
 /// make serve scan a megabyte for a newline.
 pub const MAX_HEADER_BYTES: usize = 1024;
 
+/// The line a reader of a log is shown where bytes were dropped (its mission's cap): how many bytes
+/// and lines its log dropped, and the position the reader's bytes resume at, so that a reader counting
+/// positions (to resume a follow after a restart, as `missions logs --follow` does) can set its count
+/// right. Its shape is fixed: [`GAP_PREFIX`], the figures, `]`, a newline.
+pub fn gap_line(dropped_bytes: u64, dropped_lines: u64, resumes_at: u64) -> String {
+    format!(
+        "{GAP_PREFIX}{dropped_bytes} bytes ({dropped_lines} lines) of this log were dropped here \
+         (logs.max_bytes_per_mission); it resumes at offset {resumes_at}]\n"
+    )
+}
+
+/// How a [`gap_line`] starts.
+pub const GAP_PREFIX: &str = "\n[aiwg-serve: ";
+
+/// The resume position of a [`gap_line`] (`line` from its [`GAP_PREFIX`] to its newline; `None` when it
+/// is not one).
+pub fn gap_resumes_at(line: &str) -> Option<u64> {
+    let rest = line.strip_prefix(GAP_PREFIX)?.trim_end().strip_suffix(']')?;
+    rest.rsplit_once("it resumes at offset ")?.1.parse().ok()
+}
+
 /// One chunk as a binary frame's payload.
 pub fn encode(header: &ChunkHeader, bytes: &[u8]) -> Vec<u8> {
     let head = serde_json::to_vec(header).expect("a chunk header serializes");
@@ -131,6 +152,15 @@ mod tests {
         assert_eq!(b, bytes);
         let empty = encode(&header(0), b"");
         assert_eq!(decode(&empty).unwrap().1, b"");
+    }
+
+    #[test]
+    fn the_gap_line_says_where_the_log_resumes() {
+        let line = gap_line(1_200, 12, 1_700);
+        assert!(line.starts_with(GAP_PREFIX) && line.contains("1200 bytes (12 lines)"), "{line}");
+        assert_eq!(gap_resumes_at(&line), Some(1_700));
+        assert_eq!(gap_resumes_at("\n[aiwg-serve: nothing]\n"), None);
+        assert_eq!(gap_resumes_at("plain output"), None);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! Bounded by the mission's cap: once the log reaches half of it, that first half is its head and is
 //! kept for good; past the cap, the oldest bytes after the head are dropped, in whole segments of rows,
 //! so that the head and the newest bytes stay. What was dropped (bytes, lines) is kept in the
-//! [`LogState`], and a reader is shown it as one line ([`gap_line`]) where the bytes were.
+//! [`LogState`], and a reader is shown it as one line (`aiwg_contract::log::gap_line`) where the bytes
+//! were.
 //!
 //! Dedupe: an executor numbers its bytes itself (`offset`, its own count in this attempt), and sends
 //! again from the last count serve acknowledged after a reconnect; serve keeps the attempt's count
@@ -218,23 +219,6 @@ impl LogCursor {
     }
 }
 
-/// The line a reader is shown where dropped bytes were: how much the log dropped, and the position
-/// the reader's bytes resume at (so that a reader counting positions, as `missions logs --follow` does
-/// to resume, can set its count right). Its shape is fixed: `aiwg-serve: ` then the figures.
-pub fn gap_line(state: &LogState, resumes_at: u64) -> String {
-    format!(
-        "\n[aiwg-serve: {} bytes ({} lines) of this log were dropped here (logs.max_bytes_per_mission); it resumes at offset {resumes_at}]\n",
-        state.dropped(),
-        state.dropped_lines,
-    )
-}
-
-/// Reads the resume position back out of a [`gap_line`] (`None` when `line` is not one).
-pub fn gap_resumes_at(line: &str) -> Option<u64> {
-    let rest = line.trim().strip_prefix("[aiwg-serve: ")?.strip_suffix(']')?;
-    rest.rsplit_once("it resumes at offset ")?.1.parse().ok()
-}
-
 /// Text from a log's bytes as they come, row after row: invalid UTF-8 becomes U+FFFD, never an error,
 /// and a character cut between two rows is joined again (`carry` holds its first bytes).
 pub fn lossy_text(carry: &mut Vec<u8>, bytes: &[u8], out: &mut String) {
@@ -359,16 +343,6 @@ mod tests {
         let a = live.accept(1, 1, Stream::Stdout, 1200, &[b'b'; 300], CAP);
         let b = loaded.accept(1, 1, Stream::Stdout, 1200, &[b'b'; 300], CAP);
         assert_eq!(a, b);
-    }
-
-    #[test]
-    fn the_gap_line_says_where_the_log_resumes() {
-        let state = LogState { head_end: Some(500), tail_start: 1_700, dropped_lines: 12, ..LogState::new("m") };
-        let line = gap_line(&state, 1_700);
-        assert!(line.contains("1200 bytes (12 lines)"), "{line}");
-        assert_eq!(gap_resumes_at(&line), Some(1_700));
-        assert_eq!(gap_resumes_at("[aiwg-serve: nothing]"), None);
-        assert_eq!(gap_resumes_at("plain output"), None);
     }
 
     #[test]

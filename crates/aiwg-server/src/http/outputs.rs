@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::http::{HeaderName, HeaderValue};
+use axum::http::header::{ACCEPT, CACHE_CONTROL, CONTENT_TYPE};
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -22,6 +22,7 @@ use aiwg_contract::log::Stream;
 pub(super) const LOG_OFFSET: HeaderName = HeaderName::from_static("x-aiwg-log-offset");
 /// Where the log ended when it was read.
 pub(super) const LOG_END: HeaderName = HeaderName::from_static("x-aiwg-log-end");
+const OCTETS: &str = "application/octet-stream";
 /// The most lines `tail=` gives.
 const MAX_TAIL: u64 = 1_000_000;
 
@@ -38,12 +39,16 @@ struct LogParams {
     follow: Option<bool>,
 }
 
+/// The log as text, or with `Accept: application/octet-stream` as the bytes received (for a reader that
+/// counts positions and decodes itself, as the command line's follower does).
 async fn log(
     _: Viewer,
     State(app): State<Arc<App>>,
     MissionRef(mission_id): MissionRef,
+    headers: HeaderMap,
     Params(p): Params<LogParams>,
 ) -> Result<Response> {
+    let raw = headers.get(ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains(OCTETS));
     let stream = match p.stream.as_deref() {
         None | Some("") | Some("all") => None,
         Some(s) => Some(Stream::parse(s).ok_or_else(|| {
@@ -56,10 +61,10 @@ async fn log(
         (_, Some(n)) => Start::Tail(n),
         (offset, None) => Start::Offset(offset.unwrap_or(0)),
     };
-    let read = LogRead { mission_id, stream, start, follow: p.follow.unwrap_or(false) };
+    let read = LogRead { mission_id, stream, start, follow: p.follow.unwrap_or(false), raw };
     let text = app.logs.read(read, app.shutdown_signal()).await?;
     let headers = [
-        (CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8")),
+        (CONTENT_TYPE, HeaderValue::from_static(if raw { OCTETS } else { "text/plain; charset=utf-8" })),
         (CACHE_CONTROL, HeaderValue::from_static("no-store")),
         (LOG_OFFSET, HeaderValue::from(text.offset)),
         (LOG_END, HeaderValue::from(text.end)),

@@ -102,7 +102,7 @@ pub enum Change {
         from: u64,
         to: u64,
     },
-    /// Removes a mission's whole log (retention).
+    /// Removes a mission's log rows (retention; its state stays).
     ForgetLog(String),
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
     ForgetSandbox(String),

@@ -16,8 +16,9 @@ use tokio::sync::{broadcast, watch};
 use super::Logs;
 use crate::error::{Error, Result};
 use crate::store::{LogMeta, LogQuery};
+use aiwg_contract::log::gap_line;
 use aiwg_contract::log::Stream;
-use aiwg_domain::log::{gap_line, lossy_flush, lossy_text, LogRow, LogState};
+use aiwg_domain::log::{lossy_flush, lossy_text, LogRow, LogState};
 
 /// Rows read at once: at most 64 KiB each.
 const PAGE_ROWS: u32 = 64;
@@ -42,13 +43,16 @@ pub(crate) struct LogRead {
     pub(crate) start: Start,
     /// Kept open, and new bytes sent as they come, until the mission ends (or serve stops).
     pub(crate) follow: bool,
+    /// The bytes as received, not made UTF-8: for a reader that counts positions (a follower that
+    /// resumes) and decodes itself.
+    pub(crate) raw: bool,
 }
 
 /// The answer to a read: the position of its first byte, the log's end when it was read, and its text.
 pub(crate) struct LogText {
     pub(crate) offset: u64,
     pub(crate) end: u64,
-    pub(crate) body: BoxStream<'static, std::result::Result<String, std::io::Error>>,
+    pub(crate) body: BoxStream<'static, std::result::Result<Vec<u8>, std::io::Error>>,
 }
 
 /// One read under way: where it is, what it carries of a cut character.
@@ -71,20 +75,14 @@ impl Logs {
     pub(crate) async fn read(self: &Arc<Self>, q: LogRead, shutdown: watch::Receiver<bool>) -> Result<LogText> {
         let grew = self.subscribe();
         let store = self.store();
-        let state = store.log_state(&q.mission_id).await?;
-        let state = match state {
-            Some(state) => state,
-            None => {
-                let mission = store.mission(&q.mission_id).await?;
-                if mission.as_ref().is_some_and(|m| m.compacted_at.is_some()) {
-                    return Err(Error::MissionCompacted(format!(
-                        "mission {}'s history was compacted by retention: its log, if it had one, was removed",
-                        q.mission_id
-                    )));
-                }
-                LogState::new(&q.mission_id)
-            }
-        };
+        let mission = store.mission(&q.mission_id).await?;
+        if mission.as_ref().is_some_and(|m| m.compacted_at.is_some()) {
+            return Err(Error::MissionCompacted(format!(
+                "mission {}'s history was compacted by retention: its log, if it had one, was removed",
+                q.mission_id
+            )));
+        }
+        let state = store.log_state(&q.mission_id).await?.unwrap_or_else(|| LogState::new(&q.mission_id));
         let end = q.stream.map_or(state.end, |s| state.stream_end(s));
         let offset = match q.start {
             Start::Offset(n) => n,
@@ -143,7 +141,7 @@ impl Logs {
 
 impl Reader {
     /// The next piece of text: what the next rows hold, or (following) what comes once it comes.
-    async fn next(&mut self) -> Option<std::result::Result<String, std::io::Error>> {
+    async fn next(&mut self) -> Option<std::result::Result<Vec<u8>, std::io::Error>> {
         while !self.done {
             let q = LogQuery { mission_id: &self.q.mission_id, stream: self.q.stream, from: self.pos, rows: PAGE_ROWS };
             let rows = match self.logs.store().log_rows(q).await {
@@ -154,9 +152,9 @@ impl Reader {
                 }
             };
             if !rows.is_empty() {
-                let text = self.text(&rows);
-                if !text.is_empty() {
-                    return Some(Ok(text));
+                let bytes = self.bytes(&rows);
+                if !bytes.is_empty() {
+                    return Some(Ok(bytes));
                 }
                 continue;
             }
@@ -164,28 +162,42 @@ impl Reader {
                 self.done = true;
                 let mut tail = String::new();
                 lossy_flush(&mut self.carry, &mut tail);
-                return (!tail.is_empty()).then_some(Ok(tail));
+                return (!tail.is_empty()).then_some(Ok(tail.into_bytes()));
             }
             self.wait().await;
         }
         None
     }
 
-    /// The rows' text from the reader's position on, a gap line wherever bytes are missing.
-    fn text(&mut self, rows: &[LogRow]) -> String {
-        let mut out = String::new();
+    /// The rows' bytes from the reader's position on (as text unless raw), a gap line wherever bytes
+    /// are missing.
+    fn bytes(&mut self, rows: &[LogRow]) -> Vec<u8> {
+        let (mut text, mut raw) = (String::new(), Vec::new());
         for row in rows {
             let start = if self.q.stream.is_some() { row.stream_pos } else { row.pos };
             if start > self.pos {
-                lossy_flush(&mut self.carry, &mut out);
-                out.push_str(&gap_line(&self.state, start));
+                let gap = gap_line(self.state.dropped(), self.state.dropped_lines, start);
+                match self.q.raw {
+                    true => raw.extend_from_slice(gap.as_bytes()),
+                    false => {
+                        lossy_flush(&mut self.carry, &mut text);
+                        text.push_str(&gap);
+                    }
+                }
                 self.pos = start;
             }
             let skip = usize::try_from(self.pos - start).unwrap_or(usize::MAX).min(row.bytes.len());
-            lossy_text(&mut self.carry, &row.bytes[skip..], &mut out);
+            match self.q.raw {
+                true => raw.extend_from_slice(&row.bytes[skip..]),
+                false => lossy_text(&mut self.carry, &row.bytes[skip..], &mut text),
+            }
             self.pos = start + row.bytes.len() as u64;
         }
-        out
+        if self.q.raw {
+            raw
+        } else {
+            text.into_bytes()
+        }
     }
 
     /// Waits for the log to grow, the mission to end, or serve to stop; then reads the state again.

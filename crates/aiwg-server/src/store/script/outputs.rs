@@ -62,8 +62,7 @@ pub(super) fn drop_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a st
     s.push(" AND pos >= ").bind(int(from)).push(" AND pos < ").bind(int(to)).end();
 }
 
-/// Removes a mission's whole log (retention).
+/// Removes a mission's log rows (retention); its state stays, saying how long the log was.
 pub(super) fn forget_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str) {
     s.push("DELETE FROM mission_logs WHERE mission_id = ").bind(mission_id).end();
-    s.push("DELETE FROM mission_log_state WHERE mission_id = ").bind(mission_id).end();
 }
