@@ -72,6 +72,12 @@ async fn every_byte_is_kept_in_order_and_read_back_whole_by_stream_offset_or_tai
 
     // The log is kept, not a summary: the progress events say nothing of it.
     let mission = server.mission(&id).await;
+    let stdout_bytes = lines.len() + 5;
+    assert_eq!(
+        mission["log"],
+        json!({"bytes": stdout_bytes + 18, "stdout_bytes": stdout_bytes, "stderr_bytes": 18, "lines": 1002,
+               "dropped_bytes": 0, "dropped_lines": 0})
+    );
     assert!(mission["recent_events"].as_array().unwrap().iter().all(|e| e["event"] != "mission.log"), "{mission}");
 }
 
@@ -261,6 +267,8 @@ async fn missions_logs_prints_the_log_by_stream_or_tail() {
     assert_eq!(errors.stdout, b"oops \xff\n");
     let tail = cli(&server.base, &["missions", "logs", &id, "--tail", "2"], &[]).await;
     assert_eq!(stdout(&tail), "oops \u{fffd}\nthree\n");
+    let shown = stdout(&cli(&server.base, &["missions", "show", &id], &[]).await);
+    assert!(shown.contains(&format!("log:          21 bytes, 4 lines: aiwg-serve missions logs {id}")), "{shown}");
     let unknown = cli(&server.base, &["missions", "logs", "m-nobody"], &[]).await;
     assert_eq!(unknown.status.code(), Some(4), "refused: {}", String::from_utf8_lossy(&unknown.stderr));
 }
@@ -287,4 +295,25 @@ async fn missions_logs_follow_goes_on_across_a_restart_of_serve_and_ends_with_th
     }
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(rest, ["after the restart"], "nothing shown twice, nothing missed");
+}
+
+#[tokio::test]
+async fn the_read_names_the_branch_an_executor_kept_the_work_on_and_only_in_the_shape_it_promises() {
+    let server = TestServer::start().await;
+    let (mut e, mut socket) = ScriptedExecutor::online(&server, &[]).await;
+    let kept = running_mission(&server, &mut e, &mut socket).await;
+    let work = json!({"branch": format!("aiwg/{kept}"), "commit": "a".repeat(40), "base": "b".repeat(40)});
+    socket.ack("mission.completed", &kept, json!({"state": "done", "exit_code": 0, "work": work})).await;
+    let read = server.mission(&kept).await;
+    assert_eq!(read["work"], work);
+    assert!(read.get("log").is_none(), "no log was sent: {read}");
+    let shown = stdout(&cli(&server.base, &["missions", "show", &kept], &[]).await);
+    assert!(
+        shown.contains(&format!("work:         branch aiwg/{kept} at aaaaaaaaaaaa (from bbbbbbbbbbbb)")),
+        "{shown}"
+    );
+    let odd = running_mission(&server, &mut e, &mut socket).await;
+    let work = json!({"branch": "x".repeat(300), "commit": "c"});
+    socket.ack("mission.completed", &odd, json!({"state": "done", "exit_code": 0, "work": work})).await;
+    assert!(server.mission(&odd).await.get("work").is_none(), "a branch name past 255 bytes is not shown");
 }
