@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod artifacts;
 mod audit;
 mod auth_matrix;
 mod backup;

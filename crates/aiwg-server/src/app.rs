@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::forward::Forwarder;
 use crate::metrics::Metrics;
+use crate::services::artifacts::Artifacts;
 use crate::services::audit::Audit;
 use crate::services::connections::Connections;
 use crate::services::controls::Controls;
@@ -54,6 +55,8 @@ pub struct App {
     pub ingest: Arc<Ingest>,
     /// Missions' logs: executors' chunks in, text out.
     pub(crate) logs: Arc<Logs>,
+    /// Missions' artifacts: uploads in, downloads out.
+    pub(crate) artifacts: Arc<Artifacts>,
     pub controls: Arc<Controls>,
     pub reconciler: Arc<Reconciler>,
     pub sandboxes: Arc<Sandboxes>,
@@ -93,25 +96,21 @@ impl App {
         let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
         let (dispatch, stop) = (config.dispatch.clone(), shutdown.clone());
         let dispatcher = Arc::new(Dispatcher::new(&core, dispatch, forwarder, runtimes.clone(), retries.clone(), stop));
-        let reconciler = Arc::new(Reconciler::new(
-            &core,
-            &config.hub,
-            dispatcher.clone(),
-            retries.clone(),
-            sandboxes.clone(),
-            shutdown.clone(),
-        ));
+        let (hub, sb, stop) = (&config.hub, sandboxes.clone(), shutdown.clone());
+        let reconciler = Arc::new(Reconciler::new(&core, hub, dispatcher.clone(), retries.clone(), sb, stop));
         let controls = Arc::new(Controls::new(&core, sandboxes.clone()));
         let schema = Arc::new(schema);
         let expiry = config.hitl.default_expiry();
         let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
+        let logs = Arc::new(Logs::new(&core, &config));
         let operators = Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?;
         Ok(App {
             operators: Arc::new(operators),
             fleet: Arc::new(Fleet::new(&core, &config)),
-            logs: Arc::new(Logs::new(&core, &config)),
+            artifacts: Arc::new(Artifacts::new(&core, logs.clone(), &config)),
+            logs,
             status: Status::new(&core, config.timeouts.limits()),
             timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), shutdown.clone())),
             retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
@@ -143,6 +142,7 @@ impl App {
         self.webhooks.start();
         self.controls.rearm_hitl_deadlines();
         self.reconciler.arm_restart_grace();
+        self.artifacts.forget_unfinished_uploads().await?;
         self.runtimes.start().await?;
         self.dispatcher.load_queue().await?;
         self.dispatcher.run_queue();

@@ -90,6 +90,9 @@ pub enum Error {
         horizon + 1
     )]
     EventsCompacted { horizon: i64 },
+    /// A streamed body that ended before its end (its connection failed).
+    #[error("the body did not arrive whole: {0}")]
+    BodyIncomplete(String),
     /// A log chunk that starts past the bytes serve holds of the mission's attempt.
     #[error("{0}")]
     LogOutOfOrder(String),
@@ -167,6 +170,8 @@ codes! {
         "A frame's event is outside the contract's vocabulary (a socket's error frame).";
     InvalidFrame => "invalid_frame", BAD_REQUEST,
         "A binary frame on a socket that is not a log chunk, or a log chunk from an executor that does not declare `x-log` (an error frame).";
+    BodyIncomplete => "body_incomplete", BAD_REQUEST,
+        "A streamed body (an artifact's upload) that ended before its end: its connection failed, or it was shorter than its `Content-Length`; nothing of it is kept.";
     InvalidArtifactName => "invalid_artifact_name", BAD_REQUEST,
         "An artifact's name that is empty, longer than 255 bytes, `.` or `..`, or holds `/`, `\\`, NUL or a control character.";
     InvalidQuery => "invalid_query", BAD_REQUEST,
@@ -204,7 +209,7 @@ codes! {
     RequestTimeout => "request_timeout", REQUEST_TIMEOUT,
         "A body not received in full within `server.body_read_timeout_ms` of the request's head; the connection is closed.";
     PayloadTooLarge => "payload_too_large", PAYLOAD_TOO_LARGE,
-        "A body over `server.max_body_bytes`.";
+        "A body over `server.max_body_bytes`; an artifact over `artifacts.max_bytes`, or past `artifacts.max_bytes_per_mission` with the mission's others.";
     UriTooLong => "uri_too_long", URI_TOO_LONG,
         "A request target (path and query) over 8 KiB.";
     HeadersTooLarge => "headers_too_large", REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -292,6 +297,7 @@ impl Error {
             Error::IdempotencyConflict(_) => Code::IdempotencyConflict,
             Error::InvalidIdempotencyKey(_) => Code::InvalidIdempotencyKey,
             Error::IllegalTransition(_) => Code::IllegalTransition,
+            Error::BodyIncomplete(_) => Code::BodyIncomplete,
             Error::LogOutOfOrder(_) => Code::LogOutOfOrder,
             Error::MissionEnded(_) => Code::MissionEnded,
             Error::MissionCompacted(_) => Code::MissionCompacted,

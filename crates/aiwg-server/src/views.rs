@@ -399,3 +399,29 @@ mod tests {
         assert_eq!(decode_cursor(&URL_SAFE_NO_PAD.encode("m-1")), None);
     }
 }
+
+/// An artifact as the API shows it: WattSwarm's `ArtifactRef` shape.
+#[derive(Debug, Serialize)]
+pub(crate) struct ArtifactRef {
+    name: String,
+    uri: String,
+    digest: String,
+    size_bytes: u64,
+    mime: String,
+    created_at: String,
+    producer: String,
+}
+
+impl From<aiwg_domain::artifacts::ArtifactRecord> for ArtifactRef {
+    fn from(a: aiwg_domain::artifacts::ArtifactRecord) -> ArtifactRef {
+        ArtifactRef {
+            name: a.name,
+            uri: a.uri,
+            digest: a.digest,
+            size_bytes: a.size_bytes,
+            mime: a.mime,
+            created_at: clock::format(a.created_at),
+            producer: a.producer,
+        }
+    }
+}

@@ -7,7 +7,7 @@
 //! when it was compacted), its first and last events, and every event of another kind (HITL requests
 //! and answers, pauses, resumes, aborts, suspensions). Above `retention.max_store_bytes`, ended missions
 //! are compacted oldest end first whatever their age, and then the events of no mission. A compacted
-//! mission's log goes with its progress. Live missions are never touched.
+//! mission's log and artifacts go with its progress. Live missions are never touched.
 //!
 //! A pass runs every `retention.interval_s`, on demand ([`Retention::pass`], `POST
 //! /api/v1/store/compact`), and, when a cap is set, as soon as the store is found above it (its size is
@@ -177,8 +177,11 @@ impl Retention {
     /// Removes a mission's log and its compactable events, a unit at a time, and marks it compacted;
     /// the events removed.
     async fn compact(&self, mission_id: &str) -> Result<usize> {
-        // Its log goes with its history, first and in a unit of its own: at most its cap of rows.
+        // Its log and artifacts go with its history, first and in units of their own (at most their caps).
         self.store.commit(vec![Change::ForgetLog(mission_id.to_owned())]).await?;
+        let artifacts =
+            vec![Change::ForgetArtifactBlobs(mission_id.to_owned()), Change::ForgetArtifacts(mission_id.to_owned())];
+        self.store.commit(artifacts).await?;
         let mut removed = 0;
         loop {
             let seqs = self.store.compactable_events(mission_id, UNIT).await?;

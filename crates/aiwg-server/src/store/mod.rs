@@ -246,6 +246,15 @@ pub trait Storage: Send + Sync {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<LogMeta>>>;
 
+    /// A mission's artifacts, by name.
+    fn artifacts<'a>(
+        &'a self,
+        mission_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<aiwg_domain::artifacts::ArtifactRecord>>>;
+
+    /// Parts of an artifact's blob (its digest) from part `from` on, in order, at most `limit`.
+    fn blob_parts<'a>(&'a self, blob: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>>;
+
     /// The pending HITL request of a mission, if any.
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>>;
 

@@ -104,6 +104,31 @@ pub enum Change {
     },
     /// Removes a mission's log rows (retention; its state stays).
     ForgetLog(String),
+    /// A part of an artifact's bytes (`blob`: its upload's name until it is sealed).
+    PutBlobPart {
+        blob: String,
+        part: u32,
+        bytes: Vec<u8>,
+    },
+    /// An upload's parts become the blob of their digest, unless that blob is kept already (identical
+    /// bytes are kept once; the upload's parts are then forgotten with [`Change::ForgetBlob`]).
+    SealUpload {
+        upload: String,
+        digest: String,
+    },
+    /// Removes a blob's parts (an abandoned upload's, or one whose bytes were kept already).
+    ForgetBlob(String),
+    /// Removes a blob's parts unless an artifact names it (the one an artifact replaced was using).
+    ForgetBlobUnlessUsed(String),
+    /// An artifact's row, replacing the mission's artifact of the same name.
+    PutArtifact(Box<aiwg_domain::artifacts::ArtifactRecord>),
+    /// Removes the blobs of a mission's artifacts that no other mission's artifact names (retention,
+    /// before [`Change::ForgetArtifacts`]).
+    ForgetArtifactBlobs(String),
+    /// Removes a mission's artifacts (retention).
+    ForgetArtifacts(String),
+    /// Removes every upload's parts: no upload survives a restart.
+    ForgetUploads,
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
     ForgetSandbox(String),
     /// Removes events of an ended mission (retention; `seqs` are its own, as

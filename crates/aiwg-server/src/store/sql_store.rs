@@ -180,6 +180,17 @@ where
         Box::pin(outputs::log_meta(&self.reads.pool, mission_id, stream, from, newest_first, limit))
     }
 
+    fn artifacts<'a>(
+        &'a self,
+        mission_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<aiwg_domain::artifacts::ArtifactRecord>>> {
+        Box::pin(outputs::artifacts(&self.reads.pool, mission_id))
+    }
+
+    fn blob_parts<'a>(&'a self, blob: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
+        Box::pin(outputs::blob_parts(&self.reads.pool, blob, from, limit))
+    }
+
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>> {
         Box::pin(self.reads.pending_hitl(mission_id))
     }

@@ -175,6 +175,12 @@ impl Logs {
         }
     }
 
+    /// Whether `executor_id` may still write what the mission produced (its log, its artifacts): its own
+    /// mission, live or ended within the upload grace.
+    pub(crate) async fn may_write(&self, executor_id: &str, mission_id: &str) -> Result<()> {
+        self.standing(executor_id, mission_id).await.map(|_| ())
+    }
+
     /// Whether `executor_id` may write to the mission's log now.
     async fn standing(&self, executor_id: &str, mission_id: &str) -> Result<Standing> {
         let owner = self.ledger.decide(mission_id, |live| ((live.executor_id() == executor_id, live.admitted()), None));

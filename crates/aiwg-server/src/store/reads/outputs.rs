@@ -1,11 +1,14 @@
-//! The reads of what missions produced: their logs (`aiwg_domain::log`). Free functions over the read
+//! The reads of what missions produced: their logs (`aiwg_domain::log`) and artifacts
+//! (`aiwg_domain::artifacts`). Free functions over the read
 //! pool, written once for both adapters like the rest of `reads`.
 
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 use crate::store::rows::Cols;
 use crate::store::{LogMeta, LogQuery, Result, StoreError};
+use aiwg_contract::clock;
 use aiwg_contract::log::Stream;
+use aiwg_domain::artifacts::ArtifactRecord;
 use aiwg_domain::log::{LogRow, LogState, MAX_ROW_BYTES};
 
 /// A stored count as the domain's `u64` (a negative one is a corrupt row).
@@ -132,4 +135,53 @@ where
             })
         })
         .collect()
+}
+
+/// A mission's artifacts, by name.
+pub(in crate::store) async fn artifacts<DB>(pool: &Pool<DB>, mission_id: &str) -> Result<Vec<ArtifactRecord>>
+where
+    DB: Database,
+    DB::Row: Cols,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+{
+    let rows = sqlx::query("SELECT * FROM artifacts WHERE mission_id = $1 ORDER BY name")
+        .bind(mission_id)
+        .fetch_all(pool)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let at = r.text("created_at")?;
+            Ok(ArtifactRecord {
+                mission_id: r.text("mission_id")?,
+                name: r.text("name")?,
+                uri: r.text("uri")?,
+                digest: r.text("digest")?,
+                size_bytes: u64::try_from(r.int("size_bytes")?).unwrap_or(0),
+                mime: r.text("mime")?,
+                producer: r.text("producer")?,
+                created_at: clock::parse(&at).ok_or_else(|| StoreError::Corrupt(format!("artifact time {at:?}")))?,
+            })
+        })
+        .collect()
+}
+
+/// Parts of a blob from `from` on, in order, at most `limit`.
+pub(in crate::store) async fn blob_parts<DB>(pool: &Pool<DB>, blob: &str, from: u32, limit: u32) -> Result<Vec<Vec<u8>>>
+where
+    DB: Database,
+    DB::Row: Cols,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    let rows = sqlx::query("SELECT bytes FROM artifact_blobs WHERE blob = $1 AND part >= $2 ORDER BY part LIMIT $3")
+        .bind(blob)
+        .bind(i64::from(from))
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(|r| r.bytes("bytes")).collect()
 }

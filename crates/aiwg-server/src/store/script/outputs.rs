@@ -1,7 +1,10 @@
 //! What a mission produced, written by statements of their own: its log's rows and state
-//! (`aiwg_domain::log`), rows the cap or retention drops.
+//! (`aiwg_domain::log`), rows the cap or retention drops; its artifacts and their blobs
+//! (`aiwg_domain::artifacts`).
 
 use super::{Builder, Script, Upsert};
+use crate::store::Change;
+use aiwg_contract::clock;
 use aiwg_domain::log::{LogRow, LogState};
 
 /// Positions and counts are `u64` in the domain and 64-bit signed integers in both databases; none
@@ -65,4 +68,62 @@ pub(super) fn drop_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a st
 /// Removes a mission's log rows (retention); its state stays, saying how long the log was.
 pub(super) fn forget_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str) {
     s.push("DELETE FROM mission_logs WHERE mission_id = ").bind(mission_id).end();
+}
+
+/// The one statement of each change to artifacts and their blobs.
+pub(super) fn artifacts<'a, B: Builder<'a>>(s: &mut Script<B>, change: &'a Change) {
+    match change {
+        Change::PutBlobPart { blob, part, bytes } => {
+            s.push("INSERT INTO artifact_blobs (blob, part, bytes) VALUES (").bind(blob.as_str());
+            s.push(", ").bind(i64::from(*part)).push(", ").bind(bytes.as_slice()).push(")");
+        }
+        Change::SealUpload { upload, digest } => {
+            s.push("UPDATE artifact_blobs SET blob = ")
+                .bind(digest.as_str())
+                .push(" WHERE blob = ")
+                .bind(upload.as_str());
+            s.push(" AND NOT EXISTS (SELECT 1 FROM artifact_blobs k WHERE k.blob = ").bind(digest.as_str()).push(")");
+        }
+        Change::ForgetBlob(blob) => {
+            s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(blob.as_str());
+        }
+        Change::ForgetBlobUnlessUsed(blob) => {
+            s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(blob.as_str());
+            s.push(" AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = ").bind(blob.as_str()).push(")");
+        }
+        Change::PutArtifact(a) => {
+            s.push("INSERT INTO artifacts (mission_id, name, uri, digest, size_bytes, mime, producer, created_at) ");
+            s.values([a], |b, a| {
+                b.bind(a.mission_id.as_str())
+                    .bind(a.name.as_str())
+                    .bind(a.uri.as_str())
+                    .bind(a.digest.as_str())
+                    .bind(int(a.size_bytes))
+                    .bind(a.mime.as_str())
+                    .bind(a.producer.as_str())
+                    .bind(clock::format(a.created_at));
+            });
+            s.push(
+                " ON CONFLICT (mission_id, name) DO UPDATE SET uri = excluded.uri, digest = excluded.digest, \
+                 size_bytes = excluded.size_bytes, mime = excluded.mime, producer = excluded.producer, \
+                 created_at = excluded.created_at",
+            );
+        }
+        Change::ForgetArtifactBlobs(mission_id) => {
+            s.push("DELETE FROM artifact_blobs WHERE blob IN (SELECT a.digest FROM artifacts a WHERE a.mission_id = ");
+            s.bind(mission_id.as_str()).push(
+                " AND NOT EXISTS (SELECT 1 FROM artifacts o WHERE o.digest = a.digest \
+                                              AND o.mission_id <> ",
+            );
+            s.bind(mission_id.as_str()).push("))");
+        }
+        Change::ForgetArtifacts(mission_id) => {
+            s.push("DELETE FROM artifacts WHERE mission_id = ").bind(mission_id.as_str());
+        }
+        Change::ForgetUploads => {
+            s.push("DELETE FROM artifact_blobs WHERE blob LIKE 'upload:%'");
+        }
+        _ => return,
+    }
+    s.end();
 }

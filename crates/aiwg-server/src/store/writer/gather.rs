@@ -90,7 +90,15 @@ impl<'a> Gathered<'a> {
                 | Change::AppendLog(_)
                 | Change::PutLogState(_)
                 | Change::DropLog { .. }
-                | Change::ForgetLog(_) => statements.upsert(change).await?,
+                | Change::ForgetLog(_)
+                | Change::PutBlobPart { .. }
+                | Change::SealUpload { .. }
+                | Change::ForgetBlob(_)
+                | Change::ForgetBlobUnlessUsed(_)
+                | Change::PutArtifact(_)
+                | Change::ForgetArtifactBlobs(_)
+                | Change::ForgetArtifacts(_)
+                | Change::ForgetUploads => statements.upsert(change).await?,
                 Change::ExecutorSeen { executor_id, ts } => {
                     self.seen.insert(executor_id, ts);
                 }
