@@ -6,6 +6,7 @@
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::cli::{cli, stdout};
 use crate::support::{running_mission, ExecSocket, ScriptedExecutor, TestServer};
 
 /// PUTs `bytes` as the mission's artifact `name` with `token`; the status and the JSON answer.
@@ -143,4 +144,26 @@ async fn retention_removes_a_missions_artifacts_with_its_history() {
     server.client.get(&format!("/api/v1/missions/{id}/artifacts")).await.assert_error(410, "mission_compacted");
     let blobs = crate::support::store_count(&server.config, "SELECT COUNT(*) FROM artifact_blobs").await;
     assert_eq!(blobs, 0);
+}
+
+#[tokio::test]
+async fn missions_artifacts_lists_them_and_gets_one_to_a_file() {
+    let server = TestServer::start().await;
+    let (e, _socket, id) = online(&server).await;
+    assert_eq!(put(&server, &id, "mission.patch", Some(&e.token), b"--- a\n+++ b\n".to_vec()).await.0, 201);
+    let listed = cli(&server.base, &["missions", "artifacts", &id[..10]], &[]).await;
+    let table = stdout(&listed);
+    assert!(
+        table.starts_with("NAME") && table.contains("mission.patch") && table.contains(&sha256(b"--- a\n+++ b\n")),
+        "{table}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("out.patch");
+    let got =
+        cli(&server.base, &["missions", "artifacts", &id, "--get", "mission.patch", "-o", to.to_str().unwrap()], &[])
+            .await;
+    assert_eq!(got.status.code(), Some(0), "{}", String::from_utf8_lossy(&got.stderr));
+    assert_eq!(std::fs::read(&to).unwrap(), b"--- a\n+++ b\n");
+    let missing = cli(&server.base, &["missions", "artifacts", &id, "--get", "nope", "-o", "-"], &[]).await;
+    assert_eq!(missing.status.code(), Some(4), "refused: {}", String::from_utf8_lossy(&missing.stderr));
 }

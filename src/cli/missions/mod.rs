@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-mod logs;
+mod outputs;
 mod show;
 
 use super::output::Output;
@@ -71,6 +71,16 @@ pub enum MissionsCommand {
         #[arg(long)]
         tail: Option<u64>,
     },
+    /// List a mission's artifacts (files its executor uploaded), or download one
+    Artifacts {
+        mission_id: String,
+        /// Download this artifact
+        #[arg(long, value_name = "NAME")]
+        get: Option<String>,
+        /// Where to write it (default: its name, here; `-`: stdout)
+        #[arg(short, long, requires = "get", value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
+    },
     /// Pause a mission
     Pause { mission_id: String },
     /// Resume a paused mission
@@ -118,7 +128,10 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: MissionsCommand) -> 
                 (_, true) => Some("stdout"),
                 _ => None,
             };
-            logs::logs(client, out, logs::LogsArgs { mission_id, follow, stream, tail }).await
+            outputs::logs(client, out, outputs::LogsArgs { mission_id, follow, stream, tail }).await
+        }
+        MissionsCommand::Artifacts { mission_id, get, output } => {
+            outputs::artifacts(client, out, &mission_id, get, output).await
         }
         MissionsCommand::Pause { mission_id } => control(client, out, &mission_id, "pause").await,
         MissionsCommand::Resume { mission_id } => control(client, out, &mission_id, "resume").await,
