@@ -55,6 +55,8 @@ macro_rules! storage_contract {
                 notable_events_are_read_alone,
                 clocks_and_lifecycles_are_what_timeouts_and_retries_read,
                 each_event_reads_back_with_whose_word_it_is,
+                a_log_reads_back_by_position_and_stream_and_drops_ranges,
+                artifact_bytes_are_kept_once_per_digest_and_go_with_their_last_artifact,
             );
 
             #[tokio::test]
@@ -1438,6 +1440,139 @@ mod cases {
         store.commit(steps.iter().map(append).collect()).await.unwrap();
         let lifecycle: Vec<_> = store.lifecycle("m2").await.unwrap().into_iter().map(|e| e.envelope.event).collect();
         assert_eq!(lifecycle, ["mission.started", "mission.paused", "mission.resumed"]);
+    }
+
+    fn log_row(mission: &str, pos: u64, stream: aiwg_contract::log::Stream, stream_pos: u64, bytes: &[u8]) -> Change {
+        let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+        let row = aiwg_domain::log::LogRow {
+            mission_id: mission.into(),
+            pos,
+            stream,
+            stream_pos,
+            lines,
+            bytes: bytes.to_vec(),
+        };
+        Change::AppendLog(Box::new(row))
+    }
+
+    /// A log's rows read back from a position, whole or of one stream, their places without their bytes
+    /// either way; a range dropped goes, the rest stays; its state round-trips; retention's forget
+    /// leaves the state.
+    pub(super) async fn a_log_reads_back_by_position_and_stream_and_drops_ranges(store: Store) {
+        use aiwg_contract::log::Stream::{Stderr, Stdout};
+        use aiwg_server::store::LogQuery;
+        let state = aiwg_domain::log::LogState {
+            end: 12,
+            stdout: 8,
+            stderr: 4,
+            lines: 3,
+            head_end: Some(4),
+            tail_start: 8,
+            dropped_lines: 1,
+            attempt: 2,
+            attempt_bytes: 5,
+            ..aiwg_domain::log::LogState::new("m1")
+        };
+        store
+            .commit(vec![
+                log_row("m1", 0, Stdout, 0, b"one\n"),
+                log_row("m1", 4, Stderr, 0, b"err\n"),
+                log_row("m1", 8, Stdout, 4, b"two\n"),
+                log_row("m2", 0, Stdout, 0, b"other"),
+                Change::PutLogState(Box::new(state.clone())),
+            ])
+            .await
+            .unwrap();
+        let store = &store;
+        let read = |stream, from| async move {
+            let q = LogQuery { mission_id: "m1", stream, from, rows: 10 };
+            store
+                .log_rows(q)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| String::from_utf8(r.bytes).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(read(None, 0).await, ["one\n", "err\n", "two\n"]);
+        assert_eq!(read(None, 5).await, ["err\n", "two\n"], "the row holding position 5 first");
+        assert_eq!(read(Some(Stdout), 5).await, ["two\n"], "stdout's position 5 is in its second row");
+        assert_eq!(read(Some(Stderr), 0).await, ["err\n"]);
+        let newest: Vec<u64> =
+            store.log_meta("m1", None, u64::MAX, true, 2).await.unwrap().iter().map(|m| m.pos).collect();
+        assert_eq!(newest, [8, 4]);
+        let from: Vec<(u64, u64)> =
+            store.log_meta("m1", None, 4, false, 10).await.unwrap().iter().map(|m| (m.pos, m.len)).collect();
+        assert_eq!(from, [(4, 4), (8, 4)]);
+        assert_eq!(store.log_state("m1").await.unwrap(), Some(state.clone()));
+        store.commit(vec![Change::DropLog { mission_id: "m1".into(), from: 4, to: 8 }]).await.unwrap();
+        assert_eq!(read(None, 0).await, ["one\n", "two\n"]);
+        store.commit(vec![Change::ForgetLog("m1".into())]).await.unwrap();
+        assert!(read(None, 0).await.is_empty());
+        assert_eq!(store.log_state("m1").await.unwrap(), Some(state), "the state says how long the log was");
+        assert_eq!(
+            store.log_rows(LogQuery { mission_id: "m2", stream: None, from: 0, rows: 10 }).await.unwrap().len(),
+            1
+        );
+    }
+
+    fn artifact(mission: &str, name: &str, digest: &str, size: u64) -> Change {
+        let a = aiwg_domain::artifacts::ArtifactRecord {
+            mission_id: mission.into(),
+            name: name.into(),
+            uri: format!("/x/{name}"),
+            digest: digest.into(),
+            size_bytes: size,
+            mime: "text/plain".into(),
+            created_at: ts(1),
+            producer: "e1".into(),
+        };
+        Change::PutArtifact(Box::new(a))
+    }
+
+    /// An upload's parts become its digest's blob, unless it is kept already; a replaced artifact's blob
+    /// goes unless another names it; a mission's artifacts go with the blobs only they named; uploads
+    /// left over are forgotten.
+    pub(super) async fn artifact_bytes_are_kept_once_per_digest_and_go_with_their_last_artifact(store: Store) {
+        let part = |blob: &str, n: u32, bytes: &[u8]| Change::PutBlobPart {
+            blob: blob.into(),
+            part: n,
+            bytes: bytes.to_vec(),
+        };
+        let seal = |upload: &str, digest: &str| {
+            vec![Change::SealUpload { upload: upload.into(), digest: digest.into() }, Change::ForgetBlob(upload.into())]
+        };
+        store.commit(vec![part("upload:a", 0, b"he"), part("upload:a", 1, b"llo")]).await.unwrap();
+        let mut unit = seal("upload:a", "sha256:h");
+        unit.push(artifact("m1", "a.txt", "sha256:h", 5));
+        store.commit(unit).await.unwrap();
+        // The same bytes again, for another mission: the upload's parts go, the blob is kept once.
+        store.commit(vec![part("upload:b", 0, b"hello")]).await.unwrap();
+        let mut unit = seal("upload:b", "sha256:h");
+        unit.push(artifact("m2", "copy.txt", "sha256:h", 5));
+        store.commit(unit).await.unwrap();
+        assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap(), [b"he".to_vec(), b"llo".to_vec()]);
+        assert!(store.blob_parts("upload:b", 0, 10).await.unwrap().is_empty());
+        assert_eq!(store.blob_parts("sha256:h", 1, 10).await.unwrap(), [b"llo".to_vec()]);
+        let names: Vec<String> = store.artifacts("m1").await.unwrap().into_iter().map(|a| a.name).collect();
+        assert_eq!(names, ["a.txt"]);
+        // m1's artifact replaced: the blob stays (m2 names it).
+        store
+            .commit(vec![artifact("m1", "a.txt", "sha256:other", 0), Change::ForgetBlobUnlessUsed("sha256:h".into())])
+            .await
+            .unwrap();
+        assert_eq!(store.artifacts("m1").await.unwrap()[0].digest, "sha256:other");
+        assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap().len(), 2);
+        // m2 goes (retention): its blob with it, as nothing else names it.
+        store
+            .commit(vec![Change::ForgetArtifactBlobs("m2".into()), Change::ForgetArtifacts("m2".into())])
+            .await
+            .unwrap();
+        assert!(store.artifacts("m2").await.unwrap().is_empty());
+        assert!(store.blob_parts("sha256:h", 0, 10).await.unwrap().is_empty());
+        store.commit(vec![part("upload:c", 0, b"half")]).await.unwrap();
+        store.commit(vec![Change::ForgetUploads]).await.unwrap();
+        assert!(store.blob_parts("upload:c", 0, 10).await.unwrap().is_empty());
     }
 
     async fn due_seq(store: &Store, id: &str) -> i64 {
