@@ -36,6 +36,9 @@ pub(in crate::store) struct Gathered<'a> {
     seen: HashMap<&'a str, &'a str>,
     /// Compactions: the mission, the events it loses, and whether that ends its compaction.
     compactions: Vec<(Option<&'a str>, &'a [i64], bool)>,
+    /// Each log's latest state in the batch (every chunk's unit carries its log's whole state: a log
+    /// streaming fast has many in one batch, and only its last is written).
+    log_states: HashMap<&'a str, &'a Change>,
 }
 
 impl<'a> Gathered<'a> {
@@ -88,7 +91,6 @@ impl<'a> Gathered<'a> {
                 | Change::PutIdempotent(_)
                 | Change::ForgetIdempotent { .. }
                 | Change::AppendLog(_)
-                | Change::PutLogState(_)
                 | Change::DropLog { .. }
                 | Change::ForgetLog(_)
                 | Change::PutBlobPart { .. }
@@ -99,6 +101,9 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetArtifactBlobs(_)
                 | Change::ForgetArtifacts(_)
                 | Change::ForgetUploads => statements.upsert(change).await?,
+                Change::PutLogState(state) => {
+                    self.log_states.insert(&state.mission_id, change);
+                }
                 Change::ExecutorSeen { executor_id, ts } => {
                     self.seen.insert(executor_id, ts);
                 }
@@ -148,6 +153,9 @@ impl<'a> Gathered<'a> {
         }
         for id in patched {
             scripts.next().patch(id, &self.patches[id]);
+        }
+        for state in self.log_states.values() {
+            scripts.next().push_upsert(state);
         }
         let seen: Vec<(&str, &str)> = self.seen.iter().map(|(id, ts)| (*id, *ts)).collect();
         for chunk in seen.chunks(rows) {
