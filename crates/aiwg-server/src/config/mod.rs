@@ -275,8 +275,9 @@ pub struct HubConfig {
     /// The same bound for agentic-sandbox executors, which never close an old socket and lose an event
     /// each time serve closes one.
     pub max_sockets_per_sandbox_executor: usize,
-    /// Seconds a registered executor may go without a socket before serve dials its
-    /// `transport_endpoints.ws` (`serve::dial`); 0: only executors declaring `x-dial-in`.
+    /// Seconds a registered executor declaring `x-dial-in` goes without a socket before serve first
+    /// dials it (`serve::dial`): time for one that also dials out to do so. 0: at once. Executors that
+    /// do not declare `x-dial-in` are never dialled.
     pub dial_after_s: u64,
 }
 
@@ -286,8 +287,8 @@ pub struct DispatchConfig {
     pub forward_timeout_ms: u64,
     pub max_attempts: usize,
     pub queue_when_unavailable: bool,
-    /// Hosts an executor's `transport_endpoints.rest` may name (empty: any); serve sends dispatches,
-    /// with the executor's token, and readiness questions there.
+    /// Hosts an executor's transport endpoints (`rest`, `ws`, `grpc`) may name (empty: any); serve sends
+    /// dispatches, with the executor's token, and readiness questions to `rest`, and dials `ws`.
     pub executor_hosts: Vec<String>,
     /// Whose word an executor's isolation is when routing prefers the strongest.
     pub isolation: IsolationTrust,
@@ -363,7 +364,7 @@ impl Default for HubConfig {
             restart_grace_s: 120,
             max_sockets_per_executor: 4,
             max_sockets_per_sandbox_executor: 64,
-            dial_after_s: 10,
+            dial_after_s: 0,
         }
     }
 }
