@@ -89,7 +89,7 @@ async fn keys_are_per_operator_and_cover_runtimes_and_webhooks() {
     let r = server.client.post_with("/api/v1/operators", &json!({"name": "bob", "role": "admin"}), &as_ada).await;
     let bob = format!("Bearer {}", r.body["token"].as_str().unwrap());
 
-    let hook = json!({"url": "http://127.0.0.1:9/hook", "events": ["mission.failed"]});
+    let hook = json!({"url": "http://203.0.113.9:9/hook", "events": ["mission.failed"]});
     let with = |who: &str, key: &'static str| [("authorization", who.to_owned()), ("idempotency-key", key.to_owned())];
     let post = |path: &'static str, body: Value, headers: [(&'static str, String); 2]| {
         let server = &server;

@@ -92,7 +92,8 @@ pub struct NotifyConfig {
     /// The dashboard's address as the people notified reach it, for the links notifications carry
     /// (empty: `http://` and `server.bind`).
     pub dashboard_url: String,
-    /// Hosts a webhook may POST to (empty: any). Redirects are never followed.
+    /// Hosts a webhook may POST to, whatever their addresses (empty: any outside the network, as
+    /// `net::webhook_url` and `net::PublicResolver` judge it). Redirects are never followed.
     pub webhook_hosts: Vec<String>,
     /// Each attempt of a delivery, from connecting to the receiver's whole answer.
     pub timeout_ms: u64,
