@@ -23,7 +23,10 @@ pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
         if !m[key].is_null() {
             let value = text(m, key);
             let label = if key == "completion_check" { "check" } else { key };
-            field(out, label, if key == "state" { out.state(&value) } else { value })?;
+            match key {
+                "state" => out.line_with_state(&format!("{:<13} ", "state:"), &value, "")?,
+                _ => field(out, label, value)?,
+            }
         }
     }
     for key in ["created_at", "updated_at", "completed_at", "exit_code", "error"] {
