@@ -873,6 +873,7 @@ mod cases {
     pub(super) async fn operators_round_trip_and_a_revoked_name_is_given_again(store: Store) {
         use aiwg_domain::operators::{OperatorRecord, Role};
         let operator = |name: &str, role, at, hash| OperatorRecord {
+            id: format!("op_{name}_{at}"),
             name: name.into(),
             role,
             token_hash: [hash; 32],

@@ -46,6 +46,9 @@ impl std::fmt::Display for Role {
 /// A named operator as stored: only its token's hash is kept.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OperatorRecord {
+    /// Its own, never given again (`op_` and 32 hex digits): what is bound to an operator (its
+    /// Idempotency-Keys) is bound to this, so that a name given again after a revocation inherits nothing.
+    pub id: String,
     pub name: String,
     pub role: Role,
     pub token_hash: [u8; 32],

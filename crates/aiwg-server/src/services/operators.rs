@@ -30,6 +30,9 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(2);
 /// Who is calling, and as what.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Who {
+    /// What is bound to the caller is bound to this: a named operator's own id (a name may be given
+    /// again after a revocation), the name of a configured admin (`config-N`) or of the anonymous one.
+    pub id: String,
     pub name: String,
     pub role: Role,
 }
@@ -95,7 +98,8 @@ impl Operators {
             .iter()
             .enumerate()
             .map(|(i, token)| {
-                let who = Who { name: format!("{CONFIG_PREFIX}{}", i + 1), role: Role::Admin };
+                let name = format!("{CONFIG_PREFIX}{}", i + 1);
+                let who = Who { id: name.clone(), name, role: Role::Admin };
                 Known { hash: tokens::hash(token), who }
             })
             .collect();
@@ -107,7 +111,7 @@ impl Operators {
     async fn active(store: &Store) -> Result<Vec<Known>> {
         let all = store.operators().await?;
         let active = all.into_iter().filter(|o| o.revoked_at.is_none());
-        Ok(active.map(|o| Known { hash: o.token_hash, who: Who { name: o.name, role: o.role } }).collect())
+        Ok(active.map(|o| Known { hash: o.token_hash, who: Who { id: o.id, name: o.name, role: o.role } }).collect())
     }
 
     /// Reads the stored operators again when this replica's copy is older than [`REFRESH`] (or
@@ -158,7 +162,7 @@ impl Operators {
     pub async fn caller(&self, bearer: Option<&str>) -> Result<Who> {
         self.refresh(false).await;
         if self.is_open() {
-            return Ok(Who { name: ANONYMOUS.into(), role: Role::Admin });
+            return Ok(Who { id: ANONYMOUS.into(), name: ANONYMOUS.into(), role: Role::Admin });
         }
         let token = bearer.ok_or(Error::Unauthorized("an operator bearer token is required"))?;
         let Some(who) = self.identify(token) else {
@@ -206,6 +210,7 @@ impl Operators {
         }
         let token = tokens::issue();
         let record = OperatorRecord {
+            id: format!("op_{}", uuid::Uuid::new_v4().simple()),
             name: name.to_owned(),
             role,
             token_hash: tokens::hash(&token),

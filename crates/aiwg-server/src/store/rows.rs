@@ -147,6 +147,7 @@ pub(super) fn operator_from_row<R: Cols>(r: &R) -> Result<OperatorRecord> {
     let role = r.text("role")?;
     Ok(OperatorRecord {
         role: Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("unknown operator role {role:?}")))?,
+        id: r.text("id")?,
         name: r.text("name")?,
         token_hash: token_hash(r.bytes("token_hash")?)?,
         created_at: time(r, "created_at")?,

@@ -78,9 +78,10 @@ impl<'a> Upsert<'a> for SandboxRecord {
 
 impl<'a> Upsert<'a> for OperatorRecord {
     fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
-        s.push("INSERT INTO operators (name, role, token_hash, created_at, created_by, revoked_at) ");
+        s.push("INSERT INTO operators (id, name, role, token_hash, created_at, created_by, revoked_at) ");
         s.values([self], |b, o| {
-            b.bind(o.name.as_str())
+            b.bind(o.id.as_str())
+                .bind(o.name.as_str())
                 .bind(o.role.as_str())
                 .bind(&o.token_hash[..])
                 .bind(clock::format(o.created_at))
@@ -88,7 +89,7 @@ impl<'a> Upsert<'a> for OperatorRecord {
                 .bind(o.revoked_at.map(clock::format));
         });
         s.push(
-            " ON CONFLICT (name) DO UPDATE SET role = excluded.role, token_hash = excluded.token_hash, \
+            " ON CONFLICT (name) DO UPDATE SET id = excluded.id, role = excluded.role, token_hash = excluded.token_hash, \
                  created_at = excluded.created_at, created_by = excluded.created_by, revoked_at = excluded.revoked_at",
         )
         .end();
