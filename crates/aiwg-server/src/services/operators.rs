@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tokio::sync::watch;
 
 use super::registry::Registry;
 use crate::error::{Error, Result};
@@ -90,6 +91,8 @@ pub struct Operators {
     stored: Mutex<Stored>,
     /// Additions and revocations one at a time (a name checked, then written).
     changes: tokio::sync::Mutex<()>,
+    /// Moves on each time the stored operators are read: who follows the event stream is looked at again.
+    reread: watch::Sender<u64>,
 }
 
 impl Operators {
@@ -105,7 +108,8 @@ impl Operators {
             .collect();
         let active = Operators::active(&store).await?;
         let stored = Mutex::new(Stored { active, read_at: Instant::now() });
-        Ok(Operators { store, registry, configured, stored, changes: tokio::sync::Mutex::new(()) })
+        let changes = tokio::sync::Mutex::new(());
+        Ok(Operators { store, registry, configured, stored, changes, reread: watch::channel(0).0 })
     }
 
     async fn active(store: &Store) -> Result<Vec<Known>> {
@@ -127,7 +131,10 @@ impl Operators {
             stored.read_at = Instant::now();
         }
         match Operators::active(&self.store).await {
-            Ok(active) => *self.stored.lock().expect("operators lock") = Stored { active, read_at: Instant::now() },
+            Ok(active) => {
+                *self.stored.lock().expect("operators lock") = Stored { active, read_at: Instant::now() };
+                self.reread.send_modify(|n| *n += 1);
+            }
             Err(e) => tracing::warn!(error = %e, "cannot read the stored operators; the last copy stands"),
         }
     }
@@ -135,6 +142,37 @@ impl Operators {
     /// Whether operator routes are open: no token configured nor stored (as this replica last read).
     pub fn is_open(&self) -> bool {
         self.configured.is_empty() && self.stored.lock().expect("operators lock").active.is_empty()
+    }
+
+    /// Whether `who` still stands: a configured admin always does, the anonymous one while the routes
+    /// are open, a named operator until revoked.
+    fn stands(&self, who: &Who) -> bool {
+        if who.id == ANONYMOUS {
+            return self.is_open();
+        }
+        let stored = self.stored.lock().expect("operators lock");
+        self.configured.iter().chain(stored.active.iter()).any(|known| known.who.id == who.id)
+    }
+
+    /// A signal that turns true once `who` no longer stands ([`Operators::stands`]): at once when this
+    /// replica revokes them, within [`REFRESH`] when another does. Watched by a task of its own, which
+    /// ends when the signal's last receiver is dropped (the stream it guards ended).
+    pub fn standing(self: &Arc<Self>, who: Who) -> watch::Receiver<bool> {
+        let (revoked, signal) = watch::channel(false);
+        let operators = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut reread = operators.reread.subscribe();
+            let mut look = tokio::time::interval(REFRESH);
+            while operators.stands(&who) {
+                tokio::select! {
+                    () = revoked.closed() => return,
+                    _ = reread.changed() => {}
+                    _ = look.tick() => operators.refresh(false).await,
+                }
+            }
+            let _ = revoked.send(true);
+        });
+        signal
     }
 
     /// Who `bearer` stands for, if it is an operator's token: every known token is compared.
