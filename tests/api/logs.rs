@@ -396,7 +396,7 @@ async fn an_expired_certificate_is_warned_about_at_start_and_refused_on_reload()
     let ca = Ca::new(dir.path(), "ca");
     let stale = ca.issue(dir.path(), "stale", &["127.0.0.1"], "2020-01-01");
     let (cert, key) = (stale.cert.to_str().unwrap(), stale.key.to_str().unwrap());
-    let mut serve =
+    let serve =
         Serve::start_on("127.0.0.1:0", "info", &[("AIWG_SERVE_TLS_CERT", cert), ("AIWG_SERVE_TLS_KEY", key)]).await;
     serve.stop_after_warning("the TLS certificate has expired").await;
 

@@ -144,7 +144,7 @@ async fn list_missions(
         match (&cursor, all) {
             (Some(_), true) => continue,
             (Some(next), false) if !out.json => {
-                eprintln!("more: --cursor {} (or --all)", aiwg_client::printable(&next))
+                eprintln!("more: --cursor {} (or --all)", aiwg_client::printable(next))
             }
             _ => {}
         }

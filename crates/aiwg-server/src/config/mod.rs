@@ -186,9 +186,11 @@ pub struct RetentionConfig {
     pub max_store_bytes: u64,
     /// Seconds between two compaction passes.
     pub interval_s: u64,
-    /// Days the audit trail keeps a record; older ones go in a pass. Never fewer than asked, whatever
-    /// the store's cap.
+    /// Days the audit trail keeps a record; older ones go in a pass.
     pub audit_keep_days: f64,
+    /// A bound on the audit trail's size in bytes (0: none of its own), counted toward the store's cap:
+    /// beyond it (or beyond a quarter of `max_store_bytes`, when that is less), the oldest records go.
+    pub audit_max_bytes: u64,
     /// Days a webhook delivery that is done (delivered or failed) stays in its subscription's log.
     pub deliveries_keep_days: f64,
 }
@@ -200,7 +202,21 @@ impl Default for RetentionConfig {
             max_store_bytes: 0,
             interval_s: 60,
             audit_keep_days: 365.0,
+            audit_max_bytes: 64 << 20,
             deliveries_keep_days: 30.0,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// The audit trail's bound in bytes: `audit_max_bytes`, and with a store cap, at most a quarter of it
+    /// (the trail counts toward the cap, and must leave it to the missions). `None`: no bound.
+    pub fn audit_bound(&self) -> Option<u64> {
+        let share = (self.max_store_bytes > 0).then_some(self.max_store_bytes / 4);
+        let own = (self.audit_max_bytes > 0).then_some(self.audit_max_bytes);
+        match (own, share) {
+            (Some(own), Some(share)) => Some(own.min(share)),
+            (own, share) => own.or(share),
         }
     }
 }

@@ -22,15 +22,9 @@ use crate::app::App;
 use crate::error::Error;
 use crate::services::idempotency::Begun;
 use aiwg_domain::idempotency::{fingerprint, valid_key, Answered, MAX_KEY_LEN};
-use aiwg_domain::operators::Role;
 
-/// The routes whose requests a key makes idempotent (those that create something), and the role each
-/// needs.
-const CREATING: [(&str, Role); 3] = [
-    ("/api/v1/sessions/{id}/dispatch", Role::Operator),
-    ("/api/v1/runtimes", Role::Admin),
-    ("/api/v1/webhooks", Role::Admin),
-];
+/// The routes whose requests a key makes idempotent: those that create something.
+const CREATING: [&str; 3] = ["/api/v1/sessions/{id}/dispatch", "/api/v1/runtimes", "/api/v1/webhooks"];
 
 /// Answers bigger than this are not kept (every creating route's answer is far smaller).
 const MAX_ANSWER: usize = 1024 * 1024;
@@ -38,8 +32,9 @@ const MAX_ANSWER: usize = 1024 * 1024;
 pub(super) async fn keyed(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
     let Some(key) = request.headers().get("idempotency-key").cloned() else { return next.run(request).await };
-    let needed = CREATING.iter().find(|(r, _)| *r == route).map(|(_, role)| *role);
-    let Some(needed) = needed.filter(|_| request.method() == Method::POST) else { return next.run(request).await };
+    let creating = request.method() == Method::POST && CREATING.contains(&route.as_str());
+    let needed = crate::openapi::role_of("POST", &route).filter(|_| creating);
+    let Some(needed) = needed else { return next.run(request).await };
     let (mut parts, body) = request.into_parts();
     // Who calls, and whether their role lets them, before anything else: a caller who may not is
     // refused by the handler before a byte of the body is read, and nothing is kept for them.

@@ -173,6 +173,7 @@ pub(super) fn audit_from_row<R: Cols>(r: &R) -> Result<AuditRecord> {
         executor_id: r.text_opt("executor_id")?,
         status: u16::try_from(status).map_err(|_| StoreError::Corrupt(format!("status {status}")))?,
         outcome: r.text("outcome")?,
+        count: r.int_opt("count")?.map_or(1, |n| u64::try_from(n).unwrap_or(0)),
     })
 }
 

@@ -79,7 +79,9 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetSandbox(_)
                 | Change::PutOperator(_)
                 | Change::AppendAudit(_)
+                | Change::CountRefusals(_)
                 | Change::ForgetAudit { .. }
+                | Change::TrimAudit { .. }
                 | Change::PutWebhook(_)
                 | Change::QueueDelivery(_)
                 | Change::NotifiedUpTo(_)
