@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod artifacts;
 mod audit;
 mod auth_matrix;
 mod backup;
@@ -30,6 +31,7 @@ mod idempotency;
 mod inbox;
 mod limits;
 mod logs;
+mod mission_log;
 mod mission_show;
 mod missions;
 mod net;

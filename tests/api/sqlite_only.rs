@@ -208,7 +208,7 @@ async fn a_database_a_newer_serve_migrated_is_refused_at_start() {
     assert!(message.contains("restore the backup taken before the upgrade"), "{message}");
 }
 
-/// Issue 53, item 9: kept answers were bound to an operator's name; migration 16 gives each operator an
+/// Issue 53, item 9: kept answers were bound to an operator's name; migration 18 gives each operator an
 /// id and binds each kept answer to the operator that held the name when it was kept. Answers of a name
 /// revoked since, or kept before its present holder was added, are forgotten; the configured admins'
 /// stay under their names.
@@ -242,6 +242,8 @@ async fn kept_answers_move_from_operator_names_to_their_ids() {
             include_str!("../../migrations/0013_attempts.sql"),
             include_str!("../../migrations/0014_event_origin.sql"),
             include_str!("../../migrations/0015_attempt.sql"),
+            include_str!("../../migrations/0016_mission_logs.sql"),
+            include_str!("../../migrations/0017_artifacts.sql"),
         ];
         sqlx::raw_sql(
             "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",

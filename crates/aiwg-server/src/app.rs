@@ -11,6 +11,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::forward::Forwarder;
 use crate::metrics::Metrics;
+use crate::services::artifacts::Artifacts;
 use crate::services::audit::Audit;
 use crate::services::connections::Connections;
 use crate::services::controls::Controls;
@@ -20,6 +21,7 @@ use crate::services::fleet::Fleet;
 use crate::services::idempotency::Idempotency;
 use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
+use crate::services::logs::Logs;
 use crate::services::operators::Operators;
 use crate::services::queue::Queue;
 use crate::services::reconciler::Reconciler;
@@ -51,6 +53,10 @@ pub struct App {
     /// HTTP agent runtimes: added by operators, probed, and driven by serve.
     pub runtimes: Arc<Runtimes>,
     pub ingest: Arc<Ingest>,
+    /// Missions' logs: executors' chunks in, text out.
+    pub(crate) logs: Arc<Logs>,
+    /// Missions' artifacts: uploads in, downloads out.
+    pub(crate) artifacts: Arc<Artifacts>,
     pub controls: Arc<Controls>,
     pub reconciler: Arc<Reconciler>,
     pub sandboxes: Arc<Sandboxes>,
@@ -88,29 +94,25 @@ impl App {
         let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
         let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
         let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
-        let dispatch = config.dispatch.clone();
-        let dispatcher =
-            Arc::new(Dispatcher::new(&core, dispatch, forwarder, runtimes.clone(), retries.clone(), shutdown.clone()));
-        let reconciler = Arc::new(Reconciler::new(
-            &core,
-            &config.hub,
-            dispatcher.clone(),
-            retries.clone(),
-            sandboxes.clone(),
-            shutdown.clone(),
-        ));
+        let (dispatch, stop) = (config.dispatch.clone(), shutdown.clone());
+        let dispatcher = Arc::new(Dispatcher::new(&core, dispatch, forwarder, runtimes.clone(), retries.clone(), stop));
+        let (hub, sb, stop) = (&config.hub, sandboxes.clone(), shutdown.clone());
+        let reconciler = Arc::new(Reconciler::new(&core, hub, dispatcher.clone(), retries.clone(), sb, stop));
         let controls = Arc::new(Controls::new(&core, sandboxes.clone()));
         let (schema, expiry) = (Arc::new(schema), config.hitl.default_expiry());
         let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
-        let (limits, tokens) = (config.timeouts.limits(), &config.server.operator_tokens);
+        let logs = Arc::new(Logs::new(&core, &config));
+        let operators = Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?;
         let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
         Ok(App {
-            operators: Arc::new(Operators::load(store.clone(), core.registry.clone(), tokens).await?),
+            operators: Arc::new(operators),
             fleet: Arc::new(Fleet::new(&core, &config)),
-            status: Status::new(&core, limits),
-            timeouts: Arc::new(Timeouts::new(&core, retries, limits, shutdown.clone())),
+            artifacts: Arc::new(Artifacts::new(&core, logs.clone(), &config)),
+            logs,
+            status: Status::new(&core, config.timeouts.limits()),
+            timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), shutdown.clone())),
             audit: Arc::new(Audit::new(store.clone(), metrics.clone(), retention.clone())),
             retention,
             webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
@@ -142,6 +144,7 @@ impl App {
         self.webhooks.start();
         self.controls.rearm_hitl_deadlines();
         self.reconciler.arm_restart_grace();
+        self.artifacts.forget_unfinished_uploads().await?;
         self.runtimes.start().await?;
         self.dispatcher.load_queue().await?;
         self.dispatcher.run_queue();

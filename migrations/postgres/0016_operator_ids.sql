@@ -1,4 +1,4 @@
--- Operators get an id of their own: see migrations/0016_operator_ids.sql.
+-- Operators get an id of their own: see migrations/0018_operator_ids.sql.
 ALTER TABLE operators ADD COLUMN id TEXT;
 UPDATE operators SET id = 'op_' || md5(random()::text || clock_timestamp()::text || name);
 CREATE UNIQUE INDEX operators_id ON operators (id);
