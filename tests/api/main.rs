@@ -18,6 +18,7 @@ mod conformance_record;
 mod conformance_replay;
 mod dashboard;
 mod dashboard_browser;
+mod dashboard_outputs;
 mod dial;
 mod dispatch;
 mod durability;
