@@ -101,9 +101,7 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetArtifactBlobs(_)
                 | Change::ForgetArtifacts(_)
                 | Change::ForgetUploads => statements.upsert(change).await?,
-                Change::ExecutorSeen { executor_id, ts } => {
-                    self.seen.insert(executor_id, ts);
-                }
+                Change::ExecutorSeen { executor_id, ts } => self.saw(executor_id, ts),
                 Change::PatchMission { mission_id, patch } => self.patch(mission_id, patch),
                 Change::CompactEvents { mission_id, seqs, done } => {
                     self.compactions.push((mission_id.as_deref(), seqs.as_slice(), *done))
@@ -118,6 +116,11 @@ impl<'a> Gathered<'a> {
             }
         }
         Ok(Ok(seqs))
+    }
+
+    /// The latest event time of an executor in the batch: the last one gathered.
+    fn saw(&mut self, executor_id: &'a str, ts: &'a str) {
+        self.seen.insert(executor_id, ts);
     }
 
     /// Later patches of a mission in the batch override earlier ones field by field.
