@@ -79,8 +79,8 @@ pub(super) async fn keyed(State(app): State<Arc<App>>, request: Request, next: N
 }
 
 /// The request's body, read here (the request is told apart by it), as a handler would read it: within
-/// `server.max_body_bytes` and `server.body_read_timeout_ms` of the head (a trickling client holds a
-/// connection slot no longer than anywhere else).
+/// `server.max_body_bytes` and `server.body_read_timeout_ms` (a trickling client holds a connection
+/// slot no longer than anywhere else).
 async fn read(app: &App, body: Body) -> Result<Bytes, Error> {
     let (limit, deadline) = (app.config.server.max_body_bytes, app.config.server.body_read_timeout_ms);
     let read = tokio::time::timeout(Duration::from_millis(deadline), to_bytes(body, limit));

@@ -120,9 +120,9 @@ impl Audit {
     /// (answered `status`).
     pub async fn refused(&self, source: Option<&str>, method: &str, route: &str, status: u16) {
         self.metrics.audit_unauthenticated.add(1);
-        let now = clock::now();
+        let (now, method) = (clock::now(), clipped(method));
         let minute = minute_of(now);
-        let fresh = || Count { first: now, unwritten: 0, method: clipped(method), route: route.to_owned(), status };
+        let fresh = || Count { first: now, unwritten: 0, method: method.clone(), route: route.to_owned(), status };
         let ended = {
             let mut refused = self.refused.lock().expect("audit counts lock");
             let mut source = clipped(source.unwrap_or("-"));
