@@ -44,6 +44,7 @@ macro_rules! storage_contract {
                 sandboxes_round_trip_and_keep_their_first_registration,
                 operators_round_trip_and_a_revoked_name_is_given_again,
                 the_audit_trail_reads_newest_first_by_filter_and_forgets_by_age,
+                counts_of_refusals_add_up_and_the_trail_is_cut_to_its_bound_oldest_first,
                 live_and_queued_missions_are_the_working_set,
                 recent_progress_of_live_missions_is_their_last_sixteen,
                 a_fresh_store_misses_no_migration,
@@ -875,6 +876,7 @@ mod cases {
     pub(super) async fn operators_round_trip_and_a_revoked_name_is_given_again(store: Store) {
         use aiwg_domain::operators::{OperatorRecord, Role};
         let operator = |name: &str, role, at, hash| OperatorRecord {
+            id: format!("op_{name}_{at}"),
             name: name.into(),
             role,
             token_hash: [hash; 32],
@@ -916,6 +918,7 @@ mod cases {
             executor_id: None,
             status: if operator.is_some() { 202 } else { 401 },
             outcome: if operator.is_some() { "ok".into() } else { "unauthorized".into() },
+            count: 1,
         };
         let all = [record(1, Some("alice"), Some("m1")), record(2, None, None), record(3, Some("bob"), Some("m2"))];
         store.commit(all.iter().map(|r| Change::AppendAudit(Box::new(r.clone()))).collect()).await.unwrap();
@@ -940,6 +943,57 @@ mod cases {
         store.commit(vec![Change::ForgetAudit { before: ts(2) }]).await.unwrap();
         let left = read(AuditQuery::default()).await;
         assert_eq!(left.iter().map(|r| r.at).collect::<Vec<_>>(), [ts(3), ts(2)], "older than the bound only");
+    }
+
+    pub(super) async fn counts_of_refusals_add_up_and_the_trail_is_cut_to_its_bound_oldest_first(store: Store) {
+        use aiwg_domain::operators::{audit_bytes, AuditRecord, UNAUTHENTICATED};
+        use aiwg_server::store::AuditQuery;
+        // Seconds past 00:00:00 (minute 0) and 00:01:00 (minute 1).
+        let at = |second: i64| ts(0) + chrono::Duration::seconds(second);
+        let count = |source: &str, second, route: &str, n| AuditRecord {
+            seq: 0,
+            at: at(second),
+            operator: None,
+            role: None,
+            source: Some(source.into()),
+            method: "POST".into(),
+            route: route.into(),
+            target: None,
+            mission_id: None,
+            executor_id: None,
+            status: 401,
+            outcome: UNAUTHENTICATED.into(),
+            count: n,
+        };
+        let abort = "/api/v1/missions/{id}/abort";
+        let counts = [
+            count("10.0.0.1", 5, abort, 3),
+            count("10.0.0.2", 6, abort, 1),
+            count("10.0.0.1", 50, "/api/v1/sessions/{id}/dispatch", 4),
+            count("10.0.0.1", 65, abort, 2),
+        ];
+        for c in &counts {
+            store.commit(vec![Change::CountRefusals(Box::new(c.clone()))]).await.unwrap();
+        }
+        let all = store.audit(&AuditQuery { limit: 10, ..Default::default() }).await.unwrap();
+        let read: Vec<(&str, i64, &str, u64)> = all
+            .iter()
+            .map(|r| (r.source.as_deref().unwrap(), r.at.timestamp() - ts(0).timestamp(), r.route.as_str(), r.count))
+            .collect();
+        assert_eq!(
+            read,
+            [("10.0.0.1", 65, abort, 2), ("10.0.0.2", 6, abort, 1), ("10.0.0.1", 5, "*", 7)],
+            "one record per source and minute, its count the sum, a route that varied written *"
+        );
+
+        // Cut to a bound: the newest records that fit it stay.
+        let sizes: Vec<u64> = all.iter().map(audit_bytes).collect();
+        assert_eq!(store.audit_beyond(sizes.iter().sum()).await.unwrap(), None, "within its bound");
+        let through = store.audit_beyond(sizes[0] + sizes[1]).await.unwrap();
+        assert_eq!(through, Some(all[2].seq));
+        store.commit(vec![Change::TrimAudit { through_seq: all[2].seq }]).await.unwrap();
+        let left = store.audit(&AuditQuery { limit: 10, ..Default::default() }).await.unwrap();
+        assert_eq!(left, all[..2]);
     }
 
     pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {

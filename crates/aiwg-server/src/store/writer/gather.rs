@@ -82,7 +82,9 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetSandbox(_)
                 | Change::PutOperator(_)
                 | Change::AppendAudit(_)
+                | Change::CountRefusals(_)
                 | Change::ForgetAudit { .. }
+                | Change::TrimAudit { .. }
                 | Change::PutWebhook(_)
                 | Change::QueueDelivery(_)
                 | Change::NotifiedUpTo(_)
@@ -104,9 +106,7 @@ impl<'a> Gathered<'a> {
                 Change::PutLogState(state) => {
                     self.log_states.insert(&state.mission_id, change);
                 }
-                Change::ExecutorSeen { executor_id, ts } => {
-                    self.seen.insert(executor_id, ts);
-                }
+                Change::ExecutorSeen { executor_id, ts } => self.saw(executor_id, ts),
                 Change::PatchMission { mission_id, patch } => self.patch(mission_id, patch),
                 Change::CompactEvents { mission_id, seqs, done } => {
                     self.compactions.push((mission_id.as_deref(), seqs.as_slice(), *done))
@@ -121,6 +121,11 @@ impl<'a> Gathered<'a> {
             }
         }
         Ok(Ok(seqs))
+    }
+
+    /// The latest event time of an executor in the batch: the last one gathered.
+    fn saw(&mut self, executor_id: &'a str, ts: &'a str) {
+        self.seen.insert(executor_id, ts);
     }
 
     /// Later patches of a mission in the batch override earlier ones field by field.
