@@ -58,7 +58,10 @@ async fn an_executor_uploads_its_missions_file_and_an_operator_downloads_it_as_a
         (&json!("report.html"), &json!(sha256(&page)), &json!(page.len()), &json!(e.id))
     );
     assert_eq!(artifact["uri"], format!("/api/v1/missions/{id}/artifacts/report.html"));
-    assert_eq!(listed(&server, &id).await, json!([artifact]));
+    assert_eq!(listed(&server, &id).await[0], artifact);
+    // Declared (Content-Length) far over the request body limit, and taken all the same.
+    let (status, declared) = put(&server, &id, "declared.bin", Some(&e.token), vec![b'd'; 64 * 1024]).await;
+    assert_eq!((status, &declared["size_bytes"]), (201, &json!(64 * 1024)), "{declared}");
 
     let url = format!("http://{}/api/v1/missions/{id}/artifacts/report.html", server.addr());
     let got = reqwest::get(&url).await.unwrap();

@@ -170,7 +170,8 @@ mod cases {
     use aiwg_domain::{MissionState, Origin, RuntimeKind, RuntimeRecord};
     use aiwg_server::store::{
         Change, Compaction, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch,
-        MissionQuery, MissionSort, NewEvent, Pending, ProgressSeen, SandboxRecord, Store, StoreError, StoredEvent,
+        MissionQuery, MissionSort, NewEvent, Output, Pending, ProgressSeen, SandboxRecord, Store, StoreError,
+        StoredEvent,
     };
     use aiwg_wattswarm::wire::RuntimeCapabilities;
     use chrono::{DateTime, Utc};
@@ -1506,7 +1507,7 @@ mod cases {
             lines,
             bytes: bytes.to_vec(),
         };
-        Change::AppendLog(Box::new(row))
+        Output::AppendLog(Box::new(row)).into()
     }
 
     /// A log's rows read back from a position, whole or of one stream, their places without their bytes
@@ -1559,9 +1560,9 @@ mod cases {
             store.log_meta("m1", None, 4, false, 10).await.unwrap().iter().map(|m| (m.pos, m.len)).collect();
         assert_eq!(from, [(4, 4), (8, 4)]);
         assert_eq!(store.log_state("m1").await.unwrap(), Some(state.clone()));
-        store.commit(vec![Change::DropLog { mission_id: "m1".into(), from: 4, to: 8 }]).await.unwrap();
+        store.commit(vec![Output::DropLog { mission_id: "m1".into(), from: 4, to: 8 }.into()]).await.unwrap();
         assert_eq!(read(None, 0).await, ["one\n", "two\n"]);
-        store.commit(vec![Change::ForgetLog("m1".into())]).await.unwrap();
+        store.commit(vec![Output::ForgetLog("m1".into()).into()]).await.unwrap();
         assert!(read(None, 0).await.is_empty());
         assert_eq!(store.log_state("m1").await.unwrap(), Some(state), "the state says how long the log was");
         assert_eq!(
@@ -1581,20 +1582,21 @@ mod cases {
             created_at: ts(1),
             producer: "e1".into(),
         };
-        Change::PutArtifact(Box::new(a))
+        Output::PutArtifact(Box::new(a)).into()
     }
 
     /// An upload's parts become its digest's blob, unless it is kept already; a replaced artifact's blob
     /// goes unless another names it; a mission's artifacts go with the blobs only they named; uploads
     /// left over are forgotten.
     pub(super) async fn artifact_bytes_are_kept_once_per_digest_and_go_with_their_last_artifact(store: Store) {
-        let part = |blob: &str, n: u32, bytes: &[u8]| Change::PutBlobPart {
-            blob: blob.into(),
-            part: n,
-            bytes: bytes.to_vec(),
+        let part = |blob: &str, n: u32, bytes: &[u8]| -> Change {
+            Output::PutBlobPart { blob: blob.into(), part: n, bytes: bytes.to_vec() }.into()
         };
         let seal = |upload: &str, digest: &str| {
-            vec![Change::SealUpload { upload: upload.into(), digest: digest.into() }, Change::ForgetBlob(upload.into())]
+            vec![
+                Output::SealUpload { upload: upload.into(), digest: digest.into() }.into(),
+                Output::ForgetBlob(upload.into()).into(),
+            ]
         };
         store.commit(vec![part("upload:a", 0, b"he"), part("upload:a", 1, b"llo")]).await.unwrap();
         let mut unit = seal("upload:a", "sha256:h");
@@ -1612,20 +1614,23 @@ mod cases {
         assert_eq!(names, ["a.txt"]);
         // m1's artifact replaced: the blob stays (m2 names it).
         store
-            .commit(vec![artifact("m1", "a.txt", "sha256:other", 0), Change::ForgetBlobUnlessUsed("sha256:h".into())])
+            .commit(vec![
+                artifact("m1", "a.txt", "sha256:other", 0),
+                Output::ForgetBlobUnlessUsed("sha256:h".into()).into(),
+            ])
             .await
             .unwrap();
         assert_eq!(store.artifacts("m1").await.unwrap()[0].digest, "sha256:other");
         assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap().len(), 2);
         // m2 goes (retention): its blob with it, as nothing else names it.
         store
-            .commit(vec![Change::ForgetArtifactBlobs("m2".into()), Change::ForgetArtifacts("m2".into())])
+            .commit(vec![Output::ForgetArtifactBlobs("m2".into()).into(), Output::ForgetArtifacts("m2".into()).into()])
             .await
             .unwrap();
         assert!(store.artifacts("m2").await.unwrap().is_empty());
         assert!(store.blob_parts("sha256:h", 0, 10).await.unwrap().is_empty());
         store.commit(vec![part("upload:c", 0, b"half")]).await.unwrap();
-        store.commit(vec![Change::ForgetUploads]).await.unwrap();
+        store.commit(vec![Output::ForgetUploads.into()]).await.unwrap();
         assert!(store.blob_parts("upload:c", 0, 10).await.unwrap().is_empty());
     }
 

@@ -136,8 +136,13 @@ fn host_name(authority: &str) -> Option<String> {
 /// A declared body over the limit is refused before it is read: hyper would otherwise answer `Expect:
 /// 100-continue` with `100 Continue` and have the client send it all first. A layer of the routes (a
 /// request for no route reads no body): on an operator route the refusal is the caller's, audited as
-/// any (a caller without a valid token is counted).
+/// any (a caller without a valid token is counted). An artifact's upload has bounds of its own
+/// (`[artifacts]`), which its route judges.
 pub(super) async fn declared_size(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let matched = request.extensions().get::<MatchedPath>().map(MatchedPath::as_str);
+    if matched == Some(super::outputs::ARTIFACT) && request.method() == axum::http::Method::PUT {
+        return next.run(request).await;
+    }
     let limit = app.config.server.max_body_bytes;
     let declared =
         request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());

@@ -34,6 +34,8 @@ pub(super) const LOG_OFFSET: HeaderName = HeaderName::from_static("x-aiwg-log-of
 /// Where the log ended when it was read.
 pub(super) const LOG_END: HeaderName = HeaderName::from_static("x-aiwg-log-end");
 const OCTETS: &str = "application/octet-stream";
+/// An artifact's route: its upload is bounded by `[artifacts]`, not by `server.max_body_bytes`.
+pub(super) const ARTIFACT: &str = "/api/v1/missions/{id}/artifacts/{name}";
 /// The most lines `tail=` gives.
 const MAX_TAIL: u64 = 1_000_000;
 

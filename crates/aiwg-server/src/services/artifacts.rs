@@ -21,7 +21,7 @@ use super::logs::Logs;
 use super::Core;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::{Change, Pending, Store};
+use crate::store::{Output, Pending, Store};
 use aiwg_contract::encode_segment;
 use aiwg_domain::artifacts::{digest_of, fits, refuse_name, ArtifactRecord};
 
@@ -72,7 +72,7 @@ impl Artifacts {
 
     /// Drops the parts of uploads a previous run of serve was receiving when it stopped.
     pub(crate) async fn forget_unfinished_uploads(&self) -> Result<()> {
-        self.store.commit(vec![Change::ForgetUploads]).await?;
+        self.store.commit(vec![Output::ForgetUploads.into()]).await?;
         Ok(())
     }
 
@@ -107,7 +107,7 @@ impl Artifacts {
         };
         if outcome.is_err() {
             // Its parts go; a failure to drop them is left to the next start.
-            let _ = self.store.commit(vec![Change::ForgetBlob(upload)]).await;
+            let _ = self.store.commit(vec![Output::ForgetBlob(upload).into()]).await;
         }
         self.uploading.lock().expect("uploads").remove(&key);
         outcome
@@ -143,7 +143,8 @@ impl Artifacts {
                 // One part commits while the next is read: the writer and the socket work at once.
                 settle(in_flight.take()).await?;
                 let slot = self.store.reserve().await?;
-                in_flight = Some(slot.submit(vec![Change::PutBlobPart { blob: upload.to_owned(), part, bytes }]));
+                let part_of = Output::PutBlobPart { blob: upload.to_owned(), part, bytes };
+                in_flight = Some(slot.submit(vec![part_of.into()]));
                 part += 1;
             }
             if chunk.is_none() {
@@ -173,11 +174,11 @@ impl Artifacts {
             producer: up.executor_id.clone(),
         };
         let mut unit = vec![
-            Change::SealUpload { upload: upload.to_owned(), digest: digest.clone() },
-            Change::ForgetBlob(upload.to_owned()),
-            Change::PutArtifact(Box::new(artifact.clone())),
+            Output::SealUpload { upload: upload.to_owned(), digest: digest.clone() }.into(),
+            Output::ForgetBlob(upload.to_owned()).into(),
+            Output::PutArtifact(Box::new(artifact.clone())).into(),
         ];
-        unit.extend(replaced.filter(|old| *old != digest).map(Change::ForgetBlobUnlessUsed));
+        unit.extend(replaced.filter(|old| *old != digest).map(|old| Output::ForgetBlobUnlessUsed(old).into()));
         self.store.commit(unit).await?;
         Ok(artifact)
     }

@@ -29,7 +29,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::config::RetentionConfig;
-use crate::store::{Change, Result, Store};
+use crate::store::{Change, Output, Result, Store};
 
 /// How often the store's size is compared with its cap, when one is set.
 const CAP_CHECK: Duration = Duration::from_millis(250);
@@ -198,9 +198,11 @@ impl Retention {
     /// the events removed.
     async fn compact(&self, mission_id: &str) -> Result<usize> {
         // Its log and artifacts go with its history, first and in units of their own (at most their caps).
-        self.store.commit(vec![Change::ForgetLog(mission_id.to_owned())]).await?;
-        let artifacts =
-            vec![Change::ForgetArtifactBlobs(mission_id.to_owned()), Change::ForgetArtifacts(mission_id.to_owned())];
+        self.store.commit(vec![Output::ForgetLog(mission_id.to_owned()).into()]).await?;
+        let artifacts = vec![
+            Output::ForgetArtifactBlobs(mission_id.to_owned()).into(),
+            Output::ForgetArtifacts(mission_id.to_owned()).into(),
+        ];
         self.store.commit(artifacts).await?;
         let mut removed = 0;
         loop {

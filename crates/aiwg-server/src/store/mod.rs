@@ -34,7 +34,8 @@ pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConf
 pub use postgres::Leadership;
 pub use records::{
     AskedRequest, AuditQuery, Change, CommitSlot, DeliveryQuery, EventPage, EventQuery, HitlCursor, HitlQuery,
-    LiveMission, LogMeta, LogQuery, MissionClock, MissionQuery, MissionSort, Only, Pending, ProgressSeen, Returned,
+    LiveMission, LogMeta, LogQuery, MissionClock, MissionQuery, MissionSort, Only, Output, Pending, ProgressSeen,
+    Returned,
 };
 
 #[derive(Debug, thiserror::Error)]

@@ -99,43 +99,10 @@ pub enum Change {
     ForgetIdempotent {
         before: chrono::DateTime<chrono::Utc>,
     },
-    /// A row of a mission's log (`aiwg_domain::log`).
-    AppendLog(Box<aiwg_domain::log::LogRow>),
     /// A mission's log state, written with each of its rows.
     PutLogState(Box<aiwg_domain::log::LogState>),
-    /// Removes a log's rows in `[from, to)`: a segment its cap drops.
-    DropLog {
-        mission_id: String,
-        from: u64,
-        to: u64,
-    },
-    /// Removes a mission's log rows (retention; its state stays).
-    ForgetLog(String),
-    /// A part of an artifact's bytes (`blob`: its upload's name until it is sealed).
-    PutBlobPart {
-        blob: String,
-        part: u32,
-        bytes: Vec<u8>,
-    },
-    /// An upload's parts become the blob of their digest, unless that blob is kept already (identical
-    /// bytes are kept once; the upload's parts are then forgotten with [`Change::ForgetBlob`]).
-    SealUpload {
-        upload: String,
-        digest: String,
-    },
-    /// Removes a blob's parts (an abandoned upload's, or one whose bytes were kept already).
-    ForgetBlob(String),
-    /// Removes a blob's parts unless an artifact names it (the one an artifact replaced was using).
-    ForgetBlobUnlessUsed(String),
-    /// An artifact's row, replacing the mission's artifact of the same name.
-    PutArtifact(Box<aiwg_domain::artifacts::ArtifactRecord>),
-    /// Removes the blobs of a mission's artifacts that no other mission's artifact names (retention,
-    /// before [`Change::ForgetArtifacts`]).
-    ForgetArtifactBlobs(String),
-    /// Removes a mission's artifacts (retention).
-    ForgetArtifacts(String),
-    /// Removes every upload's parts: no upload survives a restart.
-    ForgetUploads,
+    /// What a mission produced: its log's rows, its artifacts and their bytes.
+    Output(Output),
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
     ForgetSandbox(String),
     /// Removes events of an ended mission (retention; `seqs` are its own, as
@@ -148,6 +115,42 @@ pub enum Change {
         seqs: Vec<i64>,
         done: bool,
     },
+}
+
+/// The changes of what missions produced (`aiwg_domain::log`, `aiwg_domain::artifacts`), each written by
+/// a statement of its own, in order.
+#[derive(Clone, Debug)]
+pub enum Output {
+    /// A row of a mission's log (`aiwg_domain::log`).
+    AppendLog(Box<aiwg_domain::log::LogRow>),
+    /// Removes a log's rows in `[from, to)`: a segment its cap drops.
+    DropLog { mission_id: String, from: u64, to: u64 },
+    /// Removes a mission's log rows (retention; its state stays).
+    ForgetLog(String),
+    /// A part of an artifact's bytes (`blob`: its upload's name until it is sealed).
+    PutBlobPart { blob: String, part: u32, bytes: Vec<u8> },
+    /// An upload's parts become the blob of their digest, unless that blob is kept already (identical
+    /// bytes are kept once; the upload's parts are then forgotten with [`Output::ForgetBlob`]).
+    SealUpload { upload: String, digest: String },
+    /// Removes a blob's parts (an abandoned upload's, or one whose bytes were kept already).
+    ForgetBlob(String),
+    /// Removes a blob's parts unless an artifact names it (the one an artifact replaced was using).
+    ForgetBlobUnlessUsed(String),
+    /// An artifact's row, replacing the mission's artifact of the same name.
+    PutArtifact(Box<aiwg_domain::artifacts::ArtifactRecord>),
+    /// Removes the blobs of a mission's artifacts that no other mission's artifact names (retention,
+    /// before [`Output::ForgetArtifacts`]).
+    ForgetArtifactBlobs(String),
+    /// Removes a mission's artifacts (retention).
+    ForgetArtifacts(String),
+    /// Removes every upload's parts: no upload survives a restart.
+    ForgetUploads,
+}
+
+impl From<Output> for Change {
+    fn from(o: Output) -> Change {
+        Change::Output(o)
+    }
 }
 
 impl Change {

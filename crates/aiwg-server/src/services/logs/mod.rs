@@ -27,7 +27,7 @@ use super::registry::Registry;
 use super::Core;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::{Change, Pending, Store};
+use crate::store::{Change, Output, Pending, Store};
 use aiwg_contract::log as wire;
 use aiwg_domain::log::{LogCursor, LogRow, LogState, Segment, Verdict};
 
@@ -261,19 +261,12 @@ impl Cursors {
 
 /// The unit a stored chunk commits: its row, the segments the cap drops, the log's state.
 fn changes(row: LogRow, drops: Vec<Segment>, state: &LogState) -> Vec<Change> {
-    let mut changes = changes_of(row, drops);
-    changes.push(Change::PutLogState(Box::new(state.clone())));
-    changes
-}
-
-fn changes_of(row: LogRow, drops: Vec<Segment>) -> Vec<Change> {
     let mission_id = row.mission_id.clone();
-    let mut changes = vec![Change::AppendLog(Box::new(row))];
-    changes.extend(drops.into_iter().map(|d| Change::DropLog {
-        mission_id: mission_id.clone(),
-        from: d.start,
-        to: d.end,
-    }));
+    let mut changes = vec![Output::AppendLog(Box::new(row)).into()];
+    let dropped =
+        drops.into_iter().map(|d| Output::DropLog { mission_id: mission_id.clone(), from: d.start, to: d.end });
+    changes.extend(dropped.map(Change::from));
+    changes.push(Change::PutLogState(Box::new(state.clone())));
     changes
 }
 

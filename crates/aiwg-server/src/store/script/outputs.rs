@@ -3,7 +3,7 @@
 //! (`aiwg_domain::artifacts`).
 
 use super::{Builder, Script, Upsert};
-use crate::store::Change;
+use crate::store::Output;
 use aiwg_contract::clock;
 use aiwg_domain::log::{LogRow, LogState};
 
@@ -60,38 +60,41 @@ impl<'a> Upsert<'a> for LogState {
 }
 
 /// Removes a log's rows in `[from, to)` (a segment the cap drops).
-pub(super) fn drop_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str, from: u64, to: u64) {
+fn drop_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str, from: u64, to: u64) {
     s.push("DELETE FROM mission_logs WHERE mission_id = ").bind(mission_id);
     s.push(" AND pos >= ").bind(int(from)).push(" AND pos < ").bind(int(to)).end();
 }
 
 /// Removes a mission's log rows (retention); its state stays, saying how long the log was.
-pub(super) fn forget_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str) {
+fn forget_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str) {
     s.push("DELETE FROM mission_logs WHERE mission_id = ").bind(mission_id).end();
 }
 
-/// The one statement of each change to artifacts and their blobs.
-pub(super) fn artifacts<'a, B: Builder<'a>>(s: &mut Script<B>, change: &'a Change) {
-    match change {
-        Change::PutBlobPart { blob, part, bytes } => {
+/// The one statement of each change of what a mission produced.
+pub(super) fn output<'a, B: Builder<'a>>(s: &mut Script<B>, output: &'a Output) {
+    match output {
+        Output::AppendLog(row) => return row.upsert(s),
+        Output::DropLog { mission_id, from, to } => return drop_log(s, mission_id, *from, *to),
+        Output::ForgetLog(mission_id) => return forget_log(s, mission_id),
+        Output::PutBlobPart { blob, part, bytes } => {
             s.push("INSERT INTO artifact_blobs (blob, part, bytes) VALUES (").bind(blob.as_str());
             s.push(", ").bind(i64::from(*part)).push(", ").bind(bytes.as_slice()).push(")");
         }
-        Change::SealUpload { upload, digest } => {
+        Output::SealUpload { upload, digest } => {
             s.push("UPDATE artifact_blobs SET blob = ")
                 .bind(digest.as_str())
                 .push(" WHERE blob = ")
                 .bind(upload.as_str());
             s.push(" AND NOT EXISTS (SELECT 1 FROM artifact_blobs k WHERE k.blob = ").bind(digest.as_str()).push(")");
         }
-        Change::ForgetBlob(blob) => {
+        Output::ForgetBlob(blob) => {
             s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(blob.as_str());
         }
-        Change::ForgetBlobUnlessUsed(blob) => {
+        Output::ForgetBlobUnlessUsed(blob) => {
             s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(blob.as_str());
             s.push(" AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = ").bind(blob.as_str()).push(")");
         }
-        Change::PutArtifact(a) => {
+        Output::PutArtifact(a) => {
             s.push("INSERT INTO artifacts (mission_id, name, uri, digest, size_bytes, mime, producer, created_at) ");
             s.values([a], |b, a| {
                 b.bind(a.mission_id.as_str())
@@ -109,7 +112,7 @@ pub(super) fn artifacts<'a, B: Builder<'a>>(s: &mut Script<B>, change: &'a Chang
                  created_at = excluded.created_at",
             );
         }
-        Change::ForgetArtifactBlobs(mission_id) => {
+        Output::ForgetArtifactBlobs(mission_id) => {
             s.push("DELETE FROM artifact_blobs WHERE blob IN (SELECT a.digest FROM artifacts a WHERE a.mission_id = ");
             s.bind(mission_id.as_str()).push(
                 " AND NOT EXISTS (SELECT 1 FROM artifacts o WHERE o.digest = a.digest \
@@ -117,13 +120,12 @@ pub(super) fn artifacts<'a, B: Builder<'a>>(s: &mut Script<B>, change: &'a Chang
             );
             s.bind(mission_id.as_str()).push("))");
         }
-        Change::ForgetArtifacts(mission_id) => {
+        Output::ForgetArtifacts(mission_id) => {
             s.push("DELETE FROM artifacts WHERE mission_id = ").bind(mission_id.as_str());
         }
-        Change::ForgetUploads => {
+        Output::ForgetUploads => {
             s.push("DELETE FROM artifact_blobs WHERE blob LIKE 'upload:%'");
         }
-        _ => return,
     }
     s.end();
 }

@@ -92,17 +92,7 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetDeliveries { .. }
                 | Change::PutIdempotent(_)
                 | Change::ForgetIdempotent { .. }
-                | Change::AppendLog(_)
-                | Change::DropLog { .. }
-                | Change::ForgetLog(_)
-                | Change::PutBlobPart { .. }
-                | Change::SealUpload { .. }
-                | Change::ForgetBlob(_)
-                | Change::ForgetBlobUnlessUsed(_)
-                | Change::PutArtifact(_)
-                | Change::ForgetArtifactBlobs(_)
-                | Change::ForgetArtifacts(_)
-                | Change::ForgetUploads => statements.upsert(change).await?,
+                | Change::Output(_) => statements.upsert(change).await?,
                 Change::PutLogState(state) => {
                     self.log_states.insert(&state.mission_id, change);
                 }
