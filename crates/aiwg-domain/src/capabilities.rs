@@ -19,6 +19,11 @@ pub const ABORT: &str = "x-abort";
 /// reads nothing: the agentic-sandbox executor counts every inbound frame against a 64-slot channel whose
 /// overflow silently ends its HITL handling. So answers go only to executors that ask for them.
 pub const ACKS: &str = "x-acks";
+/// An extension: the executor reads the attempt a dispatch carries (`attempt`, which serve adds only
+/// for it: an executor written for upstream gets the body it knows) and names it in the `data` of every
+/// event it sends about the mission (`attempt`), so that serve never takes a word about an earlier
+/// attempt for the current one's.
+pub const ATTEMPTS: &str = "x-attempts";
 /// An extension: the executor only listens: serve opens its WebSocket, to `transport_endpoints.ws`
 /// (`/ws/executors/{id}?token=`), at once instead of after `hub.dial_after_s` without a socket.
 pub const DIAL_IN: &str = "x-dial-in";

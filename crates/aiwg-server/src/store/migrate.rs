@@ -27,6 +27,7 @@ pub(super) const SQLITE: Migrations = &[
     (13, "attempts", include_str!("../../../../migrations/0013_attempts.sql")),
     (14, "event_origin", include_str!("../../../../migrations/0014_event_origin.sql")),
     (15, "attempt", include_str!("../../../../migrations/0015_attempt.sql")),
+    (16, "fence", include_str!("../../../../migrations/0016_fence.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -44,6 +45,7 @@ pub(super) const POSTGRES: Migrations = &[
     (11, "attempts", include_str!("../../../../migrations/postgres/0011_attempts.sql")),
     (12, "event_origin", include_str!("../../../../migrations/postgres/0012_event_origin.sql")),
     (13, "attempt", include_str!("../../../../migrations/postgres/0013_attempt.sql")),
+    (14, "fence", include_str!("../../../../migrations/postgres/0014_fence.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].
