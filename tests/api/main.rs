@@ -24,6 +24,7 @@ mod events;
 mod executor;
 mod executors;
 mod faults;
+mod fencing;
 mod hardening;
 mod health_ops;
 mod idempotency;

@@ -141,7 +141,8 @@ impl Timeouts {
             return;
         }
         let (to, reason) = (expiry.to(), expiry.reason());
-        let failure = Failure { to, said: ServeEvent::ending(to, reason, Some(error)), reason };
+        // A mission that went silent, or never started, may yet run: its executor is fenced from a retry.
+        let failure = Failure { to, said: ServeEvent::ending(to, reason, Some(error)), reason, may_run: true };
         let moved = match self.retries.fail(None, mission_id, failure, |s| expiry.applies(s)).await {
             Ok(Some(moved)) => moved,
             Ok(None) => return,

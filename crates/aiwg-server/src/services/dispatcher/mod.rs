@@ -154,14 +154,19 @@ impl Dispatcher {
         self.queue.kick();
     }
 
-    /// Forwards a dispatch to an executor again (a resync's replay): see `Handout::forward_to`.
-    pub(crate) async fn forward_to(
+    /// Forwards attempt `attempt` of a stored dispatch to an executor again (a resync's replay): see
+    /// `Handout::forward_to`.
+    pub(crate) async fn forward_again(
         &self,
         executor_id: &str,
         session_id: &str,
-        body: axum::body::Bytes,
+        body: &Value,
+        attempt: u32,
     ) -> std::result::Result<crate::forward::Accepted, crate::forward::ForwardError> {
-        self.handout.forward_to(executor_id, session_id, body).await
+        let plain = axum::body::Bytes::from(body.to_string());
+        self.handout
+            .forward_to(executor_id, session_id, self.handout.body_for(executor_id, body, &plain, attempt))
+            .await
     }
 
     /// Where a dispatch would go now, nothing stored (see `plan.rs`).
@@ -205,7 +210,7 @@ impl Dispatcher {
         };
         let insert = self.store.commit(vec![Change::InsertMission(Box::new(row))]);
         insert.instrument(tracing::debug_span!("dispatch.commit")).await?;
-        let forward = self.handout.hand_out(&mission_id, session_id, &body, attempts, record);
+        let forward = self.handout.hand_out(&mission_id, session_id, &body, 1, attempts, record);
         let mut dispatched = forward.instrument(tracing::debug_span!("dispatch.forward")).await?;
         if let Some(executor_id) = &dispatched.executor_id {
             dispatched.warning = self.session_collision_warning(&mission_id, executor_id);
@@ -215,6 +220,15 @@ impl Dispatcher {
 
     /// What is wrong with a dispatch whatever the fleet: refused before it is routed.
     fn refuse_early(payload: &DispatchPayload, body: &Value) -> Result<()> {
+        if body.get("attempt").is_some() {
+            let detail = aiwg_contract::SchemaDetail {
+                instance_path: "/attempt".into(),
+                keyword: "readOnly".into(),
+                message: "attempt is serve's to set (it tells an executor declaring x-attempts which attempt it runs)"
+                    .into(),
+            };
+            return Err(Error::SchemaViolation { what: "the dispatch", details: vec![detail] });
+        }
         if payload.lease.as_ref().is_some_and(|l| l.tools.denies_all()) {
             return Err(Error::LeaseDeniesAllTools);
         }
