@@ -110,7 +110,7 @@ impl App {
             operators: Arc::new(Operators::load(store.clone(), core.registry.clone(), tokens).await?),
             fleet: Arc::new(Fleet::new(&core, &config)),
             status: Status::new(&core, limits),
-            timeouts: Arc::new(Timeouts::new(&core, retries, limits, shutdown.clone())),
+            timeouts: Arc::new(Timeouts::new(&core, retries, limits, &config.hub, shutdown.clone())),
             retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
             webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
             config,
