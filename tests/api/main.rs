@@ -50,6 +50,7 @@ mod retries;
 mod routes;
 mod runtimes;
 mod sandbox;
+mod sandbox_agents;
 mod schema;
 mod scripted_runtime;
 mod socket;

@@ -3,13 +3,11 @@
 //! calls one method.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::forward::Forwarder;
 use crate::metrics::Metrics;
 use crate::services::audit::Audit;
 use crate::services::connections::Connections;
@@ -27,6 +25,7 @@ use crate::services::registry::Registry;
 use crate::services::retention::Retention;
 use crate::services::retries::Retries;
 use crate::services::runtimes::Runtimes;
+use crate::services::sandbox_questions::SandboxQuestions;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
 use crate::services::timeouts::Timeouts;
@@ -87,10 +86,9 @@ impl App {
             Arc::new(Runtimes::new(&core, config.runtimes.clone(), config.server.max_executors, shutdown.clone()));
         let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
         let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
-        let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
-        let dispatch = config.dispatch.clone();
+        let (dispatch, linked) = (config.dispatch.clone(), sandboxes.clone());
         let dispatcher =
-            Arc::new(Dispatcher::new(&core, dispatch, forwarder, runtimes.clone(), retries.clone(), shutdown.clone()));
+            Arc::new(Dispatcher::new(&core, dispatch, linked, runtimes.clone(), retries.clone(), shutdown.clone()));
         let reconciler = Arc::new(Reconciler::new(
             &core,
             &config.hub,
@@ -100,17 +98,17 @@ impl App {
             shutdown.clone(),
         ));
         let controls = Arc::new(Controls::new(&core, sandboxes.clone()));
-        let schema = Arc::new(schema);
-        let expiry = config.hitl.default_expiry();
+        let (schema, expiry, tokens) = (Arc::new(schema), config.hitl.default_expiry(), &config.server.operator_tokens);
         let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
+        let ingest = Arc::new(ingest);
+        SandboxQuestions::new(&core, ingest.clone(), sandboxes.clone()).listen(shutdown.clone());
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
-        let (limits, tokens) = (config.timeouts.limits(), &config.server.operator_tokens);
         Ok(App {
             operators: Arc::new(Operators::load(store.clone(), core.registry.clone(), tokens).await?),
             fleet: Arc::new(Fleet::new(&core, &config)),
-            status: Status::new(&core, limits),
-            timeouts: Arc::new(Timeouts::new(&core, retries, limits, &config.hub, shutdown.clone())),
+            status: Status::new(&core, config.timeouts.limits(), sandboxes.clone()),
+            timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), &config.hub, shutdown.clone())),
             retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
             webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
             config,
@@ -120,7 +118,7 @@ impl App {
             audit: Arc::new(Audit::new(store.clone())),
             dispatcher,
             runtimes,
-            ingest: Arc::new(ingest),
+            ingest,
             controls,
             reconciler,
             sandboxes,

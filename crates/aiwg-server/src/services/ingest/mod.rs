@@ -324,6 +324,39 @@ impl Ingest {
         }
     }
 
+    /// Raises a HITL question (`data`: its `hitl_id`, `prompt`, `context`) on a live mission of
+    /// `executor_id` in that executor's stead, recorded as serve's: the executor's own
+    /// `mission.hitl_required` was lost on the way (`services::sandbox_questions`). Judged, committed
+    /// and settled as that event would be (its deadline watched, its answer sent to the executor);
+    /// `false` when the mission already asks it.
+    pub(crate) async fn raise_hitl(&self, executor_id: &str, mission_id: &str, data: &Value) -> Result<bool, Error> {
+        let event = EventType::MissionHitlRequired;
+        let ts = clock::format(clock::now());
+        let row = NewEvent {
+            event: event.as_str().into(),
+            executor_id: executor_id.to_owned(),
+            mission_id: Some(mission_id.to_owned()),
+            ts: ts.clone(),
+            data: self.schema.canonical_data(event, Some(data)),
+            raw: None,
+            origin: aiwg_domain::Origin::Serve,
+        };
+        let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: ts.clone() };
+        let (hitl_default_expiry, reference) = (self.hitl_default_expiry, FrameRef::default());
+        let judged = Judged { executor_id, event, resumable: true, hitl_default_expiry, attempt: None };
+        let q = match self.queue_mission_event(judged, mission_id, row, &seen).await {
+            Ok(Some(q)) => q,
+            Ok(None) => return Ok(false),
+            Err(Unqueued { error, .. }) => return Err(error),
+        };
+        let (executor_id, mission, deadline) = (executor_id.to_owned(), Some((q.ticket, q.moved)), q.deadline);
+        let pending = PendingCommit { commit: q.commit, executor_id, ts, mission, deadline, resync: None, reference };
+        match self.finish(pending).await {
+            Answer::Ack { .. } => Ok(true),
+            Answer::Refused(refusal) => Err(refusal.error),
+        }
+    }
+
     /// Waits for a queued frame's commit, applies its outcome, and says what to answer.
     pub async fn finish(&self, p: PendingCommit) -> Answer {
         let outcome = p.commit.await.unwrap_or(Err(StoreError::WriterGone));
