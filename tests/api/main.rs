@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod artifacts;
 mod audit;
 mod auth_matrix;
 mod backup;
@@ -17,6 +18,7 @@ mod conformance_record;
 mod conformance_replay;
 mod dashboard;
 mod dashboard_browser;
+mod dashboard_outputs;
 mod dial;
 mod dispatch;
 mod durability;
@@ -31,6 +33,7 @@ mod idempotency;
 mod inbox;
 mod limits;
 mod logs;
+mod mission_log;
 mod mission_show;
 mod missions;
 mod net;

@@ -228,6 +228,20 @@ pub async fn store_execute(config: &Config, sql: &str, bind: &str) {
     }
 }
 
+/// A count read straight from a running server's store (`SELECT COUNT(...) ...`), SQLite's or
+/// PostgreSQL's as its configuration says: what is kept, as an operator's `sqlite3` or `psql` sees it.
+pub async fn store_count(config: &Config, sql: &str) -> i64 {
+    use sqlx::Connection;
+    if config.store.database_url.is_empty() {
+        let path = config.server.data_dir.join("aiwg-serve.db");
+        let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+        sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
+    } else {
+        let mut conn = sqlx::PgConnection::connect(&config.store.database_url).await.unwrap();
+        sqlx::query_scalar(sql).fetch_one(&mut conn).await.unwrap()
+    }
+}
+
 /// Makes every commit that writes an event or an executor row fail, from a second connection to the
 /// server's own database (what a full disk or a broken file does to the writer), until healed.
 pub enum InjectedFault {

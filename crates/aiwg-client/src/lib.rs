@@ -6,7 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+
+mod log;
+mod patience;
+
+pub use log::{LogFollower, LogStart};
+use patience::Patience;
 
 use clap::Args;
 use eventsource_stream::{Event, EventStreamError, Eventsource};
@@ -123,14 +128,6 @@ impl std::fmt::Display for CallError {
     }
 }
 
-/// Delays before reconnecting a dropped event stream, the last repeated. A stream that never opened gives
-/// up when every one has been spent (serve is not there: say so at once); one that was open keeps trying
-/// for [`RECONNECT_PATIENCE`] without an event coming through.
-const RECONNECT_DELAYS_MS: [u64; 6] = [0, 250, 500, 1000, 2000, 5000];
-/// Longer than a deploy takes: serve drains for up to `server.drain_timeout_s` (20 s), then the new one
-/// starts. An operator's `watch` used to die at every deploy.
-const RECONNECT_PATIENCE: Duration = Duration::from_secs(120);
-
 #[derive(Clone)]
 pub struct Client {
     base: String,
@@ -173,6 +170,18 @@ impl Client {
 
     pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CallError> {
         self.call(Method::POST, path, Some(body)).await
+    }
+
+    /// `GET path`'s body as bytes, asking for `accept` (a mission's log as received).
+    pub async fn get_bytes(&self, path: &str, accept: &str) -> Result<Vec<u8>, CallError> {
+        let response = self.send(self.request(Method::GET, path).header(ACCEPT, accept)).await?;
+        let status = response.status().as_u16();
+        let bytes =
+            response.bytes().await.map_err(|e| CallError::Unreachable { url: self.base.clone(), cause: cause(&e) })?;
+        if (200..300).contains(&status) {
+            return Ok(bytes.to_vec());
+        }
+        Err(refusal(status, &serde_json::from_slice(&bytes).unwrap_or(Value::Null)))
     }
 
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
@@ -218,9 +227,7 @@ impl Client {
             path: path.to_owned(),
             last_event_id: since.map(|s| s.to_string()),
             stream: None,
-            failures: 0,
-            opened: false,
-            lost_at: None,
+            patience: Patience::default(),
         }
     }
 }
@@ -306,12 +313,7 @@ pub struct Events {
     path: String,
     last_event_id: Option<String>,
     stream: Option<EventStream>,
-    /// Reconnects since the last event that came through.
-    failures: usize,
-    /// Whether a stream was ever open: then serve exists, and an outage is waited out.
-    opened: bool,
-    /// When the stream was lost, while it is.
-    lost_at: Option<std::time::Instant>,
+    patience: Patience,
 }
 
 impl Events {
@@ -323,14 +325,13 @@ impl Events {
                 match self.open().await {
                     Ok(s) => {
                         self.stream = Some(s);
-                        if self.lost_at.take().is_some() {
+                        if self.patience.opened() {
                             eprintln!("the event stream is back; following on");
                         }
-                        self.opened = true;
                     }
                     Err(e @ CallError::Refused { .. }) => return Err(e),
                     Err(e) => {
-                        self.back_off(e).await?;
+                        self.patience.back_off(e).await?;
                         continue;
                     }
                 }
@@ -338,7 +339,7 @@ impl Events {
             let stream = self.stream.as_mut().expect("opened above");
             match stream.next().await {
                 Some(Ok(event)) => {
-                    self.failures = 0;
+                    self.patience.heard();
                     if !event.id.is_empty() {
                         self.last_event_id = Some(event.id.clone());
                     }
@@ -354,7 +355,7 @@ impl Events {
                     if reason != "lagged" {
                         eprintln!("the event stream ended ({reason}); reconnecting");
                         let cause = format!("the event stream ended ({reason})");
-                        self.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
+                        self.patience.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
                     }
                 }
                 Some(Err(e)) => {
@@ -363,12 +364,12 @@ impl Events {
                         EventStreamError::Transport(e) => cause(&e),
                         other => other.to_string(),
                     };
-                    self.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
+                    self.patience.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
                 }
                 None => {
                     self.stream = None;
                     let cause = "the server closed the event stream".to_owned();
-                    self.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
+                    self.patience.back_off(CallError::Unreachable { url: self.client.base.clone(), cause }).await?;
                 }
             }
         }
@@ -386,20 +387,6 @@ impl Events {
             return Err(refusal(status, &json));
         }
         Ok(Box::pin(response.bytes_stream().eventsource()))
-    }
-
-    /// Waits before the next reconnect, or gives up with `error`: when the delays are spent if no stream
-    /// ever opened, after [`RECONNECT_PATIENCE`] without an event if one did.
-    async fn back_off(&mut self, error: CallError) -> Result<(), CallError> {
-        let lost_at = *self.lost_at.get_or_insert_with(std::time::Instant::now);
-        let spent = self.failures >= RECONNECT_DELAYS_MS.len();
-        if (spent && !self.opened) || lost_at.elapsed() > RECONNECT_PATIENCE {
-            return Err(error);
-        }
-        let delay = RECONNECT_DELAYS_MS[self.failures.min(RECONNECT_DELAYS_MS.len() - 1)];
-        self.failures += 1;
-        tokio::time::sleep(Duration::from_millis(delay)).await;
-        Ok(())
     }
 }
 

@@ -1,9 +1,10 @@
 //! The wire contract `executor.aiwg.io/v1`: event vocabulary, payload types, spec-version rules, the
-//! embedded JSON Schema, the wire's timestamps ([`clock`]) and its bearer tokens ([`tokens`]). Everything
+//! embedded JSON Schema, the wire's timestamps ([`clock`]), its bearer tokens ([`tokens`]) and mission log chunks ([`log`]). Everything
 //! here is pure data and rules; no I/O. Serve, the reference executor, the conformance suite and the
 //! command line all speak through it.
 
 pub mod clock;
+pub mod log;
 pub mod progress;
 mod schema;
 pub mod tokens;

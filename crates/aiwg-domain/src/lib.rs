@@ -4,6 +4,7 @@
 //! resync decisions; the reclaim rule for executor identities; what a sandbox session says about a
 //! mission; operators and their roles; what a webhook is told, and when it is told again; when a mission's timeouts expire; when a failure ends only an attempt, and how attempts are fenced. Nothing here imports the services, the store or the edge.
 
+pub mod artifacts;
 pub mod capabilities;
 mod effects;
 mod event;
@@ -12,6 +13,7 @@ pub mod fence;
 mod hitl;
 pub mod idempotency;
 mod live;
+pub mod log;
 mod mission;
 pub mod net;
 pub mod operators;

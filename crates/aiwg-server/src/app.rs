@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::error::Result;
 use crate::metrics::Metrics;
+use crate::services::artifacts::Artifacts;
 use crate::services::audit::Audit;
 use crate::services::connections::Connections;
 use crate::services::controls::Controls;
@@ -18,6 +19,7 @@ use crate::services::fleet::Fleet;
 use crate::services::idempotency::Idempotency;
 use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
+use crate::services::logs::Logs;
 use crate::services::operators::Operators;
 use crate::services::queue::Queue;
 use crate::services::reconciler::Reconciler;
@@ -50,6 +52,10 @@ pub struct App {
     /// HTTP agent runtimes: added by operators, probed, and driven by serve.
     pub runtimes: Arc<Runtimes>,
     pub ingest: Arc<Ingest>,
+    /// Missions' logs: executors' chunks in, text out.
+    pub(crate) logs: Arc<Logs>,
+    /// Missions' artifacts: uploads in, downloads out.
+    pub(crate) artifacts: Arc<Artifacts>,
     pub controls: Arc<Controls>,
     pub reconciler: Arc<Reconciler>,
     pub sandboxes: Arc<Sandboxes>,
@@ -86,27 +92,25 @@ impl App {
             Arc::new(Runtimes::new(&core, config.runtimes.clone(), config.server.max_executors, shutdown.clone()));
         let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
         let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
-        let (dispatch, linked) = (config.dispatch.clone(), sandboxes.clone());
+        let (dispatch, stop) = (config.dispatch.clone(), shutdown.clone());
         let dispatcher =
-            Arc::new(Dispatcher::new(&core, dispatch, linked, runtimes.clone(), retries.clone(), shutdown.clone()));
-        let reconciler = Arc::new(Reconciler::new(
-            &core,
-            &config.hub,
-            dispatcher.clone(),
-            retries.clone(),
-            sandboxes.clone(),
-            shutdown.clone(),
-        ));
+            Arc::new(Dispatcher::new(&core, dispatch, sandboxes.clone(), runtimes.clone(), retries.clone(), stop));
+        let (hub, sb, stop) = (&config.hub, sandboxes.clone(), shutdown.clone());
+        let reconciler = Arc::new(Reconciler::new(&core, hub, dispatcher.clone(), retries.clone(), sb, stop));
         let controls = Arc::new(Controls::new(&core, sandboxes.clone()));
-        let (schema, expiry, tokens) = (Arc::new(schema), config.hitl.default_expiry(), &config.server.operator_tokens);
+        let (schema, expiry) = (Arc::new(schema), config.hitl.default_expiry());
         let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
         let ingest = Arc::new(ingest);
         SandboxQuestions::new(&core, ingest.clone(), sandboxes.clone()).listen(shutdown.clone());
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
+        let logs = Arc::new(Logs::new(&core, &config));
+        let operators = Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?;
         Ok(App {
-            operators: Arc::new(Operators::load(store.clone(), core.registry.clone(), tokens).await?),
+            operators: Arc::new(operators),
             fleet: Arc::new(Fleet::new(&core, &config)),
+            artifacts: Arc::new(Artifacts::new(&core, logs.clone(), &config)),
+            logs,
             status: Status::new(&core, config.timeouts.limits(), sandboxes.clone()),
             timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), &config.hub, shutdown.clone())),
             retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
@@ -138,6 +142,7 @@ impl App {
         self.webhooks.start();
         self.controls.rearm_hitl_deadlines();
         self.reconciler.arm_restart_grace();
+        self.artifacts.forget_unfinished_uploads().await?;
         self.runtimes.start().await?;
         self.dispatcher.load_queue().await?;
         self.dispatcher.run_queue();

@@ -90,6 +90,21 @@ pub enum Error {
         horizon + 1
     )]
     EventsCompacted { horizon: i64 },
+    /// A streamed body that ended before its end (its connection failed).
+    #[error("the body did not arrive whole: {0}")]
+    BodyIncomplete(String),
+    /// A log chunk that starts past the bytes serve holds of the mission's attempt.
+    #[error("{0}")]
+    LogOutOfOrder(String),
+    /// A log chunk or an artifact for a mission that ended longer ago than the upload grace.
+    #[error("{0}")]
+    MissionEnded(String),
+    /// A compacted mission's log or artifacts: retention removed them.
+    #[error("{0}")]
+    MissionCompacted(String),
+    /// An artifact's name serve does not store.
+    #[error("{0}")]
+    InvalidArtifactName(String),
     /// An operator's reference (a name, an id prefix) fits several executors or missions; the message
     /// lists them.
     #[error("{0}")]
@@ -154,7 +169,11 @@ codes! {
     UnknownEventType => "unknown_event_type", BAD_REQUEST,
         "A frame's event is outside the contract's vocabulary (a socket's error frame).";
     InvalidFrame => "invalid_frame", BAD_REQUEST,
-        "A binary frame on a socket (an error frame).";
+        "A binary frame on a socket that is not a log chunk, or a log chunk from an executor that does not declare `x-log` (an error frame).";
+    BodyIncomplete => "body_incomplete", BAD_REQUEST,
+        "A streamed body (an artifact's upload) that ended before its end: its connection failed, or it was shorter than its `Content-Length`; nothing of it is kept.";
+    InvalidArtifactName => "invalid_artifact_name", BAD_REQUEST,
+        "An artifact's name that is empty, longer than 255 bytes, `.` or `..`, or holds `/`, `\\`, NUL or a control character.";
     InvalidQuery => "invalid_query", BAD_REQUEST,
         "A bad query parameter: an unknown state, a bad timestamp, a foreign cursor (one this listing did not give), a limit out of range, a bad `since`, an unknown parameter (the executor and sandbox listings ignore unknown parameters, as upstream does).";
     InvalidIdempotencyKey => "invalid_idempotency_key", BAD_REQUEST,
@@ -177,6 +196,10 @@ codes! {
         "An `Idempotency-Key` sent before, within 24 hours, by the same operator with another request (another route or body): a new request needs a new key.";
     IllegalTransition => "illegal_transition", CONFLICT,
         "An event or a control the mission's state does not allow (`mission.started` after `mission.completed`); on a socket, an error frame.";
+    LogOutOfOrder => "log_out_of_order", CONFLICT,
+        "A log chunk that starts past the bytes serve holds of its mission's attempt (a socket's error frame, with `log_offset`: send again from there).";
+    MissionEnded => "mission_ended", CONFLICT,
+        "A log chunk or an artifact for a mission that ended longer ago than `artifacts.upload_grace_s`.";
     Ambiguous => "ambiguous", CONFLICT,
         "A name or an id prefix in the path fits several executors or missions; the message lists them (use an id, or more of one).";
     ExecutorNotConnected => "executor_not_connected", CONFLICT,
@@ -186,7 +209,7 @@ codes! {
     RequestTimeout => "request_timeout", REQUEST_TIMEOUT,
         "A body not received in full within `server.body_read_timeout_ms` of the request's head; the connection is closed.";
     PayloadTooLarge => "payload_too_large", PAYLOAD_TOO_LARGE,
-        "A body over `server.max_body_bytes`.";
+        "A body over `server.max_body_bytes`; an artifact over `artifacts.max_bytes`, or past `artifacts.max_bytes_per_mission` with the mission's others.";
     UriTooLong => "uri_too_long", URI_TOO_LONG,
         "A request target (path and query) over 8 KiB.";
     HeadersTooLarge => "headers_too_large", REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -219,6 +242,8 @@ codes! {
         "A follower replica has no leader to forward to: none has taken over yet, or it does not answer; retry.";
     StorageUnavailable => "storage_unavailable", SERVICE_UNAVAILABLE,
         "The store is failing (a full disk, a database that does not answer) and what was asked was not done; retry (also a socket's error frame).";
+    MissionCompacted => "mission_compacted", GONE,
+        "A compacted mission's log or artifacts: retention removed them with its history (its row and lifecycle events stay).";
     EventsCompacted => "events_compacted", GONE,
         "An event stream asked to resume (`since`, `Last-Event-ID`) below the compaction horizon: the message names the first sequence available and where to resume.";
     ExecutorUnreachable => "executor_unreachable", BAD_GATEWAY,
@@ -272,6 +297,11 @@ impl Error {
             Error::IdempotencyConflict(_) => Code::IdempotencyConflict,
             Error::InvalidIdempotencyKey(_) => Code::InvalidIdempotencyKey,
             Error::IllegalTransition(_) => Code::IllegalTransition,
+            Error::BodyIncomplete(_) => Code::BodyIncomplete,
+            Error::LogOutOfOrder(_) => Code::LogOutOfOrder,
+            Error::MissionEnded(_) => Code::MissionEnded,
+            Error::MissionCompacted(_) => Code::MissionCompacted,
+            Error::InvalidArtifactName(_) => Code::InvalidArtifactName,
             Error::Ambiguous(_) => Code::Ambiguous,
             Error::ExecutorNotConnected(_) => Code::ExecutorNotConnected,
             Error::ControlUnsupported(_) => Code::ControlUnsupported,

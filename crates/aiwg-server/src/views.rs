@@ -49,6 +49,58 @@ pub struct MissionStatus {
     /// state machine, less pause and resume where serve knows the executor cannot pause: a page offers
     /// these and no others. Whether the executor acts on them is the control's answer to say.
     pub controls: Vec<&'static str>,
+    /// Its log, once its executor sent one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<LogView>,
+    /// Where its executor kept its work, as its end event said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work: Option<WorkView>,
+}
+
+/// A mission's log in its read: how long, and what its cap dropped.
+#[derive(Debug, Serialize)]
+pub struct LogView {
+    pub bytes: u64,
+    pub stdout_bytes: u64,
+    pub stderr_bytes: u64,
+    pub lines: u64,
+    pub dropped_bytes: u64,
+    pub dropped_lines: u64,
+}
+
+impl From<aiwg_domain::log::LogState> for LogView {
+    fn from(s: aiwg_domain::log::LogState) -> LogView {
+        LogView {
+            bytes: s.end,
+            stdout_bytes: s.stdout,
+            stderr_bytes: s.stderr,
+            lines: s.lines,
+            dropped_bytes: s.dropped(),
+            dropped_lines: s.dropped_lines,
+        }
+    }
+}
+
+/// Where a mission's work was kept: a git branch, its head commit, the commit it started from.
+#[derive(Debug, Serialize)]
+pub struct WorkView {
+    pub branch: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+}
+
+impl WorkView {
+    /// The `work` of an end event's data, when it names a branch: the executor's word, taken only in the
+    /// shape the read promises (a branch name of at most 255 bytes, commits of at most 64).
+    fn of(terminal_data: Option<&Value>) -> Option<WorkView> {
+        let work = terminal_data?.get("work")?;
+        let text = |key: &str, max: usize| {
+            work.get(key)?.as_str().filter(|s| !s.is_empty() && s.len() <= max).map(str::to_owned)
+        };
+        Some(WorkView { branch: text("branch", 255)?, commit: text("commit", 64), base: text("base", 64) })
+    }
 }
 
 /// A mission's timeouts, in seconds.
@@ -81,6 +133,7 @@ impl MissionStatus {
         let (executor_filter, lease) = (row.payload.get("executor_filter").cloned(), row.payload.get("lease").cloned());
         let controls = Control::allowed(row.state).into_iter().map(Control::as_str).collect();
         let exit_codes = row.exit_codes();
+        let work = WorkView::of(row.terminal_data.as_ref());
         MissionStatus {
             summary: MissionSummary::from(row),
             completion,
@@ -94,6 +147,8 @@ impl MissionStatus {
             attempts: None,
             exit_codes,
             controls,
+            log: None,
+            work,
         }
     }
 
@@ -342,5 +397,31 @@ mod tests {
         assert_eq!(decode_cursor("not base64!"), None);
         assert_eq!(decode_cursor(&URL_SAFE_NO_PAD.encode("x42")), None);
         assert_eq!(decode_cursor(&URL_SAFE_NO_PAD.encode("m-1")), None);
+    }
+}
+
+/// An artifact as the API shows it: WattSwarm's `ArtifactRef` shape.
+#[derive(Debug, Serialize)]
+pub(crate) struct ArtifactRef {
+    name: String,
+    uri: String,
+    digest: String,
+    size_bytes: u64,
+    mime: String,
+    created_at: String,
+    producer: String,
+}
+
+impl From<aiwg_domain::artifacts::ArtifactRecord> for ArtifactRef {
+    fn from(a: aiwg_domain::artifacts::ArtifactRecord) -> ArtifactRef {
+        ArtifactRef {
+            name: a.name,
+            uri: a.uri,
+            digest: a.digest,
+            size_bytes: a.size_bytes,
+            mime: a.mime,
+            created_at: clock::format(a.created_at),
+            producer: a.producer,
+        }
     }
 }

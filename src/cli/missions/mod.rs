@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
+mod outputs;
 mod show;
 
 use super::output::Output;
@@ -54,6 +55,32 @@ pub enum MissionsCommand {
         #[arg(long)]
         timeout: Option<u64>,
     },
+    /// Print a mission's log: what its agents wrote to stdout and stderr (executors that declare x-log)
+    Logs {
+        mission_id: String,
+        /// Keep printing new output until the mission ends (a restart of serve is waited out)
+        #[arg(short, long)]
+        follow: bool,
+        /// Only what the agents wrote to stderr
+        #[arg(long, conflicts_with = "stdout")]
+        stderr: bool,
+        /// Only what the agents wrote to stdout
+        #[arg(long)]
+        stdout: bool,
+        /// Only the last N lines (then, with --follow, what comes)
+        #[arg(long)]
+        tail: Option<u64>,
+    },
+    /// List a mission's artifacts (files its executor uploaded), or download one
+    Artifacts {
+        mission_id: String,
+        /// Download this artifact
+        #[arg(long, value_name = "NAME")]
+        get: Option<String>,
+        /// Where to write it (default: its name, here; `-`: stdout)
+        #[arg(short, long, requires = "get", value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
+    },
     /// Pause a mission
     Pause { mission_id: String },
     /// Resume a paused mission
@@ -94,6 +121,17 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: MissionsCommand) -> 
         }
         MissionsCommand::Watch { mission_id, timeout } => {
             follow_to_end(client, out, &mission_id, timeout.map(Duration::from_secs)).await
+        }
+        MissionsCommand::Logs { mission_id, follow, stderr, stdout, tail } => {
+            let stream = match (stderr, stdout) {
+                (true, _) => Some("stderr"),
+                (_, true) => Some("stdout"),
+                _ => None,
+            };
+            outputs::logs(client, out, outputs::LogsArgs { mission_id, follow, stream, tail }).await
+        }
+        MissionsCommand::Artifacts { mission_id, get, output } => {
+            outputs::artifacts(client, out, &mission_id, get, output).await
         }
         MissionsCommand::Pause { mission_id } => control(client, out, &mission_id, "pause").await,
         MissionsCommand::Resume { mission_id } => control(client, out, &mission_id, "resume").await,

@@ -43,6 +43,7 @@ pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
         let set = names.iter().filter_map(|(key, name)| Some(format!("{name} {}s", limits.get(*key)?.as_f64()?)));
         field(out, "timeouts", set.collect::<Vec<_>>().join(", "))?;
     }
+    show_outputs(out, m)?;
     if !m["compacted_at"].is_null() {
         field(
             out,
@@ -62,6 +63,29 @@ pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
         for e in events {
             out.line(format!("  {}  {:<24} {}", text(&e, "ts"), text(&e, "event"), summary(&e["data"])))?;
         }
+    }
+    Ok(())
+}
+
+/// What the mission produced: where its work was kept, and its log.
+fn show_outputs(out: &Output, m: &Value) -> Result<(), Failure> {
+    if let Some(work) = m.get("work").filter(|w| w.is_object()) {
+        let commit = |key: &str| work[key].as_str().map(|c| c.chars().take(12).collect::<String>());
+        let mut kept = format!("branch {}", text(work, "branch"));
+        if let Some(head) = commit("commit") {
+            kept.push_str(&format!(" at {head}"));
+        }
+        if let Some(base) = commit("base") {
+            kept.push_str(&format!(" (from {base})"));
+        }
+        field(out, "work", kept)?;
+    }
+    if let Some(log) = m.get("log").filter(|l| l.is_object()) {
+        let mut said = format!("{} bytes, {} lines", log["bytes"], log["lines"]);
+        if log["dropped_bytes"].as_u64().is_some_and(|n| n > 0) {
+            said.push_str(&format!(" ({} bytes dropped past its cap)", log["dropped_bytes"]));
+        }
+        field(out, "log", format!("{said}: aiwg-serve missions logs {}", text(m, "mission_id")))?;
     }
     Ok(())
 }

@@ -242,6 +242,13 @@ impl Config {
                 return bad(format!("retention.{key} must be a number of days >= 0"));
             }
         }
+        if self.logs.max_bytes_per_mission < super::MIN_LOG_BYTES {
+            return bad(format!("logs.max_bytes_per_mission must be at least {}", super::MIN_LOG_BYTES));
+        }
+        let a = &self.artifacts;
+        if a.max_bytes == 0 || a.max_bytes_per_mission < a.max_bytes {
+            return bad("artifacts.max_bytes must be positive, and artifacts.max_bytes_per_mission at least it".into());
+        }
         if self.hub.read_buffer_bytes < 256 {
             return bad("hub.read_buffer_bytes must be at least 256".into());
         }

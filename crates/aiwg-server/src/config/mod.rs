@@ -11,6 +11,7 @@
 //! Here: the settings and their defaults. Loading them (the layers, the checks, the errors) is in `load`.
 
 mod load;
+mod outputs;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -18,6 +19,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use load::{ConfigError, Overrides};
+pub(crate) use outputs::MIN_LOG_BYTES;
+pub use outputs::{ArtifactsConfig, LogsConfig};
 
 use crate::store::StoreConfig;
 
@@ -35,6 +38,8 @@ pub struct Config {
     pub notify: NotifyConfig,
     pub timeouts: TimeoutsConfig,
     pub otel: OtelConfig,
+    pub logs: LogsConfig,
+    pub artifacts: ArtifactsConfig,
 }
 
 /// Traces over OpenTelemetry (OTLP over HTTP, JSON), off unless an endpoint is named: spans of each

@@ -14,6 +14,7 @@ mod hitl;
 mod idempotency;
 mod missions;
 mod operators;
+mod outputs;
 mod peer;
 mod runtimes;
 mod sandboxes;
@@ -43,6 +44,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(executors::router())
         .merge(sessions::router())
         .merge(missions::router())
+        .merge(outputs::router())
         .merge(events::router())
         .merge(sandboxes::router())
         .merge(runtimes::router())

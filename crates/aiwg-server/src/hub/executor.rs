@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::services::connections::Attached;
 use crate::services::ingest::{Answer, FrameRef, Ingested, Refusal};
 use crate::services::links::{Origin, Outbound, SUPERSEDED};
+use crate::services::logs::ChunkAnswer;
 
 /// Frames whose commit is awaited per socket before the socket stops reading (backpressure), and the
 /// fairness bound under flood: no socket has more than this in the writer's queue, so a batch carries
@@ -35,7 +36,13 @@ const REFUSAL_WINDOW: Duration = Duration::from_secs(10);
 /// How long a superseded socket is still read after its close, for frames the executor had in flight.
 const SUPERSEDED_DRAIN: Duration = Duration::from_secs(5);
 
-type AwaitedAnswer = Either<Pin<Box<dyn Future<Output = Answer> + Send>>, Ready<Answer>>;
+type AwaitedAnswer = Either<Pin<Box<dyn Future<Output = Reply> + Send>>, Ready<Reply>>;
+
+/// What answers one frame: an event's (text frames) or a log chunk's (binary frames, `x-log`).
+enum Reply {
+    Event(Answer),
+    Log(ChunkAnswer),
+}
 /// Why the loop ended: with a close frame of ours, or without (the peer went away).
 type Close = Option<(u16, &'static str)>;
 
@@ -139,33 +146,44 @@ impl Session {
     async fn on_frame(&mut self, frame: Message) -> Option<Close> {
         let judged = match frame {
             Message::Text(text) => self.app.ingest.ingest(&self.executor_id, text.as_str(), self.attached.origin).await,
-            Message::Binary(_) => Err(Refusal {
-                error: Error::InvalidFrame("binary frames are not accepted: send events as JSON text"),
-                reference: FrameRef::default(),
-            }),
+            Message::Binary(bytes) => return self.on_chunk(&bytes).await,
             Message::Close(_) => return Some(None),
             Message::Ping(_) | Message::Pong(_) => return None,
         };
-        match judged {
+        let answer = match judged {
             Ok(Ingested::Pending(p)) => {
                 let app = self.app.clone();
-                self.answers.push_back(Either::Left(Box::pin(async move { app.ingest.finish(*p).await })));
+                self.answers
+                    .push_back(Either::Left(Box::pin(async move { Reply::Event(app.ingest.finish(*p).await) })));
+                return None;
             }
-            Ok(Ingested::Duplicate(reference)) => {
-                self.answers.push_back(Either::Right(ready(Answer::Ack { seq: None, reference })))
-            }
-            Ok(Ingested::Replaced { seq, reference }) => {
-                self.answers.push_back(Either::Right(ready(Answer::Ack { seq: Some(seq), reference })))
-            }
+            Ok(Ingested::Duplicate(reference)) => Answer::Ack { seq: None, reference },
+            Ok(Ingested::Replaced { seq, reference }) => Answer::Ack { seq: Some(seq), reference },
             Err(refusal) => {
                 let floods = counts_as_flood(&refusal.error);
-                self.answers.push_back(Either::Right(ready(Answer::Refused(refusal))));
-                if floods && self.flooding() {
-                    return Some(Some((1008, "too many refused frames")));
-                }
+                self.answers.push_back(Either::Right(ready(Reply::Event(Answer::Refused(refusal)))));
+                return (floods && self.flooding()).then_some(Some((1008, "too many refused frames")));
+            }
+        };
+        self.answers.push_back(Either::Right(ready(Reply::Event(answer))));
+        None
+    }
+
+    /// A binary frame: a log chunk (`x-log`), answered in frame order like an event.
+    async fn on_chunk(&mut self, bytes: &[u8]) -> Option<Close> {
+        match self.app.logs.chunk(&self.executor_id, bytes).await {
+            Ok(pending) => {
+                let app = self.app.clone();
+                self.answers
+                    .push_back(Either::Left(Box::pin(async move { Reply::Log(app.logs.finish(pending).await) })));
+                None
+            }
+            Err(answer) => {
+                let floods = matches!(&answer, ChunkAnswer::Refused { .. });
+                self.answers.push_back(Either::Right(ready(Reply::Log(answer))));
+                (floods && self.flooding()).then_some(Some((1008, "too many refused frames")))
             }
         }
-        None
     }
 
     /// Counts a refusal; true past [`MAX_REFUSALS`] within [`REFUSAL_WINDOW`].
@@ -185,7 +203,7 @@ impl Session {
 
     /// Every answer already settled goes out in one write: one syscall per batch, not per ack. False
     /// when the socket is gone.
-    async fn write_answers(&mut self, first: Answer) -> bool {
+    async fn write_answers(&mut self, first: Reply) -> bool {
         let mut written = false;
         let mut next = Some(first);
         while let Some(answer) = next {
@@ -203,24 +221,29 @@ impl Session {
     /// Counts an answer, and makes its frame when the executor reads answers (`x-acks`): one written
     /// for upstream reads none, and every frame counts against its inbound queue. A refusal it is not
     /// told of is logged, the socket's first at INFO.
-    fn answer_frame(&mut self, answer: Answer) -> Option<Utf8Bytes> {
+    fn answer_frame(&mut self, answer: Reply) -> Option<Utf8Bytes> {
         let metrics = &self.app.metrics;
-        match &answer {
-            Answer::Ack { seq: Some(_), .. } => metrics.events_ingested.add(1),
-            Answer::Ack { .. } => {}
-            Answer::Refused(r) => {
-                metrics.frames_rejected.add(r.error.code());
-                if !self.attached.reads_answers {
-                    let first = !std::mem::replace(&mut self.refusal_logged, true);
-                    let (executor_id, code, error) = (&self.executor_id, r.error.code(), &r.error);
-                    let reference = serde_json::to_string(&r.reference).unwrap_or_default();
-                    if first {
-                        tracing::info!(%executor_id, code, %error, %reference,
+        let refused = match &answer {
+            Reply::Event(Answer::Ack { seq: Some(_), .. }) => {
+                metrics.events_ingested.add(1);
+                None
+            }
+            Reply::Event(Answer::Ack { .. }) | Reply::Log(ChunkAnswer::Ack { .. }) => None,
+            Reply::Event(Answer::Refused(r)) => Some((&r.error, &r.reference)),
+            Reply::Log(ChunkAnswer::Refused { error, reference, .. }) => Some((error, reference)),
+        };
+        if let Some((error, reference)) = refused {
+            metrics.frames_rejected.add(error.code());
+            if !self.attached.reads_answers {
+                let first = !std::mem::replace(&mut self.refusal_logged, true);
+                let (executor_id, code) = (&self.executor_id, error.code());
+                let reference = serde_json::to_string(reference).unwrap_or_default();
+                if first {
+                    tracing::info!(%executor_id, code, %error, %reference,
                             "executor frame refused; the executor does not declare x-acks, so it is not told \
                              (the socket's later refusals are logged at DEBUG)");
-                    } else {
-                        tracing::debug!(%executor_id, code, %error, %reference, "executor frame refused");
-                    }
+                } else {
+                    tracing::debug!(%executor_id, code, %error, %reference, "executor frame refused");
                 }
             }
         }
@@ -266,6 +289,11 @@ async fn drain_superseded(app: &App, executor_id: &str, stream: &mut SplitStream
                     let _ = app.ingest.finish(*p).await;
                 }
             }
+            Message::Binary(bytes) => {
+                if let Ok(p) = app.logs.chunk(executor_id, &bytes).await {
+                    let _ = app.logs.finish(p).await;
+                }
+            }
             Message::Close(_) => break,
             _ => {}
         }
@@ -282,7 +310,7 @@ fn counts_as_flood(error: &Error) -> bool {
 }
 
 /// The frame answering one executor frame.
-fn answer_text(answer: Answer) -> Utf8Bytes {
+fn answer_text(answer: Reply) -> Utf8Bytes {
     // Typed frames, serialized straight to text: this runs once per event, and a `json!` tree costs an
     // allocation per key.
     #[derive(Serialize)]
@@ -296,19 +324,33 @@ fn answer_text(answer: Answer) -> Utf8Bytes {
             duplicate: bool,
             #[serde(rename = "ref")]
             reference: &'a FrameRef,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            log_offset: Option<u64>,
         },
         Refused {
             error: &'static str,
             message: String,
             #[serde(rename = "ref")]
             reference: &'a FrameRef,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            log_offset: Option<u64>,
         },
     }
+    let refused = |error: &Error, reference, log_offset| Frame::Refused {
+        error: error.code(),
+        message: error.to_string(),
+        reference,
+        log_offset,
+    };
     let frame = match &answer {
-        Answer::Ack { seq, reference } => Frame::Ack { ack: true, seq: *seq, duplicate: seq.is_none(), reference },
-        Answer::Refused(Refusal { error, reference }) => {
-            Frame::Refused { error: error.code(), message: error.to_string(), reference }
+        Reply::Event(Answer::Ack { seq, reference }) => {
+            Frame::Ack { ack: true, seq: *seq, duplicate: seq.is_none(), reference, log_offset: None }
         }
+        Reply::Event(Answer::Refused(Refusal { error, reference })) => refused(error, reference, None),
+        Reply::Log(ChunkAnswer::Ack { reference, log_offset, duplicate }) => {
+            Frame::Ack { ack: true, seq: None, duplicate: *duplicate, reference, log_offset: Some(*log_offset) }
+        }
+        Reply::Log(ChunkAnswer::Refused { reference, error, log_offset }) => refused(error, reference, *log_offset),
     };
     Utf8Bytes::from(serde_json::to_string(&frame).expect("answer frames serialize"))
 }

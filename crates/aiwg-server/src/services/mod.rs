@@ -1,9 +1,11 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
 //! an earlier one, never the reverse): links, registry, queue, ledger, sandboxes, runtimes, retries,
-//! dispatcher, reconciler, controls, ingest, sandbox_questions, fleet, operators, audit, connections, status, feed,
+//! dispatcher, reconciler, controls, ingest, sandbox_questions, logs, artifacts, fleet, operators, audit,
+//! connections, status, feed,
 //! retention, webhooks, idempotency, timeouts.
 
+pub(crate) mod artifacts;
 pub(crate) mod audit;
 pub(crate) mod connections;
 pub(crate) mod controls;
@@ -14,6 +16,7 @@ pub(crate) mod idempotency;
 pub(crate) mod ingest;
 pub(crate) mod ledger;
 pub(crate) mod links;
+pub(crate) mod logs;
 pub(crate) mod operators;
 pub(crate) mod queue;
 pub(crate) mod reconciler;

@@ -6,8 +6,8 @@
 //! frames) are kept as long, but each executor's latest stays. What stays: the mission's row (state, exit code, error, routing decision,
 //! when it was compacted), its first and last events, and every event of another kind (HITL requests
 //! and answers, pauses, resumes, aborts, suspensions). Above `retention.max_store_bytes`, ended missions
-//! are compacted oldest end first whatever their age, and then the events of no mission. Live missions
-//! are never touched.
+//! are compacted oldest end first whatever their age, and then the events of no mission. A compacted
+//! mission's log and artifacts go with its progress. Live missions are never touched.
 //!
 //! A pass runs every `retention.interval_s`, on demand ([`Retention::pass`], `POST
 //! /api/v1/store/compact`), and, when a cap is set, as soon as the store is found above it (its size is
@@ -174,9 +174,14 @@ impl Retention {
         Ok(n)
     }
 
-    /// Removes a mission's compactable events, a unit at a time, and marks it compacted; the events
-    /// removed.
+    /// Removes a mission's log and its compactable events, a unit at a time, and marks it compacted;
+    /// the events removed.
     async fn compact(&self, mission_id: &str) -> Result<usize> {
+        // Its log and artifacts go with its history, first and in units of their own (at most their caps).
+        self.store.commit(vec![Change::ForgetLog(mission_id.to_owned())]).await?;
+        let artifacts =
+            vec![Change::ForgetArtifactBlobs(mission_id.to_owned()), Change::ForgetArtifacts(mission_id.to_owned())];
+        self.store.commit(artifacts).await?;
         let mut removed = 0;
         loop {
             let seqs = self.store.compactable_events(mission_id, UNIT).await?;

@@ -120,6 +120,7 @@ impl Status {
         let pending = self.store.pending_hitl(&mission_id).await?;
         let payload = row.payload.clone();
         let mut status = MissionStatus::from_row(row, events).with_hitl(pending).with_timeouts(&payload, self.timeouts);
+        status.log = self.store.log_state(&mission_id).await?.filter(|l| l.end > 0).map(Into::into);
         if payload.get("retry").is_some() {
             let mut attempts = self.store.attempts(&mission_id).await?;
             // An attempt handed out is its executor's from the assignment on, before that executor's

@@ -27,7 +27,9 @@ pub(super) const SQLITE: Migrations = &[
     (13, "attempts", include_str!("../../../../migrations/0013_attempts.sql")),
     (14, "event_origin", include_str!("../../../../migrations/0014_event_origin.sql")),
     (15, "attempt", include_str!("../../../../migrations/0015_attempt.sql")),
-    (16, "fence", include_str!("../../../../migrations/0016_fence.sql")),
+    (16, "mission_logs", include_str!("../../../../migrations/0016_mission_logs.sql")),
+    (17, "artifacts", include_str!("../../../../migrations/0017_artifacts.sql")),
+    (18, "fence", include_str!("../../../../migrations/0018_fence.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -45,7 +47,9 @@ pub(super) const POSTGRES: Migrations = &[
     (11, "attempts", include_str!("../../../../migrations/postgres/0011_attempts.sql")),
     (12, "event_origin", include_str!("../../../../migrations/postgres/0012_event_origin.sql")),
     (13, "attempt", include_str!("../../../../migrations/postgres/0013_attempt.sql")),
-    (14, "fence", include_str!("../../../../migrations/postgres/0014_fence.sql")),
+    (14, "mission_logs", include_str!("../../../../migrations/postgres/0014_mission_logs.sql")),
+    (15, "artifacts", include_str!("../../../../migrations/postgres/0015_artifacts.sql")),
+    (16, "fence", include_str!("../../../../migrations/postgres/0016_fence.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

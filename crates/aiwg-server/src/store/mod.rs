@@ -34,7 +34,7 @@ pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConf
 pub use postgres::Leadership;
 pub use records::{
     AskedRequest, AuditQuery, Change, CommitSlot, DeliveryQuery, EventPage, EventQuery, HitlCursor, HitlQuery,
-    LiveMission, MissionClock, MissionQuery, MissionSort, Only, Pending, ProgressSeen, Returned,
+    LiveMission, LogMeta, LogQuery, MissionClock, MissionQuery, MissionSort, Only, Pending, ProgressSeen, Returned,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -228,6 +228,32 @@ pub trait Storage: Send + Sync {
 
     /// HITL requests still open: pending ones, and answered ones not yet delivered.
     fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>>;
+
+    /// A mission's log state (`None`: it has no log).
+    fn log_state<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<aiwg_domain::log::LogState>>>;
+
+    /// The rows of a mission's log holding the bytes from a position on (see [`LogQuery`]).
+    fn log_rows<'a>(&'a self, q: LogQuery<'a>) -> BoxFuture<'a, Result<Vec<aiwg_domain::log::LogRow>>>;
+
+    /// Where a mission's log rows are, without their bytes: from position `from` on, or the newest below
+    /// it first (`newest_first`), of one stream or both, at most `limit`.
+    fn log_meta<'a>(
+        &'a self,
+        mission_id: &'a str,
+        stream: Option<aiwg_contract::log::Stream>,
+        from: u64,
+        newest_first: bool,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<LogMeta>>>;
+
+    /// A mission's artifacts, by name.
+    fn artifacts<'a>(
+        &'a self,
+        mission_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<aiwg_domain::artifacts::ArtifactRecord>>>;
+
+    /// Parts of an artifact's blob (its digest) from part `from` on, in order, at most `limit`.
+    fn blob_parts<'a>(&'a self, blob: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>>;
 
     /// The pending HITL request of a mission, if any.
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>>;

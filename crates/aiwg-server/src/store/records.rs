@@ -94,6 +94,43 @@ pub enum Change {
     ForgetIdempotent {
         before: chrono::DateTime<chrono::Utc>,
     },
+    /// A row of a mission's log (`aiwg_domain::log`).
+    AppendLog(Box<aiwg_domain::log::LogRow>),
+    /// A mission's log state, written with each of its rows.
+    PutLogState(Box<aiwg_domain::log::LogState>),
+    /// Removes a log's rows in `[from, to)`: a segment its cap drops.
+    DropLog {
+        mission_id: String,
+        from: u64,
+        to: u64,
+    },
+    /// Removes a mission's log rows (retention; its state stays).
+    ForgetLog(String),
+    /// A part of an artifact's bytes (`blob`: its upload's name until it is sealed).
+    PutBlobPart {
+        blob: String,
+        part: u32,
+        bytes: Vec<u8>,
+    },
+    /// An upload's parts become the blob of their digest, unless that blob is kept already (identical
+    /// bytes are kept once; the upload's parts are then forgotten with [`Change::ForgetBlob`]).
+    SealUpload {
+        upload: String,
+        digest: String,
+    },
+    /// Removes a blob's parts (an abandoned upload's, or one whose bytes were kept already).
+    ForgetBlob(String),
+    /// Removes a blob's parts unless an artifact names it (the one an artifact replaced was using).
+    ForgetBlobUnlessUsed(String),
+    /// An artifact's row, replacing the mission's artifact of the same name.
+    PutArtifact(Box<aiwg_domain::artifacts::ArtifactRecord>),
+    /// Removes the blobs of a mission's artifacts that no other mission's artifact names (retention,
+    /// before [`Change::ForgetArtifacts`]).
+    ForgetArtifactBlobs(String),
+    /// Removes a mission's artifacts (retention).
+    ForgetArtifacts(String),
+    /// Removes every upload's parts: no upload survives a restart.
+    ForgetUploads,
     /// Removes a deregistered sandbox's row (until then it counts against `server.max_sandboxes`).
     ForgetSandbox(String),
     /// Removes events of an ended mission (retention; `seqs` are its own, as
@@ -197,6 +234,25 @@ pub enum MissionSort {
 impl MissionSort {
     pub const ALL: [(&'static str, MissionSort); 3] =
         [("created", MissionSort::Created), ("updated", MissionSort::Updated), ("duration", MissionSort::Duration)];
+}
+
+/// A read of a mission's log: the rows holding the bytes from `from` on (positions in the whole log,
+/// or in `stream`'s when it names one), at most `rows` of them.
+#[derive(Clone, Copy, Debug)]
+pub struct LogQuery<'a> {
+    pub mission_id: &'a str,
+    pub stream: Option<aiwg_contract::log::Stream>,
+    pub from: u64,
+    pub rows: u32,
+}
+
+/// Where a log row is and what it holds, without its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogMeta {
+    pub pos: u64,
+    pub stream_pos: u64,
+    pub len: u64,
+    pub lines: u64,
 }
 
 /// Filters of the HITL inbox (`GET /api/v1/hitl`): requests of one outcome, optionally of one

@@ -10,6 +10,7 @@ use serde_json::Value;
 use sqlx::{Database, Encode, Executor, IntoArguments, Type};
 use tokio::sync::broadcast;
 
+use super::reads::outputs;
 use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
@@ -17,8 +18,8 @@ use aiwg_domain::idempotency::Answered;
 
 use super::{
     AskedRequest, AuditQuery, AuditRecord, CommitSlot, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery,
-    ExecutorRecord, HitlQuery, HitlRequest, LiveMission, Mission, MissionClock, MissionQuery, OperatorRecord,
-    ProgressSeen, Result, SandboxRecord, Storage, StoredEvent, Webhook,
+    ExecutorRecord, HitlQuery, HitlRequest, LiveMission, LogMeta, LogQuery, Mission, MissionClock, MissionQuery,
+    OperatorRecord, ProgressSeen, Result, SandboxRecord, Storage, StoredEvent, Webhook,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -158,6 +159,36 @@ where
 
     fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>> {
         Box::pin(self.reads.open_hitl())
+    }
+
+    fn log_state<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<aiwg_domain::log::LogState>>> {
+        Box::pin(outputs::log_state(&self.reads.pool, mission_id))
+    }
+
+    fn log_rows<'a>(&'a self, q: LogQuery<'a>) -> BoxFuture<'a, Result<Vec<aiwg_domain::log::LogRow>>> {
+        Box::pin(outputs::log_rows(&self.reads.pool, q))
+    }
+
+    fn log_meta<'a>(
+        &'a self,
+        mission_id: &'a str,
+        stream: Option<aiwg_contract::log::Stream>,
+        from: u64,
+        newest_first: bool,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<LogMeta>>> {
+        Box::pin(outputs::log_meta(&self.reads.pool, mission_id, stream, from, newest_first, limit))
+    }
+
+    fn artifacts<'a>(
+        &'a self,
+        mission_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<aiwg_domain::artifacts::ArtifactRecord>>> {
+        Box::pin(outputs::artifacts(&self.reads.pool, mission_id))
+    }
+
+    fn blob_parts<'a>(&'a self, blob: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
+        Box::pin(outputs::blob_parts(&self.reads.pool, blob, from, limit))
     }
 
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>> {

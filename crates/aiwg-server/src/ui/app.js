@@ -30,6 +30,8 @@ const TIMELINE_BYTES = 16 * 1024 * 1024;
 const TIMELINE_PAGE_BYTES = 1024 * 1024;
 const EVENT_SHOWN = 16 * 1024;
 const EVENTS_KEPT = 500;
+// A mission's log shows its last LOG_LINES lines (the download has all of it).
+const LOG_LINES = 5000;
 
 const view = document.getElementById('view');
 const overviewEl = document.getElementById('overview');
@@ -702,6 +704,7 @@ function missionPage(id) {
   const hitl = h('section', { 'aria-labelledby': 'hitl-h' });
   const routing = h('section', { 'aria-labelledby': 'routing-h' });
   const artifacts = h('section', { 'aria-labelledby': 'artifacts-h' });
+  const log = logView(id);
   const timeline = h('ol', { class: 'timeline', id: 'timeline' });
   const timelineNote = h('p', { class: 'note' });
   page(
@@ -711,6 +714,7 @@ function missionPage(id) {
     hitl,
     routing,
     artifacts,
+    log.el,
     h('section', { 'aria-labelledby': 'timeline-h' }, h('h2', { id: 'timeline-h' }, 'Timeline'), timelineNote, timeline),
   );
   for (const action of ['pause', 'resume', 'abort']) {
@@ -761,6 +765,7 @@ function missionPage(id) {
       ['Exit code', exitCodes(m)],
       ['Error', m.error],
       ['Checkpoint', m.checkpoint_id],
+      ['Work kept on', m.work && [h('code', {}, m.work.branch), m.work.commit ? ` at ${m.work.commit.slice(0, 12)}` : '']],
     ];
     definitions(summary, rows);
     // Only what the mission's state allows (serve says which); the executor's own answer is the outcome's.
@@ -821,12 +826,20 @@ function missionPage(id) {
     );
   }
 
-  function renderArtifacts() {
+  // The files its executor uploaded (serve's list), each downloaded with the operator's token, and the
+  // paths an executor named in its end event (which serve holds no bytes of).
+  async function renderArtifacts() {
+    const r = await api('GET', `/api/v1/missions/${encodeURIComponent(id)}/artifacts`);
+    if (!alive) return;
+    const stored = r.ok ? r.data.artifacts : [];
     const done = [...timeline.children].map((li) => li.item).filter((i) => i && i.envelope.event === 'mission.completed');
-    const list = done.flatMap((i) => (i.envelope.data && Array.isArray(i.envelope.data.artifacts) ? i.envelope.data.artifacts : []));
-    fill(artifacts, ...(list.length ? [
+    const named = done.flatMap((i) => (i.envelope.data && Array.isArray(i.envelope.data.artifacts) ? i.envelope.data.artifacts : []));
+    fill(artifacts, ...(stored.length || named.length ? [
       h('h2', { id: 'artifacts-h' }, 'Artifacts'),
-      h('ul', {}, list.map((a) => h('li', {}, h('code', {}, String(a.path)), a.description ? ` ${a.description}` : ''))),
+      stored.length > 0 && h('ul', { class: 'artifacts' }, stored.map((a) => h('li', {},
+        h('button', { type: 'button', class: 'link', onclick: () => download(a.uri, a.name) }, a.name),
+        ` ${a.size_bytes} bytes, ${a.mime} `, h('code', { title: a.digest }, a.digest.slice(0, 19))))),
+      named.length > 0 && h('ul', {}, named.map((a) => h('li', {}, h('code', {}, String(a.path)), a.description ? ` ${a.description}` : ''))),
     ] : []));
   }
 
@@ -844,7 +857,7 @@ function missionPage(id) {
       const after = [...timeline.children].find((x) => Number(x.dataset.seq) > item.seq);
       timeline.insertBefore(progress ? progressGroup(item) : stepRow(item), after || null);
     }
-    if (item.envelope.event === 'mission.completed') renderArtifacts();
+    if (['mission.completed', 'mission.failed', 'mission.aborted'].includes(item.envelope.event)) renderArtifacts().catch(() => {});
   }
 
   async function loadTimeline() {
@@ -887,11 +900,13 @@ function missionPage(id) {
       renderHitl(r.data);
     }
     renderRouting(r.data);
+    log.show(r.data);
   }
   const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
 
   // The timeline says who did what by name: the names first (executors of earlier attempts too).
   Promise.all([load(), readExecutorNames()]).then(() => loadTimeline()).catch(() => {});
+  renderArtifacts().catch(() => {});
   return {
     onEvent: (item) => {
       if (item.envelope.mission_id !== id) return;
@@ -899,8 +914,166 @@ function missionPage(id) {
       refresh();
     },
     refresh: () => { refresh(); loadTimeline().catch(() => {}); },
-    dispose: () => { alive = false; },
+    dispose: () => { alive = false; log.dispose(); },
   };
+}
+
+// Downloads what `path` answers with the operator's token (a link cannot carry it), as `name`.
+async function download(path, name) {
+  const r = await fetch(path, { headers: authHeaders() });
+  if (!r.ok) return;
+  const url = URL.createObjectURL(await r.blob());
+  const a = h('a', { href: url, download: name });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+// A mission's log: its last LOG_LINES lines, then what comes while it lives (one streamed read, asked
+// again from its last lines when serve restarts), with the agents' ANSI colours as styles, a search,
+// a jump to the end and a download of the whole log. The agents' text is text: an escape sequence
+// becomes a class on a span (from a fixed set), never markup.
+function logView(id) {
+  const out = h('pre', { class: 'log', id: 'log', tabindex: '0', 'aria-label': 'Mission log' });
+  const search = h('input', { type: 'search', id: 'log-search', placeholder: 'Search the log' });
+  const found = h('span', { class: 'note', role: 'status' });
+  const note = h('p', { class: 'note' });
+  const el = h('section', { 'aria-labelledby': 'log-h', hidden: true },
+    h('h2', { id: 'log-h' }, 'Log'),
+    h('div', { class: 'buttons log-tools' },
+      h('label', { class: 'sr', for: 'log-search' }, 'Search the log'), search, found,
+      h('button', { type: 'button', id: 'log-next', onclick: () => next() }, 'Next match'),
+      h('button', { type: 'button', id: 'log-end', onclick: () => { out.scrollTop = out.scrollHeight; } }, 'Jump to end'),
+      h('button', { type: 'button', id: 'log-download', onclick: () => download(`/api/v1/missions/${encodeURIComponent(id)}/log`, `${id}.log`) }, 'Download')),
+    note, out);
+  let reading = null;
+  let started = false;
+  let live = false;
+  let style = {};
+  let line = null;
+  let matches = [];
+  let at = -1;
+
+  function newLine() {
+    line = h('div', { class: 'line' });
+    out.append(line);
+    while (out.childElementCount > LOG_LINES) out.firstElementChild.remove();
+  }
+
+  // Appends decoded text, its SGR sequences turned into styles; other escapes are dropped.
+  function append(text) {
+    const stick = out.scrollTop + out.clientHeight >= out.scrollHeight - 4;
+    const parts = text.replace(/\r(?!\n)/g, '').split(/(\x1b\[[0-9;?]*[A-Za-z])/);
+    for (const part of parts) {
+      if (!part) continue;
+      if (part[0] === '\x1b') {
+        if (part.endsWith('m')) style = sgr(style, part.slice(2, -1));
+        continue;
+      }
+      const pieces = part.split('\n');
+      pieces.forEach((piece, i) => {
+        if (i > 0 || !line) newLine();
+        if (piece) line.append(h('span', { class: classes(style) || undefined }, piece));
+      });
+    }
+    if (search.value) highlight();
+    if (stick) out.scrollTop = out.scrollHeight;
+  }
+
+  function highlight() {
+    const q = search.value.toLowerCase();
+    matches = [];
+    for (const l of out.children) {
+      const hit = q !== '' && l.textContent.toLowerCase().includes(q);
+      l.classList.toggle('match', hit);
+      if (hit) matches.push(l);
+    }
+    found.textContent = q ? `${matches.length} matching line${matches.length === 1 ? '' : 's'}` : '';
+  }
+
+  function next() {
+    if (!matches.length) return;
+    at = (at + 1) % matches.length;
+    matches.forEach((m, i) => m.classList.toggle('current', i === at));
+    matches[at].scrollIntoView({ block: 'center' });
+  }
+  search.addEventListener('input', () => { at = -1; highlight(); });
+
+  // One read: the last lines, then (live) what follows until the mission ends or serve stops.
+  async function read() {
+    const controller = new AbortController();
+    reading = controller;
+    const q = new URLSearchParams({ tail: String(LOG_LINES), follow: String(live) });
+    const r = await fetch(`/api/v1/missions/${encodeURIComponent(id)}/log?${q}`, { headers: authHeaders(), signal: controller.signal });
+    if (!r.ok) {
+      note.textContent = r.status === 410 ? 'Retention removed this log with the mission\'s history.' : `The log could not be read (${r.status}).`;
+      return;
+    }
+    out.replaceChildren();
+    line = null;
+    style = {};
+    const reader = r.body.getReader();
+    const text = new TextDecoder();
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      append(text.decode(value, { stream: true }));
+    }
+    append(text.decode());
+  }
+
+  async function follow() {
+    while (!reading || !reading.signal.aborted) {
+      try { await read(); } catch { /* aborted, or the connection dropped */ }
+      if (!live || (reading && reading.signal.aborted)) return;
+      await sleep(1000);
+    }
+  }
+
+  return {
+    el,
+    // The mission as read: the section shows once it has a log; a live one is followed.
+    show(m) {
+      live = !['done', 'failed', 'aborted'].includes(m.state);
+      if (!m.log || started) return;
+      started = true;
+      el.hidden = false;
+      note.textContent = m.log.dropped_bytes ? `${m.log.dropped_bytes} bytes past the log's cap were dropped (shown where they were).` : '';
+      follow();
+    },
+    dispose() { if (reading) reading.abort(); reading = { signal: { aborted: true } }; },
+  };
+}
+
+// The styles an SGR sequence (`1;31`, `0`, `38;5;208`) leaves in force: bold, italic, underline, and a
+// foreground and background of the 16 standard colours (others are ignored).
+function sgr(style, params) {
+  const s = { ...style };
+  const codes = params === '' ? [0] : params.split(';').map(Number);
+  for (let i = 0; i < codes.length; i++) {
+    const c = codes[i];
+    if (c === 0) Object.keys(s).forEach((k) => delete s[k]);
+    else if (c === 1) s.bold = true;
+    else if (c === 3) s.italic = true;
+    else if (c === 4) s.underline = true;
+    else if (c === 22) delete s.bold;
+    else if (c === 23) delete s.italic;
+    else if (c === 24) delete s.underline;
+    else if (c >= 30 && c <= 37) s.fg = c - 30;
+    else if (c >= 90 && c <= 97) s.fg = c - 90 + 8;
+    else if (c === 39) delete s.fg;
+    else if (c >= 40 && c <= 47) s.bg = c - 40;
+    else if (c >= 100 && c <= 107) s.bg = c - 100 + 8;
+    else if (c === 49) delete s.bg;
+    else if (c === 38 || c === 48) i += codes[i + 1] === 5 ? 2 : 4;
+  }
+  return s;
+}
+
+function classes(s) {
+  return [s.bold && 'ansi-bold', s.italic && 'ansi-italic', s.underline && 'ansi-underline',
+    s.fg !== undefined && `ansi-fg-${s.fg}`, s.bg !== undefined && `ansi-bg-${s.bg}`].filter(Boolean).join(' ');
 }
 
 // A summary list: each (label, value) with a value, as a term and its definition.

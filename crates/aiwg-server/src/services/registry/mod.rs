@@ -136,6 +136,12 @@ impl Registry {
         Ok(())
     }
 
+    /// The executor whose token this is, for a route that names a mission rather than an executor (an
+    /// artifact's upload); [`Registry::authenticate`] then checks it as any executor route does.
+    pub fn executor_of_token(&self, token: &str) -> Option<String> {
+        self.inner.read().expect("registry lock").by_token.get(&tokens::hash(token)).cloned()
+    }
+
     /// An executor that has left (deregistered itself, or was removed), by its exact id: names and
     /// prefixes are for the live fleet, where a departed executor's name may be someone else's now.
     /// `None` for a live or unknown one.

@@ -10,6 +10,7 @@
 //! index of all of it.
 
 mod filter;
+pub(super) mod outputs;
 mod queries;
 
 use futures_util::TryStreamExt;

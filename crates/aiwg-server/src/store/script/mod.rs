@@ -3,6 +3,7 @@
 //! each prepared once and stepped row by row (`sqlite::raw`); PostgreSQL's builds a query per statement
 //! (its extended protocol takes one statement per query), multi-row where a statement takes many rows.
 
+mod outputs;
 mod upserts;
 
 use std::borrow::Cow;
@@ -181,6 +182,18 @@ impl<'a, B: Builder<'a>> Script<B> {
                 self.push("DELETE FROM idempotency_keys WHERE created_at < ").bind(clock::format(*before));
                 self.end();
             }
+            Change::AppendLog(row) => row.upsert(self),
+            Change::PutLogState(state) => state.upsert(self),
+            Change::DropLog { mission_id, from, to } => outputs::drop_log(self, mission_id, *from, *to),
+            Change::ForgetLog(mission_id) => outputs::forget_log(self, mission_id),
+            Change::PutBlobPart { .. }
+            | Change::SealUpload { .. }
+            | Change::ForgetBlob(_)
+            | Change::ForgetBlobUnlessUsed(_)
+            | Change::PutArtifact(_)
+            | Change::ForgetArtifactBlobs(_)
+            | Change::ForgetArtifacts(_)
+            | Change::ForgetUploads => outputs::artifacts(self, change),
             Change::ForgetDeliveries { before } => {
                 self.push("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < ")
                     .bind(clock::format(*before));

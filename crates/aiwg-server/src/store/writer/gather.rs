@@ -86,7 +86,19 @@ impl<'a> Gathered<'a> {
                 | Change::PutDelivery(_)
                 | Change::ForgetDeliveries { .. }
                 | Change::PutIdempotent(_)
-                | Change::ForgetIdempotent { .. } => statements.upsert(change).await?,
+                | Change::ForgetIdempotent { .. }
+                | Change::AppendLog(_)
+                | Change::PutLogState(_)
+                | Change::DropLog { .. }
+                | Change::ForgetLog(_)
+                | Change::PutBlobPart { .. }
+                | Change::SealUpload { .. }
+                | Change::ForgetBlob(_)
+                | Change::ForgetBlobUnlessUsed(_)
+                | Change::PutArtifact(_)
+                | Change::ForgetArtifactBlobs(_)
+                | Change::ForgetArtifacts(_)
+                | Change::ForgetUploads => statements.upsert(change).await?,
                 Change::ExecutorSeen { executor_id, ts } => {
                     self.seen.insert(executor_id, ts);
                 }

@@ -1,0 +1,129 @@
+//! What a mission produced, written by statements of their own: its log's rows and state
+//! (`aiwg_domain::log`), rows the cap or retention drops; its artifacts and their blobs
+//! (`aiwg_domain::artifacts`).
+
+use super::{Builder, Script, Upsert};
+use crate::store::Change;
+use aiwg_contract::clock;
+use aiwg_domain::log::{LogRow, LogState};
+
+/// Positions and counts are `u64` in the domain and 64-bit signed integers in both databases; none
+/// comes near the difference.
+pub(super) fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+impl<'a> Upsert<'a> for LogRow {
+    fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
+        s.push("INSERT INTO mission_logs (mission_id, pos, len, stream, stream_pos, lines, bytes) ");
+        s.values([self], |b, r| {
+            b.bind(r.mission_id.as_str())
+                .bind(int(r.pos))
+                .bind(int(r.bytes.len() as u64))
+                .bind(r.stream.as_str())
+                .bind(int(r.stream_pos))
+                .bind(int(r.lines))
+                .bind(r.bytes.as_slice());
+        });
+        // A row is never written twice (the cursor decides each position once); a repeat after an
+        // unknown commit outcome keeps the first.
+        s.push(" ON CONFLICT (mission_id, pos) DO NOTHING").end();
+    }
+}
+
+impl<'a> Upsert<'a> for LogState {
+    fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
+        s.push(
+            "INSERT INTO mission_log_state (mission_id, end_pos, stdout_bytes, stderr_bytes, lines, head_end, \
+             tail_start, dropped_lines, attempt, attempt_bytes) ",
+        );
+        s.values([self], |b, l| {
+            b.bind(l.mission_id.as_str())
+                .bind(int(l.end))
+                .bind(int(l.stdout))
+                .bind(int(l.stderr))
+                .bind(int(l.lines))
+                .bind(l.head_end.map(int))
+                .bind(int(l.tail_start))
+                .bind(int(l.dropped_lines))
+                .bind(i64::from(l.attempt))
+                .bind(int(l.attempt_bytes));
+        });
+        s.push(
+            " ON CONFLICT (mission_id) DO UPDATE SET end_pos = excluded.end_pos, stdout_bytes = excluded.stdout_bytes, \
+             stderr_bytes = excluded.stderr_bytes, lines = excluded.lines, head_end = excluded.head_end, \
+             tail_start = excluded.tail_start, dropped_lines = excluded.dropped_lines, attempt = excluded.attempt, \
+             attempt_bytes = excluded.attempt_bytes",
+        )
+        .end();
+    }
+}
+
+/// Removes a log's rows in `[from, to)` (a segment the cap drops).
+pub(super) fn drop_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str, from: u64, to: u64) {
+    s.push("DELETE FROM mission_logs WHERE mission_id = ").bind(mission_id);
+    s.push(" AND pos >= ").bind(int(from)).push(" AND pos < ").bind(int(to)).end();
+}
+
+/// Removes a mission's log rows (retention); its state stays, saying how long the log was.
+pub(super) fn forget_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str) {
+    s.push("DELETE FROM mission_logs WHERE mission_id = ").bind(mission_id).end();
+}
+
+/// The one statement of each change to artifacts and their blobs.
+pub(super) fn artifacts<'a, B: Builder<'a>>(s: &mut Script<B>, change: &'a Change) {
+    match change {
+        Change::PutBlobPart { blob, part, bytes } => {
+            s.push("INSERT INTO artifact_blobs (blob, part, bytes) VALUES (").bind(blob.as_str());
+            s.push(", ").bind(i64::from(*part)).push(", ").bind(bytes.as_slice()).push(")");
+        }
+        Change::SealUpload { upload, digest } => {
+            s.push("UPDATE artifact_blobs SET blob = ")
+                .bind(digest.as_str())
+                .push(" WHERE blob = ")
+                .bind(upload.as_str());
+            s.push(" AND NOT EXISTS (SELECT 1 FROM artifact_blobs k WHERE k.blob = ").bind(digest.as_str()).push(")");
+        }
+        Change::ForgetBlob(blob) => {
+            s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(blob.as_str());
+        }
+        Change::ForgetBlobUnlessUsed(blob) => {
+            s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(blob.as_str());
+            s.push(" AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = ").bind(blob.as_str()).push(")");
+        }
+        Change::PutArtifact(a) => {
+            s.push("INSERT INTO artifacts (mission_id, name, uri, digest, size_bytes, mime, producer, created_at) ");
+            s.values([a], |b, a| {
+                b.bind(a.mission_id.as_str())
+                    .bind(a.name.as_str())
+                    .bind(a.uri.as_str())
+                    .bind(a.digest.as_str())
+                    .bind(int(a.size_bytes))
+                    .bind(a.mime.as_str())
+                    .bind(a.producer.as_str())
+                    .bind(clock::format(a.created_at));
+            });
+            s.push(
+                " ON CONFLICT (mission_id, name) DO UPDATE SET uri = excluded.uri, digest = excluded.digest, \
+                 size_bytes = excluded.size_bytes, mime = excluded.mime, producer = excluded.producer, \
+                 created_at = excluded.created_at",
+            );
+        }
+        Change::ForgetArtifactBlobs(mission_id) => {
+            s.push("DELETE FROM artifact_blobs WHERE blob IN (SELECT a.digest FROM artifacts a WHERE a.mission_id = ");
+            s.bind(mission_id.as_str()).push(
+                " AND NOT EXISTS (SELECT 1 FROM artifacts o WHERE o.digest = a.digest \
+                                              AND o.mission_id <> ",
+            );
+            s.bind(mission_id.as_str()).push("))");
+        }
+        Change::ForgetArtifacts(mission_id) => {
+            s.push("DELETE FROM artifacts WHERE mission_id = ").bind(mission_id.as_str());
+        }
+        Change::ForgetUploads => {
+            s.push("DELETE FROM artifact_blobs WHERE blob LIKE 'upload:%'");
+        }
+        _ => return,
+    }
+    s.end();
+}
