@@ -231,7 +231,8 @@ impl Ingest {
     /// The attempt an event names: `data.attempt`, read only from an executor declaring `x-attempts`
     /// (an upstream executor's data may mean something else by it).
     fn named_attempt(&self, executor_id: &str, data: &Value) -> Option<u32> {
-        let named = data.get("attempt").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok())?;
+        // Past any attempt there can be: named, and so never the current one.
+        let named = data.get("attempt").and_then(Value::as_u64).map(|n| u32::try_from(n).unwrap_or(u32::MAX))?;
         self.registry.has_capability(executor_id, capabilities::ATTEMPTS).then_some(named)
     }
 
