@@ -1,5 +1,6 @@
 //! `aiwg-serve audit`: the audit trail (admins): who did what to which mission or executor, from
-//! where, when, and how it ended; newest first.
+//! where, when, and how it ended; newest first. A count of refusals of callers without a valid token
+//! shows how many it stands for (`unauthenticated x5000`).
 
 use clap::Args;
 use serde_json::Value;
@@ -52,6 +53,10 @@ fn row(r: &Value) -> Vec<String> {
         format!("{} {}", text(r, "method"), text(r, "route")),
         on.to_owned(),
         text(r, "status"),
-        text(r, "outcome"),
+        // A count of refusals says how many it stands for.
+        match r["count"].as_u64() {
+            Some(n) if n > 1 => format!("{} x{n}", text(r, "outcome")),
+            _ => text(r, "outcome"),
+        },
     ]
 }

@@ -115,11 +115,11 @@ pub(super) async fn run(client: &Client, out: &Output, args: DispatchArgs) -> Re
         return out.json(&answer);
     }
     match answer["status"].as_str() {
-        Some("queued") => out.line(format!(
-            "mission {mission_id} {}: {}",
-            out.state("queued"),
-            answer["queued_reason"].as_str().unwrap_or("no executor fits it yet")
-        )),
+        Some("queued") => out.line_with_state(
+            &format!("mission {mission_id} "),
+            "queued",
+            &format!(": {}", answer["queued_reason"].as_str().unwrap_or("no executor fits it yet")),
+        ),
         _ => out.line(format!("mission {mission_id} assigned to executor {}", text(&answer, "executor_id"))),
     }
 }

@@ -1,9 +1,13 @@
 //! Everything the CLI prints on stdout goes through here: a reader that went away (`| head`) ends the
-//! command quietly instead of panicking, and colour is used only on a terminal, unless NO_COLOR is set.
+//! command quietly instead of panicking, colour is used only on a terminal, unless NO_COLOR is set, and
+//! every line and table cell for a human is made printable (`aiwg_client::printable`): what serve shows
+//! was written by whoever called it, and a newline or an escape sequence in it would forge lines or
+//! rewrite the terminal. The only escape sequences printed are this module's own colours.
 
 use std::fmt::Display;
 use std::io::{ErrorKind, IsTerminal, Write};
 
+use aiwg_client::printable;
 use serde_json::Value;
 
 use super::{Exit, Failure};
@@ -38,12 +42,24 @@ impl Output {
         })
     }
 
+    /// One line for a human, made printable.
     pub(crate) fn line(&self, text: impl Display) -> Result<(), Failure> {
-        self.bytes(format!("{text}\n").as_bytes())
+        self.printed(&printable(&text.to_string()))
     }
 
+    /// One line for a human with a mission state coloured in it: `before`, the state, `after`, each made
+    /// printable.
+    pub(crate) fn line_with_state(&self, before: &str, state: &str, after: &str) -> Result<(), Failure> {
+        self.printed(&format!("{}{}{}", printable(before), self.state(&printable(state)), printable(after)))
+    }
+
+    /// JSON for scripts, as serialized (its strings escaped the JSON way).
     pub(crate) fn json(&self, v: &Value) -> Result<(), Failure> {
-        self.line(v)
+        self.printed(&v.to_string())
+    }
+
+    fn printed(&self, text: &str) -> Result<(), Failure> {
+        self.bytes(format!("{text}\n").as_bytes())
     }
 
     fn paint(&self, text: &str, colour: Option<&str>) -> String {
@@ -54,7 +70,7 @@ impl Output {
     }
 
     /// A mission state (or an executor's CONNECTED value), coloured by what it means to an operator.
-    pub(crate) fn state(&self, state: &str) -> String {
+    fn state(&self, state: &str) -> String {
         let colour = match state {
             "done" | "yes" => Some(GREEN),
             "failed" | "no" => Some(RED),
@@ -66,8 +82,11 @@ impl Output {
         self.paint(state, colour)
     }
 
-    /// Aligned columns; the STATE and CONNECTED columns coloured by value, the header bold.
+    /// Aligned columns of printable cells; the STATE and CONNECTED columns coloured by value, the header
+    /// bold.
     pub(crate) fn table(&self, headers: &[&str], rows: Vec<Vec<String>>) -> Result<(), Failure> {
+        let rows: Vec<Vec<String>> =
+            rows.into_iter().map(|row| row.iter().map(|cell| printable(cell).into_owned()).collect()).collect();
         let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
         for row in &rows {
             for (w, cell) in widths.iter_mut().zip(row) {
@@ -77,7 +96,7 @@ impl Output {
         let pad =
             |cells: &[String]| -> Vec<String> { cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect() };
         let header: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
-        self.line(self.paint(pad(&header).join("  ").trim_end(), Some(BOLD)))?;
+        self.printed(&self.paint(pad(&header).join("  ").trim_end(), Some(BOLD)))?;
         for row in rows {
             // Padding first, colour after: escape codes take no room on screen.
             let cells: Vec<String> = pad(&row)
@@ -89,7 +108,7 @@ impl Output {
                     _ => padded,
                 })
                 .collect();
-            self.line(cells.join("  ").trim_end())?;
+            self.printed(cells.join("  ").trim_end())?;
         }
         Ok(())
     }

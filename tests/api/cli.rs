@@ -608,3 +608,43 @@ async fn aborting_an_aborted_mission_succeeds_and_a_done_one_does_not() {
     assert_eq!(out.status.code(), Some(4));
     assert!(stderr(&out).starts_with("aiwg-serve: 409 illegal_transition"), "{}", stderr(&out));
 }
+
+/// Issue 53, item 5: whoever calls serve writes what the command line prints: a path id holding `%0A`
+/// and `%1B` forged rows and erased lines in `aiwg-serve audit`, and a mission's objective or an error
+/// message can carry the same. Every human-readable output writes control characters out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_from_the_server_are_written_out_in_every_human_output() {
+    let server = TestServer::start().await;
+    let forged = "m%0A2099-01-01T00:00:00.000Z%20admin%20forged%1B%5B2K";
+    let r =
+        server.client.request(axum::http::Method::POST, &format!("/api/v1/missions/{forged}/abort"), None, &[]).await;
+    r.assert_error(404, "not_found");
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["objective"] = json!("first line\nsecond line\x1b[2J\x07");
+    body["queue"] = json!(true);
+    let r = server.client.post("/api/v1/sessions/s%1B%5B31m%E2%80%AE/dispatch", &body).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+
+    let outputs = [
+        (vec!["audit"], "m\\n2099-01-01T00:00:00.000Z admin forged\\x1b[2K"),
+        (vec!["missions", "list"], "first line\\nsecond line\\x1b[2J\\x07"),
+        (vec!["missions", "show", &id], "first line\\nsecond line\\x1b[2J\\x07"),
+        (vec!["missions", "show", &id], "s\\x1b[31m\\u{202e}"),
+    ];
+    for (args, written_out) in outputs {
+        let out = cli(&server.base, &args, &[]).await;
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        let printed = stdout(&out);
+        assert!(printed.contains(written_out), "{args:?} should show {written_out}:\n{printed}");
+        assert!(!printed.contains(['\x1b', '\x07', '\u{202e}']), "{args:?}: {printed:?}");
+        if args[0] == "audit" {
+            assert_eq!(printed.lines().count(), 3, "a header, the dispatch and the abort: {printed}");
+        }
+    }
+    // An error message quotes what the caller sent.
+    let out = cli(&server.base, &["missions", "abort", "x\n\x1b[2Kforged"], &[]).await;
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(!stderr(&out).contains('\x1b') && stderr(&out).lines().count() == 1, "{:?}", stderr(&out));
+    assert!(stderr(&out).contains("x\\n\\x1b[2Kforged"), "{}", stderr(&out));
+}

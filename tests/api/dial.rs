@@ -66,19 +66,24 @@ async fn an_executor_that_only_listens_is_dialled_runs_a_mission_and_is_dialled_
     assert_eq!(again.send_json(&resync).await["ack"], true);
 }
 
-/// Without `x-dial-in`, serve dials an executor that has had no socket for `hub.dial_after_s`; one with
-/// a socket of its own is never dialled, and a deregistered one is let go.
+/// `hub.dial_after_s` delays the first dial of an executor declaring `x-dial-in`; one that does not
+/// declare it is never dialled (issue 53: registration is open, and serve dialled every executor that
+/// never connected, sending its token wherever `ws` pointed); one with a socket of its own never is; a
+/// deregistered one is let go.
 #[tokio::test]
-async fn an_executor_without_a_socket_is_dialled_after_the_wait_and_one_with_a_socket_never() {
+async fn only_executors_declaring_dial_in_are_dialled_after_the_wait_and_never_one_with_a_socket() {
     let server = TestServer::start_with(|c| c.hub.dial_after_s = 1).await;
-    let (own, mut own_dials) = listening(&server, &[]).await;
+    let (_silent, mut silent_dials) = listening(&server, &[]).await;
+    let (own, mut own_dials) = listening(&server, &["x-dial-in"]).await;
     let _own_ws = own.connect(&server).await;
-    let (quiet, mut quiet_dials) = listening(&server, &[]).await;
+    let (quiet, mut quiet_dials) = listening(&server, &["x-dial-in"]).await;
     let before = tokio::time::Instant::now();
     let dialled = quiet_dials.next().await;
     assert!(before.elapsed() >= std::time::Duration::from_millis(500), "dialled after its wait, not at once");
     assert_eq!(dialled.authorization, Some(format!("Bearer {}", quiet.token)));
     connected(&server, &quiet, true).await;
+    // Registered before it and waiting as long: it would have been dialled by now.
+    assert!(silent_dials.none_pending(), "an executor that does not declare x-dial-in is never dialled");
     assert!(own_dials.none_pending(), "an executor with its own socket is not dialled");
 
     // Deregistered, it is not dialled again after its socket closes.
@@ -87,4 +92,58 @@ async fn an_executor_without_a_socket_is_dialled_after_the_wait_and_one_with_a_s
     let mut socket = dialled.socket;
     assert!(socket.closed().await.code > 0);
     assert!(quiet_dials.none_pending());
+}
+
+/// Issue 53, item 1: a registrant names the path and query of its `ws` endpoint (`#` cut off the rest of
+/// serve's own), and serve dialled exactly that, with the executor's token. Only the scheme, host and
+/// port are used now.
+#[tokio::test]
+async fn a_dial_goes_to_serves_own_path_whatever_path_and_query_were_registered() {
+    let server = TestServer::start().await;
+    let mut e = ScriptedExecutor::listen(&["x-dial-in"]).await;
+    let mut dials = DialListener::start(&e.id).await;
+    let mut payload = e.register_payload();
+    payload["transport_endpoints"]["ws"] = json!(format!("{}/internal/admin?x=#", dials.url));
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    e.token = r.body["token"].as_str().unwrap().to_owned();
+    let dialled = dials.next().await;
+    assert_eq!(dialled.path_and_query, format!("/ws/executors/{}?token={}", e.id, e.token));
+    connected(&server, &e, true).await;
+}
+
+/// Issue 53, item 1, its repro: with `dispatch.executor_hosts`, `rest` was checked and `ws` (and `grpc`)
+/// not, so a registration aimed serve's dialler at any address. Every endpoint obeys the list now, and
+/// the listener inside receives nothing while an allowed executor is dialled.
+#[tokio::test]
+async fn every_endpoint_of_a_registration_obeys_the_executor_hosts() {
+    let server =
+        TestServer::start_with(|c| c.dispatch.executor_hosts = vec!["10.255.0.1".into(), "localhost".into()]).await;
+    let e = ScriptedExecutor::listen(&["x-dial-in"]).await;
+    let mut inside = DialListener::start(&e.id).await;
+    let aimed = [
+        ("ws", json!({"rest": "http://10.255.0.1:1", "ws": format!("{}/internal/admin?x=#", inside.url)})),
+        ("grpc", json!({"rest": "http://10.255.0.1:1", "ws": "ws://10.255.0.1:2", "grpc": "http://127.0.0.1:9"})),
+        ("ws", json!({"rest": "http://10.255.0.1:1", "ws": "localhost:9999"})),
+    ];
+    for (field, endpoints) in aimed {
+        let mut payload = e.register_payload();
+        payload["transport_endpoints"] = endpoints.clone();
+        let r = server.client.post("/api/v1/executors/register", &payload).await;
+        r.assert_error(400, "schema_violation");
+        assert_eq!(r.body["details"][0]["instance_path"], format!("/transport_endpoints/{field}"), "{endpoints}");
+    }
+
+    // An executor on an allowed host is registered and dialled; the one aimed inside never was.
+    let mut allowed = ScriptedExecutor::listen(&["x-dial-in"]).await;
+    let mut dials = DialListener::start(&allowed.id).await;
+    let mut payload = allowed.register_payload();
+    let port = dials.url.rsplit(':').next().unwrap().to_owned();
+    payload["transport_endpoints"] = json!({"rest": "http://10.255.0.1:1", "ws": format!("ws://localhost:{port}")});
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    allowed.token = r.body["token"].as_str().unwrap().to_owned();
+    dials.next().await;
+    connected(&server, &allowed, true).await;
+    assert!(inside.none_pending(), "nothing reached the listener inside");
 }

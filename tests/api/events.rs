@@ -226,7 +226,8 @@ async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
     // A follower from "now" is live at once: the first event committed after it starts reaches it.
     store.commit(vec![register(1)]).await.unwrap();
     let feed = Feed::new(store.clone(), shutdown);
-    let mut rx = feed.follow(None, Filter::default());
+    let (_standing, revoked) = tokio::sync::watch::channel(false);
+    let mut rx = feed.follow(None, Filter::default(), revoked.clone());
     store.commit(vec![register(2)]).await.unwrap();
     let first = match tokio::time::timeout(WAIT, rx.recv()).await.expect("in time").unwrap() {
         Next::Event(item) => item.seq,
@@ -253,7 +254,7 @@ async fn a_lagging_follower_is_cut_off_and_resumes_from_the_store() {
         "what it got is exactly what precedes the resume point"
     );
 
-    let mut rx = feed.follow(Some(end.resume_since), Filter::default());
+    let mut rx = feed.follow(Some(end.resume_since), Filter::default(), revoked);
     while (got.len() as i64) < total - 1 {
         match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("in time").unwrap() {
             Next::Event(item) => got.push(item.seq),
@@ -429,4 +430,38 @@ async fn the_event_socket_takes_a_token_offered_as_a_subprotocol() {
             other => panic!("{refused:?}: {:?}", other.map(|(_, r)| r.status())),
         }
     }
+}
+
+/// Issue 53, item 3: revoking an operator left their open event streams delivering for seconds (until
+/// the client reconnected). They end at once: over SSE with an `end` event `revoked`, over the socket
+/// with the same and a close 4001; another operator's stream goes on.
+#[tokio::test]
+async fn revoking_an_operator_ends_their_open_event_streams_at_once() {
+    const ADMIN: &str = "admin-token-0123456789abcdef";
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![ADMIN.into()]).await;
+    let admin = format!("Bearer {ADMIN}");
+    let r = server
+        .client
+        .post_with("/api/v1/operators", &json!({"name": "vera", "role": "viewer"}), &[("authorization", &admin)])
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let vera = r.body["token"].as_str().unwrap().to_owned();
+    let mut sse = server.client.sse("/api/v1/events", &[("authorization", &format!("Bearer {vera}"))]).await;
+    assert_eq!(sse.status, 200);
+    let mut socket = operator_socket(&server, &format!("?token={vera}")).await;
+    let mut admins = server.client.sse("/api/v1/events", &[("authorization", &admin)]).await;
+
+    let r = server.client.delete("/api/v1/operators/vera", Some(ADMIN)).await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let end = sse.next().await.expect("an end event");
+    assert_eq!((end.event.as_deref(), end.data["reason"].as_str()), (Some("end"), Some("revoked")), "{end:?}");
+    assert_eq!(sse.next().await, None, "and the stream is over");
+    let end = next_item_or_close(&mut socket).await;
+    assert_eq!(end["end"]["reason"], "revoked", "{end}");
+    assert_eq!(next_item_or_close(&mut socket).await, json!({"close": 4001}));
+
+    // The admin's stream carries on.
+    ScriptedExecutor::register(&server, &[]).await;
+    let next = admins.next().await.expect("an event");
+    assert_ne!(next.event.as_deref(), Some("end"), "{next:?}");
 }

@@ -48,8 +48,7 @@ async fn ten_dispatches_with_one_key_at_once_make_one_mission_and_ten_identical_
     server.stop().await;
 }
 
-/// The answer is kept across a restart; a refusal is kept too (the same request would be refused
-/// again), but not an answer that says "not now".
+/// The answer is kept across a restart; an answer that says "not now" is not.
 #[tokio::test]
 async fn kept_answers_survive_a_restart_and_failures_now_are_not_kept() {
     let server = TestServer::start().await;
@@ -69,12 +68,78 @@ async fn kept_answers_survive_a_restart_and_failures_now_are_not_kept() {
     assert_eq!((r.status, r.header("idempotent-replayed")), (202, Some("true")));
     assert_eq!(r.body, first);
     assert!(e.no_dispatch_pending());
-    // A refusal the same request would get again is kept as it is.
-    let bad = json!({"mission_id": "m-x"});
-    let refused = keyed(&server, "/api/v1/sessions/s/dispatch", &bad, "bad").await;
-    refused.assert_error(400, "schema_violation");
-    let again = keyed(&server, "/api/v1/sessions/s/dispatch", &bad, "bad").await;
-    assert_eq!((again.status, &again.body, again.header("idempotent-replayed")), (400, &refused.body, Some("true")));
+    server.stop().await;
+}
+
+/// Issue 53, item 9: a refusal was kept, so the corrected request, sent again with the same key as a
+/// client does, got 409 `idempotency_conflict`. Only successes are kept: the refused request is judged
+/// again, and its correction is carried out.
+#[tokio::test]
+async fn a_refused_request_is_not_kept_and_its_correction_with_the_same_key_is_carried_out() {
+    let server = TestServer::start().await;
+    let (mut e, _ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = mission_id();
+    let mut body = dispatch_body(&id);
+    body["executor_filter"]["executor_id"] = json!(e.id);
+    let mut wrong = body.clone();
+    wrong["lease"] = json!({"tools": "none"});
+    let refused = keyed(&server, "/api/v1/sessions/s/dispatch", &wrong, "fix-me").await;
+    refused.assert_error(422, "lease_denies_all_tools");
+    let again = keyed(&server, "/api/v1/sessions/s/dispatch", &wrong, "fix-me").await;
+    again.assert_error(422, "lease_denies_all_tools");
+    assert_eq!(again.header("idempotent-replayed"), None, "judged again, not replayed");
+    let corrected = keyed(&server, "/api/v1/sessions/s/dispatch", &body, "fix-me").await;
+    assert_eq!((corrected.status, corrected.header("idempotent-replayed")), (202, None), "{}", corrected.body);
+    assert_eq!(e.next_dispatch().await.body["mission_id"], id.as_str());
+    let replayed = keyed(&server, "/api/v1/sessions/s/dispatch", &body, "fix-me").await;
+    assert_eq!((replayed.status, replayed.header("idempotent-replayed")), (202, Some("true")));
+    server.stop().await;
+}
+
+/// Issue 53, item 9: keys belonged to the operator's name, so a new operator given a revoked one's name
+/// replayed its answers (and was refused its own requests as conflicts). They are bound to the
+/// operator's id: the new holder of the name starts with no key.
+#[tokio::test]
+async fn a_name_given_again_does_not_inherit_the_revoked_operators_keys() {
+    const ADMIN: &str = "admin-token-0123456789abcdef";
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![ADMIN.into()]).await;
+    let admin = format!("Bearer {ADMIN}");
+    let add = |name: &'static str| {
+        let (server, admin) = (&server, admin.clone());
+        async move {
+            let body = json!({"name": name, "role": "operator"});
+            let r = server.client.post_with("/api/v1/operators", &body, &[("authorization", &admin)]).await;
+            assert_eq!(r.status, 201, "{}", r.body);
+            format!("Bearer {}", r.body["token"].as_str().unwrap())
+        }
+    };
+    let mut e = ScriptedExecutor::register(&server, &[]).await;
+    let mut ws = e.connect(&server).await;
+    let resync = ws.envelope("executor.resync", None, json!({"owned_mission_ids": []}));
+    assert_eq!(ws.send_json(&resync).await["ack"], true, "the socket is attached");
+    let executor = e.id.clone();
+    let dispatch = |token: String, id: String| {
+        let (server, executor) = (&server, executor.clone());
+        async move {
+            let mut body = dispatch_body(&id);
+            body["executor_filter"]["executor_id"] = json!(executor);
+            let headers = [("authorization", token.as_str()), ("idempotency-key", "daily-run")];
+            server.client.post_with("/api/v1/sessions/s/dispatch", &body, &headers).await
+        }
+    };
+    let first = mission_id();
+    let old_ada = add("ada").await;
+    assert_eq!(dispatch(old_ada.clone(), first.clone()).await.status, 202);
+    e.next_dispatch().await;
+    let r = server.client.delete("/api/v1/operators/ada", Some(ADMIN)).await;
+    assert_eq!(r.status, 204, "{}", r.body);
+
+    let new_ada = add("ada").await;
+    let r = dispatch(new_ada.clone(), first.clone()).await;
+    assert_eq!(r.header("idempotent-replayed"), None, "not the old ada's answer: {}", r.body);
+    let second = mission_id();
+    let r = dispatch(new_ada, second.clone()).await;
+    assert_eq!((r.status, r.body["mission_id"].as_str()), (202, Some(second.as_str())), "{}", r.body);
     server.stop().await;
 }
 
@@ -89,7 +154,7 @@ async fn keys_are_per_operator_and_cover_runtimes_and_webhooks() {
     let r = server.client.post_with("/api/v1/operators", &json!({"name": "bob", "role": "admin"}), &as_ada).await;
     let bob = format!("Bearer {}", r.body["token"].as_str().unwrap());
 
-    let hook = json!({"url": "http://127.0.0.1:9/hook", "events": ["mission.failed"]});
+    let hook = json!({"url": "http://203.0.113.9:9/hook", "events": ["mission.failed"]});
     let with = |who: &str, key: &'static str| [("authorization", who.to_owned()), ("idempotency-key", key.to_owned())];
     let post = |path: &'static str, body: Value, headers: [(&'static str, String); 2]| {
         let server = &server;

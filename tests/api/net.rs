@@ -407,3 +407,59 @@ async fn a_stopping_serve_closes_what_is_still_busy_at_the_drain_deadline() {
     let read = tokio::time::timeout(WAIT, keep_alive.read(&mut sink)).await.expect("closed");
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
 }
+
+/// Issue 53, item 4: a request with an `Idempotency-Key` was read whole before its caller's role was
+/// judged, and with no deadline: a viewer trickling a body held a connection slot for as long as it
+/// liked (enough of them exhaust `max_connections`). The role is judged first, before a byte of the
+/// body is read (403), and the body of a caller who may is read within `server.body_read_timeout_ms`
+/// (408, audited under their name).
+#[tokio::test]
+async fn a_keyed_request_is_judged_by_role_before_its_body_is_read_and_within_the_deadline() {
+    const ADMIN: &str = "admin-token-0123456789abcdef";
+    let server = TestServer::start_with(|c| {
+        c.server.operator_tokens = vec![ADMIN.into()];
+        c.server.body_read_timeout_ms = 400;
+    })
+    .await;
+    let mut tokens = Vec::new();
+    for (name, role) in [("vera", "viewer"), ("otto", "operator")] {
+        let body = json!({"name": name, "role": role});
+        let r =
+            server.client.post_with("/api/v1/operators", &body, &[("authorization", &format!("Bearer {ADMIN}"))]).await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        tokens.push(r.body["token"].as_str().unwrap().to_owned());
+    }
+    let trickled = |token: &str, body: &str| {
+        format!(
+            "POST /api/v1/sessions/s/dispatch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Authorization: Bearer {token}\r\nIdempotency-Key: k-1\r\nContent-Length: 4000\r\n\r\n{body}"
+        )
+    };
+    // The viewer sends the head alone: refused without the body.
+    let mut viewer = connect(&server).await;
+    viewer.write_all(trickled(&tokens[0], "").as_bytes()).await.unwrap();
+    let (status, _, body) = answered_within(&mut viewer, WAIT).await.expect("answered without the body");
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, body["error"].as_str()), (403, Some("forbidden")), "{body}");
+
+    // The operator trickles: 408 at the deadline, the connection closed.
+    let mut operator = connect(&server).await;
+    let began = Instant::now();
+    operator.write_all(trickled(&tokens[1], "{\"mission_id\": ").as_bytes()).await.unwrap();
+    let (status, head, body) = answered_within(&mut operator, WAIT).await.expect("answered at the body deadline");
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, body["error"].as_str()), (408, Some("request_timeout")), "{body}");
+    assert!(began.elapsed() >= Duration::from_millis(400), "at the deadline, not before: {:?}", began.elapsed());
+    assert!(head.to_ascii_lowercase().contains("connection: close"), "{head}");
+    closed_by_server(&mut operator).await;
+
+    let trail = server.client.get_with("/api/v1/audit", &[("authorization", &format!("Bearer {ADMIN}"))]).await;
+    let calls: Vec<(&str, u64, &str)> = trail.body["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["route"] == "/api/v1/sessions/{id}/dispatch")
+        .map(|r| (r["operator"].as_str().unwrap_or("-"), r["status"].as_u64().unwrap(), r["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(calls, [("otto", 408, "request_timeout"), ("vera", 403, "forbidden")], "{}", trail.body);
+}

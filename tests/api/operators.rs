@@ -104,7 +104,7 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
             Method::POST,
             "/api/v1/webhooks",
             "/api/v1/webhooks".into(),
-            Some(json!({"url": "http://127.0.0.1:9/", "events": ["mission.failed"]})),
+            Some(json!({"url": "http://203.0.113.9:9/", "events": ["mission.failed"]})),
             "admin",
         ),
         (Method::DELETE, "/api/v1/webhooks/{id}", "/api/v1/webhooks/wh_x".into(), None, "admin"),

@@ -207,3 +207,87 @@ async fn a_database_a_newer_serve_migrated_is_refused_at_start() {
     assert!(message.contains("schema has migration 9999, newer than this aiwg-serve knows"), "{message}");
     assert!(message.contains("restore the backup taken before the upgrade"), "{message}");
 }
+
+/// Issue 53, item 9: kept answers were bound to an operator's name; migration 18 gives each operator an
+/// id and binds each kept answer to the operator that held the name when it was kept. Answers of a name
+/// revoked since, or kept before its present holder was added, are forgotten; the configured admins'
+/// stay under their names.
+#[tokio::test]
+async fn kept_answers_move_from_operator_names_to_their_ids() {
+    if backend_is_postgres() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut conn = SqliteConnectOptions::from_str("sqlite:")
+            .unwrap()
+            .filename(dir.path().join(aiwg_server::datadir::DATABASE))
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        let before = [
+            include_str!("../../migrations/0001_init.sql"),
+            include_str!("../../migrations/0002_hitl.sql"),
+            include_str!("../../migrations/0003_sandboxes.sql"),
+            include_str!("../../migrations/0004_runtimes.sql"),
+            include_str!("../../migrations/0005_retention.sql"),
+            include_str!("../../migrations/0006_event_index.sql"),
+            include_str!("../../migrations/0007_loose_events.sql"),
+            include_str!("../../migrations/0008_operators.sql"),
+            include_str!("../../migrations/0009_audit.sql"),
+            include_str!("../../migrations/0010_hitl_inbox.sql"),
+            include_str!("../../migrations/0011_webhooks.sql"),
+            include_str!("../../migrations/0012_idempotency.sql"),
+            include_str!("../../migrations/0013_attempts.sql"),
+            include_str!("../../migrations/0014_event_origin.sql"),
+            include_str!("../../migrations/0015_attempt.sql"),
+            include_str!("../../migrations/0016_mission_logs.sql"),
+            include_str!("../../migrations/0017_artifacts.sql"),
+        ];
+        sqlx::raw_sql(
+            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        for (i, sql) in before.iter().enumerate() {
+            sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            sqlx::query("INSERT INTO schema_migrations VALUES ($1, 'before', '2026-01-01T00:00:00.000Z')")
+                .bind(i as i64 + 1)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        sqlx::raw_sql(
+            "INSERT INTO operators VALUES \
+               ('ada', 'operator', zeroblob(32), '2026-01-02T00:00:00.000Z', 'config-1', NULL), \
+               ('bob', 'operator', randomblob(32), '2026-01-01T00:00:00.000Z', 'config-1', '2026-01-05T00:00:00.000Z'); \
+             INSERT INTO idempotency_keys VALUES \
+               ('ada', 'kept', zeroblob(32), 202, '{}', '2026-01-03T00:00:00.000Z'), \
+               ('ada', 'the-old-adas', zeroblob(32), 202, '{}', '2026-01-01T12:00:00.000Z'), \
+               ('bob', 'revoked', zeroblob(32), 202, '{}', '2026-01-03T00:00:00.000Z'), \
+               ('config-1', 'configured', zeroblob(32), 202, '{}', '2026-01-03T00:00:00.000Z')",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let (store, writer) = sqlite::open(dir.path(), Synchronous::Normal, 1024, Default::default()).await.unwrap();
+    assert_eq!(store.missing_migrations().await.unwrap(), Vec::<i64>::new());
+    let operators = store.operators().await.unwrap();
+    let ada = operators.iter().find(|o| o.name == "ada").unwrap();
+    let bob = operators.iter().find(|o| o.name == "bob").unwrap();
+    assert!(ada.id.starts_with("op_") && ada.id.len() == 35 && bob.id != ada.id, "{ada:?} {bob:?}");
+    let kept = |operator: String, key: &'static str| {
+        let store = store.clone();
+        async move { store.idempotent(&operator, key).await.unwrap().is_some() }
+    };
+    assert!(kept(ada.id.clone(), "kept").await, "ada's own answer, now under her id");
+    assert!(!kept("ada".into(), "kept").await);
+    assert!(!kept(ada.id.clone(), "the-old-adas").await, "kept before this ada was added");
+    assert!(!kept(bob.id.clone(), "revoked").await && !kept("bob".into(), "revoked").await);
+    assert!(kept("config-1".into(), "configured").await);
+    store.close().await;
+    writer.finished().await;
+}

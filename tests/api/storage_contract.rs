@@ -44,6 +44,7 @@ macro_rules! storage_contract {
                 sandboxes_round_trip_and_keep_their_first_registration,
                 operators_round_trip_and_a_revoked_name_is_given_again,
                 the_audit_trail_reads_newest_first_by_filter_and_forgets_by_age,
+                counts_of_refusals_add_up_and_the_trail_is_cut_to_its_bound_oldest_first,
                 live_and_queued_missions_are_the_working_set,
                 recent_progress_of_live_missions_is_their_last_sixteen,
                 a_fresh_store_misses_no_migration,
@@ -55,6 +56,8 @@ macro_rules! storage_contract {
                 notable_events_are_read_alone,
                 clocks_and_lifecycles_are_what_timeouts_and_retries_read,
                 each_event_reads_back_with_whose_word_it_is,
+                a_log_reads_back_by_position_and_stream_and_drops_ranges,
+                artifact_bytes_are_kept_once_per_digest_and_go_with_their_last_artifact,
             );
 
             #[tokio::test]
@@ -878,6 +881,7 @@ mod cases {
     pub(super) async fn operators_round_trip_and_a_revoked_name_is_given_again(store: Store) {
         use aiwg_domain::operators::{OperatorRecord, Role};
         let operator = |name: &str, role, at, hash| OperatorRecord {
+            id: format!("op_{name}_{at}"),
             name: name.into(),
             role,
             token_hash: [hash; 32],
@@ -919,6 +923,7 @@ mod cases {
             executor_id: None,
             status: if operator.is_some() { 202 } else { 401 },
             outcome: if operator.is_some() { "ok".into() } else { "unauthorized".into() },
+            count: 1,
         };
         let all = [record(1, Some("alice"), Some("m1")), record(2, None, None), record(3, Some("bob"), Some("m2"))];
         store.commit(all.iter().map(|r| Change::AppendAudit(Box::new(r.clone()))).collect()).await.unwrap();
@@ -943,6 +948,57 @@ mod cases {
         store.commit(vec![Change::ForgetAudit { before: ts(2) }]).await.unwrap();
         let left = read(AuditQuery::default()).await;
         assert_eq!(left.iter().map(|r| r.at).collect::<Vec<_>>(), [ts(3), ts(2)], "older than the bound only");
+    }
+
+    pub(super) async fn counts_of_refusals_add_up_and_the_trail_is_cut_to_its_bound_oldest_first(store: Store) {
+        use aiwg_domain::operators::{audit_bytes, AuditRecord, UNAUTHENTICATED};
+        use aiwg_server::store::AuditQuery;
+        // Seconds past 00:00:00 (minute 0) and 00:01:00 (minute 1).
+        let at = |second: i64| ts(0) + chrono::Duration::seconds(second);
+        let count = |source: &str, second, route: &str, n| AuditRecord {
+            seq: 0,
+            at: at(second),
+            operator: None,
+            role: None,
+            source: Some(source.into()),
+            method: "POST".into(),
+            route: route.into(),
+            target: None,
+            mission_id: None,
+            executor_id: None,
+            status: 401,
+            outcome: UNAUTHENTICATED.into(),
+            count: n,
+        };
+        let abort = "/api/v1/missions/{id}/abort";
+        let counts = [
+            count("10.0.0.1", 5, abort, 3),
+            count("10.0.0.2", 6, abort, 1),
+            count("10.0.0.1", 50, "/api/v1/sessions/{id}/dispatch", 4),
+            count("10.0.0.1", 65, abort, 2),
+        ];
+        for c in &counts {
+            store.commit(vec![Change::CountRefusals(Box::new(c.clone()))]).await.unwrap();
+        }
+        let all = store.audit(&AuditQuery { limit: 10, ..Default::default() }).await.unwrap();
+        let read: Vec<(&str, i64, &str, u64)> = all
+            .iter()
+            .map(|r| (r.source.as_deref().unwrap(), r.at.timestamp() - ts(0).timestamp(), r.route.as_str(), r.count))
+            .collect();
+        assert_eq!(
+            read,
+            [("10.0.0.1", 65, abort, 2), ("10.0.0.2", 6, abort, 1), ("10.0.0.1", 5, "*", 7)],
+            "one record per source and minute, its count the sum, a route that varied written *"
+        );
+
+        // Cut to a bound: the newest records that fit it stay.
+        let sizes: Vec<u64> = all.iter().map(audit_bytes).collect();
+        assert_eq!(store.audit_beyond(sizes.iter().sum()).await.unwrap(), None, "within its bound");
+        let through = store.audit_beyond(sizes[0] + sizes[1]).await.unwrap();
+        assert_eq!(through, Some(all[2].seq));
+        store.commit(vec![Change::TrimAudit { through_seq: all[2].seq }]).await.unwrap();
+        let left = store.audit(&AuditQuery { limit: 10, ..Default::default() }).await.unwrap();
+        assert_eq!(left, all[..2]);
     }
 
     pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {
@@ -1444,6 +1500,139 @@ mod cases {
         store.commit(steps.iter().map(append).collect()).await.unwrap();
         let lifecycle: Vec<_> = store.lifecycle("m2").await.unwrap().into_iter().map(|e| e.envelope.event).collect();
         assert_eq!(lifecycle, ["mission.started", "mission.paused", "mission.resumed"]);
+    }
+
+    fn log_row(mission: &str, pos: u64, stream: aiwg_contract::log::Stream, stream_pos: u64, bytes: &[u8]) -> Change {
+        let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+        let row = aiwg_domain::log::LogRow {
+            mission_id: mission.into(),
+            pos,
+            stream,
+            stream_pos,
+            lines,
+            bytes: bytes.to_vec(),
+        };
+        Change::AppendLog(Box::new(row))
+    }
+
+    /// A log's rows read back from a position, whole or of one stream, their places without their bytes
+    /// either way; a range dropped goes, the rest stays; its state round-trips; retention's forget
+    /// leaves the state.
+    pub(super) async fn a_log_reads_back_by_position_and_stream_and_drops_ranges(store: Store) {
+        use aiwg_contract::log::Stream::{Stderr, Stdout};
+        use aiwg_server::store::LogQuery;
+        let state = aiwg_domain::log::LogState {
+            end: 12,
+            stdout: 8,
+            stderr: 4,
+            lines: 3,
+            head_end: Some(4),
+            tail_start: 8,
+            dropped_lines: 1,
+            attempt: 2,
+            attempt_bytes: 5,
+            ..aiwg_domain::log::LogState::new("m1")
+        };
+        store
+            .commit(vec![
+                log_row("m1", 0, Stdout, 0, b"one\n"),
+                log_row("m1", 4, Stderr, 0, b"err\n"),
+                log_row("m1", 8, Stdout, 4, b"two\n"),
+                log_row("m2", 0, Stdout, 0, b"other"),
+                Change::PutLogState(Box::new(state.clone())),
+            ])
+            .await
+            .unwrap();
+        let store = &store;
+        let read = |stream, from| async move {
+            let q = LogQuery { mission_id: "m1", stream, from, rows: 10 };
+            store
+                .log_rows(q)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| String::from_utf8(r.bytes).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(read(None, 0).await, ["one\n", "err\n", "two\n"]);
+        assert_eq!(read(None, 5).await, ["err\n", "two\n"], "the row holding position 5 first");
+        assert_eq!(read(Some(Stdout), 5).await, ["two\n"], "stdout's position 5 is in its second row");
+        assert_eq!(read(Some(Stderr), 0).await, ["err\n"]);
+        let newest: Vec<u64> =
+            store.log_meta("m1", None, u64::MAX, true, 2).await.unwrap().iter().map(|m| m.pos).collect();
+        assert_eq!(newest, [8, 4]);
+        let from: Vec<(u64, u64)> =
+            store.log_meta("m1", None, 4, false, 10).await.unwrap().iter().map(|m| (m.pos, m.len)).collect();
+        assert_eq!(from, [(4, 4), (8, 4)]);
+        assert_eq!(store.log_state("m1").await.unwrap(), Some(state.clone()));
+        store.commit(vec![Change::DropLog { mission_id: "m1".into(), from: 4, to: 8 }]).await.unwrap();
+        assert_eq!(read(None, 0).await, ["one\n", "two\n"]);
+        store.commit(vec![Change::ForgetLog("m1".into())]).await.unwrap();
+        assert!(read(None, 0).await.is_empty());
+        assert_eq!(store.log_state("m1").await.unwrap(), Some(state), "the state says how long the log was");
+        assert_eq!(
+            store.log_rows(LogQuery { mission_id: "m2", stream: None, from: 0, rows: 10 }).await.unwrap().len(),
+            1
+        );
+    }
+
+    fn artifact(mission: &str, name: &str, digest: &str, size: u64) -> Change {
+        let a = aiwg_domain::artifacts::ArtifactRecord {
+            mission_id: mission.into(),
+            name: name.into(),
+            uri: format!("/x/{name}"),
+            digest: digest.into(),
+            size_bytes: size,
+            mime: "text/plain".into(),
+            created_at: ts(1),
+            producer: "e1".into(),
+        };
+        Change::PutArtifact(Box::new(a))
+    }
+
+    /// An upload's parts become its digest's blob, unless it is kept already; a replaced artifact's blob
+    /// goes unless another names it; a mission's artifacts go with the blobs only they named; uploads
+    /// left over are forgotten.
+    pub(super) async fn artifact_bytes_are_kept_once_per_digest_and_go_with_their_last_artifact(store: Store) {
+        let part = |blob: &str, n: u32, bytes: &[u8]| Change::PutBlobPart {
+            blob: blob.into(),
+            part: n,
+            bytes: bytes.to_vec(),
+        };
+        let seal = |upload: &str, digest: &str| {
+            vec![Change::SealUpload { upload: upload.into(), digest: digest.into() }, Change::ForgetBlob(upload.into())]
+        };
+        store.commit(vec![part("upload:a", 0, b"he"), part("upload:a", 1, b"llo")]).await.unwrap();
+        let mut unit = seal("upload:a", "sha256:h");
+        unit.push(artifact("m1", "a.txt", "sha256:h", 5));
+        store.commit(unit).await.unwrap();
+        // The same bytes again, for another mission: the upload's parts go, the blob is kept once.
+        store.commit(vec![part("upload:b", 0, b"hello")]).await.unwrap();
+        let mut unit = seal("upload:b", "sha256:h");
+        unit.push(artifact("m2", "copy.txt", "sha256:h", 5));
+        store.commit(unit).await.unwrap();
+        assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap(), [b"he".to_vec(), b"llo".to_vec()]);
+        assert!(store.blob_parts("upload:b", 0, 10).await.unwrap().is_empty());
+        assert_eq!(store.blob_parts("sha256:h", 1, 10).await.unwrap(), [b"llo".to_vec()]);
+        let names: Vec<String> = store.artifacts("m1").await.unwrap().into_iter().map(|a| a.name).collect();
+        assert_eq!(names, ["a.txt"]);
+        // m1's artifact replaced: the blob stays (m2 names it).
+        store
+            .commit(vec![artifact("m1", "a.txt", "sha256:other", 0), Change::ForgetBlobUnlessUsed("sha256:h".into())])
+            .await
+            .unwrap();
+        assert_eq!(store.artifacts("m1").await.unwrap()[0].digest, "sha256:other");
+        assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap().len(), 2);
+        // m2 goes (retention): its blob with it, as nothing else names it.
+        store
+            .commit(vec![Change::ForgetArtifactBlobs("m2".into()), Change::ForgetArtifacts("m2".into())])
+            .await
+            .unwrap();
+        assert!(store.artifacts("m2").await.unwrap().is_empty());
+        assert!(store.blob_parts("sha256:h", 0, 10).await.unwrap().is_empty());
+        store.commit(vec![part("upload:c", 0, b"half")]).await.unwrap();
+        store.commit(vec![Change::ForgetUploads]).await.unwrap();
+        assert!(store.blob_parts("upload:c", 0, 10).await.unwrap().is_empty());
     }
 
     async fn due_seq(store: &Store, id: &str) -> i64 {

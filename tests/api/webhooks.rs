@@ -83,7 +83,14 @@ async fn deliveries(server: &TestServer, webhook: &str) -> Vec<Value> {
     r.body["deliveries"].as_array().unwrap().clone()
 }
 
+/// The receivers of these tests listen on loopback, which a webhook may reach only when
+/// `notify.webhook_hosts` lists it.
+fn loopback_receivers(config: &mut aiwg_server::config::Config) {
+    config.notify.webhook_hosts = vec!["127.0.0.1".into()];
+}
+
 fn fast_retries(config: &mut aiwg_server::config::Config) {
+    loopback_receivers(config);
     config.notify.retry_base_ms = 100;
     config.notify.retry_max_s = 1;
 }
@@ -176,6 +183,7 @@ async fn a_receiver_that_fails_twice_gets_exactly_one_success_after_back_off() {
 #[tokio::test]
 async fn retries_back_off_and_a_failed_delivery_can_be_sent_again() {
     let server = TestServer::start_with(|c| {
+        loopback_receivers(c);
         c.notify.retry_base_ms = 200;
         c.notify.retry_max_s = 1;
         c.notify.retry_for_s = 1;
@@ -224,6 +232,7 @@ async fn retries_back_off_and_a_failed_delivery_can_be_sent_again() {
 #[tokio::test]
 async fn a_receiver_that_never_answers_does_not_hold_up_the_others() {
     let server = TestServer::start_with(|c| {
+        loopback_receivers(c);
         c.notify.max_in_flight = 4;
         c.notify.timeout_ms = 60_000;
     })
@@ -261,6 +270,7 @@ async fn a_receiver_that_never_answers_does_not_hold_up_the_others() {
 #[tokio::test]
 async fn a_mission_queued_too_long_and_a_lost_executor_are_notified() {
     let server = TestServer::start_with(|c| {
+        loopback_receivers(c);
         c.notify.queued_alert_s = 1;
         c.dispatch.queue_when_unavailable = true;
         c.hub.disconnect_grace_s = 0;
@@ -300,7 +310,11 @@ async fn a_mission_queued_too_long_and_a_lost_executor_are_notified() {
 /// not name.
 #[tokio::test]
 async fn redirects_are_not_followed() {
-    let server = TestServer::start_with(|c| c.notify.retry_for_s = 0).await;
+    let server = TestServer::start_with(|c| {
+        loopback_receivers(c);
+        c.notify.retry_for_s = 0;
+    })
+    .await;
     let elsewhere = receiver([]).await;
     let to = format!("{}/hook", elsewhere.url());
     let hooks = receiver([Behavior::Redirect(307, to)]).await;
@@ -392,6 +406,7 @@ async fn the_routes_refuse_what_they_cannot_use() {
 #[tokio::test]
 async fn configured_subscriptions_are_managed_in_the_configuration() {
     let server = TestServer::start_with(|c| {
+        loopback_receivers(c);
         c.notify.webhook = vec![aiwg_server::config::WebhookConfig {
             url: "http://127.0.0.1:9/hook".into(),
             events: vec!["mission.failed".into(), "mission.failed".into()],
@@ -419,7 +434,11 @@ async fn kill_9_between_the_event_and_its_delivery_still_delivers() {
     let secret = aiwg_server::webhook_client::new_secret();
     let webhook =
         format!("[{{url = \"{}/hook\", events = [\"mission.completed\"], secret = \"{secret}\"}}]", hooks.url());
-    let env = [("AIWG_SERVE_NOTIFY_WEBHOOK", webhook.as_str()), ("AIWG_SERVE_NOTIFY_RETRY_BASE_MS", "100")];
+    let env = [
+        ("AIWG_SERVE_NOTIFY_WEBHOOK", webhook.as_str()),
+        ("AIWG_SERVE_NOTIFY_RETRY_BASE_MS", "100"),
+        ("AIWG_SERVE_NOTIFY_WEBHOOK_HOSTS", "127.0.0.1"),
+    ];
     let serve = Process::start_with(dir.path(), &env);
     let client = serve.client();
     let mut e = ScriptedExecutor::listen(&[]).await;
@@ -464,4 +483,66 @@ async fn kill_9_between_the_event_and_its_delivery_still_delivers() {
         .await;
     assert_eq!(log["deliveries"].as_array().unwrap().len(), 1, "one delivery for one event: {log}");
     assert_eq!(hooks.count("/hook"), 2);
+}
+
+/// Issue 53, item 10: with an empty `notify.webhook_hosts`, every spelling of loopback, link-local (the
+/// cloud's metadata service) and private addresses was accepted, and the delivery log kept 300 bytes of
+/// what the service inside answered. They are refused now unless the list names them; a listed receiver
+/// inside is delivered to, and the log keeps only the start of its answer.
+#[tokio::test]
+async fn a_webhook_cannot_be_aimed_inside_the_network_unless_listed() {
+    let server = TestServer::start().await;
+    let inside = [
+        "http://127.0.0.1:9/hook",
+        "http://2130706433/",
+        "http://0x7f000001/",
+        "http://0x7f.1/",
+        "http://0177.0.0.1/",
+        "http://127.1/",
+        "http://0/",
+        "http://localhost:9/hook",
+        "http://LOCALHOST./",
+        "http://api.localhost/",
+        "http://[::1]:9/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://[::ffff:7f00:1]/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://10.0.0.1/",
+        "http://172.16.3.4/",
+        "http://192.168.1.1/",
+        "http://100.64.0.1/",
+        "http://[fd00::1]/",
+        "http://[fe80::1]/",
+    ];
+    for url in inside {
+        let r = server.client.post("/api/v1/webhooks", &json!({"url": url, "events": ["mission.failed"]})).await;
+        let message = r.assert_error(422, "invalid_webhook");
+        assert!(message.contains("notify.webhook_hosts"), "{url}: {message}");
+    }
+    assert_eq!(server.client.get("/api/v1/webhooks").await.body["webhooks"], json!([]), "nothing stored");
+    let outside = json!({"url": "http://203.0.113.9/hook", "events": ["mission.failed"]});
+    assert_eq!(server.client.post("/api/v1/webhooks", &outside).await.status, 201, "a public address is fine");
+    server.stop().await;
+
+    // Listed, loopback is a receiver like any; what it answers is kept short.
+    let server = TestServer::start_with(|c| {
+        loopback_receivers(c);
+        c.notify.retry_for_s = 0;
+    })
+    .await;
+    let said = format!("internal service says: {}", "s3cr3t ".repeat(60));
+    let hooks = receiver([Behavior::status(500, said.clone())]).await;
+    let (webhook, _) = subscribe(&server, &format!("{}/hook", hooks.url()), &["mission.completed"], "standard").await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = dispatch_to(&server, &mut e).await;
+    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
+    let log = server
+        .eventually(&format!("/api/v1/webhooks/{webhook}/deliveries"), "failed", |b| {
+            b["deliveries"][0]["state"] == "failed"
+        })
+        .await;
+    let error = log["deliveries"][0]["last_error"].as_str().unwrap();
+    assert!(error.starts_with("HTTP 500") && error.contains("internal service says"), "{error}");
+    assert!(error.chars().count() <= 100, "{} characters kept: {error}", error.chars().count());
+    server.stop().await;
 }

@@ -73,6 +73,10 @@ pub struct Scale {
     pub dashboard_loads: usize,
     pub dashboard_executors: usize,
     pub dashboard_stream_seconds: f64,
+    /// Log bytes each executor streams (`logs`).
+    pub log_bytes_per_executor: usize,
+    /// Artifact bytes uploaded and downloaded in all (`artifacts`).
+    pub artifact_bytes: usize,
 }
 
 impl Scale {
@@ -102,6 +106,8 @@ impl Scale {
             dashboard_loads: 40,
             dashboard_executors: 64,
             dashboard_stream_seconds: 10.0,
+            log_bytes_per_executor: 2 << 20,
+            artifact_bytes: 100 << 20,
         }
     }
 
@@ -131,6 +137,8 @@ impl Scale {
             dashboard_loads: 5,
             dashboard_executors: 8,
             dashboard_stream_seconds: 1.0,
+            log_bytes_per_executor: 256 << 10,
+            artifact_bytes: 16 << 20,
         }
     }
 }
@@ -312,6 +320,12 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
     }
     if wanted("dashboard") {
         rows.extend(workloads::dashboard(dir, scale, failures).await);
+    }
+    if wanted("logs") {
+        rows.extend(workloads::logs(dir, scale, failures).await);
+    }
+    if wanted("artifacts") {
+        rows.extend(workloads::artifacts(dir, scale, failures).await);
     }
     rows
 }

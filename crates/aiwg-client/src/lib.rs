@@ -23,6 +23,10 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ClientConfig};
 
+mod printable;
+
+pub use printable::printable;
+
 /// Where a serve listens unless told otherwise.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:7337";
 
@@ -233,10 +237,12 @@ impl Client {
 }
 
 /// The refusal in an error body: `{"error", "message", "details": [{instance_path, keyword, message}]}`.
+/// Every text in it is made [`printable`]: it comes from the server and ends up on a terminal.
 fn refusal(status: u16, json: &Value) -> CallError {
-    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-    let mut message =
-        text(json, "message").or_else(|| json.as_str().map(|s| s.chars().take(200).collect())).unwrap_or_default();
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(|s| printable(s).into_owned());
+    let mut message = text(json, "message")
+        .or_else(|| json.as_str().map(|s| printable(&s.chars().take(200).collect::<String>()).into_owned()))
+        .unwrap_or_default();
     for detail in json["details"].as_array().into_iter().flatten() {
         let at = text(detail, "instance_path").filter(|p| !p.is_empty()).unwrap_or_else(|| "/".into());
         let keyword = text(detail, "keyword").unwrap_or_default();

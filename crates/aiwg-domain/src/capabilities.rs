@@ -24,8 +24,10 @@ pub const ACKS: &str = "x-acks";
 /// event it sends about the mission (`attempt`), so that serve never takes a word about an earlier
 /// attempt for the current one's.
 pub const ATTEMPTS: &str = "x-attempts";
-/// An extension: the executor only listens: serve opens its WebSocket, to `transport_endpoints.ws`
-/// (`/ws/executors/{id}?token=`), at once instead of after `hub.dial_after_s` without a socket.
+/// An extension: the executor only listens: serve opens its WebSocket, at the scheme, host and port of
+/// `transport_endpoints.ws` and on serve's own path (`/ws/executors/{id}?token=`), once it has had no
+/// socket for `hub.dial_after_s`. Serve dials no other executor: registration is open, and a dial
+/// carries the executor's token to whatever address the registrant named.
 pub const DIAL_IN: &str = "x-dial-in";
 /// An extension: the executor runs a mission's `completion_check` command (with `sh -c`, where the agent
 /// ran) after the agent exits 0, so a `completion_not_met` failure's exit code is the check's and the

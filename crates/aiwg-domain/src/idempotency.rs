@@ -1,6 +1,6 @@
 //! Idempotent creation (issue 38): a creating request sent with an `Idempotency-Key` is carried out
 //! once. The same key with the same request again gets the first answer back; with another request, a
-//! conflict. Keys are each operator's own and are kept [`KEEP`].
+//! conflict. Keys are each operator's own (by its id) and successes are kept [`KEEP`].
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
@@ -14,6 +14,7 @@ pub const MAX_KEY_LEN: usize = 255;
 /// The answer to a keyed request, as kept.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Answered {
+    /// The operator's id (not its name, which may be given again after a revocation).
     pub operator: String,
     pub key: String,
     /// What was asked ([`fingerprint`]): the same key asking something else is a conflict.
@@ -48,10 +49,10 @@ pub fn fingerprint(method: &str, path: &str, body: &[u8]) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Whether an answer is the request's to keep: not one that says the request could not be carried out
-/// now (a 5xx, a 429), which the same key may try again.
+/// Whether an answer is the request's to keep: only a success. A refusal (a 4xx) created nothing, and
+/// the corrected request is sent again with the same key; a failure now (a 5xx) may be tried again.
 pub fn worth_keeping(status: u16) -> bool {
-    status < 500 && status != 429
+    (200..300).contains(&status)
 }
 
 /// What a request with `fingerprint` gets, given what its key holds at `now`.
@@ -89,14 +90,16 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_short_visible_ascii_and_failures_now_are_not_kept() {
+    fn keys_are_short_visible_ascii_and_only_successes_are_kept() {
         for good in ["a", "9f1c-4e2a", &"k".repeat(MAX_KEY_LEN)] {
             assert!(valid_key(good), "{good}");
         }
         for bad in ["", "with space", "tab\t", "é", &"k".repeat(MAX_KEY_LEN + 1)] {
             assert!(!valid_key(bad), "{bad}");
         }
-        assert!(worth_keeping(202) && worth_keeping(201) && worth_keeping(409) && worth_keeping(422));
-        assert!(!worth_keeping(503) && !worth_keeping(500) && !worth_keeping(429));
+        assert!(worth_keeping(202) && worth_keeping(201) && worth_keeping(200));
+        for refused in [400, 403, 409, 422, 429, 500, 503] {
+            assert!(!worth_keeping(refused), "{refused}");
+        }
     }
 }

@@ -46,6 +46,9 @@ impl std::fmt::Display for Role {
 /// A named operator as stored: only its token's hash is kept.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OperatorRecord {
+    /// Its own, never given again (`op_` and 32 hex digits): what is bound to an operator (its
+    /// Idempotency-Keys) is bound to this, so that a name given again after a revocation inherits nothing.
+    pub id: String,
     pub name: String,
     pub role: Role,
     pub token_hash: [u8; 32],
@@ -78,9 +81,57 @@ pub struct AuditRecord {
     pub mission_id: Option<String>,
     pub executor_id: Option<String>,
     pub status: u16,
-    /// `ok`, or the error's code.
+    /// `ok`, or the error's code; [`UNAUTHENTICATED`] for the count of refusals of callers without a
+    /// valid operator token.
     pub outcome: String,
+    /// How many calls the record stands for: 1 for a call recorded alone; for [`UNAUTHENTICATED`], the
+    /// refusals from its source within its minute.
+    pub count: u64,
 }
+
+/// The outcome of the one record that counts, per source and minute, the refusals of callers without
+/// a valid operator token (none, an unknown one, an executor's): anyone can send those, and a record
+/// each would let them fill the store.
+pub const UNAUTHENTICATED: &str = "unauthenticated";
+
+/// The most an audit record keeps of a text a caller chose (the path's `{id}`): the longest mission id
+/// the contract allows, so that no real id is cut. Longer texts are cut there, with `…` after.
+pub const AUDIT_TEXT_MAX: usize = 256;
+
+/// `text`, cut to [`AUDIT_TEXT_MAX`] bytes (on a character's boundary) with `…` when longer.
+pub fn clipped(text: &str) -> String {
+    if text.len() <= AUDIT_TEXT_MAX {
+        return text.to_owned();
+    }
+    let mut end = AUDIT_TEXT_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The start of the minute `at` falls in: the span of one count of unauthenticated refusals.
+pub fn minute_of(at: DateTime<Utc>) -> DateTime<Utc> {
+    at - chrono::Duration::milliseconds(at.timestamp_millis().rem_euclid(60_000))
+}
+
+/// What a record takes in the store, about: its texts and a fixed part for its numbers and row (the
+/// same sum the store makes to keep the trail within `retention.audit_max_bytes`).
+pub fn audit_bytes(r: &AuditRecord) -> u64 {
+    let optional = [&r.operator, &r.source, &r.target, &r.mission_id, &r.executor_id];
+    let texts = optional.iter().map(|t| t.as_ref().map_or(0, String::len)).sum::<usize>()
+        + r.role.map_or(0, |role| role.as_str().len())
+        + r.method.len()
+        + r.route.len()
+        + r.outcome.len()
+        + AUDIT_TIME_LEN;
+    (AUDIT_ROW_BYTES + texts) as u64
+}
+
+/// What a record takes besides its texts (its numbers, the row's own), counted in [`audit_bytes`].
+pub const AUDIT_ROW_BYTES: usize = 64;
+/// The length of a stored time (`2026-12-04T10:00:00.000Z`).
+const AUDIT_TIME_LEN: usize = 24;
 
 /// A time as serve writes every time: RFC 3339, UTC, milliseconds.
 fn stamp<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
@@ -127,6 +178,23 @@ mod tests {
             assert_eq!(Role::parse(r.as_str()), Some(r));
         }
         assert_eq!(Role::parse("Admin"), None);
+    }
+
+    #[test]
+    fn audit_texts_are_cut_at_the_bound_on_a_character() {
+        assert_eq!(clipped("m-1"), "m-1");
+        assert_eq!(clipped(&"x".repeat(AUDIT_TEXT_MAX)), "x".repeat(AUDIT_TEXT_MAX));
+        let long = clipped(&"y".repeat(8192));
+        assert_eq!((long.len(), long.ends_with("yyy…")), (AUDIT_TEXT_MAX + "…".len(), true));
+        let wide = clipped(&"é".repeat(200));
+        assert!(wide.len() <= AUDIT_TEXT_MAX + "…".len() && wide.ends_with("é…"), "{wide}");
+    }
+
+    #[test]
+    fn a_minute_starts_on_the_minute() {
+        let at: DateTime<Utc> = "2026-12-04T10:41:59.999Z".parse().unwrap();
+        assert_eq!(minute_of(at), "2026-12-04T10:41:00Z".parse::<DateTime<Utc>>().unwrap());
+        assert_eq!(minute_of(minute_of(at)), minute_of(at));
     }
 
     #[test]

@@ -106,6 +106,7 @@ impl App {
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
         let logs = Arc::new(Logs::new(&core, &config));
         let operators = Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?;
+        let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
         Ok(App {
             operators: Arc::new(operators),
             fleet: Arc::new(Fleet::new(&core, &config)),
@@ -113,13 +114,13 @@ impl App {
             logs,
             status: Status::new(&core, config.timeouts.limits(), sandboxes.clone()),
             timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), &config.hub, shutdown.clone())),
-            retention: Arc::new(Retention::new(store.clone(), config.retention.clone())),
+            audit: Arc::new(Audit::new(store.clone(), metrics.clone(), retention.clone())),
+            retention,
             webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
             config,
             schema,
             metrics,
             registry: core.registry,
-            audit: Arc::new(Audit::new(store.clone())),
             dispatcher,
             runtimes,
             ingest,
@@ -136,9 +137,11 @@ impl App {
 
     /// What was under way when serve stopped goes on: HITL deadlines and disconnect graces are armed
     /// again, and the queue is loaded and drained; missions' timeouts are watched again (their deadlines
-    /// are derived from the store). Retention's passes start, and the webhooks' outbox.
+    /// are derived from the store). Retention's passes start, the audit trail's counts of refusals are
+    /// written, and the webhooks' outbox runs.
     pub async fn resume(&self) -> Result<()> {
         self.retention.start(self.shutdown.clone());
+        self.audit.start(self.shutdown.clone());
         self.webhooks.start();
         self.controls.rearm_hitl_deadlines();
         self.reconciler.arm_restart_grace();

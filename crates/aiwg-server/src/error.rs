@@ -229,7 +229,7 @@ codes! {
     InvalidOperator => "invalid_operator", UNPROCESSABLE_ENTITY,
         "An operator to add whose name or role serve cannot use (a name is 1 to 64 of `a-z A-Z 0-9 . _ -`; roles are `viewer`, `operator`, `admin`).";
     InvalidWebhook => "invalid_webhook", UNPROCESSABLE_ENTITY,
-        "A webhook to add names a URL serve does not call (not http(s), or a host outside `notify.webhook_hosts`), no event or an unknown one, or an unknown format.";
+        "A webhook to add names a URL serve does not call (not http(s), a host outside `notify.webhook_hosts`, or, with none listed, an address inside the network), no event or an unknown one, or an unknown format.";
     UpgradeRequired => "upgrade_required", UPGRADE_REQUIRED,
         "A plain request on a WebSocket route.";
     NoResumableExecutorAvailable => "no_resumable_executor_available", SERVICE_UNAVAILABLE,

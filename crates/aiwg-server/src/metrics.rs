@@ -121,6 +121,8 @@ pub struct Metrics {
     pub(crate) runtime_calls: Labelled,
     /// When serve's TLS certificate expires, in seconds since the epoch (0: plain HTTP).
     pub(crate) tls_not_after: Gauge,
+    /// Operator calls refused for want of a valid operator token (counted, not recorded one by one).
+    pub(crate) audit_unauthenticated: Counter,
 }
 
 impl Default for Metrics {
@@ -137,6 +139,7 @@ impl Default for Metrics {
             executor_reconnects: Counter::default(),
             runtime_calls: Labelled::default(),
             tls_not_after: Gauge::default(),
+            audit_unauthenticated: Counter::default(),
         }
     }
 }
@@ -215,6 +218,12 @@ impl Metrics {
             "Calls to HTTP agent runtimes, by endpoint and outcome (ok, timeout, unreachable, status, invalid).",
             "outcome",
             self.runtime_calls.snapshot(),
+        );
+        counter(
+            out,
+            "aiwg_audit_unauthenticated_refusals_total",
+            "State-changing operator calls refused for want of a valid operator token; the audit trail counts them, one record per source and minute.",
+            self.audit_unauthenticated.get(),
         );
         if let n @ 1.. = self.tls_not_after.get() {
             gauge(

@@ -18,6 +18,24 @@ pub fn document() -> &'static str {
     DOCUMENT.get_or_init(|| bundle(SOURCE, aiwg_contract::Schema::source()).to_string())
 }
 
+/// The role an operator route needs (its `x-aiwg-role`), by method and route as the router names it;
+/// `None` for a route of executors, sandboxes or anyone. The document is the one list of who may call
+/// what: the edge asks it where it must judge a call before the route's own extractors run.
+pub(crate) fn role_of(method: &str, route: &str) -> Option<aiwg_domain::operators::Role> {
+    static ROLES: OnceLock<Vec<(String, String, aiwg_domain::operators::Role)>> = OnceLock::new();
+    let roles = ROLES.get_or_init(|| {
+        let document: Value = serde_json::from_str(SOURCE).expect("schemas/openapi.json is JSON");
+        let paths = document["paths"].as_object().cloned().unwrap_or_default();
+        let operations = paths.into_iter().flat_map(|(path, operations)| {
+            let operations = operations.as_object().cloned().unwrap_or_default();
+            operations.into_iter().map(move |(method, op)| (method.to_ascii_uppercase(), path.clone(), op))
+        });
+        let role = |op: &Value| op["x-aiwg-role"].as_str().and_then(aiwg_domain::operators::Role::parse);
+        operations.filter_map(|(method, path, op)| Some((method, path, role(&op)?))).collect()
+    });
+    roles.iter().find(|(m, r, _)| m == method && r == route).map(|(_, _, role)| *role)
+}
+
 /// `openapi` with the `$defs` of `schema` under `components/schemas`, and every reference to them
 /// (`executor-v1.json#/$defs/X` in the document, `#/$defs/X` inside the schema) as
 /// `#/components/schemas/X`.

@@ -21,8 +21,11 @@ use sha2::Sha256;
 
 use aiwg_domain::webhooks::{shortened, Attempt, Format, Topic, SECRET_PREFIX};
 
-/// Bytes of a receiver's answer kept for the delivery log.
-const ANSWER_KEPT: usize = 300;
+/// Characters of a receiver's answer kept for the delivery log: its reason, not its page. An admin reads
+/// the log, and a receiver inside the network once answered with 300 bytes of its own.
+const ANSWER_KEPT: usize = 64;
+/// Characters of a transport error's cause kept (the resolver's or the system's words, not a receiver's).
+const CAUSE_KEPT: usize = 300;
 
 /// A new secret: `whsec_` and the base64 of 32 random bytes.
 pub fn new_secret() -> String {
@@ -49,14 +52,15 @@ pub(crate) fn signature(key: &[u8], id: &str, timestamp: i64, body: &str) -> Str
 }
 
 /// What a subscription asks for, checked: a URL serve may POST to (http(s), on `allowed` hosts when
-/// any is listed), topics it knows (at least one, each once) and a format.
+/// any is listed, else not inside the network: `net::webhook_url`), topics it knows (at least one, each
+/// once) and a format.
 pub(crate) fn check(
     url: &str,
     events: &[String],
     format: &str,
     allowed: &[String],
 ) -> Result<(Vec<Topic>, Format), String> {
-    crate::net::allowed_url(url, allowed, "notify.webhook_hosts")?;
+    crate::net::webhook_url(url, allowed)?;
     if events.is_empty() {
         return Err(format!("name at least one of the events: {}", known_topics()));
     }
@@ -77,23 +81,32 @@ fn known_topics() -> String {
 
 pub(crate) struct Sender {
     client: reqwest::Client,
+    /// `notify.webhook_hosts`: each attempt's URL is judged again (a subscription stored before a rule
+    /// or a list changed).
+    allowed: Vec<String>,
 }
 
 impl Sender {
-    /// `timeout` bounds each attempt, from connecting to the answer's end.
-    pub(crate) fn new(timeout: Duration) -> Sender {
-        let client = reqwest::Client::builder()
+    /// `timeout` bounds each attempt, from connecting to the answer's end. With no host `allowed`, names
+    /// resolve to public addresses only (`net::PublicResolver`).
+    pub(crate) fn new(timeout: Duration, allowed: &[String]) -> Sender {
+        let mut client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(timeout)
-            .user_agent(concat!("aiwg-serve/", env!("CARGO_PKG_VERSION"), " (webhooks)"))
-            .build()
-            .expect("a client with rustls' built-in roots");
-        Sender { client }
+            .user_agent(concat!("aiwg-serve/", env!("CARGO_PKG_VERSION"), " (webhooks)"));
+        if allowed.is_empty() {
+            client = client.dns_resolver(std::sync::Arc::new(crate::net::PublicResolver));
+        }
+        Sender { client: client.build().expect("a client with rustls' built-in roots"), allowed: allowed.to_vec() }
     }
 
     /// One attempt of a delivery: `Delivered` on a 2xx, else why not. Errors never name the URL,
     /// which may itself be a credential (a Slack webhook's is).
     pub(crate) async fn send(&self, url: &str, key: &[u8], id: &str, body: &str) -> Attempt {
+        if let Err(why) = crate::net::webhook_url(url, &self.allowed) {
+            // The refusal names the host, never the whole URL.
+            return Attempt::Failed { status: None, error: format!("not sent: {why}") };
+        }
         let timestamp = chrono::Utc::now().timestamp();
         let request = self
             .client
@@ -113,7 +126,7 @@ impl Sender {
         }
         let error = if status.is_redirection() {
             let to = response.headers().get("location").and_then(|l| l.to_str().ok()).unwrap_or("nowhere");
-            format!("HTTP {status}: redirected to {}; webhooks follow no redirect", shortened(to, ANSWER_KEPT))
+            format!("HTTP {status}: redirected to {}; webhooks follow no redirect", shortened(&origin(to), ANSWER_KEPT))
         } else {
             // The start of the answer (its first chunk), for the log: a receiver's reason, not its page.
             let answer = match tokio::time::timeout(Duration::from_secs(1), response.chunk()).await {
@@ -144,7 +157,16 @@ fn transport_error(e: &reqwest::Error) -> String {
     if why.is_empty() {
         kind.to_owned()
     } else {
-        format!("{kind}: {}", shortened(&why, ANSWER_KEPT))
+        format!("{kind}: {}", shortened(&why, CAUSE_KEPT))
+    }
+}
+
+/// Where a redirect points, without its path and query (which may carry what the receiver's network
+/// holds): its scheme, host and port, or the location as given when it is not an absolute URL.
+fn origin(location: &str) -> String {
+    match reqwest::Url::parse(location) {
+        Ok(url) => url.origin().ascii_serialization(),
+        Err(_) => location.split(['?', '#']).next().unwrap_or_default().to_owned(),
     }
 }
 

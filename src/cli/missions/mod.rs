@@ -181,7 +181,9 @@ async fn list_missions(
         }
         match (&cursor, all) {
             (Some(_), true) => continue,
-            (Some(next), false) if !out.json => eprintln!("more: --cursor {next} (or --all)"),
+            (Some(next), false) if !out.json => {
+                eprintln!("more: --cursor {} (or --all)", aiwg_client::printable(next))
+            }
             _ => {}
         }
         break;
@@ -242,7 +244,7 @@ fn print_control(out: &Output, reference: &str, answer: &Value) -> Result<(), Fa
         (true, false) => "delivered to the executor, not confirmed",
         (false, _) => "not delivered",
     };
-    out.line(format!("mission {mission_id}: {} ({delivered})", out.state(&text(answer, "state"))))?;
+    out.line_with_state(&format!("mission {mission_id}: "), &text(answer, "state"), &format!(" ({delivered})"))?;
     match answer["note"].as_str() {
         Some(note) => out.line(format!("  {note}")),
         None => Ok(()),
@@ -319,7 +321,7 @@ async fn control(client: &Client, out: &Output, mission_id: &str, action: &str) 
     }
     match out.json {
         true => out.json(&json!({"mission_id": mission_id, "state": wanted, "already": true})),
-        false => out.line(format!("mission {mission_id}: already {}", out.state(wanted))),
+        false => out.line_with_state(&format!("mission {mission_id}: already "), wanted, ""),
     }
 }
 
@@ -359,6 +361,7 @@ async fn wait_for(client: &Client, mission_id: &str, timeout: Option<Duration>) 
         loop {
             let (name, item) = events.next().await?;
             let line = format!("{mission_id}: {name} {}", summary(&item["envelope"]["data"]));
+            let line = aiwg_client::printable(&line);
             if tty {
                 eprint!("\r\x1b[2K{line}");
             } else {

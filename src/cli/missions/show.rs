@@ -23,7 +23,7 @@ pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
         if !m[key].is_null() {
             let value = text(m, key);
             let label = if key == "completion_check" { "check" } else { key };
-            field(out, label, if key == "state" { out.state(&value) } else { value })?;
+            field(out, label, value)?;
         }
     }
     for key in ["created_at", "updated_at", "completed_at", "exit_code", "error"] {
@@ -90,9 +90,13 @@ fn show_outputs(out: &Output, m: &Value) -> Result<(), Failure> {
     Ok(())
 }
 
-/// One labelled line of a mission, its values aligned.
+/// One labelled line of a mission, its values aligned (a state coloured).
 fn field(out: &Output, key: &str, value: String) -> Result<(), Failure> {
-    out.line(format!("{:<13} {value}", format!("{key}:")))
+    let label = format!("{:<13} ", format!("{key}:"));
+    match key {
+        "state" => out.line_with_state(&label, &value, ""),
+        _ => out.line(format!("{label}{value}")),
+    }
 }
 
 /// How routing chose the mission's executor, and whom it passed over.

@@ -2,7 +2,7 @@
 //! family (ingestion and `kill -9`; dispatch; dashboard polling; serve's footprint: cold start, an idle
 //! fleet, a restart under a fleet; HITL; missions through an HTTP agent runtime; on PostgreSQL, the
 //! store and replicas; retention's compaction; ingestion beside a slow webhook receiver; the dashboard
-//! in headless Chromium), and here what they share.
+//! in headless Chromium; what missions produce, their logs and artifacts), and here what they share.
 
 mod browser;
 mod dispatch;
@@ -10,6 +10,7 @@ mod fleet;
 mod hitl;
 mod ingest;
 mod notify;
+mod outputs;
 mod polling;
 mod postgres;
 mod raw;
@@ -33,6 +34,7 @@ pub use fleet::{cold_start, idle_fleet, reconnect_storm};
 pub use hitl::hitl_round_trip;
 pub use ingest::{answer_cost, ingestion, kill9};
 pub use notify::notifications;
+pub use outputs::{artifacts, logs};
 pub use polling::polling;
 pub use postgres::{ingestion_pg, kill9_pg};
 pub use replicas::{dispatch_replicas, storm_after_kill9};

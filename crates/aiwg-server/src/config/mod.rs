@@ -97,7 +97,8 @@ pub struct NotifyConfig {
     /// The dashboard's address as the people notified reach it, for the links notifications carry
     /// (empty: `http://` and `server.bind`).
     pub dashboard_url: String,
-    /// Hosts a webhook may POST to (empty: any). Redirects are never followed.
+    /// Hosts a webhook may POST to, whatever their addresses (empty: any outside the network, as
+    /// `net::webhook_url` and `net::PublicResolver` judge it). Redirects are never followed.
     pub webhook_hosts: Vec<String>,
     /// Each attempt of a delivery, from connecting to the receiver's whole answer.
     pub timeout_ms: u64,
@@ -190,9 +191,11 @@ pub struct RetentionConfig {
     pub max_store_bytes: u64,
     /// Seconds between two compaction passes.
     pub interval_s: u64,
-    /// Days the audit trail keeps a record; older ones go in a pass. Never fewer than asked, whatever
-    /// the store's cap.
+    /// Days the audit trail keeps a record; older ones go in a pass.
     pub audit_keep_days: f64,
+    /// A bound on the audit trail's size in bytes (0: none of its own), counted toward the store's cap:
+    /// beyond it (or beyond a quarter of `max_store_bytes`, when that is less), the oldest records go.
+    pub audit_max_bytes: u64,
     /// Days a webhook delivery that is done (delivered or failed) stays in its subscription's log.
     pub deliveries_keep_days: f64,
 }
@@ -204,7 +207,21 @@ impl Default for RetentionConfig {
             max_store_bytes: 0,
             interval_s: 60,
             audit_keep_days: 365.0,
+            audit_max_bytes: 64 << 20,
             deliveries_keep_days: 30.0,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// The audit trail's bound in bytes: `audit_max_bytes`, and with a store cap, at most a quarter of it
+    /// (the trail counts toward the cap, and must leave it to the missions). `None`: no bound.
+    pub fn audit_bound(&self) -> Option<u64> {
+        let share = (self.max_store_bytes > 0).then_some(self.max_store_bytes / 4);
+        let own = (self.audit_max_bytes > 0).then_some(self.audit_max_bytes);
+        match (own, share) {
+            (Some(own), Some(share)) => Some(own.min(share)),
+            (own, share) => own.or(share),
         }
     }
 }
@@ -280,8 +297,9 @@ pub struct HubConfig {
     /// The same bound for agentic-sandbox executors, which never close an old socket and lose an event
     /// each time serve closes one.
     pub max_sockets_per_sandbox_executor: usize,
-    /// Seconds a registered executor may go without a socket before serve dials its
-    /// `transport_endpoints.ws` (`serve::dial`); 0: only executors declaring `x-dial-in`.
+    /// Seconds a registered executor declaring `x-dial-in` goes without a socket before serve first
+    /// dials it (`serve::dial`): time for one that also dials out to do so. 0: at once. Executors that
+    /// do not declare `x-dial-in` are never dialled.
     pub dial_after_s: u64,
 }
 
@@ -291,8 +309,8 @@ pub struct DispatchConfig {
     pub forward_timeout_ms: u64,
     pub max_attempts: usize,
     pub queue_when_unavailable: bool,
-    /// Hosts an executor's `transport_endpoints.rest` may name (empty: any); serve sends dispatches,
-    /// with the executor's token, and readiness questions there.
+    /// Hosts an executor's transport endpoints (`rest`, `ws`, `grpc`) may name (empty: any); serve sends
+    /// dispatches, with the executor's token, and readiness questions to `rest`, and dials `ws`.
     pub executor_hosts: Vec<String>,
     /// Whose word an executor's isolation is when routing prefers the strongest.
     pub isolation: IsolationTrust,
@@ -368,7 +386,7 @@ impl Default for HubConfig {
             restart_grace_s: 120,
             max_sockets_per_executor: 4,
             max_sockets_per_sandbox_executor: 64,
-            dial_after_s: 10,
+            dial_after_s: 0,
         }
     }
 }

@@ -55,11 +55,16 @@ pub(super) async fn record(State(app): State<Arc<App>>, request: Request, next: 
         slot.acted_on(acted.clone());
     }
     let Seen { caller: Some(who), acted } = slot.take() else { return response };
+    let Some(who) = who else {
+        // No valid operator token: counted, not recorded one by one (anyone can send these).
+        app.audit.refused(source.as_deref(), &method, &route, response.status().as_u16()).await;
+        return response;
+    };
     let record = AuditRecord {
         seq: 0,
         at: clock::now(),
-        operator: who.as_ref().map(|w| w.name.clone()),
-        role: who.map(|w| w.role),
+        operator: Some(who.name),
+        role: Some(who.role),
         source,
         mission_id: acted.mission_id,
         executor_id: acted.executor_id,
@@ -68,6 +73,7 @@ pub(super) async fn record(State(app): State<Arc<App>>, request: Request, next: 
         method,
         route,
         target,
+        count: 1,
     };
     app.audit.record(record).await;
     response

@@ -29,6 +29,7 @@ use super::extract::{page_limit, Bearer, Params};
 use crate::app::App;
 use crate::error::{Error, Result};
 use crate::services::feed::{self as log, Filter, Next};
+use crate::services::operators::Who;
 use aiwg_domain::canonical_id;
 use aiwg_domain::operators::Role;
 
@@ -59,14 +60,16 @@ const PAGE_BYTES_DEFAULT: usize = 4 << 20;
 const PAGE_BYTES_MIN: usize = 1024;
 const PAGE_BYTES_MAX: usize = 16 << 20;
 
+/// Where a follower starts, what it wants, and who it is.
+struct Opened {
+    since: Option<i64>,
+    filter: Filter,
+    who: Who,
+}
+
 /// Authorizes the follower and reads where it starts and what it wants.
-async fn open(
-    app: &App,
-    p: StreamParams,
-    bearer: Option<String>,
-    last_event_id: Option<&str>,
-) -> Result<(Option<i64>, Filter)> {
-    app.operators.authorize(bearer.or(p.token).as_deref(), Role::Viewer).await?;
+async fn open(app: &App, p: StreamParams, bearer: Option<String>, last_event_id: Option<&str>) -> Result<Opened> {
+    let who = app.operators.authorize(bearer.or(p.token).as_deref(), Role::Viewer).await?;
     // A reconnecting EventSource repeats its original URL: the Last-Event-ID it adds is the newer truth.
     let since = sequence("since", last_event_id.or(p.since.as_deref()), 0)?;
     let filter = Filter {
@@ -74,7 +77,15 @@ async fn open(
         executor_id: p.executor_id.as_deref().map(canonical_id),
         skip_progress: p.progress == Some(false),
     };
-    Ok((since, filter))
+    Ok(Opened { since, filter, who })
+}
+
+impl Opened {
+    /// Follows the log as asked, until the follower's operator no longer stands (revoked: the stream
+    /// ends at once with `end` `revoked`, as each later request of theirs is refused).
+    fn follow(self, app: &App) -> tokio::sync::mpsc::Receiver<Next> {
+        app.feed.follow(self.since, self.filter, app.operators.standing(self.who))
+    }
 }
 
 /// A sequence number given as `name`, at least `min`.
@@ -94,8 +105,9 @@ async fn sse(
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
     let (follow, limit, max_bytes, tail) = (p.follow.unwrap_or(true), p.limit, p.max_bytes, p.tail);
     let before = sequence("before", p.before.as_deref(), 1)?;
-    let (since, filter) = open(&app, p, bearer, last_event_id).await?;
-    app.feed.resumable(since, &filter).await?;
+    let opened = open(&app, p, bearer, last_event_id).await?;
+    let (since, filter) = (opened.since, &opened.filter);
+    app.feed.resumable(since, filter).await?;
     if !follow {
         let limit = page_limit(limit, PAGE_DEFAULT, PAGE_MAX)?;
         let max_bytes = max_bytes.unwrap_or(PAGE_BYTES_DEFAULT);
@@ -116,12 +128,12 @@ async fn sse(
             (None, None) if before.is_some() => log::Start::Tail { n: limit, before },
             (None, since) => log::Start::After(since.unwrap_or(0)),
         };
-        return Ok(page_body(app.feed.page(start, &filter, limit, max_bytes).await?));
+        return Ok(page_body(app.feed.page(start, filter, limit, max_bytes).await?));
     }
     if tail.is_some() || max_bytes.is_some() || before.is_some() {
         return Err(Error::InvalidQuery("tail, before and max_bytes are for pages (follow=false)".into()));
     }
-    let items = app.feed.follow(since, filter);
+    let items = opened.follow(&app);
     let events = stream::unfold(items, |mut items| async move {
         let next = items.recv().await?;
         Some((Ok::<_, Infallible>(sse_event(next)), items))
@@ -164,9 +176,9 @@ async fn socket(
     upgrade: std::result::Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Result<Response> {
     let upgrade = upgrade.map_err(|_| Error::UpgradeRequired)?.protocols([EVENTS_PROTOCOL]);
-    let (since, filter) = open(&app, p, bearer.or_else(|| offered_token(&headers)), None).await?;
-    app.feed.resumable(since, &filter).await?;
-    let items = app.feed.follow(since, filter);
+    let opened = open(&app, p, bearer.or_else(|| offered_token(&headers)), None).await?;
+    app.feed.resumable(opened.since, &opened.filter).await?;
+    let items = opened.follow(&app);
     let hub = app.config.hub.clone();
     // Operators send nothing but control frames: the hub's small read buffer, and a small message cap.
     let upgrade = upgrade
@@ -210,7 +222,11 @@ async fn follow_socket(socket: WebSocket, mut items: tokio::sync::mpsc::Receiver
                 Some(Next::End(end)) => {
                     let text = serde_json::json!({"end": end}).to_string();
                     sink.send(Message::Text(Utf8Bytes::from(text))).await;
-                    break if end.reason == log::EndReason::Lagged { (4008, "lagged: resume with since") } else { (1001, "server shutdown") };
+                    break match end.reason {
+                        log::EndReason::Lagged => (4008, "lagged: resume with since"),
+                        log::EndReason::Revoked => (4001, "Unauthorized: the operator was revoked"),
+                        _ => (1001, "server shutdown"),
+                    };
                 }
                 None => return,
             },

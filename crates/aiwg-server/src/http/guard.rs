@@ -9,21 +9,25 @@
 //!   (this is what defeats DNS rebinding, whose requests carry the attacker's host name);
 //! - a state-changing request or a WebSocket upgrade that a browser marks cross-site
 //!   (`Sec-Fetch-Site`), or whose `Origin` is not serve itself, is refused with 403;
-//! - a declared body over the limit is refused with 413 before it is read (no `100 Continue`);
+//! - a declared body over the limit is refused with 413 before it is read (no `100 Continue`), by
+//!   [`declared_size`], a layer of the routes;
 //! - JSON routes refuse any other `Content-Type` with 415 (in [`super::extract`]), which closes the
 //!   form and `text/plain` paths that need no preflight.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::header::{CONTENT_LENGTH, HOST, ORIGIN, UPGRADE};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, HOST, ORIGIN, UPGRADE};
 use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::acted::Slot;
+use crate::app::App;
 use crate::config::ServerConfig;
 use crate::error::Error;
+use aiwg_contract::tokens;
 
 /// What the guard needs from the configuration, prepared once.
 pub(super) struct Guard {
@@ -33,7 +37,6 @@ pub(super) struct Guard {
     /// Host names (lower case, no port) accepted besides loopback addresses and `localhost`.
     allowed_hosts: Vec<String>,
     bound: IpAddr,
-    max_body_bytes: usize,
 }
 
 impl Guard {
@@ -42,7 +45,6 @@ impl Guard {
             open: Box::new(open),
             allowed_hosts: server.allowed_hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
             bound: server.bind.ip(),
-            max_body_bytes: server.max_body_bytes,
         }
     }
 
@@ -131,14 +133,28 @@ fn host_name(authority: &str) -> Option<String> {
     (port_ok && name_ok).then(|| name.to_ascii_lowercase())
 }
 
-pub(super) async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
-    // A declared body over the limit is refused before it is read: hyper would otherwise answer
-    // `Expect: 100-continue` with `100 Continue` and have the client send it all first.
+/// A declared body over the limit is refused before it is read: hyper would otherwise answer `Expect:
+/// 100-continue` with `100 Continue` and have the client send it all first. A layer of the routes (a
+/// request for no route reads no body): on an operator route the refusal is the caller's, audited as
+/// any (a caller without a valid token is counted).
+pub(super) async fn declared_size(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let limit = app.config.server.max_body_bytes;
     let declared =
         request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > guard.max_body_bytes as u64) {
-        return Error::PayloadTooLarge(guard.max_body_bytes).into_response();
+    if declared.is_none_or(|n| n <= limit as u64) {
+        return next.run(request).await;
     }
+    let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
+    if crate::openapi::role_of(request.method().as_str(), &route).is_some() {
+        if let Some(slot) = request.extensions().get::<Slot>() {
+            let bearer = tokens::bearer(request.headers().get(AUTHORIZATION).and_then(|h| h.to_str().ok()));
+            slot.saw(app.operators.caller(bearer).await.ok());
+        }
+    }
+    Error::PayloadTooLarge(limit).into_response()
+}
+
+pub(super) async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     let mut response = match guard.check(request.method(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => {

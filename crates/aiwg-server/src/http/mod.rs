@@ -55,6 +55,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(webhooks::router())
         .merge(ui::router())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), idempotency::keyed))
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard::declared_size))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), audit::record))
         .fallback(|| async { Error::NotFound("no such route".into()).into_response() })
         .method_not_allowed_fallback(|| async { Error::MethodNotAllowed.into_response() })

@@ -8,9 +8,10 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde_json::{json, Value};
 
+use super::acted::Slot;
 use super::extract::{Bearer, ExecutorId, JsonBody, Page, SocketUpgrade, Viewer};
 use crate::app::App;
 use crate::error::Result;
@@ -40,12 +41,20 @@ async fn register(
 async fn deregister(
     State(app): State<Arc<App>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    slot: Option<Extension<Slot>>,
     Bearer(bearer): Bearer,
     ExecutorId(id): ExecutorId,
 ) -> Result<Json<Value>> {
-    // An admin may deregister any sandbox; the sandbox itself, by its own token.
-    let operator = !app.operators.is_open() && app.operators.authorize(bearer.as_deref(), Role::Admin).await.is_ok();
-    let deregistered = app.sandboxes.deregister(&id, peer.ip(), operator).await?;
+    // An admin may deregister any sandbox, and that is in the audit trail; the sandbox itself, by its
+    // own token.
+    let admin = match app.operators.is_open() {
+        true => None,
+        false => app.operators.authorize(bearer.as_deref(), Role::Admin).await.ok(),
+    };
+    if let (Some(who), Some(Extension(slot))) = (&admin, slot) {
+        slot.saw(Some(who.clone()));
+    }
+    let deregistered = app.sandboxes.deregister(&id, peer.ip(), admin.is_some()).await?;
     Ok(Json(json!({"sandbox_id": id, "deregistered": deregistered})))
 }
 

@@ -1,8 +1,10 @@
 //! Serve dials executors that only listen. The contract lets serve initiate the WebSocket, and
 //! upstream's own local executor (its executor shim) serves `/ws/executors/{id}?token=` and never opens
-//! one. An executor that declares `x-dial-in`, or that has had no socket for `hub.dial_after_s`, gets a
-//! WebSocket opened by serve to its `transport_endpoints.ws`, on the path serve itself serves, with
-//! its token (in the query, as that path takes it, and as a bearer).
+//! one. An executor that declares `x-dial-in` and has had no socket for `hub.dial_after_s` gets a
+//! WebSocket opened by serve to the scheme, host and port of its `transport_endpoints.ws`, on the path
+//! serve itself serves, with its token (in the query, as that path takes it, and as a bearer). No other
+//! executor is dialled, and nothing else of the registered URL is used: registration is open, and a
+//! dial would otherwise let anyone aim serve, with a token, at any address and path it can reach.
 //!
 //! What the socket carries goes through serve's own executor socket route, over an in-memory HTTP
 //! connection: the same authentication, frames, judgement, acknowledgements, pushes and socket limits
@@ -103,8 +105,8 @@ impl Dialer {
         tokio::spawn(dialer.look());
     }
 
-    /// Looks at the registry until serve stops: an executor without a socket for `hub.dial_after_s` (at
-    /// once with `x-dial-in`) gets a dialling task.
+    /// Looks at the registry until serve stops: an executor declaring `x-dial-in` without a socket for
+    /// `hub.dial_after_s` gets a dialling task.
     async fn look(self: Arc<Self>) {
         let after = Duration::from_secs(self.app.config.hub.dial_after_s);
         // Since when each executor has been seen without a socket.
@@ -123,8 +125,9 @@ impl Dialer {
             without.retain(|id, _| ids.contains(id.as_str()));
             for l in unconnected {
                 let since = *without.entry(l.executor_id.clone()).or_insert(now);
-                let due = l.dial_in || (!after.is_zero() && now.duration_since(since) >= after);
-                if due && self.dialling.lock().expect("dialler lock").insert(l.executor_id.clone()) {
+                if now.duration_since(since) >= after
+                    && self.dialling.lock().expect("dialler lock").insert(l.executor_id.clone())
+                {
                     tokio::spawn(self.clone().dial(l));
                 }
             }
@@ -133,11 +136,10 @@ impl Dialer {
 
     /// Dials `l` until it has a socket of its own, leaves, its token changes, or serve stops.
     async fn dial(self: Arc<Self>, l: Listening) {
-        let url = format!("{}/ws/executors/{}?token={}", l.ws.trim_end_matches('/'), l.executor_id, l.token);
         let mut failures = 0u32;
         let mut stop = self.stop.clone();
         loop {
-            match self.connect(&url, &l.token).await {
+            match self.connect(&l.url, &l.token).await {
                 Ok((remote, peer)) => {
                     failures = 0;
                     tracing::info!(executor_id = %l.executor_id, ws = %l.ws, "dialled the executor's socket");
@@ -247,7 +249,8 @@ impl Dialer {
         let (ours, theirs) = tokio::io::duplex(64 * 1024);
         let edge = Edge::new(self.routes.clone(), peer, self.limits.clone(), self.stop.clone());
         tokio::spawn(edge.serve(theirs, Arc::new(super::activity::Activity::new()), Some(Vouched::Dialled)));
-        let url = format!("ws://127.0.0.1/ws/executors/{}?token={}", l.executor_id, l.token);
+        let id = aiwg_contract::encode_segment(&l.executor_id);
+        let url = format!("ws://127.0.0.1/ws/executors/{id}?token={}", aiwg_contract::encode_segment(&l.token));
         let config = WebSocketConfig::default().max_message_size(Some(self.app.config.hub.max_frame_bytes));
         let (local, _) = tokio_tungstenite::client_async_with_config(url, ours, Some(config))
             .await

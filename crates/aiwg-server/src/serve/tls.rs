@@ -6,8 +6,10 @@
 //! modification time, looked at every `server.tls_watch_ms`): a renewal by certbot or cert-manager,
 //! which replace the files, is picked up without a restart. Each connection takes the configuration
 //! current at its handshake, so a reload never touches an open connection or socket. Files that do not
-//! load are logged and the previous certificate stays in use: a half-written renewal costs nothing.
-//! The certificate's expiry is kept in `Metrics::tls_not_after` for `/healthz` and `/metrics`.
+//! load are logged and the previous certificate stays in use: a half-written renewal costs nothing. So
+//! does a certificate that has expired (every client would refuse it); at start one is served, with a
+//! warning, since there is no other. The certificate's expiry is kept in `Metrics::tls_not_after` for
+//! `/healthz` and `/metrics`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -66,6 +68,9 @@ impl Tls {
         };
         let (current, not_after) = files.load()?;
         metrics.tls_not_after.set(not_after.timestamp());
+        if not_after <= Utc::now() {
+            tracing::warn!(cert = %files.cert.display(), not_after = %aiwg_contract::clock::format(not_after), "the TLS certificate has expired: clients refuse it until it is renewed (a renewal is read without a restart)");
+        }
         tracing::info!(cert = %files.cert.display(), not_after = %aiwg_contract::clock::format(not_after), client_certificates = files.client_ca.is_some(), "TLS on");
         Ok(Some(Arc::new(Tls { files, current: RwLock::new(current), metrics })))
     }
@@ -75,12 +80,21 @@ impl Tls {
         self.current.read().expect("tls lock").acceptor.clone()
     }
 
-    /// Reads the files again when `forced` or when they changed; a failure leaves the current ones.
+    /// Reads the files again when `forced` or when they changed; a failure, or a certificate that has
+    /// expired, leaves the current ones.
     fn reload(&self, forced: bool) {
         if !forced && self.current.read().expect("tls lock").stamp == self.files.stamp() {
             return;
         }
-        match self.files.load() {
+        let loaded = self.files.load().and_then(|(current, not_after)| match not_after > Utc::now() {
+            true => Ok((current, not_after)),
+            false => Err(format!(
+                "server.tls_cert {}: the certificate expired at {}",
+                self.files.cert.display(),
+                aiwg_contract::clock::format(not_after)
+            )),
+        });
+        match loaded {
             Ok((current, not_after)) => {
                 *self.current.write().expect("tls lock") = current;
                 self.metrics.tls_not_after.set(not_after.timestamp());

@@ -106,6 +106,9 @@ pub enum EndReason {
     Lagged,
     StorageError,
     ServerShutdown,
+    /// The operator who opened it no longer stands (revoked; or, for the anonymous admin of open routes,
+    /// the routes closed).
+    Revoked,
 }
 
 /// The operator event stream over a store: pages of the log, and followers of it.
@@ -152,9 +155,10 @@ impl Feed {
         }
     }
 
-    /// See `follow`.
-    pub fn follow(&self, since: Option<i64>, filter: Filter) -> mpsc::Receiver<Next> {
-        follow(self.store.clone(), since, filter, self.shutdown.clone())
+    /// See `follow`; the follower also ends, with [`EndReason::Revoked`], once `revoked` turns true.
+    pub fn follow(&self, since: Option<i64>, filter: Filter, revoked: watch::Receiver<bool>) -> mpsc::Receiver<Next> {
+        let stop = Stop { shutdown: self.shutdown.clone(), revoked };
+        follow(self.store.clone(), since, filter, stop)
     }
 }
 
@@ -163,18 +167,44 @@ pub enum Next {
     End(End),
 }
 
+/// What ends a follower besides its receiver going away: serve stopping (open streams never hold up a
+/// graceful stop) and its operator no longer standing.
+struct Stop {
+    shutdown: watch::Receiver<bool>,
+    revoked: watch::Receiver<bool>,
+}
+
+impl Stop {
+    /// Why the follower must end now, if it must.
+    fn now(&self) -> Option<EndReason> {
+        match (*self.shutdown.borrow(), *self.revoked.borrow()) {
+            (true, _) => Some(EndReason::ServerShutdown),
+            (_, true) => Some(EndReason::Revoked),
+            _ => None,
+        }
+    }
+
+    /// Waits for a reason to end (serve's stop signal gone is a stop; a revocation signal gone is none).
+    async fn wait(&mut self) -> EndReason {
+        let Stop { shutdown, revoked } = self;
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => EndReason::ServerShutdown,
+            Ok(_) = revoked.wait_for(|revoked| *revoked) => EndReason::Revoked,
+        }
+    }
+}
+
 /// Starts following the log after `since` (everything after that sequence), or from now when `None`.
 /// Items arrive on the returned channel until the follower ends (with a last [`Next::End`]) or the
 /// receiver is dropped.
-/// The follower also ends when `shutdown` turns true, so that open streams never hold up a graceful stop.
-fn follow(store: Store, since: Option<i64>, filter: Filter, shutdown: watch::Receiver<bool>) -> mpsc::Receiver<Next> {
+fn follow(store: Store, since: Option<i64>, filter: Filter, stop: Stop) -> mpsc::Receiver<Next> {
     let (tx, rx) = mpsc::channel(HANDOFF);
     let live = store.subscribe();
     // "From now" means after the newest event committed when the subscription was taken: read here, not
     // when the task first runs, for the writer (a thread of its own) may publish meanwhile.
     let from_now = store.last_seq();
     tokio::spawn(async move {
-        let end = run(&store, live, since.unwrap_or(from_now), since.is_some(), &filter, &tx, shutdown).await;
+        let end = run(&store, live, since.unwrap_or(from_now), since.is_some(), &filter, &tx, stop).await;
         if let Some(end) = end {
             let _ = tx.send(Next::End(end)).await;
         }
@@ -190,10 +220,13 @@ async fn run(
     backlog: bool,
     filter: &Filter,
     tx: &mpsc::Sender<Next>,
-    shutdown: watch::Receiver<bool>,
+    stop: Stop,
 ) -> Option<End> {
     if backlog {
         loop {
+            if let Some(reason) = stop.now() {
+                return Some(End { reason, resume_since: last });
+            }
             let page = store.events_after(filter.query(last, BACKLOG_PAGE).bytes(BACKLOG_BYTES)).await;
             let page = match page {
                 Ok(page) => page.events,
@@ -210,7 +243,7 @@ async fn run(
             last = tail;
         }
     }
-    follow_live(live, last, filter, tx, shutdown).await
+    follow_live(live, last, filter, tx, stop).await
 }
 
 /// The live part: events after `last` as they are committed.
@@ -219,12 +252,12 @@ async fn follow_live(
     mut last: i64,
     filter: &Filter,
     tx: &mpsc::Sender<Next>,
-    mut shutdown: watch::Receiver<bool>,
+    mut stop: Stop,
 ) -> Option<End> {
     loop {
         let received = tokio::select! {
             received = live.recv() => received,
-            _ = shutdown.wait_for(|stop| *stop) => Err(broadcast::error::RecvError::Closed),
+            reason = stop.wait() => return Some(End { reason, resume_since: last }),
         };
         match received {
             Ok(e) if e.seq <= last => continue,

@@ -84,7 +84,7 @@ impl Fleet {
             }
             SpecSupport::UnsupportedMajor => return Err(Error::UnsupportedSpecVersion(payload.spec_version.clone())),
         };
-        self.check_rest_endpoint(&payload.transport_endpoints.rest)?;
+        self.check_endpoints(&payload.transport_endpoints)?;
         if let Some(c) = payload.capabilities.iter().find(|c| capabilities::serve_assigned(c)) {
             return Err(Error::Forbidden(format!(
                 "capability {c} is one serve assigns to the HTTP agent runtimes it drives itself; an executor cannot \
@@ -100,17 +100,23 @@ impl Fleet {
 
     /// serve calls an executor's REST endpoint with the executor's token: only http(s), and only the
     /// configured hosts when `dispatch.executor_hosts` lists any (a registrant must not point serve at
-    /// `file:///etc/passwd` or at another service on the network).
-    fn check_rest_endpoint(&self, rest: &str) -> Result<()> {
-        let refuse = |why: String| Error::SchemaViolation {
+    /// `file:///etc/passwd` or at another service on the network). Its other endpoints obey the same
+    /// list: serve dials `ws` (`x-dial-in`), and none may name a host the operator did not allow.
+    fn check_endpoints(&self, endpoints: &aiwg_contract::TransportEndpoints) -> Result<()> {
+        let refuse = |field: &str, why: String| Error::SchemaViolation {
             what: "the register payload",
             details: vec![aiwg_contract::SchemaDetail {
-                instance_path: "/transport_endpoints/rest".into(),
+                instance_path: format!("/transport_endpoints/{field}"),
                 keyword: "format".into(),
                 message: why,
             }],
         };
-        crate::net::allowed_url(rest, &self.executor_hosts, "dispatch.executor_hosts").map_err(refuse)?;
+        let setting = "dispatch.executor_hosts";
+        crate::net::allowed_url(&endpoints.rest, &self.executor_hosts, setting).map_err(|why| refuse("rest", why))?;
+        crate::net::allowed_host(&endpoints.ws, &self.executor_hosts, setting).map_err(|why| refuse("ws", why))?;
+        if let Some(grpc) = &endpoints.grpc {
+            crate::net::allowed_host(grpc, &self.executor_hosts, setting).map_err(|why| refuse("grpc", why))?;
+        }
         Ok(())
     }
 

@@ -1,5 +1,5 @@
 //! Idempotent creation (issue 38): requests sent with an `Idempotency-Key` are carried out once per
-//! operator and key (`aiwg_domain::idempotency` judges; the store keeps the answers 24 hours, across
+//! operator (its id) and key (`aiwg_domain::idempotency` judges; the store keeps the answers 24 hours, across
 //! restarts).
 //!
 //! Requests with one key run one at a time: a second one sent while the first runs waits for its
@@ -45,7 +45,8 @@ impl Idempotency {
         Idempotency { store, running: Mutex::default() }
     }
 
-    /// Waits for the key's turn, then judges the request by what the key holds.
+    /// Waits for the key's turn, then judges the request by what the key holds (`operator`: the
+    /// caller's id).
     pub async fn begin(&self, operator: &str, key: &str, fingerprint: [u8; 32]) -> Result<Begun> {
         let key = (operator.to_owned(), key.to_owned());
         let lock = self.running.lock().expect("idempotency lock").entry(key.clone()).or_default().clone();
@@ -68,8 +69,8 @@ impl Idempotency {
         Ok(begun)
     }
 
-    /// Keeps the answer (unless it says the request could not be carried out now, which the key may
-    /// try again), then lets the next request with the key go.
+    /// Keeps the answer when it is a success (a refused request created nothing, and its correction
+    /// comes with the same key), then lets the next request with the key go.
     pub async fn finish(&self, running: Running, status: u16, body: &[u8]) {
         if worth_keeping(status) {
             let answered = Answered {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tokio::sync::watch;
 
 use super::registry::Registry;
 use crate::error::{Error, Result};
@@ -30,6 +31,9 @@ pub(crate) const REFRESH: Duration = Duration::from_secs(2);
 /// Who is calling, and as what.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Who {
+    /// What is bound to the caller is bound to this: a named operator's own id (a name may be given
+    /// again after a revocation), the name of a configured admin (`config-N`) or of the anonymous one.
+    pub id: String,
     pub name: String,
     pub role: Role,
 }
@@ -87,6 +91,8 @@ pub struct Operators {
     stored: Mutex<Stored>,
     /// Additions and revocations one at a time (a name checked, then written).
     changes: tokio::sync::Mutex<()>,
+    /// Moves on each time the stored operators are read: who follows the event stream is looked at again.
+    reread: watch::Sender<u64>,
 }
 
 impl Operators {
@@ -95,19 +101,21 @@ impl Operators {
             .iter()
             .enumerate()
             .map(|(i, token)| {
-                let who = Who { name: format!("{CONFIG_PREFIX}{}", i + 1), role: Role::Admin };
+                let name = format!("{CONFIG_PREFIX}{}", i + 1);
+                let who = Who { id: name.clone(), name, role: Role::Admin };
                 Known { hash: tokens::hash(token), who }
             })
             .collect();
         let active = Operators::active(&store).await?;
         let stored = Mutex::new(Stored { active, read_at: Instant::now() });
-        Ok(Operators { store, registry, configured, stored, changes: tokio::sync::Mutex::new(()) })
+        let changes = tokio::sync::Mutex::new(());
+        Ok(Operators { store, registry, configured, stored, changes, reread: watch::channel(0).0 })
     }
 
     async fn active(store: &Store) -> Result<Vec<Known>> {
         let all = store.operators().await?;
         let active = all.into_iter().filter(|o| o.revoked_at.is_none());
-        Ok(active.map(|o| Known { hash: o.token_hash, who: Who { name: o.name, role: o.role } }).collect())
+        Ok(active.map(|o| Known { hash: o.token_hash, who: Who { id: o.id, name: o.name, role: o.role } }).collect())
     }
 
     /// Reads the stored operators again when this replica's copy is older than [`REFRESH`] (or
@@ -123,7 +131,10 @@ impl Operators {
             stored.read_at = Instant::now();
         }
         match Operators::active(&self.store).await {
-            Ok(active) => *self.stored.lock().expect("operators lock") = Stored { active, read_at: Instant::now() },
+            Ok(active) => {
+                *self.stored.lock().expect("operators lock") = Stored { active, read_at: Instant::now() };
+                self.reread.send_modify(|n| *n += 1);
+            }
             Err(e) => tracing::warn!(error = %e, "cannot read the stored operators; the last copy stands"),
         }
     }
@@ -131,6 +142,37 @@ impl Operators {
     /// Whether operator routes are open: no token configured nor stored (as this replica last read).
     pub fn is_open(&self) -> bool {
         self.configured.is_empty() && self.stored.lock().expect("operators lock").active.is_empty()
+    }
+
+    /// Whether `who` still stands: a configured admin always does, the anonymous one while the routes
+    /// are open, a named operator until revoked.
+    fn stands(&self, who: &Who) -> bool {
+        if who.id == ANONYMOUS {
+            return self.is_open();
+        }
+        let stored = self.stored.lock().expect("operators lock");
+        self.configured.iter().chain(stored.active.iter()).any(|known| known.who.id == who.id)
+    }
+
+    /// A signal that turns true once `who` no longer stands ([`Operators::stands`]): at once when this
+    /// replica revokes them, within [`REFRESH`] when another does. Watched by a task of its own, which
+    /// ends when the signal's last receiver is dropped (the stream it guards ended).
+    pub fn standing(self: &Arc<Self>, who: Who) -> watch::Receiver<bool> {
+        let (revoked, signal) = watch::channel(false);
+        let operators = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut reread = operators.reread.subscribe();
+            let mut look = tokio::time::interval(REFRESH);
+            while operators.stands(&who) {
+                tokio::select! {
+                    () = revoked.closed() => return,
+                    _ = reread.changed() => {}
+                    _ = look.tick() => operators.refresh(false).await,
+                }
+            }
+            let _ = revoked.send(true);
+        });
+        signal
     }
 
     /// Who `bearer` stands for, if it is an operator's token: every known token is compared.
@@ -158,7 +200,7 @@ impl Operators {
     pub async fn caller(&self, bearer: Option<&str>) -> Result<Who> {
         self.refresh(false).await;
         if self.is_open() {
-            return Ok(Who { name: ANONYMOUS.into(), role: Role::Admin });
+            return Ok(Who { id: ANONYMOUS.into(), name: ANONYMOUS.into(), role: Role::Admin });
         }
         let token = bearer.ok_or(Error::Unauthorized("an operator bearer token is required"))?;
         let Some(who) = self.identify(token) else {
@@ -206,6 +248,7 @@ impl Operators {
         }
         let token = tokens::issue();
         let record = OperatorRecord {
+            id: format!("op_{}", uuid::Uuid::new_v4().simple()),
             name: name.to_owned(),
             role,
             token_hash: tokens::hash(&token),

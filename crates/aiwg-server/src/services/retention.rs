@@ -9,6 +9,10 @@
 //! are compacted oldest end first whatever their age, and then the events of no mission. A compacted
 //! mission's log and artifacts go with its progress. Live missions are never touched.
 //!
+//! The audit trail goes after `retention.audit_keep_days`, and its oldest records beyond its own bound
+//! (`retention.audit_max_bytes`, at most a quarter of the cap), whatever their age: the trail counts
+//! toward the cap.
+//!
 //! A pass runs every `retention.interval_s`, on demand ([`Retention::pass`], `POST
 //! /api/v1/store/compact`), and, when a cap is set, as soon as the store is found above it (its size is
 //! read every `CAP_CHECK`, a cheap read, so that a flood overshoots the cap by a fraction of a
@@ -115,6 +119,7 @@ impl Retention {
                 Change::ForgetIdempotent { before: aiwg_contract::clock::now() - aiwg_domain::idempotency::KEEP },
             ])
             .await?;
+        self.trim_audit().await?;
         loop {
             let size = self.store.size_bytes().await?;
             pass.store_bytes = size;
@@ -150,6 +155,21 @@ impl Retention {
                 }
             }
         }
+    }
+
+    /// The audit trail's bound in bytes (`RetentionConfig::audit_bound`).
+    pub fn audit_bound(&self) -> Option<u64> {
+        self.config.audit_bound()
+    }
+
+    /// Removes the oldest audit records beyond the trail's bound, whatever their age.
+    pub async fn trim_audit(&self) -> Result<()> {
+        let Some(bound) = self.config.audit_bound() else { return Ok(()) };
+        if let Some(through_seq) = self.store.audit_beyond(bound).await? {
+            self.store.commit(vec![Change::TrimAudit { through_seq }]).await?;
+            tracing::info!(through_seq, bound, "audit trail trimmed to its bound, oldest records first");
+        }
+        Ok(())
     }
 
     /// Removes the events of no mission committed before `before`, a unit at a time; how many.

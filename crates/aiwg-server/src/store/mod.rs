@@ -271,6 +271,11 @@ pub trait Storage: Send + Sync {
     /// A page of the audit trail, newest first.
     fn audit<'a>(&'a self, q: &'a AuditQuery) -> BoxFuture<'a, Result<Vec<AuditRecord>>>;
 
+    /// The newest audit record beyond `bytes` counted from the newest (its `seq`): removing it and
+    /// everything older keeps the trail within `bytes`. `None` when the trail is within them. Sizes as
+    /// `aiwg_domain::operators::audit_bytes` counts them.
+    fn audit_beyond(&self, bytes: u64) -> BoxFuture<'_, Result<Option<i64>>>;
+
     /// Every stored webhook subscription, removed ones too, oldest first.
     fn webhooks(&self) -> BoxFuture<'_, Result<Vec<Webhook>>>;
 

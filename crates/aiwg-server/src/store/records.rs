@@ -69,9 +69,16 @@ pub enum Change {
     PutSandbox(Box<SandboxRecord>),
     /// Appends a record to the audit trail (its `seq` is the store's to give).
     AppendAudit(Box<AuditRecord>),
+    /// Adds the record's `count` to the count of refusals of its source in its minute (`at`), created
+    /// with the record when it is the first.
+    CountRefusals(Box<AuditRecord>),
     /// Removes the audit records older than `before` (retention).
     ForgetAudit {
         before: chrono::DateTime<chrono::Utc>,
+    },
+    /// Removes the audit records up to this sequence number (the trail beyond its bound, oldest first).
+    TrimAudit {
+        through_seq: i64,
     },
     /// Adds a named operator, or replaces its row (revoked, or a revoked one's name given again).
     PutOperator(Box<OperatorRecord>),

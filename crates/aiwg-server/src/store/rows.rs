@@ -147,6 +147,7 @@ pub(super) fn operator_from_row<R: Cols>(r: &R) -> Result<OperatorRecord> {
     let role = r.text("role")?;
     Ok(OperatorRecord {
         role: Role::parse(&role).ok_or_else(|| StoreError::Corrupt(format!("unknown operator role {role:?}")))?,
+        id: r.text("id")?,
         name: r.text("name")?,
         token_hash: token_hash(r.bytes("token_hash")?)?,
         created_at: time(r, "created_at")?,
@@ -172,6 +173,7 @@ pub(super) fn audit_from_row<R: Cols>(r: &R) -> Result<AuditRecord> {
         executor_id: r.text_opt("executor_id")?,
         status: u16::try_from(status).map_err(|_| StoreError::Corrupt(format!("status {status}")))?,
         outcome: r.text("outcome")?,
+        count: r.int_opt("count")?.map_or(1, |n| u64::try_from(n).unwrap_or(0)),
     })
 }
 

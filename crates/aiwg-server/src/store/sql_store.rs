@@ -211,6 +211,10 @@ where
         Box::pin(self.reads.audit(q))
     }
 
+    fn audit_beyond(&self, bytes: u64) -> BoxFuture<'_, Result<Option<i64>>> {
+        Box::pin(self.reads.audit_beyond(bytes))
+    }
+
     fn webhooks(&self) -> BoxFuture<'_, Result<Vec<Webhook>>> {
         Box::pin(self.reads.webhooks())
     }

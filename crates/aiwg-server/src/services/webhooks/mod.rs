@@ -89,8 +89,8 @@ impl Webhooks {
             .enumerate()
             .map(|(i, w)| {
                 // Checked when the configuration was loaded.
-                let (topics, format) =
-                    webhook_client::check(&w.url, &w.events, &w.format, &[]).unwrap_or((Vec::new(), Format::Standard));
+                let (topics, format) = webhook_client::check(&w.url, &w.events, &w.format, &notify.webhook_hosts)
+                    .unwrap_or((Vec::new(), Format::Standard));
                 Webhook {
                     id: format!("{CONFIG_PREFIX}{}", i + 1),
                     url: w.url.clone(),
@@ -112,7 +112,7 @@ impl Webhooks {
             store: core.store.clone(),
             registry: core.registry.clone(),
             queue: core.queue.clone(),
-            sender: Sender::new(Duration::from_millis(notify.timeout_ms)),
+            sender: Sender::new(Duration::from_millis(notify.timeout_ms), &notify.webhook_hosts),
             config: notify,
             dashboard,
             configured,
@@ -170,9 +170,17 @@ impl Webhooks {
 
     /// `POST /api/v1/webhooks`: a new subscription, with a new secret.
     pub async fn add(&self, by: &str, url: &str, events: &[String], format: Option<&str>) -> Result<Added> {
+        let allowed = &self.config.webhook_hosts;
         let (topics, format) =
-            webhook_client::check(url, events, format.unwrap_or("standard"), &self.config.webhook_hosts)
-                .map_err(Error::InvalidWebhook)?;
+            webhook_client::check(url, events, format.unwrap_or("standard"), allowed).map_err(Error::InvalidWebhook)?;
+        let host = reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default();
+        if allowed.is_empty() {
+            if let Some(ip) = crate::net::resolves_inside(&host).await {
+                return Err(Error::InvalidWebhook(format!(
+                    "host {host} resolves to {ip}, inside the network: list it in notify.webhook_hosts"
+                )));
+            }
+        }
         let webhook = Webhook {
             id: format!("wh_{}", &uuid::Uuid::new_v4().simple().to_string()[..20]),
             url: url.to_owned(),

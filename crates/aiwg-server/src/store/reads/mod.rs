@@ -359,6 +359,12 @@ where
         rows.iter().map(located("hitl_requests", "hitl_id", asked)).collect()
     }
 
+    pub(super) async fn audit_beyond(&self, bytes: u64) -> Result<Option<i64>> {
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        let row = sqlx::query(&queries::AUDIT_BEYOND).bind(bytes).fetch_optional(&self.pool).await?;
+        row.map(|r| r.int("seq")).transpose()
+    }
+
     pub(super) async fn audit(&self, q: &AuditQuery) -> Result<Vec<AuditRecord>> {
         let (sql, texts) = queries::audit(q);
         let mut query = sqlx::query(&sql);

@@ -107,6 +107,20 @@ pub(super) static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// The newest audit record past `$1` bytes of records counted from the newest: each record's texts and
+/// a fixed part for the rest, as `aiwg_domain::operators::audit_bytes` counts them (in characters here,
+/// which both databases count alike; the bound is about the trail's size, not exact to the byte).
+pub(super) static AUDIT_BEYOND: LazyLock<String> = LazyLock::new(|| {
+    let texts = ["operator", "role", "source", "target", "mission_id", "executor_id"]
+        .map(|c| format!("COALESCE(LENGTH({c}), 0)"))
+        .join(" + ");
+    format!(
+        "SELECT seq FROM (SELECT seq, SUM({} + LENGTH(at) + LENGTH(method) + LENGTH(route) + LENGTH(outcome) + {texts}) \
+         OVER (ORDER BY seq DESC) AS newer FROM audit) AS trail WHERE newer > $1 ORDER BY seq DESC LIMIT 1",
+        aiwg_domain::operators::AUDIT_ROW_BYTES
+    )
+});
+
 /// The query of a page of the audit trail, newest first, and the texts it binds in order (then
 /// `before_seq` if any, then the limit).
 pub(super) fn audit(q: &AuditQuery) -> (String, Vec<String>) {

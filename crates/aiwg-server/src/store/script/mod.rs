@@ -166,8 +166,13 @@ impl<'a, B: Builder<'a>> Script<B> {
             Change::PutHitl(h) => h.upsert(self),
             Change::PutOperator(o) => o.upsert(self),
             Change::AppendAudit(a) => a.upsert(self),
+            Change::CountRefusals(a) => upserts::count_refusals(a, self),
             Change::ForgetAudit { before } => {
                 self.push("DELETE FROM audit WHERE at < ").bind(clock::format(*before));
+                self.end();
+            }
+            Change::TrimAudit { through_seq } => {
+                self.push("DELETE FROM audit WHERE seq <= ").bind(*through_seq);
                 self.end();
             }
             Change::PutWebhook(w) => w.upsert(self),

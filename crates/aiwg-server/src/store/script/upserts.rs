@@ -6,7 +6,7 @@ use super::{Builder, Script};
 use crate::store::{ExecutorRecord, HitlRequest, SandboxRecord};
 use aiwg_contract::clock;
 use aiwg_domain::idempotency::Answered;
-use aiwg_domain::operators::{AuditRecord, OperatorRecord};
+use aiwg_domain::operators::{minute_of, AuditRecord, OperatorRecord};
 use aiwg_domain::webhooks::{Delivery, Webhook};
 
 /// A record that one statement writes.
@@ -78,9 +78,10 @@ impl<'a> Upsert<'a> for SandboxRecord {
 
 impl<'a> Upsert<'a> for OperatorRecord {
     fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
-        s.push("INSERT INTO operators (name, role, token_hash, created_at, created_by, revoked_at) ");
+        s.push("INSERT INTO operators (id, name, role, token_hash, created_at, created_by, revoked_at) ");
         s.values([self], |b, o| {
-            b.bind(o.name.as_str())
+            b.bind(o.id.as_str())
+                .bind(o.name.as_str())
                 .bind(o.role.as_str())
                 .bind(&o.token_hash[..])
                 .bind(clock::format(o.created_at))
@@ -88,7 +89,7 @@ impl<'a> Upsert<'a> for OperatorRecord {
                 .bind(o.revoked_at.map(clock::format));
         });
         s.push(
-            " ON CONFLICT (name) DO UPDATE SET role = excluded.role, token_hash = excluded.token_hash, \
+            " ON CONFLICT (name) DO UPDATE SET id = excluded.id, role = excluded.role, token_hash = excluded.token_hash, \
                  created_at = excluded.created_at, created_by = excluded.created_by, revoked_at = excluded.revoked_at",
         )
         .end();
@@ -97,25 +98,46 @@ impl<'a> Upsert<'a> for OperatorRecord {
 
 impl<'a> Upsert<'a> for AuditRecord {
     fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
-        s.push(
-            "INSERT INTO audit (at, operator, role, source, method, route, target, mission_id, executor_id, status, \
-                 outcome) ",
-        );
-        s.values([self], |b, a| {
-            b.bind(clock::format(a.at))
-                .bind(a.operator.as_deref())
-                .bind(a.role.map(|r| r.as_str()))
-                .bind(a.source.as_deref())
-                .bind(a.method.as_str())
-                .bind(a.route.as_str())
-                .bind(a.target.as_deref())
-                .bind(a.mission_id.as_deref())
-                .bind(a.executor_id.as_deref())
-                .bind(i64::from(a.status))
-                .bind(a.outcome.as_str());
-        });
+        audit_insert(self, None, s);
         s.end();
     }
+}
+
+/// The audit record's insert, with its `bucket` (the key of a count of refusals) when it has one.
+fn audit_insert<'a, B: Builder<'a>>(a: &'a AuditRecord, bucket: Option<String>, s: &mut Script<B>) {
+    s.push(
+        "INSERT INTO audit (at, operator, role, source, method, route, target, mission_id, executor_id, status, \
+             outcome, count, bucket) ",
+    );
+    s.values([a], |b, a| {
+        b.bind(clock::format(a.at))
+            .bind(a.operator.as_deref())
+            .bind(a.role.map(|r| r.as_str()))
+            .bind(a.source.as_deref())
+            .bind(a.method.as_str())
+            .bind(a.route.as_str())
+            .bind(a.target.as_deref())
+            .bind(a.mission_id.as_deref())
+            .bind(a.executor_id.as_deref())
+            .bind(i64::from(a.status))
+            .bind(a.outcome.as_str())
+            .bind(i64::try_from(a.count).unwrap_or(i64::MAX))
+            .bind(bucket.clone());
+    });
+}
+
+/// A count of refusals of one source in one minute (that of `a.at`): added to the record of that source
+/// and minute, which is created with the first. A method or route that differs from the record's
+/// becomes `*` there.
+pub(super) fn count_refusals<'a, B: Builder<'a>>(a: &'a AuditRecord, s: &mut Script<B>) {
+    let bucket = format!("{} {}", a.source.as_deref().unwrap_or("-"), clock::format(minute_of(a.at)));
+    audit_insert(a, Some(bucket), s);
+    s.push(
+        " ON CONFLICT (bucket) DO UPDATE SET count = audit.count + excluded.count, \
+             method = CASE WHEN audit.method = excluded.method THEN audit.method ELSE '*' END, \
+             route = CASE WHEN audit.route = excluded.route THEN audit.route ELSE '*' END",
+    )
+    .end();
 }
 
 impl<'a> Upsert<'a> for HitlRequest {

@@ -36,6 +36,9 @@ pub(in crate::store) struct Gathered<'a> {
     seen: HashMap<&'a str, &'a str>,
     /// Compactions: the mission, the events it loses, and whether that ends its compaction.
     compactions: Vec<(Option<&'a str>, &'a [i64], bool)>,
+    /// Each log's latest state in the batch (every chunk's unit carries its log's whole state: a log
+    /// streaming fast has many in one batch, and only its last is written).
+    log_states: HashMap<&'a str, &'a Change>,
 }
 
 impl<'a> Gathered<'a> {
@@ -79,7 +82,9 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetSandbox(_)
                 | Change::PutOperator(_)
                 | Change::AppendAudit(_)
+                | Change::CountRefusals(_)
                 | Change::ForgetAudit { .. }
+                | Change::TrimAudit { .. }
                 | Change::PutWebhook(_)
                 | Change::QueueDelivery(_)
                 | Change::NotifiedUpTo(_)
@@ -88,7 +93,6 @@ impl<'a> Gathered<'a> {
                 | Change::PutIdempotent(_)
                 | Change::ForgetIdempotent { .. }
                 | Change::AppendLog(_)
-                | Change::PutLogState(_)
                 | Change::DropLog { .. }
                 | Change::ForgetLog(_)
                 | Change::PutBlobPart { .. }
@@ -99,9 +103,10 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetArtifactBlobs(_)
                 | Change::ForgetArtifacts(_)
                 | Change::ForgetUploads => statements.upsert(change).await?,
-                Change::ExecutorSeen { executor_id, ts } => {
-                    self.seen.insert(executor_id, ts);
+                Change::PutLogState(state) => {
+                    self.log_states.insert(&state.mission_id, change);
                 }
+                Change::ExecutorSeen { executor_id, ts } => self.saw(executor_id, ts),
                 Change::PatchMission { mission_id, patch } => self.patch(mission_id, patch),
                 Change::CompactEvents { mission_id, seqs, done } => {
                     self.compactions.push((mission_id.as_deref(), seqs.as_slice(), *done))
@@ -116,6 +121,11 @@ impl<'a> Gathered<'a> {
             }
         }
         Ok(Ok(seqs))
+    }
+
+    /// The latest event time of an executor in the batch: the last one gathered.
+    fn saw(&mut self, executor_id: &'a str, ts: &'a str) {
+        self.seen.insert(executor_id, ts);
     }
 
     /// Later patches of a mission in the batch override earlier ones field by field.
@@ -148,6 +158,9 @@ impl<'a> Gathered<'a> {
         }
         for id in patched {
             scripts.next().patch(id, &self.patches[id]);
+        }
+        for state in self.log_states.values() {
+            scripts.next().push_upsert(state);
         }
         let seen: Vec<(&str, &str)> = self.seen.iter().map(|(id, ts)| (*id, *ts)).collect();
         for chunk in seen.chunks(rows) {

@@ -1,2 +1,0 @@
--- A mission's fenced attempts (see migrations/0018_fence.sql); NULL while no attempt was abandoned.
-ALTER TABLE missions ADD COLUMN fence TEXT;
