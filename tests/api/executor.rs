@@ -663,3 +663,23 @@ async fn a_failed_missions_worktree_is_kept_only_when_asked_and_swept_after_its_
     assert_eq!(repo.worktrees(), [wd.as_str()]);
     assert_eq!(entries(&shared), [next.child.id().to_string()], "the dead executor's root is gone");
 }
+
+/// It declares `x-attempts` (issue 53, item 6): serve tells it which attempt a dispatch is, and every
+/// event it sends about the mission names that attempt back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_executor_names_the_attempt_of_each_event() {
+    let server = TestServer::start().await;
+    let e = ExecutorProcess::start(&server, "shell", &[], &[], None).await;
+    let id = e.wait_connected(&server).await;
+    let listed = server.client.get(&format!("/api/v1/executors/{id}")).await.body;
+    assert!(listed["capabilities"].as_array().unwrap().contains(&json!("x-attempts")), "{listed}");
+    let m = run_to_end(&server, &body(&mission_id(), "echo hello", json!(["Bash"]))).await;
+    assert_eq!(m["state"], "done", "{m}");
+    let named: Vec<(String, Value)> = m["recent_events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["event"].as_str().unwrap().to_owned(), e["data"]["attempt"].clone()))
+        .collect();
+    assert!(named.len() >= 3 && named.iter().all(|(_, attempt)| attempt == &json!(1)), "{named:?}");
+}

@@ -291,8 +291,10 @@ async fn a_task_without_a_lease_takes_the_operators_default_lease() {
     assert!(!rt.workdir.path().join("own").exists());
 }
 
+/// Issue 53, item 15: a run its own SIGTERM stopped answered 200 with the stopped agent's exit code
+/// 143, and a kernel finalized that partial output as the task's answer. The caller gets a 503 instead.
 #[tokio::test]
-async fn a_signal_stops_the_running_agents_and_answers_their_callers() {
+async fn a_signal_stops_the_running_agents_and_their_callers_get_a_503_not_a_partial_answer() {
     let mut rt = Runtime::start(&[]).await;
     let fifo = rt.workdir.path().join("started");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
@@ -301,14 +303,15 @@ async fn a_signal_stops_the_running_agents_and_answers_their_callers() {
     let request = request(bash("echo started > started; exec sleep 30"));
     let pending = tokio::spawn({
         let (client, url) = (rt.client.clone(), format!("{}/execute", rt.url));
-        async move { client.post(url).json(&request).send().await.unwrap().json::<ExecuteResponse>().await.unwrap() }
+        async move { status_and_text(client.post(url).json(&request).send().await.unwrap()).await }
     });
     let mut line = String::new();
     tokio::time::timeout(WAIT, BufReader::new(receiver).read_line(&mut line)).await.expect("the agent starts").unwrap();
     let pid = rt.child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let answer = tokio::time::timeout(WAIT, pending).await.expect("the caller is answered").unwrap();
-    assert_eq!(answer.candidate_output["exit_code"], 128 + 15, "{}", answer.candidate_output);
+    let (status, text) = tokio::time::timeout(WAIT, pending).await.expect("the caller is answered").unwrap();
+    assert_eq!(status, 503, "{text}");
+    assert!(text.starts_with("the runtime stopped while this execution ran; it has no answer"), "{text}");
     let exit = tokio::time::timeout(WAIT, rt.child.wait()).await.expect("the runtime exits").unwrap();
     assert!(exit.success(), "{exit:?}");
 }

@@ -19,6 +19,9 @@ fn replica(db: &TestDatabase) -> aiwg_server::config::Config {
     config.store.database_url = db.url.clone();
     config.replica.secret = SECRET.into();
     config.dispatch.forward_timeout_ms = 2000;
+    // Nobody times out within the grace of a takeover (issue 53, item 13): a second, so that the
+    // timeouts the next leader fires fire within a test.
+    config.hub.restart_grace_s = 1;
     config
 }
 

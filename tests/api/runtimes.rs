@@ -172,6 +172,7 @@ async fn a_mission_runs_on_a_runtime_as_a_kernel_would_run_it() {
     assert_eq!(
         kinds,
         [
+            ("mission.progress", "executing"),
             ("mission.started", ""),
             ("mission.progress", "executed"),
             ("mission.progress", "verified"),
@@ -182,7 +183,8 @@ async fn a_mission_runs_on_a_runtime_as_a_kernel_would_run_it() {
     assert!(evs.iter().all(|e| e["executor_id"] == rt.as_str()));
     assert_eq!(added["executor_id"], rt.as_str());
     assert_eq!(uuid::Uuid::parse_str(&rt).unwrap().get_version_num(), 4, "an executor id is a random UUID");
-    let done = &evs[3]["data"];
+    let done = &evs[4]["data"];
+    assert_eq!(evs[0]["data"]["executions"][0]["execution_id"], exec_id, "recorded before the call");
     assert_eq!(done["output"], output);
     assert_eq!(done["summary"], "default::say hello");
     assert_eq!(done["verifier_result"]["passed"], true);
@@ -294,6 +296,8 @@ async fn transport_failures_are_retried_with_the_same_execution_id_and_statuses_
     let data = ends_with(&server, &id, "failed", "runtime_unreachable").await;
     assert!(data["error"].as_str().unwrap().starts_with("runtime /execute request:"), "{data}");
     assert_eq!(runtime.count("/execute"), 4 + 5);
+    // Unhealthy until the prober finds it back (a_runtime_whose_execute_failed_in_transport_...).
+    server.eventually("/api/v1/runtimes/rt", "the prober to find it back", |r| r["healthy"] == true).await;
 
     // A status is an answer: one request each, the status and the body's start named.
     for status in [500, 503] {
@@ -543,18 +547,80 @@ async fn a_removed_runtime_ends_its_missions_and_leaves_the_listings() {
     server.client.get("/api/v1/runtimes/rt").await.assert_error(404, "not_found");
 }
 
+/// Issue 53, item 15: a mission driven again after a restart got a new `execution_id`, so the runtime
+/// ran its side effects twice. The id is recorded before the first call and sent again: the runtime
+/// joins its run.
 #[tokio::test]
-async fn runtimes_and_their_missions_survive_a_restart() {
+async fn runtimes_and_their_missions_survive_a_restart_under_the_same_execution_id() {
     let server = server().await;
     let (runtime, id) = stalled_mission(&server).await;
     let server = server.restart().await;
-    // Driven again from the start after the restart: a new execution, which the runtime answers.
     runtime.wait_for("/execute", 2).await;
     assert_eq!(ended(&server, &id).await["state"], "done");
     let sent = runtime.requests_to("/execute");
-    assert_ne!(sent[0].json.as_ref().unwrap()["execution_id"], sent[1].json.as_ref().unwrap()["execution_id"]);
+    let execution = |i: usize| sent[i].json.as_ref().unwrap()["execution_id"].clone();
+    assert_eq!(execution(0), execution(1), "the same execution, which the runtime joins");
+    assert_eq!(sent[0].raw, sent[1].raw, "the same request");
+    let recorded = events(&server, &id).await;
+    let planned = recorded.iter().find(|e| e["data"]["phase"] == "executing").expect("recorded before the call");
+    assert_eq!(planned["data"]["executions"][0]["execution_id"], execution(0));
     let listed = server.client.get("/api/v1/runtimes/rt").await;
     assert_eq!((listed.status, listed.body["healthy"].as_bool()), (200, Some(true)), "{}", listed.body);
+}
+
+/// Issue 53, item 15: a cross-check interrupted by a restart of serve failed `serve_restarted`, though
+/// the docs said such missions are driven again: it goes on on both its runtimes, each under its own
+/// execution id, and completes.
+#[tokio::test]
+async fn a_cross_check_interrupted_by_a_restart_goes_on_on_its_runtimes() {
+    let server = server().await;
+    let (a, b) = (ScriptedRuntime::start().await, ScriptedRuntime::start().await);
+    add(&server, "rt-a", &a).await;
+    add(&server, "rt-b", &b).await;
+    for rt in [&a, &b] {
+        rt.script("/execute", [Behavior::Stall]);
+    }
+    let body = json!({"mission_id": mission_id(), "objective": "say hello", "completion": "an answer",
+                      "task": {"timeout_ms": 60000,
+                               "crosscheck": {"executions": 2, "quorum": 2, "agree_on": ["/answer"]}}});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &body).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let id = r.body["mission_id"].as_str().unwrap().to_owned();
+    a.wait_for("/execute", 1).await;
+    b.wait_for("/execute", 1).await;
+    let server = server.restart().await;
+    a.wait_for("/execute", 2).await;
+    b.wait_for("/execute", 2).await;
+    let m = ended(&server, &id).await;
+    assert_eq!(m["state"], "done", "{m}");
+    assert_eq!(last_data(&server, &id).await["agreeing"].as_array().map(Vec::len), Some(2));
+    let ids = |rt: &ScriptedRuntime| -> Vec<Value> {
+        rt.requests_to("/execute").iter().map(|r| r.json.as_ref().unwrap()["execution_id"].clone()).collect()
+    };
+    let (on_a, on_b) = (ids(&a), ids(&b));
+    assert_eq!((on_a[0] == on_a[1], on_b[0] == on_b[1]), (true, true), "{on_a:?} {on_b:?}");
+    assert_ne!(on_a[0], on_b[0], "one execution per runtime");
+}
+
+/// Issue 53, item 15: a runtime whose `/execute` connection failed stayed healthy until its next probe
+/// and was routed to. A transport failure is a failed probe: it is not routed to until the prober
+/// finds it back.
+#[tokio::test]
+async fn a_runtime_whose_execute_failed_in_transport_is_unhealthy_until_probed_again() {
+    let server = quiet_server().await;
+    let runtime = ScriptedRuntime::start().await;
+    add(&server, "rt", &runtime).await;
+    runtime.script("/execute", std::iter::repeat_n(Behavior::Drop, 5));
+    let id = dispatch(&server, None, "rt").await;
+    ends_with(&server, &id, "failed", "runtime_unreachable").await;
+    let listed = server.client.get("/api/v1/runtimes/rt").await;
+    assert_eq!(listed.body["healthy"], false, "{}", listed.body);
+    let next = json!({"mission_id": mission_id(), "objective": "say hello", "completion": "an answer"});
+    server.client.post("/api/v1/sessions/s/dispatch", &next).await.assert_error(503, "no_executor_available");
+    let checked = server.client.post("/api/v1/runtimes/rt/check", &Value::Null).await;
+    assert_eq!((checked.status, checked.body["healthy"].as_bool()), (200, Some(true)));
+    let id = dispatch(&server, None, "rt").await;
+    assert_eq!(ended(&server, &id).await["state"], "done");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

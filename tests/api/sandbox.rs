@@ -12,13 +12,13 @@ use tokio_tungstenite::tungstenite::Message;
 use crate::support::agentic::AgenticPeer;
 use crate::support::{mission_id, ExecSocket, ScriptedExecutor, TestServer};
 
-fn mission_path(id: &str) -> String {
+pub(crate) fn mission_path(id: &str) -> String {
     format!("/api/v1/missions/{id}")
 }
 
 /// Dispatches a fresh mission (the agentic peer is the only executor) and waits until its REST
 /// listener has it; returns its id.
-async fn dispatch_to_peer(server: &TestServer, peer: &mut AgenticPeer, id: &str) {
+pub(crate) async fn dispatch_to_peer(server: &TestServer, peer: &mut AgenticPeer, id: &str) {
     let body = json!({"mission_id": id, "objective": format!("work on {id}"), "completion": "exits 0"});
     let r = server.client.post("/api/v1/sessions/sess-1/dispatch", &body).await;
     assert_eq!((r.status, r.body["executor_id"].as_str()), (202, Some(peer.id())), "{}", r.body);
@@ -26,7 +26,7 @@ async fn dispatch_to_peer(server: &TestServer, peer: &mut AgenticPeer, id: &str)
 }
 
 /// The peer's own `mission.assigned`, as it sends it right after the 202, waited for until stored.
-async fn assigned(server: &TestServer, peer: &mut AgenticPeer, id: &str) {
+pub(crate) async fn assigned(server: &TestServer, peer: &mut AgenticPeer, id: &str) {
     peer.emit("mission.assigned", id, json!({"state": "assigned", "estimated_start": aiwg_contract::clock::stamp()}))
         .await;
     server
@@ -151,17 +151,17 @@ async fn sandbox_registration_is_lenient_but_its_socket_needs_its_token() {
 }
 
 /// What the sandbox socket says about one agent session (`mission-` + the first 8 bytes of the id).
-fn session_listing(session_id: &str, mission_id: &str) -> Value {
+pub(crate) fn session_listing(session_id: &str, mission_id: &str) -> Value {
     json!({"type": "agent_sessions", "agent_id": "fake-agent-1", "sessions": [{
         "session_id": session_id, "session_name": format!("mission-{}", &mission_id[..8]), "session_type": "background",
         "command": "work", "created_at_secs": 0, "has_screen": false}]})
 }
 
-fn session_start(session_id: &str) -> Value {
+pub(crate) fn session_start(session_id: &str) -> Value {
     json!({"type": "session_start", "agent_id": "fake-agent-1", "session_id": session_id, "command": "tmux"})
 }
 
-fn session_end(session_id: &str, exit_code: i64) -> Value {
+pub(crate) fn session_end(session_id: &str, exit_code: i64) -> Value {
     json!({"type": "session_end", "agent_id": "fake-agent-1", "session_id": session_id, "exit_code": exit_code})
 }
 
@@ -494,32 +494,43 @@ async fn socket_cycles_of_the_agentic_sandbox_lose_no_event() {
 
 /// Issue 42, finding 4: missions whose ids share their first 8 characters never ended, the first
 /// included: a session was matched by its name's prefix only, found two missions and took neither. A
-/// session goes to the mission bound to it, else to the first unclaimed mission of its prefix.
+/// session goes to the mission bound to it, else to the first unclaimed mission of its prefix. The
+/// sandbox runs one session per name (issue 53, item 14): the second waits in the queue until the first
+/// ended, and its session, of the same name, is its own and not the first's.
 #[tokio::test]
 async fn sessions_of_missions_sharing_a_prefix_end_each_its_own() {
     let server = TestServer::start().await;
     let mut peer = AgenticPeer::boot(&server, &[]).await;
     let (first, second) = ("m-shared-first".to_owned(), "m-shared-second".to_owned());
-    for id in [&first, &second] {
-        dispatch_to_peer(&server, &mut peer, id).await;
-        assigned(&server, &mut peer, id).await;
-    }
+    dispatch_to_peer(&server, &mut peer, &first).await;
+    assigned(&server, &mut peer, &first).await;
+    let queued = json!({"mission_id": second, "objective": "o", "completion": "c", "queue": true});
+    let r = server.client.post("/api/v1/sessions/s/dispatch", &queued).await;
+    assert_eq!((r.status, r.body["status"].as_str()), (202, Some("queued")), "{}", r.body);
+    assert!(
+        r.body["queued_reason"].as_str().unwrap().contains("runs m-shared-first, whose id shares them"),
+        "{}",
+        r.body
+    );
     peer.sandbox(session_start("s-1")).await;
     peer.sandbox(session_listing("s-1", &first)).await;
     let m = server.eventually(&mission_path(&first), "first started", |m| m["state"] == "running").await;
     assert_eq!(m["pty_session_ref"], "s-1");
-    assert_eq!(server.mission(&second).await["state"], "assigned", "one session, one mission");
+    assert_eq!(server.mission(&second).await["state"], "queued", "one session name, one live mission");
+    peer.sandbox(session_end("s-1", 0)).await;
+    let m = server.eventually(&mission_path(&first), "first done", |m| m["state"] == "done").await;
+    assert_eq!(m["exit_code"], 0);
+
+    assert_eq!(peer.rest.next_dispatch().await.body["mission_id"], json!(second), "handed out once the first ended");
+    assigned(&server, &mut peer, &second).await;
     peer.sandbox(session_start("s-2")).await;
     peer.sandbox(session_listing("s-2", &second)).await;
     let m = server.eventually(&mission_path(&second), "second started", |m| m["state"] == "running").await;
     assert_eq!(m["pty_session_ref"], "s-2");
-    // Ends in the other order: each session ends its own mission.
     peer.sandbox(session_end("s-2", 3)).await;
-    peer.sandbox(session_end("s-1", 0)).await;
-    let m = server.eventually(&mission_path(&first), "first done", |m| m["state"] == "done").await;
-    assert_eq!(m["exit_code"], 0);
     let m = server.eventually(&mission_path(&second), "second failed", |m| m["state"] == "failed").await;
     assert_eq!(m["exit_code"], 3);
+    assert_eq!(server.mission(&first).await["exit_code"], 0, "the first kept its end");
 }
 
 /// Issue 42, finding 5: a lost agent leaves its mission running and silent. Its sandbox's session frames

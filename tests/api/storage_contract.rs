@@ -418,6 +418,9 @@ mod cases {
         store.commit(vec![insert(&queued)]).await.unwrap();
         assert_eq!(store.mission("m1").await.unwrap(), Some(queued.clone()));
 
+        let mut fence = aiwg_domain::fence::Fence::default();
+        fence.abandon(2, "e1");
+        fence.ended_late(1);
         let full = MissionPatch {
             state: Some(MissionState::Done),
             executor_id: Some("e1".into()),
@@ -433,6 +436,7 @@ mod cases {
             checkpoint_id: Some("ck-1".into()),
             scheduled_at: Some(ts(40)),
             attempt: Some(3),
+            fence: Some(fence.clone()),
         };
         store.commit(vec![patch("m1", full.clone())]).await.unwrap();
         let expected = Mission {
@@ -449,6 +453,7 @@ mod cases {
             queued_reason: full.queued_reason.clone(),
             checkpoint_id: full.checkpoint_id.clone(),
             attempt: 3,
+            fence,
             ..queued
         };
         assert_eq!(store.mission("m1").await.unwrap(), Some(expected.clone()));
@@ -1017,6 +1022,7 @@ mod cases {
             executor_id: "e1".to_owned(),
             state,
             pty_session_ref: session.map(str::to_owned),
+            attempt: 1,
         };
         let expected = |extra: &[(&str, MissionState)]| {
             let states = [

@@ -199,10 +199,10 @@ async fn the_configured_defaults_apply_where_a_dispatch_names_none() {
 }
 
 /// A deadline is derived from the store, not kept by a timer: a restart finds each one where it was,
-/// and each fires once.
+/// and each fires once (the restart grace, a second here, is over by then).
 #[tokio::test]
 async fn every_timeout_fires_once_across_a_restart() {
-    let server = TestServer::start_with(|c| c.hub.restart_grace_s = 600).await;
+    let server = TestServer::start_with(|c| c.hub.restart_grace_s = 1).await;
     let (_e, mut ws, silent) = running_with(&server, &[], json!({"heartbeat_s": 1.5})).await;
     ws.ack("mission.progress", &silent, json!({"summary": "last words"})).await;
     let last_heard = server.mission(&silent).await["updated_at"].clone();
@@ -233,6 +233,33 @@ async fn every_timeout_fires_once_across_a_restart() {
     assert!((1_500..1_500 + LATE).contains(&waited), "failed {waited} ms after its dispatch, a restart between");
     ended_once_for(&server, &queued, "mission.failed", "schedule_to_start_timeout").await;
     assert_eq!(server.client.get("/api/v1/overview").await.body["queue_depth"], 0, "it left the queue");
+}
+
+/// Issue 53, item 13: nobody times out within `hub.restart_grace_s` of serve's start. A mission live
+/// when serve started, silent past its heartbeat while serve was down, fails only once the grace is
+/// over; one dispatched after the start keeps its own clocks and fails within the grace.
+#[tokio::test]
+async fn missions_live_when_serve_started_do_not_time_out_within_the_restart_grace() {
+    const GRACE_MS: i64 = 3_000;
+    let server = TestServer::start_with(|c| c.hub.restart_grace_s = 3).await;
+    let (_e, ws, before) = running_with(&server, &[], json!({"heartbeat_s": 2})).await;
+    drop(ws);
+    let stopping = aiwg_contract::clock::now();
+    let server = server.restart().await;
+    let (_f, mut after_ws, after) = running_with(&server, &[], json!({"heartbeat_s": 0.3})).await;
+    after_ws.ack("mission.progress", &after, json!({"summary": "then silence"})).await;
+
+    let m = ended(&server, &after).await;
+    assert_eq!(m["state"], "failed", "{m}");
+    ended_once_for(&server, &after, "mission.failed", "heartbeat_timeout").await;
+    let own = (at(&m["completed_at"]) - stopping).num_milliseconds();
+    assert!(own < GRACE_MS, "a mission dispatched after the start keeps its own clocks: failed {own} ms after");
+
+    let m = ended(&server, &before).await;
+    assert_eq!(m["state"], "failed", "{m}");
+    ended_once_for(&server, &before, "mission.failed", "heartbeat_timeout").await;
+    let held = (at(&m["completed_at"]) - stopping).num_milliseconds();
+    assert!((GRACE_MS..GRACE_MS + LATE).contains(&held), "failed {held} ms after serve stopped, within the grace");
 }
 
 /// Timeouts that are not positive numbers of seconds up to 30 days, or that name something else, are

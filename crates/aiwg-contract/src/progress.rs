@@ -54,6 +54,8 @@ struct Frame<'a> {
 #[serde(deny_unknown_fields)]
 struct Data {
     #[serde(default, deserialize_with = "present")]
+    attempt: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
     phase: Option<String>,
     #[serde(default, deserialize_with = "present")]
     iteration: Option<u64>,
@@ -100,6 +102,7 @@ pub fn read(text: &str) -> Option<Progress> {
         && is_mission_id(&frame.mission_id)
         && is_plain_date_time(&frame.ts)
         && [&data.phase, &data.summary].into_iter().flatten().all(|s| !s.contains('\0'))
+        && data.attempt.is_none_or(|a| a >= 1)
         && data.pct_complete.as_ref().is_none_or(|p| p.as_f64().is_some_and(|p| (0.0..=100.0).contains(&p)));
     if !valid {
         return None;
@@ -111,6 +114,7 @@ pub fn read(text: &str) -> Option<Progress> {
             out.insert(key.to_owned(), value);
         }
     };
+    put("attempt", data.attempt.map(Value::from));
     put("iteration", data.iteration.map(Value::from));
     put("pct_complete", data.pct_complete.map(Value::Number));
     put("phase", data.phase.map(Value::String));
@@ -210,9 +214,10 @@ mod tests {
         );
         assert_eq!(defs["mission_id"], json!({"type": "string", "minLength": 1, "maxLength": MAX_MISSION_ID}));
         assert_eq!(defs["ts"], json!({"type": "string", "format": "date-time"}));
+        assert_eq!((&defs["attempt"]["type"], &defs["attempt"]["minimum"]), (&json!("integer"), &json!(1)));
         assert_eq!(
             defs["data_mission_progress"],
-            json!({"type": "object", "properties": {
+            json!({"type": "object", "properties": {"attempt": {"$ref": "#/$defs/attempt"},
                 "phase": {"type": "string"}, "iteration": {"type": "integer", "minimum": 0},
                 "tokens_used": {"type": "integer", "minimum": 0}, "summary": {"type": "string"},
                 "pct_complete": {"type": "number", "minimum": 0, "maximum": 100}}})
@@ -234,6 +239,7 @@ mod tests {
             read_data(r#","data":{"tokens_used":0,"pct_complete":100}"#),
             Some(json!({"tokens_used": 0, "pct_complete": 100}))
         );
+        assert_eq!(read_data(r#","data":{"attempt":2,"iteration":1}"#), Some(json!({"attempt": 2, "iteration": 1})));
     }
 
     fn read_data(data: &str) -> Option<Value> {
@@ -250,6 +256,7 @@ mod tests {
             r#","data":{"extra":1}"#,
             r#","data":{"iteration":3.0}"#,
             r#","data":{"iteration":-1}"#,
+            r#","data":{"attempt":0}"#,
             r#","data":{"pct_complete":100.5}"#,
             r#","data":{"summary":"x\u0000"}"#,
             r#","extra":1"#,

@@ -19,6 +19,11 @@ pub const ABORT: &str = "x-abort";
 /// reads nothing: the agentic-sandbox executor counts every inbound frame against a 64-slot channel whose
 /// overflow silently ends its HITL handling. So answers go only to executors that ask for them.
 pub const ACKS: &str = "x-acks";
+/// An extension: the executor reads the attempt a dispatch carries (`attempt`, which serve adds only
+/// for it: an executor written for upstream gets the body it knows) and names it in the `data` of every
+/// event it sends about the mission (`attempt`), so that serve never takes a word about an earlier
+/// attempt for the current one's.
+pub const ATTEMPTS: &str = "x-attempts";
 /// An extension: the executor only listens: serve opens its WebSocket, at the scheme, host and port of
 /// `transport_endpoints.ws` and on serve's own path (`/ws/executors/{id}?token=`), once it has had no
 /// socket for `hub.dial_after_s`. Serve dials no other executor: registration is open, and a dial

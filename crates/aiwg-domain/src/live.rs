@@ -37,6 +37,9 @@ pub struct Live {
     /// When it entered the working set, as an order (the ledger's count): among missions a sandbox
     /// session could be, the one that came first.
     admitted: u64,
+    /// The number of its current attempt (1 until a retry): an executor declaring `x-attempts` names
+    /// the attempt of each event, and a word about another attempt is not this one's.
+    attempt: u32,
 }
 
 /// What a queued change of a live mission replaced in its projection, put back if the change's commit
@@ -222,6 +225,7 @@ impl Live {
             recent_progress: VecDeque::new(),
             session: None,
             admitted: 0,
+            attempt: 1,
         }
     }
 
@@ -230,9 +234,19 @@ impl Live {
         Live { session, hitl, ..Live::new(executor_id, state) }
     }
 
-    /// A new mission whose dispatch to `executor_id` is being forwarded right now.
-    pub fn handing_over(executor_id: &str) -> Live {
-        Live { handover: Handover::InFlight, ..Live::new(executor_id, MissionState::Assigned) }
+    /// The same, on attempt `attempt` of the mission.
+    pub fn on_attempt(self, attempt: u32) -> Live {
+        Live { attempt, ..self }
+    }
+
+    /// Attempt `attempt` of a mission, whose dispatch to `executor_id` is being forwarded right now.
+    pub fn handing_over(executor_id: &str, attempt: u32) -> Live {
+        Live { handover: Handover::InFlight, attempt, ..Live::new(executor_id, MissionState::Assigned) }
+    }
+
+    /// The number of its current attempt.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
     }
 
     pub fn executor_id(&self) -> &str {

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::fence::Fence;
 use super::MissionState;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +30,8 @@ pub struct Mission {
     pub compacted_at: Option<DateTime<Utc>>,
     /// The number of its current attempt: 1 until a retry policy queues it again.
     pub attempt: u32,
+    /// Its abandoned attempts that may still run, and those that ended late (`crate::fence`).
+    pub fence: Fence,
 }
 
 impl Mission {
@@ -53,6 +56,7 @@ impl Mission {
             checkpoint_id: None,
             compacted_at: None,
             attempt: 1,
+            fence: Fence::default(),
         }
     }
 
@@ -101,6 +105,8 @@ pub struct MissionPatch {
     pub scheduled_at: Option<DateTime<Utc>>,
     /// The number of the attempt a retry queues.
     pub attempt: Option<u32>,
+    /// Its fence, whole (serve writes it under one lock: `services::retries`).
+    pub fence: Option<Fence>,
 }
 
 impl MissionPatch {
@@ -127,7 +133,8 @@ impl MissionPatch {
             queued_reason,
             checkpoint_id,
             scheduled_at,
-            attempt
+            attempt,
+            fence
         );
     }
 }

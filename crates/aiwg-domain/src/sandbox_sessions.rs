@@ -21,6 +21,11 @@
 //!   after one serve inferred is acknowledged as a duplicate, and a later quarantine
 //!   (`failed_preserved`) of a mission that ended this way is refused, not applied.
 //!
+//! - **Agents.** Each session runs on an agent (`agent_id` of its start and of the listings). When the
+//!   sandbox reports an agent lost (`agent_disconnected`), it has cleaned up that agent's sessions and
+//!   will say nothing more of them: the missions bound to them fail (reason `agent_disconnected`). A
+//!   HITL question the sandbox relays (`hitl_input_required`) is asked by a mission on its agent.
+//!
 //! Frames can arrive in any order across the two sockets (a `session_start` before the
 //! `mission.assigned` of its mission), so each session's facts are gathered until its name is known.
 
@@ -47,11 +52,48 @@ struct Session {
 }
 
 /// A fact about a mission's session, ready to be matched and recorded: by the mission bound to the
-/// session, else by the mission-id prefix its name carries (`None` when only the binding tells).
+/// session, else by the mission-id prefix its name carries (`None` when only the binding tells). An
+/// agent lost speaks of every session the sandbox said ran on it.
 #[derive(Debug, PartialEq)]
 pub enum Inferred {
     Started { prefix: Option<String>, session_id: String },
     Ended { prefix: Option<String>, session_id: String, exit_code: i64 },
+    AgentLost { agent_id: String, session_ids: Vec<String> },
+}
+
+/// A HITL question a linked sandbox relayed (`hitl_input_required`): the question its executor's own
+/// `mission.hitl_required` asks, which that executor may have lost on the way (after serve restarts,
+/// it drops one queued event); serve raises it on the mission when that event does not follow.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Question {
+    pub executor_id: String,
+    /// The agent that asks: the mission is the one bound to a session on it.
+    pub agent_id: Option<String>,
+    /// The frame as the sandbox sent it (`hitl_id`, `prompt`, `context`).
+    pub frame: Value,
+}
+
+impl Question {
+    /// The question in a frame of the sandbox of `executor_id`'s machine.
+    pub fn of(executor_id: &str, frame: Value) -> Question {
+        let agent_id = frame.get("agent_id").and_then(Value::as_str).map(str::to_owned);
+        Question { executor_id: executor_id.to_owned(), agent_id, frame }
+    }
+
+    /// Its id, which the answer names (the sandbox matches answers by it alone).
+    pub fn hitl_id(&self) -> Option<&str> {
+        self.frame.get("hitl_id").and_then(Value::as_str).filter(|s| !s.is_empty())
+    }
+
+    /// The `mission.hitl_required` data it asks with: the id, the prompt, the context when given.
+    pub fn data(&self) -> Option<Value> {
+        let prompt = self.frame.get("prompt").and_then(Value::as_str).filter(|s| !s.is_empty())?;
+        let mut data = serde_json::json!({"hitl_id": self.hitl_id()?, "prompt": prompt});
+        if let Some(context) = self.frame.get("context").and_then(Value::as_str) {
+            data["context"] = context.into();
+        }
+        Some(data)
+    }
 }
 
 /// One sandbox's agent sessions as its frames told them. Pure: frames in, inferences out.
@@ -59,6 +101,10 @@ pub enum Inferred {
 pub struct Tracker {
     sessions: HashMap<String, Session>,
     order: VecDeque<String>,
+    /// The agent each session runs on (from its start, or a listing: after serve restarts, a listing
+    /// is all that tells), the oldest forgotten first.
+    agents: HashMap<String, String>,
+    agents_order: VecDeque<String>,
 }
 
 impl Tracker {
@@ -68,11 +114,19 @@ impl Tracker {
     pub fn observe(&mut self, frame: &Value, bound: impl Fn(&str) -> bool) -> Vec<Inferred> {
         let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
         let mut touched = Vec::new();
+        let agent = text(frame, "agent_id");
         match frame.get("type").and_then(Value::as_str) {
             Some("session_start") => {
                 if let Some(id) = text(frame, "session_id") {
                     self.session(&id).started = true;
+                    self.runs_on(&id, agent.as_deref());
                     touched.push(id);
+                }
+            }
+            Some("agent_disconnected") => {
+                if let Some(agent_id) = agent {
+                    let session_ids = self.sessions_of(&agent_id);
+                    return vec![Inferred::AgentLost { agent_id, session_ids }];
                 }
             }
             Some("session_end") => {
@@ -86,6 +140,9 @@ impl Tracker {
             Some("agent_sessions") => {
                 for listed in frame.get("sessions").and_then(Value::as_array).into_iter().flatten() {
                     // Only sessions this sandbox reported itself: a listing alone starts nothing.
+                    if let Some(id) = text(listed, "session_id") {
+                        self.runs_on(&id, agent.as_deref());
+                    }
                     if let (Some(id), Some(name)) = (text(listed, "session_id"), text(listed, "session_name")) {
                         if let Some(session) = self.sessions.get_mut(&id) {
                             session.name = Some(name);
@@ -104,6 +161,24 @@ impl Tracker {
             }
         }
         touched.into_iter().flat_map(|id| self.due(&id)).collect()
+    }
+
+    /// Session `id` runs on `agent`.
+    fn runs_on(&mut self, id: &str, agent: Option<&str>) {
+        let Some(agent) = agent else { return };
+        if self.agents.insert(id.to_owned(), agent.to_owned()).is_none() {
+            if self.agents_order.len() >= MAX_SESSIONS {
+                if let Some(oldest) = self.agents_order.pop_front() {
+                    self.agents.remove(&oldest);
+                }
+            }
+            self.agents_order.push_back(id.to_owned());
+        }
+    }
+
+    /// The sessions the sandbox said run on `agent_id`, oldest first.
+    pub fn sessions_of(&self, agent_id: &str) -> Vec<String> {
+        self.agents_order.iter().filter(|s| self.agents.get(*s).is_some_and(|a| a == agent_id)).cloned().collect()
     }
 
     fn session(&mut self, id: &str) -> &mut Session {
@@ -236,6 +311,34 @@ mod tests {
         assert!(sessions_mentioned(&json!({"type": "agent_sessions", "sessions": "none"})).is_empty());
     }
 
+    /// Sessions are known by their agent, from their start or a listing; the agent's loss names them.
+    #[test]
+    fn an_agent_lost_names_the_sessions_that_ran_on_it() {
+        let mut t = Tracker::default();
+        t.observe(&json!({"type": "session_start", "agent_id": "a", "session_id": "s1"}), unbound);
+        t.observe(&json!({"type": "session_start", "agent_id": "b", "session_id": "s2"}), unbound);
+        t.observe(&sessions("s3", "mission-m-3"), unbound);
+        assert_eq!(t.sessions_of("a"), ["s1", "s3"], "a listing tells too (after a restart, it alone does)");
+        let lost = t.observe(&json!({"type": "agent_disconnected", "agent_id": "a", "reason": "gone"}), unbound);
+        assert_eq!(lost, [Inferred::AgentLost { agent_id: "a".into(), session_ids: vec!["s1".into(), "s3".into()] }]);
+        assert_eq!(t.observe(&json!({"type": "agent_disconnected"}), unbound), [], "no agent named");
+    }
+
+    #[test]
+    fn a_relayed_question_asks_with_its_id_prompt_and_context() {
+        let frame = json!({"type": "hitl_input_required", "agent_id": "a", "session_id": "c1", "hitl_id": "h1",
+                           "prompt": "Deploy?", "context": "staging"});
+        let q = Question::of("e1", frame.clone());
+        assert_eq!((q.agent_id.as_deref(), q.hitl_id()), (Some("a"), Some("h1")));
+        assert_eq!(q.data(), Some(json!({"hitl_id": "h1", "prompt": "Deploy?", "context": "staging"})));
+        let mut bare = frame.clone();
+        bare.as_object_mut().unwrap().remove("context");
+        assert_eq!(Question::of("e1", bare).data(), Some(json!({"hitl_id": "h1", "prompt": "Deploy?"})));
+        let mut unasked = frame;
+        unasked["prompt"] = json!("");
+        assert_eq!(Question::of("e1", unasked).data(), None, "no prompt, nothing to ask");
+    }
+
     #[test]
     fn memory_is_bounded() {
         let mut t = Tracker::default();
@@ -244,6 +347,10 @@ mod tests {
         }
         assert_eq!(t.sessions.len(), MAX_SESSIONS);
         assert!(!t.sessions.contains_key("s0"));
+        for i in 0..MAX_SESSIONS + 10 {
+            t.observe(&json!({"type": "session_start", "agent_id": "a", "session_id": format!("s{i}")}), unbound);
+        }
+        assert_eq!((t.agents.len(), t.agents_order.len()), (MAX_SESSIONS, MAX_SESSIONS));
     }
 
     #[test]

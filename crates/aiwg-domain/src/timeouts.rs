@@ -166,6 +166,26 @@ pub fn next(limits: &Limits, seen: &Seen, ran: Option<&Ran>) -> Option<(DateTime
     .min_by_key(|(at, _)| *at)
 }
 
+/// Serve's restart grace (`hub.restart_grace_s`): while serve was down nobody could be heard, so no
+/// mission live when it started times out before the grace ends, whatever its clocks say; a mission
+/// scheduled after the start (dispatched, or queued again for a new attempt) keeps its own clocks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RestartGrace {
+    pub started_at: DateTime<Utc>,
+    pub ends_at: DateTime<Utc>,
+}
+
+impl RestartGrace {
+    /// When a deadline at `at` of a mission with these clocks may fire.
+    pub fn hold(&self, seen: &Seen, at: DateTime<Utc>) -> DateTime<Utc> {
+        if seen.scheduled_at < self.started_at {
+            at.max(self.ends_at)
+        } else {
+            at
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +259,17 @@ mod tests {
         assert_eq!(next(&limits, &seen(MissionState::HitlRequired), Some(&ran)), Some((t(180), Expiry::StartToClose)));
         assert_eq!(next(&limits, &seen(MissionState::Done), None), None);
         assert_eq!(next(&Limits::default(), &seen(MissionState::Running), None), None);
+    }
+
+    /// A mission live when serve started times out no earlier than the grace's end; one scheduled after
+    /// the start keeps its own deadline.
+    #[test]
+    fn the_restart_grace_holds_only_the_missions_live_at_the_start() {
+        let grace = RestartGrace { started_at: t(100), ends_at: t(220) };
+        let live_then = Seen { state: MissionState::Running, scheduled_at: t(0), updated_at: t(50) };
+        assert_eq!(grace.hold(&live_then, t(70)), t(220), "silent while serve was down");
+        assert_eq!(grace.hold(&live_then, t(300)), t(300), "due after the grace anyway");
+        let after = Seen { scheduled_at: t(101), ..live_then };
+        assert_eq!(grace.hold(&after, t(121)), t(121));
     }
 }

@@ -3,13 +3,11 @@
 //! calls one method.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::error::Result;
-use crate::forward::Forwarder;
 use crate::metrics::Metrics;
 use crate::services::artifacts::Artifacts;
 use crate::services::audit::Audit;
@@ -29,6 +27,7 @@ use crate::services::registry::Registry;
 use crate::services::retention::Retention;
 use crate::services::retries::Retries;
 use crate::services::runtimes::Runtimes;
+use crate::services::sandbox_questions::SandboxQuestions;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
 use crate::services::timeouts::Timeouts;
@@ -93,14 +92,16 @@ impl App {
             Arc::new(Runtimes::new(&core, config.runtimes.clone(), config.server.max_executors, shutdown.clone()));
         let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
         let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
-        let forwarder = Forwarder::new(Duration::from_millis(config.dispatch.forward_timeout_ms));
         let (dispatch, stop) = (config.dispatch.clone(), shutdown.clone());
-        let dispatcher = Arc::new(Dispatcher::new(&core, dispatch, forwarder, runtimes.clone(), retries.clone(), stop));
+        let dispatcher =
+            Arc::new(Dispatcher::new(&core, dispatch, sandboxes.clone(), runtimes.clone(), retries.clone(), stop));
         let (hub, sb, stop) = (&config.hub, sandboxes.clone(), shutdown.clone());
         let reconciler = Arc::new(Reconciler::new(&core, hub, dispatcher.clone(), retries.clone(), sb, stop));
         let controls = Arc::new(Controls::new(&core, sandboxes.clone()));
         let (schema, expiry) = (Arc::new(schema), config.hitl.default_expiry());
         let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
+        let ingest = Arc::new(ingest);
+        SandboxQuestions::new(&core, ingest.clone(), sandboxes.clone()).listen(shutdown.clone());
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
         let logs = Arc::new(Logs::new(&core, &config));
@@ -111,8 +112,8 @@ impl App {
             fleet: Arc::new(Fleet::new(&core, &config)),
             artifacts: Arc::new(Artifacts::new(&core, logs.clone(), &config)),
             logs,
-            status: Status::new(&core, config.timeouts.limits()),
-            timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), shutdown.clone())),
+            status: Status::new(&core, config.timeouts.limits(), sandboxes.clone()),
+            timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), &config.hub, shutdown.clone())),
             audit: Arc::new(Audit::new(store.clone(), metrics.clone(), retention.clone())),
             retention,
             webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
@@ -122,7 +123,7 @@ impl App {
             registry: core.registry,
             dispatcher,
             runtimes,
-            ingest: Arc::new(ingest),
+            ingest,
             controls,
             reconciler,
             sandboxes,

@@ -177,7 +177,7 @@ fn frame_data() -> impl Strategy<Value = Option<String>> {
     };
     let field = mostly(
         prop_oneof![
-            (any_of(&["iteration", "tokens_used", "pct_complete"]), value),
+            (any_of(&["iteration", "tokens_used", "pct_complete", "attempt"]), value),
             (any_of(&["phase", "summary"]), text()),
         ],
         (any_of(&["extra", "state", "Phase"]), text()),

@@ -46,8 +46,8 @@ pub struct MissionStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_codes: Option<ExitCodes>,
     /// The operator controls its state allows (`pause`, `resume`, `abort`, `hitl_response`), by the
-    /// state machine: a page offers these and no others. Whether the executor acts on them is the
-    /// control's answer to say.
+    /// state machine, less pause and resume where serve knows the executor cannot pause: a page offers
+    /// these and no others. Whether the executor acts on them is the control's answer to say.
     pub controls: Vec<&'static str>,
     /// Its log, once its executor sent one.
     #[serde(skip_serializing_if = "Option::is_none")]

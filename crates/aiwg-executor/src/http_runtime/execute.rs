@@ -22,6 +22,9 @@ pub(super) enum Outcome {
     Answered(ExecuteResponse),
     /// The agent could not be started (its binary is missing, the working directory is gone).
     Unstartable(String),
+    /// The runtime stopped while the agent ran, and stopped it: its exit is the stop's, not an answer
+    /// (a kernel would finalize the partial output as the task's).
+    Interrupted,
 }
 
 impl Outcome {
@@ -29,6 +32,10 @@ impl Outcome {
         match self {
             Outcome::Answered(answer) => Json(answer).into_response(),
             Outcome::Unstartable(why) => text(StatusCode::BAD_GATEWAY, why),
+            Outcome::Interrupted => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the runtime stopped while this execution ran; it has no answer: send it again once the runtime is back",
+            ),
         }
     }
 }
@@ -123,6 +130,7 @@ impl HttpRuntime {
     /// Runs the job to its end, hands its outcome to every caller waiting on it, and keeps it.
     async fn run(self: Arc<Self>, job: Job, done: watch::Sender<Option<Arc<Outcome>>>) {
         let outcome = self.outcome(&job).await;
+        let outcome = if self.runs.stopping() { Outcome::Interrupted } else { outcome };
         let _ = done.send(Some(Arc::new(outcome)));
         self.runs.finished(&job.execution_id);
     }

@@ -49,8 +49,8 @@ pub(super) struct HttpRuntime {
     runs: Runs<Arc<Outcome>>,
 }
 
-/// Listens on `addr` until SIGINT or SIGTERM; then stops the agents still running (their callers get
-/// how they ended) and the listener.
+/// Listens on `addr` until SIGINT or SIGTERM; then stops the agents still running (their callers get a
+/// 503, never the stopped agent's partial output as an answer) and the listener.
 pub(super) async fn run(args: ExecutorArgs, adapter: Arc<Adapter>, addr: SocketAddr) -> ExitCode {
     let capabilities = match capabilities(&args, adapter.name) {
         Ok(c) => c,

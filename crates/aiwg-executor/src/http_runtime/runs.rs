@@ -95,6 +95,11 @@ impl<T> Runs<T> {
         }
     }
 
+    /// Whether the runtime is stopping: a run that ends now was stopped with it.
+    pub(super) fn stopping(&self) -> bool {
+        self.inner.lock().expect("runs lock").stopping
+    }
+
     /// From now on nothing new starts; the process groups of the runs in flight, for the caller to stop.
     pub(super) fn stop(&self) -> Vec<u32> {
         let mut inner = self.inner.lock().expect("runs lock");

@@ -198,6 +198,7 @@ impl Executor {
 
     /// A mission's record removed (from disk too with a state dir): it has ended.
     pub(super) async fn forget(&self, mission_id: &str) {
+        self.attempts.forget(mission_id);
         self.records
             .update(|records| {
                 records.remove(mission_id);

@@ -4,6 +4,7 @@
 //! Here: the executor's state, starting it, registering and stopping on a signal. The socket to serve is
 //! in `socket`, a mission's task in `mission`, the REST listener in `rest`.
 
+mod attempts;
 mod mission;
 mod rest;
 mod socket;
@@ -74,6 +75,8 @@ pub(crate) struct Executor {
     stop: watch::Sender<bool>,
     /// How every connection to serve meets TLS, REST and WebSocket alike.
     tls: Arc<ClientConfig>,
+    /// The attempt of each mission, named in its events (`x-attempts`).
+    attempts: attempts::Attempts,
 }
 
 impl Executor {
@@ -109,6 +112,7 @@ impl Executor {
             hitl_counter: AtomicUsize::new(0),
             stop,
             tls,
+            attempts: attempts::Attempts::default(),
         });
         // Registered anyway: readiness is what serve asks before each dispatch, and the gap may close
         // (the binary installed, a credential bound) while the executor runs. The operator hears it now.
@@ -143,6 +147,8 @@ impl Executor {
             aiwg_domain::capabilities::ABORT.to_owned(),
             // It counts acknowledgements: on stop it waits until serve has every event it sent.
             aiwg_domain::capabilities::ACKS.to_owned(),
+            // It names the attempt of each mission in its events (`attempts.rs`).
+            aiwg_domain::capabilities::ATTEMPTS.to_owned(),
         ];
         caps.extend(self.adapter.lease_capabilities());
         if self.args.completion_check == CompletionCheck::Shell {

@@ -99,6 +99,7 @@ async fn dispatch(
     if let Some(refusal) = admit(&executor, &mission_id) {
         return refusal;
     }
+    executor.attempts.dispatched(&mission_id, &payload);
     let record = MissionRecord { state: "assigned".into(), objective };
     executor
         .records

@@ -151,7 +151,7 @@ impl Executor {
     }
 
     pub(super) fn emit(&self, event: &str, mission_id: &str, data: Value) {
-        let _ = self.outbound.send(self.envelope(event, Some(mission_id), data));
+        let _ = self.outbound.send(self.envelope(event, Some(mission_id), self.attempts.stamped(mission_id, data)));
     }
 
     async fn on_frame(&self, text: &str) {

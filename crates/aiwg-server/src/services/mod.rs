@@ -1,7 +1,8 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
 //! an earlier one, never the reverse): links, registry, queue, ledger, sandboxes, runtimes, retries,
-//! dispatcher, reconciler, controls, ingest, logs, artifacts, fleet, operators, audit, connections, status, feed,
+//! dispatcher, reconciler, controls, ingest, sandbox_questions, logs, artifacts, fleet, operators, audit,
+//! connections, status, feed,
 //! retention, webhooks, idempotency, timeouts.
 
 pub(crate) mod artifacts;
@@ -23,6 +24,7 @@ pub(crate) mod registry;
 pub mod retention;
 pub(crate) mod retries;
 pub(crate) mod runtimes;
+pub(crate) mod sandbox_questions;
 pub(crate) mod sandboxes;
 pub(crate) mod status;
 pub(crate) mod timeouts;

@@ -20,7 +20,8 @@ use crate::error::Result;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::DispatchPayload;
-use aiwg_domain::{AbortedBy, Mission, MissionState, Recorded, ServeEvent, NO_EXECUTOR};
+use aiwg_domain::fence::Fenced;
+use aiwg_domain::{AbortedBy, Mission, MissionPatch, MissionState, Recorded, ServeEvent, NO_EXECUTOR};
 use chrono::{DateTime, Utc};
 
 pub(crate) struct Waiting {
@@ -45,6 +46,9 @@ pub(crate) struct Retry {
     pub(crate) not_before: DateTime<Utc>,
     /// The executors of the attempts that failed: passed over while another fits.
     pub(crate) passed_over: Vec<String>,
+    /// The executors that have not confirmed that an attempt serve abandoned stopped: never handed
+    /// this one (`aiwg_domain::fence`).
+    pub(crate) fenced: Vec<Fenced>,
 }
 
 /// The waiting mission the queue tries next.
@@ -166,7 +170,7 @@ impl Queue {
                 }
             };
             let retry = match payload.retry {
-                Some(_) => self.retry_of(&row.mission_id).await?,
+                Some(_) => self.retry_of(&row.mission_id, row.fence.fenced()).await?,
                 None => None,
             };
             if let Some(r) = &retry {
@@ -186,15 +190,53 @@ impl Queue {
         Ok(())
     }
 
-    /// The attempt a queued mission waits for, from its log (`None`: its first).
-    async fn retry_of(&self, mission_id: &str) -> Result<Option<Retry>> {
+    /// The attempt a queued mission waits for, from its log (`None`: its first), not to be handed to
+    /// the `fenced` executors.
+    async fn retry_of(&self, mission_id: &str, fenced: Vec<Fenced>) -> Result<Option<Retry>> {
         let so_far = self.store.attempts(mission_id).await?;
         let [.., ended, next] = so_far.as_slice() else { return Ok(None) };
         Ok(Some(Retry {
             attempt: next.attempt,
             not_before: ended.retry_at.unwrap_or_else(clock::now),
             passed_over: aiwg_domain::retry::failed_executors(&so_far),
+            fenced,
         }))
+    }
+
+    /// The waiting retries that `executor_id` is fenced from.
+    pub(crate) fn fenced_from(&self, executor_id: &str) -> Vec<String> {
+        let waiting = self.waiting.lock().expect("queue lock");
+        let fenced =
+            |w: &&Waiting| w.retry.as_ref().is_some_and(|r| r.fenced.iter().any(|f| f.executor_id == executor_id));
+        waiting.iter().filter(fenced).map(|w| w.mission_id.clone()).collect()
+    }
+
+    /// A waiting retry's fence changed (an executor confirmed that its attempt stopped): it may go
+    /// where it could not.
+    pub(crate) fn refenced(&self, mission_id: &str, fenced: Vec<Fenced>) {
+        let mut waiting = self.waiting.lock().expect("queue lock");
+        if let Some(retry) = waiting.iter_mut().find(|w| w.mission_id == mission_id).and_then(|w| w.retry.as_mut()) {
+            retry.fenced = fenced;
+        }
+        drop(waiting);
+        self.kick();
+    }
+
+    /// Records why a waiting mission still waits (stored as its `queued_reason`), when that changed.
+    pub(crate) async fn waits_because(&self, mission_id: &str, reason: String) -> Result<()> {
+        let unchanged = |waiting: &VecDeque<Waiting>| {
+            waiting.iter().find(|w| w.mission_id == mission_id).is_none_or(|w| w.reason.as_ref() == Some(&reason))
+        };
+        if unchanged(&self.waiting.lock().expect("queue lock")) {
+            return Ok(());
+        }
+        let patch = MissionPatch { queued_reason: Some(reason.clone()), ..MissionPatch::default() };
+        self.store.commit(vec![Change::PatchMission { mission_id: mission_id.to_owned(), patch }]).await?;
+        let mut waiting = self.waiting.lock().expect("queue lock");
+        if let Some(w) = waiting.iter_mut().find(|w| w.mission_id == mission_id) {
+            w.reason = Some(reason);
+        }
+        Ok(())
     }
 
     /// Queues a mission again for its next attempt, tried from `retry.not_before`.

@@ -175,6 +175,7 @@ impl Reconciler {
             .map(|(id, state, handover)| Owned { mission_id: id, state: *state, handover: *handover })
             .collect();
         let owned_ids: HashSet<&str> = owned.iter().map(|o| o.mission_id).collect();
+        self.retries.stopped_unless_listed(executor_id, &listed).await;
         let listed = answerable(executor_id, listed, &owned_ids);
         let strangers = self.strangers(executor_id, &listed, &owned_ids).await;
         let decisions =
@@ -191,7 +192,7 @@ impl Reconciler {
                 Decision::Lost(id) => {
                     let error = Some("the executor's resync did not list this mission".to_owned());
                     let (to, reason) = (MissionState::Failed, "executor_lost");
-                    let failure = Failure { to, said: ServeEvent::ending(to, reason, error), reason };
+                    let failure = Failure { to, said: ServeEvent::ending(to, reason, error), reason, may_run: false };
                     if let Err(e) = self.retries.fail(Some(executor_id), &id, failure, |s| !s.is_terminal()).await {
                         tracing::warn!(error = %e, mission_id = %id, "recording a lost mission failed");
                     }
@@ -297,8 +298,7 @@ impl Reconciler {
         if self.store.commit(vec![note]).await.is_err() {
             return;
         }
-        let body = axum::body::Bytes::from(mission.payload.to_string());
-        match self.dispatcher.forward_to(executor_id, &mission.session_id, body).await {
+        match self.dispatcher.forward_again(executor_id, &mission.session_id, &mission.payload, mission.attempt).await {
             Ok(_) => self.ledger.mark_handed_over(mission_id),
             Err(failure) => {
                 let error = Some(format!("replaying the dispatch failed: {failure}"));
@@ -378,7 +378,7 @@ impl Reconciler {
         let reason = "executor_disconnected";
         let (to, said) = ServeEvent::executor_gone(resumable, reason);
         for mission_id in self.ledger.owned_by(executor_id) {
-            let failure = Failure { to, said: said.clone(), reason };
+            let failure = Failure { to, said: said.clone(), reason, may_run: true };
             let applies = |s: MissionState| !s.is_terminal() && s != to;
             if let Err(e) = self.retries.fail(Some(executor_id), &mission_id, failure, applies).await {
                 tracing::warn!(error = %e, %mission_id, "recording a mission's end at its executor's timeout failed");

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
+use tokio::sync::mpsc;
 
 use super::ledger::{Ledger, Verdict};
 use super::registry::Registry;
@@ -20,9 +21,9 @@ use crate::store::{Change, Store};
 use aiwg_contract::clock;
 use aiwg_contract::tokens;
 use aiwg_contract::EventType;
-use aiwg_domain::sandbox_sessions::{sessions_mentioned, Inferred, Tracker, INFERRED};
+use aiwg_domain::sandbox_sessions::{sessions_mentioned, Inferred, Question, Tracker, INFERRED};
 use aiwg_domain::{
-    canonical_id, on_executor_event, MissionState, NewEvent, Origin, Outcome, SandboxRecord, ServeEvent,
+    canonical_id, on_executor_event, Live, MissionState, NewEvent, Origin, Outcome, SandboxRecord, ServeEvent,
 };
 
 /// The longest `type` of a sandbox frame that is stored; anything else is not a SandboxEvent.
@@ -35,6 +36,9 @@ const FORGET_AFTER: chrono::Duration = chrono::Duration::minutes(10);
 /// A registration stores at most this much of what the sandbox sent (the real client sends ~300 bytes).
 pub(crate) const MAX_REGISTRATION_BYTES: usize = 16 * 1024;
 
+/// Relayed HITL questions waiting to be looked at; past this many, one is dropped (and logged).
+const QUESTIONS_WAITING: usize = 256;
+
 pub struct Sandboxes {
     inner: Mutex<Inner>,
     /// Held across a registration's or deregistration's commit, so memory applies them in commit order.
@@ -46,6 +50,9 @@ pub struct Sandboxes {
     /// Mission lifecycle inferred from a session is recorded on the linked executor's missions.
     registry: Arc<Registry>,
     ledger: Arc<Ledger>,
+    /// Relayed HITL questions, and their receiver until the service that raises them takes it.
+    questions: mpsc::Sender<Question>,
+    asked: Mutex<Option<mpsc::Receiver<Question>>>,
 }
 
 #[derive(Default)]
@@ -125,7 +132,10 @@ impl Sandboxes {
             inner.order.push(row.sandbox_id.clone());
             inner.entries.insert(row.sandbox_id.clone(), Entry { row, sockets: 0, last_event: None });
         }
+        let (questions, asked) = mpsc::channel(QUESTIONS_WAITING);
         Ok(Sandboxes {
+            questions,
+            asked: Mutex::new(Some(asked)),
             inner: Mutex::new(inner),
             writes: Default::default(),
             store: core.store.clone(),
@@ -258,7 +268,27 @@ impl Sandboxes {
             })
         };
         self.infer(sandbox_id, registered_from.as_deref(), &frame).await;
+        if kind == "hitl_input_required" && registered_from.is_some_and(|from| self.speaks_for(sandbox_id, &from)) {
+            if let Err(e) = self.questions.try_send(Question::of(sandbox_id, frame)) {
+                tracing::warn!(sandbox_id, error = %e, "a relayed HITL question was not looked at: too many waiting");
+            }
+        }
         true
+    }
+
+    /// The relayed HITL questions, once (to the service that raises them).
+    pub(crate) fn questions(&self) -> Option<mpsc::Receiver<Question>> {
+        self.asked.lock().expect("questions lock").take()
+    }
+
+    /// The live missions of `executor_id` bound to sessions its sandbox said run on `agent_id`.
+    pub(crate) fn agent_missions(&self, executor_id: &str, agent_id: &str) -> Vec<String> {
+        let sessions =
+            self.sessions.lock().expect("sandbox sessions lock").get(executor_id).map(|t| t.sessions_of(agent_id));
+        let mut missions: Vec<String> =
+            sessions.into_iter().flatten().filter_map(|s| self.ledger.bound_to(executor_id, &s)).collect();
+        missions.dedup();
+        missions
     }
 
     /// One page of live sandboxes in first-registration order from position `from`, and where the next
@@ -321,7 +351,12 @@ impl Sandboxes {
         let executor_id = sandbox_id;
         let mut moved = HashSet::new();
         for fact in inferred {
-            moved.extend(self.record_inferred(executor_id, fact).await);
+            match fact {
+                Inferred::AgentLost { agent_id, session_ids } => {
+                    moved.extend(self.agent_lost(executor_id, &agent_id, &session_ids).await)
+                }
+                fact => moved.extend(self.record_inferred(executor_id, fact).await),
+            }
         }
         // Whatever else the frame says of a mission's session is a sign of its agent's life: an operator
         // sees when a mission last showed one (its `updated_at`).
@@ -339,6 +374,7 @@ impl Sandboxes {
             Inferred::Started { prefix, session_id } | Inferred::Ended { prefix, session_id, .. } => {
                 (prefix, session_id)
             }
+            Inferred::AgentLost { .. } => return None,
         };
         let mission_id = match prefix {
             Some(prefix) => self.ledger.session_mission(executor_id, session_id, prefix.as_bytes()),
@@ -359,6 +395,7 @@ impl Sandboxes {
                 error: Some(format!("{INFERRED} {session_id}: it ended with exit code {exit_code}")),
                 exit_code: Some(exit_code),
             },
+            Inferred::AgentLost { .. } => return None,
         };
         let event = said.event_type();
         let recorded = self
@@ -374,6 +411,26 @@ impl Sandboxes {
         let state = recorded?;
         tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
         Some(mission_id)
+    }
+
+    /// The sandbox lost an agent: it cleaned up the agent's sessions and will say no more of them, so
+    /// the live missions bound to them fail (`agent_disconnected`); those it failed.
+    async fn agent_lost(&self, executor_id: &str, agent_id: &str, session_ids: &[String]) -> Vec<String> {
+        let mut failed = Vec::new();
+        for session_id in session_ids {
+            let Some(mission_id) = self.ledger.bound_to(executor_id, session_id) else { continue };
+            let error = format!(
+                "{INFERRED} {session_id}: its agent {agent_id} disconnected (sandbox.agent_disconnected) and the \
+                 sandbox cleaned up its sessions"
+            );
+            let said = ServeEvent::Failed { reason: "agent_disconnected", error: Some(error), exit_code: None };
+            let judge = |live: &Live| (!live.state().is_terminal()).then(|| Verdict::new(said, MissionState::Failed));
+            if self.ledger.transition_as_serve(executor_id, &mission_id, judge).await.is_some() {
+                tracing::info!(%mission_id, %session_id, agent_id, "mission failed: its sandbox agent disconnected");
+                failed.push(mission_id);
+            }
+        }
+        failed
     }
 }
 

@@ -5,13 +5,15 @@ use std::sync::Arc;
 
 use super::queue::Queue;
 use super::registry::Registry;
+use super::sandboxes::Sandboxes;
 use super::Core;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot, StoreStats};
 use crate::store::{HitlCursor, HitlQuery, MissionQuery, Store};
 use crate::views::{AskedHitl, MissionPage, MissionStatus, MissionSummary, Overview};
+use aiwg_domain::capabilities::Ability;
 use aiwg_domain::timeouts::Limits;
-use aiwg_domain::{MissionState, LISTED, MIN_PREFIX};
+use aiwg_domain::{Control, MissionState, LISTED, MIN_PREFIX};
 
 /// Events shown with a mission (the contract's "last N events").
 pub(crate) const RECENT_EVENTS: u32 = 50;
@@ -27,13 +29,16 @@ pub struct Status {
     metrics: Arc<Metrics>,
     /// The configuration's `[timeouts]`, shown with a mission whose dispatch left them out.
     timeouts: Limits,
+    /// Which executors are agentic-sandbox executors (they cannot pause: a mission of theirs offers no
+    /// pause).
+    sandboxes: Arc<Sandboxes>,
 }
 
 impl Status {
-    pub(crate) fn new(core: &Core, timeouts: Limits) -> Status {
+    pub(crate) fn new(core: &Core, timeouts: Limits, sandboxes: Arc<Sandboxes>) -> Status {
         let (store, registry, metrics, queue) =
             (core.store.clone(), core.registry.clone(), core.metrics.clone(), core.queue.clone());
-        Status { store, registry, queue, metrics, timeouts }
+        Status { store, registry, queue, metrics, timeouts, sandboxes }
     }
 
     /// `GET /metrics`: counters plus what is read at scrape time.
@@ -127,7 +132,20 @@ impl Status {
             status.attempts = Some(attempts);
         }
         self.name_executor(&mut status.summary);
+        self.offer_what_it_can(&mut status);
         Ok(status)
+    }
+
+    /// Leaves pause and resume out of a mission's controls where serve knows its executor cannot pause
+    /// (a sandbox-linked executor, an HTTP runtime, one declaring `x-no-pause-resume`): they would be
+    /// refused 409 `control_unsupported`.
+    fn offer_what_it_can(&self, status: &mut MissionStatus) {
+        let Some(executor_id) = status.summary.executor_id.as_deref() else { return };
+        let abilities = self.registry.abilities(executor_id, self.sandboxes.linked(executor_id));
+        if abilities.is_some_and(|a| matches!(a.pause_resume, Ability::Unable(_))) {
+            let unable = [Control::Pause.as_str(), Control::Resume.as_str()];
+            status.controls.retain(|c| !unable.contains(c));
+        }
     }
 
     /// A page of the HITL inbox, with the executors' names, and the cursor after its last request

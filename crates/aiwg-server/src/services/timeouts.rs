@@ -22,10 +22,11 @@ use tokio::sync::watch;
 use super::queue::Queue;
 use super::retries::{Failure, Retries};
 use super::Core;
+use crate::config::HubConfig;
 use crate::store::{MissionClock, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_domain::retry::{self, Step};
-use aiwg_domain::timeouts::{self, Expiry, Limits, Ran, Seen};
+use aiwg_domain::timeouts::{self, Expiry, Limits, Ran, RestartGrace, Seen};
 use aiwg_domain::{MissionState, ServeEvent};
 
 /// The longest sleep between two looks: a mission dispatched meanwhile is first seen within this.
@@ -42,6 +43,8 @@ pub struct Timeouts {
     retries: Arc<Retries>,
     /// The configuration's `[timeouts]`: what a dispatch leaves out.
     defaults: Limits,
+    /// Nobody live when serve started times out before `hub.restart_grace_s` has passed.
+    grace: RestartGrace,
     /// How long each mission's current attempt had run when last counted (start-to-close).
     ran: Mutex<HashMap<String, Ran>>,
     shutdown: watch::Receiver<bool>,
@@ -52,10 +55,16 @@ impl Timeouts {
         core: &Core,
         retries: Arc<Retries>,
         defaults: Limits,
+        hub: &HubConfig,
         shutdown: watch::Receiver<bool>,
     ) -> Timeouts {
         let (store, queue) = (core.store.clone(), core.queue.clone());
-        Timeouts { store, queue, retries, defaults, ran: Mutex::default(), shutdown }
+        let started_at = clock::now();
+        let grace = i64::try_from(hub.restart_grace_s).ok().and_then(chrono::Duration::try_seconds);
+        let grace = grace.unwrap_or(chrono::Duration::MAX);
+        let ends_at = started_at.checked_add_signed(grace).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let grace = RestartGrace { started_at, ends_at };
+        Timeouts { store, queue, retries, defaults, grace, ran: Mutex::default(), shutdown }
     }
 
     /// Starts the task that fires the timeouts.
@@ -105,6 +114,7 @@ impl Timeouts {
         let now = clock::now();
         let counted = self.ran.lock().expect("ran lock").get(mission_id).copied();
         let Some((at, expiry)) = timeouts::next(limits, seen, counted.as_ref()) else { return Ok(Due::Never) };
+        let at = self.grace.hold(seen, at);
         if at > now {
             return Ok(Due::At(at));
         }
@@ -113,7 +123,7 @@ impl Timeouts {
         }
         let ran = self.ran_of(mission_id).await?;
         self.ran.lock().expect("ran lock").insert(mission_id.to_owned(), ran);
-        Ok(match timeouts::next(limits, seen, Some(&ran)) {
+        Ok(match timeouts::next(limits, seen, Some(&ran)).map(|(at, expiry)| (self.grace.hold(seen, at), expiry)) {
             Some((at, expiry)) if at <= now => Due::Now(expiry),
             Some((at, _)) => Due::At(at),
             None => Due::Never,
@@ -141,7 +151,8 @@ impl Timeouts {
             return;
         }
         let (to, reason) = (expiry.to(), expiry.reason());
-        let failure = Failure { to, said: ServeEvent::ending(to, reason, Some(error)), reason };
+        // A mission that went silent, or never started, may yet run: its executor is fenced from a retry.
+        let failure = Failure { to, said: ServeEvent::ending(to, reason, Some(error)), reason, may_run: true };
         let moved = match self.retries.fail(None, mission_id, failure, |s| expiry.applies(s)).await {
             Ok(Some(moved)) => moved,
             Ok(None) => return,

@@ -31,6 +31,7 @@ pub(super) const SQLITE: Migrations = &[
     (17, "artifacts", include_str!("../../../../migrations/0017_artifacts.sql")),
     (18, "operator_ids", include_str!("../../../../migrations/0018_operator_ids.sql")),
     (19, "audit_counts", include_str!("../../../../migrations/0019_audit_counts.sql")),
+    (20, "fence", include_str!("../../../../migrations/0020_fence.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -52,6 +53,7 @@ pub(super) const POSTGRES: Migrations = &[
     (15, "artifacts", include_str!("../../../../migrations/postgres/0015_artifacts.sql")),
     (16, "operator_ids", include_str!("../../../../migrations/postgres/0016_operator_ids.sql")),
     (17, "audit_counts", include_str!("../../../../migrations/postgres/0017_audit_counts.sql")),
+    (18, "fence", include_str!("../../../../migrations/postgres/0018_fence.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

@@ -24,6 +24,8 @@ pub struct LiveMission {
     pub state: MissionState,
     /// The agent session it is bound to, if one was reported.
     pub pty_session_ref: Option<String>,
+    /// The number of its current attempt.
+    pub attempt: u32,
 }
 
 /// A mission that has not ended (queued ones included) with its clocks, for its timeouts.

@@ -266,6 +266,8 @@ pub(super) fn mission_from_row<R: Cols>(r: &R) -> Result<Mission> {
         checkpoint_id: r.text_opt("checkpoint_id")?,
         compacted_at: time_opt(r, "compacted_at")?,
         attempt: r.int_opt("attempt")?.and_then(|n| u32::try_from(n).ok()).unwrap_or(1),
+        // Written by serve alone; unreadable, it is as if no attempt had been abandoned.
+        fence: r.text_opt("fence")?.and_then(|f| serde_json::from_str(&f).ok()).unwrap_or_default(),
     })
 }
 

@@ -2,8 +2,10 @@
 //! assigned and handed out, in arrival order, without head-of-line blocking.
 
 use super::{Dispatcher, RoutingRecord, Turn};
+use crate::services::queue::{Queue, Retry};
 use crate::store::Change;
 use aiwg_contract::clock;
+use aiwg_domain::fence::Fenced;
 use aiwg_domain::{MissionPatch, MissionState, ServeEvent};
 
 /// Tries every waiting mission in order: one that fits an executor now is assigned and handed out
@@ -23,7 +25,10 @@ pub(super) async fn drain(dispatcher: &Dispatcher) {
             continue;
         };
         if let Some(r) = &next.retry {
-            pass_over(&mut attempts, &mut record, &r.passed_over);
+            if !retry_goes(queue, &next.mission_id, &mut attempts, &mut record, r).await {
+                index += 1;
+                continue;
+            }
         }
         let Some(w) = queue.take(&next.mission_id) else { continue };
         let patch = MissionPatch {
@@ -41,7 +46,8 @@ pub(super) async fn drain(dispatcher: &Dispatcher) {
             return;
         }
         let waited = w.since.elapsed();
-        match dispatcher.handout.hand_out(&w.mission_id, &w.session_id, &w.body, attempts, record).await {
+        let attempt = w.retry.as_ref().map_or(1, |r| r.attempt);
+        match dispatcher.handout.hand_out(&w.mission_id, &w.session_id, &w.body, attempt, attempts, record).await {
             // Nobody took it, and its policy retries that: it is back in the queue for its next attempt.
             Ok(d) if d.executor_id.is_none() => {
                 tracing::info!(mission_id = %w.mission_id, ?waited, "queued mission refused by all; retrying later")
@@ -61,6 +67,41 @@ pub(super) async fn drain(dispatcher: &Dispatcher) {
             }
         }
     }
+}
+
+/// Orders a new attempt's candidates (see [`fence_out`] and [`pass_over`]); `false`, with the reason
+/// recorded on the waiting mission, when every one is fenced from it.
+async fn retry_goes(
+    queue: &Queue,
+    mission_id: &str,
+    candidates: &mut Vec<String>,
+    record: &mut RoutingRecord,
+    retry: &Retry,
+) -> bool {
+    if let Err(reason) = fence_out(candidates, record, retry) {
+        if let Err(e) = queue.waits_because(mission_id, reason).await {
+            tracing::warn!(error = %e, mission_id, "recording why a retry waits failed");
+        }
+        return false;
+    }
+    pass_over(candidates, record, &retry.passed_over);
+    true
+}
+
+/// Leaves out of a new attempt's candidates the executors fenced from it (they have not confirmed that
+/// an attempt serve abandoned stopped); `Err` with the reason it waits when that leaves none.
+fn fence_out(candidates: &mut Vec<String>, record: &mut RoutingRecord, retry: &Retry) -> Result<(), String> {
+    let fenced = |e: &String| retry.fenced.iter().find(|f| &f.executor_id == e);
+    let others: Vec<String> = candidates.iter().filter(|e| fenced(e).is_none()).cloned().collect();
+    if others.is_empty() {
+        let why: Vec<String> = candidates.iter().filter_map(fenced).map(Fenced::why).collect();
+        return Err(format!("attempt {} waits: {}", retry.attempt, why.join("; ")));
+    }
+    for (executor_id, f) in candidates.iter().filter_map(|e| fenced(e).map(|f| (e, f))) {
+        record.passed_over(executor_id, &f.why(), others.first().map(String::as_str));
+    }
+    *candidates = others;
+    Ok(())
 }
 
 /// Leaves out of a new attempt's candidates the executors that failed the earlier ones, unless no

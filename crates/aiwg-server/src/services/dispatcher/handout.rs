@@ -16,7 +16,7 @@ use crate::services::runtimes::Runtimes;
 use crate::services::Core;
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
-use aiwg_domain::{AbortedBy, Live, MissionPatch, MissionState, ServeEvent};
+use aiwg_domain::{capabilities, AbortedBy, Live, MissionPatch, MissionState, ServeEvent};
 
 /// What hands a recorded mission out: to an executor over HTTP (`forward`), or to an HTTP agent
 /// runtime, which drives it itself.
@@ -50,18 +50,19 @@ impl Handout {
         self.forwarder.readiness(&self.target(executor_id)?).await
     }
 
-    /// Hands a stored mission to its first candidate, then the next ones on refusal; the mission must
-    /// already be recorded as assigned to `attempts[0]`.
+    /// Hands attempt `attempt` of a stored mission to its first candidate, then the next ones on
+    /// refusal; the mission must already be recorded as assigned to `attempts[0]`.
     pub(super) async fn hand_out(
         &self,
         mission_id: &str,
         session_id: &str,
         body: &Value,
+        attempt: u32,
         attempts: Vec<String>,
         mut record: RoutingRecord,
     ) -> Result<Dispatched> {
         let mission_id = mission_id.to_owned();
-        self.ledger.insert(&mission_id, Live::handing_over(&attempts[0]));
+        self.ledger.insert(&mission_id, Live::handing_over(&attempts[0], attempt));
         let bytes = Bytes::from(body.to_string());
         let mut last_failure = ForwardError::Unreachable("no attempt made".into());
         for (i, executor_id) in attempts.iter().enumerate() {
@@ -81,7 +82,7 @@ impl Handout {
                 self.runtimes.take(&mission_id, body, runtimes);
                 return self.taken(&mission_id, executor_id, crate::forward::Accepted::default()).await;
             }
-            match self.forward_to(executor_id, session_id, bytes.clone()).await {
+            match self.forward_to(executor_id, session_id, self.body_for(executor_id, body, &bytes, attempt)).await {
                 Ok(accepted) => return self.taken(&mission_id, executor_id, accepted).await,
                 Err(failure) => {
                     tracing::warn!(%mission_id, %executor_id, %failure, "executor did not take the mission");
@@ -158,6 +159,20 @@ impl Handout {
         self.forwarder.forward(&self.target(executor_id)?, session_id, body).await
     }
 
+    /// The dispatch body `executor_id` gets: the stored one (`plain`, serialized), and for an executor
+    /// declaring `x-attempts` the same with the attempt it is (`attempt`, which an executor written for
+    /// upstream would not know: its schema allows no other key).
+    pub(super) fn body_for(&self, executor_id: &str, body: &Value, plain: &Bytes, attempt: u32) -> Bytes {
+        if !self.registry.has_capability(executor_id, capabilities::ATTEMPTS) {
+            return plain.clone();
+        }
+        let mut numbered = body.clone();
+        if let Some(fields) = numbered.as_object_mut() {
+            fields.insert("attempt".into(), attempt.into());
+        }
+        Bytes::from(numbered.to_string())
+    }
+
     /// How serve calls an executor now (its registration may have changed since the mission was planned).
     fn target(&self, executor_id: &str) -> std::result::Result<Target, ForwardError> {
         let reach = self.registry.reach(executor_id).ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
@@ -200,7 +215,9 @@ impl Handout {
         let patch = MissionPatch { routing: Some(record.kept(&self.registry)), ..MissionPatch::default() };
         let routing = Change::PatchMission { mission_id: mission_id.to_owned(), patch };
         let said = ServeEvent::Failed { reason: error.code(), error: Some(failure.to_string()), exit_code: None };
-        let failed = Failure { to: MissionState::Failed, said, reason: "forward_failed" };
+        // An executor that did not answer in time may have taken the mission after all.
+        let may_run = *failure == ForwardError::Timeout;
+        let failed = Failure { to: MissionState::Failed, said, reason: "forward_failed", may_run };
         let assigned = |state| state == MissionState::Assigned;
         match self.retries.fail_with(Some(executor_id), mission_id, failed, Some(routing), assigned).await? {
             Some(moved) if moved.to == MissionState::Queued => {

@@ -27,6 +27,7 @@ use super::queue::Queue;
 use super::registry::Registry;
 use super::retries::Retries;
 use super::runtimes::Runtimes;
+use super::sandboxes::Sandboxes;
 use crate::config::{DispatchConfig, IsolationTrust};
 use crate::error::{Error, Result};
 use crate::forward::Forwarder;
@@ -53,6 +54,8 @@ pub struct Dispatcher {
     metrics: Arc<Metrics>,
     /// The missions waiting for an executor, shared (`Core::queue`); this dispatcher drains it.
     queue: Arc<Queue>,
+    /// Which executors are agentic-sandbox executors (they run one mission per 8-character id prefix).
+    sandboxes: Arc<Sandboxes>,
     /// Where round-robin among equally good candidates starts next.
     rotation: AtomicUsize,
     shutdown: watch::Receiver<bool>,
@@ -115,12 +118,14 @@ impl Dispatcher {
     pub(crate) fn new(
         core: &Core,
         config: DispatchConfig,
-        forwarder: Forwarder,
+        sandboxes: Arc<Sandboxes>,
         runtimes: Arc<Runtimes>,
         retries: Arc<Retries>,
         shutdown: watch::Receiver<bool>,
     ) -> Dispatcher {
+        let forwarder = Forwarder::new(std::time::Duration::from_millis(config.forward_timeout_ms));
         Dispatcher {
+            sandboxes,
             config,
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
@@ -154,14 +159,19 @@ impl Dispatcher {
         self.queue.kick();
     }
 
-    /// Forwards a dispatch to an executor again (a resync's replay): see `Handout::forward_to`.
-    pub(crate) async fn forward_to(
+    /// Forwards attempt `attempt` of a stored dispatch to an executor again (a resync's replay): see
+    /// `Handout::forward_to`.
+    pub(crate) async fn forward_again(
         &self,
         executor_id: &str,
         session_id: &str,
-        body: axum::body::Bytes,
+        body: &Value,
+        attempt: u32,
     ) -> std::result::Result<crate::forward::Accepted, crate::forward::ForwardError> {
-        self.handout.forward_to(executor_id, session_id, body).await
+        let plain = axum::body::Bytes::from(body.to_string());
+        self.handout
+            .forward_to(executor_id, session_id, self.handout.body_for(executor_id, body, &plain, attempt))
+            .await
     }
 
     /// Where a dispatch would go now, nothing stored (see `plan.rs`).
@@ -205,7 +215,7 @@ impl Dispatcher {
         };
         let insert = self.store.commit(vec![Change::InsertMission(Box::new(row))]);
         insert.instrument(tracing::debug_span!("dispatch.commit")).await?;
-        let forward = self.handout.hand_out(&mission_id, session_id, &body, attempts, record);
+        let forward = self.handout.hand_out(&mission_id, session_id, &body, 1, attempts, record);
         let mut dispatched = forward.instrument(tracing::debug_span!("dispatch.forward")).await?;
         if let Some(executor_id) = &dispatched.executor_id {
             dispatched.warning = self.session_collision_warning(&mission_id, executor_id);
@@ -215,6 +225,15 @@ impl Dispatcher {
 
     /// What is wrong with a dispatch whatever the fleet: refused before it is routed.
     fn refuse_early(payload: &DispatchPayload, body: &Value) -> Result<()> {
+        if body.get("attempt").is_some() {
+            let detail = aiwg_contract::SchemaDetail {
+                instance_path: "/attempt".into(),
+                keyword: "readOnly".into(),
+                message: "attempt is serve's to set (it tells an executor declaring x-attempts which attempt it runs)"
+                    .into(),
+            };
+            return Err(Error::SchemaViolation { what: "the dispatch", details: vec![detail] });
+        }
         if payload.lease.as_ref().is_some_and(|l| l.tools.denies_all()) {
             return Err(Error::LeaseDeniesAllTools);
         }
@@ -272,7 +291,8 @@ impl Dispatcher {
     ) -> std::result::Result<(Vec<String>, RoutingRecord), NoneFit> {
         let needed = payload.executions();
         let tries = self.config.max_attempts.max(needed);
-        let plan = self.screen_readiness(self.place(payload, turn), payload.unattended, tries).await;
+        let mut plan = self.screen_readiness(self.place(payload, turn), payload.unattended, tries).await;
+        self.spare_sandbox_sessions(&payload.mission_id, &mut plan);
         if plan.ordered.is_empty() {
             return Err(NoneFit { reason: plan.why_none(), refused_by_all: plan.refused_by_all() });
         }
@@ -285,6 +305,25 @@ impl Dispatcher {
             return Err(NoneFit { reason, refused_by_all: false });
         }
         Ok(handout_plan(plan, tries))
+    }
+
+    /// Passes over the sandbox-linked executors with a live mission whose id shares this one's first 8
+    /// bytes: the agentic-sandbox names a mission's session after them and runs one of the two, and the
+    /// other would stay assigned for good.
+    fn spare_sandbox_sessions(&self, mission_id: &str, plan: &mut routing::Plan) {
+        plan.ordered.retain(|executor_id| {
+            let linked = self.sandboxes.linked(executor_id);
+            let clash = linked.then(|| self.ledger.session_collisions(mission_id, executor_id)).filter(|c| c.total > 0);
+            let Some(clash) = clash else { return true };
+            let reason = format!(
+                "an agentic-sandbox, which names a mission's session after its id's first 8 bytes, runs {}, whose \
+                 id shares them",
+                clash.named.join(", ")
+            );
+            plan.rejected_total += 1;
+            plan.rejected.push(Rejection { executor_id: executor_id.clone(), name: None, reason });
+            false
+        });
     }
 
     /// Asks each candidate that must be asked (all, for an unattended mission; those declaring

@@ -2,7 +2,7 @@
 //! effects: ownership, the transition, and what the event records.
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::error::Error;
 use crate::store::Change;
@@ -12,14 +12,15 @@ use aiwg_domain::{
     NewEvent, Outcome, Undo,
 };
 
-/// Who sent a frame, what it is, whether its sender may suspend missions, and the deadline a HITL
-/// request it opens gets when it names none.
+/// Who sent a frame, what it is, whether its sender may suspend missions, the deadline a HITL
+/// request it opens gets when it names none, and the attempt it names (`x-attempts`).
 #[derive(Clone, Copy)]
 pub(super) struct Judged<'a> {
     pub(super) executor_id: &'a str,
     pub(super) event: EventType,
     pub(super) resumable: bool,
     pub(super) hitl_default_expiry: Option<chrono::Duration>,
+    pub(super) attempt: Option<u32>,
 }
 
 /// What an accepted mission event does, decided under the ledger lock before anything is queued.
@@ -94,9 +95,16 @@ pub(super) fn decide(
     mission_id: &str,
     now: DateTime<Utc>,
 ) -> Result<Decision, Error> {
-    let Judged { executor_id, event, resumable, hitl_default_expiry } = frame;
+    let Judged { executor_id, event, resumable, hitl_default_expiry, attempt } = frame;
     if live.executor_id() != executor_id {
         return Err(not_owned(mission_id));
+    }
+    if let Some(named) = attempt.filter(|n| *n != live.attempt()) {
+        return Err(Error::IllegalTransition(format!(
+            "{event} names attempt {named} of mission {mission_id}, which is on attempt {}: a word about another \
+             attempt is not this one's",
+            live.attempt()
+        )));
     }
     let suspension = matches!(event, EventType::MissionSuspended | EventType::MissionReconnected)
         || (event == EventType::MissionResumed && live.state() == MissionState::Suspended);
@@ -134,26 +142,6 @@ pub(super) fn ends(event: EventType) -> bool {
     matches!(event, EventType::MissionCompleted | EventType::MissionFailed | EventType::MissionAborted)
 }
 
-/// What serve records of an abandoned attempt's end (`event`, from the executor of attempt `attempt`,
-/// which a retry moved elsewhere): that executor's `mission.progress` saying so, with what it sent
-/// under `late_end` (our extension). Not the event itself: the contract has no event for the end of one
-/// attempt, and a terminal event in the log of a mission that goes on would tell every reader of the
-/// stream that the mission ended, twice.
-pub(super) fn late_end(row: NewEvent, event: EventType, attempt: u32) -> NewEvent {
-    let state = row.data.get("state").and_then(Value::as_str).unwrap_or("ended");
-    let exit =
-        row.data.get("exit_code").and_then(Value::as_i64).map(|c| format!(", exit code {c}")).unwrap_or_default();
-    let summary = format!(
-        "attempt {attempt} ended late ({event}: {state}{exit}), after serve had moved the mission on; not the mission's end"
-    );
-    let data = json!({
-        "phase": "late_end",
-        "summary": summary,
-        "late_end": {"attempt": attempt, "event": event.as_str(), "data": row.data},
-    });
-    NewEvent { event: EventType::MissionProgress.as_str().into(), data, raw: None, ..row }
-}
-
 /// Unknown and foreign missions get the same answer, so an executor cannot probe for others' mission ids.
 pub(super) fn not_owned(mission_id: &str) -> Error {
     Error::Forbidden(format!("mission {mission_id} is not owned by this executor"))
@@ -184,7 +172,7 @@ mod tests {
     }
 
     fn judged(event: EventType, resumable: bool) -> Judged<'static> {
-        Judged { executor_id: "e1", event, resumable, hitl_default_expiry: None }
+        Judged { executor_id: "e1", event, resumable, hitl_default_expiry: None, attempt: None }
     }
 
     fn accepted(d: Result<Decision, Error>) -> Accepted {
@@ -217,6 +205,20 @@ mod tests {
         let late = EventType::MissionAssigned;
         let d = decide(&live, judged(late, true), &row(late, json!({})), "m1", now());
         assert!(matches!(d, Ok(Decision::Duplicate)), "{d:?}");
+    }
+
+    /// An executor declaring `x-attempts` names the attempt of each event: a word about another attempt
+    /// is refused (an end is then recorded as that attempt's late end); an unnamed one is the current's.
+    #[test]
+    fn a_word_about_another_attempt_is_not_the_current_ones() {
+        let live = Live::handing_over("e1", 2);
+        let e = EventType::MissionCompleted;
+        let named = |attempt| Judged { attempt: Some(attempt), ..judged(e, true) };
+        let done = row(e, json!({"state": "done", "exit_code": 0}));
+        let d = decide(&live, named(1), &done, "m1", now());
+        assert!(matches!(&d, Err(Error::IllegalTransition(m)) if m.contains("names attempt 1")), "{d:?}");
+        assert_eq!(accepted(decide(&live, named(2), &done, "m1", now())).moved, Some(MissionState::Done));
+        assert_eq!(accepted(decide(&live, judged(e, true), &done, "m1", now())).moved, Some(MissionState::Done));
     }
 
     #[test]

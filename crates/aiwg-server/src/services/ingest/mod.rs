@@ -19,7 +19,7 @@ use super::ledger::{Decided, Ledger, Ticket, REBUILD_WAIT};
 use super::links::Origin;
 use super::reconciler::Reconciler;
 use super::registry::Registry;
-use super::retries::Retries;
+use super::retries::{LateEnd, Retries};
 use super::Core;
 use crate::error::Error;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
@@ -70,8 +70,9 @@ pub enum Ingested {
     /// An identical repeat of the terminal event: acknowledged, not stored again.
     Duplicate(FrameRef),
     /// Recorded in serve's words instead, committed: a `mission.failed` whose exit code the mission's
-    /// retry policy lists ended only the attempt (`mission.suspended {exit_code, attempt, retry_at}`).
-    /// Acknowledged with that event's sequence number.
+    /// retry policy lists ended only the attempt (`mission.suspended {exit_code, attempt, retry_at}`),
+    /// or an abandoned attempt's late end (`mission.progress {phase: "late_end"}`). Acknowledged with
+    /// that event's sequence number.
     Replaced { seq: i64, reference: FrameRef },
 }
 
@@ -206,18 +207,20 @@ impl Ingest {
                 return Ok(Ingested::Replaced { seq: moved.seq, reference });
             }
         }
-        let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry };
+        let attempt = self.named_attempt(executor_id, &row.data);
+        let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry, attempt };
         match self.queue_mission_event(judged, &mission_id, row, &seen).await {
             Ok(Some(q)) => Ok(pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None)),
             Ok(None) => Ok(Ingested::Duplicate(reference)),
-            // Not its mission (another executor has the next attempt), or not now (the next attempt
-            // waits in the queue): a late end of an attempt of its own, or the refusal.
+            // Not its mission (another executor has the next attempt), not now (the next attempt waits
+            // in the queue), or not this attempt (it names another): a late end of an attempt of its
+            // own, or the refusal.
             Err(Unqueued { error: e @ (Error::Forbidden(_) | Error::IllegalTransition(_)), row: Some(row) })
                 if ends(event) =>
             {
-                match self.late_end(event, &mission_id, row, seen).await {
-                    Ok(Some(commit)) => Ok(pending(commit, None, None, None)),
-                    Ok(None) => Err(refuse(e)),
+                match self.retries.late_end(event, row, attempt, seen).await {
+                    Ok(LateEnd::Recorded(seq)) => Ok(Ingested::Replaced { seq, reference }),
+                    Ok(LateEnd::NotHeld) => Err(refuse(e)),
                     Err(failed) => Err(refuse(failed)),
                 }
             }
@@ -225,26 +228,12 @@ impl Ingest {
         }
     }
 
-    /// The end of a mission's attempt from the executor serve took it away from (a retry moved the
-    /// mission on): recorded as that executor's word, and acknowledged, but not the mission's end
-    /// ([`judge::late_end`]). `None` when the executor never held an earlier attempt of it: the frame
-    /// is refused as any other foreign mission's.
-    async fn late_end(
-        &self,
-        event: EventType,
-        mission_id: &str,
-        row: NewEvent,
-        seen: Change,
-    ) -> Result<Option<Pending>, Error> {
-        let attempts = self.store.attempts(mission_id).await?;
-        let sender = Some(row.executor_id.as_str());
-        let Some((current, earlier)) = attempts.split_last() else { return Ok(None) };
-        // The current attempt's executor is judged as its owner: its refusals are its own.
-        let abandoned = earlier.iter().rev().find(|a| a.executor_id.as_deref() == sender);
-        let Some(abandoned) = abandoned.filter(|_| current.executor_id.as_deref() != sender) else { return Ok(None) };
-        tracing::info!(mission_id, executor_id = %row.executor_id, %event, attempt = abandoned.attempt, "late end of an abandoned attempt recorded");
-        let slot = self.slot().await?;
-        Ok(Some(slot.submit(vec![Change::AppendEvent(judge::late_end(row, event, abandoned.attempt)), seen])))
+    /// The attempt an event names: `data.attempt`, read only from an executor declaring `x-attempts`
+    /// (an upstream executor's data may mean something else by it).
+    fn named_attempt(&self, executor_id: &str, data: &Value) -> Option<u32> {
+        // Past any attempt there can be: named, and so never the current one.
+        let named = data.get("attempt").and_then(Value::as_u64).map(|n| u32::try_from(n).unwrap_or(u32::MAX))?;
+        self.registry.has_capability(executor_id, capabilities::ATTEMPTS).then_some(named)
     }
 
     /// Judges a mission event against its mission's projection and queues its commit in the same
@@ -333,6 +322,39 @@ impl Ingest {
                 _ => Err(illegal(event, mission_id, m.state)),
             },
             _ => Err(not_owned(mission_id)),
+        }
+    }
+
+    /// Raises a HITL question (`data`: its `hitl_id`, `prompt`, `context`) on a live mission of
+    /// `executor_id` in that executor's stead, recorded as serve's: the executor's own
+    /// `mission.hitl_required` was lost on the way (`services::sandbox_questions`). Judged, committed
+    /// and settled as that event would be (its deadline watched, its answer sent to the executor);
+    /// `false` when the mission already asks it.
+    pub(crate) async fn raise_hitl(&self, executor_id: &str, mission_id: &str, data: &Value) -> Result<bool, Error> {
+        let event = EventType::MissionHitlRequired;
+        let ts = clock::format(clock::now());
+        let row = NewEvent {
+            event: event.as_str().into(),
+            executor_id: executor_id.to_owned(),
+            mission_id: Some(mission_id.to_owned()),
+            ts: ts.clone(),
+            data: self.schema.canonical_data(event, Some(data)),
+            raw: None,
+            origin: aiwg_domain::Origin::Serve,
+        };
+        let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: ts.clone() };
+        let (hitl_default_expiry, reference) = (self.hitl_default_expiry, FrameRef::default());
+        let judged = Judged { executor_id, event, resumable: true, hitl_default_expiry, attempt: None };
+        let q = match self.queue_mission_event(judged, mission_id, row, &seen).await {
+            Ok(Some(q)) => q,
+            Ok(None) => return Ok(false),
+            Err(Unqueued { error, .. }) => return Err(error),
+        };
+        let (executor_id, mission, deadline) = (executor_id.to_owned(), Some((q.ticket, q.moved)), q.deadline);
+        let pending = PendingCommit { commit: q.commit, executor_id, ts, mission, deadline, resync: None, reference };
+        match self.finish(pending).await {
+            Answer::Ack { .. } => Ok(true),
+            Answer::Refused(refusal) => Err(refusal.error),
         }
     }
 

@@ -95,7 +95,8 @@ impl Ledger {
         let mut live = Missions::default();
         for row in rows {
             let hitl = pending.remove(&row.mission_id);
-            live.insert(row.mission_id, Live::loaded(&row.executor_id, row.state, row.pty_session_ref, hitl));
+            let loaded = Live::loaded(&row.executor_id, row.state, row.pty_session_ref, hitl).on_attempt(row.attempt);
+            live.insert(row.mission_id, loaded);
         }
         for seen in progress {
             if let Some(e) = live.by_id.get_mut(&seen.mission_id) {

@@ -4,7 +4,10 @@
 //!    it lacks stops the execution before any `/execute` (`profile_not_supported`);
 //! 2. `mission.started` (once, by the first runtime to get there);
 //! 3. `POST /execute` with the full `TaskContract`, an `execution_id` `exec-p-<uuid>`, the same value as
-//!    `attempt_id`, stage `EXPLORE`; the answer decoded strictly and held to the kernel's rules (size,
+//!    `attempt_id`, stage `EXPLORE` (the ids of every execution are recorded before the first call, a
+//!    `mission.progress {phase: "executing"}`, so that a drive after a restart of serve sends the same
+//!    ones: the runtime joins its run instead of running it twice; `resume.rs`); the answer decoded
+//!    strictly and held to the kernel's rules (size,
 //!    inline evidence, digests); `output_ref` computed as the kernel does; `mission.progress`
 //!    (`phase: "executed"`);
 //! 4. `POST /verify` with the candidate, the output schema and the policy binding. A failed call becomes
@@ -16,7 +19,8 @@
 //!
 //! A cross-check runs steps 1-4 on several runtimes at once. Every event is recorded as the mission's
 //! owner (the first runtime), naming the runtime it is about. An abort drops the drive: the call in
-//! flight is dropped with it, which closes its connection.
+//! flight is dropped with it, which closes its connection. A runtime whose call failed in transport is
+//! as good as one that failed its probe: it is not routed to until the prober finds it back.
 
 use std::sync::Arc;
 
@@ -25,8 +29,8 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::report::{last_event, verifier_result, LastEvent, Run};
+use super::resume::{Plan, Planned};
 use super::{Endpoint, Inflight, Runtimes};
-use crate::error::Result;
 use crate::runtime_client::{CallError, RuntimeClient};
 use crate::services::ledger::Verdict;
 use aiwg_contract::{DispatchPayload, EventType};
@@ -42,7 +46,6 @@ use aiwg_wattswarm::wire::{
 
 /// The `producer` of the `output_ref`s serve computes (a kernel names its node).
 const PRODUCER: &str = "aiwg-serve";
-
 /// Why an execution stopped before a verdict, with the kernel's `TaskError` code where it has one.
 struct Stop {
     reason: &'static str,
@@ -82,12 +85,25 @@ impl Runtimes {
     /// `runtimes` are routing's candidates in preference order; a cross-check runs on the first
     /// `executions` of them.
     pub(crate) fn take(self: &Arc<Self>, mission_id: &str, body: &Value, runtimes: Vec<String>) {
+        self.drive(mission_id, body, runtimes, None);
+    }
+
+    /// Drives a mission on the plan recorded for it before (`recorded`: its executions, owner first,
+    /// with their `execution_id`s), or, with none, on the first of `runtimes` it needs.
+    pub(super) fn drive(
+        self: &Arc<Self>,
+        mission_id: &str,
+        body: &Value,
+        runtimes: Vec<String>,
+        recorded: Option<Plan>,
+    ) {
         let task = serde_json::from_value::<DispatchPayload>(body.clone())
             .map_err(|e| e.to_string())
             .and_then(|payload| Task::of(&payload, body));
-        let chosen: Vec<String> = match &task {
-            Ok(t) => runtimes.iter().take(t.executions).cloned().collect(),
-            Err(_) => runtimes[..1].to_vec(),
+        let chosen: Vec<String> = match (&task, &recorded) {
+            (_, Some(plan)) => plan.executions.iter().map(|p| p.executor_id.clone()).collect(),
+            (Ok(t), None) => runtimes.iter().take(t.executions).cloned().collect(),
+            (Err(_), None) => runtimes[..1].to_vec(),
         };
         let (cancel, mut cancelled) = watch::channel(false);
         let inflight = Inflight { runtimes: chosen.clone(), cancel };
@@ -99,14 +115,20 @@ impl Runtimes {
         let drive = async move {
             tokio::select! {
                 _ = cancelled.wait_for(|c| *c) => {}
-                _ = this.run(&mission_id, task, &chosen) => {}
+                _ = this.run(&mission_id, task, &chosen, recorded) => {}
             }
             this.inflight.lock().expect("inflight lock").remove(&mission_id);
         };
         tokio::spawn(tracing::Instrument::instrument(drive, span));
     }
 
-    async fn run(&self, mission_id: &str, task: std::result::Result<Task, String>, runtimes: &[String]) {
+    async fn run(
+        &self,
+        mission_id: &str,
+        task: std::result::Result<Task, String>,
+        runtimes: &[String],
+        recorded: Option<Plan>,
+    ) {
         let owner = &runtimes[0];
         let task = match task {
             Ok(task) => task,
@@ -115,9 +137,13 @@ impl Runtimes {
                 return self.conclude(mission_id, owner, settlement, Vec::new()).await;
             }
         };
-        let contract = task.contract(mission_id, now_ms());
+        let plan = match recorded {
+            Some(plan) => plan,
+            None => self.plan(mission_id, owner, runtimes).await,
+        };
+        let contract = task.contract(mission_id, plan.contract_ms);
         let job = Job { mission_id, owner, task: &task, contract: &contract };
-        let runs = join_all(runtimes.iter().map(|r| self.execution(&job, r))).await;
+        let runs = join_all(plan.executions.iter().map(|p| self.execution(&job, p))).await;
         let executions: Vec<Execution> = runs.iter().map(|r| r.execution.clone()).collect();
         let settlement = if runtimes.len() < task.executions {
             Settlement::Failed {
@@ -134,11 +160,12 @@ impl Runtimes {
         self.conclude(mission_id, owner, settlement, runs).await;
     }
 
-    /// One execution on the runtime with executor id `id`; reports and texts name it by its name.
-    async fn execution(&self, job: &Job<'_>, id: &str) -> Run {
+    /// One execution on a runtime; reports and texts name it by its name.
+    async fn execution(&self, job: &Job<'_>, planned: &Planned) -> Run {
+        let id = planned.executor_id.as_str();
         let view = self.registry.runtime(id);
         let runtime = view.as_ref().map_or(id, |v| v.name.as_str());
-        let mut report = json!({ "runtime": runtime, "executor_id": id });
+        let mut report = json!({ "runtime": runtime, "executor_id": id, "execution_id": planned.execution_id });
         let outcome = match &view {
             Some(v) => self.execute_and_verify(job, &v.runtime.base_url, runtime, &mut report).await,
             None => Err(Stop::new("runtime_removed", "the runtime was removed")),
@@ -206,12 +233,7 @@ impl Runtimes {
         let health = RuntimeClient::probe(|| self.client.health(base, t)).await;
         self.count(Endpoint::Health, &health);
         if health.is_err() {
-            // As good as a failed probe: no more missions go there until the prober finds it back (it
-            // would have taken every mission until its next probe).
-            let id = self.registry.runtime_named(runtime).map(|v| v.id).unwrap_or_default();
-            if let Ok(true) = self.registry.runtime_probed(&id, false, None).await {
-                tracing::warn!(runtime, "runtime unhealthy: it did not answer a mission's /health");
-            }
+            self.unreachable(runtime, "/health").await;
         }
         health.map_err(|e| Stop { reason: "runtime_unreachable", ..Stop::call(e) })?;
         let caps = RuntimeClient::probe(|| self.client.capabilities(base, t)).await;
@@ -224,6 +246,16 @@ impl Runtimes {
         Ok(caps)
     }
 
+    /// A runtime that did not answer a mission's call (after the kernel's retries) is as good as one
+    /// that failed its probe: no more missions go there until the prober finds it back (it would have
+    /// taken every mission until its next probe).
+    async fn unreachable(&self, runtime: &str, call: &str) {
+        let id = self.registry.runtime_named(runtime).map(|v| v.id).unwrap_or_default();
+        if let Ok(true) = self.registry.runtime_probed(&id, false, None).await {
+            tracing::warn!(runtime, call, "runtime unhealthy: it did not answer a mission's call");
+        }
+    }
+
     /// Step 3: `/execute`, the answer held to the kernel's rules, the candidate as the kernel builds it.
     async fn execute(
         &self,
@@ -232,8 +264,7 @@ impl Runtimes {
         runtime: &str,
         report: &mut Value,
     ) -> std::result::Result<Candidate, Stop> {
-        let execution_id = format!("exec-p-{}", uuid::Uuid::new_v4());
-        report["execution_id"] = json!(execution_id);
+        let execution_id = report["execution_id"].as_str().unwrap_or_default().to_owned();
         let request = ExecuteRequest {
             task_id: job.mission_id.to_owned(),
             execution_id: execution_id.clone(),
@@ -247,6 +278,9 @@ impl Runtimes {
         };
         let answer = self.client.execute(base, &request, self.timeout(job.task.timeout_ms)).await;
         self.count(Endpoint::Execute, &answer);
+        if let Err(CallError::Transport { .. }) = &answer {
+            self.unreachable(runtime, "/execute").await;
+        }
         let answer = answer.map_err(Stop::call)?;
         check_execute_answer(&answer, &job.contract.evidence_policy).map_err(|e| Stop {
             code: Some(reason::INVALID_OUTPUT),
@@ -327,7 +361,7 @@ impl Runtimes {
     }
 
     /// Step 5: the mission's last event.
-    async fn conclude(&self, mission_id: &str, owner: &str, settlement: Settlement, runs: Vec<Run>) {
+    pub(super) async fn conclude(&self, mission_id: &str, owner: &str, settlement: Settlement, runs: Vec<Run>) {
         let LastEvent { event, to, data } = last_event(settlement, &runs);
         let job_owner = owner.to_owned();
         let said = ServeEvent::Runtime { event, data };
@@ -361,28 +395,6 @@ impl Runtimes {
             .transition_as_serve(job.owner, job.mission_id, |live| when(live.state()).then(|| Verdict::new(said, to)))
             .await;
     }
-
-    /// The missions that were being driven when serve stopped: driven again from the start (a new
-    /// `execution_id`), except cross-checks, whose other runtimes were not recorded: those fail.
-    pub(super) async fn resume_missions(self: &Arc<Self>) -> Result<()> {
-        for view in self.registry.runtimes() {
-            for mission_id in self.ledger.owned_by(&view.id) {
-                let Some(mission) = self.store.mission(&mission_id).await? else { continue };
-                let payload: Option<DispatchPayload> = serde_json::from_value(mission.payload.clone()).ok();
-                if payload.is_some_and(|p| p.executions() > 1) {
-                    let settlement = Settlement::Failed {
-                        reason: "serve_restarted",
-                        error: "serve restarted during the cross-check; dispatch it again".into(),
-                    };
-                    self.conclude(&mission_id, &view.id, settlement, Vec::new()).await;
-                    continue;
-                }
-                tracing::info!(%mission_id, runtime = view.name, "driving a runtime mission again after a restart");
-                self.take(&mission_id, &mission.payload, vec![view.id.clone()]);
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The verdict a kernel synthesizes when `/verify` failed: inconclusive, 201 on a timeout, else 200.
@@ -400,6 +412,6 @@ fn inconclusive(task_id: &str, candidate: &Candidate, caps: &RuntimeCapabilities
     }
 }
 
-fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     u64::try_from(aiwg_contract::clock::now().timestamp_millis()).unwrap_or_default()
 }

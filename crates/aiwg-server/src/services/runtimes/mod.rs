@@ -15,6 +15,7 @@
 mod drive;
 mod probe;
 mod report;
+mod resume;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

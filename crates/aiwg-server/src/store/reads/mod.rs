@@ -94,6 +94,7 @@ where
                 executor_id: r.text("executor_id")?,
                 state: parse_state(r.text("state")?)?,
                 pty_session_ref: r.text_opt("pty_session_ref")?,
+                attempt: r.int_opt("attempt")?.and_then(|n| u32::try_from(n).ok()).unwrap_or(1),
             })
         };
         rows.iter().map(located("missions", "mission_id", live)).collect()

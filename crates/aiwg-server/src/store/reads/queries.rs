@@ -35,7 +35,7 @@ pub(super) static NOTABLE: LazyLock<String> = LazyLock::new(|| {
 
 pub(super) static LIVE_MISSIONS: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT mission_id, executor_id, state, pty_session_ref FROM missions WHERE state NOT IN ({}) \
+        "SELECT mission_id, executor_id, state, pty_session_ref, attempt FROM missions WHERE state NOT IN ({}) \
              ORDER BY created_at, mission_id",
         *NOT_LIVE
     )

@@ -271,6 +271,9 @@ impl<'a, B: Builder<'a>> Script<B> {
         if let Some(v) = p.attempt {
             self.push(", attempt = ").bind(i64::from(v));
         }
+        if let Some(v) = &p.fence {
+            self.push(", fence = ").bind(serde_json::to_string(v).expect("a fence serializes"));
+        }
         self.push(" WHERE mission_id = ").bind(id).end();
     }
 
