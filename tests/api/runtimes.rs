@@ -773,3 +773,50 @@ async fn check_is_one_get_health_and_capabilities_are_said_apart() {
     assert_eq!((&verdict["provider_family"], &verdict["model_id"]), (&json!("fresh"), &json!("asked-again")), "{data}");
     assert_eq!(runtime.count("/capabilities") - before, 2, "once before /execute, once after the failed /verify");
 }
+
+/// A runtime has no stdout: what it answered is the mission's log (its candidate, inline evidence and
+/// verdict), its output an artifact with the very bytes its `output_ref` names, its evidence refs
+/// artifacts serve holds no bytes of.
+#[tokio::test]
+async fn a_runtimes_answers_are_its_missions_log_and_artifacts() {
+    let server = server().await;
+    let runtime = ScriptedRuntime::start_at("/rt").await;
+    add(&server, "rt-1", &runtime).await;
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let evidence = json!({"uri": "artifact://node/trace", "digest": digest, "size_bytes": 12, "mime": "text/plain",
+                          "created_at": 1_796_000_000_000u64, "producer": "rt-node"});
+    let output = json!({"answer": "hello", "confidence": 0.9, "check_summary": "checked"});
+    let answer = json!({"candidate_output": output, "evidence_inline": [{"mime": "text/plain", "content": "trace line"}],
+                        "evidence_refs": [evidence]});
+    runtime.script("/execute", [Behavior::status(200, answer.to_string())]);
+    let id = dispatch(&server, None, "rt-1").await;
+    assert_eq!(ended(&server, &id).await["state"], "done");
+
+    let log = server.client.get(&format!("/api/v1/missions/{id}/log")).await.body;
+    let log = log.as_str().unwrap();
+    for said in [
+        "[rt-1] /execute exec-p-",
+        "\"answer\": \"hello\"",
+        "trace line",
+        "artifact://node/trace",
+        "[rt-1] /verify: passed true",
+    ] {
+        assert!(log.contains(said), "{said:?} not in the log:\n{log}");
+    }
+    let listed = server.client.get(&format!("/api/v1/missions/{id}/artifacts")).await.body;
+    let output_digest = format!("sha256:{}", sha256_hex(&json_bytes(&output)));
+    assert_eq!(listed["artifacts"][0]["name"], "evidence-rt-1-0");
+    assert_eq!(
+        (&listed["artifacts"][0]["uri"], &listed["artifacts"][0]["producer"]),
+        (&json!("artifact://node/trace"), &json!("rt-node"))
+    );
+    assert_eq!(
+        (&listed["artifacts"][1]["name"], &listed["artifacts"][1]["digest"]),
+        (&json!("output-rt-1.json"), &json!(output_digest))
+    );
+    let url = format!("http://{}/api/v1/missions/{id}/artifacts/output-rt-1.json", server.addr());
+    assert_eq!(reqwest::get(&url).await.unwrap().bytes().await.unwrap().to_vec(), json_bytes(&output));
+    let reference = server.client.get(&format!("/api/v1/missions/{id}/artifacts/evidence-rt-1-0")).await;
+    let why = reference.assert_error(404, "not_found");
+    assert!(why.contains("artifact://node/trace"), "{why}");
+}

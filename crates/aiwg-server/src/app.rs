@@ -9,7 +9,6 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::error::Result;
 use crate::metrics::Metrics;
-use crate::services::artifacts::Artifacts;
 use crate::services::audit::Audit;
 use crate::services::connections::Connections;
 use crate::services::controls::Controls;
@@ -19,7 +18,6 @@ use crate::services::fleet::Fleet;
 use crate::services::idempotency::Idempotency;
 use crate::services::ingest::Ingest;
 use crate::services::ledger::Ledger;
-use crate::services::logs::Logs;
 use crate::services::operators::Operators;
 use crate::services::queue::Queue;
 use crate::services::reconciler::Reconciler;
@@ -32,7 +30,7 @@ use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
 use crate::services::timeouts::Timeouts;
 use crate::services::webhooks::Webhooks;
-use crate::services::Core;
+use crate::services::{Core, Outputs};
 use crate::store::Store;
 use crate::tasks::Sockets;
 use aiwg_contract::Schema;
@@ -52,10 +50,9 @@ pub struct App {
     /// HTTP agent runtimes: added by operators, probed, and driven by serve.
     pub runtimes: Arc<Runtimes>,
     pub ingest: Arc<Ingest>,
-    /// Missions' logs: executors' chunks in, text out.
-    pub(crate) logs: Arc<Logs>,
-    /// Missions' artifacts: uploads in, downloads out.
-    pub(crate) artifacts: Arc<Artifacts>,
+    /// What missions produce: their logs (executors' chunks in, text out) and artifacts (uploads in,
+    /// downloads out).
+    pub(crate) outputs: Outputs,
     pub controls: Arc<Controls>,
     pub reconciler: Arc<Reconciler>,
     pub sandboxes: Arc<Sandboxes>,
@@ -88,8 +85,8 @@ impl App {
         let queue = Arc::new(Queue::new(store.clone()));
         let ledger = Arc::new(Ledger::load(store.clone(), registry.clone(), queue.clone()).await?);
         let core = Core { registry, ledger, store: store.clone(), metrics: metrics.clone(), queue };
-        let runtimes =
-            Arc::new(Runtimes::new(&core, config.runtimes.clone(), config.server.max_executors, shutdown.clone()));
+        let outputs = Outputs::new(&core, &config);
+        let runtimes = Arc::new(Runtimes::new(&core, &config, outputs.clone(), shutdown.clone()));
         let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
         let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
         let (dispatch, stop) = (config.dispatch.clone(), shutdown.clone());
@@ -104,14 +101,12 @@ impl App {
         SandboxQuestions::new(&core, ingest.clone(), sandboxes.clone()).listen(shutdown.clone());
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
-        let logs = Arc::new(Logs::new(&core, &config));
         let operators = Operators::load(store.clone(), core.registry.clone(), &config.server.operator_tokens).await?;
         let retention = Arc::new(Retention::new(store.clone(), config.retention.clone()));
         Ok(App {
             operators: Arc::new(operators),
             fleet: Arc::new(Fleet::new(&core, &config)),
-            artifacts: Arc::new(Artifacts::new(&core, logs.clone(), &config)),
-            logs,
+            outputs,
             status: Status::new(&core, config.timeouts.limits(), sandboxes.clone()),
             timeouts: Arc::new(Timeouts::new(&core, retries, config.timeouts.limits(), &config.hub, shutdown.clone())),
             audit: Arc::new(Audit::new(store.clone(), metrics.clone(), retention.clone())),
@@ -145,7 +140,7 @@ impl App {
         self.webhooks.start();
         self.controls.rearm_hitl_deadlines();
         self.reconciler.arm_restart_grace();
-        self.artifacts.forget_unfinished_uploads().await?;
+        self.outputs.artifacts.forget_unfinished_uploads().await?;
         self.runtimes.start().await?;
         self.dispatcher.load_queue().await?;
         self.dispatcher.run_queue();

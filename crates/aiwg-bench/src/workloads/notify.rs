@@ -47,7 +47,12 @@ pub async fn notifications(dir: &Path, scale: &Scale) -> Vec<Row> {
     let (mut none, mut slow, mut ended) = (Vec::new(), Vec::new(), 0);
     for round in 0..3 {
         for with_hook in [round % 2 == 1, round % 2 == 0] {
-            let env: &[(&str, &str)] = if with_hook { &[("AIWG_SERVE_NOTIFY_WEBHOOK", &hook)] } else { &[] };
+            // The receiver is on loopback, which a webhook reaches only when named in webhook_hosts.
+            let env: &[(&str, &str)] = if with_hook {
+                &[("AIWG_SERVE_NOTIFY_WEBHOOK_HOSTS", "127.0.0.1"), ("AIWG_SERVE_NOTIFY_WEBHOOK", &hook)]
+            } else {
+                &[]
+            };
             let serve = Serve::start(&dir.join(format!("notify-{round}-{with_hook}")), env);
             let (rate, n) = flood_while_missions_end(&serve, scale).await;
             serve.stop();

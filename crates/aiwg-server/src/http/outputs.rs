@@ -69,12 +69,13 @@ async fn upload(
     let mime = text(CONTENT_TYPE).filter(|m| m.len() <= 255 && !m.is_empty()).unwrap_or(OCTETS).to_owned();
     let announced = text(CONTENT_LENGTH).and_then(|l| l.parse().ok());
     let up = Upload { executor_id, mission_id, name, mime, announced };
-    let artifact = app.artifacts.upload(up, body.into_data_stream()).await?;
+    let artifact = app.outputs.artifacts.upload(up, body.into_data_stream()).await?;
     Ok((StatusCode::CREATED, Json(ArtifactRef::from(artifact))).into_response())
 }
 
 async fn list(_: Viewer, State(app): State<Arc<App>>, MissionRef(mission_id): MissionRef) -> Result<Response> {
-    let artifacts: Vec<ArtifactRef> = app.artifacts.list(&mission_id).await?.into_iter().map(Into::into).collect();
+    let artifacts: Vec<ArtifactRef> =
+        app.outputs.artifacts.list(&mission_id).await?.into_iter().map(Into::into).collect();
     Ok(Json(serde_json::json!({ "artifacts": artifacts })).into_response())
 }
 
@@ -87,7 +88,7 @@ async fn download(
     PathIds(ids): PathIds,
 ) -> Result<Response> {
     let name = ids.into_iter().nth(1).unwrap_or_default();
-    let found = app.artifacts.download(&mission_id, &name).await?;
+    let found = app.outputs.artifacts.download(&mission_id, &name).await?;
     let a = &found.artifact;
     let disposition =
         format!("attachment; filename=\"{}\"; filename*=UTF-8''{}", ascii_name(&a.name), encode_segment(&a.name));
@@ -140,7 +141,7 @@ async fn log(
         (offset, None) => Start::Offset(offset.unwrap_or(0)),
     };
     let read = LogRead { mission_id, stream, start, follow: p.follow.unwrap_or(false), raw };
-    let text = app.logs.read(read, app.shutdown_signal()).await?;
+    let text = app.outputs.logs.read(read, app.shutdown_signal()).await?;
     let headers = [
         (CONTENT_TYPE, HeaderValue::from_static(if raw { OCTETS } else { "text/plain; charset=utf-8" })),
         (CACHE_CONTROL, HeaderValue::from_static("no-store")),

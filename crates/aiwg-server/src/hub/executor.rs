@@ -19,8 +19,8 @@ use super::{await_peer_close, close_message, read_error_close, reject, Keepalive
 use crate::app::App;
 use crate::error::Error;
 use crate::services::connections::Attached;
-use crate::services::ingest::{Answer, FrameRef, Ingested, Refusal};
-use crate::services::links::{Origin, Outbound, SUPERSEDED};
+use crate::services::ingest::{Answer, Ingested, Refusal};
+use crate::services::links::{FrameRef, Origin, Outbound, SUPERSEDED};
 use crate::services::logs::ChunkAnswer;
 
 /// Frames whose commit is awaited per socket before the socket stops reading (backpressure), and the
@@ -171,11 +171,12 @@ impl Session {
 
     /// A binary frame: a log chunk (`x-log`), answered in frame order like an event.
     async fn on_chunk(&mut self, bytes: &[u8]) -> Option<Close> {
-        match self.app.logs.chunk(&self.executor_id, bytes).await {
+        match self.app.outputs.logs.chunk(&self.executor_id, bytes).await {
             Ok(pending) => {
                 let app = self.app.clone();
-                self.answers
-                    .push_back(Either::Left(Box::pin(async move { Reply::Log(app.logs.finish(pending).await) })));
+                self.answers.push_back(Either::Left(Box::pin(async move {
+                    Reply::Log(app.outputs.logs.finish(pending).await)
+                })));
                 None
             }
             Err(answer) => {
@@ -290,8 +291,8 @@ async fn drain_superseded(app: &App, executor_id: &str, stream: &mut SplitStream
                 }
             }
             Message::Binary(bytes) => {
-                if let Ok(p) = app.logs.chunk(executor_id, &bytes).await {
-                    let _ = app.logs.finish(p).await;
+                if let Ok(p) = app.outputs.logs.chunk(executor_id, &bytes).await {
+                    let _ = app.outputs.logs.finish(p).await;
                 }
             }
             Message::Close(_) => break,

@@ -183,6 +183,22 @@ impl Artifacts {
         Ok(artifact)
     }
 
+    /// Keeps an artifact serve made itself (a runtime's output, `bytes`) or only refers to (a runtime's
+    /// evidence, kept by its producer at its `uri`: no bytes), as it is described.
+    pub(crate) async fn keep(&self, artifact: ArtifactRecord, bytes: Option<Vec<u8>>) -> Result<()> {
+        let mut unit = Vec::new();
+        if let Some(bytes) = bytes {
+            let upload = format!("upload:{}", uuid::Uuid::new_v4());
+            let digest = artifact.digest.clone();
+            unit.push(Output::PutBlobPart { blob: upload.clone(), part: 0, bytes }.into());
+            unit.push(Output::SealUpload { upload: upload.clone(), digest }.into());
+            unit.push(Output::ForgetBlob(upload).into());
+        }
+        unit.push(Output::PutArtifact(Box::new(artifact)).into());
+        self.store.commit(unit).await?;
+        Ok(())
+    }
+
     /// A mission's artifacts (a compacted mission has none left: 410).
     pub(crate) async fn list(&self, mission_id: &str) -> Result<Vec<ArtifactRecord>> {
         self.not_compacted(mission_id).await?;

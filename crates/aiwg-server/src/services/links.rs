@@ -1,10 +1,12 @@
-//! An executor's live sockets as the services see them: a queue of outbound frames per socket. The
-//! socket task (in `hub`) owns the other end and writes what arrives here.
+//! An executor's live sockets as the services see them: a queue of outbound frames per socket, and
+//! which inbound frame an answer is about. The socket task (in `hub`) owns the other end and writes
+//! what arrives here.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 /// Outbound frames queued per socket; a peer that lets more pile up misses them (counted as undelivered).
@@ -19,6 +21,27 @@ pub(crate) const SUPERSEDED: (u16, &str) = (4000, "superseded by a newer socket"
 pub struct Origin {
     pub link_id: u64,
     pub opened: Instant,
+}
+
+/// Which frame an ack or an error answers.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct FrameRef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mission_id: Option<String>,
+}
+
+impl FrameRef {
+    /// The `event` and `mission_id` of a frame that was read as JSON, cut to 256 characters each (an
+    /// answer never echoes a megabyte back).
+    pub(crate) fn of(frame: &serde_json::Value) -> FrameRef {
+        let text = |k: &str| {
+            let s = frame.get(k).and_then(serde_json::Value::as_str)?;
+            Some(s.char_indices().nth(256).map_or(s, |(end, _)| &s[..end]).to_owned())
+        };
+        FrameRef { event: text("event"), mission_id: text("mission_id") }
+    }
 }
 
 /// A frame for an executor's sockets.

@@ -32,6 +32,7 @@ pub(crate) mod webhooks;
 
 use std::sync::Arc;
 
+use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -47,4 +48,19 @@ pub(crate) struct Core {
     /// Kicked when a queued mission may have become dispatchable; queued missions are ended or queued
     /// again here.
     pub(crate) queue: Arc<queue::Queue>,
+}
+
+/// What missions produce, their logs and their artifacts: kept from their executors' own chunks and
+/// uploads, and by serve for the executors it drives (runtimes) or watches (sandboxes).
+#[derive(Clone)]
+pub(crate) struct Outputs {
+    pub(crate) logs: Arc<logs::Logs>,
+    pub(crate) artifacts: Arc<artifacts::Artifacts>,
+}
+
+impl Outputs {
+    pub(crate) fn new(core: &Core, config: &Config) -> Outputs {
+        let logs = Arc::new(logs::Logs::new(core, config));
+        Outputs { artifacts: Arc::new(artifacts::Artifacts::new(core, logs.clone(), config)), logs }
+    }
 }

@@ -11,12 +11,11 @@ mod read;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use serde::Serialize;
 use serde_json::Value;
 
 use super::controls::Controls;
 use super::ledger::{Decided, Ledger, Ticket, REBUILD_WAIT};
-use super::links::Origin;
+use super::links::{FrameRef, Origin};
 use super::reconciler::Reconciler;
 use super::registry::Registry;
 use super::retries::{LateEnd, Retries};
@@ -37,25 +36,6 @@ const REREAD: &str = "the mission is being re-read from the store after a storag
 
 /// Missions one `executor.resync` may list: far more than any executor runs at once.
 const MAX_RESYNC_IDS: usize = 10_000;
-
-/// Which frame an ack or an error answers.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct FrameRef {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub event: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mission_id: Option<String>,
-}
-
-impl FrameRef {
-    fn of(frame: &Value) -> FrameRef {
-        let text = |k: &str| {
-            let s = frame.get(k).and_then(Value::as_str)?;
-            Some(s.char_indices().nth(256).map_or(s, |(end, _)| &s[..end]).to_owned())
-        };
-        FrameRef { event: text("event"), mission_id: text("mission_id") }
-    }
-}
 
 #[derive(Debug)]
 pub struct Refusal {

@@ -5,7 +5,8 @@
 
 use serde_json::Value;
 
-use super::{FrameRef, Refusal};
+use super::super::links::FrameRef;
+use super::Refusal;
 use crate::error::Error;
 use aiwg_contract::{progress, Envelope, EventType, Schema};
 use aiwg_domain::NewEvent;

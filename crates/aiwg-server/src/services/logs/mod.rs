@@ -21,15 +21,15 @@ use tokio::sync::broadcast;
 
 pub(crate) use read::{LogRead, Start};
 
-use super::ingest::FrameRef;
 use super::ledger::{Decided, Ledger};
+use super::links::FrameRef;
 use super::registry::Registry;
 use super::Core;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{Change, Output, Pending, Store};
-use aiwg_contract::log as wire;
-use aiwg_domain::log::{LogCursor, LogRow, LogState, Segment, Verdict};
+use aiwg_contract::log::{self as wire, Stream};
+use aiwg_domain::log::{LogCursor, LogRow, LogState, Segment, Verdict, MAX_ROW_BYTES};
 
 /// Cursors of logs not written to for this long, whose mission is not live, are let go.
 const IDLE: Duration = Duration::from_secs(60);
@@ -171,6 +171,43 @@ impl Logs {
                     _ => Error::StorageUnavailable("the store is shutting down".into()),
                 };
                 ChunkAnswer::Refused { reference: p.reference, error, log_offset: None }
+            }
+        }
+    }
+
+    /// Appends output serve received for a mission itself (a sandbox's, a runtime's), in rows of at
+    /// most [`MAX_ROW_BYTES`], and waits for its commit.
+    pub(crate) async fn append(&self, mission_id: &str, stream: Stream, bytes: &[u8]) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.load(mission_id, Standing { generation: None }).await?;
+        let slot = self.store.reserve().await?;
+        let pending = {
+            let mut cursors = self.cursors.lock().expect("log cursors");
+            let Some(cached) = cursors.by_mission.get_mut(mission_id) else {
+                return Err(Error::StorageUnavailable(RELOADING.into()));
+            };
+            cached.used = Instant::now();
+            let mut changes = Vec::new();
+            for part in bytes.chunks(MAX_ROW_BYTES as usize) {
+                let (row, drops) = cached.cursor.append(stream, part, self.cap);
+                changes.extend(self::changes(row, drops, &cached.cursor.state));
+            }
+            slot.submit(changes)
+        };
+        match pending.await {
+            Ok(Ok(_)) => {
+                let _ = self.grew.send(Arc::from(mission_id));
+                Ok(())
+            }
+            Ok(Err(e)) => {
+                self.forget(mission_id);
+                Err(e.into())
+            }
+            Err(_) => {
+                self.forget(mission_id);
+                Err(Error::StorageUnavailable("the store is shutting down".into()))
             }
         }
     }

@@ -205,7 +205,9 @@ impl Runtimes {
         self.record(job, EventType::MissionStarted, started, MissionState::Running, |s| s == MissionState::Assigned)
             .await;
         let candidate = self.execute(job, base, runtime, report).await?;
+        self.keep_execution(job.mission_id, runtime, &candidate).await;
         let (verdict, status) = self.verify(job, base, &candidate, report).await?;
+        self.keep_verdict(job.mission_id, runtime, &verdict).await;
         let digest = candidate.output_ref.digest.clone();
         let agreement = agreement(&candidate.output, &job.task.agree_on, &digest);
         let summary = format!(

@@ -13,6 +13,7 @@
 //! mission ends completed or failed with the verdict in its data.
 
 mod drive;
+mod kept;
 mod probe;
 mod report;
 mod resume;
@@ -29,11 +30,11 @@ use super::ledger::Ledger;
 use super::links::{Link, Outbound};
 use super::queue::Queue;
 use super::registry::{Registry, RuntimeView};
-use crate::config::RuntimesConfig;
+use crate::config::{Config, RuntimesConfig};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::runtime_client::{CallError, RuntimeClient};
-use crate::services::Core;
+use crate::services::{Core, Outputs};
 use crate::store::Store;
 use aiwg_contract::clock;
 use aiwg_contract::EventType;
@@ -59,6 +60,8 @@ pub struct Runtimes {
     /// Rung when a runtime was added or changed, so the prober looks at it now.
     wake_prober: Notify,
     shutdown: watch::Receiver<bool>,
+    /// A run's output and evidence are kept as the mission's log and artifacts.
+    outputs: Outputs,
 }
 
 struct Inflight {
@@ -113,20 +116,16 @@ impl RuntimeStatus {
 }
 
 impl Runtimes {
-    pub(crate) fn new(
-        core: &Core,
-        config: RuntimesConfig,
-        max_executors: usize,
-        shutdown: watch::Receiver<bool>,
-    ) -> Runtimes {
+    pub(crate) fn new(core: &Core, config: &Config, outputs: Outputs, shutdown: watch::Receiver<bool>) -> Runtimes {
         Runtimes {
+            outputs,
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
             store: core.store.clone(),
             metrics: core.metrics.clone(),
             client: RuntimeClient::default(),
-            config,
-            max_executors,
+            config: config.runtimes.clone(),
+            max_executors: config.server.max_executors,
             inflight: Mutex::default(),
             queue: core.queue.clone(),
             wake_prober: Notify::new(),
