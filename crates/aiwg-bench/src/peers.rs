@@ -70,13 +70,24 @@ impl Serve {
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            // Until the address, every line is kept: a serve that refuses its configuration says why
+            // there, and the bench's failure must show it.
+            let mut before = Vec::new();
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(addr) = line.split_whitespace().find_map(|w| w.strip_prefix("addr=")) {
-                    let _ = tx.send(addr.to_owned());
+                    let _ = tx.send(Ok(addr.to_owned()));
+                    before.clear();
+                } else if before.len() < 40 {
+                    before.push(line);
                 }
             }
+            let _ = tx.send(Err(before.join("\n")));
         });
-        let addr = rx.recv_timeout(Duration::from_secs(30)).expect("aiwg-serve reports its address");
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(said)) => panic!("aiwg-serve exited before reporting its address; it said:\n{said}"),
+            Err(e) => panic!("aiwg-serve reported no address: {e}"),
+        };
         let (base, data_dir, started_in) = (format!("http://{addr}"), data_dir.to_path_buf(), began.elapsed());
         Serve { child, base, data_dir, started_in, tls: None }
     }
