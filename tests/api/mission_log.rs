@@ -26,7 +26,7 @@ async fn write(socket: &mut ExecSocket, mission_id: &str, stream: Stream, offset
     end
 }
 
-async fn log(server: &TestServer, mission_id: &str, query: &str) -> (u16, String, Option<String>) {
+pub(crate) async fn log(server: &TestServer, mission_id: &str, query: &str) -> (u16, String, Option<String>) {
     let r = server.client.get(&format!("/api/v1/missions/{mission_id}/log{query}")).await;
     // The test client reads a body as JSON when it can: an empty one is null, a number a number.
     let text = match &r.body {
@@ -35,6 +35,22 @@ async fn log(server: &TestServer, mission_id: &str, query: &str) -> (u16, String
         other => other.to_string(),
     };
     (r.status, text, r.header("x-aiwg-log-offset").map(str::to_owned))
+}
+
+/// The log's text once it is `want` (what serve keeps of a peer arrives in the background).
+pub(crate) async fn log_becomes(server: &TestServer, mission_id: &str, query: &str, want: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, text, _) = log(server, mission_id, query).await;
+        if (status, text.as_str()) == (200, want) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "log{query} of {mission_id} is {status} {text:?}, not {want:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 async fn logging_executor(server: &TestServer) -> (ScriptedExecutor, ExecSocket) {

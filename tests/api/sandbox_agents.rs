@@ -5,8 +5,10 @@
 
 use serde_json::{json, Value};
 
+use crate::mission_log::{log, log_becomes};
 use crate::sandbox::{assigned, dispatch_to_peer, mission_path, session_end, session_listing, session_start};
 use crate::support::agentic::AgenticPeer;
+use crate::support::executor::StreamAsked;
 use crate::support::{mission_id, ScriptedExecutor, TestServer};
 
 /// A mission on the peer, running in agent session `session`.
@@ -126,4 +128,44 @@ async fn a_mission_id_sharing_its_first_8_characters_with_a_live_one_is_not_hand
     assert!(message.contains(&format!("runs {first}, whose id shares them")), "{message}");
     assert_eq!(server.client.get(&mission_path(&second)).await.status, 404, "nothing stored");
     assert!(peer.rest.no_dispatch_pending());
+}
+
+fn output(seq: u64, stream: &str, text: &str) -> Value {
+    use base64::Engine;
+    let data = base64::engine::general_purpose::STANDARD.encode(text);
+    json!({"seq": seq, "kind": "output", "stream": stream, "data": data})
+}
+
+/// Issue 52: the sandbox sends no log chunks; its session's output is on its REST surface, and serve
+/// follows it into the mission's log: what the agent wrote before serve looked (replayed from the first
+/// frame), what it wrote while the stream was cut (asked again from the frame after the last kept,
+/// each frame kept once), until the session closes; with the sandbox executor's own token.
+#[tokio::test]
+async fn a_sandbox_sessions_output_is_its_missions_log_across_a_cut_stream() {
+    let server = TestServer::start().await;
+    let mut peer = AgenticPeer::boot(&server, &[]).await;
+    let session = "s-log";
+    peer.rest.session_frame(session, output(0, "stdout", "building\n"));
+    peer.rest.session_frame(session, json!({"seq": 1, "kind": "resize", "cols": 80, "rows": 24}));
+    peer.rest.session_frame(session, output(2, "stdout", "\x1b[32mok\x1b[0m\n"));
+    let id = running_on_peer(&server, &mut peer, session).await;
+    log_becomes(&server, &id, "", "building\n\x1b[32mok\x1b[0m\n").await;
+
+    peer.rest.cut_session_streams();
+    peer.rest.session_frame(session, output(3, "stderr", "warning: slow\n"));
+    peer.rest.session_frame(session, output(4, "stdout", "done\n"));
+    log_becomes(&server, &id, "", "building\n\x1b[32mok\x1b[0m\nwarning: slow\ndone\n").await;
+    log_becomes(&server, &id, "?stream=stderr", "warning: slow\n").await;
+
+    peer.rest.session_frame(session, json!({"seq": 5, "kind": "closed", "exit_code": 0}));
+    peer.sandbox(session_end(session, 0)).await;
+    server.eventually(&mission_path(&id), "done from the session", |m| m["state"] == "done").await;
+    let (_, text, _) = log(&server, &id, "").await;
+    assert_eq!(text, "building\n\x1b[32mok\x1b[0m\nwarning: slow\ndone\n", "each frame once");
+
+    let asked = peer.rest.session_streams_asked();
+    let bearer = Some(format!("Bearer {}", peer.rest.token));
+    let ask = |from| StreamAsked { session: session.into(), from, authorization: bearer.clone() };
+    assert_eq!(asked.first(), Some(&ask(Some(0))), "{asked:?}");
+    assert!(asked.len() >= 2 && asked[1..].iter().all(|a| a == &ask(Some(3))), "asked again after the cut: {asked:?}");
 }

@@ -1,6 +1,7 @@
 //! A scripted executor: a real REST listener that records the dispatches `serve` forwards to it and
 //! answers as told, plus WebSocket connections to `serve` that send events and read the answers.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -46,6 +47,26 @@ struct Listener {
     answer: Arc<Mutex<Answer>>,
     readiness: Arc<Mutex<Option<Value>>>,
     seen: mpsc::UnboundedSender<Received>,
+    sessions: Arc<Sessions>,
+}
+
+/// The output of the executor's sessions, served as the agentic-sandbox serves it: `GET
+/// /api/v1/sessions/{id}/stream[?from=seq]`, server-sent `SessionFrame`s, replayed from `from` (without
+/// it, only frames from then on), ended by a `closed` frame.
+#[derive(Default)]
+struct Sessions {
+    frames: Mutex<HashMap<String, Vec<Value>>>,
+    /// Moved on every new frame, and on every cut (open streams end when `cuts` moves).
+    version: tokio::sync::watch::Sender<(u64, u64)>,
+    asked: Mutex<Vec<StreamAsked>>,
+}
+
+/// A session stream serve asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamAsked {
+    pub session: String,
+    pub from: Option<u64>,
+    pub authorization: Option<String>,
 }
 
 pub struct ScriptedExecutor {
@@ -56,6 +77,7 @@ pub struct ScriptedExecutor {
     answer: Arc<Mutex<Answer>>,
     readiness: Arc<Mutex<Option<Value>>>,
     received: mpsc::UnboundedReceiver<Received>,
+    sessions: Arc<Sessions>,
 }
 
 impl ScriptedExecutor {
@@ -82,8 +104,10 @@ impl ScriptedExecutor {
         let answer = Arc::new(Mutex::new(Answer::Accept { extra: None }));
         let (seen, received) = mpsc::unbounded_channel();
         let readiness = Arc::new(Mutex::new(None));
-        let state = Listener { answer: answer.clone(), readiness: readiness.clone(), seen };
+        let sessions = Arc::new(Sessions::default());
+        let state = Listener { answer: answer.clone(), readiness: readiness.clone(), seen, sessions: sessions.clone() };
         let app = Router::new()
+            .route("/api/v1/sessions/{session}/stream", axum::routing::get(session_stream))
             .route("/api/v1/sessions/{session}/dispatch", post(sessions_dispatch))
             .route("/dispatch", post(legacy_dispatch))
             .route("/api/v1/readiness", axum::routing::get(readiness_report))
@@ -101,7 +125,28 @@ impl ScriptedExecutor {
             answer,
             readiness,
             received,
+            sessions,
         }
+    }
+
+    /// A frame of session `session`'s output: `{seq, kind, ...}` (the session exists from its first).
+    pub fn session_frame(&self, session: &str, frame: Value) {
+        let mut frames = self.sessions.frames.lock().unwrap();
+        frames.entry(session.to_owned()).or_default().push(json!({"session_id": session, "ts": 0}));
+        let last = frames.get_mut(session).unwrap().last_mut().unwrap();
+        last.as_object_mut().unwrap().extend(frame.as_object().unwrap().clone());
+        drop(frames);
+        self.sessions.version.send_modify(|(frames, _)| *frames += 1);
+    }
+
+    /// Drops every open session stream (as a network cut would).
+    pub fn cut_session_streams(&self) {
+        self.sessions.version.send_modify(|(_, cuts)| *cuts += 1);
+    }
+
+    /// The session streams serve asked for.
+    pub fn session_streams_asked(&self) -> Vec<StreamAsked> {
+        self.sessions.asked.lock().unwrap().clone()
     }
 
     pub fn register_payload(&self) -> Value {
@@ -413,4 +458,45 @@ impl DialListener {
     pub fn none_pending(&mut self) -> bool {
         self.accepted.try_recv().is_err()
     }
+}
+
+async fn session_stream(
+    State(listener): State<Listener>,
+    Path(session): Path<String>,
+    axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let sessions = listener.sessions;
+    let from = query.get("from").and_then(|f| f.parse::<u64>().ok());
+    let authorization = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    sessions.asked.lock().unwrap().push(StreamAsked { session: session.clone(), from, authorization });
+    let mut version = sessions.version.subscribe();
+    let (next, cuts) = {
+        let frames = sessions.frames.lock().unwrap();
+        let Some(all) = frames.get(&session) else { return StatusCode::NOT_FOUND.into_response() };
+        let next = match from {
+            Some(from) => all.iter().position(|f| f["seq"].as_u64() >= Some(from)).unwrap_or(all.len()),
+            None => all.len(),
+        };
+        (next, version.borrow_and_update().1)
+    };
+    let body = futures_util::stream::unfold((next, false, version), move |(next, ended, mut version)| {
+        let (sessions, session) = (sessions.clone(), session.clone());
+        async move {
+            loop {
+                if ended || version.borrow_and_update().1 != cuts {
+                    return None;
+                }
+                let frame = sessions.frames.lock().unwrap()[&session].get(next).cloned();
+                if let Some(frame) = frame {
+                    let closed = frame["kind"] == "closed";
+                    let event = format!("data: {frame}\n\n");
+                    return Some((Ok::<_, std::convert::Infallible>(event), (next + 1, closed, version)));
+                }
+                version.changed().await.ok()?;
+            }
+        }
+    });
+    ([("content-type", "text/event-stream")], axum::body::Body::from_stream(body)).into_response()
 }

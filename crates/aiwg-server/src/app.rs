@@ -87,7 +87,7 @@ impl App {
         let core = Core { registry, ledger, store: store.clone(), metrics: metrics.clone(), queue };
         let outputs = Outputs::new(&core, &config);
         let runtimes = Arc::new(Runtimes::new(&core, &config, outputs.clone(), shutdown.clone()));
-        let sandboxes = Arc::new(Sandboxes::load(&core, config.server.max_sandboxes).await?);
+        let sandboxes = Arc::new(Sandboxes::load(&core, &config, outputs.logs.clone(), shutdown.clone()).await?);
         let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
         let (dispatch, stop) = (config.dispatch.clone(), shutdown.clone());
         let dispatcher =

@@ -65,6 +65,19 @@ pub(crate) struct Target {
     pub(crate) token: String,
 }
 
+impl Target {
+    /// An executor as the registry knows it; unreachable without a token serve knows.
+    pub(crate) fn of(
+        rest: String,
+        registered_from: Option<&str>,
+        token: Option<String>,
+    ) -> Result<Target, ForwardError> {
+        let token = token
+            .ok_or_else(|| ForwardError::Unreachable("serve does not know this executor's current token".into()))?;
+        Ok(Target { rest, registered_from: registered_from.and_then(|f| f.parse().ok()), token })
+    }
+}
+
 pub(crate) struct Forwarder {
     client: reqwest::Client,
     timeout: Duration,
@@ -124,6 +137,31 @@ impl Forwarder {
             serde_json::from_slice(&bytes).map_err(|e| ForwardError::Unreachable(format!("unreadable report: {e}")))
         };
         tokio::time::timeout(self.timeout, call).await.unwrap_or(Err(ForwardError::Timeout))
+    }
+
+    /// `GET {rest}/api/v1/sessions/{session_id}/stream` (the agentic-sandbox's server-sent frames of a
+    /// session's output), from frame `from` of its replay buffer or, without, from now on. The answer's
+    /// body is the open stream: only connecting is bounded by the timeout.
+    pub(crate) async fn session_stream(
+        &self,
+        target: &Target,
+        session_id: &str,
+        from: Option<u64>,
+    ) -> Result<reqwest::Response, ForwardError> {
+        let base = base_uri(&target.rest, target.registered_from)?;
+        let mut url = format!("{base}/api/v1/sessions/{}/stream", encode_segment(session_id));
+        if let Some(from) = from {
+            url.push_str(&format!("?from={from}"));
+        }
+        let call = self.client.get(url).bearer_auth(&target.token).header(reqwest::header::ACCEPT, "text/event-stream");
+        let response = tokio::time::timeout(self.timeout, call.send())
+            .await
+            .map_err(|_| ForwardError::Timeout)?
+            .map_err(|e| ForwardError::Unreachable(chain(&e)))?;
+        match response.status() {
+            s if s.is_success() => Ok(response),
+            s => Err(ForwardError::Refused { status: s.as_u16(), body: String::new() }),
+        }
     }
 
     async fn post(&self, url: &str, token: &str, body: Bytes) -> Result<Accepted, ForwardError> {

@@ -1,9 +1,8 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
-//! an earlier one, never the reverse): links, registry, queue, ledger, sandboxes, runtimes, retries,
-//! dispatcher, reconciler, controls, ingest, sandbox_questions, logs, artifacts, fleet, operators, audit,
-//! connections, status, feed,
-//! retention, webhooks, idempotency, timeouts.
+//! an earlier one, never the reverse): links, registry, queue, ledger, logs, artifacts, sandboxes,
+//! runtimes, retries, dispatcher, reconciler, controls, ingest, sandbox_questions, fleet, operators,
+//! audit, connections, status, feed, retention, webhooks, idempotency, timeouts.
 
 pub(crate) mod artifacts;
 pub(crate) mod audit;

@@ -176,10 +176,7 @@ impl Handout {
     /// How serve calls an executor now (its registration may have changed since the mission was planned).
     fn target(&self, executor_id: &str) -> std::result::Result<Target, ForwardError> {
         let reach = self.registry.reach(executor_id).ok_or_else(|| ForwardError::Unreachable("deregistered".into()))?;
-        let token = reach
-            .token
-            .ok_or_else(|| ForwardError::Unreachable("serve does not know this executor's current token".into()))?;
-        Ok(Target { rest: reach.rest, registered_from: reach.registered_from.and_then(|f| f.parse().ok()), token })
+        Target::of(reach.rest, reach.registered_from.as_deref(), reach.token)
     }
 
     /// Moves a still-untouched mission to the next candidate. If the previous one has reported on it

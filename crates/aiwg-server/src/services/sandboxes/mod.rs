@@ -8,14 +8,20 @@
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+
+mod entries;
+mod output;
 
 use super::ledger::{Ledger, Verdict};
+use super::logs::Logs;
 use super::registry::Registry;
 use super::Core;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::store::{Change, Store};
 use aiwg_contract::clock;
@@ -25,13 +31,11 @@ use aiwg_domain::sandbox_sessions::{sessions_mentioned, Inferred, Question, Trac
 use aiwg_domain::{
     canonical_id, on_executor_event, Live, MissionState, NewEvent, Origin, Outcome, SandboxRecord, ServeEvent,
 };
+use entries::{Entry, Inner};
+use output::Watcher;
 
 /// The longest `type` of a sandbox frame that is stored; anything else is not a SandboxEvent.
 const MAX_TYPE_LEN: usize = 64;
-
-/// How long a deregistered sandbox is kept before another registration may take its place (the
-/// agentic-sandbox client deregisters before every re-registration, a second later).
-const FORGET_AFTER: chrono::Duration = chrono::Duration::minutes(10);
 
 /// A registration stores at most this much of what the sandbox sent (the real client sends ~300 bytes).
 pub(crate) const MAX_REGISTRATION_BYTES: usize = 16 * 1024;
@@ -52,56 +56,9 @@ pub struct Sandboxes {
     ledger: Arc<Ledger>,
     /// Relayed HITL questions, and their receiver until the service that raises them takes it.
     questions: mpsc::Sender<Question>,
+    /// Follows the output of the sessions bound to live missions into their logs.
+    output: Arc<Watcher>,
     asked: Mutex<Option<mpsc::Receiver<Question>>>,
-}
-
-#[derive(Default)]
-struct Inner {
-    entries: HashMap<String, Entry>,
-    /// Sandbox ids in first-registration order: the listing's stable order (positions are cursors).
-    order: Vec<String>,
-}
-
-impl Inner {
-    /// Whether `sandbox_id` may register from `from` with at most `max` sandboxes known: a known one only
-    /// from where it was registered, a new one if there is room; the sandbox forgotten to make it.
-    fn admit(&self, sandbox_id: &str, from: &str, max: usize) -> Result<Option<String>> {
-        match self.entries.get(sandbox_id) {
-            Some(e) if e.row.registered_from.as_deref().is_some_and(|f| f != from) => Err(Error::Conflict(format!(
-                "sandbox {sandbox_id} was registered from another address; it can only be registered again from there"
-            ))),
-            None if self.entries.len() >= max => {
-                // Deregistered sandboxes count until forgotten (registering new ids and deleting them grew
-                // the store without bound): the one deregistered longest ago makes room, once it has been
-                // so for a while.
-                let forgotten = self.forgettable(clock::now() - FORGET_AFTER);
-                if forgotten.is_none() {
-                    return Err(Error::TooManyRequests(format!(
-                        "{max} sandboxes are known, the limit (server.max_sandboxes); a deregistered one is \
-                         forgotten {} minutes after its deregistration",
-                        FORGET_AFTER.num_minutes()
-                    )));
-                }
-                Ok(forgotten)
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// The sandbox deregistered longest ago, if before `before`.
-    fn forgettable(&self, before: chrono::DateTime<chrono::Utc>) -> Option<String> {
-        self.entries
-            .values()
-            .filter_map(|e| e.row.deregistered_at.filter(|at| *at < before).map(|at| (at, &e.row.sandbox_id)))
-            .min()
-            .map(|(_, id)| id.clone())
-    }
-}
-
-struct Entry {
-    row: SandboxRecord,
-    sockets: usize,
-    last_event: Option<(String, String)>,
 }
 
 /// What `GET /api/v1/sandboxes` shows of one sandbox.
@@ -126,7 +83,15 @@ pub struct SandboxRegistered {
 }
 
 impl Sandboxes {
-    pub(crate) async fn load(core: &Core, max_sandboxes: usize) -> Result<Sandboxes> {
+    pub(crate) async fn load(
+        core: &Core,
+        config: &Config,
+        logs: Arc<Logs>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<Sandboxes> {
+        let connect_timeout = Duration::from_millis(config.dispatch.forward_timeout_ms);
+        let (registry, ledger) = (core.registry.clone(), core.ledger.clone());
+        let output = Arc::new(Watcher::new(logs, registry, ledger, connect_timeout, shutdown));
         let mut inner = Inner::default();
         for row in core.store.sandboxes().await? {
             inner.order.push(row.sandbox_id.clone());
@@ -135,11 +100,12 @@ impl Sandboxes {
         let (questions, asked) = mpsc::channel(QUESTIONS_WAITING);
         Ok(Sandboxes {
             questions,
+            output,
             asked: Mutex::new(Some(asked)),
             inner: Mutex::new(inner),
             writes: Default::default(),
             store: core.store.clone(),
-            max_sandboxes,
+            max_sandboxes: config.server.max_sandboxes,
             sessions: Default::default(),
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
@@ -359,9 +325,11 @@ impl Sandboxes {
             }
         }
         // Whatever else the frame says of a mission's session is a sign of its agent's life: an operator
-        // sees when a mission last showed one (its `updated_at`).
+        // sees when a mission last showed one (its `updated_at`); and its output is followed again (after
+        // a restart of serve, from then on).
         for session_id in mentioned {
             if let Some(mission_id) = self.ledger.bound_to(executor_id, &session_id).filter(|m| !moved.contains(m)) {
+                self.output.watch(executor_id, &session_id, &mission_id, false);
                 self.ledger.touch(&mission_id).await;
             }
         }
@@ -410,6 +378,9 @@ impl Sandboxes {
             .map(|moved| moved.to);
         let state = recorded?;
         tracing::info!(%mission_id, %session_id, %state, "mission lifecycle inferred from the sandbox session");
+        if state == MissionState::Running {
+            self.output.watch(executor_id, session_id, &mission_id, true);
+        }
         Some(mission_id)
     }
 
