@@ -1,8 +1,8 @@
 //! The services: each owns its state and does one job, using the pure domain to decide and the store
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
-//! an earlier one, never the reverse): links, registry, queue, ledger, logs, artifacts, sandboxes,
-//! runtimes, retries, dispatcher, reconciler, controls, ingest, sandbox_questions, fleet, operators,
-//! audit, connections, status, feed, retention, webhooks, idempotency, timeouts.
+//! an earlier one, never the reverse): links, registry, queue, ledger, logs, artifacts, outputs,
+//! sandboxes, runtimes, retries, dispatcher, reconciler, controls, ingest, sandbox_questions, fleet,
+//! operators, audit, connections, status, feed, retention, webhooks, idempotency, timeouts.
 
 pub(crate) mod artifacts;
 pub(crate) mod audit;
@@ -17,6 +17,7 @@ pub(crate) mod ledger;
 pub(crate) mod links;
 pub(crate) mod logs;
 pub(crate) mod operators;
+pub(crate) mod outputs;
 pub(crate) mod queue;
 pub(crate) mod reconciler;
 pub(crate) mod registry;
@@ -31,7 +32,6 @@ pub(crate) mod webhooks;
 
 use std::sync::Arc;
 
-use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
@@ -47,19 +47,4 @@ pub(crate) struct Core {
     /// Kicked when a queued mission may have become dispatchable; queued missions are ended or queued
     /// again here.
     pub(crate) queue: Arc<queue::Queue>,
-}
-
-/// What missions produce, their logs and their artifacts: kept from their executors' own chunks and
-/// uploads, and by serve for the executors it drives (runtimes) or watches (sandboxes).
-#[derive(Clone)]
-pub(crate) struct Outputs {
-    pub(crate) logs: Arc<logs::Logs>,
-    pub(crate) artifacts: Arc<artifacts::Artifacts>,
-}
-
-impl Outputs {
-    pub(crate) fn new(core: &Core, config: &Config) -> Outputs {
-        let logs = Arc::new(logs::Logs::new(core, config));
-        Outputs { artifacts: Arc::new(artifacts::Artifacts::new(core, logs.clone(), config)), logs }
-    }
 }

@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::report::{last_event, verifier_result, LastEvent, Run};
-use super::resume::{Plan, Planned};
+use super::resume::{now_ms, Plan, Planned};
 use super::{Endpoint, Inflight, Runtimes};
 use crate::runtime_client::{CallError, RuntimeClient};
 use crate::services::ledger::Verdict;
@@ -412,8 +412,4 @@ fn inconclusive(task_id: &str, candidate: &Candidate, caps: &RuntimeCapabilities
         provider_family: caps.provider_family.clone(),
         model_id: caps.model_id.clone(),
     }
-}
-
-pub(super) fn now_ms() -> u64 {
-    u64::try_from(aiwg_contract::clock::now().timestamp_millis()).unwrap_or_default()
 }

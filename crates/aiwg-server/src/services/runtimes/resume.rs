@@ -10,7 +10,6 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::drive::now_ms;
 use super::Runtimes;
 use crate::error::Result;
 use crate::services::ledger::Verdict;
@@ -98,4 +97,9 @@ impl Runtimes {
         let _ = self.ledger.transition_as_serve(owner, mission_id, assigned).await;
         plan
     }
+}
+
+/// The time now in milliseconds, as the protocol's contracts and refs carry it.
+pub(super) fn now_ms() -> u64 {
+    u64::try_from(aiwg_contract::clock::now().timestamp_millis()).unwrap_or_default()
 }
