@@ -1614,7 +1614,9 @@ mod cases {
         unit.push(artifact("m2", "copy.txt", "sha256:h", 5));
         store.commit(unit).await.unwrap();
         assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap(), [b"he".to_vec(), b"llo".to_vec()]);
-        assert!(store.blob_parts("upload:b", 0, 10).await.unwrap().is_empty());
+        // upload:b's parts went: sealed under another digest, it names nothing.
+        store.commit(seal("upload:b", "sha256:b")).await.unwrap();
+        assert!(store.blob_parts("sha256:b", 0, 10).await.unwrap().is_empty());
         assert_eq!(store.blob_parts("sha256:h", 1, 10).await.unwrap(), [b"llo".to_vec()]);
         let names: Vec<String> = store.artifacts("m1").await.unwrap().into_iter().map(|a| a.name).collect();
         assert_eq!(names, ["a.txt"]);
@@ -1623,6 +1625,7 @@ mod cases {
             .commit(vec![
                 artifact("m1", "a.txt", "sha256:other", 0),
                 Output::ForgetBlobUnlessUsed("sha256:h".into()).into(),
+                Output::ForgetBlobNameUnlessUsed("sha256:h".into()).into(),
             ])
             .await
             .unwrap();
@@ -1630,14 +1633,27 @@ mod cases {
         assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap().len(), 2);
         // m2 goes (retention): its blob with it, as nothing else names it.
         store
-            .commit(vec![Output::ForgetArtifactBlobs("m2".into()).into(), Output::ForgetArtifacts("m2".into()).into()])
+            .commit(vec![
+                Output::ForgetArtifactBlobs("m2".into()).into(),
+                Output::ForgetArtifactBlobNames("m2".into()).into(),
+                Output::ForgetArtifacts("m2".into()).into(),
+            ])
             .await
             .unwrap();
         assert!(store.artifacts("m2").await.unwrap().is_empty());
         assert!(store.blob_parts("sha256:h", 0, 10).await.unwrap().is_empty());
-        store.commit(vec![part("upload:c", 0, b"half")]).await.unwrap();
+        // Its name went too: the same bytes uploaded again are kept, not taken for kept already.
+        store.commit(vec![part("upload:e", 0, b"hello")]).await.unwrap();
+        store.commit(seal("upload:e", "sha256:h")).await.unwrap();
+        assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap(), [b"hello".to_vec()]);
+        // An unsealed upload's parts go at start; sealed ones stay.
+        store.commit(vec![part("upload:c", 0, b"half"), part("upload:d", 0, b"whole")]).await.unwrap();
+        store.commit(seal("upload:d", "sha256:d")).await.unwrap();
+        store.commit(vec![artifact("m3", "d.txt", "sha256:d", 5)]).await.unwrap();
         store.commit(vec![Output::ForgetUploads.into()]).await.unwrap();
-        assert!(store.blob_parts("upload:c", 0, 10).await.unwrap().is_empty());
+        store.commit(seal("upload:c", "sha256:c")).await.unwrap();
+        assert!(store.blob_parts("sha256:c", 0, 10).await.unwrap().is_empty());
+        assert_eq!(store.blob_parts("sha256:d", 0, 10).await.unwrap(), [b"whole".to_vec()]);
     }
 
     async fn due_seq(store: &Store, id: &str) -> i64 {

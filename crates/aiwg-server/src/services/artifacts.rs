@@ -178,7 +178,12 @@ impl Artifacts {
             Output::ForgetBlob(upload.to_owned()).into(),
             Output::PutArtifact(Box::new(artifact.clone())).into(),
         ];
-        unit.extend(replaced.filter(|old| *old != digest).map(|old| Output::ForgetBlobUnlessUsed(old).into()));
+        if let Some(old) = replaced.filter(|old| *old != digest) {
+            unit.extend([
+                Output::ForgetBlobUnlessUsed(old.clone()).into(),
+                Output::ForgetBlobNameUnlessUsed(old).into(),
+            ]);
+        }
         self.store.commit(unit).await?;
         Ok(artifact)
     }

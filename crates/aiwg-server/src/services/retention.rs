@@ -201,6 +201,7 @@ impl Retention {
         self.store.commit(vec![Output::ForgetLog(mission_id.to_owned()).into()]).await?;
         let artifacts = vec![
             Output::ForgetArtifactBlobs(mission_id.to_owned()).into(),
+            Output::ForgetArtifactBlobNames(mission_id.to_owned()).into(),
             Output::ForgetArtifacts(mission_id.to_owned()).into(),
         ];
         self.store.commit(artifacts).await?;

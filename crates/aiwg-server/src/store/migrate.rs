@@ -32,6 +32,7 @@ pub(super) const SQLITE: Migrations = &[
     (18, "operator_ids", include_str!("../../../../migrations/0018_operator_ids.sql")),
     (19, "audit_counts", include_str!("../../../../migrations/0019_audit_counts.sql")),
     (20, "fence", include_str!("../../../../migrations/0020_fence.sql")),
+    (21, "blob_names", include_str!("../../../../migrations/0021_blob_names.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -54,6 +55,7 @@ pub(super) const POSTGRES: Migrations = &[
     (16, "operator_ids", include_str!("../../../../migrations/postgres/0016_operator_ids.sql")),
     (17, "audit_counts", include_str!("../../../../migrations/postgres/0017_audit_counts.sql")),
     (18, "fence", include_str!("../../../../migrations/postgres/0018_fence.sql")),
+    (19, "blob_names", include_str!("../../../../migrations/postgres/0019_blob_names.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

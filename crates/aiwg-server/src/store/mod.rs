@@ -253,8 +253,8 @@ pub trait Storage: Send + Sync {
         mission_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<aiwg_domain::artifacts::ArtifactRecord>>>;
 
-    /// Parts of an artifact's blob (its digest) from part `from` on, in order, at most `limit`.
-    fn blob_parts<'a>(&'a self, blob: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>>;
+    /// Parts of the bytes of an artifact's digest from part `from` on, in order, at most `limit`.
+    fn blob_parts<'a>(&'a self, digest: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>>;
 
     /// The pending HITL request of a mission, if any.
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>>;

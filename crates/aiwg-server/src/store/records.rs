@@ -129,23 +129,29 @@ pub enum Output {
     DropLog { mission_id: String, from: u64, to: u64 },
     /// Removes a mission's log rows (retention; its state stays).
     ForgetLog(String),
-    /// A part of an artifact's bytes (`blob`: its upload's name until it is sealed).
+    /// A part of an artifact's bytes, under the name of the upload that received it (`blob`).
     PutBlobPart { blob: String, part: u32, bytes: Vec<u8> },
-    /// An upload's parts become the blob of their digest, unless that blob is kept already (identical
-    /// bytes are kept once; the upload's parts are then forgotten with [`Output::ForgetBlob`]).
+    /// An upload's parts become the bytes of their digest (named, never moved: a part's name is in its
+    /// key, so moving rewrote every byte), unless that digest has bytes already: identical bytes are
+    /// kept once, and the upload's parts then go with [`Output::ForgetBlob`].
     SealUpload { upload: String, digest: String },
-    /// Removes a blob's parts (an abandoned upload's, or one whose bytes were kept already).
+    /// Removes an upload's parts, unless they were sealed as a digest's bytes (an abandoned upload's, or
+    /// one whose digest had bytes already).
     ForgetBlob(String),
-    /// Removes a blob's parts unless an artifact names it (the one an artifact replaced was using).
+    /// Removes a digest's bytes unless an artifact names the digest (the one an artifact replaced)...
     ForgetBlobUnlessUsed(String),
+    /// ...and then, in the same unit, its name (the bytes are found by it).
+    ForgetBlobNameUnlessUsed(String),
     /// An artifact's row, replacing the mission's artifact of the same name.
     PutArtifact(Box<aiwg_domain::artifacts::ArtifactRecord>),
-    /// Removes the blobs of a mission's artifacts that no other mission's artifact names (retention,
-    /// before [`Output::ForgetArtifacts`]).
+    /// Removes the bytes of a mission's artifacts that no other mission's artifact names (retention,
+    /// before [`Output::ForgetArtifacts`])...
     ForgetArtifactBlobs(String),
+    /// ...and then their names.
+    ForgetArtifactBlobNames(String),
     /// Removes a mission's artifacts (retention).
     ForgetArtifacts(String),
-    /// Removes every upload's parts: no upload survives a restart.
+    /// Removes every unsealed upload's parts: no upload survives a restart.
     ForgetUploads,
 }
 

@@ -187,8 +187,8 @@ where
         Box::pin(outputs::artifacts(&self.reads.pool, mission_id))
     }
 
-    fn blob_parts<'a>(&'a self, blob: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
-        Box::pin(outputs::blob_parts(&self.reads.pool, blob, from, limit))
+    fn blob_parts<'a>(&'a self, digest: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
+        Box::pin(outputs::blob_parts(&self.reads.pool, digest, from, limit))
     }
 
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>> {

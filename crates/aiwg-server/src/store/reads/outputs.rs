@@ -167,8 +167,13 @@ where
         .collect()
 }
 
-/// Parts of a blob from `from` on, in order, at most `limit`.
-pub(in crate::store) async fn blob_parts<DB>(pool: &Pool<DB>, blob: &str, from: u32, limit: u32) -> Result<Vec<Vec<u8>>>
+/// Parts of a digest's bytes from `from` on, in order, at most `limit`.
+pub(in crate::store) async fn blob_parts<DB>(
+    pool: &Pool<DB>,
+    digest: &str,
+    from: u32,
+    limit: u32,
+) -> Result<Vec<Vec<u8>>>
 where
     DB: Database,
     DB::Row: Cols,
@@ -177,11 +182,14 @@ where
     for<'q> &'q str: Encode<'q, DB> + Type<DB>,
     for<'q> i64: Encode<'q, DB> + Type<DB>,
 {
-    let rows = sqlx::query("SELECT bytes FROM artifact_blobs WHERE blob = $1 AND part >= $2 ORDER BY part LIMIT $3")
-        .bind(blob)
-        .bind(i64::from(from))
-        .bind(i64::from(limit))
-        .fetch_all(pool)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT p.bytes FROM blob_names n JOIN artifact_blobs p ON p.blob = n.blob \
+         WHERE n.digest = $1 AND p.part >= $2 ORDER BY p.part LIMIT $3",
+    )
+    .bind(digest)
+    .bind(i64::from(from))
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
     rows.iter().map(|r| r.bytes("bytes")).collect()
 }

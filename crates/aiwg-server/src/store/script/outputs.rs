@@ -5,6 +5,7 @@
 use super::{Builder, Script, Upsert};
 use crate::store::Output;
 use aiwg_contract::clock;
+use aiwg_domain::artifacts::ArtifactRecord;
 use aiwg_domain::log::{LogRow, LogState};
 
 /// Positions and counts are `u64` in the domain and 64-bit signed integers in both databases; none
@@ -70,6 +71,38 @@ fn forget_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str) {
     s.push("DELETE FROM mission_logs WHERE mission_id = ").bind(mission_id).end();
 }
 
+/// ` AND` no artifact names `digest`.
+fn unused<'a, B: Builder<'a>>(s: &mut Script<B>, digest: &'a str) {
+    s.push(" AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = ").bind(digest).push(")");
+}
+
+/// The digests only `mission_id`'s artifacts name, as a subquery.
+fn only_here<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str) {
+    s.push("SELECT a.digest FROM artifacts a WHERE a.mission_id = ").bind(mission_id);
+    s.push(" AND NOT EXISTS (SELECT 1 FROM artifacts o WHERE o.digest = a.digest AND o.mission_id <> ");
+    s.bind(mission_id).push(")");
+}
+
+/// An artifact's row, replacing the mission's artifact of the same name.
+fn put_artifact<'a, B: Builder<'a>>(s: &mut Script<B>, a: &'a ArtifactRecord) {
+    s.push("INSERT INTO artifacts (mission_id, name, uri, digest, size_bytes, mime, producer, created_at) ");
+    s.values([a], |b, a| {
+        b.bind(a.mission_id.as_str())
+            .bind(a.name.as_str())
+            .bind(a.uri.as_str())
+            .bind(a.digest.as_str())
+            .bind(int(a.size_bytes))
+            .bind(a.mime.as_str())
+            .bind(a.producer.as_str())
+            .bind(clock::format(a.created_at));
+    });
+    s.push(
+        " ON CONFLICT (mission_id, name) DO UPDATE SET uri = excluded.uri, digest = excluded.digest, \
+         size_bytes = excluded.size_bytes, mime = excluded.mime, producer = excluded.producer, \
+         created_at = excluded.created_at",
+    );
+}
+
 /// The one statement of each change of what a mission produced.
 pub(super) fn output<'a, B: Builder<'a>>(s: &mut Script<B>, output: &'a Output) {
     match output {
@@ -81,50 +114,38 @@ pub(super) fn output<'a, B: Builder<'a>>(s: &mut Script<B>, output: &'a Output) 
             s.push(", ").bind(i64::from(*part)).push(", ").bind(bytes.as_slice()).push(")");
         }
         Output::SealUpload { upload, digest } => {
-            s.push("UPDATE artifact_blobs SET blob = ")
-                .bind(digest.as_str())
-                .push(" WHERE blob = ")
-                .bind(upload.as_str());
-            s.push(" AND NOT EXISTS (SELECT 1 FROM artifact_blobs k WHERE k.blob = ").bind(digest.as_str()).push(")");
+            s.push("INSERT INTO blob_names (digest, blob) VALUES (").bind(digest.as_str());
+            s.push(", ").bind(upload.as_str()).push(") ON CONFLICT (digest) DO NOTHING");
         }
-        Output::ForgetBlob(blob) => {
-            s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(blob.as_str());
+        Output::ForgetBlob(upload) => {
+            s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(upload.as_str());
+            s.push(" AND NOT EXISTS (SELECT 1 FROM blob_names n WHERE n.blob = ").bind(upload.as_str()).push(")");
         }
-        Output::ForgetBlobUnlessUsed(blob) => {
-            s.push("DELETE FROM artifact_blobs WHERE blob = ").bind(blob.as_str());
-            s.push(" AND NOT EXISTS (SELECT 1 FROM artifacts a WHERE a.digest = ").bind(blob.as_str()).push(")");
+        Output::ForgetBlobUnlessUsed(digest) => {
+            s.push("DELETE FROM artifact_blobs WHERE blob IN (SELECT n.blob FROM blob_names n WHERE n.digest = ");
+            s.bind(digest.as_str()).push(")");
+            unused(s, digest);
         }
-        Output::PutArtifact(a) => {
-            s.push("INSERT INTO artifacts (mission_id, name, uri, digest, size_bytes, mime, producer, created_at) ");
-            s.values([a], |b, a| {
-                b.bind(a.mission_id.as_str())
-                    .bind(a.name.as_str())
-                    .bind(a.uri.as_str())
-                    .bind(a.digest.as_str())
-                    .bind(int(a.size_bytes))
-                    .bind(a.mime.as_str())
-                    .bind(a.producer.as_str())
-                    .bind(clock::format(a.created_at));
-            });
-            s.push(
-                " ON CONFLICT (mission_id, name) DO UPDATE SET uri = excluded.uri, digest = excluded.digest, \
-                 size_bytes = excluded.size_bytes, mime = excluded.mime, producer = excluded.producer, \
-                 created_at = excluded.created_at",
-            );
+        Output::ForgetBlobNameUnlessUsed(digest) => {
+            s.push("DELETE FROM blob_names WHERE digest = ").bind(digest.as_str());
+            unused(s, digest);
         }
+        Output::PutArtifact(a) => put_artifact(s, a),
         Output::ForgetArtifactBlobs(mission_id) => {
-            s.push("DELETE FROM artifact_blobs WHERE blob IN (SELECT a.digest FROM artifacts a WHERE a.mission_id = ");
-            s.bind(mission_id.as_str()).push(
-                " AND NOT EXISTS (SELECT 1 FROM artifacts o WHERE o.digest = a.digest \
-                                              AND o.mission_id <> ",
-            );
-            s.bind(mission_id.as_str()).push("))");
+            s.push("DELETE FROM artifact_blobs WHERE blob IN (SELECT n.blob FROM blob_names n WHERE n.digest IN (");
+            only_here(s, mission_id);
+            s.push("))");
+        }
+        Output::ForgetArtifactBlobNames(mission_id) => {
+            s.push("DELETE FROM blob_names WHERE digest IN (");
+            only_here(s, mission_id);
+            s.push(")");
         }
         Output::ForgetArtifacts(mission_id) => {
             s.push("DELETE FROM artifacts WHERE mission_id = ").bind(mission_id.as_str());
         }
         Output::ForgetUploads => {
-            s.push("DELETE FROM artifact_blobs WHERE blob LIKE 'upload:%'");
+            s.push("DELETE FROM artifact_blobs WHERE NOT EXISTS (SELECT 1 FROM blob_names n WHERE n.blob = artifact_blobs.blob)");
         }
     }
     s.end();
