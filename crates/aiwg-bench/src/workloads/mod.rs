@@ -59,6 +59,13 @@ pub(super) async fn dispatch_to(client: &Client, executor: &str, id: &str) {
 }
 
 /// A simulated executor, connected, with one mission dispatched to it: what most workloads start from.
+/// The middle of a few rates measured in alternation with their baseline's (the machine's drift and
+/// noise fall on both alike).
+pub(super) fn median(mut rates: Vec<f64>) -> f64 {
+    rates.sort_by(f64::total_cmp);
+    rates[rates.len() / 2]
+}
+
 pub(super) async fn with_mission(
     serve: &Serve,
     rest: &RestPeer,

@@ -14,7 +14,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 
 use super::ingest::peak_rate;
-use super::{dispatch_to, mission_id, wait_connected};
+use super::{dispatch_to, median, mission_id, wait_connected};
 use crate::peers::{self, Peer, RestPeer, Serve};
 use crate::{Row, Scale};
 
@@ -73,11 +73,6 @@ pub async fn notifications(dir: &Path, scale: &Scale) -> Vec<Row> {
              notification), of which the receiver got {} within the run",
             received.load(Ordering::Relaxed)
         ))]
-}
-
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    rates[rates.len() / 2]
 }
 
 /// The ingestion peak, while one more executor ends a mission every [`ENDING_EVERY`]: the peak's rate,
