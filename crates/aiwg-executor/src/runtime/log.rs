@@ -16,6 +16,7 @@
 //!   (another executor's mission, one ended past its grace) drops the mission's log, and says so.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -36,6 +37,8 @@ const TRANSIENT: [&str; 4] = ["storage_unavailable", "leader_unavailable", "too_
 
 pub(super) struct Logs {
     spools: Mutex<HashMap<String, Spool>>,
+    /// Serve takes no chunks (it predates `x-log`): no log is kept from then on.
+    off: AtomicBool,
     /// Rung when a log has bytes to send; the socket task waits on it.
     pub(super) ready: Notify,
     /// Changed at each answer serve gives a chunk: writers waiting for room and missions waiting for
@@ -66,12 +69,16 @@ struct Piece {
 
 impl Logs {
     pub(super) fn new(stop: watch::Receiver<bool>) -> Logs {
-        Logs { spools: Mutex::default(), ready: Notify::new(), answered: watch::channel(0).0, stop }
+        let answered = watch::channel(0).0;
+        Logs { spools: Mutex::default(), off: AtomicBool::new(false), ready: Notify::new(), answered, stop }
     }
 
     /// A mission's (new attempt's) log starts at offset 0. What an earlier attempt had not delivered is
     /// dropped: serve takes no chunk of an attempt it abandoned.
     pub(super) fn open(&self, mission_id: &str, attempt: Option<u64>) {
+        if self.off.load(Ordering::SeqCst) {
+            return;
+        }
         let spool = Spool {
             attempt: attempt.and_then(|a| u32::try_from(a).ok()),
             pieces: VecDeque::new(),
@@ -120,6 +127,22 @@ impl Logs {
             spool.sent = spool.acked;
             spool.retry_at = None;
         }
+    }
+
+    /// Serve refused a chunk as a frame it does not take at all (`invalid_frame` naming no event: a serve
+    /// older than `x-log`, which would refuse every one): no log is kept any longer, and nobody waits.
+    pub(super) fn refused_by_serve(&self, frame: &Value) -> bool {
+        let mut spools = self.spools.lock().expect("logs lock");
+        let in_flight = spools.values().any(|s| s.sent > s.acked);
+        if frame["error"] != "invalid_frame" || !frame["ref"]["event"].is_null() || !in_flight {
+            return false;
+        }
+        tracing::warn!("serve does not take log chunks (it predates x-log): the missions' output is not kept");
+        self.off.store(true, Ordering::SeqCst);
+        spools.clear();
+        drop(spools);
+        self.answered.send_modify(|n| *n = n.wrapping_add(1));
+        true
     }
 
     /// Whether serve has not acknowledged some log yet.
@@ -257,6 +280,24 @@ mod tests {
         logs.answered(&json!({"error": "forbidden", "ref": {"event": "mission.log", "mission_id": "m"}}));
         assert!(logs.next_frame().is_none() && !logs.pending());
         logs.delivered("m").await;
+    }
+
+    #[tokio::test]
+    async fn a_serve_that_takes_no_chunks_turns_the_logs_off() {
+        let logs = logs();
+        logs.open("m", None);
+        logs.append("m", Stream::Stdout, b"line\n").await;
+        let older_serve = json!({"error": "invalid_frame", "message": "binary frames are not accepted", "ref": {}});
+        assert!(!logs.refused_by_serve(&older_serve), "no chunk was sent: it is not about one");
+        assert!(logs.next_frame().is_some());
+        let event_refused = json!({"error": "invalid_frame", "ref": {"event": "mission.progress"}});
+        assert!(!logs.refused_by_serve(&event_refused), "an event's refusal");
+        assert!(logs.refused_by_serve(&older_serve));
+        assert!(!logs.pending());
+        logs.delivered("m").await;
+        logs.open("n", None);
+        logs.append("n", Stream::Stdout, b"kept nowhere\n").await;
+        assert!(logs.next_frame().is_none() && !logs.pending());
     }
 
     #[tokio::test]

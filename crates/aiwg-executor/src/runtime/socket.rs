@@ -193,6 +193,9 @@ impl Executor {
             self.logs.answered(&frame);
             return;
         }
+        if self.logs.refused_by_serve(&frame) {
+            return;
+        }
         if frame.get("ack").is_some() || frame.get("error").is_some() {
             let _ = self.unacked.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
             if let Some(code) = frame.get("error").and_then(Value::as_str) {
