@@ -26,7 +26,7 @@ async fn write(socket: &mut ExecSocket, mission_id: &str, stream: Stream, offset
     end
 }
 
-async fn log(server: &TestServer, mission_id: &str, query: &str) -> (u16, String, Option<String>) {
+pub(crate) async fn log(server: &TestServer, mission_id: &str, query: &str) -> (u16, String, Option<String>) {
     let r = server.client.get(&format!("/api/v1/missions/{mission_id}/log{query}")).await;
     // The test client reads a body as JSON when it can: an empty one is null, a number a number.
     let text = match &r.body {
