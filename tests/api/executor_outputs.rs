@@ -166,7 +166,7 @@ fn group(pgid: u32) -> Vec<u32> {
 }
 
 /// Waits (at most `WAIT`) until group `pgid` has `count` processes.
-async fn group_of_size(pgid: u32, count: usize, what: &str) {
+pub(crate) async fn group_of_size(pgid: u32, count: usize, what: &str) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while group(pgid).len() != count {
         assert!(tokio::time::Instant::now() < deadline, "{what}: group {pgid} has {:?}", group(pgid));
