@@ -47,6 +47,7 @@ pub(crate) async fn spawn(
     grace: Duration,
 ) -> std::io::Result<(Child, u32, tokio::net::UnixStream)> {
     let (ours, theirs) = UnixStream::pair()?;
+    let theirs = above_stdio(theirs)?;
     let (fd, executor) = (theirs.as_raw_fd(), std::process::id() as libc::pid_t);
     command.arg(COMMAND).arg(grace.as_millis().to_string()).arg(binary).args(args);
     // SAFETY: `hand_over` makes only async-signal-safe calls (dup2, fcntl, prctl, getppid).
@@ -61,6 +62,21 @@ pub(crate) async fn spawn(
             let _ = child.wait().await;
             Err(e)
         }
+    }
+}
+
+/// The socket on a descriptor of 3 or more: one below (an executor started with its stdio closed) would
+/// be replaced by the guard's stdio before `hand_over` moves it.
+fn above_stdio(socket: UnixStream) -> std::io::Result<UnixStream> {
+    if socket.as_raw_fd() >= CONTROL_FD {
+        return Ok(socket);
+    }
+    // SAFETY: fcntl duplicates a descriptor we own; the duplicate is owned by the returned stream alone.
+    let moved = unsafe { libc::fcntl(socket.as_raw_fd(), libc::F_DUPFD_CLOEXEC, CONTROL_FD) };
+    match moved {
+        fd if fd < 0 => Err(Error::last_os_error()),
+        // SAFETY: as above.
+        fd => Ok(unsafe { UnixStream::from_raw_fd(fd) }),
     }
 }
 

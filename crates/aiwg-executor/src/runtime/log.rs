@@ -116,7 +116,7 @@ impl Logs {
             }
             tokio::select! {
                 changed = answered.changed() => if changed.is_err() { return },
-                _ = stop.changed() => {}
+                changed = stop.changed() => if changed.is_err() { return },
             }
         }
     }
