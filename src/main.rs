@@ -154,6 +154,8 @@ impl Command {
 }
 
 fn main() -> ExitCode {
+    // The executor's agents run under this very binary as their guard: that is all such a process does.
+    aiwg_executor::run_guard_if_asked();
     let matches = command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

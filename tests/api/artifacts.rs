@@ -29,7 +29,7 @@ async fn put_streamed(server: &TestServer, mission_id: &str, name: &str, token: 
     (response.status().as_u16(), response.json().await.unwrap_or(Value::Null))
 }
 
-fn sha256(bytes: &[u8]) -> String {
+pub(crate) fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect::<String>())
 }
 

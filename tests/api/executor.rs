@@ -66,17 +66,17 @@ impl Stubs {
 }
 
 /// `aiwg-serve executor` as a child process.
-struct ExecutorProcess {
-    child: Child,
-    name: String,
+pub(crate) struct ExecutorProcess {
+    pub(crate) child: Child,
+    pub(crate) name: String,
     /// Its working directory: a scratch directory, not this checkout. Without `--workdir` the executor
     /// runs missions where it was started, in a git worktree of that repository per mission, which
     /// would leave worktrees of the project behind.
-    _cwd: tempfile::TempDir,
+    pub(crate) _cwd: tempfile::TempDir,
 }
 
 impl ExecutorProcess {
-    async fn start(
+    pub(crate) async fn start(
         server: &TestServer,
         adapter: &str,
         args: &[&str],
@@ -105,7 +105,7 @@ impl ExecutorProcess {
         process
     }
 
-    async fn wait_connected(&self, server: &TestServer) -> String {
+    pub(crate) async fn wait_connected(&self, server: &TestServer) -> String {
         let name = self.name.clone();
         let listed = server
             .eventually("/api/v1/executors", "the executor connected", |b| {
@@ -131,11 +131,11 @@ impl Drop for ExecutorProcess {
     }
 }
 
-fn body(id: &str, objective: &str, tools: Value) -> Value {
+pub(crate) fn body(id: &str, objective: &str, tools: Value) -> Value {
     json!({"mission_id": id, "objective": objective, "completion": "c", "lease": {"tools": tools}})
 }
 
-async fn run_to_end(server: &TestServer, body: &Value) -> Value {
+pub(crate) async fn run_to_end(server: &TestServer, body: &Value) -> Value {
     let id = body["mission_id"].as_str().unwrap().to_owned();
     let r = server.client.post("/api/v1/sessions/s/dispatch", body).await;
     assert_eq!(r.status, 202, "{}", r.body);
@@ -312,7 +312,7 @@ async fn proc_state(pid: u32, what: &str, check: impl Fn(Option<char>) -> bool) 
     }
 }
 
-async fn pid_of(server: &TestServer, id: &str) -> u32 {
+pub(crate) async fn pid_of(server: &TestServer, id: &str) -> u32 {
     let m = server
         .eventually(&format!("/api/v1/missions/{id}"), "the pid is reported", |m| {
             m["recent_events"]
@@ -448,7 +448,13 @@ async fn missions_survive_an_executor_restart_honestly() {
 }
 
 impl ExecutorProcess {
-    fn child_restart(&mut self, server: &TestServer, state_dir: &str, cwd: &std::path::Path, extra: &[&str]) -> Child {
+    pub(crate) fn child_restart(
+        &mut self,
+        server: &TestServer,
+        state_dir: &str,
+        cwd: &std::path::Path,
+        extra: &[&str],
+    ) -> Child {
         Command::new(env!("CARGO_BIN_EXE_aiwg-serve"))
             .current_dir(cwd)
             .args([
@@ -535,33 +541,33 @@ async fn the_executor_checks_itself_at_start() {
 }
 
 /// A git repository with one commit, as an operator's checkout.
-struct Repo {
+pub(crate) struct Repo {
     dir: tempfile::TempDir,
 }
 
 impl Repo {
-    fn new() -> Repo {
+    pub(crate) fn new() -> Repo {
         let repo = Repo { dir: tempfile::tempdir().unwrap() };
         repo.git(&["init", "-q"]);
         repo.git(&["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "init"]);
         repo
     }
 
-    fn git(&self, args: &[&str]) -> String {
+    pub(crate) fn git(&self, args: &[&str]) -> String {
         let out = Command::new("git").args(args).current_dir(self.dir.path()).output().unwrap();
         assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// The working trees `git worktree list` shows, the main checkout first.
-    fn worktrees(&self) -> Vec<String> {
+    pub(crate) fn worktrees(&self) -> Vec<String> {
         self.git(&["worktree", "list", "--porcelain"])
             .lines()
             .filter_map(|l| l.strip_prefix("worktree ").map(str::to_owned))
             .collect()
     }
 
-    fn path(&self) -> String {
+    pub(crate) fn path(&self) -> String {
         self.dir.path().display().to_string()
     }
 }

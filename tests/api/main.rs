@@ -24,6 +24,7 @@ mod dispatch;
 mod durability;
 mod events;
 mod executor;
+mod executor_outputs;
 mod executors;
 mod faults;
 mod fencing;

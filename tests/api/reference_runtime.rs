@@ -316,6 +316,26 @@ async fn a_signal_stops_the_running_agents_and_their_callers_get_a_503_not_a_par
     assert!(exit.success(), "{exit:?}");
 }
 
+/// Issue 52: a run's agent never outlives its runtime, `kill -9` included: its guard stops its group.
+#[tokio::test]
+async fn a_runs_agent_dies_with_its_runtime_killed_9() {
+    let mut rt = Runtime::start(&[]).await;
+    let fifo = rt.workdir.path().join("started");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let receiver = tokio::net::unix::pipe::OpenOptions::new().read_write(true).open_receiver(&fifo).unwrap();
+    let request = request(bash("echo $$ > started; sleep 30; echo x > f"));
+    let (client, url) = (rt.client.clone(), format!("{}/execute", rt.url));
+    // Its caller is cut off with the runtime: what it hears is not this test's question.
+    tokio::spawn(async move { client.post(url).json(&request).send().await.map(|_| ()) });
+    let mut line = String::new();
+    tokio::time::timeout(WAIT, BufReader::new(receiver).read_line(&mut line)).await.expect("the agent starts").unwrap();
+    let pgid: u32 = line.trim().parse().unwrap();
+    crate::executor_outputs::group_of_size(pgid, 2, "sh and its sleep").await;
+    rt.child.kill().await.unwrap();
+    crate::executor_outputs::group_of_size(pgid, 0, "the run's group dies with its runtime").await;
+    assert!(!rt.workdir.path().join("f").exists());
+}
+
 /// What the issue asked for end to end: a mission dispatched through serve's own route runs on the
 /// reference executor in runtime mode, and two of them cross-check each other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

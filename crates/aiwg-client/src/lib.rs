@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 mod log;
 mod patience;
+mod upload;
 
 pub use log::{LogFollower, LogStart};
 use patience::Patience;

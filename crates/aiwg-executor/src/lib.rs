@@ -14,7 +14,11 @@
 //! code.
 
 mod adapters;
+mod glob;
+#[cfg(target_os = "linux")]
+mod guard;
 mod http_runtime;
+mod leftovers;
 mod runtime;
 mod spawn;
 mod state;
@@ -32,6 +36,14 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Runs an agent's guard when the command line is `aiwg-serve __agent-guard ...` (the executor starts
+/// each agent so, see `guard`), and never returns then; otherwise returns at once. Called first thing
+/// by the program, before its own command line is read.
+pub fn run_guard_if_asked() {
+    #[cfg(target_os = "linux")]
+    guard::run_if_asked();
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum CompletionCheck {
@@ -89,6 +101,16 @@ pub struct ExecutorArgs {
     /// Keep the worktree of a mission that did not end done, to look into, for HOURS (then pruned)
     #[arg(long, value_name = "HOURS", num_args = 0..=1, default_missing_value = "24")]
     pub(crate) keep_failed_worktrees: Option<u64>,
+    /// In a git repository each mission's work is kept on the branch PREFIX<mission-id>
+    #[arg(long, value_name = "PREFIX", default_value = "aiwg/")]
+    pub(crate) branch_prefix: String,
+    /// Leave out of a mission's branch what its agent did not commit (it goes with the worktree)
+    #[arg(long)]
+    pub(crate) no_commit_leftovers: bool,
+    /// Files of a mission's working directory to upload as its artifacts once its agent exits: a path
+    /// relative to it, with `*`, `?` and `**` (repeatable)
+    #[arg(long = "artifacts", value_name = "GLOB", value_parser = glob::pattern)]
+    pub(crate) artifacts: Vec<String>,
     /// How to check a mission's completion criterion after the agent exits
     #[arg(long, value_enum, default_value = "none")]
     pub(crate) completion_check: CompletionCheck,
@@ -147,6 +169,16 @@ impl ExecutorArgs {
 
     fn kill_grace(&self) -> Duration {
         Duration::from_secs(self.kill_grace_s)
+    }
+
+    /// The branch a mission's work is kept on: the prefix and the mission's id, any character git could
+    /// refuse in a branch name as `_`.
+    fn branch(&self, mission_id: &str) -> String {
+        let id: String = mission_id
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .collect();
+        format!("{}{id}", self.branch_prefix)
     }
 }
 

@@ -57,9 +57,44 @@ pub(crate) fn sanitised_env(
     env
 }
 
-/// Spawns `binary argv...` in a new process group with piped stdio.
-pub(crate) fn start(binary: &str, argv: &[String], env: &[(String, String)], dir: &Path) -> std::io::Result<Child> {
-    command(binary, argv, env, dir, Stdio::piped).process_group(0).kill_on_drop(false).spawn()
+/// A started agent.
+pub(crate) struct Agent {
+    /// The process the executor waits for: the agent's guard on Linux (which exits as the agent did),
+    /// the agent itself elsewhere. Its stdio is the agent's.
+    pub(crate) child: Child,
+    /// The agent's process group: pause, resume and abort signal it.
+    pub(crate) pgid: u32,
+    /// Held while the agent runs: once dropped (or the executor dies), the guard stops the agent's group.
+    _guard: Option<tokio::net::UnixStream>,
+}
+
+/// Starts `binary argv...` in a new process group with piped stdio; on Linux under its guard (see
+/// `guard`), which stops it with `grace` between SIGTERM and SIGKILL when the executor is gone.
+#[cfg(target_os = "linux")]
+pub(crate) async fn start(
+    binary: &str,
+    argv: &[String],
+    env: &[(String, String)],
+    dir: &Path,
+    grace: Duration,
+) -> std::io::Result<Agent> {
+    let guard = command(super::guard::PROGRAM, &[] as &[&str], env, dir, Stdio::piped);
+    let (child, pgid, control) = super::guard::spawn(guard, binary, argv, grace).await?;
+    Ok(Agent { child, pgid, _guard: Some(control) })
+}
+
+/// Starts `binary argv...` in a new process group with piped stdio.
+#[cfg(not(target_os = "linux"))]
+pub(crate) async fn start(
+    binary: &str,
+    argv: &[String],
+    env: &[(String, String)],
+    dir: &Path,
+    _grace: Duration,
+) -> std::io::Result<Agent> {
+    let child = command(binary, argv, env, dir, Stdio::piped).process_group(0).kill_on_drop(false).spawn()?;
+    let pgid = child.id().unwrap_or_default();
+    Ok(Agent { child, pgid, _guard: None })
 }
 
 /// `binary args...` in `dir` with exactly `env` (nothing inherited) and each stdio stream from `stdio`.
@@ -100,16 +135,18 @@ pub(crate) async fn terminate_group(pgid: u32, grace: Duration) {
 }
 
 /// Where a run's agent works and with what environment: its own worktree of `base` (named after
-/// `run_id`) when `base` is in a git repository, so that concurrent runs do not edit one checkout; the
-/// sanitised environment with the run's variables, and the adapter's defaults where ours has none.
+/// `run_id`, on `branch` when given) when `base` is in a git repository, so that concurrent runs do not
+/// edit one checkout; the sanitised environment with the run's variables, and the adapter's defaults
+/// where ours has none.
 pub(crate) async fn prepare(
     adapter: &Adapter,
     worktrees: &Worktrees,
     base: &Path,
     run_id: &str,
+    branch: Option<String>,
     run_env: &[(&str, &str)],
 ) -> (Workdir, Vec<(String, String)>) {
-    let dir = worktrees.create(base, run_id).await;
+    let dir = worktrees.create(base, run_id, branch).await;
     let mut vars = run_env.to_vec();
     vars.extend(adapter.env_defaults.iter().filter(|(k, _)| std::env::var_os(k).is_none()).copied());
     (dir, sanitised_env(std::env::vars(), adapter.keeps_provider_keys, &vars))

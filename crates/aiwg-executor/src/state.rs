@@ -124,7 +124,7 @@ impl RecordsFile {
     }
 }
 
-fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
+pub(crate) fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
     let text = std::fs::read_to_string(path).ok()?;
     match serde_json::from_str(&text) {
         Ok(v) => Some(v),
@@ -137,7 +137,7 @@ fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
 
 /// Written whole or not at all (temp file and rename), readable by this user only: from its first byte,
 /// as the temp file is created 0600 (one a crash left behind, perhaps wider, is replaced).
-fn write<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+pub(crate) fn write<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     let tmp = path.with_extension("json.tmp");
     let _ = std::fs::remove_file(&tmp);
     let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;

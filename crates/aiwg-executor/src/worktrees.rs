@@ -12,6 +12,12 @@
 //! A worktree is removed by deleting its directory and then letting git prune its bookkeeping, rather
 //! than with `git worktree remove`, which refuses a worktree with changes or untracked files: exactly
 //! what an agent leaves behind.
+//!
+//! A mission's worktree is on a branch of its own (`aiwg/<mission-id>` by default), started where the
+//! repository's HEAD was: what the agent commits is on that branch from the first commit, so even an
+//! executor that dies keeps it on a branch, never a dangling commit. When the agent is done, what it
+//! left uncommitted is committed there too (`keep_work`), and the branch outlives the worktree. A branch
+//! that stayed where it started (no work) goes with the worktree.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -34,7 +40,28 @@ pub(crate) struct Worktrees {
 pub(crate) struct Workdir {
     pub(crate) path: PathBuf,
     worktree: bool,
+    /// The branch its worktree is on, when it has one.
+    branch: Option<Branch>,
 }
+
+struct Branch {
+    name: String,
+    /// The commit the run started from.
+    base: String,
+    /// It holds work: it stays when the worktree goes.
+    kept: bool,
+}
+
+/// Where a run's work was kept: its branch, the branch's head, and the commit the run started from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Work {
+    pub(crate) branch: String,
+    pub(crate) commit: String,
+    pub(crate) base: String,
+}
+
+/// Who commits what an agent left, when the repository names nobody (`git var` finds no identity).
+const IDENTITY: [&str; 4] = ["-c", "user.name=aiwg-executor", "-c", "user.email=aiwg-executor@localhost"];
 
 impl Worktrees {
     /// The root (with a state dir, inside it), made private, with what earlier runs left behind removed.
@@ -52,10 +79,11 @@ impl Worktrees {
         Ok(worktrees)
     }
 
-    /// A detached worktree of `base` named after the run when `base` is in a git repository (replacing a
-    /// kept one of the same run); otherwise `base` itself.
-    pub(crate) async fn create(&self, base: &Path, run_id: &str) -> Workdir {
-        let outside = Workdir { path: base.to_path_buf(), worktree: false };
+    /// A worktree of `base` named after the run when `base` is in a git repository (replacing a kept one
+    /// of the same run): on `branch` (created, or moved, at `base`'s HEAD) when one is asked for and git
+    /// takes its name, else detached; outside a repository, `base` itself.
+    pub(crate) async fn create(&self, base: &Path, run_id: &str, branch: Option<String>) -> Workdir {
+        let outside = Workdir { path: base.to_path_buf(), worktree: false, branch: None };
         if !git(base, &["rev-parse", "--is-inside-work-tree"]).await.is_some_and(|out| out.starts_with("true")) {
             return outside;
         }
@@ -63,23 +91,59 @@ impl Worktrees {
             run_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
         let target = self.root.join(&name);
         if target.exists() {
-            remove(&target).await;
+            remove(&target, None).await;
             let _ = std::fs::remove_file(self.root.join(format!("{name}{KEPT}")));
         }
-        let added = Command::new("git")
-            .args(["worktree", "add", "--detach"])
-            .arg(&target)
-            .current_dir(base)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
-        if !added.is_ok_and(|s| s.success()) {
+        let head = git(base, &["rev-parse", "--verify", "HEAD"]).await.map(|h| h.trim().to_owned());
+        let mut branch = branch.zip(head).map(|(name, base)| Branch { name, base, kept: false });
+        if let Some(b) = &branch {
+            if !add(base, &target, &["-B", &b.name], &b.base).await {
+                tracing::warn!(run_id, branch = b.name, "cannot start the run's branch; its worktree is detached");
+                branch = None;
+            }
+        }
+        if branch.is_none() && !add(base, &target, &["--detach"], "HEAD").await {
             tracing::warn!(run_id, dir = %base.display(), "git worktree add failed; running in the directory itself");
             return outside;
         }
         let _ = std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700));
-        Workdir { path: target, worktree: true }
+        Workdir { path: target, worktree: true, branch }
+    }
+
+    /// The agent is done: what it left uncommitted is committed on the run's branch (unless
+    /// `commit_leftovers` is off), and the branch holds the worktree's HEAD. The work, when the branch
+    /// moved from where the run started.
+    pub(crate) async fn keep_work(&self, dir: &mut Workdir, commit_leftovers: bool, run_id: &str) -> Option<Work> {
+        let branch = dir.branch.as_mut()?;
+        if commit_leftovers {
+            commit_all(&dir.path, &format!("aiwg: what mission {run_id} left uncommitted")).await;
+        }
+        let head = git(&dir.path, &["rev-parse", "--verify", "HEAD"]).await?.trim().to_owned();
+        if head == branch.base {
+            return None;
+        }
+        // The agent may have left the branch (another one checked out, or a detached HEAD): it follows.
+        let on = git(&dir.path, &["symbolic-ref", "-q", "HEAD"]).await.unwrap_or_default();
+        if on.trim() != format!("refs/heads/{}", branch.name)
+            && git(&dir.path, &["branch", "-f", &branch.name, &head]).await.is_none()
+        {
+            tracing::warn!(run_id, branch = branch.name, "cannot move the run's branch to its work");
+            return None;
+        }
+        branch.kept = true;
+        Some(Work { branch: branch.name.clone(), commit: head, base: branch.base.clone() })
+    }
+
+    /// The work's changes as a patch (`git diff --binary` from where the run started), if any.
+    pub(crate) async fn patch(&self, dir: &Workdir, work: &Work) -> Option<Vec<u8>> {
+        let out = Command::new("git")
+            .args(["diff", "--binary", &work.base, &work.commit])
+            .current_dir(&dir.path)
+            .stderr(Stdio::null())
+            .output()
+            .await
+            .ok()?;
+        (out.status.success() && !out.stdout.is_empty()).then_some(out.stdout)
     }
 
     /// The run has ended: its worktree goes, unless it did not succeed and failed ones are kept (then
@@ -88,18 +152,19 @@ impl Worktrees {
         if !dir.worktree {
             return;
         }
+        let unused = dir.branch.as_ref().filter(|b| !b.kept).map(|b| b.name.as_str());
         match self.keep_failed {
             Some(_) if !succeeded => {
                 if let Some(name) = dir.path.file_name() {
                     let marker = self.root.join(format!("{}{KEPT}", name.to_string_lossy()));
                     if let Err(e) = std::fs::write(&marker, b"") {
                         tracing::warn!(error = %e, "cannot mark a failed run's worktree as kept; removing it");
-                        remove(&dir.path).await;
+                        remove(&dir.path, unused).await;
                     }
                 }
                 sweep(&self.root, self.keep_failed, false).await;
             }
-            _ => remove(&dir.path).await,
+            _ => remove(&dir.path, unused).await,
         }
     }
 
@@ -132,7 +197,7 @@ async fn sweep(dir: &Path, keep_failed: Option<Duration>, leftovers: bool) {
             (None, _) => leftovers,
         };
         if expired {
-            remove(&entry.path()).await;
+            remove(&entry.path(), None).await;
             let _ = std::fs::remove_file(marker);
         }
     }
@@ -151,23 +216,58 @@ async fn sweep_dead_processes(shared: &Path, keep_failed: Option<Duration>) {
     }
 }
 
-/// Deletes a worktree's directory, then the repository's record of it.
-async fn remove(path: &Path) {
+/// Deletes a worktree's directory, then the repository's record of it, and `branch` (which held no work).
+async fn remove(path: &Path, branch: Option<&str>) {
     let common = git(path, &["rev-parse", "--git-common-dir"]).await.map(|dir| path.join(dir.trim()));
     let doomed = path.to_path_buf();
     let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(doomed)).await;
     if let Ok(Err(e)) = removed {
         tracing::warn!(path = %path.display(), error = %e, "cannot remove a run's worktree");
     }
-    if let Some(common) = common {
+    let Some(common) = common else { return };
+    let prune: &[&str] = &["worktree", "prune"];
+    let unused = branch.map(|b| ["branch", "-D", b]);
+    for args in std::iter::once(prune).chain(unused.as_ref().map(|a| a.as_slice())) {
         let _ = Command::new("git")
             .arg("--git-dir")
-            .arg(common)
-            .args(["worktree", "prune"])
+            .arg(&common)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .await;
+    }
+}
+
+/// `git worktree add <how...> <target> <at>` from `base`: whether it was added.
+async fn add(base: &Path, target: &Path, how: &[&str], at: &str) -> bool {
+    let added = Command::new("git")
+        .args(["worktree", "add"])
+        .args(how)
+        .arg(target)
+        .arg(at)
+        .current_dir(base)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await;
+    added.is_ok_and(|s| s.success())
+}
+
+/// Commits everything in `dir` that is not ignored, when there is anything: without the repository's
+/// hooks or signing (this keeps work, it publishes nothing), as the repository's identity or ours.
+async fn commit_all(dir: &Path, message: &str) {
+    let staged = git(dir, &["add", "-A"]).await.is_some();
+    if !staged || git(dir, &["diff", "--cached", "--quiet"]).await.is_some() {
+        return;
+    }
+    let mut args = vec!["-c", "commit.gpgsign=false"];
+    if git(dir, &["var", "GIT_COMMITTER_IDENT"]).await.is_none() {
+        args.extend(IDENTITY);
+    }
+    args.extend(["commit", "-q", "--no-verify", "-m", message]);
+    if git(dir, &args).await.is_none() {
+        tracing::warn!(dir = %dir.display(), "cannot commit what the agent left; it goes with the worktree");
     }
 }
 

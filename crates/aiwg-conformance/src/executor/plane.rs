@@ -95,6 +95,8 @@ struct Shared {
     tokens: Mutex<HashMap<String, String>>,
     /// What the suite sends on each socket, by connection number (`None` once it ended).
     outbound: Mutex<Vec<Option<mpsc::UnboundedSender<Message>>>>,
+    /// How many bytes of each mission's log (`x-log`) the plane holds, across sockets as serve does.
+    logs: Mutex<HashMap<String, u64>>,
 }
 
 impl Shared {
@@ -120,6 +122,7 @@ impl Plane {
             changed: watch::channel(0).0,
             tokens: Mutex::new(HashMap::new()),
             outbound: Mutex::new(Vec::new()),
+            logs: Mutex::new(HashMap::new()),
         });
         let app = Router::new()
             .route("/api/v1/executors/register", post(register))
@@ -275,6 +278,11 @@ async fn converse(
                         break;
                     }
                 }
+                Some(Ok(Message::Binary(chunk))) => {
+                    if sink.send(Message::text(chunk_answer(&shared, &chunk).to_string())).await.is_err() {
+                        break;
+                    }
+                }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 Some(Ok(_)) => {}
             },
@@ -288,6 +296,25 @@ async fn converse(
     }
     shared.outbound.lock().expect("outbound lock")[connection] = None;
     shared.write(|j| j.connections[connection].ended = true);
+}
+
+/// A log chunk (`x-log`), answered as serve answers it: acknowledged with how many bytes of the
+/// mission's log the plane holds, or refused `log_out_of_order` when it starts past them. Its bytes are
+/// not kept: no check reads them.
+fn chunk_answer(shared: &Shared, frame: &[u8]) -> Value {
+    use aiwg_contract::log::{decode, LOG_OFFSET, REF_EVENT};
+    let Ok((header, bytes)) = decode(frame) else {
+        return json!({"error": "invalid_frame", "message": "a binary frame is a log chunk"});
+    };
+    let reference = json!({"event": REF_EVENT, "mission_id": header.mission_id});
+    let mut logs = shared.logs.lock().expect("logs lock");
+    let held = logs.entry(header.mission_id.clone()).or_default();
+    if header.offset > *held {
+        let message = format!("the chunk starts past the {held} bytes held");
+        return json!({"error": "log_out_of_order", "message": message, "ref": reference, LOG_OFFSET: *held});
+    }
+    *held = (*held).max(header.offset + bytes.len() as u64);
+    json!({"ack": true, "ref": reference, LOG_OFFSET: *held})
 }
 
 #[cfg(test)]

@@ -139,7 +139,7 @@ impl HttpRuntime {
         // The agent sees the execution as its mission and the task as its session, as in WebSocket mode.
         let run_env = [("AIWG_MISSION_ID", job.execution_id.as_str()), ("AIWG_SESSION_HINT", job.task_id.as_str())];
         let base = self.args.workdir();
-        let (dir, env) = spawn::prepare(&self.adapter, &self.worktrees, &base, &job.execution_id, &run_env).await;
+        let (dir, env) = spawn::prepare(&self.adapter, &self.worktrees, &base, &job.execution_id, None, &run_env).await;
         let run = self.run_agent(job, &dir.path, &env).await;
         self.worktrees.release(dir, run.as_ref().is_ok_and(Run::succeeded)).await;
         match run {
@@ -152,15 +152,15 @@ impl HttpRuntime {
     async fn run_agent(&self, job: &Job, dir: &std::path::Path, env: &[(String, String)]) -> Result<Run, String> {
         let argv = (self.adapter.argv)(&job.allowlist, &job.objective);
         let began = tokio::time::Instant::now();
-        let mut child = match spawn::start(self.adapter.binary, &argv, env, dir) {
-            Ok(child) => child,
+        let mut agent = match spawn::start(self.adapter.binary, &argv, env, dir, self.args.kill_grace()).await {
+            Ok(agent) => agent,
             Err(e) => return Err(format!("cannot start {}: {e}", self.adapter.binary)),
         };
-        if let Some(pgid) = child.id() {
-            if !self.runs.started(&job.execution_id, pgid) {
-                spawn::terminate_group(pgid, self.args.kill_grace()).await;
-            }
+        self.agents.started(&job.execution_id, agent.pgid).await;
+        if !self.runs.started(&job.execution_id, agent.pgid) {
+            spawn::terminate_group(agent.pgid, self.args.kill_grace()).await;
         }
+        let child = &mut agent.child;
         // No one answers the agent's questions here: its stdin is closed, so a question reads EOF.
         drop(child.stdin.take());
         let (stdout, stderr) = tokio::join!(
@@ -168,6 +168,7 @@ impl HttpRuntime {
             answer::read_tail(child.stderr.take(), EVIDENCE_BYTES)
         );
         let exit = Exit::of(child.wait().await);
+        self.agents.ended(&job.execution_id).await;
         let elapsed_ms = began.elapsed().as_millis();
         let completion = match (exit.succeeded(), &job.completion_check) {
             (true, Some(check)) => Some(spawn::check_completion(check, dir, env).await),

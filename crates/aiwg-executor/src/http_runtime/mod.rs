@@ -27,6 +27,8 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::adapters::Adapter;
+use super::leftovers::Agents;
+use super::state::StateDir;
 use super::worktrees::Worktrees;
 use super::{serve_until, spawn, ExecutorArgs, StopSignals};
 use aiwg_contract::clock;
@@ -47,6 +49,8 @@ pub(super) struct HttpRuntime {
     /// Where the runs get their own worktrees when the working directory is a git repository.
     worktrees: Worktrees,
     runs: Runs<Arc<Outcome>>,
+    /// The agents' process groups, recorded (with `--state-dir`) for a restart after a crash.
+    agents: Agents,
 }
 
 /// Listens on `addr` until SIGINT or SIGTERM; then stops the agents still running (their callers get a
@@ -77,7 +81,15 @@ pub(super) async fn run(args: ExecutorArgs, adapter: Arc<Adapter>, addr: SocketA
             return ExitCode::FAILURE;
         }
     };
-    let runtime = Arc::new(HttpRuntime { args, adapter, capabilities, worktrees, runs: Runs::new(KEEP_FINISHED) });
+    let agents = match open_agents(args.state_dir.clone()).await {
+        Ok(agents) => agents,
+        Err(e) => {
+            eprintln!("aiwg-serve executor: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runs = Runs::new(KEEP_FINISHED);
+    let runtime = Arc::new(HttpRuntime { args, adapter, capabilities, worktrees, runs, agents });
     let (stop, stopped) = watch::channel(false);
     let server = serve_until(listener, router(Arc::clone(&runtime)), stopped);
     // The one line on stdout: how a caller started with port 0 learns the address.
@@ -91,6 +103,19 @@ pub(super) async fn run(args: ExecutorArgs, adapter: Arc<Adapter>, addr: SocketA
     let _ = tokio::time::timeout(DRAIN, server).await;
     runtime.worktrees.close();
     ExitCode::SUCCESS
+}
+
+/// The record of the runs' process groups in the state dir, if any, with what a previous run of the
+/// runtime left killed before it listens. On the blocking pool.
+async fn open_agents(dir: Option<std::path::PathBuf>) -> Result<Agents, String> {
+    let opened = tokio::task::spawn_blocking(move || {
+        let state = match &dir {
+            Some(dir) => Some(StateDir::open(dir).map_err(|e| format!("state dir {}: {e}", dir.display()))?),
+            None => None,
+        };
+        Ok(Agents::open(state.as_ref()))
+    });
+    opened.await.map_err(|e| format!("opening the state dir: {e}"))?
 }
 
 fn router(runtime: Arc<HttpRuntime>) -> Router {

@@ -21,9 +21,14 @@ impl Attempts {
         };
     }
 
+    /// The mission's attempt, when serve numbered it.
+    pub(super) fn of(&self, mission_id: &str) -> Option<u64> {
+        self.0.lock().expect("attempts lock").get(mission_id).copied()
+    }
+
     /// An event's data, naming the mission's attempt when serve numbered it.
     pub(super) fn stamped(&self, mission_id: &str, mut data: Value) -> Value {
-        let attempt = self.0.lock().expect("attempts lock").get(mission_id).copied();
+        let attempt = self.of(mission_id);
         if let (Some(attempt), Some(fields)) = (attempt, data.as_object_mut()) {
             fields.insert("attempt".into(), attempt.into());
         }

@@ -1,17 +1,16 @@
-//! One mission's task: start the agent in its working directory, follow its output (progress and HITL
-//! requests), and report how it ended, unless serve or a shutdown ended it.
+//! One mission's task: start the agent in its working directory, follow its output (its log, progress
+//! and HITL requests, see `output`), keep its work on its branch, upload what it produced, and report
+//! how it ended, unless serve or a shutdown ended it.
 
 use std::path::Path;
 use std::process::ExitStatus;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Child;
 
-use super::{spawn, Executor, PROGRESS_EVERY, SUMMARY_CHARS};
-use crate::worktrees::Workdir;
+use super::{spawn, Executor};
+use crate::spawn::Agent;
+use crate::worktrees::{Work, Workdir};
 use aiwg_contract::clock;
 
 impl Executor {
@@ -24,13 +23,22 @@ impl Executor {
         allowlist: Vec<String>,
     ) {
         self.emit("mission.assigned", &mission_id, json!({"state": "assigned", "estimated_start": clock::now()}));
-        let (dir, env) = self.prepare(&mission_id, &session).await;
+        self.logs.open(&mission_id, self.attempts.of(&mission_id));
+        let (mut dir, env) = self.prepare(&mission_id, &session).await;
         let outcome = self.run_agent(&mission_id, &payload, &allowlist, &dir.path, &env).await;
+        let work = self.worktrees.keep_work(&mut dir, !self.args.no_commit_leftovers, &mission_id).await;
+        if outcome.is_some() {
+            self.upload_outputs(&mission_id, &dir, work.as_ref()).await;
+        }
         // Freed before the end is reported: once serve has the end, nothing of the mission is left here.
         let succeeded = outcome.as_ref().is_some_and(|o| o["state"] == "done");
         self.worktrees.release(dir, succeeded).await;
         match outcome {
-            Some(outcome) => self.finish(&mission_id, outcome).await,
+            Some(outcome) => {
+                // The end follows the whole log: once serve stores the end, the log is complete.
+                self.logs.delivered(&mission_id).await;
+                self.finish(&mission_id, with_work(outcome, work)).await
+            }
             // The executor is stopping: it reported the mission suspended (or failed) already.
             None => {
                 self.running.lock().expect("running lock").remove(&mission_id);
@@ -50,15 +58,16 @@ impl Executor {
     ) -> Option<Value> {
         let objective = payload["objective"].as_str().unwrap_or_default();
         let argv = (self.adapter.argv)(allowlist, objective);
-        let mut child = match spawn::start(self.adapter.binary, &argv, env, dir) {
-            Ok(child) => child,
+        let mut agent = match spawn::start(self.adapter.binary, &argv, env, dir, self.args.kill_grace()).await {
+            Ok(agent) => agent,
             Err(e) => return Some(spawn_failure(self.adapter.binary, &e)),
         };
-        self.started(mission_id, &mut child).await;
-        let stdout = child.stdout.take().map(BufReader::new);
-        let stderr = child.stderr.take().map(BufReader::new);
-        let (last_out, last_err) = tokio::join!(self.follow_stdout(mission_id, stdout), last_line(stderr));
-        let status = child.wait().await;
+        self.started(mission_id, &mut agent).await;
+        let (stdout, stderr) = (agent.child.stdout.take(), agent.child.stderr.take());
+        let (last_out, last_err) =
+            tokio::join!(self.follow_stdout(mission_id, stdout), self.follow_stderr(mission_id, stderr));
+        let status = agent.child.wait().await;
+        self.agents.ended(mission_id).await;
         let ended_by = self.running.lock().expect("running lock").get(mission_id).and_then(|r| r.ended_by);
         match ended_by {
             Some("shutdown") => None,
@@ -70,17 +79,19 @@ impl Executor {
     /// The mission's working directory (its own git worktree in a repository) and environment.
     async fn prepare(&self, mission_id: &str, session: &str) -> (Workdir, Vec<(String, String)>) {
         let mission_env = [("AIWG_MISSION_ID", mission_id), ("AIWG_SESSION_HINT", session)];
-        spawn::prepare(&self.adapter, &self.worktrees, &self.args.workdir(), mission_id, &mission_env).await
+        let branch = Some(self.args.branch(mission_id));
+        spawn::prepare(&self.adapter, &self.worktrees, &self.args.workdir(), mission_id, branch, &mission_env).await
     }
 
-    /// The agent runs: its process group and stdin are kept for pause, resume, abort and HITL answers.
-    async fn started(&self, mission_id: &str, child: &mut Child) {
-        let pgid = child.id();
-        let stdin = child.stdin.take().map(|s| Arc::new(tokio::sync::Mutex::new(s)));
+    /// The agent runs: its process group (recorded) and stdin are kept for pause, resume, abort and HITL
+    /// answers.
+    async fn started(&self, mission_id: &str, agent: &mut Agent) {
+        let stdin = agent.child.stdin.take().map(|s| Arc::new(tokio::sync::Mutex::new(s)));
         if let Some(r) = self.running.lock().expect("running lock").get_mut(mission_id) {
-            r.pgid = pgid;
+            r.pgid = Some(agent.pgid);
             r.stdin = stdin;
         }
+        self.agents.started(mission_id, agent.pgid).await;
         self.set_record_state(mission_id, "running").await;
         self.emit("mission.started", mission_id, json!({"state": "running", "agent_runtime": self.adapter.name}));
     }
@@ -112,44 +123,6 @@ impl Executor {
                 json!({"state": "failed", "reason": "agent_failed", "error": format!("waiting for the agent: {e}")})
             }
         }
-    }
-
-    /// Reads the agent's stdout: `::hitl:: <prompt>` lines become HITL requests, the rest progress.
-    async fn follow_stdout(
-        &self,
-        mission_id: &str,
-        stdout: Option<BufReader<tokio::process::ChildStdout>>,
-    ) -> Option<String> {
-        let mut lines = stdout?.lines();
-        let mut last = None;
-        let mut iteration = 0u64;
-        let mut last_progress = tokio::time::Instant::now() - PROGRESS_EVERY;
-        let mut pending: Option<String> = None;
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(prompt) = line.strip_prefix("::hitl::") {
-                let n = self.hitl_counter.fetch_add(1, Ordering::Relaxed) + 1;
-                self.emit(
-                    "mission.hitl_required",
-                    mission_id,
-                    json!({"hitl_id": format!("{mission_id}-h{n}"), "prompt": prompt.trim()}),
-                );
-                continue;
-            }
-            let summary: String = line.chars().take(SUMMARY_CHARS).collect();
-            last = Some(summary.clone());
-            if last_progress.elapsed() >= PROGRESS_EVERY {
-                iteration += 1;
-                self.emit("mission.progress", mission_id, json!({"summary": summary, "iteration": iteration}));
-                last_progress = tokio::time::Instant::now();
-                pending = None;
-            } else {
-                pending = Some(summary);
-            }
-        }
-        if let Some(summary) = pending {
-            self.emit("mission.progress", mission_id, json!({"summary": summary, "iteration": iteration + 1}));
-        }
-        last
     }
 
     async fn check_completion(
@@ -214,13 +187,10 @@ fn spawn_failure(binary: &str, e: &std::io::Error) -> Value {
     json!({"state": "failed", "reason": reason, "exit_code": code, "error": format!("cannot start {binary}: {e}")})
 }
 
-async fn last_line(stream: Option<BufReader<tokio::process::ChildStderr>>) -> Option<String> {
-    let mut lines = stream?.lines();
-    let mut last = None;
-    while let Ok(Some(line)) = lines.next_line().await {
-        if !line.trim().is_empty() {
-            last = Some(line.chars().take(SUMMARY_CHARS).collect());
-        }
+/// A mission's end with where its work was kept, when it was.
+fn with_work(mut outcome: Value, work: Option<Work>) -> Value {
+    if let Some(work) = work {
+        outcome["work"] = json!({"branch": work.branch, "commit": work.commit, "base": work.base});
     }
-    last
+    outcome
 }

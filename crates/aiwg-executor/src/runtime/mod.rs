@@ -2,10 +2,14 @@
 //! serve (resync first, reconnect with capped full-jitter backoff), and one task per mission.
 //!
 //! Here: the executor's state, starting it, registering and stopping on a signal. The socket to serve is
-//! in `socket`, a mission's task in `mission`, the REST listener in `rest`.
+//! in `socket`, a mission's task in `mission` (its output in `output`, its log on the way to serve in
+//! `log`, its uploads in `artifacts`), the REST listener in `rest`.
 
+mod artifacts;
 mod attempts;
+mod log;
 mod mission;
+mod output;
 mod rest;
 mod socket;
 
@@ -25,6 +29,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_rustls::rustls::ClientConfig;
 
 use super::adapters::Adapter;
+use super::leftovers::Agents;
 use super::state::{Identity, Records, StateDir};
 use super::worktrees::Worktrees;
 use super::{spawn, CompletionCheck, ExecutorArgs, StopSignals};
@@ -77,6 +82,10 @@ pub(crate) struct Executor {
     tls: Arc<ClientConfig>,
     /// The attempt of each mission, named in its events (`x-attempts`).
     attempts: attempts::Attempts,
+    /// The missions' logs until serve has them (`x-log`).
+    logs: log::Logs,
+    /// The agents' process groups, recorded for a restart after a crash.
+    agents: Agents,
 }
 
 impl Executor {
@@ -87,7 +96,8 @@ impl Executor {
             client_key: args.client_key.clone(),
         }
         .client_config()?;
-        let (state, identity, records) = open_state(args.state_dir.clone()).await?;
+        // A previous run's leftovers are killed here, before the executor registers.
+        let (state, identity, records, agents) = open_state(args.state_dir.clone()).await?;
         let worktrees = Worktrees::open(state.as_ref().map(StateDir::path), args.keep_failed_worktrees())
             .await
             .map_err(|e| format!("cannot prepare the worktrees: {e}"))?;
@@ -95,7 +105,7 @@ impl Executor {
             tokio::net::TcpListener::bind(args.bind).await.map_err(|e| format!("cannot bind {}: {e}", args.bind))?;
         let rest = listener.local_addr().map_err(|e| e.to_string())?;
         let (outbound, outbound_rx) = mpsc::unbounded_channel();
-        let (stop, _) = watch::channel(false);
+        let (stop, stopped) = watch::channel(false);
         let executor = Arc::new(Executor {
             args,
             adapter,
@@ -113,6 +123,8 @@ impl Executor {
             stop,
             tls,
             attempts: attempts::Attempts::default(),
+            logs: log::Logs::new(stopped),
+            agents,
         });
         // Registered anyway: readiness is what serve asks before each dispatch, and the gap may close
         // (the binary installed, a credential bound) while the executor runs. The operator hears it now.
@@ -149,6 +161,8 @@ impl Executor {
             aiwg_domain::capabilities::ACKS.to_owned(),
             // It names the attempt of each mission in its events (`attempts.rs`).
             aiwg_domain::capabilities::ATTEMPTS.to_owned(),
+            // It sends every byte its agents write as log chunks (`log.rs`).
+            aiwg_contract::log::CAPABILITY.to_owned(),
         ];
         caps.extend(self.adapter.lease_capabilities());
         if self.args.completion_check == CompletionCheck::Shell {
@@ -282,8 +296,9 @@ impl Executor {
 }
 
 /// The state dir (when there is one) with the identity and mission records of the previous run, or a
-/// new identity. Read on the blocking pool.
-async fn open_state(dir: Option<PathBuf>) -> Result<(Option<StateDir>, Identity, Records), String> {
+/// new identity; and the record of the agents' process groups, whatever the previous run left of them
+/// killed. On the blocking pool.
+async fn open_state(dir: Option<PathBuf>) -> Result<(Option<StateDir>, Identity, Records, Agents), String> {
     let opened = tokio::task::spawn_blocking(move || {
         let state = match &dir {
             Some(dir) => Some(StateDir::open(dir).map_err(|e| format!("state dir {}: {e}", dir.display()))?),
@@ -294,7 +309,8 @@ async fn open_state(dir: Option<PathBuf>) -> Result<(Option<StateDir>, Identity,
             .and_then(StateDir::identity)
             .unwrap_or_else(|| Identity { executor_id: uuid::Uuid::new_v4().to_string(), token: None });
         let records = Records::load(state.clone());
-        Ok((state, identity, records))
+        let agents = Agents::open(state.as_ref());
+        Ok((state, identity, records, agents))
     });
     opened.await.map_err(|e| format!("opening the state dir: {e}"))?
 }

@@ -1,21 +1,26 @@
-//! The WebSocket to serve: connect, resync, send queued events, handle serve's frames (acknowledgements,
-//! HITL answers, pause, resume, abort); reconnect with backoff, re-registering when the token was refused.
+//! The WebSocket to serve: connect, resync, send queued events and the missions' logs (`log`), handle
+//! serve's frames (acknowledgements, HITL answers, pause, resume, abort); reconnect with backoff,
+//! re-registering when the token was refused.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::Connector;
 
-use super::{backoff, spawn, Executor, FLUSH_WAIT};
+use super::{backoff, log, spawn, Executor, FLUSH_WAIT};
 use aiwg_contract::clock;
+use aiwg_contract::log::REF_EVENT;
 use aiwg_contract::SPEC_VERSION;
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+type Sink = SplitSink<Socket, Message>;
+type Frames = SplitStream<Socket>;
 
 /// How a conversation with serve ended.
 enum Ended {
@@ -86,9 +91,14 @@ impl Executor {
             return Ended::Dropped;
         }
         self.unacked.store(1, Ordering::SeqCst);
+        self.logs.reconnected();
         self.settle_previous_run().await;
         let mut outbound = self.outbound_rx.lock().await;
+        let mut retry = tokio::time::interval(log::RETRY);
         loop {
+            if !self.send_logs(&mut sink).await {
+                return Ended::Dropped;
+            }
             tokio::select! {
                 Some(event) = outbound.recv() => {
                     self.unacked.fetch_add(1, Ordering::SeqCst);
@@ -97,6 +107,8 @@ impl Executor {
                         return Ended::Dropped;
                     }
                 }
+                _ = self.logs.ready.notified() => {}
+                _ = retry.tick() => {}
                 frame = stream.next() => match frame {
                     Some(Ok(Message::Text(text))) => self.on_frame(text.as_str()).await,
                     Some(Ok(Message::Close(Some(f)))) if u16::from(f.code) == 4001 => return Ended::Unauthorized,
@@ -104,24 +116,45 @@ impl Executor {
                     Some(Ok(_)) => {}
                 },
                 _ = stopped.changed() => {
-                    // Give the last events (suspensions) to serve before closing.
-                    let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
-                    while let Ok(event) = outbound.try_recv() {
-                        self.unacked.fetch_add(1, Ordering::SeqCst);
-                        let _ = sink.send(Message::text(event.to_string())).await;
-                    }
-                    while self.unacked.load(Ordering::SeqCst) > 0 {
-                        match tokio::time::timeout_at(deadline, stream.next()).await {
-                            Ok(Some(Ok(Message::Text(text)))) => self.on_frame(text.as_str()).await,
-                            Ok(Some(Ok(_))) => {}
-                            _ => break,
-                        }
-                    }
-                    let _ = sink.send(Message::Close(None)).await;
+                    self.drain(sink, stream, &mut outbound).await;
                     return Ended::Stopped;
                 }
             }
         }
+    }
+
+    /// The executor stops: the last events (suspensions) and log bytes go to serve, and its answers are
+    /// read for at most `FLUSH_WAIT`, before the socket closes.
+    async fn drain(&self, mut sink: Sink, mut stream: Frames, outbound: &mut mpsc::UnboundedReceiver<Value>) {
+        let deadline = tokio::time::Instant::now() + FLUSH_WAIT;
+        while let Ok(event) = outbound.try_recv() {
+            self.unacked.fetch_add(1, Ordering::SeqCst);
+            let _ = sink.send(Message::text(event.to_string())).await;
+        }
+        let _ = self.send_logs(&mut sink).await;
+        while self.unacked.load(Ordering::SeqCst) > 0 || self.logs.pending() {
+            match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(Some(Ok(Message::Text(text)))) => {
+                    self.on_frame(text.as_str()).await;
+                    let _ = self.send_logs(&mut sink).await;
+                }
+                Ok(Some(Ok(_))) => {}
+                _ => break,
+            }
+        }
+        let _ = sink.send(Message::Close(None)).await;
+    }
+
+    /// Sends the log chunks that may go now (each log's window); false when the socket is gone.
+    async fn send_logs(&self, sink: &mut Sink) -> bool {
+        let mut fed = false;
+        while let Some(frame) = self.logs.next_frame() {
+            if sink.feed(Message::binary(frame)).await.is_err() {
+                return false;
+            }
+            fed = true;
+        }
+        !fed || sink.flush().await.is_ok()
     }
 
     /// Missions recorded by a previous run of this executor are not running in this one: their process
@@ -156,6 +189,13 @@ impl Executor {
 
     async fn on_frame(&self, text: &str) {
         let Ok(frame) = serde_json::from_str::<Value>(text) else { return };
+        if frame["ref"]["event"] == REF_EVENT {
+            self.logs.answered(&frame);
+            return;
+        }
+        if self.logs.refused_by_serve(&frame) {
+            return;
+        }
         if frame.get("ack").is_some() || frame.get("error").is_some() {
             let _ = self.unacked.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
             if let Some(code) = frame.get("error").and_then(Value::as_str) {

@@ -1,0 +1,122 @@
+//! The agent's stdout and stderr, read as bytes: every byte into the mission's log (`log`), and each
+//! line looked at for what serve is told beside it: on stdout a line `::hitl:: <prompt>` becomes a HITL
+//! request and the others progress (at most one per `PROGRESS_EVERY`, the latest line wins); the last
+//! line of each stream is kept for the mission's end.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{ChildStderr, ChildStdout};
+use tokio::time::Instant;
+
+use super::{Executor, PROGRESS_EVERY, SUMMARY_CHARS};
+use aiwg_contract::log::Stream;
+
+/// How much is read at once.
+const READ_BYTES: usize = 64 * 1024;
+/// The longest line looked at whole: a longer one is looked at in pieces (the log has it all).
+const MAX_LINE: usize = 64 * 1024;
+
+impl Executor {
+    /// Reads the agent's stdout to its end; its last line (HITL requests aside).
+    pub(super) async fn follow_stdout(&self, mission_id: &str, stdout: Option<ChildStdout>) -> Option<String> {
+        let mut progress = Progress { iteration: 0, emitted: None, pending: None, last: None };
+        self.pump(mission_id, stdout, Stream::Stdout, |line| progress.line(self, mission_id, line)).await;
+        if let Some(summary) = progress.pending.take() {
+            let iteration = progress.iteration + 1;
+            self.emit("mission.progress", mission_id, json!({"summary": summary, "iteration": iteration}));
+        }
+        progress.last
+    }
+
+    /// Reads the agent's stderr to its end; its last line that is not blank.
+    pub(super) async fn follow_stderr(&self, mission_id: &str, stderr: Option<ChildStderr>) -> Option<String> {
+        let mut last = None;
+        self.pump(mission_id, stderr, Stream::Stderr, |line| {
+            if !line.trim().is_empty() {
+                last = Some(summary(line));
+            }
+        })
+        .await;
+        last
+    }
+
+    /// Every byte of `reader` into the mission's log, each line (without its end) to `line`.
+    async fn pump<R: AsyncRead + Unpin>(
+        &self,
+        mission_id: &str,
+        reader: Option<R>,
+        stream: Stream,
+        mut line: impl FnMut(&str),
+    ) {
+        let Some(mut reader) = reader else { return };
+        let mut buffer = vec![0u8; READ_BYTES];
+        let mut partial = Vec::new();
+        loop {
+            let read = match reader.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => &buffer[..n],
+            };
+            self.logs.append(mission_id, stream, read).await;
+            partial.extend_from_slice(read);
+            let mut from = 0;
+            while let Some(end) = partial[from..].iter().position(|&b| b == b'\n') {
+                line(&text(&partial[from..from + end]));
+                from += end + 1;
+            }
+            partial.drain(..from);
+            if partial.len() >= MAX_LINE {
+                line(&text(&partial));
+                partial.clear();
+            }
+        }
+        if !partial.is_empty() {
+            line(&text(&partial));
+        }
+    }
+}
+
+/// A line as text: invalid UTF-8 replaced, a Windows line end dropped.
+fn text(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    text.strip_suffix('\r').unwrap_or(&text).to_owned()
+}
+
+fn summary(line: &str) -> String {
+    line.chars().take(SUMMARY_CHARS).collect()
+}
+
+/// What stdout's lines have said so far.
+struct Progress {
+    iteration: u64,
+    /// When the last progress event was sent.
+    emitted: Option<Instant>,
+    /// The latest line not sent yet (sent at the end if nothing comes after it).
+    pending: Option<String>,
+    last: Option<String>,
+}
+
+impl Progress {
+    fn line(&mut self, executor: &Executor, mission_id: &str, line: &str) {
+        if let Some(prompt) = line.strip_prefix("::hitl::") {
+            let n = executor.hitl_counter.fetch_add(1, Ordering::Relaxed) + 1;
+            executor.emit(
+                "mission.hitl_required",
+                mission_id,
+                json!({"hitl_id": format!("{mission_id}-h{n}"), "prompt": prompt.trim()}),
+            );
+            return;
+        }
+        let summary = summary(line);
+        self.last = Some(summary.clone());
+        if self.emitted.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
+            self.iteration += 1;
+            executor.emit("mission.progress", mission_id, json!({"summary": summary, "iteration": self.iteration}));
+            self.emitted = Some(Instant::now());
+            self.pending = None;
+        } else {
+            self.pending = Some(summary);
+        }
+    }
+}
