@@ -101,7 +101,7 @@ pub struct ExecutorArgs {
     /// Keep the worktree of a mission that did not end done, to look into, for HOURS (then pruned)
     #[arg(long, value_name = "HOURS", num_args = 0..=1, default_missing_value = "24")]
     pub(crate) keep_failed_worktrees: Option<u64>,
-    /// In a git repository each mission's work is kept on the branch PREFIX<mission-id>
+    /// In a git repository each mission's work is kept on the branch PREFIX followed by its mission id
     #[arg(long, value_name = "PREFIX", default_value = "aiwg/")]
     pub(crate) branch_prefix: String,
     /// Leave out of a mission's branch what its agent did not commit (it goes with the worktree)
