@@ -21,7 +21,7 @@ use super::logs::Logs;
 use super::Core;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::{Output, Pending, Store};
+use crate::store::{Change, Output, Pending, Store};
 use aiwg_contract::encode_segment;
 use aiwg_domain::artifacts::{digest_of, fits, refuse_name, ArtifactRecord};
 
@@ -99,7 +99,7 @@ impl Artifacts {
                 up.name, up.mission_id
             )));
         }
-        let upload = format!("upload:{}", uuid::Uuid::new_v4());
+        let upload = new_upload();
         let received = self.receive(&upload, body, others).await;
         let outcome = match received {
             Ok((digest, size)) => self.record(&up, &upload, digest, size, replaced).await,
@@ -173,11 +173,8 @@ impl Artifacts {
             created_at: aiwg_contract::clock::now(),
             producer: up.executor_id.clone(),
         };
-        let mut unit = vec![
-            Output::SealUpload { upload: upload.to_owned(), digest: digest.clone() }.into(),
-            Output::ForgetBlob(upload.to_owned()).into(),
-            Output::PutArtifact(Box::new(artifact.clone())).into(),
-        ];
+        let mut unit = Vec::from(sealed(upload, &digest));
+        unit.push(Output::PutArtifact(Box::new(artifact.clone())).into());
         if let Some(old) = replaced.filter(|old| *old != digest) {
             unit.extend([
                 Output::ForgetBlobUnlessUsed(old.clone()).into(),
@@ -193,11 +190,9 @@ impl Artifacts {
     pub(crate) async fn keep(&self, artifact: ArtifactRecord, bytes: Option<Vec<u8>>) -> Result<()> {
         let mut unit = Vec::new();
         if let Some(bytes) = bytes {
-            let upload = format!("upload:{}", uuid::Uuid::new_v4());
-            let digest = artifact.digest.clone();
+            let upload = new_upload();
             unit.push(Output::PutBlobPart { blob: upload.clone(), part: 0, bytes }.into());
-            unit.push(Output::SealUpload { upload: upload.clone(), digest }.into());
-            unit.push(Output::ForgetBlob(upload).into());
+            unit.extend(sealed(&upload, &artifact.digest));
         }
         unit.push(Output::PutArtifact(Box::new(artifact)).into());
         self.store.commit(unit).await?;
@@ -259,6 +254,19 @@ impl Artifacts {
 /// Where an artifact is downloaded.
 pub(crate) fn download_path(mission_id: &str, name: &str) -> String {
     format!("/api/v1/missions/{}/artifacts/{}", encode_segment(mission_id), encode_segment(name))
+}
+
+/// The name an upload's parts are received (and kept) under.
+fn new_upload() -> String {
+    format!("upload:{}", uuid::Uuid::new_v4())
+}
+
+/// An upload's parts become `digest`'s bytes, or go when that digest has bytes already.
+fn sealed(upload: &str, digest: &str) -> [Change; 2] {
+    [
+        Output::SealUpload { upload: upload.to_owned(), digest: digest.to_owned() }.into(),
+        Output::ForgetBlob(upload.to_owned()).into(),
+    ]
 }
 
 /// Waits for a part's commit.

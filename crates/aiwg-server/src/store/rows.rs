@@ -64,6 +64,12 @@ where
     }
 }
 
+/// A domain count or position (`u64`) as both databases store it (a 64-bit signed integer); none comes
+/// near the difference.
+pub(super) fn db_int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 /// A row mapper that names the table and the row's key in its error: a corrupt row at start-up must say
 /// where it is (sqlx's own decode errors name the column), not just "storage failure".
 pub(super) fn located<R: Cols, T>(

@@ -10,7 +10,7 @@ use serde_json::Value;
 use sqlx::{Database, Encode, Executor, IntoArguments, Type};
 use tokio::sync::broadcast;
 
-use super::reads::outputs;
+use super::reads::outputs::OutputReads;
 use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
@@ -162,11 +162,11 @@ where
     }
 
     fn log_state<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<aiwg_domain::log::LogState>>> {
-        Box::pin(outputs::log_state(&self.reads.pool, mission_id))
+        Box::pin(OutputReads(&self.reads.pool).log_state(mission_id))
     }
 
     fn log_rows<'a>(&'a self, q: LogQuery<'a>) -> BoxFuture<'a, Result<Vec<aiwg_domain::log::LogRow>>> {
-        Box::pin(outputs::log_rows(&self.reads.pool, q))
+        Box::pin(OutputReads(&self.reads.pool).log_rows(q))
     }
 
     fn log_meta<'a>(
@@ -177,18 +177,18 @@ where
         newest_first: bool,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<LogMeta>>> {
-        Box::pin(outputs::log_meta(&self.reads.pool, mission_id, stream, from, newest_first, limit))
+        Box::pin(OutputReads(&self.reads.pool).log_meta(mission_id, stream, from, newest_first, limit))
     }
 
     fn artifacts<'a>(
         &'a self,
         mission_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<aiwg_domain::artifacts::ArtifactRecord>>> {
-        Box::pin(outputs::artifacts(&self.reads.pool, mission_id))
+        Box::pin(OutputReads(&self.reads.pool).artifacts(mission_id))
     }
 
     fn blob_parts<'a>(&'a self, digest: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
-        Box::pin(outputs::blob_parts(&self.reads.pool, digest, from, limit))
+        Box::pin(OutputReads(&self.reads.pool).blob_parts(digest, from, limit))
     }
 
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>> {

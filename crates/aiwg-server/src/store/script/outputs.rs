@@ -3,27 +3,22 @@
 //! (`aiwg_domain::artifacts`).
 
 use super::{Builder, Script, Upsert};
+use crate::store::rows::db_int;
 use crate::store::Output;
 use aiwg_contract::clock;
 use aiwg_domain::artifacts::ArtifactRecord;
 use aiwg_domain::log::{LogRow, LogState};
-
-/// Positions and counts are `u64` in the domain and 64-bit signed integers in both databases; none
-/// comes near the difference.
-pub(super) fn int(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
 
 impl<'a> Upsert<'a> for LogRow {
     fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
         s.push("INSERT INTO mission_logs (mission_id, pos, len, stream, stream_pos, lines, bytes) ");
         s.values([self], |b, r| {
             b.bind(r.mission_id.as_str())
-                .bind(int(r.pos))
-                .bind(int(r.bytes.len() as u64))
+                .bind(db_int(r.pos))
+                .bind(db_int(r.bytes.len() as u64))
                 .bind(r.stream.as_str())
-                .bind(int(r.stream_pos))
-                .bind(int(r.lines))
+                .bind(db_int(r.stream_pos))
+                .bind(db_int(r.lines))
                 .bind(r.bytes.as_slice());
         });
         // A row is never written twice (the cursor decides each position once); a repeat after an
@@ -40,15 +35,15 @@ impl<'a> Upsert<'a> for LogState {
         );
         s.values([self], |b, l| {
             b.bind(l.mission_id.as_str())
-                .bind(int(l.end))
-                .bind(int(l.stdout))
-                .bind(int(l.stderr))
-                .bind(int(l.lines))
-                .bind(l.head_end.map(int))
-                .bind(int(l.tail_start))
-                .bind(int(l.dropped_lines))
+                .bind(db_int(l.end))
+                .bind(db_int(l.stdout))
+                .bind(db_int(l.stderr))
+                .bind(db_int(l.lines))
+                .bind(l.head_end.map(db_int))
+                .bind(db_int(l.tail_start))
+                .bind(db_int(l.dropped_lines))
                 .bind(i64::from(l.attempt))
-                .bind(int(l.attempt_bytes));
+                .bind(db_int(l.attempt_bytes));
         });
         s.push(
             " ON CONFLICT (mission_id) DO UPDATE SET end_pos = excluded.end_pos, stdout_bytes = excluded.stdout_bytes, \
@@ -63,7 +58,7 @@ impl<'a> Upsert<'a> for LogState {
 /// Removes a log's rows in `[from, to)` (a segment the cap drops).
 fn drop_log<'a, B: Builder<'a>>(s: &mut Script<B>, mission_id: &'a str, from: u64, to: u64) {
     s.push("DELETE FROM mission_logs WHERE mission_id = ").bind(mission_id);
-    s.push(" AND pos >= ").bind(int(from)).push(" AND pos < ").bind(int(to)).end();
+    s.push(" AND pos >= ").bind(db_int(from)).push(" AND pos < ").bind(db_int(to)).end();
 }
 
 /// Removes a mission's log rows (retention); its state stays, saying how long the log was.
@@ -91,7 +86,7 @@ fn put_artifact<'a, B: Builder<'a>>(s: &mut Script<B>, a: &'a ArtifactRecord) {
             .bind(a.name.as_str())
             .bind(a.uri.as_str())
             .bind(a.digest.as_str())
-            .bind(int(a.size_bytes))
+            .bind(db_int(a.size_bytes))
             .bind(a.mime.as_str())
             .bind(a.producer.as_str())
             .bind(clock::format(a.created_at));
