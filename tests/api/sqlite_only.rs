@@ -50,6 +50,32 @@ async fn look(dir: &Path) -> SqliteConnection {
         .unwrap()
 }
 
+/// A database as a serve that knew only `migrations` (the first ones, in order) left it.
+async fn database_at(dir: &Path, migrations: &[&str]) -> SqliteConnection {
+    let mut conn = SqliteConnectOptions::from_str("sqlite:")
+        .unwrap()
+        .filename(dir.join(aiwg_server::datadir::DATABASE))
+        .create_if_missing(true)
+        .connect()
+        .await
+        .unwrap();
+    sqlx::raw_sql(
+        "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    for (i, sql) in migrations.iter().enumerate() {
+        sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+        sqlx::query("INSERT INTO schema_migrations VALUES ($1, 'before', '2026-01-01T00:00:00.000Z')")
+            .bind(i as i64 + 1)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    conn
+}
+
 /// The mark, and the sequence numbers filed in the index, in order.
 async fn filed(conn: &mut SqliteConnection) -> (i64, Vec<i64>) {
     let mark = sqlx::query_scalar("SELECT mark FROM event_index_mark").fetch_one(&mut *conn).await.unwrap();
@@ -109,34 +135,17 @@ async fn a_database_from_before_the_index_is_migrated_with_its_events() {
     let dir = tempfile::tempdir().unwrap();
     // The schema of migration 5, as a serve before the index left it, with events of two missions.
     {
-        let mut conn = SqliteConnectOptions::from_str("sqlite:")
-            .unwrap()
-            .filename(dir.path().join(aiwg_server::datadir::DATABASE))
-            .create_if_missing(true)
-            .connect()
-            .await
-            .unwrap();
-        let before = [
-            include_str!("../../migrations/0001_init.sql"),
-            include_str!("../../migrations/0002_hitl.sql"),
-            include_str!("../../migrations/0003_sandboxes.sql"),
-            include_str!("../../migrations/0004_runtimes.sql"),
-            include_str!("../../migrations/0005_retention.sql"),
-        ];
-        sqlx::raw_sql(
-            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+        let mut conn = database_at(
+            dir.path(),
+            &[
+                include_str!("../../migrations/0001_init.sql"),
+                include_str!("../../migrations/0002_hitl.sql"),
+                include_str!("../../migrations/0003_sandboxes.sql"),
+                include_str!("../../migrations/0004_runtimes.sql"),
+                include_str!("../../migrations/0005_retention.sql"),
+            ],
         )
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        for (i, sql) in before.iter().enumerate() {
-            sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
-            sqlx::query("INSERT INTO schema_migrations VALUES ($1, 'before', '2026-01-01T00:00:00.000Z')")
-                .bind(i as i64 + 1)
-                .execute(&mut conn)
-                .await
-                .unwrap();
-        }
+        .await;
         for seq in 1..=30i64 {
             let mission = match seq % 3 {
                 0 => None,
@@ -219,46 +228,29 @@ async fn kept_answers_move_from_operator_names_to_their_ids() {
     }
     let dir = tempfile::tempdir().unwrap();
     {
-        let mut conn = SqliteConnectOptions::from_str("sqlite:")
-            .unwrap()
-            .filename(dir.path().join(aiwg_server::datadir::DATABASE))
-            .create_if_missing(true)
-            .connect()
-            .await
-            .unwrap();
-        let before = [
-            include_str!("../../migrations/0001_init.sql"),
-            include_str!("../../migrations/0002_hitl.sql"),
-            include_str!("../../migrations/0003_sandboxes.sql"),
-            include_str!("../../migrations/0004_runtimes.sql"),
-            include_str!("../../migrations/0005_retention.sql"),
-            include_str!("../../migrations/0006_event_index.sql"),
-            include_str!("../../migrations/0007_loose_events.sql"),
-            include_str!("../../migrations/0008_operators.sql"),
-            include_str!("../../migrations/0009_audit.sql"),
-            include_str!("../../migrations/0010_hitl_inbox.sql"),
-            include_str!("../../migrations/0011_webhooks.sql"),
-            include_str!("../../migrations/0012_idempotency.sql"),
-            include_str!("../../migrations/0013_attempts.sql"),
-            include_str!("../../migrations/0014_event_origin.sql"),
-            include_str!("../../migrations/0015_attempt.sql"),
-            include_str!("../../migrations/0016_mission_logs.sql"),
-            include_str!("../../migrations/0017_artifacts.sql"),
-        ];
-        sqlx::raw_sql(
-            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)",
+        let mut conn = database_at(
+            dir.path(),
+            &[
+                include_str!("../../migrations/0001_init.sql"),
+                include_str!("../../migrations/0002_hitl.sql"),
+                include_str!("../../migrations/0003_sandboxes.sql"),
+                include_str!("../../migrations/0004_runtimes.sql"),
+                include_str!("../../migrations/0005_retention.sql"),
+                include_str!("../../migrations/0006_event_index.sql"),
+                include_str!("../../migrations/0007_loose_events.sql"),
+                include_str!("../../migrations/0008_operators.sql"),
+                include_str!("../../migrations/0009_audit.sql"),
+                include_str!("../../migrations/0010_hitl_inbox.sql"),
+                include_str!("../../migrations/0011_webhooks.sql"),
+                include_str!("../../migrations/0012_idempotency.sql"),
+                include_str!("../../migrations/0013_attempts.sql"),
+                include_str!("../../migrations/0014_event_origin.sql"),
+                include_str!("../../migrations/0015_attempt.sql"),
+                include_str!("../../migrations/0016_mission_logs.sql"),
+                include_str!("../../migrations/0017_artifacts.sql"),
+            ],
         )
-        .execute(&mut conn)
-        .await
-        .unwrap();
-        for (i, sql) in before.iter().enumerate() {
-            sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
-            sqlx::query("INSERT INTO schema_migrations VALUES ($1, 'before', '2026-01-01T00:00:00.000Z')")
-                .bind(i as i64 + 1)
-                .execute(&mut conn)
-                .await
-                .unwrap();
-        }
+        .await;
         sqlx::raw_sql(
             "INSERT INTO operators VALUES \
                ('ada', 'operator', zeroblob(32), '2026-01-02T00:00:00.000Z', 'config-1', NULL), \

@@ -89,6 +89,26 @@ fn loopback_receivers(config: &mut aiwg_server::config::Config) {
     config.notify.webhook_hosts = vec!["127.0.0.1".into()];
 }
 
+/// Each delivery tried once, to receivers on loopback.
+fn one_try_at_loopback(config: &mut aiwg_server::config::Config) {
+    loopback_receivers(config);
+    config.notify.retry_for_s = 0;
+}
+
+/// The error the one delivery of a mission's completion to `hooks` failed with.
+async fn failed_delivery(server: &TestServer, hooks: &ScriptedRuntime) -> String {
+    let (webhook, _) = subscribe(server, &format!("{}/hook", hooks.url()), &["mission.completed"], "standard").await;
+    let (mut e, mut ws) = ScriptedExecutor::online(server, &[]).await;
+    let id = dispatch_to(server, &mut e).await;
+    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
+    let log = server
+        .eventually(&format!("/api/v1/webhooks/{webhook}/deliveries"), "failed", |b| {
+            b["deliveries"][0]["state"] == "failed"
+        })
+        .await;
+    log["deliveries"][0]["last_error"].as_str().unwrap().to_owned()
+}
+
 fn fast_retries(config: &mut aiwg_server::config::Config) {
     loopback_receivers(config);
     config.notify.retry_base_ms = 100;
@@ -310,24 +330,11 @@ async fn a_mission_queued_too_long_and_a_lost_executor_are_notified() {
 /// not name.
 #[tokio::test]
 async fn redirects_are_not_followed() {
-    let server = TestServer::start_with(|c| {
-        loopback_receivers(c);
-        c.notify.retry_for_s = 0;
-    })
-    .await;
+    let server = TestServer::start_with(one_try_at_loopback).await;
     let elsewhere = receiver([]).await;
     let to = format!("{}/hook", elsewhere.url());
     let hooks = receiver([Behavior::Redirect(307, to)]).await;
-    let (webhook, _) = subscribe(&server, &format!("{}/hook", hooks.url()), &["mission.completed"], "standard").await;
-    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
-    let log = server
-        .eventually(&format!("/api/v1/webhooks/{webhook}/deliveries"), "failed", |b| {
-            b["deliveries"][0]["state"] == "failed"
-        })
-        .await;
-    let error = log["deliveries"][0]["last_error"].as_str().unwrap();
+    let error = failed_delivery(&server, &hooks).await;
     assert!(error.contains("307") && error.contains("follow no redirect"), "{error}");
     assert_eq!(elsewhere.count("/hook"), 0);
     server.stop().await;
@@ -525,23 +532,10 @@ async fn a_webhook_cannot_be_aimed_inside_the_network_unless_listed() {
     server.stop().await;
 
     // Listed, loopback is a receiver like any; what it answers is kept short.
-    let server = TestServer::start_with(|c| {
-        loopback_receivers(c);
-        c.notify.retry_for_s = 0;
-    })
-    .await;
+    let server = TestServer::start_with(one_try_at_loopback).await;
     let said = format!("internal service says: {}", "s3cr3t ".repeat(60));
     let hooks = receiver([Behavior::status(500, said.clone())]).await;
-    let (webhook, _) = subscribe(&server, &format!("{}/hook", hooks.url()), &["mission.completed"], "standard").await;
-    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
-    let id = dispatch_to(&server, &mut e).await;
-    ws.ack("mission.completed", &id, json!({"state": "done"})).await;
-    let log = server
-        .eventually(&format!("/api/v1/webhooks/{webhook}/deliveries"), "failed", |b| {
-            b["deliveries"][0]["state"] == "failed"
-        })
-        .await;
-    let error = log["deliveries"][0]["last_error"].as_str().unwrap();
+    let error = failed_delivery(&server, &hooks).await;
     assert!(error.starts_with("HTTP 500") && error.contains("internal service says"), "{error}");
     assert!(error.chars().count() <= 100, "{} characters kept: {error}", error.chars().count());
     server.stop().await;
