@@ -159,18 +159,26 @@ impl Logs {
     /// A queued chunk's answer once its commit is known.
     pub(crate) async fn finish(&self, p: PendingChunk) -> ChunkAnswer {
         let mission_id = p.reference.mission_id.clone().unwrap_or_default();
-        match p.commit.await {
+        match self.settle(&mission_id, p.commit).await {
+            Ok(()) => ChunkAnswer::Ack { reference: p.reference, log_offset: p.log_offset, duplicate: false },
+            Err(error) => ChunkAnswer::Refused { reference: p.reference, error, log_offset: None },
+        }
+    }
+
+    /// Waits for a log's rows to commit: readers following it are rung, or, when the commit failed, its
+    /// cursor goes (the store is what the next write is judged against).
+    async fn settle(&self, mission_id: &str, commit: Pending) -> Result<()> {
+        match commit.await {
             Ok(Ok(_)) => {
-                let _ = self.grew.send(Arc::from(mission_id.as_str()));
-                ChunkAnswer::Ack { reference: p.reference, log_offset: p.log_offset, duplicate: false }
+                let _ = self.grew.send(Arc::from(mission_id));
+                Ok(())
             }
             failed => {
-                self.forget(&mission_id);
-                let error = match failed {
+                self.forget(mission_id);
+                Err(match failed {
                     Ok(Err(e)) => e.into(),
                     _ => Error::StorageUnavailable("the store is shutting down".into()),
-                };
-                ChunkAnswer::Refused { reference: p.reference, error, log_offset: None }
+                })
             }
         }
     }
@@ -196,20 +204,7 @@ impl Logs {
             }
             slot.submit(changes)
         };
-        match pending.await {
-            Ok(Ok(_)) => {
-                let _ = self.grew.send(Arc::from(mission_id));
-                Ok(())
-            }
-            Ok(Err(e)) => {
-                self.forget(mission_id);
-                Err(e.into())
-            }
-            Err(_) => {
-                self.forget(mission_id);
-                Err(Error::StorageUnavailable("the store is shutting down".into()))
-            }
-        }
+        self.settle(mission_id, pending).await
     }
 
     /// Whether `executor_id` may still write what the mission produced (its log, its artifacts): its own
