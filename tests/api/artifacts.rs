@@ -88,7 +88,7 @@ async fn an_upload_of_the_same_name_replaces_it_and_identical_bytes_are_kept_onc
     assert_eq!(names, [json!("a.txt"), json!("b.txt")]);
     let url = format!("http://{}/api/v1/missions/{id}/artifacts/a.txt", server.addr());
     assert_eq!(reqwest::get(&url).await.unwrap().bytes().await.unwrap().as_ref(), b"second");
-    let blobs = crate::support::store_count(&server.config, "SELECT COUNT(DISTINCT blob) FROM artifact_blobs").await;
+    let blobs = crate::support::kept_blobs(&server.config).await;
     assert_eq!(blobs, 1, "\"first\" went with its last artifact; \"second\" is kept once for both");
 }
 
@@ -131,8 +131,7 @@ async fn bad_uploads_are_refused_with_their_code_and_nothing_of_them_is_kept() {
     // After the mission's end, past its grace (0 here).
     socket.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
     assert_eq!(put(&server, &id, "late", Some(&e.token), b"x".to_vec()).await.1["error"], "mission_ended");
-    let blobs = crate::support::store_count(&server.config, "SELECT COUNT(*) FROM artifact_blobs").await;
-    assert_eq!(blobs, 1, "only the kept artifact's one part");
+    assert_eq!(crate::support::kept_blobs(&server.config).await, 1, "only the kept artifact's bytes");
     let _ = other;
     server.client.get(&format!("/api/v1/missions/{id}/artifacts/none")).await.assert_error(404, "not_found");
 }
@@ -145,8 +144,7 @@ async fn retention_removes_a_missions_artifacts_with_its_history() {
     socket.ack("mission.completed", &id, json!({"state": "done", "exit_code": 0})).await;
     assert_eq!(server.client.post("/api/v1/store/compact", &json!({})).await.status, 200);
     server.client.get(&format!("/api/v1/missions/{id}/artifacts")).await.assert_error(410, "mission_compacted");
-    let blobs = crate::support::store_count(&server.config, "SELECT COUNT(*) FROM artifact_blobs").await;
-    assert_eq!(blobs, 0);
+    assert_eq!(crate::support::kept_blobs(&server.config).await, 0);
 }
 
 #[tokio::test]
@@ -169,4 +167,44 @@ async fn missions_artifacts_lists_them_and_gets_one_to_a_file() {
     assert_eq!(std::fs::read(&to).unwrap(), b"--- a\n+++ b\n");
     let missing = cli(&server.base, &["missions", "artifacts", &id, "--get", "nope", "-o", "-"], &[]).await;
     assert_eq!(missing.status.code(), Some(4), "refused: {}", String::from_utf8_lossy(&missing.stderr));
+}
+
+/// The `aiwg_store_bytes` gauge of `/metrics`.
+async fn store_bytes(server: &TestServer) -> i64 {
+    let text = server.client.get("/metrics").await.body.as_str().unwrap().to_owned();
+    let line = text.lines().find(|l| l.starts_with("aiwg_store_bytes ")).expect("the store's size");
+    line["aiwg_store_bytes ".len()..].trim().parse().unwrap()
+}
+
+/// SQLite keeps artifacts' bytes as private files beside its database (written once; a PostgreSQL store
+/// keeps them in the database, for every replica): they count toward the store's size, and a file no
+/// artifact names (an upload a crash cut short) is gone after a restart while the named ones stay.
+#[tokio::test]
+async fn an_sqlite_store_keeps_artifacts_as_private_files_that_count_toward_its_size() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = TestServer::start().await;
+    if !server.config.store.database_url.is_empty() {
+        return;
+    }
+    let (e, _socket, id) = online(&server).await;
+    let before = store_bytes(&server).await;
+    let bytes: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    assert_eq!(put_streamed(&server, &id, "big.bin", &e.token, bytes.clone()).await.0, 201);
+    let blobs = server.data_dir().join("blobs");
+    let files: Vec<_> = std::fs::read_dir(&blobs).unwrap().map(|f| f.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(std::fs::read(&files[0]).unwrap(), bytes, "the file holds the bytes as uploaded");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode(&blobs), mode(&files[0])), (0o700, 0o600));
+    let grown = store_bytes(&server).await - before;
+    assert!(grown >= bytes.len() as i64, "the store grew by {grown} bytes for a 3 MiB artifact");
+
+    // What a crash mid-upload leaves: a file no digest names.
+    let stray = blobs.join("0123456789abcdef0123456789abcdef");
+    std::fs::write(&stray, b"half an upload").unwrap();
+    let server = server.restart().await;
+    assert!(!stray.exists(), "an unnamed file goes at start");
+    assert!(files[0].exists());
+    let url = format!("http://{}/api/v1/missions/{id}/artifacts/big.bin", server.addr());
+    assert_eq!(reqwest::get(&url).await.unwrap().bytes().await.unwrap().to_vec(), bytes);
 }

@@ -22,6 +22,11 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
     let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
     let done = running_mission(&server, &mut e, &mut ws).await;
     ws.ack("mission.completed", &done, json!({"state": "done", "exit_code": 0, "summary": "shipped"})).await;
+    // An artifact, uploaded within the mission's grace: its bytes are a file beside the database.
+    let artifact_url =
+        |server: &TestServer| format!("http://{}/api/v1/missions/{done}/artifacts/out.txt", server.addr());
+    let put = reqwest::Client::new().put(artifact_url(&server)).bearer_auth(&e.token).body("the result").send();
+    assert_eq!(put.await.unwrap().status(), 201);
     let before = server.mission(&done).await;
     // A deregistered executor keeps its row, but the summary counts executors as the listing does.
     let (gone, _gone_ws) = ScriptedExecutor::online(&server, &[]).await;
@@ -41,7 +46,8 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
     assert_eq!(
         stdout(&out),
         format!(
-            "backed up {} to {} ({bytes} bytes: 1 missions, {events} events, 1 executors)\n",
+            "backed up {} to {} ({bytes} bytes: 1 missions, {events} events, 1 executors); 1 artifact files put \
+             into it\n",
             server.data_dir().join("aiwg-serve.db").display(),
             file.display()
         )
@@ -80,6 +86,8 @@ async fn a_backup_of_a_running_server_restores_with_its_missions() {
     assert_eq!(after["objective"], "Add JWT validation to /auth/login");
     assert_eq!(restored.executors().await["executors"][0]["executor_id"], e.id.as_str());
     restored.client.get(&format!("/api/v1/missions/{later}")).await.assert_error(404, "not_found");
+    let got = reqwest::get(artifact_url(&restored)).await.unwrap();
+    assert_eq!(got.bytes().await.unwrap().as_ref(), b"the result", "the backup holds the artifact's bytes");
     server.stop().await;
     restored.stop().await;
 }

@@ -1591,33 +1591,39 @@ mod cases {
         Output::PutArtifact(Box::new(a)).into()
     }
 
-    /// An upload's parts become its digest's blob, unless it is kept already; a replaced artifact's blob
-    /// goes unless another names it; a mission's artifacts go with the blobs only they named; uploads
-    /// left over are forgotten.
+    /// Writes `parts` through a sink and seals them as `digest`'s bytes with `artifact`, then lets go
+    /// of the upload, as serve's upload does; the upload's name.
+    async fn upload(store: &Store, parts: &[&[u8]], digest: &str, artifact: Option<Change>) -> String {
+        let mut sink = store.blob_sink();
+        for part in parts {
+            sink.write(part.to_vec().into()).await.unwrap();
+        }
+        let hashed = sink.finish().await.unwrap();
+        assert_eq!(hashed, aiwg_domain::artifacts::digest_of(&<sha2::Sha256 as sha2::Digest>::digest(parts.concat())));
+        let name = sink.name().to_owned();
+        drop(sink);
+        let mut unit = vec![Output::SealUpload { upload: name.clone(), digest: digest.into() }.into()];
+        unit.extend(artifact);
+        store.commit(unit).await.unwrap();
+        store.release_blob(&name).await.unwrap();
+        name
+    }
+
+    /// A digest's bytes as the store gives them (`None`: it keeps none).
+    async fn blob(store: &Store, digest: &str) -> Option<Vec<u8>> {
+        let read = store.blob_bytes(digest).await.unwrap()?;
+        Some(futures_util::TryStreamExt::try_concat(read).await.unwrap())
+    }
+
+    /// An upload becomes its digest's blob, unless it is kept already; a replaced artifact's blob goes
+    /// unless another names it; a mission's artifacts go with the blobs only they named; uploads never
+    /// sealed go when let go of, and those left over by a stop go at the next start.
     pub(super) async fn artifact_bytes_are_kept_once_per_digest_and_go_with_their_last_artifact(store: Store) {
-        let part = |blob: &str, n: u32, bytes: &[u8]| -> Change {
-            Output::PutBlobPart { blob: blob.into(), part: n, bytes: bytes.to_vec() }.into()
-        };
-        let seal = |upload: &str, digest: &str| {
-            vec![
-                Output::SealUpload { upload: upload.into(), digest: digest.into() }.into(),
-                Output::ForgetBlob(upload.into()).into(),
-            ]
-        };
-        store.commit(vec![part("upload:a", 0, b"he"), part("upload:a", 1, b"llo")]).await.unwrap();
-        let mut unit = seal("upload:a", "sha256:h");
-        unit.push(artifact("m1", "a.txt", "sha256:h", 5));
-        store.commit(unit).await.unwrap();
-        // The same bytes again, for another mission: the upload's parts go, the blob is kept once.
-        store.commit(vec![part("upload:b", 0, b"hello")]).await.unwrap();
-        let mut unit = seal("upload:b", "sha256:h");
-        unit.push(artifact("m2", "copy.txt", "sha256:h", 5));
-        store.commit(unit).await.unwrap();
-        assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap(), [b"he".to_vec(), b"llo".to_vec()]);
-        // upload:b's parts went: sealed under another digest, it names nothing.
-        store.commit(seal("upload:b", "sha256:b")).await.unwrap();
-        assert!(store.blob_parts("sha256:b", 0, 10).await.unwrap().is_empty());
-        assert_eq!(store.blob_parts("sha256:h", 1, 10).await.unwrap(), [b"llo".to_vec()]);
+        let a = upload(&store, &[b"he", b"llo"], "sha256:h", Some(artifact("m1", "a.txt", "sha256:h", 5))).await;
+        // The same bytes again, for another mission: kept once.
+        let b = upload(&store, &[b"hello"], "sha256:h", Some(artifact("m2", "copy.txt", "sha256:h", 5))).await;
+        assert_ne!(a, b, "each upload is received under a name of its own");
+        assert_eq!(blob(&store, "sha256:h").await.unwrap(), b"hello");
         let names: Vec<String> = store.artifacts("m1").await.unwrap().into_iter().map(|a| a.name).collect();
         assert_eq!(names, ["a.txt"]);
         // m1's artifact replaced: the blob stays (m2 names it).
@@ -1629,8 +1635,10 @@ mod cases {
             ])
             .await
             .unwrap();
+        store.sweep_blobs().await.unwrap();
         assert_eq!(store.artifacts("m1").await.unwrap()[0].digest, "sha256:other");
-        assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap().len(), 2);
+        assert_eq!(blob(&store, "sha256:h").await.unwrap(), b"hello");
+        assert_eq!(blob(&store, "sha256:other").await, None, "a digest with no upload has no bytes");
         // m2 goes (retention): its blob with it, as nothing else names it.
         store
             .commit(vec![
@@ -1640,20 +1648,31 @@ mod cases {
             ])
             .await
             .unwrap();
+        store.sweep_blobs().await.unwrap();
         assert!(store.artifacts("m2").await.unwrap().is_empty());
-        assert!(store.blob_parts("sha256:h", 0, 10).await.unwrap().is_empty());
+        assert_eq!(blob(&store, "sha256:h").await, None);
         // Its name went too: the same bytes uploaded again are kept, not taken for kept already.
-        store.commit(vec![part("upload:e", 0, b"hello")]).await.unwrap();
-        store.commit(seal("upload:e", "sha256:h")).await.unwrap();
-        assert_eq!(store.blob_parts("sha256:h", 0, 10).await.unwrap(), [b"hello".to_vec()]);
-        // An unsealed upload's parts go at start; sealed ones stay.
-        store.commit(vec![part("upload:c", 0, b"half"), part("upload:d", 0, b"whole")]).await.unwrap();
-        store.commit(seal("upload:d", "sha256:d")).await.unwrap();
-        store.commit(vec![artifact("m3", "d.txt", "sha256:d", 5)]).await.unwrap();
+        upload(&store, &[b"hello"], "sha256:h", None).await;
+        assert_eq!(blob(&store, "sha256:h").await.unwrap(), b"hello");
+        // Sealed as the same digest again (identical bytes kept already), an upload's bytes go.
+        upload(&store, &[b"other bytes"], "sha256:h", None).await;
+        assert_eq!(blob(&store, "sha256:h").await.unwrap(), b"hello");
+        // An empty artifact has bytes: none.
+        upload(&store, &[], "sha256:e", Some(artifact("m3", "empty", "sha256:e", 0))).await;
+        assert_eq!(blob(&store, "sha256:e").await.unwrap(), b"");
+        // An upload left half-way (its sink dropped, never let go of) goes at start; sealed ones stay.
+        let mut half = store.blob_sink();
+        half.write(b"ha".to_vec().into()).await.unwrap();
+        half.write(b"lf".to_vec().into()).await.unwrap();
+        half.finish().await.unwrap();
+        let half_name = half.name().to_owned();
+        drop(half);
+        upload(&store, &[b"whole"], "sha256:d", Some(artifact("m3", "d.txt", "sha256:d", 5))).await;
         store.commit(vec![Output::ForgetUploads.into()]).await.unwrap();
-        store.commit(seal("upload:c", "sha256:c")).await.unwrap();
-        assert!(store.blob_parts("sha256:c", 0, 10).await.unwrap().is_empty());
-        assert_eq!(store.blob_parts("sha256:d", 0, 10).await.unwrap(), [b"whole".to_vec()]);
+        store.sweep_blobs().await.unwrap();
+        store.release_blob(&half_name).await.unwrap();
+        assert_eq!(blob(&store, "sha256:d").await.unwrap(), b"whole");
+        assert_eq!(blob(&store, "sha256:h").await.unwrap(), b"hello");
     }
 
     async fn due_seq(store: &Store, id: &str) -> i64 {

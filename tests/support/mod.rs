@@ -242,6 +242,16 @@ pub async fn store_count(config: &Config, sql: &str) -> i64 {
     }
 }
 
+/// The blobs a server keeps: files beside an SQLite database (`blobs/`), parts' names in PostgreSQL.
+pub async fn kept_blobs(config: &Config) -> i64 {
+    if config.store.database_url.is_empty() {
+        let dir = config.server.data_dir.join("blobs");
+        std::fs::read_dir(dir).map_or(0, |entries| entries.count() as i64)
+    } else {
+        store_count(config, "SELECT COUNT(DISTINCT blob) FROM artifact_blobs").await
+    }
+}
+
 /// Makes every commit that writes an event or an executor row fail, from a second connection to the
 /// server's own database (what a full disk or a broken file does to the writer), until healed.
 pub enum InjectedFault {

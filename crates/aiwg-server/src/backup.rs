@@ -5,6 +5,12 @@
 //! database with the WAL folded in. The data directory's lock (`aiwg-serve.lock`, the one serve holds)
 //! is not taken: a backup reads beside a running serve, it does not replace it.
 //!
+//! Artifacts' bytes that the store keeps as files beside its database (`blobs/`) are put into the copy
+//! as parts, under the names the copy's snapshot gives them: the backup stays one file, and a store
+//! restored from it serves them from its database. A file removed since the snapshot (retention, a
+//! replaced artifact) leaves its digest unnamed in the copy, so the artifact is a reference without
+//! bytes there, as it is in the store by then; the count is printed.
+//!
 //! The copy is written under a temporary name beside FILE, made durable (fsync), checked, and only then
 //! linked to FILE, which must not exist: an existing file is never overwritten, and FILE never names a
 //! half-written copy.
@@ -25,6 +31,9 @@ pub struct Backup {
     pub missions: i64,
     pub events: i64,
     pub executors: i64,
+    /// Artifacts' files put into the copy, and those gone since the snapshot.
+    pub blobs: usize,
+    pub blobs_gone: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,16 +68,20 @@ pub async fn backup(data_dir: &Path, file: &Path) -> Result<Backup, BackupError>
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"),
     })?;
     let partial = dir.join(format!(".{}.partial-{}", name.to_string_lossy(), std::process::id()));
-    let outcome = write_copy(&source, &partial, file).await;
+    let blobs_dir = data_dir.join(crate::store::sqlite::BLOBS);
+    let outcome = write_copy(&source, &blobs_dir, &partial, file).await;
     // Whatever happened, the temporary name goes (after a success it is a second link to FILE).
     let _ = std::fs::remove_file(&partial);
-    let (missions, events, executors) = outcome?;
+    let ((missions, events, executors), (blobs, blobs_gone)) = outcome?;
     sync_dir(&dir);
     let bytes = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
-    Ok(Backup { source, file: file.to_owned(), bytes, missions, events, executors })
+    Ok(Backup { source, file: file.to_owned(), bytes, missions, events, executors, blobs, blobs_gone })
 }
 
-async fn write_copy(source: &Path, partial: &Path, file: &Path) -> Result<(i64, i64, i64), BackupError> {
+/// Counts of what a copy holds, and of the files put into it.
+type Copied = ((i64, i64, i64), (usize, usize));
+
+async fn write_copy(source: &Path, blobs: &Path, partial: &Path, file: &Path) -> Result<Copied, BackupError> {
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| BackupError::Io { path, source }
@@ -87,14 +100,63 @@ async fn write_copy(source: &Path, partial: &Path, file: &Path) -> Result<(i64, 
     let copied = sqlx::query("VACUUM INTO ?").bind(partial.to_string_lossy().into_owned()).execute(&mut conn).await;
     let _ = conn.close().await;
     copied.map_err(db(source))?;
+    let embedded = embed_blobs(blobs, partial).await?;
     std::fs::File::open(partial).and_then(|f| f.sync_all()).map_err(io(partial))?;
     let counts = check(partial).await?;
     // A link, not a rename: it fails when FILE appeared meanwhile, instead of replacing it.
     match std::fs::hard_link(partial, file) {
-        Ok(()) => Ok(counts),
+        Ok(()) => Ok((counts, embedded)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(BackupError::Exists(file.to_owned())),
         Err(e) => Err(BackupError::Io { path: file.to_owned(), source: e }),
     }
+}
+
+/// Parts of a file put into the copy at once.
+const PART_BYTES: usize = 1 << 20;
+
+/// Puts the bytes of the files the copy names into it as parts (`backup:` and the file's name), and
+/// unnames those gone since its snapshot; how many of each.
+async fn embed_blobs(blobs: &Path, partial: &Path) -> Result<(usize, usize), BackupError> {
+    let failed = |e: sqlx::Error| BackupError::Db { path: partial.to_owned(), source: e };
+    let mut conn = open(partial, false).await.map_err(failed)?;
+    let named: Vec<(String, String)> = sqlx::query_as("SELECT digest, blob FROM blob_names WHERE blob LIKE 'file:%'")
+        .fetch_all(&mut conn)
+        .await
+        .map_err(failed)?;
+    let (mut embedded, mut gone) = (0, 0);
+    let mut tx = conn.begin().await.map_err(failed)?;
+    for (digest, blob) in named {
+        let read = crate::store::sqlite::blob_file(blobs, &blob).map(std::fs::read);
+        let Some(Ok(bytes)) = read else {
+            sqlx::query("DELETE FROM blob_names WHERE digest = ?")
+                .bind(&digest)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+            gone += 1;
+            continue;
+        };
+        let name = blob.replacen("file:", "backup:", 1);
+        for (part, chunk) in bytes.chunks(PART_BYTES).enumerate() {
+            sqlx::query("INSERT INTO artifact_blobs (blob, part, bytes) VALUES (?, ?, ?)")
+                .bind(&name)
+                .bind(part as i64)
+                .bind(chunk)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+        }
+        sqlx::query("UPDATE blob_names SET blob = ? WHERE digest = ?")
+            .bind(&name)
+            .bind(&digest)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        embedded += 1;
+    }
+    tx.commit().await.map_err(failed)?;
+    let _ = conn.close().await;
+    Ok((embedded, gone))
 }
 
 /// The copy opens, passes SQLite's quick check, and has the tables of a store; their sizes.
@@ -149,6 +211,13 @@ impl std::fmt::Display for Backup {
             self.missions,
             self.events,
             self.executors
-        )
+        )?;
+        if self.blobs > 0 || self.blobs_gone > 0 {
+            write!(f, "; {} artifact files put into it", self.blobs)?;
+        }
+        if self.blobs_gone > 0 {
+            write!(f, " ({} removed from the store since the copy began, left out)", self.blobs_gone)?;
+        }
+        Ok(())
     }
 }

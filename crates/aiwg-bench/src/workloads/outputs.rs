@@ -232,11 +232,17 @@ async fn artifacts_round(
     for i in 0..files {
         targets.push(super::with_mission(serve, rest, &client, 500_000 + round * 1_000 + i).await);
     }
+    // Each file differs in its first bytes: kept once per digest, identical files would not be written.
+    // Made before the clock starts, as the raw copy's bytes are.
+    let bodies: Vec<bytes::Bytes> = (0..files)
+        .map(|i| {
+            let mut bytes = body.to_vec();
+            (bytes[0], bytes[1]) = (i as u8, round as u8);
+            bytes.into()
+        })
+        .collect();
     let began = Instant::now();
-    for (i, (peer, _, id)) in targets.iter().enumerate() {
-        // Each file differs in its first bytes: kept once per digest, identical files would not be written.
-        let mut bytes = body.to_vec();
-        (bytes[0], bytes[1]) = (i as u8, round as u8);
+    for (i, ((peer, _, id), bytes)) in targets.iter().zip(bodies).enumerate() {
         let url = format!("{}/api/v1/missions/{id}/artifacts/file-{i}.bin", serve.base);
         let r = http.put(url).bearer_auth(&peer.token).body(bytes).send().await;
         if !r.is_ok_and(|r| r.status().as_u16() == 201) {

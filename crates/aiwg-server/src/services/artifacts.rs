@@ -1,12 +1,13 @@
 //! Artifacts: files a mission produced, uploaded by its executor with its own token while the mission
 //! lives or for its upload grace after (`aiwg_domain::artifacts`), and downloaded by operators.
 //!
-//! An upload is streamed: its bytes go to the store in parts of [`PART_BYTES`] as they arrive, under
-//! a name of the upload's own (`upload:<uuid>`), hashed on the way; once whole, its parts become the
-//! blob of their digest in the unit that records the artifact, unless identical bytes are kept already
-//! (then they are dropped: a blob is kept once). So an upload that fails half-way (its client gone, too
-//! large, too slow) leaves no artifact and, once its parts are dropped, nothing; a crash leaves parts
-//! that the next start drops. Memory holds at most two parts of an upload at a time.
+//! An upload is streamed: its bytes go to the store's sink ([`BlobSink`]: parts in the database, or a
+//! file beside it) as they arrive, under a name of the upload's own, hashed by the sink on the way; once
+//! whole, that name becomes the blob of their digest in the unit that records the
+//! artifact, unless identical bytes are kept already (a blob is kept once). Then the upload is let go
+//! of: its bytes go unless they were sealed. So an upload that fails half-way (its client gone, too
+//! large, too slow) leaves no artifact and, once let go of, nothing; a crash leaves bytes that the next
+//! start sweeps. Memory holds a few parts of an upload at a time (the sink's bound).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -15,21 +16,14 @@ use std::time::Duration;
 use axum::body::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
-use sha2::{Digest, Sha256};
 
 use super::logs::Logs;
 use super::Core;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::store::{Change, Output, Pending, Store};
+use crate::store::{BlobSink, Output, Store};
 use aiwg_contract::encode_segment;
-use aiwg_domain::artifacts::{digest_of, fits, refuse_name, ArtifactRecord};
-
-/// Bytes a stored part holds: large enough that a 64 MiB artifact is 64 rows, small enough that a
-/// part is one short write among the events' batches.
-const PART_BYTES: usize = 1 << 20;
-/// Parts read at once for a download.
-const PARTS_PER_READ: u32 = 4;
+use aiwg_domain::artifacts::{fits, refuse_name, ArtifactRecord};
 
 /// An upload as its request names it.
 pub(crate) struct Upload {
@@ -70,9 +64,10 @@ impl Artifacts {
         }
     }
 
-    /// Drops the parts of uploads a previous run of serve was receiving when it stopped.
+    /// Drops the bytes of uploads a previous run of serve was receiving when it stopped.
     pub(crate) async fn forget_unfinished_uploads(&self) -> Result<()> {
         self.store.commit(vec![Output::ForgetUploads.into()]).await?;
+        self.store.sweep_blobs().await?;
         Ok(())
     }
 
@@ -99,58 +94,39 @@ impl Artifacts {
                 up.name, up.mission_id
             )));
         }
-        let upload = new_upload();
-        let received = self.receive(&upload, body, others).await;
-        let outcome = match received {
-            Ok((digest, size)) => self.record(&up, &upload, digest, size, replaced).await,
+        let _under_way = UnderWay { set: &self.uploading, key };
+        let mut sink = self.store.blob_sink();
+        let outcome = match self.receive(sink.as_mut(), body, others).await {
+            Ok((digest, size)) => self.record(&up, sink.name(), digest, size, replaced).await,
             Err(e) => Err(e),
         };
-        if outcome.is_err() {
-            // Its parts go; a failure to drop them is left to the next start.
-            let _ = self.store.commit(vec![Output::ForgetBlob(upload).into()]).await;
+        let blob = sink.name().to_owned();
+        drop(sink);
+        // Its bytes go unless sealed; a failure to let go of them is left to the next sweep.
+        if let Err(e) = self.store.release_blob(&blob).await {
+            tracing::warn!(error = %e, blob, "an upload's bytes were not let go of; the next sweep removes them");
         }
-        self.uploading.lock().expect("uploads").remove(&key);
         outcome
     }
 
-    /// Stores the body's bytes in parts under `upload`; their digest and size.
-    async fn receive<S, E>(&self, upload: &str, mut body: S, others: u64) -> Result<(String, u64)>
+    /// Writes the body's bytes to `sink` as they are received; their digest and size.
+    async fn receive<S, E>(&self, sink: &mut dyn BlobSink, mut body: S, others: u64) -> Result<(String, u64)>
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        let (mut hash, mut size, mut part) = (Sha256::new(), 0u64, 0u32);
-        let mut buf = Vec::with_capacity(PART_BYTES);
-        let mut in_flight: Option<Pending> = None;
+        let mut size = 0u64;
         loop {
             let next = tokio::time::timeout(self.idle, body.next()).await;
             let chunk = match next {
                 Err(_) => return Err(Error::RequestTimeout(self.idle.as_millis() as u64)),
-                Ok(None) => None,
+                Ok(None) => return Ok((sink.finish().await?, size)),
                 Ok(Some(Err(e))) => return Err(Error::BodyIncomplete(e.to_string())),
-                Ok(Some(Ok(chunk))) => Some(chunk),
+                Ok(Some(Ok(chunk))) => chunk,
             };
-            if let Some(chunk) = &chunk {
-                size += chunk.len() as u64;
-                fits(size, others, self.max_bytes, self.per_mission)
-                    .map_err(|_| Error::PayloadTooLarge(size as usize))?;
-                hash.update(chunk);
-                buf.extend_from_slice(chunk);
-            }
-            while buf.len() >= PART_BYTES || (chunk.is_none() && !buf.is_empty()) {
-                let rest = buf.split_off(buf.len().min(PART_BYTES));
-                let bytes = std::mem::replace(&mut buf, rest);
-                // One part commits while the next is read: the writer and the socket work at once.
-                settle(in_flight.take()).await?;
-                let slot = self.store.reserve().await?;
-                let part_of = Output::PutBlobPart { blob: upload.to_owned(), part, bytes };
-                in_flight = Some(slot.submit(vec![part_of.into()]));
-                part += 1;
-            }
-            if chunk.is_none() {
-                settle(in_flight).await?;
-                return Ok((digest_of(&hash.finalize()), size));
-            }
+            size += chunk.len() as u64;
+            fits(size, others, self.max_bytes, self.per_mission).map_err(|_| Error::PayloadTooLarge(size as usize))?;
+            sink.write(chunk).await?;
         }
     }
 
@@ -173,30 +149,43 @@ impl Artifacts {
             created_at: aiwg_contract::clock::now(),
             producer: up.executor_id.clone(),
         };
-        let mut unit = Vec::from(sealed(upload, &digest));
-        unit.push(Output::PutArtifact(Box::new(artifact.clone())).into());
-        if let Some(old) = replaced.filter(|old| *old != digest) {
+        let mut unit = vec![seal(upload, &digest), Output::PutArtifact(Box::new(artifact.clone())).into()];
+        let replaced = replaced.filter(|old| *old != digest);
+        if let Some(old) = replaced.clone() {
             unit.extend([
                 Output::ForgetBlobUnlessUsed(old.clone()).into(),
                 Output::ForgetBlobNameUnlessUsed(old).into(),
             ]);
         }
         self.store.commit(unit).await?;
+        if replaced.is_some() {
+            // The bytes it replaced, when kept as a file, go once unnamed (a file is in no transaction).
+            self.store.sweep_blobs().await?;
+        }
         Ok(artifact)
     }
 
     /// Keeps an artifact serve made itself (a runtime's output, `bytes`) or only refers to (a runtime's
     /// evidence, kept by its producer at its `uri`: no bytes), as it is described.
     pub(crate) async fn keep(&self, artifact: ArtifactRecord, bytes: Option<Vec<u8>>) -> Result<()> {
-        let mut unit = Vec::new();
-        if let Some(bytes) = bytes {
-            let upload = new_upload();
-            unit.push(Output::PutBlobPart { blob: upload.clone(), part: 0, bytes }.into());
-            unit.extend(sealed(&upload, &artifact.digest));
+        let Some(bytes) = bytes else {
+            self.store.commit(vec![Output::PutArtifact(Box::new(artifact)).into()]).await?;
+            return Ok(());
+        };
+        let mut sink = self.store.blob_sink();
+        let written = async {
+            sink.write(Bytes::from(bytes)).await?;
+            sink.finish().await
+        };
+        let mut outcome = written.await.map(drop).map_err(Error::from);
+        if outcome.is_ok() {
+            let unit = vec![seal(sink.name(), &artifact.digest), Output::PutArtifact(Box::new(artifact)).into()];
+            outcome = self.store.commit(unit).await.map(drop).map_err(Error::from);
         }
-        unit.push(Output::PutArtifact(Box::new(artifact)).into());
-        self.store.commit(unit).await?;
-        Ok(())
+        let blob = sink.name().to_owned();
+        drop(sink);
+        self.store.release_blob(&blob).await?;
+        outcome
     }
 
     /// A mission's artifacts (a compacted mission has none left: 410).
@@ -211,33 +200,14 @@ impl Artifacts {
         let artifact = self.store.artifacts(mission_id).await?.into_iter().find(|a| a.name == name);
         let artifact =
             artifact.ok_or_else(|| Error::NotFound(format!("mission {mission_id} has no artifact {name:?}")))?;
-        let first = self.store.blob_parts(&artifact.digest, 0, PARTS_PER_READ).await?;
-        if first.is_empty() && artifact.size_bytes > 0 {
+        let Some(bytes) = self.store.blob_bytes(&artifact.digest).await? else {
             return Err(Error::NotFound(format!(
                 "serve holds no bytes of {name:?}: it is a reference, kept by its producer at {}",
                 artifact.uri
             )));
-        }
-        let store = self.store.clone();
-        let blob = artifact.digest.clone();
-        let parts = futures_util::stream::unfold((Some(first), 0u32), move |(page, at)| {
-            let (store, blob) = (store.clone(), blob.clone());
-            async move {
-                let page = match page {
-                    Some(page) => Ok(page),
-                    None => store.blob_parts(&blob, at, PARTS_PER_READ).await,
-                };
-                match page {
-                    Ok(page) if page.is_empty() => None,
-                    Ok(page) => {
-                        let next = at + page.len() as u32;
-                        Some((Ok(page.concat()), (None, next)))
-                    }
-                    Err(e) => Some((Err(std::io::Error::other(e.to_string())), (None, u32::MAX))),
-                }
-            }
-        });
-        Ok(Download { artifact, bytes: Box::pin(parts) })
+        };
+        let bytes = bytes.map(|read| read.map_err(|e| std::io::Error::other(e.to_string())));
+        Ok(Download { artifact, bytes: Box::pin(bytes) })
     }
 
     async fn not_compacted(&self, mission_id: &str) -> Result<()> {
@@ -251,32 +221,25 @@ impl Artifacts {
     }
 }
 
+/// An upload's place among those under way, given back however the upload ends (its request dropped
+/// mid-way too: a place kept would refuse that name's uploads until a restart).
+struct UnderWay<'a> {
+    set: &'a Mutex<HashSet<(String, String)>>,
+    key: (String, String),
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        self.set.lock().expect("uploads").remove(&self.key);
+    }
+}
+
 /// Where an artifact is downloaded.
 pub(crate) fn download_path(mission_id: &str, name: &str) -> String {
     format!("/api/v1/missions/{}/artifacts/{}", encode_segment(mission_id), encode_segment(name))
 }
 
-/// The name an upload's parts are received (and kept) under.
-fn new_upload() -> String {
-    format!("upload:{}", uuid::Uuid::new_v4())
-}
-
-/// An upload's parts become `digest`'s bytes, or go when that digest has bytes already.
-fn sealed(upload: &str, digest: &str) -> [Change; 2] {
-    [
-        Output::SealUpload { upload: upload.to_owned(), digest: digest.to_owned() }.into(),
-        Output::ForgetBlob(upload.to_owned()).into(),
-    ]
-}
-
-/// Waits for a part's commit.
-async fn settle(pending: Option<Pending>) -> Result<()> {
-    match pending {
-        None => Ok(()),
-        Some(p) => match p.await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => Err(Error::StorageUnavailable("the store is shutting down".into())),
-        },
-    }
+/// An upload's bytes become `digest`'s, unless that digest has bytes already.
+fn seal(upload: &str, digest: &str) -> crate::store::Change {
+    Output::SealUpload { upload: upload.to_owned(), digest: digest.to_owned() }.into()
 }

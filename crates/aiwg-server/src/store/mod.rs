@@ -6,6 +6,7 @@
 //! commit) as long as each unit stays atomic and alone in its failure. Reads see committed state only,
 //! and committed events are also published, in sequence order, to subscribers.
 
+mod blobs;
 mod migrate;
 mod open;
 pub mod postgres;
@@ -30,6 +31,7 @@ pub use aiwg_domain::webhooks::{Delivery, Webhook};
 pub use aiwg_domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
+pub use blobs::BlobSink;
 pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConfig};
 pub use postgres::Leadership;
 pub use records::{
@@ -114,6 +116,9 @@ pub struct Compaction {
     /// Events compacted away, in all.
     pub removed: i64,
 }
+
+/// A blob's bytes as they are read.
+pub type BlobStream = futures_util::stream::BoxStream<'static, Result<Vec<u8>>>;
 
 /// The store as the services hold it: any adapter behind the port, shared.
 pub type Store = Arc<dyn Storage>;
@@ -253,8 +258,19 @@ pub trait Storage: Send + Sync {
         mission_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<aiwg_domain::artifacts::ArtifactRecord>>>;
 
-    /// Parts of the bytes of an artifact's digest from part `from` on, in order, at most `limit`.
-    fn blob_parts<'a>(&'a self, digest: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>>;
+    /// A sink for an upload's bytes ([`BlobSink`]): parts in the database, or a file beside it.
+    fn blob_sink(&self) -> Box<dyn BlobSink + '_>;
+
+    /// Lets go of an upload's bytes once its seal committed or failed: they go unless a digest names
+    /// them (a failed upload's, or one whose digest had bytes already).
+    fn release_blob<'a>(&'a self, blob: &'a str) -> BoxFuture<'a, Result<()>>;
+
+    /// The bytes of a digest, in order, read as they are taken; `None` when serve keeps none.
+    fn blob_bytes<'a>(&'a self, digest: &'a str) -> BoxFuture<'a, Result<Option<BlobStream>>>;
+
+    /// Removes kept bytes no digest names and no upload is writing (files: the database's parts go in
+    /// the unit that unnames them), at start and after retention or a replacement removed names.
+    fn sweep_blobs(&self) -> BoxFuture<'_, Result<()>>;
 
     /// The pending HITL request of a mission, if any.
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>>;
@@ -324,8 +340,8 @@ pub trait Storage: Send + Sync {
     /// How far compaction has reached into the log.
     fn compaction(&self) -> BoxFuture<'_, Result<Compaction>>;
 
-    /// Bytes the store's data takes: SQLite's pages in use (the file less its free pages), PostgreSQL's
-    /// database size.
+    /// Bytes the store's data takes: SQLite's pages in use (the file less its free pages) and its
+    /// blobs' files, PostgreSQL's database size.
     fn size_bytes(&self) -> BoxFuture<'_, Result<i64>>;
 
     /// Why the store fails to commit now, when its last attempts failed (readiness).

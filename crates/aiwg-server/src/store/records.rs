@@ -129,11 +129,12 @@ pub enum Output {
     DropLog { mission_id: String, from: u64, to: u64 },
     /// Removes a mission's log rows (retention; its state stays).
     ForgetLog(String),
-    /// A part of an artifact's bytes, under the name of the upload that received it (`blob`).
+    /// A part of an artifact's bytes kept in the database, under the name of the upload that received it
+    /// (`blob`; `store::BlobSink`).
     PutBlobPart { blob: String, part: u32, bytes: Vec<u8> },
-    /// An upload's parts become the bytes of their digest (named, never moved: a part's name is in its
-    /// key, so moving rewrote every byte), unless that digest has bytes already: identical bytes are
-    /// kept once, and the upload's parts then go with [`Output::ForgetBlob`].
+    /// An upload's bytes become those of their digest (named, never moved: moving parts rewrote every
+    /// byte of them, since a part's name is in its key), unless that digest has bytes already: identical
+    /// bytes are kept once, and the upload's then go when it is let go of (`Storage::release_blob`).
     SealUpload { upload: String, digest: String },
     /// Removes an upload's parts, unless they were sealed as a digest's bytes (an abandoned upload's, or
     /// one whose digest had bytes already).

@@ -10,6 +10,7 @@ use serde_json::Value;
 use sqlx::{Database, Encode, Executor, IntoArguments, Type};
 use tokio::sync::broadcast;
 
+use super::blobs::{BlobFiles, BlobSink, PartSink, FILE};
 use super::reads::outputs::OutputReads;
 use super::reads::Reads;
 use super::rows::Cols;
@@ -17,9 +18,10 @@ use super::writer::{EventFeed, Health, WriterHandle};
 use aiwg_domain::idempotency::Answered;
 
 use super::{
-    AskedRequest, AuditQuery, AuditRecord, CommitSlot, Compaction, Delivery, DeliveryQuery, EventPage, EventQuery,
-    ExecutorRecord, HitlQuery, HitlRequest, LiveMission, LogMeta, LogQuery, Mission, MissionClock, MissionQuery,
-    OperatorRecord, ProgressSeen, Result, SandboxRecord, Storage, StoredEvent, Webhook,
+    AskedRequest, AuditQuery, AuditRecord, BlobStream, CommitSlot, Compaction, Delivery, DeliveryQuery, EventPage,
+    EventQuery, ExecutorRecord, HitlQuery, HitlRequest, LiveMission, LogMeta, LogQuery, Mission, MissionClock,
+    MissionQuery, OperatorRecord, Output, ProgressSeen, Result, SandboxRecord, Storage, StoreError, StoredEvent,
+    Webhook,
 };
 
 pub(super) struct SqlStore<DB: Database> {
@@ -29,7 +31,12 @@ pub(super) struct SqlStore<DB: Database> {
     pub(super) health: Arc<Health>,
     /// Where the data lives on this host (SQLite's directory), for the free space readiness reports.
     pub(super) directory: Option<std::path::PathBuf>,
+    /// Where artifacts' bytes are kept as files (SQLite); `None`: in the database, in parts.
+    pub(super) blobs: Option<Arc<BlobFiles>>,
 }
+
+/// Parts of a blob in the database read at once for a download.
+const PARTS_PER_READ: u32 = 4;
 
 /// How long closing waits for the read pool's connections.
 const POOL_CLOSE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -154,7 +161,8 @@ where
     }
 
     fn size_bytes(&self) -> BoxFuture<'_, Result<i64>> {
-        Box::pin(self.reads.size_bytes())
+        let files = self.blobs.as_ref().map_or(0, |f| f.bytes());
+        Box::pin(async move { Ok(self.reads.size_bytes().await? + files) })
     }
 
     fn open_hitl(&self) -> BoxFuture<'_, Result<Vec<HitlRequest>>> {
@@ -187,8 +195,54 @@ where
         Box::pin(OutputReads(&self.reads.pool).artifacts(mission_id))
     }
 
-    fn blob_parts<'a>(&'a self, digest: &'a str, from: u32, limit: u32) -> BoxFuture<'a, Result<Vec<Vec<u8>>>> {
-        Box::pin(OutputReads(&self.reads.pool).blob_parts(digest, from, limit))
+    fn blob_sink(&self) -> Box<dyn BlobSink + '_> {
+        match &self.blobs {
+            Some(files) => Box::new(files.sink()),
+            None => Box::new(PartSink::new(&self.writer)),
+        }
+    }
+
+    fn release_blob<'a>(&'a self, blob: &'a str) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            match &self.blobs {
+                Some(files) if blob.starts_with(FILE) => {
+                    let named = OutputReads(&self.reads.pool).named(blob).await?;
+                    files.release(blob, named)
+                }
+                _ => self.commit(vec![Output::ForgetBlob(blob.to_owned()).into()]).await.map(drop),
+            }
+        })
+    }
+
+    fn blob_bytes<'a>(&'a self, digest: &'a str) -> BoxFuture<'a, Result<Option<BlobStream>>> {
+        Box::pin(async move {
+            let Some(blob) = OutputReads(&self.reads.pool).blob_of(digest).await? else { return Ok(None) };
+            if let (Some(files), true) = (&self.blobs, blob.starts_with(FILE)) {
+                return files.read(&blob).map(Some);
+            }
+            let (pool, digest) = (self.reads.pool.clone(), digest.to_owned());
+            let parts = futures_util::stream::try_unfold(0u32, move |at| {
+                let (pool, digest) = (pool.clone(), digest.clone());
+                async move {
+                    let page = OutputReads(&pool).blob_parts(&digest, at, PARTS_PER_READ).await?;
+                    let next = at + page.len() as u32;
+                    Ok((!page.is_empty()).then(|| (page.concat(), next)))
+                }
+            });
+            Ok(Some(Box::pin(parts) as BlobStream))
+        })
+    }
+
+    fn sweep_blobs(&self) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move {
+            let Some(files) = &self.blobs else { return Ok(()) };
+            files.begin_sweep();
+            let named = OutputReads(&self.reads.pool).named_files().await?;
+            let named = named.iter().filter_map(|b| b.strip_prefix(FILE).map(str::to_owned)).collect();
+            let files = files.clone();
+            let swept = tokio::task::spawn_blocking(move || files.sweep(&named));
+            swept.await.map_err(|e| StoreError::Database(e.to_string()))?
+        })
     }
 
     fn pending_hitl<'a>(&'a self, mission_id: &'a str) -> BoxFuture<'a, Result<Option<HitlRequest>>> {

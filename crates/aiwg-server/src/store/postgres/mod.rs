@@ -120,7 +120,7 @@ pub async fn open(
     let committer = commit::PgCommitter { options, claim, conn: None, pid: writer_pid, unknown: false, deposed };
     let health = Arc::new(Health::default());
     let task = WriterTask::spawn(committer, rx, tail, metrics, health.clone()).await?;
-    let store = SqlStore { reads, writer: WriterHandle::new(tx), feed, health, directory: None };
+    let store = SqlStore { reads, writer: WriterHandle::new(tx), feed, health, directory: None, blobs: None };
     Ok((Arc::new(store), task, Deposed(deposed_rx)))
 }
 

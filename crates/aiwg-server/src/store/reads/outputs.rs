@@ -160,4 +160,24 @@ where
         .await?;
         rows.iter().map(|r| r.bytes("bytes")).collect()
     }
+
+    /// The blob a digest's bytes are kept under, when serve keeps them.
+    pub(in crate::store) async fn blob_of(self, digest: &str) -> Result<Option<String>> {
+        let row =
+            sqlx::query("SELECT blob FROM blob_names WHERE digest = $1").bind(digest).fetch_optional(self.0).await?;
+        row.map(|r| r.text("blob")).transpose()
+    }
+
+    /// Whether a digest's bytes are kept under `blob`.
+    pub(in crate::store) async fn named(self, blob: &str) -> Result<bool> {
+        let row =
+            sqlx::query("SELECT 1 AS one FROM blob_names WHERE blob = $1").bind(blob).fetch_optional(self.0).await?;
+        Ok(row.is_some())
+    }
+
+    /// Every blob kept in a file that a digest names (`blobs::FILE` and the file's name).
+    pub(in crate::store) async fn named_files(self) -> Result<Vec<String>> {
+        let rows = sqlx::query("SELECT blob FROM blob_names WHERE blob LIKE 'file:%'").fetch_all(self.0).await?;
+        rows.iter().map(|r| r.text("blob")).collect()
+    }
 }

@@ -23,12 +23,14 @@ use sqlx::sqlite::{SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, Sq
 use sqlx::ConnectOptions;
 use tokio::sync::mpsc;
 
+use super::blobs::BlobFiles;
 use super::reads::{Dialect, Reads};
 use super::sql_store::SqlStore;
 use super::writer::{self, EventFeed, Health, WriterHandle};
 use super::{Result, Store, Synchronous};
 use crate::metrics::Metrics;
 
+pub use super::blobs::file_of as blob_file;
 pub use super::writer::WriterTask;
 /// How many events the writer gathers before it files them in the per-mission index (the raw baseline
 /// of `aiwg-bench` files as often).
@@ -46,6 +48,9 @@ pub(super) fn unavailable(code: i32) -> Option<&'static str> {
         _ => None,
     }
 }
+
+/// The directory in the data directory that holds artifacts' bytes (`blobs`), beside the database.
+pub const BLOBS: &str = "blobs";
 
 /// SQLite's SQL. The size is the pages in use: the file less its free pages (which later writes reuse,
 /// and an incremental vacuum gives back).
@@ -109,7 +114,8 @@ pub async fn open(
     let task = WriterTask::spawn(committer, rx, feed.clone(), metrics, health.clone()).await?;
     let reads = Reads { pool, migrations: super::migrate::SQLITE, dialect: &DIALECT };
     let directory = Some(data_dir.to_owned());
-    Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed, health, directory }), task))
+    let blobs = Some(BlobFiles::open(data_dir.join(BLOBS), synchronous == Synchronous::Full)?);
+    Ok((Arc::new(SqlStore { reads, writer: WriterHandle::new(tx), feed, health, directory, blobs }), task))
 }
 
 /// Brings a database to this binary's schema, applying the migrations it lacks: serve's store at start,
