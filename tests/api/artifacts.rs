@@ -208,3 +208,34 @@ async fn an_sqlite_store_keeps_artifacts_as_private_files_that_count_toward_its_
     let url = format!("http://{}/api/v1/missions/{id}/artifacts/big.bin", server.addr());
     assert_eq!(reqwest::get(&url).await.unwrap().bytes().await.unwrap().to_vec(), bytes);
 }
+
+/// An upload its client cuts mid-way frees its name and leaves nothing: the next upload of that name is
+/// taken, and only its bytes are kept.
+#[tokio::test]
+async fn an_upload_cut_by_its_client_frees_its_name_and_leaves_no_bytes() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start().await;
+    let (e, _socket, id) = online(&server).await;
+    let mut tcp = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let head = format!(
+        "PUT /api/v1/missions/{id}/artifacts/cut.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Length: 1000000\r\n\r\n",
+        e.token
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&[b'x'; 300_000]).await.unwrap();
+    drop(tcp);
+    // The cut upload holds its name until serve has seen the cut: wait for the name to be free.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (status, body) = loop {
+        let (status, body) = put(&server, &id, "cut.bin", Some(&e.token), b"whole".to_vec()).await;
+        if status != 409 || tokio::time::Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(crate::support::kept_blobs(&server.config).await, 1, "nothing of the cut upload is kept");
+    let url = format!("http://{}/api/v1/missions/{id}/artifacts/cut.bin", server.addr());
+    assert_eq!(reqwest::get(&url).await.unwrap().bytes().await.unwrap().as_ref(), b"whole");
+}

@@ -96,17 +96,34 @@ impl Artifacts {
         }
         let _under_way = UnderWay { set: &self.uploading, key };
         let mut sink = self.store.blob_sink();
-        let outcome = match self.receive(sink.as_mut(), body, others).await {
-            Ok((digest, size)) => self.record(&up, sink.name(), digest, size, replaced).await,
-            Err(e) => Err(e),
-        };
+        let received = self.receive(sink.as_mut(), body, others).await;
         let blob = sink.name().to_owned();
         drop(sink);
-        // Its bytes go unless sealed; a failure to let go of them is left to the next sweep.
-        if let Err(e) = self.store.release_blob(&blob).await {
-            tracing::warn!(error = %e, blob, "an upload's bytes were not let go of; the next sweep removes them");
-        }
-        outcome
+        let (digest, size) = match received {
+            Ok(whole) => whole,
+            Err(e) => {
+                // Its bytes go; a failure to let go of them is left to the next sweep.
+                if let Err(e) = self.store.release_blob(&blob).await {
+                    tracing::warn!(error = %e, blob, "an upload's bytes were not let go of; the next sweep removes them");
+                }
+                return Err(e);
+            }
+        };
+        let artifact = ArtifactRecord {
+            mission_id: up.mission_id.clone(),
+            name: up.name.clone(),
+            uri: download_path(&up.mission_id, &up.name),
+            digest,
+            size_bytes: size,
+            mime: up.mime,
+            created_at: aiwg_contract::clock::now(),
+            producer: up.executor_id,
+        };
+        // Sealed by a task of its own: a request dropped now (its client gone, serve stopping) cannot
+        // leave the seal's outcome unknown and the bytes neither named nor let go of.
+        let sealing = tokio::spawn(record(self.store.clone(), blob, artifact.clone(), replaced));
+        sealing.await.map_err(|e| Error::Store(Box::new(e)))??;
+        Ok(artifact)
     }
 
     /// Writes the body's bytes to `sink` as they are received; their digest and size.
@@ -130,41 +147,6 @@ impl Artifacts {
         }
     }
 
-    /// Seals the upload's parts as the blob of its digest and records the artifact, in one unit.
-    async fn record(
-        &self,
-        up: &Upload,
-        upload: &str,
-        digest: String,
-        size: u64,
-        replaced: Option<String>,
-    ) -> Result<ArtifactRecord> {
-        let artifact = ArtifactRecord {
-            mission_id: up.mission_id.clone(),
-            name: up.name.clone(),
-            uri: download_path(&up.mission_id, &up.name),
-            digest: digest.clone(),
-            size_bytes: size,
-            mime: up.mime.clone(),
-            created_at: aiwg_contract::clock::now(),
-            producer: up.executor_id.clone(),
-        };
-        let mut unit = vec![seal(upload, &digest), Output::PutArtifact(Box::new(artifact.clone())).into()];
-        let replaced = replaced.filter(|old| *old != digest);
-        if let Some(old) = replaced.clone() {
-            unit.extend([
-                Output::ForgetBlobUnlessUsed(old.clone()).into(),
-                Output::ForgetBlobNameUnlessUsed(old).into(),
-            ]);
-        }
-        self.store.commit(unit).await?;
-        if replaced.is_some() {
-            // The bytes it replaced, when kept as a file, go once unnamed (a file is in no transaction).
-            self.store.sweep_blobs().await?;
-        }
-        Ok(artifact)
-    }
-
     /// Keeps an artifact serve made itself (a runtime's output, `bytes`) or only refers to (a runtime's
     /// evidence, kept by its producer at its `uri`: no bytes), as it is described.
     pub(crate) async fn keep(&self, artifact: ArtifactRecord, bytes: Option<Vec<u8>>) -> Result<()> {
@@ -173,19 +155,11 @@ impl Artifacts {
             return Ok(());
         };
         let mut sink = self.store.blob_sink();
-        let written = async {
-            sink.write(Bytes::from(bytes)).await?;
-            sink.finish().await
-        };
-        let mut outcome = written.await.map(drop).map_err(Error::from);
-        if outcome.is_ok() {
-            let unit = vec![seal(sink.name(), &artifact.digest), Output::PutArtifact(Box::new(artifact)).into()];
-            outcome = self.store.commit(unit).await.map(drop).map_err(Error::from);
-        }
+        sink.write(Bytes::from(bytes)).await?;
+        sink.finish().await?;
         let blob = sink.name().to_owned();
         drop(sink);
-        self.store.release_blob(&blob).await?;
-        outcome
+        record(self.store.clone(), blob, artifact, None).await
     }
 
     /// A mission's artifacts (a compacted mission has none left: 410).
@@ -239,7 +213,24 @@ pub(crate) fn download_path(mission_id: &str, name: &str) -> String {
     format!("/api/v1/missions/{}/artifacts/{}", encode_segment(mission_id), encode_segment(name))
 }
 
-/// An upload's bytes become `digest`'s, unless that digest has bytes already.
-fn seal(upload: &str, digest: &str) -> crate::store::Change {
-    Output::SealUpload { upload: upload.to_owned(), digest: digest.to_owned() }.into()
+/// Seals an upload's bytes (`blob`) as its digest's, unless that digest has bytes already, and records
+/// the artifact, in one unit (with the bytes of the artifact it `replaced` going unless another names
+/// them); then lets go of the upload.
+async fn record(store: Store, blob: String, artifact: ArtifactRecord, replaced: Option<String>) -> Result<()> {
+    let replaced = replaced.filter(|old| *old != artifact.digest);
+    let mut unit = vec![
+        Output::SealUpload { upload: blob.clone(), digest: artifact.digest.clone() }.into(),
+        Output::PutArtifact(Box::new(artifact)).into(),
+    ];
+    if let Some(old) = replaced.clone() {
+        unit.extend([Output::ForgetBlobUnlessUsed(old.clone()).into(), Output::ForgetBlobNameUnlessUsed(old).into()]);
+    }
+    let committed = store.commit(unit).await;
+    if committed.is_ok() && replaced.is_some() {
+        // The bytes it replaced, when kept as a file, go once unnamed (a file is in no transaction).
+        store.sweep_blobs().await?;
+    }
+    store.release_blob(&blob).await?;
+    committed?;
+    Ok(())
 }

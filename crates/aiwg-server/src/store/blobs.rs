@@ -158,7 +158,7 @@ impl BlobFiles {
         let id = uuid::Uuid::new_v4().simple().to_string();
         self.guards.lock().expect("blob guards").open.insert(id.clone());
         let name = format!("{FILE}{id}");
-        FileSink { files: self.clone(), name, id, threads: None }
+        FileSink { files: self.clone(), name, id, threads: None, written: 0, finished: false }
     }
 
     /// The bytes of a blob kept in a file, in reads of [`READ_BYTES`].
@@ -249,6 +249,10 @@ pub(super) struct FileSink {
     id: String,
     /// The two threads and the chunks on their way to them; started at the first write.
     threads: Option<Threads>,
+    /// Bytes handed to the writer.
+    written: u64,
+    /// Whether every byte is in the file: then its name is the caller's to seal and let go of.
+    finished: bool,
 }
 
 struct Threads {
@@ -310,6 +314,7 @@ impl BlobSink for FileSink {
             }
             let threads = self.threads.as_ref().expect("started");
             self.files.bytes.fetch_add(chunk.len() as i64, Ordering::Relaxed);
+            self.written += chunk.len() as u64;
             let sent = threads.to_hash.send(chunk.clone()).await.is_ok();
             if !sent || threads.to_write.send(chunk).await.is_err() {
                 // A thread stopped: the writer on an error, which settling answers.
@@ -332,19 +337,23 @@ impl BlobSink for FileSink {
                 });
                 synced.await.map_err(|e| StoreError::Database(e.to_string()))??;
             }
+            self.finished = true;
             Ok(digest)
         })
     }
 }
 
 impl Drop for FileSink {
-    /// A sink dropped before it was let go (its request was dropped mid-way) leaves its file to the next
-    /// sweep: whether its seal committed is not known here.
+    /// A sink dropped before its bytes were all written (a failed upload, or its request dropped mid-way)
+    /// removes its file at once: no seal can name it yet. A finished one is the caller's to let go of.
     fn drop(&mut self) {
-        let mut guards = self.files.guards.lock().expect("blob guards");
-        if guards.open.remove(&self.id) {
-            guards.settled.insert(self.id.clone());
+        if self.finished {
+            return;
         }
+        self.files.guards.lock().expect("blob guards").open.remove(&self.id);
+        self.files.bytes.fetch_sub(self.written as i64, Ordering::Relaxed);
+        // A thread still writing writes to the removed file, which goes once it closes.
+        let _ = std::fs::remove_file(self.files.dir.join(&self.id));
     }
 }
 
@@ -418,7 +427,7 @@ mod tests {
         assert_eq!(ids(&files), HashSet::from([named.id.clone(), open.id.clone(), late.id.clone()]));
         assert_eq!(files.bytes(), ("named".len() + "still open".len() + "sealed late".len()) as i64);
         // The next sweep takes what is unnamed and no longer guarded.
-        drop(open);
+        files.release(&open.name, true).unwrap();
         files.begin_sweep();
         files.sweep(&HashSet::from([named.id.clone()])).unwrap();
         assert_eq!(ids(&files), HashSet::from([named.id.clone()]));
@@ -426,14 +435,20 @@ mod tests {
         drop((named, unnamed, late));
     }
 
-    /// An upload let go of unnamed goes at once; its bytes leave the count.
+    /// An upload let go of unnamed goes at once, and so does one dropped before it finished (its request
+    /// dropped mid-way); their bytes leave the count.
     #[tokio::test]
-    async fn an_upload_let_go_of_unnamed_is_removed_at_once() {
+    async fn an_upload_let_go_of_unnamed_or_dropped_unfinished_is_removed_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let files = BlobFiles::open(dir.path().join("blobs"), true).unwrap();
         let sink = written(&files, b"refused").await;
         assert_eq!(files.bytes(), 7);
         files.release(&sink.name, false).unwrap();
+        assert!(ids(&files).is_empty());
+        assert_eq!(files.bytes(), 0);
+        let mut cut = files.sink();
+        cut.write(Bytes::from_static(b"half of it")).await.unwrap();
+        drop(cut);
         assert!(ids(&files).is_empty());
         assert_eq!(files.bytes(), 0);
         let mut read = files.read(&written(&files, b"kept").await.name).unwrap();
