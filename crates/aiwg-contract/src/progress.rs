@@ -303,9 +303,15 @@ mod tests {
         }
         assert_eq!(defs["token_count"], json!({"type": "integer", "minimum": 0, "maximum": MAX_TOKENS}));
         let model = &properties["model"];
-        assert_eq!((&model["type"], &model["minLength"], &model["maxLength"]), (&json!("string"), &json!(1), &json!(MAX_MODEL)));
+        assert_eq!(
+            (&model["type"], &model["minLength"], &model["maxLength"]),
+            (&json!("string"), &json!(1), &json!(MAX_MODEL))
+        );
         let cost = &properties["cost_usd"];
-        assert_eq!((&cost["type"], &cost["minimum"], &cost["maximum"]), (&json!("number"), &json!(0), &json!(1_000_000)));
+        assert_eq!(
+            (&cost["type"], &cost["minimum"], &cost["maximum"]),
+            (&json!("number"), &json!(0), &json!(1_000_000))
+        );
         assert_eq!(properties.len(), 7);
     }
 

@@ -210,15 +210,16 @@ pub struct Accounted {
     pub lowered: bool,
 }
 
+/// Why a report is refused: it names a model beyond the [`MAX_MODELS`] its attempt reported on.
+pub const TOO_MANY_MODELS: &str = "usage names a model beyond the 16 this attempt already reported on";
+
 /// Judges a report against what the attempt keeps (`kept`, one row a model), priced by `pricing` when
-/// it reports no cost: refused when it names a model beyond the attempt's [`MAX_MODELS`].
-pub fn account(kept: &[Kept], report: Reported, pricing: &Pricing) -> Result<Accounted, String> {
+/// it reports no cost: refused ([`TOO_MANY_MODELS`]) when it names a model beyond the attempt's
+/// [`MAX_MODELS`].
+pub fn account(kept: &[Kept], report: Reported, pricing: &Pricing) -> Result<Accounted, &'static str> {
     let before = kept.iter().find(|k| k.model == report.model);
     if before.is_none() && kept.len() >= MAX_MODELS {
-        return Err(format!(
-            "usage names a model ({}) beyond the {MAX_MODELS} this attempt already reported",
-            report.model.chars().take(64).collect::<String>()
-        ));
+        return Err(TOO_MANY_MODELS);
     }
     let tokens = before.map_or(report.tokens, |b| b.tokens.max(report.tokens));
     let reported = before.and_then(|b| b.reported).max(report.cost_micros).map(|r| r.min(MAX_COST_MICROS));
@@ -233,6 +234,22 @@ pub fn account(kept: &[Kept], report: Reported, pricing: &Pricing) -> Result<Acc
     let now = Kept { model: report.model, tokens, reported, cost };
     let raised = (before != Some(&now)).then_some(now);
     Ok(Accounted { raised, lowered })
+}
+
+/// What a change of what is kept added to its model's usage: counts (never below zero) and cost (below
+/// zero when a reported cost replaced a larger estimate).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Added {
+    pub model: String,
+    pub tokens: Tokens,
+    pub cost_micros: i64,
+}
+
+impl Added {
+    pub fn between(before: Option<&Kept>, now: &Kept) -> Added {
+        let (tokens, micros) = before.map_or((Tokens::default(), 0), |b| (b.tokens, b.cost.micros));
+        Added { model: now.model.clone(), tokens: now.tokens.since(&tokens), cost_micros: now.cost.micros - micros }
+    }
 }
 
 /// One model's usage on one attempt as it now stands, to keep, and to count in the sums of `day` (the
@@ -250,6 +267,53 @@ pub struct Record {
 /// The day a time falls on, as sums are keyed (UTC, `YYYY-MM-DD`).
 pub fn day(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%d").to_string()
+}
+
+/// What sums are grouped by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum By {
+    Day,
+    Operator,
+    Executor,
+    Model,
+}
+
+impl By {
+    pub const ALL: [By; 4] = [By::Day, By::Operator, By::Executor, By::Model];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            By::Day => "day",
+            By::Operator => "operator",
+            By::Executor => "executor",
+            By::Model => "model",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<By> {
+        By::ALL.into_iter().find(|b| b.as_str() == s)
+    }
+}
+
+/// Whose spend a sum is: everyone's, an operator's (the missions they dispatched) or an executor's
+/// (`all`, `operator:NAME`, `executor:ID`, as budgets name them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scope {
+    All,
+    Operator(String),
+    Executor(String),
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Scope> {
+        let named = |rest: &str| (!rest.is_empty()).then(|| rest.to_owned());
+        match s.split_once(':') {
+            None if s == "all" => Some(Scope::All),
+            Some(("operator", name)) => named(name).map(Scope::Operator),
+            Some(("executor", id)) => named(id).map(Scope::Executor),
+            _ => None,
+        }
+    }
 }
 
 /// Usage summed over rows (of a mission's attempts, of a day, of an operator, ...): the counts, the
@@ -373,7 +437,9 @@ mod tests {
         let other = account(&kept, report("n", 1, 1, None), &pricing).unwrap();
         keep(&mut kept, &other);
         assert_eq!(kept.len(), 2, "one row a model");
-        assert_eq!(kept[0].tokens.since(&tokens(100, 10)), tokens(50, 0));
+        let raised = Kept { tokens: tokens(100, 10), ..kept[0].clone() };
+        assert_eq!(Added::between(Some(&raised), &kept[0]).tokens, tokens(50, 0));
+        assert_eq!(Added::between(None, &kept[1]).tokens, tokens(1, 1));
     }
 
     #[test]
@@ -410,14 +476,16 @@ mod tests {
             let a = account(&kept, report(&format!("m{n}"), 1, 1, None), &pricing).unwrap();
             keep(&mut kept, &a);
         }
-        assert!(account(&kept, report("one-more", 1, 1, None), &pricing).is_err());
+        assert_eq!(account(&kept, report("one-more", 1, 1, None), &pricing), Err(TOO_MANY_MODELS));
+        assert!(TOO_MANY_MODELS.contains(&MAX_MODELS.to_string()));
         assert!(account(&kept, report("m3", 2, 2, None), &pricing).is_ok(), "a model it has is fine");
     }
 
     #[test]
     fn a_sum_says_where_its_cost_comes_from() {
         let pricing = priced("m", 1, 1);
-        let row = |model: &str, cost| account(&[], report(model, 1_000_000, 0, cost), &pricing).unwrap().raised.unwrap();
+        let row =
+            |model: &str, cost| account(&[], report(model, 1_000_000, 0, cost), &pricing).unwrap().raised.unwrap();
         let mut sum = Sum::of(&row("m", None));
         assert_eq!((sum.source(), sum.cost_usd()), (Some(CostSource::Estimated), Some(1.0)));
         sum.add(&Sum::of(&row("x", Some(0.5))));
@@ -427,5 +495,16 @@ mod tests {
         assert_eq!(Sum::default().source(), None);
         assert_eq!(CostSource::parse("mixed"), Some(CostSource::Mixed));
         assert_eq!(day(aiwg_contract::clock::parse("2026-11-30T23:59:59.999Z").unwrap()), "2026-11-30");
+    }
+
+    #[test]
+    fn scopes_and_groupings_are_named_as_budgets_and_the_api_name_them() {
+        assert_eq!(Scope::parse("all"), Some(Scope::All));
+        assert_eq!(Scope::parse("operator:ana:b"), Some(Scope::Operator("ana:b".into())));
+        assert_eq!(Scope::parse("executor:e1"), Some(Scope::Executor("e1".into())));
+        for bad in ["", "operator:", "model:m", "All"] {
+            assert_eq!(Scope::parse(bad), None, "{bad}");
+        }
+        assert_eq!(By::ALL.map(|b| By::parse(b.as_str())), By::ALL.map(Some));
     }
 }

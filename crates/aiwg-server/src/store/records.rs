@@ -117,6 +117,11 @@ pub enum Change {
         seqs: Vec<i64>,
         done: bool,
     },
+    /// Adds to the sums what an attempt's usage of a model changes of its kept row, read as it is
+    /// stored (so the sums stay the sum of the rows)...
+    CountUsage(Box<aiwg_domain::usage::Record>),
+    /// ...and then, in the same unit, keeps the row as it now stands.
+    KeepUsage(Box<aiwg_domain::usage::Record>),
 }
 
 /// The changes of what missions produced (`aiwg_domain::log`, `aiwg_domain::artifacts`), each written by
@@ -162,6 +167,11 @@ impl From<Output> for Change {
 }
 
 impl Change {
+    /// The changes that keep an attempt's usage of a model and count it in the sums.
+    pub fn usage(record: aiwg_domain::usage::Record) -> [Change; 2] {
+        [Change::CountUsage(Box::new(record.clone())), Change::KeepUsage(Box::new(record))]
+    }
+
     /// The changes that record a serve event: the event, then its mission's update.
     pub fn recorded(r: Recorded) -> Vec<Change> {
         let mut changes = vec![Change::AppendEvent(r.event)];
@@ -391,4 +401,35 @@ pub enum Only {
 pub struct EventPage {
     pub events: Vec<StoredEvent>,
     pub more: bool,
+}
+
+/// A read of the kept sums (`GET /api/v1/usage`, a budget's spend): grouped by one key, from a day on
+/// (`YYYY-MM-DD`, UTC; every day when `None`), of one scope.
+#[derive(Clone, Debug)]
+pub struct UsageQuery {
+    pub by: aiwg_domain::usage::By,
+    pub since: Option<String>,
+    pub scope: aiwg_domain::usage::Scope,
+}
+
+/// One group of the kept sums: its key (a day, an operator's name, an executor's id, a model).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsageGroup {
+    pub key: String,
+    pub sum: aiwg_domain::usage::Sum,
+}
+
+/// What is kept of a mission's current attempt's usage of a model (the projection's, at start).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeptUsage {
+    pub mission_id: String,
+    pub kept: aiwg_domain::usage::Kept,
+}
+
+/// A mission's usage of a model, summed over its attempts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissionUsage {
+    pub mission_id: String,
+    pub model: String,
+    pub sum: aiwg_domain::usage::Sum,
 }

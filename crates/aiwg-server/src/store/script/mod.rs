@@ -5,6 +5,7 @@
 
 mod outputs;
 mod upserts;
+mod usage;
 
 use std::borrow::Cow;
 
@@ -189,6 +190,8 @@ impl<'a, B: Builder<'a>> Script<B> {
             }
             Change::PutLogState(state) => state.upsert(self),
             Change::Output(output) => outputs::output(self, output),
+            Change::CountUsage(record) => usage::sums(record, self),
+            Change::KeepUsage(record) => usage::row(record, self),
             Change::ForgetDeliveries { before } => {
                 self.push("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < ")
                     .bind(clock::format(*before));
@@ -203,7 +206,7 @@ impl<'a, B: Builder<'a>> Script<B> {
         self.push(
             "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
              completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data, queued_reason, \
-             checkpoint_id, timeouts) ",
+             checkpoint_id, timeouts, dispatched_by) ",
         );
         self.values([m], |b, m| {
             b.bind(m.mission_id.as_str())
@@ -222,7 +225,8 @@ impl<'a, B: Builder<'a>> Script<B> {
                 .bind(m.terminal_data.as_ref().map(|v| v.to_string()))
                 .bind(m.queued_reason.as_deref())
                 .bind(m.checkpoint_id.as_deref())
-                .bind(m.payload.get("timeouts").map(|t| t.to_string()));
+                .bind(m.payload.get("timeouts").map(|t| t.to_string()))
+                .bind(m.dispatched_by.as_deref());
         });
         self.push(" ON CONFLICT (mission_id) DO NOTHING").end();
     }

@@ -92,7 +92,9 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetDeliveries { .. }
                 | Change::PutIdempotent(_)
                 | Change::ForgetIdempotent { .. }
-                | Change::Output(_) => statements.upsert(change).await?,
+                | Change::Output(_)
+                | Change::CountUsage(_)
+                | Change::KeepUsage(_) => statements.upsert(change).await?,
                 Change::PutLogState(state) => {
                     self.log_states.insert(&state.mission_id, change);
                 }
