@@ -6,9 +6,7 @@
 use axum::http::Method;
 use serde_json::{json, Value};
 
-use crate::support::{
-    dispatch_body, mission_id, running_mission, ExecSocket, Resp, ScriptedExecutor, TestServer,
-};
+use crate::support::{dispatch_body, mission_id, running_mission, ExecSocket, Resp, ScriptedExecutor, TestServer};
 use aiwg_server::config::PriceConfig;
 
 const ADMIN: &str = "admin-token-0123456789abcdef";
@@ -49,7 +47,12 @@ async fn metric(server: &TestServer, line: &str) -> Option<f64> {
 }
 
 fn priced(input: f64, output: f64, cache_read: Option<f64>) -> PriceConfig {
-    PriceConfig { input_per_mtok: input, output_per_mtok: output, cache_read_per_mtok: cache_read, cache_creation_per_mtok: None }
+    PriceConfig {
+        input_per_mtok: input,
+        output_per_mtok: output,
+        cache_read_per_mtok: cache_read,
+        cache_creation_per_mtok: None,
+    }
 }
 
 /// Cumulative reports: a repeat, a report overtaken by a later one and one that went down add nothing,
@@ -65,7 +68,10 @@ async fn a_repeat_or_a_reordering_never_counts_twice_and_a_lower_report_is_ignor
     assert_eq!(report(&mut ws, &id, "b", usage("m", 200, 20)).await["ack"], true);
     assert_eq!(report(&mut ws, &id, "late", usage("m", 150, 15)).await["ack"], true, "an earlier report, late");
     let mission = server.mission(&id).await;
-    assert_eq!((mission["usage"]["input_tokens"].as_u64(), mission["usage"]["output_tokens"].as_u64()), (Some(200), Some(20)));
+    assert_eq!(
+        (mission["usage"]["input_tokens"].as_u64(), mission["usage"]["output_tokens"].as_u64()),
+        (Some(200), Some(20))
+    );
     assert_eq!(metric(&server, "aiwg_usage_lowered_total").await, Some(1.0));
     let end = json!({"state": "done", "exit_code": 0, "usage": {"model": "m", "input_tokens": 250, "output_tokens": 30,
         "cache_read_input_tokens": 40, "reasoning_output_tokens": 5}});
@@ -78,7 +84,10 @@ async fn a_repeat_or_a_reordering_never_counts_twice_and_a_lower_report_is_ignor
     assert_eq!(mission["usage"], expected);
     assert_eq!((mission.get("cost_usd"), mission["cost_source"].as_str()), (None, Some("unpriced")), "never zero");
     let by_model = sums(&server, "by=model").await;
-    assert_eq!((group(&by_model, "m")["input_tokens"].as_u64(), by_model["total"]["output_tokens"].as_u64()), (Some(250), Some(30)));
+    assert_eq!(
+        (group(&by_model, "m")["input_tokens"].as_u64(), by_model["total"]["output_tokens"].as_u64()),
+        (Some(250), Some(30))
+    );
     assert_eq!(metric(&server, "aiwg_tokens_total{model=\"m\",kind=\"input\"}").await, Some(250.0));
     assert_eq!(metric(&server, "aiwg_tokens_total{model=\"m\",kind=\"reasoning\"}").await, Some(5.0));
 }
@@ -110,7 +119,10 @@ async fn bad_usage_is_refused_with_its_code_and_changes_nothing_of_the_mission()
         let end = ws.event("mission.completed", &id, json!({"state": "done", "usage": usage.clone()})).await;
         assert_eq!(end["error"], "schema_violation", "an end carrying {usage}: {end}");
     }
-    let nan = ws.envelope("mission.progress", Some(&id), json!({})).to_string().replace("{}", r#"{"usage":{"input_tokens":NaN}}"#);
+    let nan = ws
+        .envelope("mission.progress", Some(&id), json!({}))
+        .to_string()
+        .replace("{}", r#"{"usage":{"input_tokens":NaN}}"#);
     let answer = ws.send(tokio_tungstenite::tungstenite::Message::text(nan)).await;
     assert_eq!(answer["error"], "invalid_json", "{answer}");
     assert_eq!(server.mission(&id).await, before, "the mission is as it was");
@@ -153,8 +165,11 @@ async fn an_executor_that_reports_no_usage_is_unaffected() {
     assert_eq!(listed["missions"][0].get("usage"), None);
     let all = sums(&server, "").await;
     assert_eq!((all["by"].as_str(), &all["groups"]), (Some("day"), &json!([])));
-    assert_eq!(all["total"], json!({"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0,
-        "cache_creation_input_tokens": 0, "reasoning_output_tokens": 0}));
+    assert_eq!(
+        all["total"],
+        json!({"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0, "reasoning_output_tokens": 0})
+    );
 }
 
 /// Cost: the executor's when it reports one; else the configuration's prices (cached tokens at their
@@ -180,7 +195,11 @@ async fn cost_is_reported_estimated_unpriced_or_mixed() {
     let expect = [(Some(1.25), "reported"), (Some(3.96), "estimated"), (None, "unpriced"), (Some(3.96), "mixed")];
     for (id, (cost, source)) in ids.iter().zip(expect) {
         let mission = server.mission(id).await;
-        assert_eq!((mission.get("cost_usd").and_then(Value::as_f64), mission["cost_source"].as_str()), (cost, Some(source)), "{mission}");
+        assert_eq!(
+            (mission.get("cost_usd").and_then(Value::as_f64), mission["cost_source"].as_str()),
+            (cost, Some(source)),
+            "{mission}"
+        );
     }
     let listed = server.client.get("/api/v1/missions").await.body;
     for (id, (cost, source)) in ids.iter().zip(expect) {
@@ -188,13 +207,23 @@ async fn cost_is_reported_estimated_unpriced_or_mixed() {
         assert_eq!((row.get("cost_usd").and_then(Value::as_f64), row["cost_source"].as_str()), (cost, Some(source)));
     }
     let mixed = server.mission(&ids[3]).await;
-    let models: Vec<(&str, &str)> = mixed["usage"]["models"].as_array().unwrap().iter()
-        .map(|m| (m["model"].as_str().unwrap(), m["cost_source"].as_str().unwrap())).collect();
+    let models: Vec<(&str, &str)> = mixed["usage"]["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["model"].as_str().unwrap(), m["cost_source"].as_str().unwrap()))
+        .collect();
     assert_eq!(models, [("free", "unpriced"), ("priced", "estimated")]);
     let by_model = sums(&server, "by=model").await;
-    assert_eq!((group(&by_model, "priced")["cost_usd"].as_f64(), group(&by_model, "priced")["cost_source"].as_str()), (Some(9.17), Some("mixed")));
+    assert_eq!(
+        (group(&by_model, "priced")["cost_usd"].as_f64(), group(&by_model, "priced")["cost_source"].as_str()),
+        (Some(9.17), Some("mixed"))
+    );
     assert_eq!(group(&by_model, "free").get("cost_usd"), None);
-    assert_eq!((by_model["total"]["cost_usd"].as_f64(), by_model["total"]["cost_source"].as_str()), (Some(9.17), Some("mixed")));
+    assert_eq!(
+        (by_model["total"]["cost_usd"].as_f64(), by_model["total"]["cost_source"].as_str()),
+        (Some(9.17), Some("mixed"))
+    );
     assert_eq!(metric(&server, "aiwg_cost_usd_total{model=\"priced\"}").await, Some(9.17));
 }
 
@@ -204,7 +233,9 @@ async fn the_sums_are_kept_by_day_operator_executor_and_model() {
     let server = TestServer::start_with(|c| c.server.operator_tokens = vec![ADMIN.into()]).await;
     let mut tokens = Vec::new();
     for name in ["ana", "bob"] {
-        let r = call(&server, Method::POST, "/api/v1/operators", Some(json!({"name": name, "role": "operator"})), ADMIN).await;
+        let r =
+            call(&server, Method::POST, "/api/v1/operators", Some(json!({"name": name, "role": "operator"})), ADMIN)
+                .await;
         assert_eq!(r.status, 201, "{}", r.body);
         tokens.push(r.body["token"].as_str().unwrap().to_owned());
     }
@@ -226,7 +257,10 @@ async fn the_sums_are_kept_by_day_operator_executor_and_model() {
         e.next_dispatch().await;
         ws.ack("mission.started", &id, json!({"state": "running"})).await;
         ws.ack("mission.progress", &id, json!({"usage": usage(model, input, 1)})).await;
-        assert_eq!(call(&server, Method::GET, &format!("/api/v1/missions/{id}"), None, token).await.body["dispatched_by"], who);
+        assert_eq!(
+            call(&server, Method::GET, &format!("/api/v1/missions/{id}"), None, token).await.body["dispatched_by"],
+            who
+        );
     }
     let read = |query: &'static str| {
         let server = &server;
@@ -237,19 +271,32 @@ async fn the_sums_are_kept_by_day_operator_executor_and_model() {
         }
     };
     let by_operator = read("by=operator").await;
-    assert_eq!((group(&by_operator, "ana")["input_tokens"].as_u64(), group(&by_operator, "bob")["input_tokens"].as_u64()), (Some(100), Some(23)));
+    assert_eq!(
+        (group(&by_operator, "ana")["input_tokens"].as_u64(), group(&by_operator, "bob")["input_tokens"].as_u64()),
+        (Some(100), Some(23))
+    );
     let by_executor = read("by=executor").await;
     let (g1, g2) = (group(&by_executor, &e1.id), group(&by_executor, &e2.id));
     assert_eq!((g1["input_tokens"].as_u64(), g2["input_tokens"].as_u64()), (Some(120), Some(3)));
     assert!(g1["name"].is_string(), "executors are named: {g1}");
     let by_model = read("by=model").await;
-    assert_eq!((group(&by_model, "a")["input_tokens"].as_u64(), group(&by_model, "b")["output_tokens"].as_u64()), (Some(103), Some(1)));
+    assert_eq!(
+        (group(&by_model, "a")["input_tokens"].as_u64(), group(&by_model, "b")["output_tokens"].as_u64()),
+        (Some(103), Some(1))
+    );
     let today = aiwg_contract::clock::format(aiwg_contract::clock::now())[..10].to_owned();
     let by_day = read("by=day").await;
     assert_eq!(by_day["groups"].as_array().unwrap().len(), 1);
-    assert_eq!((group(&by_day, &today)["input_tokens"].as_u64(), by_day["total"]["output_tokens"].as_u64()), (Some(123), Some(3)));
-    let since_today = call(&server, Method::GET, &format!("/api/v1/usage?by=day&since={today}"), None, ADMIN).await.body;
-    assert_eq!((since_today["since"].as_str(), since_today["total"]["input_tokens"].as_u64()), (Some(today.as_str()), Some(123)));
+    assert_eq!(
+        (group(&by_day, &today)["input_tokens"].as_u64(), by_day["total"]["output_tokens"].as_u64()),
+        (Some(123), Some(3))
+    );
+    let since_today =
+        call(&server, Method::GET, &format!("/api/v1/usage?by=day&since={today}"), None, ADMIN).await.body;
+    assert_eq!(
+        (since_today["since"].as_str(), since_today["total"]["input_tokens"].as_u64()),
+        (Some(today.as_str()), Some(123))
+    );
     let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1)).format("%Y-%m-%d").to_string();
     let later = call(&server, Method::GET, &format!("/api/v1/usage?since={tomorrow}"), None, ADMIN).await.body;
     assert_eq!((&later["groups"], later["total"]["input_tokens"].as_u64()), (&json!([]), Some(0)));
@@ -262,9 +309,12 @@ async fn the_sums_are_kept_by_day_operator_executor_and_model() {
 async fn the_read_of_the_sums_refuses_what_it_cannot_read_and_is_an_operators() {
     let server = TestServer::start_with(|c| c.server.operator_tokens = vec![ADMIN.into()]).await;
     for query in ["by=week", "since=yesterday", "since=2026-13-01", "other=1", "since=%00"] {
-        call(&server, Method::GET, &format!("/api/v1/usage?{query}"), None, ADMIN).await.assert_error(400, "invalid_query");
+        call(&server, Method::GET, &format!("/api/v1/usage?{query}"), None, ADMIN)
+            .await
+            .assert_error(400, "invalid_query");
     }
-    let r = call(&server, Method::POST, "/api/v1/operators", Some(json!({"name": "vera", "role": "viewer"})), ADMIN).await;
+    let r =
+        call(&server, Method::POST, "/api/v1/operators", Some(json!({"name": "vera", "role": "viewer"})), ADMIN).await;
     let viewer = r.body["token"].as_str().unwrap().to_owned();
     call(&server, Method::GET, "/api/v1/usage", None, &viewer).await.assert_error(403, "forbidden");
     server.client.get("/api/v1/usage").await.assert_error(401, "unauthorized");
@@ -287,8 +337,15 @@ async fn the_sums_are_right_after_a_restart_in_the_middle_of_a_mission() {
     ws.ack("mission.progress", &id, json!({"summary": "3", "usage": usage("m", 1_200_000, 100_000)})).await;
     let by_model = sums(&server, "by=model").await;
     let m = group(&by_model, "m");
-    assert_eq!((m["input_tokens"].as_u64(), m["output_tokens"].as_u64(), m["cost_usd"].as_f64()), (Some(1_500_000), Some(500_000), Some(2.5)));
-    assert_eq!(metric(&server, "aiwg_tokens_total{model=\"m\",kind=\"input\"}").await, Some(1_500_000.0), "seeded, then raised");
+    assert_eq!(
+        (m["input_tokens"].as_u64(), m["output_tokens"].as_u64(), m["cost_usd"].as_f64()),
+        (Some(1_500_000), Some(500_000), Some(2.5))
+    );
+    assert_eq!(
+        metric(&server, "aiwg_tokens_total{model=\"m\",kind=\"input\"}").await,
+        Some(1_500_000.0),
+        "seeded, then raised"
+    );
     assert_eq!(metric(&server, "aiwg_usage_lowered_total").await, Some(1.0));
     ws.ack("mission.completed", &id, json!({"state": "done", "usage": usage("m", 2_000_000, 500_000)})).await;
     let server = server.restart().await;
@@ -296,4 +353,40 @@ async fn the_sums_are_right_after_a_restart_in_the_middle_of_a_mission() {
     assert_eq!((mission["usage"]["input_tokens"].as_u64(), mission["cost_usd"].as_f64()), (Some(2_000_000), Some(3.0)));
     assert_eq!(sums(&server, "by=operator").await["total"]["input_tokens"].as_u64(), Some(2_000_000));
     assert_eq!(metric(&server, "aiwg_cost_usd_total{model=\"m\"}").await, Some(3.0));
+}
+
+/// An HTTP runtime's `/execute` answer may say what its execution used (our extension of the protocol):
+/// kept as the mission's usage, under the runtime's model when it names none, and priced as an
+/// executor's is.
+#[tokio::test]
+async fn a_runtimes_reported_usage_is_kept_and_priced() {
+    use crate::support::runtime::{Behavior, ScriptedRuntime};
+    let server = TestServer::start_with(|c| {
+        c.runtimes.probe_interval_ms = 50;
+        c.runtimes.probe_max_interval_ms = 100;
+        c.pricing.insert("scripted-v1".into(), priced(2.0, 4.0, None));
+    })
+    .await;
+    let runtime = ScriptedRuntime::start().await;
+    let r = server.client.post("/api/v1/runtimes", &json!({"name": "rt", "base_url": runtime.url()})).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let answer = json!({"candidate_output": {"answer": "hello", "confidence": 0.9, "check_summary": "ok"},
+        "evidence_inline": [], "evidence_refs": [], "usage": {"input_tokens": 1_000_000, "output_tokens": 500_000}});
+    runtime.script("/execute", [Behavior::Json(answer)]);
+    let id = mission_id();
+    let body = json!({"mission_id": id, "objective": "say hello", "completion": "an answer"});
+    assert_eq!(server.client.post("/api/v1/sessions/s/dispatch", &body).await.status, 202);
+    let m = server
+        .eventually(&format!("/api/v1/missions/{id}"), "the mission to end", |m| {
+            m["state"] == "done" || m["state"] == "failed"
+        })
+        .await;
+    assert_eq!(m["state"], "done", "{m}");
+    let model = &m["usage"]["models"][0];
+    assert_eq!(
+        (model["model"].as_str(), model["input_tokens"].as_u64(), model["output_tokens"].as_u64()),
+        (Some("scripted-v1"), Some(1_000_000), Some(500_000))
+    );
+    assert_eq!((m["cost_usd"].as_f64(), m["cost_source"].as_str()), (Some(4.0), Some("estimated")));
+    assert_eq!(metric(&server, "aiwg_cost_usd_total{model=\"scripted-v1\"}").await, Some(4.0));
 }

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::Live;
 use aiwg_contract::progress::{MAX_COST_USD, MAX_TOKENS};
 
 /// The model of a report that names none.
@@ -264,6 +265,41 @@ pub struct Record {
     pub kept: Kept,
 }
 
+/// A report that raised what a live mission's attempt keeps of a model: the row to keep and count, and
+/// what it added.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spent {
+    pub record: Record,
+    pub added: Added,
+}
+
+/// What a report does to a live mission's attempt: what it raised (`None`: nothing new), and whether it
+/// said less than what is kept somewhere (that part ignored).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spending {
+    pub spent: Option<Spent>,
+    pub lowered: bool,
+}
+
+/// Judges `report` against what `live`'s current attempt keeps (see [`account`]), for `mission_id` at
+/// `now` (the day its sums count it on). The projection is not changed: [`Live::spent`] keeps `spent`'s
+/// row once it is queued.
+pub fn spending(
+    live: &Live,
+    mission_id: &str,
+    report: Reported,
+    pricing: &Pricing,
+    now: DateTime<Utc>,
+) -> Result<Spending, &'static str> {
+    let accounted = account(live.usage(), report, pricing)?;
+    let spent = accounted.raised.map(|kept| {
+        let added = Added::between(live.usage().iter().find(|k| k.model == kept.model), &kept);
+        let (attempt, executor_id) = (live.attempt(), live.executor_id().to_owned());
+        Spent { record: Record { mission_id: mission_id.to_owned(), attempt, executor_id, day: day(now), kept }, added }
+    });
+    Ok(Spending { spent, lowered: accounted.lowered })
+}
+
 /// The day a time falls on, as sums are keyed (UTC, `YYYY-MM-DD`).
 pub fn day(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%d").to_string()
@@ -495,6 +531,23 @@ mod tests {
         assert_eq!(Sum::default().source(), None);
         assert_eq!(CostSource::parse("mixed"), Some(CostSource::Mixed));
         assert_eq!(day(aiwg_contract::clock::parse("2026-11-30T23:59:59.999Z").unwrap()), "2026-11-30");
+    }
+
+    /// A live mission's report is judged against its current attempt, and keyed by its executor and day.
+    #[test]
+    fn a_report_is_judged_against_the_live_attempt() {
+        let now = aiwg_contract::clock::parse("2026-11-30T10:00:00Z").unwrap();
+        let mut live = Live::handing_over("e1", 2);
+        let first = spending(&live, "m1", report("m", 10, 1, None), &Pricing::default(), now).unwrap();
+        let spent = first.spent.unwrap();
+        assert_eq!(
+            (spent.record.attempt, spent.record.executor_id.as_str(), spent.record.day.as_str()),
+            (2, "e1", "2026-11-30")
+        );
+        assert_eq!(spent.added.tokens, tokens(10, 1));
+        live.spent(spent.record.kept);
+        let again = spending(&live, "m1", report("m", 10, 1, None), &Pricing::default(), now).unwrap();
+        assert_eq!(again, Spending { spent: None, lowered: false });
     }
 
     #[test]

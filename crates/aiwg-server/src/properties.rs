@@ -200,8 +200,13 @@ fn frame_usage() -> impl Strategy<Value = String> {
         prop_oneof![(0u64..5_000).prop_map(|n| n.to_string()), any_of(&["0", "1000000000000"])],
         any_of(&["-1", "1.5", "3.0", "1e3", "1000000000001", "\"7\"", "null"]),
     );
-    let counts =
-        ["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "reasoning_output_tokens"];
+    let counts = [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "reasoning_output_tokens",
+    ];
     let key = |k: &str| Just(k.to_owned());
     let field = mostly(
         prop_oneof![

@@ -7,7 +7,7 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::store::Change;
 use aiwg_contract::EventType;
-use aiwg_domain::usage::{self, Added, Pricing, Record, Reported};
+use aiwg_domain::usage::{self, Added, Pricing, Reported, Spent};
 use aiwg_domain::{
     hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch, MissionState,
     NewEvent, Outcome, Undo,
@@ -50,14 +50,6 @@ pub(super) struct Accepted {
     pub(super) usage_lowered: bool,
 }
 
-/// A usage report that raised what a mission's attempt keeps of a model: the row as it now stands, and
-/// what it was.
-#[derive(Debug, PartialEq)]
-struct Spent {
-    record: Record,
-    before: Option<usage::Kept>,
-}
-
 impl Accepted {
     /// A HITL request with a deadline this event opened.
     pub(super) fn deadline(&self, event: EventType) -> Option<Box<HitlRequest>> {
@@ -83,7 +75,7 @@ impl Accepted {
 
     /// What its usage report added, for the metrics once committed.
     pub(super) fn added(&self) -> Option<Added> {
-        self.usage.as_deref().map(|u| Added::between(u.before.as_ref(), &u.record.kept))
+        self.usage.as_deref().map(|u| u.added.clone())
     }
 
     /// How to undo the event's effect on `live` if its commit fails: a progress report only added its
@@ -159,8 +151,8 @@ pub(super) fn decide(
     Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress, usage, usage_lowered }))
 }
 
-/// What an event's usage report raises of what the mission's attempt keeps (and what that kept before),
-/// and whether it said less than what is kept somewhere.
+/// What an event's usage report raises of what the mission's attempt keeps, and whether it said less
+/// than what is kept somewhere; refused beyond the attempt's models.
 fn spent(
     live: &Live,
     data: &Value,
@@ -169,14 +161,8 @@ fn spent(
     now: DateTime<Utc>,
 ) -> Result<(Option<Box<Spent>>, bool), Error> {
     let Some(report) = Reported::of(data) else { return Ok((None, false)) };
-    let accounted = usage::account(live.usage(), report, pricing).map_err(Error::InvalidFrame)?;
-    let raised = accounted.raised.map(|kept| {
-        let before = live.usage().iter().find(|k| k.model == kept.model).cloned();
-        let (attempt, executor_id) = (live.attempt(), live.executor_id().to_owned());
-        let record = Record { mission_id: mission_id.to_owned(), attempt, executor_id, day: usage::day(now), kept };
-        Box::new(Spent { record, before })
-    });
-    Ok((raised, accounted.lowered))
+    let spending = usage::spending(live, mission_id, report, pricing, now).map_err(Error::InvalidFrame)?;
+    Ok((spending.spent.map(Box::new), spending.lowered))
 }
 
 pub(super) fn illegal(event: EventType, mission_id: &str, state: MissionState) -> Error {
