@@ -20,9 +20,9 @@ CREATE TABLE usage_attempts (
     PRIMARY KEY (mission_id, attempt, model)
 ) STRICT, WITHOUT ROWID;
 -- The sums, kept (never scanned from the missions): per UTC day, dispatching operator ('' when unknown),
--- executor and model, each row the sum of what the rows above added on that day. `reported`,
--- `estimated` and `unpriced` count the attempt rows of each cost source (a row whose source changed
--- counts -1 for its old one on the day it changed). A scope's spend since a day is a range of one index.
+-- executor and model, each row the sum of what the rows above added on that day (a cost can go down,
+-- when a reported cost replaces a larger estimate). `reported`, `estimated` and `unpriced` are 1 when
+-- something counted that day had that cost source. A scope's spend since a day is a range of one index.
 CREATE TABLE usage_days (
     day                   TEXT    NOT NULL,
     operator              TEXT    NOT NULL,

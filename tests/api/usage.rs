@@ -390,3 +390,42 @@ async fn a_runtimes_reported_usage_is_kept_and_priced() {
     assert_eq!((m["cost_usd"].as_f64(), m["cost_source"].as_str()), (Some(4.0), Some("estimated")));
     assert_eq!(metric(&server, "aiwg_cost_usd_total{model=\"scripted-v1\"}").await, Some(4.0));
 }
+
+/// `aiwg-serve usage` prints the sums by the grouping asked, with their total (or the API's JSON with
+/// `--json`); `missions show` prints what a mission used and cost, each model's part when several.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_prints_the_sums_and_a_missions_usage_and_cost() {
+    use crate::cli::{cli, stderr, stdout};
+    let server = TestServer::start_with(|c| {
+        c.pricing.insert("priced".into(), priced(3.0, 15.0, None));
+    })
+    .await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
+    ws.ack("mission.progress", &id, json!({"usage": usage("priced", 1_000_000, 100_000)})).await;
+    ws.ack("mission.completed", &id, json!({"state": "done", "usage": usage("free", 7, 3)})).await;
+
+    let out = cli(&server.base, &["usage", "--by", "model"], &[]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<String> = stdout(&out).lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    assert_eq!(lines[0], "MODEL INPUT OUTPUT CACHE READ CACHE WRITE REASONING COST");
+    assert_eq!(lines[1], "free 7 3 0 0 0 unpriced");
+    assert_eq!(lines[2], "priced 1000000 100000 0 0 0 $4.5000 estimated");
+    assert_eq!(lines[3], "total 1000007 100003 0 0 0 $4.5000 mixed");
+    let out = cli(&server.base, &["--json", "usage", "--since", "2000-01-01"], &[]).await;
+    let sums: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        (sums["by"].as_str(), sums["since"].as_str(), sums["total"]["input_tokens"].as_u64()),
+        (Some("day"), Some("2000-01-01"), Some(1_000_007))
+    );
+    let refused = cli(&server.base, &["usage", "--since", "soon"], &[]).await;
+    assert_eq!(refused.status.code(), Some(4), "refused by serve: {}", stderr(&refused));
+    assert!(stderr(&refused).contains("invalid_query"), "{}", stderr(&refused));
+
+    let shown = stdout(&cli(&server.base, &["missions", "show", &id], &[]).await);
+    assert!(shown.contains("operator:     anonymous (dispatched it)"), "{shown}");
+    assert!(shown.contains("usage:        1000007 input, 100003 output"), "{shown}");
+    assert!(shown.contains("cost:         $4.5000 mixed"), "{shown}");
+    assert!(shown.contains("  free: 7 input, 3 output; unpriced"), "{shown}");
+    assert!(shown.contains("  priced: 1000000 input, 100000 output; $4.5000 estimated"), "{shown}");
+}

@@ -353,7 +353,8 @@ impl Scope {
 }
 
 /// Usage summed over rows (of a mission's attempts, of a day, of an operator, ...): the counts, the
-/// cost of the priced ones, and how many rows had each source.
+/// cost of the priced ones, and how many rows had each source (a day's sums say only whether any had
+/// it: 0 or 1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sum {
     pub tokens: Tokens,
@@ -384,8 +385,7 @@ impl Sum {
         self.unpriced += other.unpriced;
     }
 
-    /// Where its cost comes from; `None` when no row is in it. (A row whose source changed on a later day
-    /// counts -1 for its old source that day: a sum over days from then on counts only sources above 0.)
+    /// Where its cost comes from; `None` when no row is in it.
     pub fn source(&self) -> Option<CostSource> {
         let sources = [
             (self.reported, CostSource::Reported),
@@ -402,8 +402,7 @@ impl Sum {
 
     /// Its cost in dollars; `None` when nothing in it is priced (unpriced is never zero).
     pub fn cost_usd(&self) -> Option<f64> {
-        let priced = self.reported > 0 || self.estimated > 0 || self.source().is_none() && self.cost_micros != 0;
-        priced.then(|| self.cost_micros as f64 / MICROS as f64)
+        (self.reported > 0 || self.estimated > 0).then(|| self.cost_micros as f64 / MICROS as f64)
     }
 }
 

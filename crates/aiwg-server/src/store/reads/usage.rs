@@ -121,8 +121,8 @@ where
             Scope::Executor(id) => (" AND executor_id = $2", Some(id.as_str())),
         };
         let sql = format!(
-            "SELECT {key} AS key, {SUMS}, CAST(SUM(reported) AS BIGINT) AS reported, \
-             CAST(SUM(estimated) AS BIGINT) AS estimated, CAST(SUM(unpriced) AS BIGINT) AS unpriced \
+            "SELECT {key} AS key, {SUMS}, CAST(MAX(reported) AS BIGINT) AS reported, \
+             CAST(MAX(estimated) AS BIGINT) AS estimated, CAST(MAX(unpriced) AS BIGINT) AS unpriced \
              FROM usage_days WHERE day >= $1{scope} GROUP BY {key} ORDER BY {key} LIMIT {MAX_USAGE_GROUPS}"
         );
         let mut query = sqlx::query(&sql).bind(q.since.as_deref().unwrap_or(""));

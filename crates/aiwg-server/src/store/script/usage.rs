@@ -11,7 +11,8 @@ use super::{Builder, Script};
 use crate::store::rows::db_int;
 use aiwg_domain::usage::{CostSource, Record};
 
-/// Adds to the day's sums of the mission's operator, the executor and the model what the row changes.
+/// Adds to the day's sums of the mission's operator, the executor and the model what the row changes,
+/// and marks the row's cost source as seen that day.
 pub(super) fn sums<'a, B: Builder<'a>>(r: &'a Record, s: &mut Script<B>) {
     let (t, cost, model) = (r.kept.tokens, r.kept.cost, r.kept.model.as_str());
     let source = |one: CostSource| i64::from(cost.source == one);
@@ -26,9 +27,8 @@ pub(super) fn sums<'a, B: Builder<'a>>(r: &'a Record, s: &mut Script<B>) {
     s.push(" - COALESCE(a.cache_read_tokens, 0), ").bind(db_int(t.cache_creation));
     s.push(" - COALESCE(a.cache_creation_tokens, 0), ").bind(db_int(t.reasoning));
     s.push(" - COALESCE(a.reasoning_tokens, 0), ").bind(cost.micros).push(" - COALESCE(a.cost_micros, 0), ");
-    s.bind(source(CostSource::Reported)).push(" - CASE a.cost_source WHEN 'reported' THEN 1 ELSE 0 END, ");
-    s.bind(source(CostSource::Estimated)).push(" - CASE a.cost_source WHEN 'estimated' THEN 1 ELSE 0 END, ");
-    s.bind(source(CostSource::Unpriced)).push(" - CASE a.cost_source WHEN 'unpriced' THEN 1 ELSE 0 END");
+    s.bind(source(CostSource::Reported)).push(", ").bind(source(CostSource::Estimated)).push(", ");
+    s.bind(source(CostSource::Unpriced));
     s.push(" FROM (SELECT 1 AS one) AS one LEFT JOIN usage_attempts a ON a.mission_id = ").bind(r.mission_id.as_str());
     s.push(" AND a.attempt = ").bind(i64::from(r.attempt)).push(" AND a.model = ").bind(model);
     // `WHERE`: SQLite reads an upsert after a join's `SELECT` only when one follows the join.
@@ -40,8 +40,9 @@ pub(super) fn sums<'a, B: Builder<'a>>(r: &'a Record, s: &mut Script<B>) {
          cache_creation_tokens = usage_days.cache_creation_tokens + excluded.cache_creation_tokens, \
          reasoning_tokens = usage_days.reasoning_tokens + excluded.reasoning_tokens, \
          cost_micros = usage_days.cost_micros + excluded.cost_micros, \
-         reported = usage_days.reported + excluded.reported, estimated = usage_days.estimated + excluded.estimated, \
-         unpriced = usage_days.unpriced + excluded.unpriced",
+         reported = CASE WHEN excluded.reported > usage_days.reported THEN 1 ELSE usage_days.reported END, \
+         estimated = CASE WHEN excluded.estimated > usage_days.estimated THEN 1 ELSE usage_days.estimated END, \
+         unpriced = CASE WHEN excluded.unpriced > usage_days.unpriced THEN 1 ELSE usage_days.unpriced END",
     )
     .end();
 }
