@@ -1672,7 +1672,7 @@ function usagePage(params) {
   const chart = h('figure', { class: 'chart', id: 'usage-chart' });
   const sections = USAGE_BY.map(([by]) => h('section', { 'data-usage': by }));
   const status = h('p', { role: 'status', class: 'note' });
-  page('Usage', form, status, total, chart, sections);
+  page('Usage', form, status, total, chart, ...sections);
   let alive = true;
   const refresh = throttle(async () => {
     const q = since.value ? `&since=${encodeURIComponent(since.value)}` : '';
@@ -1693,7 +1693,8 @@ function usagePage(params) {
           .map((n) => h('td', {}, n.toLocaleString('en-US'))),
         h('td', { class: 'cost' }, costText(g))));
       fill(sections[i], h('h2', {}, title), rows.length
-        ? table(title, [by[0].toUpperCase() + by.slice(1), 'Input', 'Output', 'Cached', 'Reasoning', 'Cost'], rows)
+        ? table(since.value ? `From ${since.value} (UTC)` : 'Every day kept',
+          [by[0].toUpperCase() + by.slice(1), 'Input', 'Output', 'Cached', 'Reasoning', 'Cost'], rows)
         : h('p', { class: 'note' }, 'Nothing reported.'));
     });
   }, REFRESH_MS);
@@ -1713,8 +1714,9 @@ function usageChart(days) {
   const value = (d) => (priced ? d.cost_usd || 0 : d.input_tokens + d.output_tokens);
   const label = (d) => (priced ? costText(d) || 'unpriced' : `${value(d).toLocaleString('en-US')} tokens`);
   const most = Math.max(1, ...days.map(value));
-  const [width, height, gap] = [Math.max(240, days.length * 28), 120, 4];
-  const bar = width / Math.max(1, days.length);
+  // A fortnight's room at least, so that a few days are bars, not blocks.
+  const [bar, height, gap] = [28, 120, 4];
+  const width = Math.max(14, days.length) * bar;
   const ns = 'http://www.w3.org/2000/svg';
   const svg = (tag, attrs, ...children) => {
     const el = document.createElementNS(ns, tag);
@@ -1730,7 +1732,7 @@ function usageChart(days) {
   const caption = h('figcaption', { class: 'note' }, days.length
     ? `${priced ? 'Cost' : 'Tokens'} per day, ${days[0].key} to ${days[days.length - 1].key}`
     : 'No usage reported in this time.');
-  return [svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': caption.textContent, class: 'bars' }, ...bars), caption];
+  return [svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': caption.textContent, class: 'bars', preserveAspectRatio: 'xMinYMax meet' }, ...bars), caption];
 }
 
 function offerNotifications() {
