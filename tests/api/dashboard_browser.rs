@@ -734,7 +734,8 @@ async fn the_usage_page_the_cost_column_and_a_missions_usage_show_what_missions_
     let usage = json!({"model": "priced", "input_tokens": 1_000_000, "output_tokens": 100_000});
     ws.ack("mission.progress", &id, json!({"summary": "half", "usage": usage})).await;
     let free = running_mission(&server, &mut e, &mut ws).await;
-    ws.ack("mission.progress", &free, json!({"usage": {"model": "local", "input_tokens": 10, "output_tokens": 2}})).await;
+    ws.ack("mission.progress", &free, json!({"usage": {"model": "local", "input_tokens": 10, "output_tokens": 2}}))
+        .await;
 
     browser.goto(&format!("{}/#/missions", server.base)).await;
     browser.wait_text(&format!("tr[data-mission='{id}'] td.cost"), "$4.5000 estimated").await;
