@@ -1013,7 +1013,7 @@ mod cases {
         input: u64,
         source: CostSource,
         micros: i64,
-    ) -> [Change; 2] {
+    ) -> Change {
         let kept = Kept {
             model: model.into(),
             tokens: Tokens { input, output: input / 10, ..Tokens::default() },
@@ -1037,16 +1037,18 @@ mod cases {
         store.commit(vec![insert(&m1), insert(&mission("m2", "s1", Some("e1"), MissionState::Done))]).await.unwrap();
         assert_eq!(store.mission("m1").await.unwrap().unwrap().dispatched_by.as_deref(), Some("ana"));
         let (d1, d2) = ("2026-01-01", "2026-01-02");
-        store.commit(spent("m1", 1, "a", d1, 100, CostSource::Unpriced, 0).into()).await.unwrap();
-        store.commit(spent("m1", 1, "a", d1, 150, CostSource::Unpriced, 0).into()).await.unwrap();
-        store.commit(spent("m1", 1, "a", d2, 200, CostSource::Reported, 2_000_000).into()).await.unwrap();
-        let mut both: Vec<Change> = spent("m2", 1, "a", d2, 30, CostSource::Estimated, 500_000).into();
-        both.extend(spent("m2", 1, "b", d2, 5, CostSource::Unpriced, 0));
+        store.commit(vec![spent("m1", 1, "a", d1, 100, CostSource::Unpriced, 0)]).await.unwrap();
+        store.commit(vec![spent("m1", 1, "a", d1, 150, CostSource::Unpriced, 0)]).await.unwrap();
+        store.commit(vec![spent("m1", 1, "a", d2, 200, CostSource::Reported, 2_000_000)]).await.unwrap();
+        let both = vec![
+            spent("m2", 1, "a", d2, 30, CostSource::Estimated, 500_000),
+            spent("m2", 1, "b", d2, 5, CostSource::Unpriced, 0),
+        ];
         store.commit(both).await.unwrap();
         // m1's second attempt starts from nothing.
         let second = MissionPatch { attempt: Some(2), ..Default::default() };
         store.commit(vec![patch("m1", second)]).await.unwrap();
-        store.commit(spent("m1", 2, "a", d2, 40, CostSource::Unpriced, 0).into()).await.unwrap();
+        store.commit(vec![spent("m1", 2, "a", d2, 40, CostSource::Unpriced, 0)]).await.unwrap();
 
         let kept = store.kept_usage(None).await.unwrap();
         assert_eq!(
@@ -1115,6 +1117,16 @@ mod cases {
         assert_eq!(read(By::Day, Some(d2), Scope::Operator("ana".into())).await, [s(d2, 90, 2_000_000, Some("mixed"))]);
         assert_eq!(read(By::Model, None, Scope::Executor("e2".into())).await, []);
         assert_eq!(read(By::Model, Some("2026-01-03"), Scope::All).await, []);
+        // Reports of one row in one batch are written as the last of each day: the sums get what they
+        // added all the same.
+        let m3 = Mission { dispatched_by: Some("cy".into()), ..mission("m3", "s1", Some("e1"), MissionState::Running) };
+        store.commit(vec![insert(&m3)]).await.unwrap();
+        let run = [(d1, 10), (d1, 20), (d2, 25), (d2, 24)]
+            .map(|(day, input)| spent("m3", 1, "a", day, input, CostSource::Unpriced, 0));
+        store.commit(run.to_vec()).await.unwrap();
+        let cy = read(By::Day, None, Scope::Operator("cy".into())).await;
+        assert_eq!(cy, [s(d1, 20, 0, Some("unpriced")), s(d2, 4, 0, Some("unpriced"))]);
+        assert_eq!(store.kept_usage(Some("m3")).await.unwrap()[0].kept.tokens.input, 24, "as the last report left it");
     }
 
     pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {

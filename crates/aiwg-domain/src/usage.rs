@@ -302,7 +302,9 @@ pub fn spending(
 
 /// The day a time falls on, as sums are keyed (UTC, `YYYY-MM-DD`).
 pub fn day(at: DateTime<Utc>) -> String {
-    at.format("%Y-%m-%d").to_string()
+    use chrono::Datelike;
+    // Written out: chrono's `format` parses its pattern on every call, and this runs for every report.
+    format!("{:04}-{:02}-{:02}", at.year(), at.month(), at.day())
 }
 
 /// What sums are grouped by.

@@ -35,7 +35,11 @@ impl Usage {
     fn count(&self, model: &str, tokens: &Tokens, cost_micros: i64) {
         let mut by_model = self.by_model.lock().expect("metrics lock");
         let label = if by_model.contains_key(model) || by_model.len() < MODELS { model } else { OTHER };
-        let (counted, cost) = by_model.entry(label.to_owned()).or_default();
+        // Looked up before inserting: a model counted before (every report but its first) allocates nothing.
+        if !by_model.contains_key(label) {
+            by_model.insert(label.to_owned(), (Tokens::default(), 0));
+        }
+        let (counted, cost) = by_model.get_mut(label).expect("just inserted");
         counted.add(tokens);
         *cost = cost.saturating_add(cost_micros);
     }

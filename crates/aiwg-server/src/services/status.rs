@@ -188,7 +188,7 @@ impl Status {
             spent.entry(row.mission_id.clone()).or_default().push(row);
         }
         let named = |(_, row): (i64, crate::store::Mission)| {
-            let cost = spent.get(&row.mission_id).and_then(|rows| MissionCost::of(rows));
+            let cost = spent.get(&row.mission_id).and_then(MissionCost::of);
             let mut summary = MissionSummary::from(row);
             summary.spent(cost);
             self.name_executor(&mut summary);

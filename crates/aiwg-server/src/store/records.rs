@@ -117,11 +117,10 @@ pub enum Change {
         seqs: Vec<i64>,
         done: bool,
     },
-    /// Adds to the sums what an attempt's usage of a model changes of its kept row, read as it is
-    /// stored (so the sums stay the sum of the rows)...
-    CountUsage(Box<aiwg_domain::usage::Record>),
-    /// ...and then, in the same unit, keeps the row as it now stands.
-    KeepUsage(Box<aiwg_domain::usage::Record>),
+    /// An attempt's usage of a model as it now stands: kept, and what it changes of the row as stored
+    /// added to the sums (so they stay the sum of the rows). A batch writes each row once, as its last
+    /// report of the day left it.
+    Usage(Box<aiwg_domain::usage::Record>),
 }
 
 /// The changes of what missions produced (`aiwg_domain::log`, `aiwg_domain::artifacts`), each written by
@@ -167,9 +166,9 @@ impl From<Output> for Change {
 }
 
 impl Change {
-    /// The changes that keep an attempt's usage of a model and count it in the sums.
-    pub fn usage(record: aiwg_domain::usage::Record) -> [Change; 2] {
-        [Change::CountUsage(Box::new(record.clone())), Change::KeepUsage(Box::new(record))]
+    /// The change that keeps an attempt's usage of a model and counts it in the sums.
+    pub fn usage(record: aiwg_domain::usage::Record) -> Change {
+        Change::Usage(Box::new(record))
     }
 
     /// The changes that record a serve event: the event, then its mission's update.

@@ -69,7 +69,7 @@ impl Accepted {
             seen,
         ];
         changes.extend(self.hitl_puts.into_iter().map(|h| Change::PutHitl(Box::new(h))));
-        changes.extend(self.usage.into_iter().flat_map(|u| Change::usage(u.record)));
+        changes.extend(self.usage.map(|u| Change::usage(u.record)));
         changes
     }
 

@@ -107,7 +107,7 @@ fn spend(
         }
     };
     live.spent(spent.record.kept.clone());
-    changes.extend(Change::usage(spent.record));
+    changes.push(Change::usage(spent.record));
     Some(spent.added)
 }
 

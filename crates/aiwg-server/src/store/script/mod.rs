@@ -190,8 +190,6 @@ impl<'a, B: Builder<'a>> Script<B> {
             }
             Change::PutLogState(state) => state.upsert(self),
             Change::Output(output) => outputs::output(self, output),
-            Change::CountUsage(record) => usage::sums(record, self),
-            Change::KeepUsage(record) => usage::row(record, self),
             Change::ForgetDeliveries { before } => {
                 self.push("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND created_at < ")
                     .bind(clock::format(*before));
@@ -327,6 +325,16 @@ impl<'a, B: Builder<'a>> Script<B> {
         self.push(" AND seq IN (");
         self.list(seqs.iter().copied());
         self.push(")").end();
+    }
+
+    /// Adds to the sums what an attempt's usage of a model changes of its row as stored.
+    pub(super) fn usage_sums(&mut self, r: &'a aiwg_domain::usage::Record) {
+        usage::sums(r, self);
+    }
+
+    /// Keeps an attempt's usage of a model as it now stands (after [`Script::usage_sums`]).
+    pub(super) fn usage_row(&mut self, r: &'a aiwg_domain::usage::Record) {
+        usage::row(r, self);
     }
 
     /// Marks a mission's history compacted at the commit time.

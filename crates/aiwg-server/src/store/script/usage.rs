@@ -1,9 +1,8 @@
 //! What missions spend (`aiwg_domain::usage`): an attempt's usage of a model as it now stands, and the
 //! sums it counts in.
 //!
-//! The sums are written first (`Change::CountUsage`), adding what the row is about to change (the new
-//! values less the stored row's, read in the same statement), and the row second (`Change::KeepUsage`,
-//! in the same unit). So the sums stay the sum of the rows whatever
+//! The sums are written first, adding what the row is about to change (the new values less the stored
+//! row's, read in the same statement), and the row second, in the same transaction. So the sums stay the sum of the rows whatever
 //! the projection believed: a unit that failed, an undo or a restart cannot leave them apart, and a
 //! report's delta is never added twice.
 
