@@ -91,6 +91,8 @@ enum Command {
     },
     /// The event log, or with --follow the live stream.
     Events(cli::EventsArgs),
+    /// What missions spent: tokens and cost by day, operator, executor or model.
+    Usage(cli::UsageArgs),
     /// The store of a running serve: compact now (retention).
     Store {
         #[command(subcommand)]
@@ -194,6 +196,7 @@ fn main() -> ExitCode {
         Command::Dispatch(args) => cli::Operator::Dispatch(args),
         Command::Missions { command } => cli::Operator::Missions(command),
         Command::Events(args) => cli::Operator::Events(args),
+        Command::Usage(args) => cli::Operator::Usage(args),
         Command::Executor(args) => return runtime.block_on(aiwg_executor::run(*args)),
         Command::Conformance { command } => {
             return runtime.block_on(aiwg_conformance::run(&cli.global, command));

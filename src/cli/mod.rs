@@ -5,7 +5,7 @@
 //! mission from a refused request, an unreachable server and a wait that timed out (the mission goes on).
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
-//! follows the mission as `missions watch` does), `events`, `store`, `operators`, `audit`, `hitl` and `webhooks`; what they share (the failure, the exit,
+//! follows the mission as `missions watch` does), `events`, `store`, `operators`, `audit`, `hitl`, `webhooks` and `usage`; what they share (the failure, the exit,
 //! how values print) is here.
 
 mod audit;
@@ -18,6 +18,7 @@ mod operators;
 mod output;
 mod runtimes;
 mod store;
+mod usage;
 mod webhooks;
 
 use std::process::ExitCode;
@@ -35,6 +36,7 @@ pub use operators::OperatorsCommand;
 use output::Output;
 pub use runtimes::RuntimesCommand;
 pub use store::StoreCommand;
+pub use usage::UsageArgs;
 pub use webhooks::WebhooksCommand;
 
 pub enum Operator {
@@ -48,6 +50,7 @@ pub enum Operator {
     Audit(AuditArgs),
     Hitl(HitlCommand),
     Webhooks(WebhooksCommand),
+    Usage(UsageArgs),
 }
 
 /// How a command that did not succeed ended: one row per exit code (0 is success, also when whoever
@@ -157,6 +160,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Operator::Audit(args) => audit::run(&client, &out, args).await,
         Operator::Hitl(cmd) => hitl::run(&client, &out, cmd).await,
         Operator::Webhooks(cmd) => webhooks::run(&client, &out, cmd).await,
+        Operator::Usage(args) => usage::run(&client, &out, args).await,
     };
     finish(result)
 }

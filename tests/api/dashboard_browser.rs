@@ -712,3 +712,51 @@ async fn many_tabs_of_the_dashboard_each_stay_live_and_read() {
     ws.ack("mission.started", &id, json!({"state": "running"})).await;
     browser.wait_text(&format!("tr[data-mission='{id}']"), "running").await;
 }
+
+/// Issue 54: the missions list has a cost column, a mission's page its usage and cost (each model's part
+/// when it used several), and the Usage page the sums by day, operator, executor and model with a bar a
+/// day, live as usage is reported; an unpriced cost shows as such, never as $0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_usage_page_the_cost_column_and_a_missions_usage_show_what_missions_spent() {
+    let Some(browser) = Browser::start().await else { return };
+    let server = TestServer::start_with(|c| {
+        let price = aiwg_server::config::PriceConfig {
+            input_per_mtok: 3.0,
+            output_per_mtok: 15.0,
+            cache_read_per_mtok: None,
+            cache_creation_per_mtok: None,
+        };
+        c.pricing.insert("priced".into(), price);
+    })
+    .await;
+    let (mut e, mut ws) = ScriptedExecutor::online(&server, &[]).await;
+    let id = running_mission(&server, &mut e, &mut ws).await;
+    let usage = json!({"model": "priced", "input_tokens": 1_000_000, "output_tokens": 100_000});
+    ws.ack("mission.progress", &id, json!({"summary": "half", "usage": usage})).await;
+    let free = running_mission(&server, &mut e, &mut ws).await;
+    ws.ack("mission.progress", &free, json!({"usage": {"model": "local", "input_tokens": 10, "output_tokens": 2}}))
+        .await;
+
+    browser.goto(&format!("{}/#/missions", server.base)).await;
+    browser.wait_text(&format!("tr[data-mission='{id}'] td.cost"), "$4.5000 estimated").await;
+    browser.wait_text(&format!("tr[data-mission='{free}'] td.cost"), "unpriced").await;
+
+    browser.goto(&format!("{}/#/missions/{id}", server.base)).await;
+    browser.wait_text("dd[data-field='usage']", "1,000,000 in · 100,000 out").await;
+    browser.wait_text("dd[data-field='cost']", "$4.5000 estimated").await;
+    browser.wait_text("dd[data-field='dispatched-by']", "anonymous").await;
+
+    browser.goto(&format!("{}/#/usage", server.base)).await;
+    browser.wait_text("section[data-usage='model'] tr[data-key='priced']", "$4.5000 estimated").await;
+    browser.wait_text("section[data-usage='model'] tr[data-key='local']", "unpriced").await;
+    browser.wait_text("section[data-usage='operator'] tr[data-key='anonymous']", "1,000,010").await;
+    browser.wait_text(&format!("section[data-usage='executor'] tr[data-key='{}']", e.id), "scripted-executor").await;
+    browser.wait_text("#usage-total", "$4.5000 mixed").await;
+    assert_eq!(browser.find_all("#usage-chart rect.bar").await.len(), 1, "a bar a day");
+    // Live: more usage reported shows without a reload.
+    let more = json!({"model": "priced", "input_tokens": 2_000_000, "output_tokens": 100_000});
+    ws.ack("mission.progress", &id, json!({"summary": "more", "usage": more})).await;
+    browser.wait_text("section[data-usage='model'] tr[data-key='priced']", "$7.5000 estimated").await;
+    browser.screenshot(&shot("usage")).await;
+    assert!(browser.logs_errors().await.is_empty(), "{:?}", browser.logs_errors().await);
+}

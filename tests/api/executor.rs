@@ -15,6 +15,7 @@ name=$(basename "$0")
 printf '%s\n' "$@" > "$STUB_RECORD_DIR/$name.argv"
 env > "$STUB_RECORD_DIR/$name.env"
 echo "stub $name ran"
+[ -n "$STUB_SAYS" ] && printf '%s\n' "$STUB_SAYS"
 for last in "$@"; do :; done
 case "$last" in exit=*) code=${last#exit=}; echo "failing with $code" >&2; exit "$code";; esac
 exit 0
@@ -166,7 +167,7 @@ async fn claude_gets_its_allowlist_and_a_sanitised_environment() {
     let id = mission_id();
     let m = run_to_end(&server, &body(&id, "add a test", json!(["Read", "Edit"]))).await;
     assert_eq!(m["state"], "done", "{m}");
-    assert_eq!(stubs.argv("claude"), ["-p", "add a test", "--allowedTools", "Read", "Edit"]);
+    assert_eq!(stubs.argv("claude"), ["-p", "add a test", "--output-format", "json", "--allowedTools", "Read", "Edit"]);
     let env = stubs.env("claude");
     let has = |k: &str| env.iter().any(|(key, _)| key == k);
     assert!(!has("NODE_OPTIONS") && !has("PYTHONSTARTUP") && !has("AIWG_SERVE_TOKEN"), "{env:?}");
@@ -174,6 +175,50 @@ async fn claude_gets_its_allowlist_and_a_sanitised_environment() {
     assert!(env.contains(&("AIWG_MISSION_ID".into(), id.clone())));
     assert_eq!(events(&m), ["mission.assigned", "mission.started", "mission.progress", "mission.completed"]);
     assert_eq!(m["recent_events"][2]["data"]["summary"], "stub claude ran");
+}
+
+/// The claude and codex CLIs say what they used at the end of a run: the executor reports it in the
+/// mission's end (claude's cached tokens counted in its input and its cost as reported, codex's turns
+/// summed), and serve keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_executor_reports_what_the_claude_and_codex_clis_said_they_used() {
+    let claude = r#"{"type":"result","subtype":"success","result":"All tests pass.","total_cost_usd":0.25,"usage":{"input_tokens":2,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":9},"modelUsage":{"claude-sonnet-4-5":{"costUSD":0.25}}}"#;
+    let turn = r#"{"type":"turn.completed","usage":{"input_tokens":500,"cached_input_tokens":100,"output_tokens":40,"reasoning_output_tokens":8}}"#;
+    let codex = format!("{turn}\n{turn}");
+    let cases = [
+        (
+            "claude-local",
+            "claude",
+            claude.to_owned(),
+            json!({"input_tokens": 1102, "output_tokens": 9,
+            "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 100, "reasoning_output_tokens": 0,
+            "models": [{"model": "claude-sonnet-4-5", "input_tokens": 1102, "output_tokens": 9,
+                "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 100, "reasoning_output_tokens": 0,
+                "cost_usd": 0.25, "cost_source": "reported"}]}),
+        ),
+        (
+            "codex-local",
+            "codex",
+            codex,
+            json!({"input_tokens": 1000, "output_tokens": 80,
+            "cache_read_input_tokens": 200, "cache_creation_input_tokens": 0, "reasoning_output_tokens": 16,
+            "models": [{"model": "codex", "input_tokens": 1000, "output_tokens": 80, "cache_read_input_tokens": 200,
+                "cache_creation_input_tokens": 0, "reasoning_output_tokens": 16, "cost_source": "unpriced"}]}),
+        ),
+    ];
+    for (adapter, binary, says, usage) in cases {
+        let server = TestServer::start().await;
+        let stubs = Stubs::new(&[binary]);
+        let record = stubs.dir.path().display().to_string();
+        let env = [("STUB_RECORD_DIR", record.as_str()), ("STUB_SAYS", says.as_str())];
+        let _e = ExecutorProcess::start(&server, adapter, &[], &env, Some(stubs.path())).await;
+        let m = run_to_end(&server, &body(&mission_id(), "add a test", json!(["Read", "Bash"]))).await;
+        assert_eq!((m["state"].as_str(), &m["usage"]), (Some("done"), &usage), "{adapter}: {m}");
+        if binary == "claude" {
+            let end = m["recent_events"].as_array().unwrap().last().unwrap().clone();
+            assert_eq!(end["data"]["summary"], "All tests pass.", "the result's text is the summary: {end}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -63,6 +63,7 @@ mod storage_contract;
 mod takeover;
 mod timeouts;
 mod tls;
+mod usage;
 mod vagaris;
 mod webdriver_smoke;
 mod webhooks;

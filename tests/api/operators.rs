@@ -93,6 +93,7 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
         (Method::DELETE, "/api/v1/runtimes/{id}", rt.into(), None, "admin"),
         (Method::POST, "/api/v1/store/compact", "/api/v1/store/compact".into(), None, "admin"),
         (Method::GET, "/api/v1/audit", "/api/v1/audit".into(), None, "admin"),
+        (Method::GET, "/api/v1/usage", "/api/v1/usage".into(), None, "operator"),
         (Method::GET, "/api/v1/operators", "/api/v1/operators".into(), None, "admin"),
         (
             Method::POST,

@@ -22,6 +22,10 @@ pub(crate) const STATUS_EXTENSIONS: &[&str] = &[
     "lease",
     "exit_codes",
     "attempt",
+    "dispatched_by",
+    "usage",
+    "cost_usd",
+    "cost_source",
 ];
 
 fn fixture(path: &str) -> Value {

@@ -58,6 +58,7 @@ macro_rules! storage_contract {
                 each_event_reads_back_with_whose_word_it_is,
                 a_log_reads_back_by_position_and_stream_and_drops_ranges,
                 artifact_bytes_are_kept_once_per_digest_and_go_with_their_last_artifact,
+                usage_is_kept_per_attempt_and_model_and_its_sums_follow_the_rows,
             );
 
             #[tokio::test]
@@ -167,6 +168,7 @@ impl Harness for PgHarness {
 /// The cases, each an adapter-agnostic function of a fresh store.
 mod cases {
     use aiwg_contract::{RegisterPayload, TransportEndpoints};
+    use aiwg_domain::usage::{Cost, CostSource, Kept, Record, Tokens};
     use aiwg_domain::{MissionState, Origin, RuntimeKind, RuntimeRecord};
     use aiwg_server::store::{
         Change, Compaction, EventQuery, ExecutorRecord, HitlOutcome, HitlRequest, LiveMission, Mission, MissionPatch,
@@ -1000,6 +1002,131 @@ mod cases {
         store.commit(vec![Change::TrimAudit { through_seq: all[2].seq }]).await.unwrap();
         let left = store.audit(&AuditQuery { limit: 10, ..Default::default() }).await.unwrap();
         assert_eq!(left, all[..2]);
+    }
+
+    /// One model's usage on one attempt, as the domain keeps it.
+    fn spent(
+        mission_id: &str,
+        attempt: u32,
+        model: &str,
+        day: &str,
+        input: u64,
+        source: CostSource,
+        micros: i64,
+    ) -> Change {
+        let kept = Kept {
+            model: model.into(),
+            tokens: Tokens { input, output: input / 10, ..Tokens::default() },
+            reported: (source == CostSource::Reported).then_some(micros),
+            cost: Cost { micros, source },
+        };
+        let record = Record { mission_id: mission_id.into(), attempt, executor_id: "e1".into(), day: day.into(), kept };
+        Change::usage(record)
+    }
+
+    /// Usage is kept per mission, attempt and model as it now stands, and the sums per day, dispatching
+    /// operator, executor and model add what each change did to its row (a raise adds the difference, a
+    /// reported cost replaces an unpriced one) and mark the sources seen that day; a read by any key,
+    /// from a day, of a scope, answers the sums of the rows.
+    pub(super) async fn usage_is_kept_per_attempt_and_model_and_its_sums_follow_the_rows(store: Store) {
+        use aiwg_domain::usage::{By, Scope};
+        use aiwg_server::store::UsageQuery;
+        store.commit(vec![put_executor(&executor("e1", ts(0)))]).await.unwrap();
+        let m1 =
+            Mission { dispatched_by: Some("ana".into()), ..mission("m1", "s1", Some("e1"), MissionState::Running) };
+        store.commit(vec![insert(&m1), insert(&mission("m2", "s1", Some("e1"), MissionState::Done))]).await.unwrap();
+        assert_eq!(store.mission("m1").await.unwrap().unwrap().dispatched_by.as_deref(), Some("ana"));
+        let (d1, d2) = ("2026-01-01", "2026-01-02");
+        store.commit(vec![spent("m1", 1, "a", d1, 100, CostSource::Unpriced, 0)]).await.unwrap();
+        store.commit(vec![spent("m1", 1, "a", d1, 150, CostSource::Unpriced, 0)]).await.unwrap();
+        store.commit(vec![spent("m1", 1, "a", d2, 200, CostSource::Reported, 2_000_000)]).await.unwrap();
+        let both = vec![
+            spent("m2", 1, "a", d2, 30, CostSource::Estimated, 500_000),
+            spent("m2", 1, "b", d2, 5, CostSource::Unpriced, 0),
+        ];
+        store.commit(both).await.unwrap();
+        // m1's second attempt starts from nothing.
+        let second = MissionPatch { attempt: Some(2), ..Default::default() };
+        store.commit(vec![patch("m1", second)]).await.unwrap();
+        store.commit(vec![spent("m1", 2, "a", d2, 40, CostSource::Unpriced, 0)]).await.unwrap();
+
+        let kept = store.kept_usage(None).await.unwrap();
+        assert_eq!(
+            kept.iter().map(|k| (k.mission_id.as_str(), k.kept.tokens.input)).collect::<Vec<_>>(),
+            [("m1", 40)],
+            "live missions' current attempts"
+        );
+        let of_m2 = store.kept_usage(Some("m2")).await.unwrap();
+        assert_eq!(
+            of_m2.iter().map(|k| (k.kept.model.as_str(), k.kept.cost)).collect::<Vec<_>>(),
+            [
+                ("a", Cost { micros: 500_000, source: CostSource::Estimated }),
+                ("b", Cost { micros: 0, source: CostSource::Unpriced })
+            ]
+        );
+        let rows = store.mission_usage(&["m1".into(), "m2".into(), "none".into()]).await.unwrap();
+        let summed: Vec<(&str, &str, u64, i64, i64, i64)> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.mission_id.as_str(),
+                    r.model.as_str(),
+                    r.sum.tokens.input,
+                    r.sum.cost_micros,
+                    r.sum.reported,
+                    r.sum.unpriced,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summed,
+            [("m1", "a", 240, 2_000_000, 1, 1), ("m2", "a", 30, 500_000, 0, 0), ("m2", "b", 5, 0, 0, 1)]
+        );
+        assert!(store.mission_usage(&[]).await.unwrap().is_empty());
+
+        let read = |by: By, since: Option<&str>, scope: Scope| {
+            let store = store.clone();
+            let q = UsageQuery { by, since: since.map(str::to_owned), scope };
+            async move {
+                let groups = store.usage_sums(&q).await.unwrap();
+                groups
+                    .into_iter()
+                    .map(|g| (g.key, g.sum.tokens.input, g.sum.cost_micros, g.sum.source().map(|s| s.as_str())))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let s = |k: &str, input, micros, source: Option<&'static str>| (k.to_owned(), input, micros, source);
+        assert_eq!(
+            read(By::Day, None, Scope::All).await,
+            [s(d1, 150, 0, Some("unpriced")), s(d2, 125, 2_500_000, Some("mixed"))]
+        );
+        assert_eq!(
+            read(By::Day, None, Scope::Executor("e1".into())).await[0],
+            s(d1, 150, 0, Some("unpriced")),
+            "as it was that day"
+        );
+        assert_eq!(
+            read(By::Operator, None, Scope::All).await,
+            [s("", 35, 500_000, Some("mixed")), s("ana", 240, 2_000_000, Some("mixed"))]
+        );
+        assert_eq!(read(By::Executor, None, Scope::All).await, [s("e1", 275, 2_500_000, Some("mixed"))]);
+        assert_eq!(
+            read(By::Model, Some(d2), Scope::All).await,
+            [s("a", 120, 2_500_000, Some("mixed")), s("b", 5, 0, Some("unpriced"))]
+        );
+        assert_eq!(read(By::Day, Some(d2), Scope::Operator("ana".into())).await, [s(d2, 90, 2_000_000, Some("mixed"))]);
+        assert_eq!(read(By::Model, None, Scope::Executor("e2".into())).await, []);
+        assert_eq!(read(By::Model, Some("2026-01-03"), Scope::All).await, []);
+        // Reports of one row in one batch are written as the last of each day: the sums get what they
+        // added all the same.
+        let m3 = Mission { dispatched_by: Some("cy".into()), ..mission("m3", "s1", Some("e1"), MissionState::Running) };
+        store.commit(vec![insert(&m3)]).await.unwrap();
+        let run = [(d1, 10), (d1, 20), (d2, 25), (d2, 24)]
+            .map(|(day, input)| spent("m3", 1, "a", day, input, CostSource::Unpriced, 0));
+        store.commit(run.to_vec()).await.unwrap();
+        let cy = read(By::Day, None, Scope::Operator("cy".into())).await;
+        assert_eq!(cy, [s(d1, 20, 0, Some("unpriced")), s(d2, 4, 0, Some("unpriced"))]);
+        assert_eq!(store.kept_usage(Some("m3")).await.unwrap()[0].kept.tokens.input, 24, "as the last report left it");
     }
 
     pub(super) async fn live_and_queued_missions_are_the_working_set(store: Store) {

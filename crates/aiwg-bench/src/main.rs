@@ -8,6 +8,7 @@
 mod histogram;
 mod peers;
 mod profile;
+mod streams;
 mod workloads;
 
 use std::path::{Path, PathBuf};
@@ -287,6 +288,9 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
     }
     if wanted("answers") {
         rows.extend(workloads::answer_cost(dir, scale).await);
+    }
+    if wanted("usage") {
+        rows.extend(workloads::usage_cost(dir, scale).await);
     }
     if wanted("kill") {
         rows.extend(workloads::kill9(dir, scale, failures).await);

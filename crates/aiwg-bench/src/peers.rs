@@ -1,7 +1,6 @@
 //! The load side: a real `aiwg-serve` started as a separate process, and executors played by this
 //! process over real HTTP and WebSockets.
 
-use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,8 +13,8 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::serve::ListenerExt;
 use axum::{Json, Router};
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::stream::SplitStream;
+use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls::ClientConfig;
@@ -23,6 +22,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{Connector, MaybeTlsStream, WebSocketStream};
 
 pub type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+pub use crate::streams::{stream_progress, stream_progress_reporting, stream_progress_unanswered};
 
 /// The server under test.
 pub struct Serve {
@@ -216,7 +217,7 @@ impl Peer {
         Message::text(self.envelope_text(event, mission_id, data))
     }
 
-    fn envelope_text(&self, event: &str, mission_id: Option<&str>, data: Value) -> String {
+    pub(crate) fn envelope_text(&self, event: &str, mission_id: Option<&str>, data: Value) -> String {
         let mut e = json!({"event": event, "executor_id": self.id, "ts": "2026-01-01T00:00:00.000Z", "data": data});
         if let Some(m) = mission_id {
             e["mission_id"] = json!(m);
@@ -257,106 +258,6 @@ pub struct Streamed {
     pub seqs: Vec<i64>,
     pub latencies: Vec<Duration>,
     pub acked_at: Vec<Instant>,
-}
-
-/// A stream's `mission.progress` frames: they differ only in their iteration, so the rest is
-/// serialized once, as the text before the iteration and the text after it.
-struct ProgressFrames {
-    head: String,
-    tail: String,
-}
-
-impl ProgressFrames {
-    fn new(peer: &Peer, mission_id: &str) -> ProgressFrames {
-        let frame = peer.envelope_text(
-            "mission.progress",
-            Some(mission_id),
-            json!({"iteration": 0, "summary": "benchmark progress line of a typical length"}),
-        );
-        let at = frame.find(r#""iteration":0"#).expect("iteration in the frame") + r#""iteration":"#.len();
-        ProgressFrames { head: frame[..at].to_owned(), tail: frame[at + 1..].to_owned() }
-    }
-
-    /// The frame of iteration `n`.
-    fn iteration(&self, n: usize) -> Message {
-        Message::text(format!("{}{n}{}", self.head, self.tail))
-    }
-}
-
-/// Streams `count` progress events for a mission, keeping up to `window` unacknowledged.
-pub async fn stream_progress(
-    peer: &Peer,
-    socket: Socket,
-    mission_id: &str,
-    count: usize,
-    window: usize,
-    pace: Option<Duration>,
-) -> Streamed {
-    let (mut sink, mut stream): (SplitSink<Socket, Message>, SplitStream<Socket>) = socket.split();
-    let mut in_flight: VecDeque<Instant> = VecDeque::new();
-    let mut got = Streamed {
-        seqs: Vec::with_capacity(count),
-        latencies: Vec::with_capacity(count),
-        acked_at: Vec::with_capacity(count),
-    };
-    let mut sent = 0;
-    let start = Instant::now();
-    let frames = ProgressFrames::new(peer, mission_id);
-    while got.seqs.len() < count {
-        let due = pace.map(|p| start + p * sent as u32);
-        let may_send = sent < count && in_flight.len() < window && due.is_none_or(|d| Instant::now() >= d);
-        if may_send {
-            let frame = frames.iteration(sent);
-            in_flight.push_back(Instant::now());
-            // Frames ready together go out in one write, flushed before waiting, as a buffered client
-            // writes; each frame's latency still counts from when it was ready.
-            if sink.feed(frame).await.is_err() {
-                break;
-            }
-            sent += 1;
-            continue;
-        }
-        if sink.flush().await.is_err() {
-            break;
-        }
-        let wait = match due.filter(|_| sent < count && in_flight.len() < window) {
-            Some(d) => d.saturating_duration_since(Instant::now()),
-            None => Duration::from_secs(30),
-        };
-        match tokio::time::timeout(wait, next_answer(&mut stream)).await {
-            Ok(Some(answer)) => {
-                let sent_at = in_flight.pop_front().unwrap_or_else(Instant::now);
-                if let Some(seq) = answer.seq {
-                    let now = Instant::now();
-                    got.seqs.push(seq);
-                    got.latencies.push(now - sent_at);
-                    got.acked_at.push(now);
-                }
-            }
-            Ok(None) => break,
-            Err(_) => {}
-        }
-    }
-    let _ = sink.close().await;
-    got
-}
-
-/// Streams `count` progress events for a mission as an executor that reads no answer does (one written
-/// for upstream): as fast as the socket takes them. Returns the socket, to be held open until serve has
-/// committed them (the caller watches serve's count).
-pub async fn stream_progress_unanswered(peer: &Peer, socket: Socket, mission_id: &str, count: usize) -> Socket {
-    let frames = ProgressFrames::new(peer, mission_id);
-    let mut socket = socket;
-    for sent in 0..count {
-        if socket.feed(frames.iteration(sent)).await.is_err() {
-            break;
-        }
-        if sent % 64 == 63 && socket.flush().await.is_err() {
-            break;
-        }
-    }
-    let _ = socket.flush().await;
-    socket
 }
 
 /// CPU time (user + system) of a process so far.

@@ -22,6 +22,13 @@ use serde_json::{Map, Number, Value};
 
 /// The longest mission id (`$defs/mission_id`), in characters.
 const MAX_MISSION_ID: usize = 256;
+/// The largest token count (`$defs/token_count`): no run spends a trillion tokens; a larger count is a
+/// broken or hostile executor's, and would overflow the sums it joins.
+pub const MAX_TOKENS: u64 = 1_000_000_000_000;
+/// The largest `cost_usd` (`$defs/usage`): a million dollars, for one attempt on one model.
+pub const MAX_COST_USD: f64 = 1_000_000.0;
+/// The longest model name (`$defs/usage`), in characters.
+pub const MAX_MODEL: usize = 200;
 
 /// A progress report as read: what the stored event needs.
 #[derive(Debug, PartialEq)]
@@ -65,6 +72,67 @@ struct Data {
     summary: Option<String>,
     #[serde(default, deserialize_with = "present")]
     pct_complete: Option<Number>,
+    #[serde(default, deserialize_with = "present")]
+    usage: Option<Object<Usage>>,
+}
+
+/// `$defs/usage`, its declared keys only (the general path keeps another beside them).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Usage {
+    #[serde(default, deserialize_with = "present")]
+    input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    output_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    reasoning_output_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    model: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    cost_usd: Option<Number>,
+}
+
+impl Usage {
+    /// What `$defs/usage` and `$defs/token_count` allow.
+    fn valid(&self) -> bool {
+        let counts = [
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_input_tokens,
+            self.cache_creation_input_tokens,
+            self.reasoning_output_tokens,
+        ];
+        let model_fits = |m: &String| !m.is_empty() && m.chars().count() <= MAX_MODEL && !m.contains('\0');
+        counts.into_iter().flatten().all(|n| n <= MAX_TOKENS)
+            && self.model.as_ref().is_none_or(model_fits)
+            && self.cost_usd.as_ref().is_none_or(|c| c.as_f64().is_some_and(|c| (0.0..=MAX_COST_USD).contains(&c)))
+    }
+
+    /// In canonical form: its keys in a `serde_json::Map`'s order, as the general path copies it.
+    fn canonical(self) -> Value {
+        let mut out = Map::new();
+        let mut count = |key: &str, n: Option<u64>| {
+            if let Some(n) = n {
+                out.insert(key.to_owned(), Value::from(n));
+            }
+        };
+        count("cache_creation_input_tokens", self.cache_creation_input_tokens);
+        count("cache_read_input_tokens", self.cache_read_input_tokens);
+        count("input_tokens", self.input_tokens);
+        count("output_tokens", self.output_tokens);
+        count("reasoning_output_tokens", self.reasoning_output_tokens);
+        if let Some(cost) = self.cost_usd {
+            out.insert("cost_usd".into(), Value::Number(cost));
+        }
+        if let Some(model) = self.model {
+            out.insert("model".into(), Value::String(model));
+        }
+        Value::Object(out)
+    }
 }
 
 /// A struct read from a JSON object only: serde's derived reading also takes an array of the fields in
@@ -103,7 +171,8 @@ pub fn read(text: &str) -> Option<Progress> {
         && is_plain_date_time(&frame.ts)
         && [&data.phase, &data.summary].into_iter().flatten().all(|s| !s.contains('\0'))
         && data.attempt.is_none_or(|a| a >= 1)
-        && data.pct_complete.as_ref().is_none_or(|p| p.as_f64().is_some_and(|p| (0.0..=100.0).contains(&p)));
+        && data.pct_complete.as_ref().is_none_or(|p| p.as_f64().is_some_and(|p| (0.0..=100.0).contains(&p)))
+        && data.usage.as_ref().is_none_or(|Object(u)| u.valid());
     if !valid {
         return None;
     }
@@ -120,6 +189,7 @@ pub fn read(text: &str) -> Option<Progress> {
     put("phase", data.phase.map(Value::String));
     put("summary", data.summary.map(Value::String));
     put("tokens_used", data.tokens_used.map(Value::from));
+    put("usage", data.usage.map(|Object(u)| u.canonical()));
     Some(Progress { mission_id: frame.mission_id, ts: frame.ts, data: Value::Object(out) })
 }
 
@@ -218,10 +288,31 @@ mod tests {
         assert_eq!(
             defs["data_mission_progress"],
             json!({"type": "object", "properties": {"attempt": {"$ref": "#/$defs/attempt"},
+                "usage": {"$ref": "#/$defs/usage"},
                 "phase": {"type": "string"}, "iteration": {"type": "integer", "minimum": 0},
                 "tokens_used": {"type": "integer", "minimum": 0}, "summary": {"type": "string"},
                 "pct_complete": {"type": "number", "minimum": 0, "maximum": 100}}})
         );
+        let usage = &defs["usage"];
+        assert_eq!(usage["type"], json!("object"));
+        assert_eq!(usage.get("additionalProperties"), None, "unknown keys kept: the general path's");
+        let properties = usage["properties"].as_object().unwrap();
+        let counts = ["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"];
+        for key in counts.into_iter().chain(["reasoning_output_tokens"]) {
+            assert_eq!(properties[key], json!({"$ref": "#/$defs/token_count"}), "{key}");
+        }
+        assert_eq!(defs["token_count"], json!({"type": "integer", "minimum": 0, "maximum": MAX_TOKENS}));
+        let model = &properties["model"];
+        assert_eq!(
+            (&model["type"], &model["minLength"], &model["maxLength"]),
+            (&json!("string"), &json!(1), &json!(MAX_MODEL))
+        );
+        let cost = &properties["cost_usd"];
+        assert_eq!(
+            (&cost["type"], &cost["minimum"], &cost["maximum"]),
+            (&json!("number"), &json!(0), &json!(1_000_000))
+        );
+        assert_eq!(properties.len(), 7);
     }
 
     #[test]
@@ -240,6 +331,14 @@ mod tests {
             Some(json!({"tokens_used": 0, "pct_complete": 100}))
         );
         assert_eq!(read_data(r#","data":{"attempt":2,"iteration":1}"#), Some(json!({"attempt": 2, "iteration": 1})));
+        let usage = r#","data":{"usage":{"model":"m","output_tokens":7,"input_tokens":1000000000000,"cost_usd":0.25,"cache_read_input_tokens":0,"cache_creation_input_tokens":3,"reasoning_output_tokens":2}}"#;
+        assert_eq!(
+            read_data(usage),
+            Some(json!({"usage": {"model": "m", "output_tokens": 7, "input_tokens": 1_000_000_000_000u64,
+                "cost_usd": 0.25, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 3,
+                "reasoning_output_tokens": 2}}))
+        );
+        assert_eq!(read_data(r#","data":{"usage":{}}"#), Some(json!({"usage": {}})));
     }
 
     fn read_data(data: &str) -> Option<Value> {
@@ -259,6 +358,19 @@ mod tests {
             r#","data":{"attempt":0}"#,
             r#","data":{"pct_complete":100.5}"#,
             r#","data":{"summary":"x\u0000"}"#,
+            r#","data":{"usage":null}"#,
+            r#","data":{"usage":[]}"#,
+            r#","data":{"usage":{"input_tokens":-1}}"#,
+            r#","data":{"usage":{"input_tokens":1.5}}"#,
+            r#","data":{"usage":{"input_tokens":3.0}}"#,
+            r#","data":{"usage":{"output_tokens":1000000000001}}"#,
+            r#","data":{"usage":{"cost_usd":-0.5}}"#,
+            r#","data":{"usage":{"cost_usd":1000000.01}}"#,
+            r#","data":{"usage":{"cost_usd":"1"}}"#,
+            r#","data":{"usage":{"model":""}}"#,
+            r#","data":{"usage":{"model":null}}"#,
+            r#","data":{"usage":{"other":1}}"#,
+            r#","data":{"usage":{"model":"a","model":"b"}}"#,
             r#","extra":1"#,
         ] {
             assert_eq!(read_data(data), None, "{data}");

@@ -2,7 +2,7 @@
 //! HITL requests; the mission state machine and what each event does; the events serve records itself;
 //! routing; readiness; what an HTTP agent runtime is asked and how its answers settle a mission; the
 //! resync decisions; the reclaim rule for executor identities; what a sandbox session says about a
-//! mission; operators and their roles; what a webhook is told, and when it is told again; when a mission's timeouts expire; when a failure ends only an attempt, and how attempts are fenced. Nothing here imports the services, the store or the edge.
+//! mission; operators and their roles; what a webhook is told, and when it is told again; when a mission's timeouts expire; when a failure ends only an attempt, and how attempts are fenced; what missions spend. Nothing here imports the services, the store or the edge.
 
 pub mod artifacts;
 pub mod capabilities;
@@ -27,6 +27,7 @@ pub mod sandbox_sessions;
 mod serve_events;
 mod state;
 pub mod timeouts;
+pub mod usage;
 pub mod webhooks;
 
 pub use effects::{hitl_effect, is_repeat, patch_for};

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use super::usage::Kept;
 use super::{HitlRequest, MissionPatch, MissionState};
 
 ///
@@ -40,6 +41,9 @@ pub struct Live {
     /// The number of its current attempt (1 until a retry): an executor declaring `x-attempts` names
     /// the attempt of each event, and a word about another attempt is not this one's.
     attempt: u32,
+    /// What its current attempt reported using, one row a model (`crate::usage`): a new report is
+    /// judged against it.
+    usage: Vec<Kept>,
 }
 
 /// What a queued change of a live mission replaced in its projection, put back if the change's commit
@@ -62,6 +66,10 @@ pub struct Projection {
     pub hitl_outlived: bool,
     pub paused_from: Option<MissionState>,
     pub session: Option<String>,
+    pub usage: Vec<Kept>,
+    /// The key of a progress report the change remembered (one that also raised the usage kept):
+    /// forgotten again, as [`Undo::Progress`] forgets it.
+    pub progress: Option<u64>,
 }
 
 /// Progress events remembered per live mission for recognising a resend.
@@ -111,6 +119,11 @@ impl Live {
 
     /// The undo point of a change about to be made to the projection.
     pub fn undo_point(&self) -> Undo {
+        self.undo_point_forgetting(None)
+    }
+
+    /// The same, for a change that also remembers a progress report's key (see [`Projection::progress`]).
+    pub fn undo_point_forgetting(&self, progress: Option<u64>) -> Undo {
         Undo::Projection(Box::new(Projection {
             state: self.state,
             terminal_data: self.terminal_data.clone(),
@@ -118,23 +131,44 @@ impl Live {
             hitl_outlived: self.hitl_outlived,
             paused_from: self.paused_from,
             session: self.session.clone(),
+            usage: self.usage.clone(),
+            progress,
         }))
     }
 
     /// Puts back what a change whose commit failed replaced.
     pub fn undo(&mut self, undo: Undo) {
         match undo {
-            Undo::Progress(key) => {
-                if let Some(at) = self.recent_progress.iter().rposition(|k| *k == key) {
-                    self.recent_progress.remove(at);
-                }
-            }
+            Undo::Progress(key) => self.forget_progress(key),
             Undo::Projection(p) => {
-                let Projection { state, terminal_data, hitl, hitl_outlived, paused_from, session } = *p;
+                let Projection { state, terminal_data, hitl, hitl_outlived, paused_from, session, usage, progress } =
+                    *p;
                 (self.state, self.terminal_data, self.hitl, self.hitl_outlived) =
                     (state, terminal_data, hitl, hitl_outlived);
-                (self.paused_from, self.session) = (paused_from, session);
+                (self.paused_from, self.session, self.usage) = (paused_from, session, usage);
+                if let Some(key) = progress {
+                    self.forget_progress(key);
+                }
             }
+        }
+    }
+
+    fn forget_progress(&mut self, key: u64) {
+        if let Some(at) = self.recent_progress.iter().rposition(|k| *k == key) {
+            self.recent_progress.remove(at);
+        }
+    }
+
+    /// What its current attempt keeps of its usage of a model.
+    pub fn usage(&self) -> &[Kept] {
+        &self.usage
+    }
+
+    /// A report raised what its current attempt keeps of a model's usage.
+    pub fn spent(&mut self, kept: Kept) {
+        match self.usage.iter_mut().find(|k| k.model == kept.model) {
+            Some(k) => *k = kept,
+            None => self.usage.push(kept),
         }
     }
 
@@ -226,6 +260,7 @@ impl Live {
             session: None,
             admitted: 0,
             attempt: 1,
+            usage: Vec::new(),
         }
     }
 
@@ -237,6 +272,11 @@ impl Live {
     /// The same, on attempt `attempt` of the mission.
     pub fn on_attempt(self, attempt: u32) -> Live {
         Live { attempt, ..self }
+    }
+
+    /// The same, with what its attempt keeps of its usage (loaded from the store).
+    pub fn with_usage(self, usage: Vec<Kept>) -> Live {
+        Live { usage, ..self }
     }
 
     /// Attempt `attempt` of a mission, whose dispatch to `executor_id` is being forwarded right now.
@@ -348,10 +388,34 @@ mod tests {
                 hitl_outlived: false,
                 paused_from: None,
                 session: None,
+                usage: Vec::new(),
+                progress: None,
             },
             [7, 8],
         );
         assert_eq!((live.state, live.recent_progress.clone()), (MissionState::Suspended, [7, 8].into()));
+    }
+
+    /// A change that raised the usage kept and remembered a progress report is undone whole: the usage
+    /// as it was, the report's key forgotten (its resend is stored, not taken for a duplicate).
+    #[test]
+    fn an_undo_puts_back_the_usage_and_forgets_the_report() {
+        use crate::usage::{Cost, CostSource, Kept, Tokens};
+        let kept = |input| Kept {
+            model: "m".into(),
+            tokens: Tokens { input, ..Tokens::default() },
+            reported: None,
+            cost: Cost { micros: 0, source: CostSource::Unpriced },
+        };
+        let mut live = Live::new("e1", MissionState::Running).with_usage(vec![kept(1)]);
+        let before = live.clone();
+        let undo = live.undo_point_forgetting(Some(9));
+        live.remember_progress(9);
+        live.spent(kept(5));
+        live.spent(Kept { model: "n".into(), ..kept(2) });
+        assert_eq!(live.usage().len(), 2);
+        live.undo(undo);
+        assert_eq!(live, before);
     }
 
     /// Ending clears the open request and keeps the terminal data; a request still open across a

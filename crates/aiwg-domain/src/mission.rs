@@ -32,6 +32,9 @@ pub struct Mission {
     pub attempt: u32,
     /// Its abandoned attempts that may still run, and those that ended late (`crate::fence`).
     pub fence: Fence,
+    /// The operator who dispatched it (its name); `None` for missions dispatched before serve kept it.
+    /// What it spends is summed under this name (`crate::usage`).
+    pub dispatched_by: Option<String>,
 }
 
 impl Mission {
@@ -57,6 +60,7 @@ impl Mission {
             compacted_at: None,
             attempt: 1,
             fence: Fence::default(),
+            dispatched_by: None,
         }
     }
 

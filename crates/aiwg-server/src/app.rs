@@ -30,6 +30,7 @@ use crate::services::sandbox_questions::SandboxQuestions;
 use crate::services::sandboxes::Sandboxes;
 use crate::services::status::Status;
 use crate::services::timeouts::Timeouts;
+use crate::services::usage::Usage;
 use crate::services::webhooks::Webhooks;
 use crate::services::Core;
 use crate::store::Store;
@@ -67,6 +68,8 @@ pub struct App {
     pub webhooks: Arc<Webhooks>,
     /// Missions' schedule-to-start, start-to-close and heartbeat timeouts.
     pub timeouts: Arc<Timeouts>,
+    /// What missions spent, summed.
+    pub usage: Usage,
     /// The socket tasks, on a runtime of their own, which a graceful stop waits for before closing the
     /// store.
     pub sockets: Arc<Sockets>,
@@ -96,9 +99,9 @@ impl App {
         let (hub, sb, stop) = (&config.hub, sandboxes.clone(), shutdown.clone());
         let reconciler = Arc::new(Reconciler::new(&core, hub, dispatcher.clone(), retries.clone(), sb, stop));
         let controls = Arc::new(Controls::new(&core, sandboxes.clone()));
-        let (schema, expiry) = (Arc::new(schema), config.hitl.default_expiry());
-        let ingest = Ingest::new(&core, schema.clone(), reconciler.clone(), controls.clone(), retries.clone(), expiry);
-        let ingest = Arc::new(ingest);
+        let (schema, expiry, pricing) = (Arc::new(schema), config.hitl.default_expiry(), Arc::new(config.pricing()));
+        let (rc, ctl) = (reconciler.clone(), controls.clone());
+        let ingest = Arc::new(Ingest::new(&core, schema.clone(), rc, ctl, retries.clone(), expiry, pricing));
         SandboxQuestions::new(&core, ingest.clone(), sandboxes.clone()).listen(shutdown.clone());
         let connections =
             Arc::new(Connections::new(&core, controls.clone(), reconciler.clone(), sandboxes.clone(), &config.hub));
@@ -113,6 +116,7 @@ impl App {
             audit: Arc::new(Audit::new(store.clone(), metrics.clone(), retention.clone())),
             retention,
             webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
+            usage: Usage::load(&core).await?,
             config,
             schema,
             metrics,

@@ -179,14 +179,48 @@ fn frame_data() -> impl Strategy<Value = Option<String>> {
         prop_oneof![
             (any_of(&["iteration", "tokens_used", "pct_complete", "attempt"]), value),
             (any_of(&["phase", "summary"]), text()),
+            (Just("usage".to_owned()), frame_usage()),
         ],
         (any_of(&["extra", "state", "Phase"]), text()),
     );
-    let object = prop::collection::vec(field, 0..5).prop_map(|fields| {
-        let fields: Vec<String> = fields.into_iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-        format!("{{{}}}", fields.join(","))
-    });
+    let object = prop::collection::vec(field, 0..5).prop_map(object_of);
     mostly(prop::option::of(object), any_of(&["null", "[]", "\"x\""]).prop_map(Some))
+}
+
+/// `{"k":v,...}` of the fields as written (a key may repeat, as a frame's may).
+fn object_of(fields: Vec<(String, String)>) -> String {
+    let fields: Vec<String> = fields.into_iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+    format!("{{{}}}", fields.join(","))
+}
+
+/// A progress report's `usage`: mostly counts, a model and a cost within their bounds, at times one
+/// past them, of the wrong kind, an unknown key, or no object at all.
+fn frame_usage() -> impl Strategy<Value = String> {
+    let count = mostly(
+        prop_oneof![(0u64..5_000).prop_map(|n| n.to_string()), any_of(&["0", "1000000000000"])],
+        any_of(&["-1", "1.5", "3.0", "1e3", "1000000000001", "\"7\"", "null"]),
+    );
+    let counts = [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "reasoning_output_tokens",
+    ];
+    let key = |k: &str| Just(k.to_owned());
+    let field = mostly(
+        prop_oneof![
+            (any_of(&counts), count),
+            (key("model"), any_of(&[r#""claude-x""#, r#""gpt \"5\"""#])),
+            (key("cost_usd"), any_of(&["0", "0.25", "1000000", "1E-7", "-0"])),
+        ],
+        prop_oneof![
+            (key("model"), any_of(&[r#""""#, "null", r#""x\u0000""#])),
+            (key("cost_usd"), any_of(&["-0.5", "1000000.01", "\"1\""])),
+            (key("later"), any_of(&["1"])),
+        ],
+    );
+    mostly(prop::collection::vec(field, 0..5).prop_map(object_of), any_of(&["null", "[]", "7"]))
 }
 
 /// Mostly what `usual` yields, at times what `odd` does.

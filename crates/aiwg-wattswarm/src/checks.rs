@@ -253,6 +253,7 @@ mod tests {
                 "check_summary": "stage=EXPLORE attempt=exec-p-1"}),
             evidence_inline: vec![InlineEvidence { mime: "text/plain".into(), content: "trace:exec-p-1".into() }],
             evidence_refs: vec![evidence_ref(&format!("sha256:{}", sha256_hex(b"task-1|exec-p-1|default::hello")))],
+            usage: None,
         }
     }
 
@@ -284,7 +285,12 @@ mod tests {
     #[test]
     fn a_valid_answer_passes() {
         assert_eq!(check_execute_answer(&answer(), &evidence_policy()), Ok(()));
-        let empty = ExecuteResponse { candidate_output: json!("bare"), evidence_inline: vec![], evidence_refs: vec![] };
+        let empty = ExecuteResponse {
+            candidate_output: json!("bare"),
+            evidence_inline: vec![],
+            evidence_refs: vec![],
+            usage: None,
+        };
         assert_eq!(check_execute_answer(&empty, &evidence_policy()), Ok(()));
         for mime in DEFAULT_INLINE_MIMES {
             assert_eq!(check_execute_answer(&with_inline(mime, "{}"), &evidence_policy()), Ok(()), "{mime}");

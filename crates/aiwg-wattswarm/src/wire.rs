@@ -62,6 +62,11 @@ pub struct ExecuteResponse {
     pub candidate_output: Value,
     pub evidence_inline: Vec<InlineEvidence>,
     pub evidence_refs: Vec<ArtifactRef>,
+    /// Our extension (a kernel ignores it): what the execution used, in the shape of the executor
+    /// contract's `usage` (`input_tokens`, `output_tokens`, ..., `model`, `cost_usd`). Serve keeps it as
+    /// the mission's usage; absent, nothing is reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
 }
 
 /// The candidate as the kernel stores it and sends it to `/verify`.

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::silent_for;
 use crate::cli::output::Output;
+use crate::cli::usage::{cost, tokens};
 use crate::cli::{summary, text, Failure};
 
 /// Prints a mission, as `GET /api/v1/missions/{id}` answers it, a field a line.
@@ -44,6 +45,7 @@ pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
         field(out, "timeouts", set.collect::<Vec<_>>().join(", "))?;
     }
     show_outputs(out, m)?;
+    show_usage(out, m)?;
     if !m["compacted_at"].is_null() {
         field(
             out,
@@ -86,6 +88,25 @@ fn show_outputs(out: &Output, m: &Value) -> Result<(), Failure> {
             said.push_str(&format!(" ({} bytes dropped past its cap)", log["dropped_bytes"]));
         }
         field(out, "log", format!("{said}: aiwg-serve missions logs {}", text(m, "mission_id")))?;
+    }
+    Ok(())
+}
+
+/// What the mission used and cost, and each model's part when it used several; who dispatched it.
+fn show_usage(out: &Output, m: &Value) -> Result<(), Failure> {
+    if let Some(by) = m["dispatched_by"].as_str() {
+        field(out, "operator", format!("{by} (dispatched it)"))?;
+    }
+    let Some(usage) = m.get("usage").filter(|u| u.is_object()) else { return Ok(()) };
+    field(out, "usage", tokens(usage))?;
+    field(out, "cost", cost(m))?;
+    let models = usage["models"].as_array().cloned().unwrap_or_default();
+    if models.len() > 1 {
+        for model in models {
+            out.line(format!("  {}: {}; {}", text(&model, "model"), tokens(&model), cost(&model)))?;
+        }
+    } else if let Some(model) = models.first() {
+        out.line(format!("  model: {}", text(model, "model")))?;
     }
     Ok(())
 }

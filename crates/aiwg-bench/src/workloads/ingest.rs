@@ -114,8 +114,8 @@ pub async fn answer_cost(dir: &Path, scale: &Scale) -> Vec<Row> {
     let mut silent = Vec::new();
     for round in 0..2 {
         let base = 100_000 * (round + 1);
-        answered.push(cpu_per_event(&serve, &rest, &client, scale, base, true).await);
-        silent.push(cpu_per_event(&serve, &rest, &client, scale, base + 50_000, false).await);
+        answered.push(cpu_per_event(&serve, &rest, &client, scale, base, Stream::Acked).await);
+        silent.push(cpu_per_event(&serve, &rest, &client, scale, base + 50_000, Stream::Unanswered).await);
     }
     serve.stop();
     let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -129,15 +129,33 @@ pub async fn answer_cost(dir: &Path, scale: &Scale) -> Vec<Row> {
     ]
 }
 
-/// One flood of `scale.ingest_executors` x `ingest_events_per_executor` progress events, from executors
-/// that read acks or from ones that read nothing; serve's CPU microseconds per committed event.
-async fn cpu_per_event(serve: &Serve, rest: &RestPeer, client: &Client, scale: &Scale, base: usize, acks: bool) -> f64 {
+/// What a stream's executors send and read.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Stream {
+    /// Progress, each event's ack read.
+    Acked,
+    /// Progress, no ack read (an executor written for upstream).
+    Unanswered,
+    /// Progress reporting the attempt's usage so far (rising with each event), each ack read.
+    Usage,
+}
+
+/// One flood of `scale.ingest_executors` x `ingest_events_per_executor` progress events, of the kind
+/// `stream` says; serve's CPU microseconds per committed event.
+pub(super) async fn cpu_per_event(
+    serve: &Serve,
+    rest: &RestPeer,
+    client: &Client,
+    scale: &Scale,
+    base: usize,
+    stream: Stream,
+) -> f64 {
     let per = scale.ingest_events_per_executor;
     let mut streams = Vec::new();
     for i in 0..scale.ingest_executors {
-        let peer = match acks {
-            true => peers::Peer::register(serve, rest.addr, &[]).await,
-            false => peers::Peer::register_declaring(serve, rest.addr, &[]).await,
+        let peer = match stream {
+            Stream::Acked | Stream::Usage => peers::Peer::register(serve, rest.addr, &[]).await,
+            Stream::Unanswered => peers::Peer::register_declaring(serve, rest.addr, &[]).await,
         };
         let socket = peer.connect(serve).await;
         super::wait_connected(client, &peer.id).await;
@@ -152,12 +170,13 @@ async fn cpu_per_event(serve: &Serve, rest: &RestPeer, client: &Client, scale: &
         .into_iter()
         .map(|(peer, socket, id)| {
             tokio::spawn(async move {
-                match acks {
-                    true => {
-                        peers::stream_progress(&peer, socket, &id, per, 256, None).await;
+                match stream {
+                    Stream::Unanswered => Some(peers::stream_progress_unanswered(&peer, socket, &id, per).await),
+                    _ => {
+                        let usage = stream == Stream::Usage;
+                        peers::stream_progress_reporting(&peer, socket, &id, per, 256, None, usage).await;
                         None
                     }
-                    false => Some(peers::stream_progress_unanswered(&peer, socket, &id, per).await),
                 }
             })
         })

@@ -18,6 +18,7 @@ mod replicas;
 mod retention;
 mod runtimes;
 mod tls;
+mod usage;
 
 use std::path::Path;
 use std::str::FromStr;
@@ -41,6 +42,7 @@ pub use replicas::{dispatch_replicas, storm_after_kill9};
 pub use retention::compaction;
 pub use runtimes::runtime_missions;
 pub use tls::tls_cost;
+pub use usage::usage_cost;
 
 use crate::peers::{self, Peer, RestPeer, Serve};
 

@@ -4,6 +4,7 @@
 //! plugins) that are undone when their guard drops. The readiness reports are in `readiness`.
 
 mod readiness;
+mod usage;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -15,6 +16,7 @@ use aiwg_domain::capabilities::{lease_lists, LEASE_NEEDS, LEASE_REQUIRED};
 use aiwg_domain::readiness::{ExecutorClass, Report};
 pub(crate) use readiness::Host;
 use readiness::{claude_readiness, codex_readiness, shell_readiness, spine_readiness};
+pub(crate) use usage::{Format as UsageFormat, Seen, Tally};
 
 /// A refusal to run: the lease does not let this adapter run, with why.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,6 +43,8 @@ pub(crate) struct Adapter {
     pub(crate) keeps_provider_keys: bool,
     /// Variables the process gets when the executor's environment does not set them.
     pub(crate) env_defaults: &'static [(&'static str, &'static str)],
+    /// How its CLI says what it used (`usage`), read from its stdout for the mission's end.
+    pub(crate) usage: UsageFormat,
 }
 
 impl Adapter {
@@ -113,7 +117,8 @@ fn built_ins() -> Vec<Adapter> {
     vec![claude_local(), codex_local(), spine_unattended(), shell()]
 }
 
-/// Claude Code on a person's own login: `claude -p OBJECTIVE --allowedTools ...`.
+/// Claude Code on a person's own login: `claude -p OBJECTIVE --output-format json --allowedTools ...`
+/// (its one result object, printed at the end as its text answer would be, says what it used).
 fn claude_local() -> Adapter {
     Adapter {
         name: "claude-local",
@@ -122,7 +127,7 @@ fn claude_local() -> Adapter {
         runtime: "runtime:claude-code",
         allowlist: |p| tools(p, "claude").map(|t| std::iter::once("--allowedTools".to_owned()).chain(t).collect()),
         argv: |allow, objective| {
-            let mut v = vec!["-p".to_owned(), objective.to_owned()];
+            let mut v = vec!["-p".to_owned(), objective.to_owned(), "--output-format".into(), "json".into()];
             v.extend_from_slice(allow);
             v
         },
@@ -131,6 +136,7 @@ fn claude_local() -> Adapter {
         lease_needs: &[],
         keeps_provider_keys: true,
         env_defaults: &[],
+        usage: UsageFormat::ClaudeResult,
     }
 }
 
@@ -156,6 +162,7 @@ fn codex_local() -> Adapter {
         lease_needs: &[],
         keeps_provider_keys: true,
         env_defaults: &[],
+        usage: UsageFormat::CodexTurns,
     }
 }
 
@@ -178,6 +185,7 @@ fn spine_unattended() -> Adapter {
         lease_needs: &[],
         keeps_provider_keys: false,
         env_defaults: &[("VAGARY_GATEWAY_BASE", DEFAULT_GATEWAY)],
+        usage: UsageFormat::None,
     }
 }
 
@@ -195,6 +203,7 @@ fn shell() -> Adapter {
         readiness: shell_readiness,
         keeps_provider_keys: true,
         env_defaults: &[],
+        usage: UsageFormat::None,
     }
 }
 
@@ -311,7 +320,7 @@ mod tests {
         let claude = registry.get("claude-local").unwrap();
         assert_eq!(
             (claude.argv)(&["--allowedTools".into(), "Read".into()], "obj"),
-            ["-p", "obj", "--allowedTools", "Read"]
+            ["-p", "obj", "--output-format", "json", "--allowedTools", "Read"]
         );
     }
 

@@ -58,6 +58,8 @@ pub(super) struct Run {
     pub(super) stdout: Vec<u8>,
     pub(super) stderr: Vec<u8>,
     pub(super) completion: Option<Completion>,
+    /// What the agent's CLI said it used (`adapters::Tally`).
+    pub(super) usage: Option<Value>,
 }
 
 impl Run {
@@ -85,6 +87,7 @@ pub(super) fn build(run: &Run, policy: &EvidencePolicy) -> ExecuteResponse {
         }),
         evidence_inline: vec![InlineEvidence { mime: "text/plain".to_owned(), content }],
         evidence_refs: Vec::new(),
+        usage: run.usage.clone(),
     };
     screened(answer, policy)
 }
@@ -175,7 +178,8 @@ mod tests {
     }
 
     fn run(exit: Exit, stdout: &[u8], stderr: &[u8], completion: Option<Completion>) -> Run {
-        Run { adapter: "shell", exit, elapsed_ms: 12, stdout: stdout.to_vec(), stderr: stderr.to_vec(), completion }
+        let (stdout, stderr) = (stdout.to_vec(), stderr.to_vec());
+        Run { adapter: "shell", exit, elapsed_ms: 12, stdout, stderr, completion, usage: None }
     }
 
     #[test]

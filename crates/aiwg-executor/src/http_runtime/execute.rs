@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use super::answer::{self, Exit, Run, ANSWER_BYTES, EVIDENCE_BYTES};
 use super::runs::Claim;
 use super::{text, HttpRuntime};
+use crate::adapters::Tally;
 use crate::{spawn, CompletionCheck};
 use aiwg_wattswarm::hash::{json_bytes, sha256_hex};
 use aiwg_wattswarm::wire::{EvidencePolicy, ExecuteRequest, ExecuteResponse};
@@ -174,6 +175,7 @@ impl HttpRuntime {
             (true, Some(check)) => Some(spawn::check_completion(check, dir, env).await),
             _ => None,
         };
-        Ok(Run { adapter: self.adapter.name, exit, elapsed_ms, stdout, stderr, completion })
+        let usage = Tally::of_output(self.adapter.usage, &stdout);
+        Ok(Run { adapter: self.adapter.name, exit, elapsed_ms, stdout, stderr, completion, usage })
     }
 }

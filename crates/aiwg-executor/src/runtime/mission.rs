@@ -64,16 +64,21 @@ impl Executor {
         };
         self.started(mission_id, &mut agent).await;
         let (stdout, stderr) = (agent.child.stdout.take(), agent.child.stderr.take());
-        let (last_out, last_err) =
+        let (out, last_err) =
             tokio::join!(self.follow_stdout(mission_id, stdout), self.follow_stderr(mission_id, stderr));
         let status = agent.child.wait().await;
         self.agents.ended(mission_id).await;
         let ended_by = self.running.lock().expect("running lock").get(mission_id).and_then(|r| r.ended_by);
-        match ended_by {
-            Some("shutdown") => None,
-            Some(by) => Some(json!({"state": "aborted", "aborted_by": by, "reason": "process group terminated"})),
-            None => Some(self.outcome(status, payload, dir, env, last_out, last_err).await),
+        let mut end = match ended_by {
+            Some("shutdown") => return None,
+            Some(by) => json!({"state": "aborted", "aborted_by": by, "reason": "process group terminated"}),
+            None => self.outcome(status, payload, dir, env, out.last, last_err).await,
+        };
+        // What the CLI said it used, in the end serve keeps (`usage`, contract v1.1).
+        if let Some(usage) = out.usage {
+            end["usage"] = usage;
         }
+        Some(end)
     }
 
     /// The mission's working directory (its own git worktree in a repository) and environment.

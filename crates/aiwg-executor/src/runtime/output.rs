@@ -1,16 +1,18 @@
 //! The agent's stdout and stderr, read as bytes: every byte into the mission's log (`log`), and each
 //! line looked at for what serve is told beside it: on stdout a line `::hitl:: <prompt>` becomes a HITL
 //! request and the others progress (at most one per `PROGRESS_EVERY`, the latest line wins); the last
-//! line of each stream is kept for the mission's end.
+//! line of each stream is kept for the mission's end, and so is what the CLI said it used
+//! (`adapters::Tally`).
 
 use std::sync::atomic::Ordering;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{ChildStderr, ChildStdout};
 use tokio::time::Instant;
 
 use super::{Executor, PROGRESS_EVERY, SUMMARY_CHARS};
+use crate::adapters::{Seen, Tally};
 use aiwg_contract::log::Stream;
 
 /// How much is read at once.
@@ -18,16 +20,25 @@ const READ_BYTES: usize = 64 * 1024;
 /// The longest line looked at whole: a longer one is looked at in pieces (the log has it all).
 const MAX_LINE: usize = 64 * 1024;
 
+/// What the agent's stdout said, once read to its end.
+pub(super) struct Stdout {
+    /// Its last line (HITL requests aside; a usage report's answer stands for it).
+    pub(super) last: Option<String>,
+    /// What the CLI reported it used, if it did.
+    pub(super) usage: Option<Value>,
+}
+
 impl Executor {
-    /// Reads the agent's stdout to its end; its last line (HITL requests aside).
-    pub(super) async fn follow_stdout(&self, mission_id: &str, stdout: Option<ChildStdout>) -> Option<String> {
-        let mut progress = Progress { iteration: 0, emitted: None, pending: None, last: None };
+    /// Reads the agent's stdout to its end.
+    pub(super) async fn follow_stdout(&self, mission_id: &str, stdout: Option<ChildStdout>) -> Stdout {
+        let tally = Tally::new(self.adapter.usage);
+        let mut progress = Progress { iteration: 0, emitted: None, pending: None, last: None, tally };
         self.pump(mission_id, stdout, Stream::Stdout, |line| progress.line(self, mission_id, line)).await;
         if let Some(summary) = progress.pending.take() {
             let iteration = progress.iteration + 1;
             self.emit("mission.progress", mission_id, json!({"summary": summary, "iteration": iteration}));
         }
-        progress.last
+        Stdout { last: progress.last, usage: progress.tally.usage() }
     }
 
     /// Reads the agent's stderr to its end; its last line that is not blank.
@@ -95,6 +106,7 @@ struct Progress {
     /// The latest line not sent yet (sent at the end if nothing comes after it).
     pending: Option<String>,
     last: Option<String>,
+    tally: Tally,
 }
 
 impl Progress {
@@ -106,6 +118,11 @@ impl Progress {
                 mission_id,
                 json!({"hitl_id": format!("{mission_id}-h{n}"), "prompt": prompt.trim()}),
             );
+            return;
+        }
+        // The CLI's report of what it used is no line of the agent's: its answer, if it has one, is.
+        if let Seen::Report(said) = self.tally.line(line) {
+            self.last = said.as_deref().map(summary).or(self.last.take());
             return;
         }
         let summary = summary(line);

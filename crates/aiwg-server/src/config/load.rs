@@ -90,7 +90,26 @@ impl Config {
         self.validate_services()?;
         self.validate_timeouts()?;
         self.validate_notify()?;
+        self.validate_pricing()?;
         self.validate_otel()
+    }
+
+    fn validate_pricing(&self) -> Result<(), ConfigError> {
+        for (model, p) in &self.pricing {
+            let named = !model.is_empty() && model.chars().count() <= aiwg_contract::progress::MAX_MODEL;
+            let prices =
+                [Some(p.input_per_mtok), Some(p.output_per_mtok), p.cache_read_per_mtok, p.cache_creation_per_mtok];
+            let fits = |price: &f64| price.is_finite() && (0.0..=super::MAX_PRICE_PER_MTOK).contains(price);
+            if !named || !prices.iter().flatten().all(fits) {
+                return bad(format!(
+                    "[pricing.{model:?}]: a model is named by 1 to {} characters, and its prices are dollars per \
+                     million tokens from 0 to {}",
+                    aiwg_contract::progress::MAX_MODEL,
+                    super::MAX_PRICE_PER_MTOK
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn validate_otel(&self) -> Result<(), ConfigError> {
@@ -307,7 +326,8 @@ fn known_keys(table: &toml::Table, defaults: &toml::Table, path: &Path) -> Resul
             return Err(ConfigError::Invalid(format!("{section} in {} must be a table ([{section}])", path.display())));
         };
         for key in given.keys() {
-            if !known.contains_key(key) {
+            // `[pricing."MODEL"]`: its keys are models' names, each judged by `check_each_key`.
+            if !known.contains_key(key) && section != "pricing" {
                 let hint = did_you_mean(key, known.keys().map(|k| (k.clone(), format!("{section}.{k}"))));
                 return Err(ConfigError::Invalid(format!("unknown key {section}.{key} in {}{hint}", path.display())));
             }
@@ -574,6 +594,37 @@ mod tests {
                 file.display()
             )
         );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn prices_come_from_the_file_alone_and_are_checked() {
+        let dir = std::env::temp_dir().join(format!("aiwg-config-pricing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(Some(&file), Vec::new(), Overrides::default())
+        };
+        let c = load("[pricing.\"claude-x\"]\ninput_per_mtok = 3\noutput_per_mtok = 15.5\ncache_read_per_mtok = 0.3\n")
+            .unwrap();
+        let price = c.pricing().price("claude-x").copied().unwrap();
+        assert_eq!(
+            (price.input, price.output, price.cache_read, price.cache_creation),
+            (3_000_000, 15_500_000, 300_000, 3_000_000)
+        );
+        for (text, why) in [
+            ("[pricing.m]\ninput_per_mtok = -1\noutput_per_mtok = 1\n", "[pricing.\"m\"]"),
+            ("[pricing.m]\ninput_per_mtok = 1\noutput_per_mtok = 1e7\n", "from 0 to 1000000"),
+            ("[pricing.m]\ninput_per_mtok = 1\n", "missing field `output_per_mtok`"),
+            ("[pricing.m]\ninput_per_mtok = 1\noutput_per_mtok = 1\ncached = 1\n", "unknown field `cached`"),
+            ("[pricing.\"\"]\ninput_per_mtok = 1\noutput_per_mtok = 1\n", "a model is named by 1 to 200"),
+        ] {
+            let e = load(text).unwrap_err().to_string();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        let env = Config::load(None, env(&[("AIWG_SERVE_PRICING_M", "1")]), Overrides::default());
+        assert!(env.unwrap_err().to_string().contains("unknown environment variable AIWG_SERVE_PRICING_M"));
         std::fs::remove_dir_all(dir).unwrap();
     }
 

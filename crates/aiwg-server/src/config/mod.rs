@@ -12,6 +12,7 @@
 
 mod load;
 mod outputs;
+mod pricing;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,6 +22,8 @@ use serde::{Deserialize, Serialize};
 pub use load::{ConfigError, Overrides};
 pub(crate) use outputs::MIN_LOG_BYTES;
 pub use outputs::{ArtifactsConfig, LogsConfig};
+pub use pricing::PriceConfig;
+pub(crate) use pricing::MAX_PRICE_PER_MTOK;
 
 use crate::store::StoreConfig;
 
@@ -40,6 +43,9 @@ pub struct Config {
     pub otel: OtelConfig,
     pub logs: LogsConfig,
     pub artifacts: ArtifactsConfig,
+    /// What a model's usage costs where its executor reports no cost (`[pricing."MODEL"]`), by model
+    /// name as executors report it. In the file only: a model's name is no environment variable's.
+    pub pricing: std::collections::BTreeMap<String, PriceConfig>,
 }
 
 /// Traces over OpenTelemetry (OTLP over HTTP, JSON), off unless an endpoint is named: spans of each

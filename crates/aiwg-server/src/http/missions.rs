@@ -104,7 +104,7 @@ fn sort_param(s: &str) -> Result<MissionSort> {
 }
 
 /// A listing's parameter named none of the values it takes: refused, listing them.
-fn unknown<'a>(what: &str, given: &str, kinds: &str, known: impl Iterator<Item = &'a str>) -> Error {
+pub(super) fn unknown<'a>(what: &str, given: &str, kinds: &str, known: impl Iterator<Item = &'a str>) -> Error {
     let known: Vec<&str> = known.collect();
     Error::InvalidQuery(format!("unknown {what} {given:?}; the {kinds} are {}", known.join(", ")))
 }

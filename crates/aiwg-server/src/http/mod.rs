@@ -21,6 +21,7 @@ mod sandboxes;
 mod sessions;
 mod store;
 mod ui;
+mod usage;
 mod webhooks;
 
 use std::sync::Arc;
@@ -53,6 +54,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(hitl::router())
         .merge(store::router())
         .merge(webhooks::router())
+        .merge(usage::router())
         .merge(ui::router())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), idempotency::keyed))
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), guard::declared_size))

@@ -11,7 +11,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 
 use super::acted::Acted;
-use super::extract::{Contract, Operator, PathId};
+use super::extract::{Caller, Contract, Operator, PathId};
 use crate::app::App;
 use crate::error::Result;
 use aiwg_contract::encode_segment;
@@ -34,12 +34,12 @@ async fn plan(
 }
 
 async fn dispatch(
-    _: Operator,
+    Caller(by, _): Operator,
     State(app): State<Arc<App>>,
     PathId(session_id): PathId,
     Contract { body, raw }: Contract<DispatchPayload>,
 ) -> Result<Response> {
-    let dispatched = app.dispatcher.dispatch(&session_id, raw, body).await?;
+    let dispatched = app.dispatcher.dispatch(&session_id, raw, body, &by.name).await?;
     let mut response = (StatusCode::ACCEPTED, Json(&dispatched)).into_response();
     let acted = Acted { mission_id: Some(dispatched.mission_id.clone()), executor_id: dispatched.executor_id.clone() };
     response.extensions_mut().insert(acted);

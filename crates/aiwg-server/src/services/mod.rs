@@ -2,7 +2,7 @@
 //! port to keep what it decided. They depend on each other one way, in this order (a later one may use
 //! an earlier one, never the reverse): links, registry, queue, ledger, logs, artifacts, outputs,
 //! sandboxes, runtimes, retries, dispatcher, reconciler, controls, ingest, sandbox_questions, fleet,
-//! operators, audit, connections, status, feed, retention, webhooks, idempotency, timeouts.
+//! operators, audit, connections, status, usage, feed, retention, webhooks, idempotency, timeouts.
 
 pub(crate) mod artifacts;
 pub(crate) mod audit;
@@ -28,6 +28,7 @@ pub(crate) mod sandbox_questions;
 pub(crate) mod sandboxes;
 pub(crate) mod status;
 pub(crate) mod timeouts;
+pub(crate) mod usage;
 pub(crate) mod webhooks;
 
 use std::sync::Arc;

@@ -127,17 +127,19 @@ impl Queue {
         self.wake.notify_one();
     }
 
-    /// Stores a mission `queued`, waiting for the reason given.
+    /// Stores a mission `queued`, waiting for the reason given; `by` dispatched it.
     pub(crate) async fn enqueue(
         &self,
         session_id: &str,
         body: Value,
         payload: DispatchPayload,
         reason: String,
+        by: &str,
     ) -> Result<()> {
         let now = clock::now();
         let row = Mission {
             queued_reason: Some(reason.clone()),
+            dispatched_by: Some(by.to_owned()),
             ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), now)
         };
         self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;

@@ -1,6 +1,7 @@
 //! What operators read about missions and the server: a mission with its recent events and pending
 //! HITL request, pages of missions, the metrics, and whether the store still answers.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::queue::Queue;
@@ -9,7 +10,8 @@ use super::sandboxes::Sandboxes;
 use super::Core;
 use crate::error::{Error, Result};
 use crate::metrics::{Metrics, Snapshot, StoreStats};
-use crate::store::{HitlCursor, HitlQuery, MissionQuery, Store};
+use crate::store::{HitlCursor, HitlQuery, MissionQuery, MissionUsage, Store};
+use crate::views::usage::MissionCost;
 use crate::views::{AskedHitl, MissionPage, MissionStatus, MissionSummary, Overview};
 use aiwg_domain::capabilities::Ability;
 use aiwg_domain::timeouts::Limits;
@@ -132,6 +134,8 @@ impl Status {
             status.attempts = Some(attempts);
         }
         self.name_executor(&mut status.summary);
+        let spent = self.store.mission_usage(std::slice::from_ref(&mission_id)).await?;
+        status.summary.spent(MissionCost::of(&spent));
         self.offer_what_it_can(&mut status);
         Ok(status)
     }
@@ -177,8 +181,16 @@ impl Status {
         } else {
             None
         };
-        let named = |(_, row)| {
+        // What the page's missions spent: one read for the page, a few rows a mission.
+        let ids: Vec<String> = rows.iter().map(|(_, m)| m.mission_id.clone()).collect();
+        let mut spent: HashMap<String, Vec<MissionUsage>> = HashMap::new();
+        for row in self.store.mission_usage(&ids).await? {
+            spent.entry(row.mission_id.clone()).or_default().push(row);
+        }
+        let named = |(_, row): (i64, crate::store::Mission)| {
+            let cost = spent.get(&row.mission_id).and_then(MissionCost::of);
             let mut summary = MissionSummary::from(row);
+            summary.spent(cost);
             self.name_executor(&mut summary);
             summary
         };

@@ -33,6 +33,7 @@ pub(super) const SQLITE: Migrations = &[
     (19, "audit_counts", include_str!("../../../../migrations/0019_audit_counts.sql")),
     (20, "fence", include_str!("../../../../migrations/0020_fence.sql")),
     (21, "blob_names", include_str!("../../../../migrations/0021_blob_names.sql")),
+    (22, "usage", include_str!("../../../../migrations/0022_usage.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -56,6 +57,7 @@ pub(super) const POSTGRES: Migrations = &[
     (17, "audit_counts", include_str!("../../../../migrations/postgres/0017_audit_counts.sql")),
     (18, "fence", include_str!("../../../../migrations/postgres/0018_fence.sql")),
     (19, "blob_names", include_str!("../../../../migrations/postgres/0019_blob_names.sql")),
+    (20, "usage", include_str!("../../../../migrations/postgres/0020_usage.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

@@ -36,8 +36,8 @@ pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConf
 pub use postgres::Leadership;
 pub use records::{
     AskedRequest, AuditQuery, Change, CommitSlot, DeliveryQuery, EventPage, EventQuery, HitlCursor, HitlQuery,
-    LiveMission, LogMeta, LogQuery, MissionClock, MissionQuery, MissionSort, Only, Output, Pending, ProgressSeen,
-    Returned,
+    KeptUsage, LiveMission, LogMeta, LogQuery, MissionClock, MissionQuery, MissionSort, MissionUsage, Only, Output,
+    Pending, ProgressSeen, Returned, UsageGroup, UsageQuery,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -355,4 +355,20 @@ pub trait Storage: Send + Sync {
 
     /// Stops the writer once what is queued is committed, and closes the read side.
     fn close(&self) -> BoxFuture<'_, ()>;
+
+    /// What is kept of the usage of the current attempts of the live missions (of one mission, with
+    /// `mission_id`, whatever its state), one row a mission and model.
+    fn kept_usage<'a>(&'a self, mission_id: Option<&'a str>) -> BoxFuture<'a, Result<Vec<KeptUsage>>>;
+
+    /// The usage of these missions, summed over their attempts, one row a mission and model (none for a
+    /// mission that reported none), in mission and model order.
+    fn mission_usage<'a>(&'a self, mission_ids: &'a [String]) -> BoxFuture<'a, Result<Vec<MissionUsage>>>;
+
+    /// The kept sums grouped as `q` asks, in key order, at most [`MAX_USAGE_GROUPS`]: read from the
+    /// sums kept per day, operator, executor and model, so its cost follows the groups and days it
+    /// covers, never the missions.
+    fn usage_sums<'a>(&'a self, q: &'a UsageQuery) -> BoxFuture<'a, Result<Vec<UsageGroup>>>;
 }
+
+/// The most groups one read of the sums answers.
+pub const MAX_USAGE_GROUPS: u32 = 10_000;

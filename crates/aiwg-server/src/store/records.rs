@@ -117,6 +117,10 @@ pub enum Change {
         seqs: Vec<i64>,
         done: bool,
     },
+    /// An attempt's usage of a model as it now stands: kept, and what it changes of the row as stored
+    /// added to the sums (so they stay the sum of the rows). A batch writes each row once, as its last
+    /// report of the day left it.
+    Usage(Box<aiwg_domain::usage::Record>),
 }
 
 /// The changes of what missions produced (`aiwg_domain::log`, `aiwg_domain::artifacts`), each written by
@@ -163,6 +167,11 @@ impl From<Output> for Change {
 }
 
 impl Change {
+    /// The change that keeps an attempt's usage of a model and counts it in the sums.
+    pub fn usage(record: aiwg_domain::usage::Record) -> Change {
+        Change::Usage(Box::new(record))
+    }
+
     /// The changes that record a serve event: the event, then its mission's update.
     pub fn recorded(r: Recorded) -> Vec<Change> {
         let mut changes = vec![Change::AppendEvent(r.event)];
@@ -392,4 +401,35 @@ pub enum Only {
 pub struct EventPage {
     pub events: Vec<StoredEvent>,
     pub more: bool,
+}
+
+/// A read of the kept sums (`GET /api/v1/usage`, a budget's spend): grouped by one key, from a day on
+/// (`YYYY-MM-DD`, UTC; every day when `None`), of one scope.
+#[derive(Clone, Debug)]
+pub struct UsageQuery {
+    pub by: aiwg_domain::usage::By,
+    pub since: Option<String>,
+    pub scope: aiwg_domain::usage::Scope,
+}
+
+/// One group of the kept sums: its key (a day, an operator's name, an executor's id, a model).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsageGroup {
+    pub key: String,
+    pub sum: aiwg_domain::usage::Sum,
+}
+
+/// What is kept of a mission's current attempt's usage of a model (the projection's, at start).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeptUsage {
+    pub mission_id: String,
+    pub kept: aiwg_domain::usage::Kept,
+}
+
+/// A mission's usage of a model, summed over its attempts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissionUsage {
+    pub mission_id: String,
+    pub model: String,
+    pub sum: aiwg_domain::usage::Sum,
 }

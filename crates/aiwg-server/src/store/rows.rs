@@ -274,6 +274,7 @@ pub(super) fn mission_from_row<R: Cols>(r: &R) -> Result<Mission> {
         attempt: r.int_opt("attempt")?.and_then(|n| u32::try_from(n).ok()).unwrap_or(1),
         // Written by serve alone; unreadable, it is as if no attempt had been abandoned.
         fence: r.text_opt("fence")?.and_then(|f| serde_json::from_str(&f).ok()).unwrap_or_default(),
+        dispatched_by: r.text_opt("dispatched_by")?,
     })
 }
 

@@ -12,9 +12,11 @@ use tokio::sync::broadcast;
 
 use super::blobs::{BlobFiles, BlobSink, PartSink, FILE};
 use super::reads::outputs::OutputReads;
+use super::reads::usage::UsageReads;
 use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
+use super::{KeptUsage, MissionUsage, UsageGroup, UsageQuery};
 use aiwg_domain::idempotency::Answered;
 
 use super::{
@@ -308,5 +310,17 @@ where
                 tracing::warn!("the read pool did not close within {POOL_CLOSE:?}; leaving its connections to drop");
             }
         })
+    }
+
+    fn kept_usage<'a>(&'a self, mission_id: Option<&'a str>) -> BoxFuture<'a, Result<Vec<KeptUsage>>> {
+        Box::pin(UsageReads(&self.reads.pool).kept(mission_id))
+    }
+
+    fn mission_usage<'a>(&'a self, mission_ids: &'a [String]) -> BoxFuture<'a, Result<Vec<MissionUsage>>> {
+        Box::pin(UsageReads(&self.reads.pool).of_missions(mission_ids))
+    }
+
+    fn usage_sums<'a>(&'a self, q: &'a UsageQuery) -> BoxFuture<'a, Result<Vec<UsageGroup>>> {
+        Box::pin(UsageReads(&self.reads.pool).sums(q))
     }
 }

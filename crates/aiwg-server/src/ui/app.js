@@ -561,7 +561,7 @@ function missionRow(m) {
   const link = h('a', { href: `#/missions/${encodeURIComponent(m.mission_id)}`, title: m.mission_id, class: 'id' }, shortId(m.mission_id));
   const row = keyedRow({ 'data-mission': m.mission_id },
     [['id'], ['objective', 'clip objective'], ['executor', 'executor'], ['state'], ['attempt', 'attempt'], ['created'],
-      ['duration', 'duration'], ['activity'], ['exit'], ['error', 'clip']],
+      ['duration', 'duration'], ['activity'], ['cost', 'cost'], ['exit'], ['error', 'clip']],
     [h('td', {}, tick)]);
   row.show('id', m.mission_id, link);
   row.update = (next) => {
@@ -576,6 +576,7 @@ function missionRow(m) {
     row.show('duration', duration(next), duration(next));
     row.show('activity', `${next.updated_at}${silence(next)}`, time(next.updated_at),
       silence(next) && h('span', { class: 'note', 'data-silent': '' }, ` · silent ${silence(next)}`));
+    row.show('cost', `${next.cost_usd}${next.cost_source}`, costText(next));
     row.show('exit', next.exit_code, next.exit_code ?? '');
     row.show('error', next.error, next.error || '');
   };
@@ -593,7 +594,7 @@ function missionsPage(params) {
   const listing = h('div', { class: 'scroll' }, h('table', { class: 'missions' },
     h('caption', {}, SORTS[filters.sort || 'created']),
     h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, h('span', { class: 'sr' }, 'Pick')),
-      ['Mission', 'Objective', 'Executor', 'State', 'Attempt', 'Created', 'Duration', 'Last activity', 'Exit', 'Error'].map((t) => h('th', { scope: 'col' }, t)))),
+      ['Mission', 'Objective', 'Executor', 'State', 'Attempt', 'Created', 'Duration', 'Last activity', 'Cost', 'Exit', 'Error'].map((t) => h('th', { scope: 'col' }, t)))),
     tbody));
   const empty = h('p', { hidden: true }, 'No missions match.');
   const status = h('p', { role: 'status', class: 'note' });
@@ -766,6 +767,11 @@ function missionPage(id) {
       ['Error', m.error],
       ['Checkpoint', m.checkpoint_id],
       ['Work kept on', m.work && [h('code', {}, m.work.branch), m.work.commit ? ` at ${m.work.commit.slice(0, 12)}` : '']],
+      ['Dispatched by', m.dispatched_by],
+      ['Usage', m.usage && tokensText(m.usage)],
+      ['Cost', m.usage && costText(m)],
+      ['Models', m.usage && m.usage.models.length > 1 && h('ul', { class: 'models' },
+        m.usage.models.map((u) => h('li', {}, h('code', {}, u.model), `: ${tokensText(u)}; ${costText(u)}`)))],
     ];
     definitions(summary, rows);
     // Only what the mission's state allows (serve says which); the executor's own answer is the outcome's.
@@ -1083,6 +1089,22 @@ function exitCodes(m) {
   if (!c) return m.exit_code;
   return [c.agent !== undefined && `agent ${c.agent}`, c.completion_check !== undefined && `completion check ${c.completion_check}`]
     .filter(Boolean).join(' · ');
+}
+
+// Token counts as a person reads them: input and output, with their cached and reasoning parts.
+function tokensText(u) {
+  const n = (x) => (x || 0).toLocaleString('en-US');
+  const cached = (u.cache_read_input_tokens || 0) + (u.cache_creation_input_tokens || 0);
+  return `${n(u.input_tokens)} in${cached ? ` (${n(cached)} cached)` : ''} · ${n(u.output_tokens)} out`
+    + `${u.reasoning_output_tokens ? ` (${n(u.reasoning_output_tokens)} reasoning)` : ''}`;
+}
+
+// What a mission or a sum cost: dollars and, unless reported, where they come from; unpriced is never $0.
+function costText(s) {
+  if (!s || !s.cost_source) return '';
+  if (s.cost_usd === undefined) return s.cost_source;
+  const usd = `$${s.cost_usd.toFixed(s.cost_usd < 10 ? 4 : 2)}`;
+  return s.cost_source === 'reported' ? usd : `${usd} ${s.cost_source}`;
 }
 
 function definitions(dl, rows) {
@@ -1636,6 +1658,83 @@ function eventsPage() {
 // nobody clicked for); the prompt is shown as the notification's text, which browsers never render as
 // markup.
 
+// Usage: what missions spent, from the sums serve keeps (`GET /api/v1/usage`), by day, operator,
+// executor and model, with a chart of each day's cost (its tokens where nothing is priced).
+const USAGE_BY = [['day', 'By day'], ['operator', 'By operator'], ['executor', 'By executor'], ['model', 'By model']];
+
+function usagePage(params) {
+  const since = h('input', { type: 'date', value: params.get('since') || '' });
+  const form = h('form', {
+    class: 'filters',
+    onsubmit: (e) => { e.preventDefault(); location.hash = `#/usage${since.value ? `?since=${since.value}` : ''}`; },
+  }, field('Since (UTC day)', 'usage-since', since), h('button', { type: 'submit' }, 'Show'));
+  const total = h('p', { id: 'usage-total' });
+  const chart = h('figure', { class: 'chart', id: 'usage-chart' });
+  const sections = USAGE_BY.map(([by]) => h('section', { 'data-usage': by }));
+  const status = h('p', { role: 'status', class: 'note' });
+  page('Usage', form, status, total, chart, ...sections);
+  let alive = true;
+  const refresh = throttle(async () => {
+    const q = since.value ? `&since=${encodeURIComponent(since.value)}` : '';
+    const answers = await Promise.all(USAGE_BY.map(([by]) => api('GET', `/api/v1/usage?by=${by}${q}`).catch(() => null)));
+    if (!alive) return;
+    const failed = answers.findIndex((r) => !r || !r.ok);
+    const refused = answers[failed];
+    fill(status, failed < 0 ? '' : refused ? describeError(refused) : 'serve does not answer');
+    if (failed >= 0) return;
+    const [byDay] = answers;
+    fill(total, h('b', {}, 'Total: '), tokensText(byDay.data.total), costText(byDay.data.total) ? `; ${costText(byDay.data.total)}` : '');
+    fill(chart, usageChart(byDay.data.groups));
+    answers.forEach((r, i) => {
+      const [by, title] = USAGE_BY[i];
+      const rows = r.data.groups.map((g) => h('tr', { 'data-key': g.key },
+        h('th', { scope: 'row' }, by === 'executor' && g.name ? h('span', { title: g.key }, g.name) : g.key || '(unknown)'),
+        [g.input_tokens, g.output_tokens, g.cache_read_input_tokens + g.cache_creation_input_tokens, g.reasoning_output_tokens]
+          .map((n) => h('td', {}, n.toLocaleString('en-US'))),
+        h('td', { class: 'cost' }, costText(g))));
+      fill(sections[i], h('h2', {}, title), rows.length
+        ? table(since.value ? `From ${since.value} (UTC)` : 'Every day kept',
+          [by[0].toUpperCase() + by.slice(1), 'Input', 'Output', 'Cached', 'Reasoning', 'Cost'], rows)
+        : h('p', { class: 'note' }, 'Nothing reported.'));
+    });
+  }, REFRESH_MS);
+  refresh();
+  return {
+    // Usage comes with a mission's progress and end.
+    onEvent: (item) => { if (item.envelope.mission_id) refresh(); },
+    refresh,
+    dispose: () => { alive = false; },
+  };
+}
+
+// An SVG bar a day (attributes, never inline styles: the page's CSP allows none): each day's cost, or
+// its tokens when nothing of the days is priced; the value on hover and as the bar's label.
+function usageChart(days) {
+  const priced = days.some((d) => d.cost_usd !== undefined);
+  const value = (d) => (priced ? d.cost_usd || 0 : d.input_tokens + d.output_tokens);
+  const label = (d) => (priced ? costText(d) || 'unpriced' : `${value(d).toLocaleString('en-US')} tokens`);
+  const most = Math.max(1, ...days.map(value));
+  // A fortnight's room at least, so that a few days are bars, not blocks.
+  const [bar, height, gap] = [28, 120, 4];
+  const width = Math.max(14, days.length) * bar;
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = (tag, attrs, ...children) => {
+    const el = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+    el.append(...children);
+    return el;
+  };
+  const bars = days.map((d, i) => {
+    const tall = Math.round((value(d) / most) * (height - 4));
+    return svg('rect', { x: i * bar + gap / 2, y: height - tall, width: Math.max(1, bar - gap), height: tall, class: 'bar', 'data-day': d.key },
+      svg('title', {}, `${d.key}: ${label(d)}`));
+  });
+  const caption = h('figcaption', { class: 'note' }, days.length
+    ? `${priced ? 'Cost' : 'Tokens'} per day, ${days[0].key} to ${days[days.length - 1].key}`
+    : 'No usage reported in this time.');
+  return [svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': caption.textContent, class: 'bars', preserveAspectRatio: 'xMinYMax meet' }, ...bars), caption];
+}
+
 function offerNotifications() {
   notifyButton.hidden = !('Notification' in window) || Notification.permission !== 'default';
 }
@@ -1723,6 +1822,7 @@ function route() {
   else if (name === 'dispatch') current = dispatchPage(params);
   else if (name === 'events') current = eventsPage();
   else if (name === 'inbox') current = inboxPage();
+  else if (name === 'usage') current = usagePage(params);
   else current = missionsPage(params);
   const heading = view.querySelector('h1');
   if (heading && document.activeElement !== document.body) heading.focus();

@@ -9,6 +9,7 @@
 //! policy lists `forward_failed`: then it waits in the queue for its next attempt, and the caller gets a
 //! 202 `queued` that says when.
 
+mod dispatched;
 mod drain;
 mod handout;
 mod plan;
@@ -39,6 +40,7 @@ use aiwg_domain::readiness;
 use aiwg_domain::routing::{self, Rejection};
 use aiwg_domain::runtime_task::{self, Task};
 use aiwg_domain::{capabilities, Mission, MissionState};
+pub(crate) use dispatched::Dispatched;
 use handout::Handout;
 pub(crate) use plan::Planned;
 use record::handout_plan;
@@ -61,58 +63,9 @@ pub struct Dispatcher {
     shutdown: watch::Receiver<bool>,
 }
 
-/// Whether a dispatched mission went to an executor or waits in the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DispatchStatus {
-    Assigned,
-    Queued,
-}
-
-/// The 202 body: the contract's `dispatch_response`, or (our extension) a queued mission with the
-/// reason it waits.
-#[derive(Debug, Serialize)]
-pub struct Dispatched {
-    pub mission_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub executor_id: Option<String>,
-    pub status: DispatchStatus,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub estimated_start: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queued_reason: Option<String>,
-    /// Said in a `Warning` header, not the body: upstream's `dispatch_response` allows no other key.
-    #[serde(skip)]
-    pub warning: Option<String>,
-}
-
 /// Candidates ordered per dispatch: enough to find `dispatch.max_attempts` ready ones among executors
 /// that may report themselves not ready, without ordering a whole fleet.
 const SCREENED_CANDIDATES: usize = 32;
-
-impl Dispatched {
-    fn queued(mission_id: &str, reason: String) -> Dispatched {
-        Dispatched {
-            mission_id: mission_id.to_owned(),
-            executor_id: None,
-            status: DispatchStatus::Queued,
-            estimated_start: None,
-            queued_reason: Some(reason),
-            warning: None,
-        }
-    }
-
-    fn assigned(mission_id: &str, executor_id: &str, estimated_start: Option<String>) -> Dispatched {
-        Dispatched {
-            mission_id: mission_id.to_owned(),
-            executor_id: Some(executor_id.to_owned()),
-            status: DispatchStatus::Assigned,
-            estimated_start,
-            queued_reason: None,
-            warning: None,
-        }
-    }
-}
 
 impl Dispatcher {
     pub(crate) fn new(
@@ -179,19 +132,32 @@ impl Dispatcher {
         plan::plan(self, body, payload).await
     }
 
-    /// `body` is the validated payload exactly as received; it is forwarded untouched.
-    pub async fn dispatch(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
+    /// `body` is the validated payload exactly as received; it is forwarded untouched. `by` names the
+    /// operator who dispatched it (what it spends is summed under that name).
+    pub async fn dispatch(
+        &self,
+        session_id: &str,
+        body: Value,
+        payload: DispatchPayload,
+        by: &str,
+    ) -> Result<Dispatched> {
         let started = std::time::Instant::now();
         // A trace per dispatch (`otel.endpoint`): its route, commit and forward as its children.
         let span = tracing::debug_span!("dispatch", mission_id = %payload.mission_id, session_id);
-        let outcome = self.route_and_forward(session_id, body, payload).instrument(span).await;
+        let outcome = self.route_and_forward(session_id, body, payload, by).instrument(span).await;
         if outcome.is_ok() {
             self.metrics.dispatch_latency.observe_duration(started.elapsed());
         }
         outcome
     }
 
-    async fn route_and_forward(&self, session_id: &str, body: Value, payload: DispatchPayload) -> Result<Dispatched> {
+    async fn route_and_forward(
+        &self,
+        session_id: &str,
+        body: Value,
+        payload: DispatchPayload,
+        by: &str,
+    ) -> Result<Dispatched> {
         let mission_id = payload.mission_id.clone();
         // A live duplicate is refused without touching the store; any other duplicate by the insert
         // below, still before anything is forwarded.
@@ -204,13 +170,14 @@ impl Dispatcher {
             Ok(found) => found,
             Err(none) => {
                 let reason = self.unplaced(&payload, none)?;
-                self.queue.enqueue(session_id, body, payload, reason.clone()).await?;
+                self.queue.enqueue(session_id, body, payload, reason.clone(), by).await?;
                 return Ok(Dispatched::queued(&mission_id, reason));
             }
         };
         let row = Mission {
             executor_id: Some(attempts[0].clone()),
             routing: Some(record.kept(&self.registry)),
+            dispatched_by: Some(by.to_owned()),
             ..Mission::new(&mission_id, session_id, MissionState::Assigned, body.clone(), aiwg_contract::clock::now())
         };
         let insert = self.store.commit(vec![Change::InsertMission(Box::new(row))]);

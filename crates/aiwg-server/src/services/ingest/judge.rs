@@ -7,13 +7,15 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::store::Change;
 use aiwg_contract::EventType;
+use aiwg_domain::usage::{self, Added, Pricing, Reported, Spent};
 use aiwg_domain::{
     hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch, MissionState,
     NewEvent, Outcome, Undo,
 };
 
 /// Who sent a frame, what it is, whether its sender may suspend missions, the deadline a HITL
-/// request it opens gets when it names none, and the attempt it names (`x-attempts`).
+/// request it opens gets when it names none, the attempt it names (`x-attempts`), and the prices of
+/// the usage it may report.
 #[derive(Clone, Copy)]
 pub(super) struct Judged<'a> {
     pub(super) executor_id: &'a str,
@@ -21,6 +23,7 @@ pub(super) struct Judged<'a> {
     pub(super) resumable: bool,
     pub(super) hitl_default_expiry: Option<chrono::Duration>,
     pub(super) attempt: Option<u32>,
+    pub(super) pricing: &'a Pricing,
 }
 
 /// What an accepted mission event does, decided under the ledger lock before anything is queued.
@@ -41,6 +44,10 @@ pub(super) struct Accepted {
     hitl: Option<HitlRequest>,
     hitl_puts: Vec<HitlRequest>,
     progress: Option<u64>,
+    /// What its usage report raised of what the attempt keeps (`aiwg_domain::usage`).
+    usage: Option<Box<Spent>>,
+    /// Its usage report said less than what is kept of some count: that part was ignored.
+    pub(super) usage_lowered: bool,
 }
 
 impl Accepted {
@@ -62,15 +69,22 @@ impl Accepted {
             seen,
         ];
         changes.extend(self.hitl_puts.into_iter().map(|h| Change::PutHitl(Box::new(h))));
+        changes.extend(self.usage.map(|u| Change::usage(u.record)));
         changes
     }
 
+    /// What its usage report added, for the metrics once committed.
+    pub(super) fn added(&self) -> Option<Added> {
+        self.usage.as_deref().map(|u| u.added.clone())
+    }
+
     /// How to undo the event's effect on `live` if its commit fails: a progress report only added its
-    /// key; anything else may have changed the projection.
+    /// key (unless it raised the usage kept too); anything else may have changed the projection.
     pub(super) fn undo_point(&self, live: &Live) -> Undo {
-        match (self.progress, self.moved, self.hitl_puts.is_empty(), self.patch.pty_session_ref.is_none()) {
-            (Some(key), None, true, true) => Undo::Progress(key),
-            _ => live.undo_point(),
+        let only_noted = self.hitl_puts.is_empty() && self.patch.pty_session_ref.is_none() && self.usage.is_none();
+        match (self.progress, self.moved, only_noted) {
+            (Some(key), None, true) => Undo::Progress(key),
+            _ => live.undo_point_forgetting(self.progress),
         }
     }
 
@@ -84,6 +98,9 @@ impl Accepted {
         if let Some(key) = self.progress {
             live.remember_progress(key);
         }
+        if let Some(u) = self.usage.as_deref() {
+            live.spent(u.record.kept.clone());
+        }
     }
 }
 
@@ -95,7 +112,7 @@ pub(super) fn decide(
     mission_id: &str,
     now: DateTime<Utc>,
 ) -> Result<Decision, Error> {
-    let Judged { executor_id, event, resumable, hitl_default_expiry, attempt } = frame;
+    let Judged { executor_id, event, resumable, hitl_default_expiry, attempt, pricing } = frame;
     if live.executor_id() != executor_id {
         return Err(not_owned(mission_id));
     }
@@ -128,9 +145,24 @@ pub(super) fn decide(
     if progress.is_some_and(|key| live.has_progress(key)) {
         return Ok(Decision::Duplicate);
     }
+    let (usage, usage_lowered) = spent(live, &row.data, mission_id, pricing, now)?;
     let patch = patch_for(event, &row.data, moved, now);
     let (hitl, hitl_puts) = hitl_effect(live, event, moved, &row.data, mission_id, now, hitl_default_expiry);
-    Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress }))
+    Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress, usage, usage_lowered }))
+}
+
+/// What an event's usage report raises of what the mission's attempt keeps, and whether it said less
+/// than what is kept somewhere; refused beyond the attempt's models.
+fn spent(
+    live: &Live,
+    data: &Value,
+    mission_id: &str,
+    pricing: &Pricing,
+    now: DateTime<Utc>,
+) -> Result<(Option<Box<Spent>>, bool), Error> {
+    let Some(report) = Reported::of(data) else { return Ok((None, false)) };
+    let spending = usage::spending(live, mission_id, report, pricing, now).map_err(Error::InvalidFrame)?;
+    Ok((spending.spent.map(Box::new), spending.lowered))
 }
 
 pub(super) fn illegal(event: EventType, mission_id: &str, state: MissionState) -> Error {
@@ -171,8 +203,10 @@ mod tests {
         }
     }
 
+    static NO_PRICES: std::sync::LazyLock<Pricing> = std::sync::LazyLock::new(Pricing::default);
+
     fn judged(event: EventType, resumable: bool) -> Judged<'static> {
-        Judged { executor_id: "e1", event, resumable, hitl_default_expiry: None, attempt: None }
+        Judged { executor_id: "e1", event, resumable, hitl_default_expiry: None, attempt: None, pricing: &NO_PRICES }
     }
 
     fn accepted(d: Result<Decision, Error>) -> Accepted {

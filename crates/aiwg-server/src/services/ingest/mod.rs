@@ -21,9 +21,11 @@ use super::registry::Registry;
 use super::retries::{LateEnd, Retries};
 use super::Core;
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_contract::{EventType, Schema};
+use aiwg_domain::usage::{Added, Pricing};
 use aiwg_domain::{capabilities, is_repeat, on_executor_event, HitlRequest, MissionState, NewEvent, Outcome};
 use judge::{decide, ends, illegal, not_owned, Decision, Judged};
 use read::read;
@@ -67,6 +69,8 @@ pub struct PendingCommit {
     /// An `executor.resync`: the listed missions and the socket that carried it.
     resync: Option<(Vec<String>, Origin)>,
     reference: FrameRef,
+    /// What the event's usage report added, counted in the metrics once committed.
+    added: Option<Box<Added>>,
 }
 
 /// What a frame's outcome is, once known: the acknowledgement or the refusal to send back.
@@ -89,6 +93,7 @@ struct Queued {
     ticket: Ticket,
     moved: Option<MissionState>,
     deadline: Option<Box<HitlRequest>>,
+    added: Option<Box<Added>>,
 }
 
 /// Reads executors' event frames: judges each, queues its commit, and settles it once committed.
@@ -105,6 +110,9 @@ pub struct Ingest {
     retries: Arc<Retries>,
     /// The deadline of a HITL request that names none (`hitl.default_expiry_s`).
     hitl_default_expiry: Option<chrono::Duration>,
+    /// What a model's usage costs when its report names no cost (`[pricing."MODEL"]`).
+    pricing: Arc<Pricing>,
+    metrics: Arc<Metrics>,
 }
 
 impl Ingest {
@@ -115,6 +123,7 @@ impl Ingest {
         controls: Arc<Controls>,
         retries: Arc<Retries>,
         hitl_default_expiry: Option<chrono::Duration>,
+        pricing: Arc<Pricing>,
     ) -> Ingest {
         Ingest {
             schema,
@@ -125,6 +134,8 @@ impl Ingest {
             controls,
             retries,
             hitl_default_expiry,
+            pricing,
+            metrics: core.metrics.clone(),
         }
     }
 
@@ -164,6 +175,7 @@ impl Ingest {
                 deadline,
                 resync,
                 reference: reference.clone(),
+                added: None,
             }))
         };
         let Some(mission_id) = row.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
@@ -188,9 +200,16 @@ impl Ingest {
             }
         }
         let attempt = self.named_attempt(executor_id, &row.data);
-        let judged = Judged { executor_id, event, resumable, hitl_default_expiry: self.hitl_default_expiry, attempt };
+        let (hitl_default_expiry, pricing) = (self.hitl_default_expiry, &*self.pricing);
+        let judged = Judged { executor_id, event, resumable, hitl_default_expiry, attempt, pricing };
         match self.queue_mission_event(judged, &mission_id, row, &seen).await {
-            Ok(Some(q)) => Ok(pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None)),
+            Ok(Some(q)) => {
+                let mut queued = pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None);
+                if let Ingested::Pending(p) = &mut queued {
+                    p.added = q.added;
+                }
+                Ok(queued)
+            }
             Ok(None) => Ok(Ingested::Duplicate(reference)),
             // Not its mission (another executor has the next attempt), not now (the next attempt waits
             // in the queue), or not this attempt (it names another): a late end of an attempt of its
@@ -243,15 +262,18 @@ impl Ingest {
                         let row = row.take().expect("queued once");
                         let undo = a.undo_point(live);
                         a.apply(live, &row.data);
-                        let (moved, deadline) = (a.moved, a.deadline(judged.event));
-                        let slot = slot.take().expect("one slot");
-                        (Ok(Some((slot.submit(a.changes(row, mission_id, seen.clone())), moved, deadline))), Some(undo))
+                        if a.usage_lowered {
+                            self.metrics.usage.lowered.add(1);
+                        }
+                        let (moved, deadline, added) = (a.moved, a.deadline(judged.event), a.added().map(Box::new));
+                        let commit = slot.take().expect("one slot").submit(a.changes(row, mission_id, seen.clone()));
+                        (Ok(Some((commit, moved, deadline, added))), Some(undo))
                     }
                 }
             });
             let error = match decided {
-                Decided::Done((Ok(Some((commit, moved, deadline))), Some(ticket))) => {
-                    return Ok(Some(Queued { commit, ticket, moved, deadline }))
+                Decided::Done((Ok(Some((commit, moved, deadline, added))), Some(ticket))) => {
+                    return Ok(Some(Queued { commit, ticket, moved, deadline, added }))
                 }
                 Decided::Done((Ok(_), _)) => return Ok(None),
                 Decided::Done((Err(e), _)) => e,
@@ -324,14 +346,24 @@ impl Ingest {
         };
         let seen = Change::ExecutorSeen { executor_id: executor_id.to_owned(), ts: ts.clone() };
         let (hitl_default_expiry, reference) = (self.hitl_default_expiry, FrameRef::default());
-        let judged = Judged { executor_id, event, resumable: true, hitl_default_expiry, attempt: None };
+        let pricing = &*self.pricing;
+        let judged = Judged { executor_id, event, resumable: true, hitl_default_expiry, attempt: None, pricing };
         let q = match self.queue_mission_event(judged, mission_id, row, &seen).await {
             Ok(Some(q)) => q,
             Ok(None) => return Ok(false),
             Err(Unqueued { error, .. }) => return Err(error),
         };
         let (executor_id, mission, deadline) = (executor_id.to_owned(), Some((q.ticket, q.moved)), q.deadline);
-        let pending = PendingCommit { commit: q.commit, executor_id, ts, mission, deadline, resync: None, reference };
+        let pending = PendingCommit {
+            commit: q.commit,
+            executor_id,
+            ts,
+            mission,
+            deadline,
+            resync: None,
+            reference,
+            added: q.added,
+        };
         match self.finish(pending).await {
             Answer::Ack { .. } => Ok(true),
             Answer::Refused(refusal) => Err(refusal.error),
@@ -349,6 +381,9 @@ impl Ingest {
         match outcome {
             Ok(seqs) => {
                 self.registry.seen(&p.executor_id, &p.ts);
+                if let Some(added) = p.added {
+                    self.metrics.usage.add(&added);
+                }
                 if let (true, Some(mission_id)) = (ended, &p.reference.mission_id) {
                     self.controls.unwatch(mission_id, None, true);
                 }

@@ -20,6 +20,7 @@
 
 mod missions;
 mod serve;
+mod stored;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,14 +31,13 @@ use tokio::sync::Notify;
 use super::queue::Queue;
 use super::registry::Registry;
 use crate::error::Result;
-use crate::store::{Change, LiveMission, Pending, ProgressSeen, Store, StoreError};
+use crate::store::{Change, Pending, Store, StoreError};
 use aiwg_contract::clock;
-use aiwg_domain::{
-    progress_key, Handover, HitlOutcome, HitlRequest, Live, MissionPatch, MissionState, Projection, Undo,
-};
+use aiwg_domain::{Handover, HitlRequest, Live, MissionPatch, MissionState, Undo};
 pub(crate) use missions::Collisions;
 use missions::Missions;
 pub(crate) use serve::{Moved, Verdict};
+use stored::Stored;
 
 /// The live missions, and what every service does to one: decide and queue a change, resolve it once
 /// its commit is known, record a transition serve decides itself.
@@ -76,34 +76,15 @@ pub(crate) enum Decided<R> {
 pub(crate) const REBUILD_WAIT: Duration = Duration::from_secs(10);
 
 impl Ledger {
-    /// Rebuilds the working set at start: live missions and their pending HITL requests.
-    /// `progress` is the latest progress events of live missions, oldest first: `(mission, ts, data)`.
-    /// Seeds the registry's per-executor counts with what it loaded.
+    /// Rebuilds the working set at start (see [`stored::load`]). Seeds the registry's per-executor counts
+    /// with what it loaded.
     pub(crate) async fn load(store: Store, registry: Arc<Registry>, queue: Arc<Queue>) -> Result<Ledger> {
-        let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending).collect();
-        let live = Ledger::project(store.live_missions().await?, pending, store.recent_progress_of_live().await?);
+        let live = stored::load(&store).await?;
         let ledger = Ledger { live: Mutex::new(live), store, registry, queue, rebuilt: Notify::new() };
         for (executor_id, n) in ledger.counts() {
             ledger.registry.adjust_active(&executor_id, n as isize);
         }
         Ok(ledger)
-    }
-
-    fn project(rows: Vec<LiveMission>, pending: Vec<HitlRequest>, progress: Vec<ProgressSeen>) -> Missions {
-        let mut pending: HashMap<String, HitlRequest> =
-            pending.into_iter().map(|h| (h.mission_id.clone(), h)).collect();
-        let mut live = Missions::default();
-        for row in rows {
-            let hitl = pending.remove(&row.mission_id);
-            let loaded = Live::loaded(&row.executor_id, row.state, row.pty_session_ref, hitl).on_attempt(row.attempt);
-            live.insert(row.mission_id, loaded);
-        }
-        for seen in progress {
-            if let Some(e) = live.by_id.get_mut(&seen.mission_id) {
-                e.live.remember_progress(seen.key);
-            }
-        }
-        live
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Missions> {
@@ -312,13 +293,7 @@ impl Ledger {
         let mut backoff = Duration::from_millis(50);
         let mut failures = 0u32;
         let stored = loop {
-            let read = async {
-                let mission = self.store.mission(&mission_id).await?;
-                let hitl = self.store.pending_hitl(&mission_id).await?;
-                let progress = self.store.recent_progress(&mission_id).await?;
-                Ok::<_, StoreError>((mission, hitl, progress))
-            };
-            match read.await {
+            match Stored::read(&self.store, &mission_id).await {
                 Ok(stored) => break stored,
                 Err(e) => {
                     if failures.is_multiple_of(20) {
@@ -330,26 +305,14 @@ impl Ledger {
                 }
             }
         };
-        let (mission, hitl, progress) = stored;
         let mut live = self.lock();
         let Some(entry) = live.by_id.get_mut(&mission_id) else { return };
-        let gone = match mission {
-            Some(m) if !m.state.is_terminal() && m.state != MissionState::Queued => {
-                let projection = Projection {
-                    state: m.state,
-                    terminal_data: None,
-                    hitl,
-                    // Memory only: what a re-read cannot tell is assumed not to have happened.
-                    hitl_outlived: false,
-                    paused_from: None,
-                    session: m.pty_session_ref,
-                };
-                entry.live.rebuilt(projection, progress.iter().map(|(ts, data)| progress_key(ts, data)));
-                entry.rebuild = false;
-                entry.version += 1;
-                None
-            }
-            _ => Some(entry.live.executor_id().to_owned()),
+        let gone = if stored.restore(&mut entry.live) {
+            entry.rebuild = false;
+            entry.version += 1;
+            None
+        } else {
+            Some(entry.live.executor_id().to_owned())
         };
         if let Some(executor_id) = gone {
             live.remove(&mission_id);

@@ -4,9 +4,12 @@
 //! ([`super::Ledger::serve_decides`]), so each records its event and the mission's update, settles an
 //! open HITL request when the mission ends, and changes the projection the same way.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 
 use crate::store::Change;
+use aiwg_domain::usage::{self, Added, Pricing, Reported};
 use aiwg_domain::{HitlOutcome, HitlRequest, Live, MissionState, NewEvent, ServeEvent};
 
 /// What serve says about a mission it moves: the event, the state it moves to, and what is committed
@@ -17,6 +20,8 @@ pub(crate) struct Verdict {
     /// What an open HITL request becomes when the mission ends: withdrawn, unless its expiry is why.
     fate: HitlOutcome,
     also: Vec<Change>,
+    /// Usage the event reports (an HTTP runtime's), judged as an executor's report is, priced with these.
+    spending: Option<(Reported, Arc<Pricing>)>,
 }
 
 /// A mission serve moved, once committed.
@@ -30,11 +35,19 @@ pub(crate) struct Moved {
     pub seq: i64,
     /// Where the event is among its unit's events (their sequence numbers come back in that order).
     pub(super) nth_event: usize,
+    /// What its usage report added, for the metrics once committed.
+    pub added: Option<Added>,
 }
 
 impl Verdict {
     pub(crate) fn new(said: ServeEvent, to: MissionState) -> Verdict {
-        Verdict { said, to, fate: HitlOutcome::Withdrawn, also: Vec::new() }
+        Verdict { said, to, fate: HitlOutcome::Withdrawn, also: Vec::new(), spending: None }
+    }
+
+    /// The event reports usage (its data's `usage`, as `report` reads it), kept as an executor's report
+    /// is (`aiwg_domain::usage`).
+    pub(crate) fn spending(self, report: Reported, pricing: Arc<Pricing>) -> Verdict {
+        Verdict { spending: Some((report, pricing)), ..self }
     }
 
     /// The open HITL request is why the mission ends: it is recorded as expired, not withdrawn.
@@ -70,9 +83,32 @@ impl Verdict {
             changes.push(Change::PutHitl(Box::new(HitlRequest { outcome: self.fate, ..open.clone() })));
         }
         changes.extend(self.also);
+        let added = self.spending.and_then(|(report, pricing)| spend(live, mission_id, report, &pricing, now, changes));
         live.advance(self.to, &event.data);
-        Moved { executor_id, to: self.to, event, seq: 0, nth_event }
+        Moved { executor_id, to: self.to, event, seq: 0, nth_event, added }
     }
+}
+
+/// Keeps what a report raised of what the mission's attempt keeps, queued into `changes`; what it
+/// added. A report beyond the attempt's models is left out (serve's own record is not refused for it).
+fn spend(
+    live: &mut Live,
+    mission_id: &str,
+    report: Reported,
+    pricing: &Pricing,
+    now: DateTime<Utc>,
+    changes: &mut Vec<Change>,
+) -> Option<Added> {
+    let spent = match usage::spending(live, mission_id, report, pricing, now) {
+        Ok(spending) => spending.spent?,
+        Err(why) => {
+            tracing::warn!(mission_id, why, "a runtime's usage report was not kept");
+            return None;
+        }
+    };
+    live.spent(spent.record.kept.clone());
+    changes.push(Change::usage(spent.record));
+    Some(spent.added)
 }
 
 #[cfg(test)]

@@ -30,11 +30,13 @@ use tokio::sync::watch;
 
 use super::report::{last_event, verifier_result, LastEvent, Run};
 use super::resume::{now_ms, Plan, Planned};
+use super::usage::Executions;
 use super::{Endpoint, Inflight, Runtimes};
 use crate::runtime_client::{CallError, RuntimeClient};
 use crate::services::ledger::Verdict;
 use aiwg_contract::{DispatchPayload, EventType};
 use aiwg_domain::runtime_task::{agreement, settle, status_word, Execution, Settlement, Task};
+use aiwg_domain::usage::Reported;
 use aiwg_domain::{MissionState, ServeEvent};
 use aiwg_wattswarm::checks::{check_execute_answer, check_verify_answer, output_ref};
 use aiwg_wattswarm::hash::inconclusive_hash;
@@ -78,6 +80,8 @@ struct Job<'a> {
     owner: &'a str,
     task: &'a Task,
     contract: &'a TaskContract,
+    /// What its executions said they used, summed per model.
+    usage: Executions,
 }
 
 impl Runtimes {
@@ -142,7 +146,7 @@ impl Runtimes {
             None => self.plan(mission_id, owner, runtimes).await,
         };
         let contract = task.contract(mission_id, plan.contract_ms);
-        let job = Job { mission_id, owner, task: &task, contract: &contract };
+        let job = Job { mission_id, owner, task: &task, contract: &contract, usage: Executions::default() };
         let runs = join_all(plan.executions.iter().map(|p| self.execution(&job, p))).await;
         let executions: Vec<Execution> = runs.iter().map(|r| r.execution.clone()).collect();
         let settlement = if runtimes.len() < task.executions {
@@ -202,9 +206,9 @@ impl Runtimes {
         let caps = self.ready(base, job.task, runtime).await?;
         let started = json!({"state": "running", "agent_runtime": format!("{}/{}", caps.provider_family, caps.model_id),
                              "runtime": runtime});
-        self.record(job, EventType::MissionStarted, started, MissionState::Running, |s| s == MissionState::Assigned)
-            .await;
-        let candidate = self.execute(job, base, runtime, report).await?;
+        let assigned = |s| s == MissionState::Assigned;
+        self.record(job, EventType::MissionStarted, started, MissionState::Running, assigned, None).await;
+        let candidate = self.execute(job, base, runtime, &caps.model_id, report).await?;
         self.keep_execution(job.mission_id, runtime, &candidate).await;
         let (verdict, status) = self.verify(job, base, &candidate, report).await?;
         self.keep_verdict(job.mission_id, runtime, &verdict).await;
@@ -264,6 +268,7 @@ impl Runtimes {
         job: &Job<'_>,
         base: &str,
         runtime: &str,
+        model_id: &str,
         report: &mut Value,
     ) -> std::result::Result<Candidate, Stop> {
         let execution_id = report["execution_id"].as_str().unwrap_or_default().to_owned();
@@ -293,9 +298,15 @@ impl Runtimes {
         report["candidate_output"] = answer.candidate_output.clone();
         report["evidence"] = json!({"inline": answer.evidence_inline.len(), "refs": answer.evidence_refs});
         let summary = format!("{runtime}: candidate {} ({} bytes)", output_ref.digest, output_ref.size_bytes);
-        let data = json!({"phase": "executed", "summary": summary, "runtime": runtime, "execution_id": execution_id,
+        let mut data = json!({"phase": "executed", "summary": summary, "runtime": runtime, "execution_id": execution_id,
                           "output_ref": output_ref});
-        self.progress(job, data).await;
+        // What it used, counted as an executor's report is (the model's total over the executions).
+        let spent = answer.usage.as_ref().and_then(|u| job.usage.add(u, model_id));
+        if let Some((_, usage)) = &spent {
+            data["usage"] = usage.clone();
+        }
+        let running = |s| s == MissionState::Running;
+        self.record(job, EventType::MissionProgress, data, MissionState::Running, running, spent.map(|s| s.0)).await;
         Ok(Candidate {
             candidate_id: format!("cand-{execution_id}"),
             execution_id,
@@ -379,10 +390,12 @@ impl Runtimes {
     }
 
     async fn progress(&self, job: &Job<'_>, data: Value) {
-        self.record(job, EventType::MissionProgress, data, MissionState::Running, |s| s == MissionState::Running).await;
+        let running = |s| s == MissionState::Running;
+        self.record(job, EventType::MissionProgress, data, MissionState::Running, running, None).await;
     }
 
-    /// Records an event as the mission's owner when the mission is in a state `when` accepts.
+    /// Records an event as the mission's owner when the mission is in a state `when` accepts, with the
+    /// usage it reports (`spent`) kept.
     async fn record(
         &self,
         job: &Job<'_>,
@@ -390,12 +403,20 @@ impl Runtimes {
         data: Value,
         to: MissionState,
         when: impl FnOnce(MissionState) -> bool,
+        spent: Option<Reported>,
     ) {
         let said = ServeEvent::Runtime { event, data };
-        let _ = self
+        let verdict = |said| match spent {
+            Some(report) => Verdict::new(said, to).spending(report, self.pricing.clone()),
+            None => Verdict::new(said, to),
+        };
+        let moved = self
             .ledger
-            .transition_as_serve(job.owner, job.mission_id, |live| when(live.state()).then(|| Verdict::new(said, to)))
+            .transition_as_serve(job.owner, job.mission_id, |live| when(live.state()).then(|| verdict(said)))
             .await;
+        if let Some(added) = moved.and_then(|m| m.added) {
+            self.metrics.usage.add(&added);
+        }
     }
 }
 

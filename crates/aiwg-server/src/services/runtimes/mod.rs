@@ -17,6 +17,7 @@ mod kept;
 mod probe;
 mod report;
 mod resume;
+mod usage;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +64,8 @@ pub struct Runtimes {
     shutdown: watch::Receiver<bool>,
     /// A run's output and evidence are kept as the mission's log and artifacts.
     outputs: Outputs,
+    /// What a model's usage costs where a runtime reports no cost (`[pricing."MODEL"]`).
+    pricing: Arc<aiwg_domain::usage::Pricing>,
 }
 
 struct Inflight {
@@ -131,6 +134,7 @@ impl Runtimes {
             queue: core.queue.clone(),
             wake_prober: Notify::new(),
             shutdown,
+            pricing: Arc::new(config.pricing()),
         }
     }
 

@@ -82,7 +82,7 @@ impl MissionListing {
         let mut sql = format!(
             "SELECT id, mission_id, session_id, executor_id, state, {objective} AS payload, created_at, updated_at, \
              completed_at, pty_session_ref, exit_code, error, estimated_start, NULL AS routing, \
-             NULL AS terminal_data, queued_reason, checkpoint_id, compacted_at, attempt, NULL AS fence \
+             NULL AS terminal_data, queued_reason, checkpoint_id, compacted_at, attempt, NULL AS fence, dispatched_by \
              FROM missions WHERE 1 = 1",
             objective = dialect.listed_objective,
         );

@@ -12,6 +12,7 @@
 mod filter;
 pub(super) mod outputs;
 mod queries;
+pub(super) mod usage;
 
 use futures_util::TryStreamExt;
 use serde_json::Value;

@@ -17,7 +17,8 @@ pub(super) static ENDED: LazyLock<String> = LazyLock::new(|| states(MissionState
 
 /// `'queued', 'done', 'failed', 'aborted'`: the states of a mission that is not live (waiting for an
 /// executor, or over).
-static NOT_LIVE: LazyLock<String> = LazyLock::new(|| states(|s| s == MissionState::Queued || s.is_terminal()));
+pub(super) static NOT_LIVE: LazyLock<String> =
+    LazyLock::new(|| states(|s| s == MissionState::Queued || s.is_terminal()));
 
 /// The states `which` picks, as an SQL list of literals.
 fn states(which: impl Fn(MissionState) -> bool) -> String {

@@ -5,6 +5,7 @@
 
 mod outputs;
 mod upserts;
+mod usage;
 
 use std::borrow::Cow;
 
@@ -203,7 +204,7 @@ impl<'a, B: Builder<'a>> Script<B> {
         self.push(
             "INSERT INTO missions (mission_id, session_id, executor_id, state, payload, created_at, updated_at, \
              completed_at, pty_session_ref, exit_code, error, estimated_start, routing, terminal_data, queued_reason, \
-             checkpoint_id, timeouts) ",
+             checkpoint_id, timeouts, dispatched_by) ",
         );
         self.values([m], |b, m| {
             b.bind(m.mission_id.as_str())
@@ -222,7 +223,8 @@ impl<'a, B: Builder<'a>> Script<B> {
                 .bind(m.terminal_data.as_ref().map(|v| v.to_string()))
                 .bind(m.queued_reason.as_deref())
                 .bind(m.checkpoint_id.as_deref())
-                .bind(m.payload.get("timeouts").map(|t| t.to_string()));
+                .bind(m.payload.get("timeouts").map(|t| t.to_string()))
+                .bind(m.dispatched_by.as_deref());
         });
         self.push(" ON CONFLICT (mission_id) DO NOTHING").end();
     }
@@ -323,6 +325,16 @@ impl<'a, B: Builder<'a>> Script<B> {
         self.push(" AND seq IN (");
         self.list(seqs.iter().copied());
         self.push(")").end();
+    }
+
+    /// Adds to the sums what an attempt's usage of a model changes of its row as stored.
+    pub(super) fn usage_sums(&mut self, r: &'a aiwg_domain::usage::Record) {
+        usage::sums(r, self);
+    }
+
+    /// Keeps an attempt's usage of a model as it now stands (after [`Script::usage_sums`]).
+    pub(super) fn usage_row(&mut self, r: &'a aiwg_domain::usage::Record) {
+        usage::row(r, self);
     }
 
     /// Marks a mission's history compacted at the commit time.

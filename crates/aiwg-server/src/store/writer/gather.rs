@@ -7,6 +7,7 @@ use std::future::Future;
 use super::{Committed, Unit};
 use crate::store::script::{Builder, Encoded, Scripts};
 use crate::store::{Change, Mission, MissionPatch, NewEvent, Result, StoreError};
+use aiwg_domain::usage::Record;
 
 /// How an adapter runs the statements [`Gathered::unit`] meets while reading a unit.
 pub(in crate::store) trait Statements<'a> {
@@ -39,6 +40,13 @@ pub(in crate::store) struct Gathered<'a> {
     /// Each log's latest state in the batch (every chunk's unit carries its log's whole state: a log
     /// streaming fast has many in one batch, and only its last is written).
     log_states: HashMap<&'a str, &'a Change>,
+    /// Each attempt's usage of a model as the batch leaves it, in the order first met: a report is
+    /// cumulative, so of a run of reports on one day (and executor) only the last is written, and the
+    /// sums get what the run added in one statement. (Under a flood of reports each batch holds dozens
+    /// of each mission's: written one by one they doubled serve's CPU per event.)
+    usage: Vec<&'a Record>,
+    /// Where each attempt's latest entry of a model is in `usage`.
+    usage_at: HashMap<(&'a str, u32, &'a str), usize>,
 }
 
 impl<'a> Gathered<'a> {
@@ -93,6 +101,7 @@ impl<'a> Gathered<'a> {
                 | Change::PutIdempotent(_)
                 | Change::ForgetIdempotent { .. }
                 | Change::Output(_) => statements.upsert(change).await?,
+                Change::Usage(record) => self.spent(record),
                 Change::PutLogState(state) => {
                     self.log_states.insert(&state.mission_id, change);
                 }
@@ -111,6 +120,19 @@ impl<'a> Gathered<'a> {
             }
         }
         Ok(Ok(seqs))
+    }
+
+    /// An attempt's usage of a model as it now stands: it replaces the batch's entry of the same day and
+    /// executor, or follows it.
+    fn spent(&mut self, r: &'a Record) {
+        let key = (r.mission_id.as_str(), r.attempt, r.kept.model.as_str());
+        match self.usage_at.get(&key).map(|i| (*i, self.usage[*i])) {
+            Some((i, last)) if last.day == r.day && last.executor_id == r.executor_id => self.usage[i] = r,
+            _ => {
+                self.usage_at.insert(key, self.usage.len());
+                self.usage.push(r);
+            }
+        }
     }
 
     /// The latest event time of an executor in the batch: the last one gathered.
@@ -151,6 +173,10 @@ impl<'a> Gathered<'a> {
         }
         for state in self.log_states.values() {
             scripts.next().push_upsert(state);
+        }
+        for r in &self.usage {
+            scripts.next().usage_sums(r);
+            scripts.next().usage_row(r);
         }
         let seen: Vec<(&str, &str)> = self.seen.iter().map(|(id, ts)| (*id, *ts)).collect();
         for chunk in seen.chunks(rows) {

@@ -1,5 +1,7 @@
 //! Read models: missions as the API shows them.
 
+pub(crate) mod usage;
+
 use aiwg_contract::clock;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -305,6 +307,26 @@ pub struct MissionSummary {
     /// The number of its current attempt, from 2 on: a retry policy queued it again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
+    /// What it used, summed over its attempts, once its executor reported any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<usage::MissionSpend>,
+    /// What it cost, in US dollars; absent when unpriced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_source: Option<&'static str>,
+    /// The operator who dispatched it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatched_by: Option<String>,
+}
+
+impl MissionSummary {
+    /// With what it spent (`None`: it reported nothing).
+    pub(crate) fn spent(&mut self, cost: Option<usage::MissionCost>) {
+        if let Some(c) = cost {
+            (self.usage, self.cost_usd, self.cost_source) = (Some(c.usage), c.cost_usd, c.cost_source);
+        }
+    }
 }
 
 impl From<Mission> for MissionSummary {
@@ -328,6 +350,10 @@ impl From<Mission> for MissionSummary {
             objective: r.payload.get("objective").and_then(Value::as_str).map(str::to_owned),
             duration_s: r.completed_at.map(|end| (end - r.created_at).num_milliseconds().max(0) as f64 / 1000.0),
             attempt: (r.attempt > 1).then_some(r.attempt),
+            usage: None,
+            cost_usd: None,
+            cost_source: None,
+            dispatched_by: r.dispatched_by,
         }
     }
 }

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+mod usage;
+
 /// Upper bounds, in seconds, for latency histograms: 100 µs to 5 s.
 const LATENCY_BOUNDS: &[f64] =
     &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
@@ -123,6 +125,8 @@ pub struct Metrics {
     pub(crate) tls_not_after: Gauge,
     /// Operator calls refused for want of a valid operator token (counted, not recorded one by one).
     pub(crate) audit_unauthenticated: Counter,
+    /// What missions spend.
+    pub(crate) usage: usage::Usage,
 }
 
 impl Default for Metrics {
@@ -140,6 +144,7 @@ impl Default for Metrics {
             runtime_calls: Labelled::default(),
             tls_not_after: Gauge::default(),
             audit_unauthenticated: Counter::default(),
+            usage: usage::Usage::default(),
         }
     }
 }
@@ -225,6 +230,7 @@ impl Metrics {
             "State-changing operator calls refused for want of a valid operator token; the audit trail counts them, one record per source and minute.",
             self.audit_unauthenticated.get(),
         );
+        self.usage.render(out);
         if let n @ 1.. = self.tls_not_after.get() {
             gauge(
                 out,

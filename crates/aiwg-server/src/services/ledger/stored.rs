@@ -1,0 +1,78 @@
+//! The projection as the store holds it: every live mission's at start, one mission's again after a
+//! failed commit whose undo could not be trusted.
+
+use std::collections::HashMap;
+
+use super::missions::Missions;
+use crate::store::{HitlOutcome, HitlRequest, Mission, Store, StoreError};
+use aiwg_domain::usage::Kept;
+use aiwg_domain::{progress_key, Live, MissionState, Projection};
+
+/// Every live mission's projection, read from the store at start: its state, session and attempt, its
+/// pending HITL request, the keys of its latest progress reports and what its attempt keeps of its usage.
+pub(super) async fn load(store: &Store) -> Result<Missions, StoreError> {
+    let pending = store.open_hitl().await?.into_iter().filter(|h| h.outcome == HitlOutcome::Pending);
+    let mut pending: HashMap<String, HitlRequest> = pending.map(|h| (h.mission_id.clone(), h)).collect();
+    let mut usage: HashMap<String, Vec<Kept>> = HashMap::new();
+    for row in store.kept_usage(None).await? {
+        usage.entry(row.mission_id).or_default().push(row.kept);
+    }
+    let mut live = Missions::default();
+    for row in store.live_missions().await? {
+        let hitl = pending.remove(&row.mission_id);
+        let loaded = Live::loaded(&row.executor_id, row.state, row.pty_session_ref, hitl)
+            .on_attempt(row.attempt)
+            .with_usage(usage.remove(&row.mission_id).unwrap_or_default());
+        live.insert(row.mission_id, loaded);
+    }
+    for seen in store.recent_progress_of_live().await? {
+        if let Some(e) = live.by_id.get_mut(&seen.mission_id) {
+            e.live.remember_progress(seen.key);
+        }
+    }
+    Ok(live)
+}
+
+/// One mission as the store holds it, read again after a failed commit.
+pub(super) struct Stored {
+    mission: Option<Mission>,
+    hitl: Option<HitlRequest>,
+    progress: Vec<u64>,
+    usage: Vec<Kept>,
+}
+
+impl Stored {
+    pub(super) async fn read(store: &Store, mission_id: &str) -> Result<Stored, StoreError> {
+        let mission = store.mission(mission_id).await?;
+        let hitl = store.pending_hitl(mission_id).await?;
+        let progress = store.recent_progress(mission_id).await?;
+        let usage = store.kept_usage(Some(mission_id)).await?;
+        Ok(Stored {
+            mission,
+            hitl,
+            progress: progress.iter().map(|(ts, data)| progress_key(ts, data)).collect(),
+            usage: usage.into_iter().map(|u| u.kept).collect(),
+        })
+    }
+
+    /// Puts the stored projection in `live`; `false` when the mission is live no more (ended, queued
+    /// again, gone).
+    pub(super) fn restore(self, live: &mut Live) -> bool {
+        let Some(m) = self.mission.filter(|m| !m.state.is_terminal() && m.state != MissionState::Queued) else {
+            return false;
+        };
+        let projection = Projection {
+            state: m.state,
+            terminal_data: None,
+            hitl: self.hitl,
+            // Memory only: what a re-read cannot tell is assumed not to have happened.
+            hitl_outlived: false,
+            paused_from: None,
+            session: m.pty_session_ref,
+            usage: self.usage,
+            progress: None,
+        };
+        live.rebuilt(projection, self.progress);
+        true
+    }
+}
