@@ -170,9 +170,9 @@ impl BlobFiles {
             async move {
                 let Some(mut file) = file else { return Ok(None) };
                 let read = tokio::task::spawn_blocking(move || {
-                    let mut buf = vec![0; READ_BYTES];
-                    let n = read_full(&mut file, &mut buf)?;
-                    buf.truncate(n);
+                    // Up to READ_BYTES, fewer only at the file's end.
+                    let mut buf = Vec::with_capacity(READ_BYTES);
+                    (&mut file).take(READ_BYTES as u64).read_to_end(&mut buf)?;
                     Ok::<_, std::io::Error>((buf, file))
                 });
                 let (buf, file) =
@@ -362,20 +362,6 @@ impl Drop for FileSink {
 pub fn file_of(dir: &Path, blob: &str) -> Option<PathBuf> {
     let id = blob.strip_prefix(FILE).filter(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))?;
     Some(dir.join(id))
-}
-
-/// Reads until `buf` is full or the file ends; the bytes read.
-fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
