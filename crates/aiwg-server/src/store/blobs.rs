@@ -266,7 +266,16 @@ struct Threads {
 const WAITING: usize = 16;
 
 impl FileSink {
-    fn start(&self) -> Threads {
+    /// Creates the file, then the threads. The file exists once this returns, so that a sink dropped
+    /// after it removes it for certain (created by the writing thread, it could appear after the drop).
+    async fn start(&self) -> Result<Threads> {
+        let path = self.files.dir.join(&self.id);
+        let create = {
+            let path = path.clone();
+            move || std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)
+        };
+        let created = tokio::task::spawn_blocking(create).await.map_err(|e| StoreError::Database(e.to_string()))?;
+        let mut file = created.map_err(|e| io_error(&path, &e))?;
         let (to_hash, mut hash_rx) = mpsc::channel::<Bytes>(WAITING);
         let (to_write, mut write_rx) = mpsc::channel::<Bytes>(WAITING);
         let hashing = tokio::task::spawn_blocking(move || {
@@ -276,22 +285,20 @@ impl FileSink {
             }
             hash
         });
-        let path = self.files.dir.join(&self.id);
         let writing = tokio::task::spawn_blocking(move || {
-            let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
             while let Some(chunk) = write_rx.blocking_recv() {
                 file.write_all(&chunk)?;
             }
             Ok(file)
         });
-        Threads { to_hash, to_write, hashing, writing }
+        Ok(Threads { to_hash, to_write, hashing, writing })
     }
 
     /// Ends the threads once they have taken every chunk sent; the file and the hash of its bytes.
     async fn settle(&mut self) -> Result<(std::fs::File, Sha256)> {
         let threads = match self.threads.take() {
             Some(threads) => threads,
-            None => self.start(),
+            None => self.start().await?,
         };
         let Threads { to_hash, to_write, hashing, writing } = threads;
         drop((to_hash, to_write));
@@ -310,7 +317,7 @@ impl BlobSink for FileSink {
     fn write(&mut self, chunk: Bytes) -> BoxFuture<'_, Result<()>> {
         Box::pin(async move {
             if self.threads.is_none() {
-                self.threads = Some(self.start());
+                self.threads = Some(self.start().await?);
             }
             let threads = self.threads.as_ref().expect("started");
             self.files.bytes.fetch_add(chunk.len() as i64, Ordering::Relaxed);
