@@ -1116,6 +1116,11 @@ mod cases {
         );
         assert_eq!(read(By::Day, Some(d2), Scope::Operator("ana".into())).await, [s(d2, 90, 2_000_000, Some("mixed"))]);
         assert_eq!(read(By::Model, None, Scope::Executor("e2".into())).await, []);
+        assert_eq!(
+            read(By::Model, None, Scope::Operator("ana".into())).await,
+            [s("ana", 240, 2_000_000, Some("mixed"))],
+            "a scope read by anything but the day is its one total"
+        );
         assert_eq!(read(By::Model, Some("2026-01-03"), Scope::All).await, []);
         // Reports of one row in one batch are written as the last of each day: the sums get what they
         // added all the same.

@@ -78,6 +78,8 @@ pub struct Scale {
     pub log_bytes_per_executor: usize,
     /// Artifact bytes uploaded and downloaded in all (`artifacts`).
     pub artifact_bytes: usize,
+    /// Missions with usage under the sums' reads (`usage-sums`).
+    pub usage_missions: usize,
 }
 
 impl Scale {
@@ -109,6 +111,7 @@ impl Scale {
             dashboard_stream_seconds: 10.0,
             log_bytes_per_executor: 2 << 20,
             artifact_bytes: 100 << 20,
+            usage_missions: 1_000_000,
         }
     }
 
@@ -140,6 +143,7 @@ impl Scale {
             dashboard_stream_seconds: 1.0,
             log_bytes_per_executor: 256 << 10,
             artifact_bytes: 16 << 20,
+            usage_missions: 10_000,
         }
     }
 }
@@ -291,6 +295,9 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
     }
     if wanted("usage") {
         rows.extend(workloads::usage_cost(dir, scale).await);
+    }
+    if wanted("usage-sums") {
+        rows.extend(workloads::usage_sums(dir, scale).await);
     }
     if wanted("kill") {
         rows.extend(workloads::kill9(dir, scale, failures).await);

@@ -103,7 +103,12 @@ async fn etag_of(base: &str, path: &str) -> String {
 
 /// `count` rounds of GETs of `paths`, one after another (a dashboard's poller: one path; the page's first
 /// load: each request it makes before it can draw the list); the latency of each whole round.
-async fn sequential_gets(base: &str, paths: &[&str], if_none_match: Option<&str>, count: usize) -> Histogram {
+pub(super) async fn sequential_gets(
+    base: &str,
+    paths: &[&str],
+    if_none_match: Option<&str>,
+    count: usize,
+) -> Histogram {
     use http_body_util::BodyExt;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<http_body_util::Full<axum::body::Bytes>>();

@@ -404,7 +404,11 @@ pub struct EventPage {
 }
 
 /// A read of the kept sums (`GET /api/v1/usage`, a budget's spend): grouped by one key, from a day on
-/// (`YYYY-MM-DD`, UTC; every day when `None`), of one scope.
+/// (`YYYY-MM-DD`, UTC; every day when `None`), of one scope. The sums are kept per day of everyone, of
+/// each operator, executor and model, not per combination: a scope other than [`Scope::All`] is read by
+/// day (`By::Day`) or as its one total (any other `by`, keyed by its name).
+///
+/// [`Scope::All`]: aiwg_domain::usage::Scope::All
 #[derive(Clone, Debug)]
 pub struct UsageQuery {
     pub by: aiwg_domain::usage::By,

@@ -9,7 +9,7 @@ use crate::store::rows::{located, Cols};
 use crate::store::{KeptUsage, MissionUsage, Result, StoreError, UsageGroup, UsageQuery, MAX_USAGE_GROUPS};
 use aiwg_domain::usage::{By, Cost, CostSource, Kept, Scope, Sum, Tokens};
 
-/// The counts of a row of `usage_attempts` or `usage_days`, or of a sum of them under the same names.
+/// The counts of a row of `usage_attempts` or `usage_sums`, or of a sum of them under the same names.
 fn tokens<R: Cols>(r: &R) -> Result<Tokens> {
     let count = |col: &str| -> Result<u64> {
         let v = r.int(col)?;
@@ -48,7 +48,7 @@ fn sum_from_row<R: Cols>(r: &R) -> Result<Sum> {
     })
 }
 
-/// The sums of the counts, the cost and the sources of `usage_days` rows, under their own names.
+/// The sums of the counts, the cost and the sources of `usage_sums` rows, under their own names.
 const SUMS: &str = "CAST(SUM(input_tokens) AS BIGINT) AS input_tokens, \
     CAST(SUM(output_tokens) AS BIGINT) AS output_tokens, CAST(SUM(cache_read_tokens) AS BIGINT) AS cache_read_tokens, \
     CAST(SUM(cache_creation_tokens) AS BIGINT) AS cache_creation_tokens, \
@@ -108,29 +108,36 @@ where
     }
 
     pub(in crate::store) async fn sums(self, q: &UsageQuery) -> Result<Vec<UsageGroup>> {
-        // Named from the enum, never from the caller's text.
-        let key = match q.by {
-            By::Day => "day",
-            By::Operator => "operator",
-            By::Executor => "executor_id",
-            By::Model => "model",
+        // Named from the enums, never from the caller's text.
+        let (dimension, named) = match &q.scope {
+            Scope::All => (dimension(q.by), None),
+            Scope::Operator(name) => ("operator", Some(name.as_str())),
+            Scope::Executor(id) => ("executor", Some(id.as_str())),
         };
-        let (scope, named) = match &q.scope {
-            Scope::All => ("", None),
-            Scope::Operator(name) => (" AND operator = $2", Some(name.as_str())),
-            Scope::Executor(id) => (" AND executor_id = $2", Some(id.as_str())),
-        };
+        let key = if q.by == By::Day { "day" } else { "name" };
+        let scope = if named.is_some() { " AND name = $3" } else { "" };
         let sql = format!(
             "SELECT {key} AS key, {SUMS}, CAST(MAX(reported) AS BIGINT) AS reported, \
              CAST(MAX(estimated) AS BIGINT) AS estimated, CAST(MAX(unpriced) AS BIGINT) AS unpriced \
-             FROM usage_days WHERE day >= $1{scope} GROUP BY {key} ORDER BY {key} LIMIT {MAX_USAGE_GROUPS}"
+             FROM usage_sums WHERE dimension = $1 AND day >= $2{scope} GROUP BY {key} ORDER BY {key} \
+             LIMIT {MAX_USAGE_GROUPS}"
         );
-        let mut query = sqlx::query(&sql).bind(q.since.as_deref().unwrap_or(""));
+        let mut query = sqlx::query(&sql).bind(dimension).bind(q.since.as_deref().unwrap_or(""));
         if let Some(named) = named {
             query = query.bind(named);
         }
         let rows = query.fetch_all(self.0).await?;
         let group = |r: &DB::Row| Ok(UsageGroup { key: r.text("key")?, sum: sum_from_row(r)? });
-        rows.iter().map(located("usage_days", "day", group)).collect()
+        rows.iter().map(located("usage_sums", "day", group)).collect()
+    }
+}
+
+/// The `usage_sums` rows a grouping reads (`day`: everyone's, one row a day).
+fn dimension(by: By) -> &'static str {
+    match by {
+        By::Day => "all",
+        By::Operator => "operator",
+        By::Executor => "executor",
+        By::Model => "model",
     }
 }
