@@ -167,7 +167,10 @@ async fn claude_gets_its_allowlist_and_a_sanitised_environment() {
     let id = mission_id();
     let m = run_to_end(&server, &body(&id, "add a test", json!(["Read", "Edit"]))).await;
     assert_eq!(m["state"], "done", "{m}");
-    assert_eq!(stubs.argv("claude"), ["-p", "add a test", "--output-format", "json", "--allowedTools", "Read", "Edit"]);
+    assert_eq!(
+        stubs.argv("claude"),
+        ["-p", "add a test", "--output-format", "stream-json", "--verbose", "--allowedTools", "Read", "Edit"]
+    );
     let env = stubs.env("claude");
     let has = |k: &str| env.iter().any(|(key, _)| key == k);
     assert!(!has("NODE_OPTIONS") && !has("PYTHONSTARTUP") && !has("AIWG_SERVE_TOKEN"), "{env:?}");
@@ -182,14 +185,21 @@ async fn claude_gets_its_allowlist_and_a_sanitised_environment() {
 /// summed), and serve keeps it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_executor_reports_what_the_claude_and_codex_clis_said_they_used() {
-    let claude = r#"{"type":"result","subtype":"success","result":"All tests pass.","total_cost_usd":0.25,"usage":{"input_tokens":2,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":9},"modelUsage":{"claude-sonnet-4-5":{"costUSD":0.25}}}"#;
+    // Claude's stream: its init, a message that says something and used some, a tool's result, the result.
+    let claude = [
+        r#"{"type":"system","subtype":"init","model":"claude-sonnet-4-5"}"#,
+        r#"{"type":"assistant","message":{"id":"msg_1","model":"claude-sonnet-4-5","content":[{"type":"text","text":"Reading the tests."}],"usage":{"input_tokens":2,"cache_creation_input_tokens":100,"cache_read_input_tokens":500,"output_tokens":4}}}"#,
+        r#"{"type":"user","message":{"content":[{"type":"tool_result","content":"ok"}]}}"#,
+        r#"{"type":"result","subtype":"success","result":"All tests pass.","total_cost_usd":0.25,"usage":{"input_tokens":2,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":9},"modelUsage":{"claude-sonnet-4-5":{"costUSD":0.25}}}"#,
+    ]
+    .join("\n");
     let turn = r#"{"type":"turn.completed","usage":{"input_tokens":500,"cached_input_tokens":100,"output_tokens":40,"reasoning_output_tokens":8}}"#;
     let codex = format!("{turn}\n{turn}");
     let cases = [
         (
             "claude-local",
             "claude",
-            claude.to_owned(),
+            claude,
             json!({"input_tokens": 1102, "output_tokens": 9,
             "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 100, "reasoning_output_tokens": 0,
             "models": [{"model": "claude-sonnet-4-5", "input_tokens": 1102, "output_tokens": 9,
@@ -215,8 +225,19 @@ async fn the_executor_reports_what_the_claude_and_codex_clis_said_they_used() {
         let m = run_to_end(&server, &body(&mission_id(), "add a test", json!(["Read", "Bash"]))).await;
         assert_eq!((m["state"].as_str(), &m["usage"]), (Some("done"), &usage), "{adapter}: {m}");
         if binary == "claude" {
-            let end = m["recent_events"].as_array().unwrap().last().unwrap().clone();
+            let events = m["recent_events"].as_array().unwrap();
+            let end = events.last().unwrap().clone();
             assert_eq!(end["data"]["summary"], "All tests pass.", "the result's text is the summary: {end}");
+            // As it ran: the message's text is the progress summary, with what was used so far; the
+            // CLI's bookkeeping lines (init, the tool's result, the result) are no summary.
+            let summaries: Vec<&Value> =
+                events.iter().filter(|e| e["event"] == "mission.progress").map(|e| &e["data"]["summary"]).collect();
+            assert_eq!(summaries, ["stub claude ran", "Reading the tests."]);
+            // Sent at once (the message's 602) or, within the progress interval of the line before it, at
+            // the end with the result's figures (1102): what was used as of when it went.
+            let said = events.iter().find(|e| e["data"]["summary"] == "Reading the tests.").unwrap();
+            let input = said["data"]["usage"]["input_tokens"].as_u64();
+            assert!(matches!(input, Some(602 | 1102)), "{said}");
         }
     }
 }

@@ -117,8 +117,9 @@ fn built_ins() -> Vec<Adapter> {
     vec![claude_local(), codex_local(), spine_unattended(), shell()]
 }
 
-/// Claude Code on a person's own login: `claude -p OBJECTIVE --output-format json --allowedTools ...`
-/// (its one result object, printed at the end as its text answer would be, says what it used).
+/// Claude Code on a person's own login: `claude -p OBJECTIVE --output-format stream-json --verbose
+/// --allowedTools ...` (a JSON line per step, so the log is live and says what it used as it goes; the
+/// CLI wants `--verbose` for this format with `-p`).
 fn claude_local() -> Adapter {
     Adapter {
         name: "claude-local",
@@ -127,7 +128,8 @@ fn claude_local() -> Adapter {
         runtime: "runtime:claude-code",
         allowlist: |p| tools(p, "claude").map(|t| std::iter::once("--allowedTools".to_owned()).chain(t).collect()),
         argv: |allow, objective| {
-            let mut v = vec!["-p".to_owned(), objective.to_owned(), "--output-format".into(), "json".into()];
+            let mut v = vec!["-p".to_owned(), objective.to_owned(), "--output-format".into(), "stream-json".into()];
+            v.push("--verbose".into());
             v.extend_from_slice(allow);
             v
         },
@@ -136,7 +138,7 @@ fn claude_local() -> Adapter {
         lease_needs: &[],
         keeps_provider_keys: true,
         env_defaults: &[],
-        usage: UsageFormat::ClaudeResult,
+        usage: UsageFormat::ClaudeStream,
     }
 }
 
@@ -320,7 +322,7 @@ mod tests {
         let claude = registry.get("claude-local").unwrap();
         assert_eq!(
             (claude.argv)(&["--allowedTools".into(), "Read".into()], "obj"),
-            ["-p", "obj", "--output-format", "json", "--allowedTools", "Read"]
+            ["-p", "obj", "--output-format", "stream-json", "--verbose", "--allowedTools", "Read"]
         );
     }
 

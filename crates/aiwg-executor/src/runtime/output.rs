@@ -1,8 +1,8 @@
 //! The agent's stdout and stderr, read as bytes: every byte into the mission's log (`log`), and each
 //! line looked at for what serve is told beside it: on stdout a line `::hitl:: <prompt>` becomes a HITL
-//! request and the others progress (at most one per `PROGRESS_EVERY`, the latest line wins); the last
-//! line of each stream is kept for the mission's end, and so is what the CLI said it used
-//! (`adapters::Tally`).
+//! request and the others progress (at most one per `PROGRESS_EVERY`, the latest line wins, with what
+//! the CLI says it used so far); the last line of each stream is kept for the mission's end, and so is
+//! what the CLI said it used (`adapters::Tally`).
 
 use std::sync::atomic::Ordering;
 
@@ -35,8 +35,11 @@ impl Executor {
         let mut progress = Progress { iteration: 0, emitted: None, pending: None, last: None, tally };
         self.pump(mission_id, stdout, Stream::Stdout, |line| progress.line(self, mission_id, line)).await;
         if let Some(summary) = progress.pending.take() {
-            let iteration = progress.iteration + 1;
-            self.emit("mission.progress", mission_id, json!({"summary": summary, "iteration": iteration}));
+            progress.emit(self, mission_id, summary);
+        }
+        // The end names one model: the others' last figures go before it.
+        for usage in progress.tally.others() {
+            self.emit("mission.progress", mission_id, json!({"usage": usage}));
         }
         Stdout { last: progress.last, usage: progress.tally.usage() }
     }
@@ -120,20 +123,33 @@ impl Progress {
             );
             return;
         }
-        // The CLI's report of what it used is no line of the agent's: its answer, if it has one, is.
-        if let Seen::Report(said) = self.tally.line(line) {
-            self.last = said.as_deref().map(summary).or(self.last.take());
-            return;
-        }
-        let summary = summary(line);
+        let summary = match self.tally.line(line) {
+            Seen::Other => summary(line),
+            Seen::Said(said) => summary(&said),
+            Seen::Quiet => return,
+            // The CLI's report of what it used is no line of the agent's: its answer, if it has one, is.
+            Seen::Report(said) => {
+                self.last = said.as_deref().map(summary).or(self.last.take());
+                return;
+            }
+        };
         self.last = Some(summary.clone());
         if self.emitted.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY) {
-            self.iteration += 1;
-            executor.emit("mission.progress", mission_id, json!({"summary": summary, "iteration": self.iteration}));
-            self.emitted = Some(Instant::now());
-            self.pending = None;
+            self.emit(executor, mission_id, summary);
         } else {
             self.pending = Some(summary);
         }
+    }
+
+    /// A progress event: the summary, and what the CLI said it used if that changed since the last.
+    fn emit(&mut self, executor: &Executor, mission_id: &str, summary: String) {
+        self.iteration += 1;
+        let mut data = json!({"summary": summary, "iteration": self.iteration});
+        if let Some(usage) = self.tally.take_changed() {
+            data["usage"] = usage;
+        }
+        executor.emit("mission.progress", mission_id, data);
+        self.emitted = Some(Instant::now());
+        self.pending = None;
     }
 }
