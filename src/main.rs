@@ -83,7 +83,7 @@ enum Command {
     /// The audit trail (admins): who did what, from where, when, and how it ended.
     Audit(cli::AuditArgs),
     /// Dispatch a mission (and with --wait, follow it to its end).
-    Dispatch(cli::DispatchArgs),
+    Dispatch(Box<cli::DispatchArgs>),
     /// Missions: list, show, pause, resume, abort, answer HITL.
     Missions {
         #[command(subcommand)]

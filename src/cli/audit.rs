@@ -62,7 +62,7 @@ fn row(r: &Value) -> Vec<String> {
             .filter(|(_, v)| !v.is_null())
             .map(|(k, v)| match v {
                 Value::Array(items) => {
-                    format!("{k}={}", items.iter().map(|i| text_of(i)).collect::<Vec<_>>().join(","))
+                    format!("{k}={}", items.iter().map(text_of).collect::<Vec<_>>().join(","))
                 }
                 other => format!("{k}={}", text_of(other)),
             })

@@ -6,7 +6,8 @@
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
 //! follows the mission as `missions watch` does), `events`, `store`, `operators`, `audit`, `hitl`, `webhooks` and `usage`; what they share (the failure, the exit,
-//! how values print) is here.
+//! how values print) is here, what a typed reference names in `names`, and the shell's live completions
+//! in `complete`.
 
 mod audit;
 pub mod complete;
@@ -45,7 +46,7 @@ pub enum Operator {
     Executors(ExecutorsCommand),
     Runtimes(RuntimesCommand),
     Missions(MissionsCommand),
-    Dispatch(DispatchArgs),
+    Dispatch(Box<DispatchArgs>),
     Events(EventsArgs),
     Store(StoreCommand),
     Operators(OperatorsCommand),
@@ -170,7 +171,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Operator::Executors(cmd) => executors::run(&client, &out, cmd).await,
         Operator::Runtimes(cmd) => runtimes::run(&client, &out, cmd).await,
         Operator::Missions(cmd) => missions::run(&client, &out, cmd).await,
-        Operator::Dispatch(args) => dispatch::run(&client, &out, args).await,
+        Operator::Dispatch(args) => dispatch::run(&client, &out, *args).await,
         Operator::Events(args) => events::run(&client, &out, args).await,
         Operator::Store(cmd) => store::run(&client, &out, cmd).await,
         Operator::Operators(cmd) => operators::run(&client, &out, cmd).await,
