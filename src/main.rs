@@ -83,7 +83,7 @@ enum Command {
     /// The audit trail (admins): who did what, from where, when, and how it ended.
     Audit(cli::AuditArgs),
     /// Dispatch a mission (and with --wait, follow it to its end).
-    Dispatch(cli::DispatchArgs),
+    Dispatch(Box<cli::DispatchArgs>),
     /// Missions: list, show, pause, resume, abort, answer HITL.
     Missions {
         #[command(subcommand)]
@@ -117,7 +117,9 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Print a shell completion script (bash, zsh, fish), e.g. into
-    /// ~/.local/share/bash-completion/completions/aiwg-serve (create the directory first)
+    /// ~/.local/share/bash-completion/completions/aiwg-serve (create the directory first); it asks this
+    /// binary at each TAB, and completes executors, missions, webhooks, operators and runtimes with the
+    /// names and ids of the serve in AIWG_SERVE_URL (AIWG_SERVE_TOKEN)
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -158,6 +160,8 @@ impl Command {
 fn main() -> ExitCode {
     // The executor's agents run under this very binary as their guard: that is all such a process does.
     aiwg_executor::run_guard_if_asked();
+    // A TAB in a shell that sourced `completions`' script: answered, and that is all this process does.
+    cli::complete::answer_if_asked(command);
     let matches = command().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

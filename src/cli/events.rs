@@ -4,7 +4,7 @@ use clap::Args;
 use serde_json::Value;
 
 use super::output::Output;
-use super::{enc, summary, text, Failure};
+use super::{enc, names, summary, text, Failure};
 use aiwg_client::Client;
 
 /// How many of the latest events `events` prints when not told where to start.
@@ -22,19 +22,21 @@ pub struct EventsArgs {
     /// Only the last N events (1-1000), then stop, or go on with --follow
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub(crate) tail: Option<u32>,
-    #[arg(long)]
+    /// Only this mission's events (its id or a unique start of it)
+    #[arg(long, add = crate::cli::complete::missions())]
     pub(crate) mission: Option<String>,
-    #[arg(long)]
+    /// Only this executor's events (its name, its id or a unique start of it)
+    #[arg(long, add = crate::cli::complete::executors())]
     pub(crate) executor: Option<String>,
 }
 
 pub(super) async fn run(client: &Client, out: &Output, args: EventsArgs) -> Result<(), Failure> {
     let mut filter = String::new();
     if let Some(m) = &args.mission {
-        filter.push_str(&format!("&mission_id={}", enc(m)));
+        filter.push_str(&format!("&mission_id={}", enc(&names::mission_id(client, m, false).await?)));
     }
     if let Some(e) = &args.executor {
-        filter.push_str(&format!("&executor_id={}", enc(e)));
+        filter.push_str(&format!("&executor_id={}", enc(&names::executor_id(client, e).await?)));
     }
     // Without a starting point, the latest page: a long-lived store holds millions of events, and the
     // whole log is what `--since 0` asks for.

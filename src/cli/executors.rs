@@ -12,12 +12,21 @@ pub enum ExecutorsCommand {
     /// List registered executors
     List,
     /// Stop assigning new missions to an executor; its current missions go on
-    Drain { executor_id: String },
+    Drain {
+        #[arg(add = crate::cli::complete::executors())]
+        executor_id: String,
+    },
     /// Assign new missions to a drained executor again
-    Undrain { executor_id: String },
+    Undrain {
+        #[arg(add = crate::cli::complete::executors())]
+        executor_id: String,
+    },
     /// Remove a stale, disconnected executor: its token is revoked, its live missions are suspended or
     /// failed (missions and events are kept), and its id may be registered again by anyone
-    Remove { executor_id: String },
+    Remove {
+        #[arg(add = crate::cli::complete::executors())]
+        executor_id: String,
+    },
 }
 
 pub(super) async fn run(client: &Client, out: &Output, cmd: ExecutorsCommand) -> Result<(), Failure> {

@@ -16,7 +16,7 @@ pub enum HitlCommand {
         #[arg(long, default_value = "pending")]
         state: String,
         /// Only the requests of this executor's missions (id, name or id prefix)
-        #[arg(long)]
+        #[arg(long, add = crate::cli::complete::executors())]
         executor: Option<String>,
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -27,6 +27,7 @@ pub enum HitlCommand {
 
 #[derive(Args, Debug)]
 pub struct AnswerArgs {
+    #[arg(add = crate::cli::complete::missions())]
     mission: String,
     /// The answer
     #[arg(required_unless_present_any = ["approve", "reject"], conflicts_with_all = ["approve", "reject"])]

@@ -6,14 +6,17 @@
 //!
 //! One file per command family: `executors`, `runtimes`, `missions`, `dispatch` (which, with `--wait`,
 //! follows the mission as `missions watch` does), `events`, `store`, `operators`, `audit`, `hitl`, `webhooks` and `usage`; what they share (the failure, the exit,
-//! how values print) is here.
+//! how values print) is here, what a typed reference names in `names`, and the shell's live completions
+//! in `complete`.
 
 mod audit;
+pub mod complete;
 mod dispatch;
 mod events;
 mod executors;
 mod hitl;
 mod missions;
+mod names;
 mod operators;
 mod output;
 mod runtimes;
@@ -43,7 +46,7 @@ pub enum Operator {
     Executors(ExecutorsCommand),
     Runtimes(RuntimesCommand),
     Missions(MissionsCommand),
-    Dispatch(DispatchArgs),
+    Dispatch(Box<DispatchArgs>),
     Events(EventsArgs),
     Store(StoreCommand),
     Operators(OperatorsCommand),
@@ -136,6 +139,21 @@ impl From<CallError> for Failure {
     }
 }
 
+/// A follower refused by serve halfway (auth turned on, its token revoked or its role lowered: 401,
+/// 403) says that it lost its authorization while following, and how the mission stood, not only the
+/// status; it exits [`Exit::Refused`] like every refusal.
+fn lost(failure: Failure, mission_id: &str, ended: Option<&str>) -> Failure {
+    let Failure::Exit(Exit::Refused, why) = failure else { return failure };
+    if !why.starts_with("401 ") && !why.starts_with("403 ") {
+        return Failure::Exit(Exit::Refused, why);
+    }
+    let stood = match ended {
+        Some(event) => format!("the mission ended ({event}) but reading it was refused"),
+        None => "the mission goes on, unfollowed".into(),
+    };
+    Failure::Exit(Exit::Refused, format!("lost authorization while following mission {mission_id}: {stood}.\n{why}"))
+}
+
 fn usage(message: String) -> Failure {
     Failure::Exit(Exit::Usage, message)
 }
@@ -153,7 +171,7 @@ pub async fn run(global: Global, command: Operator) -> ExitCode {
         Operator::Executors(cmd) => executors::run(&client, &out, cmd).await,
         Operator::Runtimes(cmd) => runtimes::run(&client, &out, cmd).await,
         Operator::Missions(cmd) => missions::run(&client, &out, cmd).await,
-        Operator::Dispatch(args) => dispatch::run(&client, &out, args).await,
+        Operator::Dispatch(args) => dispatch::run(&client, &out, *args).await,
         Operator::Events(args) => events::run(&client, &out, args).await,
         Operator::Store(cmd) => store::run(&client, &out, cmd).await,
         Operator::Operators(cmd) => operators::run(&client, &out, cmd).await,
@@ -175,25 +193,11 @@ fn finish(result: Result<(), Failure>) -> ExitCode {
     }
 }
 
-/// Writes a shell completion script for `command` to stdout.
-pub fn completions(shell: clap_complete::Shell, mut command: clap::Command) -> ExitCode {
-    let mut script = Vec::new();
-    let name = command.get_name().to_owned();
-    clap_complete::generate(shell, &mut command, name.clone(), &mut script);
-    if shell == clap_complete::Shell::Bash {
-        script = repaired_bash(&String::from_utf8_lossy(&script), &name).into_bytes();
-    }
-    finish(Output::new(false).bytes(&script))
-}
-
-/// clap_complete's bash script names a hyphenated binary's subcommands two ways: the loop that walks
-/// the words typed says `aiwg__serve__subcmd__missions`, the table of what to offer says
-/// `aiwg__subcmd__serve__subcmd__missions`, so nothing below the top level completed. The table's names
-/// are made the loop's (the test runs the script in bash).
-fn repaired_bash(script: &str, name: &str) -> String {
-    let walked = name.replace('-', "__");
-    let tabled = name.replace('-', "__subcmd__");
-    script.replace(&format!("{tabled}__subcmd__"), &format!("{walked}__subcmd__"))
+/// Writes the shell completion script for `command` to stdout: one that asks this binary at each TAB
+/// ([`complete`]), so that names and ids complete from the serve as it is now.
+pub fn completions(shell: clap_complete::Shell, command: clap::Command) -> ExitCode {
+    let script = complete::script(shell, command.get_name()).map_err(|e| Failure::Exit(Exit::Failed, e));
+    finish(script.and_then(|script| Output::new(false).bytes(&script)))
 }
 
 fn text(v: &Value, key: &str) -> String {

@@ -4,6 +4,7 @@
 use clap::{Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
+use super::names::OPERATOR;
 use super::output::Output;
 use super::{enc, text, Failure};
 use aiwg_client::Client;
@@ -19,7 +20,10 @@ pub enum OperatorsCommand {
     /// List the operators: the configuration's tokens (config-N) and the named ones, revoked ones too
     List,
     /// Revoke an operator: its token acts no more
-    Revoke { name: String },
+    Revoke {
+        #[arg(add = crate::cli::complete::operators())]
+        name: String,
+    },
 }
 
 /// What an operator may do; each role may do what the ones before it may.
@@ -57,6 +61,7 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: OperatorsCommand) ->
             out.table(&["OPERATOR", "ROLE", "ADDED", "BY", "REVOKED"], rows)
         }
         OperatorsCommand::Revoke { name } => {
+            let name = OPERATOR.key(client, &name).await?;
             client.delete(&format!("/api/v1/operators/{}", enc(&name))).await?;
             out.line(format!("operator {name}: revoked"))
         }

@@ -4,6 +4,7 @@
 use clap::{Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
+use super::names::RUNTIME;
 use super::output::Output;
 use super::{enc, text, Exit, Failure};
 use aiwg_client::Client;
@@ -21,9 +22,15 @@ pub enum RuntimesCommand {
     /// List the runtimes: URL, health, profiles, provider and model
     List,
     /// Probe a runtime now as a kernel does (GET /health), and read its /capabilities; exit 1 when it is not healthy
-    Check { name: String },
+    Check {
+        #[arg(add = crate::cli::complete::runtimes())]
+        name: String,
+    },
     /// Remove a runtime: its live missions fail and the calls in flight are dropped
-    Remove { name: String },
+    Remove {
+        #[arg(add = crate::cli::complete::runtimes())]
+        name: String,
+    },
 }
 
 /// WattSwarm registries' label for a runtime; serve calls both kinds over HTTP.
@@ -53,10 +60,12 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: RuntimesCommand) -> 
             out.table(&["RUNTIME", "URL", "KIND", "HEALTHY", "ACTIVE", "PROFILES", "MODEL"], rows)
         }
         RuntimesCommand::Remove { name } => {
+            let name = RUNTIME.key(client, &name).await?;
             client.delete(&format!("/api/v1/runtimes/{}", enc(&name))).await?;
             out.line(format!("runtime {name}: removed"))
         }
         RuntimesCommand::Check { name } => {
+            let name = RUNTIME.key(client, &name).await?;
             let answer = client.post(&format!("/api/v1/runtimes/{}/check", enc(&name)), &Value::Null).await?;
             report(out, &answer, "checked")?;
             match answer["healthy"] == true {

@@ -5,6 +5,7 @@
 use clap::{Subcommand, ValueEnum};
 use serde_json::{json, Value};
 
+use super::names::WEBHOOK;
 use super::output::Output;
 use super::{enc, text, Failure};
 use aiwg_client::Client;
@@ -24,16 +25,25 @@ pub enum WebhooksCommand {
     },
     /// List the subscriptions: the configuration's (config-N) and the added ones
     List,
-    /// Remove a subscription: nothing more is sent to it
-    Remove { id: String },
-    /// A subscription's deliveries, newest first: state, attempts, the last error
+    /// Remove a subscription (its id or a unique start of it): nothing more is sent to it
+    Remove {
+        #[arg(add = crate::cli::complete::webhooks())]
+        id: String,
+    },
+    /// A subscription's deliveries (its id or a unique start of it), newest first: state, attempts, the
+    /// last error
     Deliveries {
+        #[arg(add = crate::cli::complete::webhooks())]
         id: String,
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
     /// Send a delivery again (same webhook-id and body), now
-    Redeliver { id: String, delivery: String },
+    Redeliver {
+        #[arg(add = crate::cli::complete::webhooks())]
+        id: String,
+        delivery: String,
+    },
     /// Print a new secret for a [[notify.webhook]] of the configuration
     Secret,
 }
@@ -71,10 +81,12 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: WebhooksCommand) -> 
             out.table(&["WEBHOOK", "URL", "EVENTS", "FORMAT", "ADDED", "BY"], rows)
         }
         WebhooksCommand::Remove { id } => {
+            let id = WEBHOOK.key(client, &id).await?;
             client.delete(&format!("/api/v1/webhooks/{}", enc(&id))).await?;
             out.line(format!("webhook {id}: removed"))
         }
         WebhooksCommand::Deliveries { id, limit } => {
+            let id = WEBHOOK.key(client, &id).await?;
             let page = client.get(&format!("/api/v1/webhooks/{}/deliveries?limit={limit}", enc(&id))).await?;
             if out.json {
                 return out.json(&page);
@@ -83,6 +95,7 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: WebhooksCommand) -> 
             out.table(&["DELIVERY", "EVENT", "STATE", "ATTEMPTS", "CREATED", "LAST"], rows)
         }
         WebhooksCommand::Redeliver { id, delivery } => {
+            let id = WEBHOOK.key(client, &id).await?;
             let path = format!("/api/v1/webhooks/{}/deliveries/{}/redeliver", enc(&id), enc(&delivery));
             let again = client.post(&path, &json!({})).await?;
             if out.json {

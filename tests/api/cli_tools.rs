@@ -181,35 +181,54 @@ async fn events_tail_prints_the_last_n_and_follows_on() {
     follower.kill().await.unwrap();
 }
 
+/// Issue 55: each shell's script asks this very binary at each TAB (clap_complete's engine), by its
+/// absolute path.
 #[tokio::test]
 async fn completions_for_each_shell() {
-    for (shell, marker) in
-        [("bash", "complete -F _aiwg__serve"), ("zsh", "#compdef aiwg-serve"), ("fish", "complete -c aiwg-serve")]
-    {
+    let binary = env!("CARGO_BIN_EXE_aiwg-serve");
+    for (shell, marker) in [
+        ("bash", "-F _clap_complete_aiwg_serve aiwg-serve"),
+        ("zsh", "#compdef aiwg-serve"),
+        ("fish", "complete --keep-order --exclusive --command aiwg-serve"),
+    ] {
         let out = finish(command(&["completions", shell])).await;
         assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
         let script = stdout(&out);
-        assert!(script.contains(marker) && script.contains("undrain"), "{shell}: {script}");
+        assert!(script.contains(marker) && script.contains(binary) && script.contains("COMPLETE"), "{shell}: {script}");
     }
     let out = finish(command(&["completions", "tcsh"])).await;
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// Issue 36: below the top level, bash completed nothing. The script, run in bash as bash runs it for
-/// a TAB: what it offers after each line typed.
-#[tokio::test]
-async fn bash_completes_below_the_top_level() {
+/// The bash script, run in bash as bash runs it for a TAB: what it offers after each line typed.
+/// Subcommands and flags at every level (issue 36), and live names and ids from the serve the
+/// environment names (issue 55).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_completes_subcommands_flags_and_live_names() {
+    let server = TestServer::start().await;
+    let mut e = ScriptedExecutor::listen(&[]).await;
+    let mut payload = e.register_payload();
+    payload["name"] = serde_json::json!("builder-c");
+    let r = server.client.post("/api/v1/executors/register", &payload).await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    e.token = r.body["token"].as_str().unwrap().to_owned();
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("aiwg-serve.bash");
     std::fs::write(&script, finish(command(&["completions", "bash"])).await.stdout).unwrap();
+    let base = server.base.clone();
     let offered = |line: &str| {
         let probe = format!(
             "source {}; COMP_WORDS=({line}); COMP_CWORD=$((${{#COMP_WORDS[@]}}-1)); COMP_LINE='{line}'; \
-             COMP_POINT=${{#COMP_LINE}}; _aiwg__serve aiwg-serve \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\"; \
+             COMP_POINT=${{#COMP_LINE}}; _clap_complete_aiwg_serve aiwg-serve \"${{COMP_WORDS[-1]}}\" \"${{COMP_WORDS[-2]}}\"; \
              echo \"${{COMPREPLY[*]}}\"",
             script.display()
         );
-        let out = std::process::Command::new("bash").args(["-c", &probe]).output().expect("bash runs");
+        let out = std::process::Command::new("bash")
+            .args(["-c", &probe])
+            .env("AIWG_SERVE_URL", &base)
+            .env_remove("AIWG_SERVE_TOKEN")
+            .output()
+            .expect("bash runs");
         assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
@@ -218,6 +237,9 @@ async fn bash_completes_below_the_top_level() {
     assert_eq!(offered("aiwg-serve executors und"), "undrain");
     assert_eq!(offered("aiwg-serve missions watch --ti"), "--timeout");
     assert_eq!(offered("aiwg-serve conformance server --pro"), "--profile");
+    assert_eq!(offered("aiwg-serve dispatch --executor build"), "builder-c");
+    assert_eq!(offered("aiwg-serve executors drain build"), "builder-c");
+    assert_eq!(offered(&format!("aiwg-serve executors drain {}", &e.id[..6])), e.id);
 }
 
 /// Colour on a terminal, never through a pipe or with NO_COLOR set.

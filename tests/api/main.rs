@@ -41,6 +41,7 @@ mod net;
 mod openapi;
 mod operations;
 mod operator;
+mod operator_day;
 mod operators;
 mod path_ids;
 mod postgres_only;

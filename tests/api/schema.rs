@@ -20,6 +20,7 @@ pub(crate) const STATUS_EXTENSIONS: &[&str] = &[
     "controls",
     "executor_filter",
     "lease",
+    "retry",
     "exit_codes",
     "attempt",
     "dispatched_by",

@@ -922,6 +922,8 @@ mod cases {
             method: "POST".into(),
             route: "/api/v1/missions/{id}/abort".into(),
             target: mission.map(|m| m[..2].to_owned()),
+            // A detail as stored is read back as it was (JSON text in both stores).
+            detail: mission.map(|m| json!({"mission": m, "topics": ["mission.failed"], "n": 2})),
             mission_id: mission.map(str::to_owned),
             executor_id: None,
             status: if operator.is_some() { 202 } else { 401 },
@@ -967,6 +969,7 @@ mod cases {
             method: "POST".into(),
             route: route.into(),
             target: None,
+            detail: None,
             mission_id: None,
             executor_id: None,
             status: 401,

@@ -177,6 +177,12 @@ impl Client {
         self.call(Method::POST, path, Some(body)).await
     }
 
+    /// `POST path` with these headers beside the usual ones (a dispatch's `Idempotency-Key`).
+    pub async fn post_with(&self, path: &str, body: &Value, headers: &[(&str, &str)]) -> Result<Value, CallError> {
+        let request = headers.iter().fold(self.request(Method::POST, path), |r, (k, v)| r.header(*k, *v));
+        self.answer(request.json(body)).await
+    }
+
     /// `GET path`'s body as bytes, asking for `accept` (a mission's log as received).
     pub async fn get_bytes(&self, path: &str, accept: &str) -> Result<Vec<u8>, CallError> {
         let response = self.send(self.request(Method::GET, path).header(ACCEPT, accept)).await?;
@@ -209,6 +215,11 @@ impl Client {
         if let Some(b) = body {
             request = request.json(b);
         }
+        self.answer(request).await
+    }
+
+    /// Sends `request`; its JSON answer, or its refusal.
+    async fn answer(&self, request: RequestBuilder) -> Result<Value, CallError> {
         let response = self.send(request).await?;
         let status = response.status().as_u16();
         let bytes =

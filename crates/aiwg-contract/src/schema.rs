@@ -13,6 +13,9 @@ const SCHEMA_JSON: &str = include_str!("../../../schemas/executor-v1.json");
 /// Schema errors reported back to a caller, capped so a hostile body cannot make a huge answer.
 const MAX_DETAILS: usize = 20;
 const MAX_DETAIL_MESSAGE: usize = 240;
+/// How much of the value a sentence of `x-expected` quotes: with the longest sentence (192 bytes), a
+/// detail stays within [`MAX_DETAIL_MESSAGE`].
+const EXPECTED_VALUE_MAX: usize = 40;
 
 /// One failing check: where in the instance, which keyword, and a sentence.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -108,7 +111,7 @@ impl Schema {
             .iter_errors(value)
             .take(MAX_DETAILS)
             .map(|e| {
-                let mut message = e.to_string();
+                let mut message = self.expected(&e).unwrap_or_else(|| e.to_string());
                 if message.len() > MAX_DETAIL_MESSAGE {
                     let cut = (0..=MAX_DETAIL_MESSAGE).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
                     message.truncate(cut);
@@ -126,6 +129,23 @@ impl Schema {
         } else {
             Err(details)
         }
+    }
+
+    /// A failed `anyOf` or `oneOf` said as its definition's `x-expected` says what is valid (`"gpu:a100"
+    /// is not a capability: ...`), where the validator's sentence would only name the keyword. The
+    /// failing keyword's location is canonical (no `$ref` in it), so its parent is the definition.
+    fn expected(&self, e: &jsonschema::ValidationError<'_>) -> Option<String> {
+        let path = e.schema_path().as_str();
+        let parent = path.strip_suffix("/anyOf").or_else(|| path.strip_suffix("/oneOf"))?;
+        let expected = self.doc.pointer(parent)?.get("x-expected")?.as_str()?;
+        // The value as written, cut so that the sentence after it fits in a detail.
+        let mut value = e.instance().to_string();
+        if value.len() > EXPECTED_VALUE_MAX {
+            let cut = (0..=EXPECTED_VALUE_MAX).rev().find(|i| value.is_char_boundary(*i)).unwrap_or(0);
+            value.truncate(cut);
+            value.push('…');
+        }
+        Some(format!("{value} {expected}"))
     }
 
     /// The `data` the server stores and emits for an event: tolerant input reduced to the declared shape.
@@ -211,6 +231,20 @@ mod tests {
             schema.canonical_data(EventType::MissionStarted, Some(&json!({"pty_session_id": "p1", "x": 1}))),
             json!({"state": "running", "pty_session_id": "p1"})
         );
+    }
+
+    #[test]
+    fn a_failed_alternative_says_what_is_valid() {
+        let schema = Schema::load().unwrap();
+        let body = json!({"mission_id": "m", "objective": "o", "completion": "c",
+            "executor_filter": {"capabilities": ["gpu:a100"], "executor_id": "builder-c"}});
+        let err = schema.validate("dispatch_payload", &body).unwrap_err();
+        let at = |path: &str| err.iter().find(|d| d.instance_path == path).map(|d| d.message.as_str());
+        let capability = at("/executor_filter/capabilities/0").unwrap_or_default();
+        assert!(capability.starts_with("\"gpu:a100\" is not a capability: the valid forms are isolation:"), "{err:?}");
+        assert!(capability.ends_with("x-<name> (e.g. x-gpu:a100)"), "whole: {err:?}");
+        let executor = at("/executor_filter/executor_id").unwrap_or_default();
+        assert!(executor.starts_with("\"builder-c\" is not an executor id"), "{err:?}");
     }
 
     #[test]

@@ -75,8 +75,14 @@ pub struct AuditRecord {
     pub method: String,
     /// The route as the API names it (`/api/v1/missions/{id}/abort`).
     pub route: String,
-    /// The route's `{id}` or `{name}`, as the caller wrote it (a prefix, a name).
+    /// What the call acted on: the route's `{id}` or `{name}` as the caller wrote it (a prefix, a
+    /// name), or what it made when the route names none (an added operator's name, a webhook's id, a
+    /// dispatched mission's id).
     pub target: Option<String>,
+    /// The target's salient fields, never a secret: an added operator's role, a webhook's URL host and
+    /// topics, a dispatch's session and outcome.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
     /// The mission and executor it acted on, when it names them (resolved: whole ids).
     pub mission_id: Option<String>,
     pub executor_id: Option<String>,
@@ -124,6 +130,7 @@ pub fn audit_bytes(r: &AuditRecord) -> u64 {
         + r.method.len()
         + r.route.len()
         + r.outcome.len()
+        + r.detail.as_ref().map_or(0, |d| d.to_string().len())
         + AUDIT_TIME_LEN;
     (AUDIT_ROW_BYTES + texts) as u64
 }

@@ -12,9 +12,9 @@ mod outputs;
 mod show;
 
 use super::output::Output;
-use super::{enc, shortened, summary, text, Exit, Failure};
+use super::{enc, lost, shortened, summary, text, Exit, Failure};
 use aiwg_client::{CallError, Client};
-use show::{respond_command, show_mission};
+use show::{executor_name, reason_of, respond_command, show_mission};
 
 #[derive(Subcommand, Debug)]
 pub enum MissionsCommand {
@@ -25,7 +25,7 @@ pub enum MissionsCommand {
             aiwg_domain::MissionState::ALL.iter().map(|s| s.as_str())))]
         state: Vec<String>,
         /// Only missions of this executor: its id, name or id prefix
-        #[arg(long)]
+        #[arg(long, add = crate::cli::complete::executors())]
         executor: Option<String>,
         #[arg(long)]
         session: Option<String>,
@@ -47,9 +47,13 @@ pub enum MissionsCommand {
         all: bool,
     },
     /// Show one mission with its recent events
-    Show { mission_id: String },
+    Show {
+        #[arg(add = crate::cli::complete::missions())]
+        mission_id: String,
+    },
     /// Follow a mission's events until it ends, then show it; exit 0 only if it is done
     Watch {
+        #[arg(add = crate::cli::complete::missions())]
         mission_id: String,
         /// Give up after this many seconds
         #[arg(long)]
@@ -57,6 +61,7 @@ pub enum MissionsCommand {
     },
     /// Print a mission's log: what its agents wrote to stdout and stderr (executors that declare x-log)
     Logs {
+        #[arg(add = crate::cli::complete::missions())]
         mission_id: String,
         /// Keep printing new output until the mission ends (a restart of serve is waited out)
         #[arg(short, long)]
@@ -73,6 +78,7 @@ pub enum MissionsCommand {
     },
     /// List a mission's artifacts (files its executor uploaded), or download one
     Artifacts {
+        #[arg(add = crate::cli::complete::missions())]
         mission_id: String,
         /// Download this artifact
         #[arg(long, value_name = "NAME")]
@@ -82,13 +88,23 @@ pub enum MissionsCommand {
         output: Option<std::path::PathBuf>,
     },
     /// Pause a mission
-    Pause { mission_id: String },
+    Pause {
+        #[arg(add = crate::cli::complete::missions())]
+        mission_id: String,
+    },
     /// Resume a paused mission
-    Resume { mission_id: String },
+    Resume {
+        #[arg(add = crate::cli::complete::missions())]
+        mission_id: String,
+    },
     /// Abort a mission (final; aborting an aborted mission succeeds, so scripts may retry)
-    Abort { mission_id: String },
+    Abort {
+        #[arg(add = crate::cli::complete::missions())]
+        mission_id: String,
+    },
     /// Answer a mission's pending HITL request
     Respond {
+        #[arg(add = crate::cli::complete::missions())]
         mission_id: String,
         #[arg(long)]
         hitl_id: String,
@@ -114,10 +130,7 @@ pub(super) async fn run(client: &Client, out: &Output, cmd: MissionsCommand) -> 
         }
         MissionsCommand::Show { mission_id } => {
             let m = client.get(&format!("/api/v1/missions/{}", enc(&mission_id))).await?;
-            match out.json {
-                true => out.json(&m),
-                false => show_mission(out, &m),
-            }
+            show(client, out, &m).await
         }
         MissionsCommand::Watch { mission_id, timeout } => {
             follow_to_end(client, out, &mission_id, timeout.map(Duration::from_secs)).await
@@ -162,10 +175,13 @@ async fn list_missions(
         } else {
             let now = chrono::Utc::now();
             rows.extend(page["missions"].as_array().into_iter().flatten().map(|m| {
-                let executor = m["executor_id"].as_str().map_or("-".to_owned(), |id| match names.get(id) {
+                let mut executor = m["executor_id"].as_str().map_or("-".to_owned(), |id| match names.get(id) {
                     Some(name) => name.clone(),
                     None => id.chars().take(8).collect(),
                 });
+                if let Some(attempt) = m["attempt"].as_u64() {
+                    executor.push_str(&format!(" (attempt {attempt})"));
+                }
                 let objective = m["objective"].as_str().map_or("-".to_owned(), |o| shortened(o, OBJECTIVE_CHARS));
                 vec![
                     text(m, "mission_id"),
@@ -325,6 +341,16 @@ async fn control(client: &Client, out: &Output, mission_id: &str, action: &str) 
     }
 }
 
+/// Prints a mission as read: JSON, or a field a line with its attempts' executors by name.
+async fn show(client: &Client, out: &Output, m: &Value) -> Result<(), Failure> {
+    if out.json {
+        return out.json(m);
+    }
+    let has_attempts = m["attempts"].as_array().is_some_and(|a| !a.is_empty());
+    let names = if has_attempts { executor_names(client).await? } else { HashMap::new() };
+    show_mission(out, m, &names)
+}
+
 /// Follows a mission to its end (a progress line on stderr), shows it, and exits by how it ended: 0 if
 /// done, [`Exit::Failed`] if failed or aborted; a timeout or Ctrl-C stops following only.
 pub(super) async fn follow_to_end(
@@ -338,41 +364,58 @@ pub(super) async fn follow_to_end(
     let mission = client.get(&format!("/api/v1/missions/{}", enc(reference))).await?;
     let mission_id = text(&mission, "mission_id");
     let mission_id = mission_id.as_str();
-    let final_event = wait_for(client, mission_id, timeout).await?;
-    let mission = client.get(&format!("/api/v1/missions/{}", enc(mission_id))).await?;
-    match out.json {
-        true => out.json(&mission)?,
-        false => show_mission(out, &mission)?,
-    }
+    let (final_event, data) = wait_for(client, mission_id, timeout).await.map_err(|e| lost(e, mission_id, None))?;
+    let ended = Some(final_event.as_str());
+    let mission = client
+        .get(&format!("/api/v1/missions/{}", enc(mission_id)))
+        .await
+        .map_err(|e| lost(e.into(), mission_id, ended))?;
+    show(client, out, &mission).await?;
     match final_event.as_str() {
         "mission.completed" => Ok(()),
         other => Err(Failure::Exit(
             Exit::Failed,
-            format!("mission {mission_id} ended with {other}: {}", text(&mission, "error")),
+            format!("mission {mission_id} ended with {other}: {}", reason_of(&data).unwrap_or_else(|| "-".into())),
         )),
     }
 }
 
-/// Follows a mission's events until a terminal one; returns its name. Shows a progress line on stderr.
-async fn wait_for(client: &Client, mission_id: &str, timeout: Option<Duration>) -> Result<String, Failure> {
+/// Follows a mission's events until a terminal one; returns its name and data. Shows a progress line on
+/// stderr, and a line of its own for each attempt that begins or ends.
+async fn wait_for(client: &Client, mission_id: &str, timeout: Option<Duration>) -> Result<(String, Value), Failure> {
     let follow = async {
         let mut events = client.events(&format!("/api/v1/events?mission_id={}", enc(mission_id)), Some(0));
         let tty = std::io::stderr().is_terminal();
+        let mut names: Option<HashMap<String, String>> = None;
         loop {
             let (name, item) = events.next().await?;
-            let line = format!("{mission_id}: {name} {}", summary(&item["envelope"]["data"]));
+            let envelope = &item["envelope"];
+            let mut line = format!("{mission_id}: {name} {}", summary(&envelope["data"]));
+            // Serve's words on attempts: one begins (assigned) or ends (suspended).
+            let attempt = envelope["data"]["attempt"]
+                .as_u64()
+                .filter(|_| matches!(name.as_str(), "mission.assigned" | "mission.suspended"));
+            if let Some(attempt) = attempt {
+                if names.is_none() {
+                    names = Some(executor_names(client).await?);
+                }
+                let by = executor_name(names.as_ref().expect("read above"), &text(envelope, "executor_id"));
+                line = format!("{line} [attempt {attempt}, executor {by}]");
+            }
             let line = aiwg_client::printable(&line);
-            if tty {
+            // An attempt's line stays on a terminal: the progress line overwrites only the others.
+            let stays = attempt.is_some();
+            if tty && !stays {
                 eprint!("\r\x1b[2K{line}");
             } else {
-                eprintln!("{line}");
+                eprintln!("{}{line}", if tty { "\r\x1b[2K" } else { "" });
             }
             let _ = std::io::stderr().flush();
             if matches!(name.as_str(), "mission.completed" | "mission.failed" | "mission.aborted") {
-                if tty {
+                if tty && !stays {
                     eprintln!();
                 }
-                return Ok(name);
+                return Ok((name, envelope["data"].clone()));
             }
         }
     };

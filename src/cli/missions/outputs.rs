@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use aiwg_client::{Client, LogStart};
 
 use super::super::output::Output;
-use super::super::{enc, text, Exit, Failure};
+use super::super::{enc, lost, text, Exit, Failure};
 
 /// What to print of which log.
 pub(super) struct LogsArgs {
@@ -36,7 +36,7 @@ pub(super) async fn logs(client: &Client, out: &Output, args: LogsArgs) -> Resul
     let start = args.tail.map_or(LogStart::Offset(0), LogStart::Tail);
     let mut follower = client.follow_log(&mission_id, args.stream, start);
     let follow = async {
-        while let Some(bytes) = follower.next().await? {
+        while let Some(bytes) = follower.next().await.map_err(|e| lost(e.into(), &mission_id, None))? {
             out.bytes(&bytes)?;
         }
         Ok(())

@@ -1,6 +1,8 @@
 //! One mission as an operator reads it (`missions show`, and where `missions watch` ends): its fields,
 //! how routing chose its executor, its pending HITL request and its recent events.
 
+use std::collections::HashMap;
+
 use serde_json::Value;
 
 use super::silent_for;
@@ -8,8 +10,9 @@ use crate::cli::output::Output;
 use crate::cli::usage::{cost, tokens};
 use crate::cli::{summary, text, Failure};
 
-/// Prints a mission, as `GET /api/v1/missions/{id}` answers it, a field a line.
-pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
+/// Prints a mission, as `GET /api/v1/missions/{id}` answers it, a field a line; `names` are the
+/// executors' names by id, for its attempts.
+pub(super) fn show_mission(out: &Output, m: &Value, names: &HashMap<String, String>) -> Result<(), Failure> {
     let keys = [
         "mission_id",
         "state",
@@ -32,18 +35,16 @@ pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
             field(out, key, text(m, key))?;
         }
     }
+    if m["error"].is_null() {
+        if let Some(reason) = end_reason(m) {
+            field(out, "reason", reason)?;
+        }
+    }
+    show_attempts(out, m, names)?;
     if let Some(silent) = silent_for(m, chrono::Utc::now()) {
         field(out, "silent for", format!("{silent} (no event or sign of life from its executor since updated_at)"))?;
     }
-    if let Some(limits) = m["timeouts"].as_object().filter(|t| !t.is_empty()) {
-        let names = [
-            ("schedule_to_start_s", "schedule-to-start"),
-            ("start_to_close_s", "start-to-close"),
-            ("heartbeat_s", "heartbeat"),
-        ];
-        let set = names.iter().filter_map(|(key, name)| Some(format!("{name} {}s", limits.get(*key)?.as_f64()?)));
-        field(out, "timeouts", set.collect::<Vec<_>>().join(", "))?;
-    }
+    show_timeouts(out, m)?;
     show_outputs(out, m)?;
     show_usage(out, m)?;
     if !m["compacted_at"].is_null() {
@@ -67,6 +68,80 @@ pub(super) fn show_mission(out: &Output, m: &Value) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// Why an ended mission without an `error` ended (an abort's reason, `start_to_close_timeout`, or who
+/// aborted it), from its end event among the recent ones.
+pub(super) fn end_reason(m: &Value) -> Option<String> {
+    let state = m["state"].as_str()?;
+    let events = m["recent_events"].as_array()?;
+    let end_event = format!("mission.{}", end_event(state)?);
+    let end = events.iter().rev().find(|e| e["event"].as_str() == Some(end_event.as_str()))?;
+    reason_of(&end["data"])
+}
+
+fn end_event(state: &str) -> Option<&'static str> {
+    match state {
+        "aborted" => Some("aborted"),
+        "failed" => Some("failed"),
+        _ => None,
+    }
+}
+
+/// The reason an end event's data gives: its `error` or `reason`, else who aborted it.
+pub(super) fn reason_of(data: &Value) -> Option<String> {
+    let said = |key: &str| data.get(key).and_then(Value::as_str).filter(|s| !s.is_empty());
+    if let Some(reason) = said("error").or(said("reason")) {
+        return Some(reason.to_owned());
+    }
+    said("by").or(said("aborted_by")).map(|by| format!("aborted by {by}"))
+}
+
+/// Its attempts, each with its executor by name, when it has a retry policy (its read lists them).
+fn show_attempts(out: &Output, m: &Value, names: &HashMap<String, String>) -> Result<(), Failure> {
+    let Some(attempts) = m["attempts"].as_array().filter(|a| !a.is_empty()) else { return Ok(()) };
+    let most = m["retry"]["max_attempts"].as_u64().map(|n| format!(" of at most {n}")).unwrap_or_default();
+    field(out, "attempts", format!("{}{most}", attempts.len()))?;
+    for a in attempts {
+        let executor = a["executor_id"].as_str().map_or("-".to_owned(), |id| executor_name(names, id));
+        let mut line = format!("  {:<3} {executor}", text(a, "attempt"));
+        if let Some(started) = a["started_at"].as_str() {
+            line.push_str(&format!("  started {started}"));
+        }
+        if let Some(ended) = a["ended_at"].as_str() {
+            line.push_str(&format!("  ended {ended}"));
+        }
+        if let Some(reason) = a["reason"].as_str() {
+            line.push_str(&format!(": {reason}"));
+        }
+        if let Some(at) = a["retry_at"].as_str() {
+            line.push_str(&format!(", next attempt at {at}"));
+        }
+        out.line(line)?;
+    }
+    Ok(())
+}
+
+/// An executor by name (with the start of its id, names need not be unique), or by the start of its id
+/// when serve no longer knows it.
+pub(super) fn executor_name(names: &HashMap<String, String>, id: &str) -> String {
+    let short: String = id.chars().take(8).collect();
+    match names.get(id) {
+        Some(name) => format!("{name} ({short})"),
+        None => short,
+    }
+}
+
+/// The timeouts that apply to it.
+fn show_timeouts(out: &Output, m: &Value) -> Result<(), Failure> {
+    let Some(limits) = m["timeouts"].as_object().filter(|t| !t.is_empty()) else { return Ok(()) };
+    let names = [
+        ("schedule_to_start_s", "schedule-to-start"),
+        ("start_to_close_s", "start-to-close"),
+        ("heartbeat_s", "heartbeat"),
+    ];
+    let set = names.iter().filter_map(|(key, name)| Some(format!("{name} {}s", limits.get(*key)?.as_f64()?)));
+    field(out, "timeouts", set.collect::<Vec<_>>().join(", "))
 }
 
 /// What the mission produced: where its work was kept, and its log.

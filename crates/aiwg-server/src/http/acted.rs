@@ -26,6 +26,8 @@ impl Slot {
         let mut seen = self.0.lock().expect("audit slot");
         seen.acted.mission_id = acted.mission_id.or(seen.acted.mission_id.take());
         seen.acted.executor_id = acted.executor_id.or(seen.acted.executor_id.take());
+        seen.acted.target = acted.target.or(seen.acted.target.take());
+        seen.acted.detail = acted.detail.or(seen.acted.detail.take());
     }
 
     pub(super) fn take(&self) -> Seen {
@@ -33,9 +35,20 @@ impl Slot {
     }
 }
 
-/// The mission and executor a call acted on, as its handler resolved them.
+/// The mission and executor a call acted on, as its handler resolved them; and, where the route's
+/// `{id}` does not name what the call made or changed (a dispatch's is its session, an added
+/// operator's is in the body), the target and its salient fields, never a secret.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Acted {
     pub mission_id: Option<String>,
     pub executor_id: Option<String>,
+    pub target: Option<String>,
+    pub detail: Option<serde_json::Value>,
+}
+
+impl Acted {
+    /// A call that made or changed `target`, described by `detail` (a JSON object).
+    pub(super) fn target(target: &str, detail: serde_json::Value) -> Acted {
+        Acted { target: Some(target.to_owned()), detail: Some(detail), ..Acted::default() }
+    }
 }

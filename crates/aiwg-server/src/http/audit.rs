@@ -66,13 +66,14 @@ pub(super) async fn record(State(app): State<Arc<App>>, request: Request, next: 
         operator: Some(who.name),
         role: Some(who.role),
         source,
+        target: acted.target.or(target),
+        detail: acted.detail,
         mission_id: acted.mission_id,
         executor_id: acted.executor_id,
         status: response.status().as_u16(),
         outcome: response.extensions().get::<ErrorCode>().map_or("ok", |c| c.0).to_owned(),
         method,
         route,
-        target,
         count: 1,
     };
     app.audit.record(record).await;

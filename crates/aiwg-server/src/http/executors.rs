@@ -103,7 +103,7 @@ async fn undrain(_: Admin, State(app): State<Arc<App>>, ExecutorRef(id): Executo
 
 async fn set_draining(app: &App, id: String, draining: bool) -> Result<Response> {
     app.fleet.set_draining(&id, draining).await?;
-    let acted = Acted { mission_id: None, executor_id: Some(id.clone()) };
+    let acted = Acted { executor_id: Some(id.clone()), ..Acted::default() };
     Ok((StatusCode::ACCEPTED, Extension(acted), Json(json!({"executor_id": id, "draining": draining}))).into_response())
 }
 
@@ -115,7 +115,7 @@ async fn readiness(_: Viewer, State(app): State<Arc<App>>, ExecutorRef(id): Exec
 /// left (to release its identity, or to answer that it is removed already): so not an `ExecutorRef`.
 async fn remove(Caller(by, _): Admin, State(app): State<Arc<App>>, PathId(reference): PathId) -> Result<Response> {
     let removed = app.fleet.remove_executor(&reference, &by.name).await?;
-    let acted = Acted { mission_id: None, executor_id: Some(removed.executor_id.clone()) };
+    let acted = Acted { executor_id: Some(removed.executor_id.clone()), ..Acted::default() };
     Ok((Extension(acted), Json(removed)).into_response())
 }
 

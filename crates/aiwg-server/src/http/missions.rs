@@ -39,7 +39,7 @@ pub(super) fn router() -> Router<Arc<App>> {
 type Accepted = (StatusCode, Extension<Acted>, Json<ControlOutcome>);
 
 async fn act(app: &Arc<App>, id: &str, action: Action<'_>, by: &Who) -> Result<Accepted> {
-    let acted = Acted { mission_id: Some(id.to_owned()), executor_id: None };
+    let acted = Acted { mission_id: Some(id.to_owned()), ..Acted::default() };
     Ok((StatusCode::ACCEPTED, Extension(acted), Json(app.controls.operate(id, action, &by.name).await?)))
 }
 
@@ -90,10 +90,11 @@ struct ListParams {
 }
 
 /// An executor by id, name or id prefix; an id no executor has now (one removed) still finds its
-/// missions.
+/// missions. What is not an id and names no executor is 404: a typo (`buildr-a`) listing nothing
+/// would read as "it has no missions".
 fn executor_filter(app: &App, reference: &str) -> Result<String> {
     match app.registry.resolve(reference) {
-        Err(Error::NotFound(_)) => Ok(canonical_id(reference)),
+        Err(Error::NotFound(_)) if uuid::Uuid::try_parse(reference).is_ok() => Ok(canonical_id(reference)),
         resolved => resolved,
     }
 }

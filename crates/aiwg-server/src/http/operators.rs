@@ -7,10 +7,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::acted::Acted;
 use super::extract::{Admin, Caller, JsonBody, PathId};
 use crate::app::App;
 use crate::error::{Error, Result};
@@ -38,7 +39,8 @@ async fn add(Caller(who, _): Admin, State(app): State<Arc<App>>, JsonBody(raw): 
     let role = Role::parse(&body.role)
         .ok_or_else(|| Error::InvalidOperator(format!("role {:?} is not one of viewer, operator, admin", body.role)))?;
     let added = app.operators.add(&who, &body.name, role).await?;
-    Ok((StatusCode::CREATED, Json(added)).into_response())
+    let acted = Acted::target(&body.name, json!({"name": body.name, "role": role.as_str()}));
+    Ok((StatusCode::CREATED, Extension(acted), Json(added)).into_response())
 }
 
 async fn revoke(Caller(who, _): Admin, State(app): State<Arc<App>>, PathId(name): PathId) -> Result<StatusCode> {

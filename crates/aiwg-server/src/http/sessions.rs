@@ -41,7 +41,13 @@ async fn dispatch(
 ) -> Result<Response> {
     let dispatched = app.dispatcher.dispatch(&session_id, raw, body, &by.name).await?;
     let mut response = (StatusCode::ACCEPTED, Json(&dispatched)).into_response();
-    let acted = Acted { mission_id: Some(dispatched.mission_id.clone()), executor_id: dispatched.executor_id.clone() };
+    // The target is the mission (the route's `{id}` is its session), with what the dispatch asked.
+    let detail = serde_json::json!({"session_id": session_id, "status": dispatched.status});
+    let acted = Acted {
+        mission_id: Some(dispatched.mission_id.clone()),
+        executor_id: dispatched.executor_id.clone(),
+        ..Acted::target(&dispatched.mission_id, detail)
+    };
     response.extensions_mut().insert(acted);
     if let Some(v) = dispatched.warning.as_deref().and_then(super::warning_header) {
         response.headers_mut().insert(axum::http::header::WARNING, v);

@@ -7,10 +7,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use super::acted::Acted;
 use super::extract::{cursor_param, page_limit, Admin, Caller, JsonBody, Params, PathId, PathIds};
 use crate::app::App;
 use crate::error::{Error, Result};
@@ -43,7 +44,11 @@ async fn add(Caller(who, _): Admin, State(app): State<Arc<App>>, JsonBody(raw): 
     let body: AddWebhook = serde_json::from_value(raw)
         .map_err(|e| Error::InvalidWebhook(format!("the body is {{\"url\", \"events\": [...], \"format\"?}}: {e}")))?;
     let added = app.webhooks.add(&who.name, &body.url, &body.events, body.format.as_deref()).await?;
-    Ok((StatusCode::CREATED, Json(added)).into_response())
+    // The URL's host only: the rest of a URL can be a credential (a Slack incoming webhook's path is).
+    let host = reqwest::Url::parse(&added.listed.url).ok().and_then(|u| u.host_str().map(str::to_owned));
+    let l = &added.listed;
+    let detail = json!({"url_host": host, "events": l.events, "format": l.format});
+    Ok((StatusCode::CREATED, Extension(Acted::target(&l.id, detail)), Json(added)).into_response())
 }
 
 async fn remove(Caller(who, _): Admin, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<StatusCode> {

@@ -68,6 +68,7 @@ impl Count {
             method: self.method.clone(),
             route: self.route.clone(),
             target: None,
+            detail: None,
             mission_id: None,
             executor_id: None,
             status: self.status,

@@ -35,6 +35,7 @@ pub(super) const SQLITE: Migrations = &[
     (21, "blob_names", include_str!("../../../../migrations/0021_blob_names.sql")),
     (22, "usage", include_str!("../../../../migrations/0022_usage.sql")),
     (23, "usage_sums", include_str!("../../../../migrations/0023_usage_sums.sql")),
+    (24, "audit_detail", include_str!("../../../../migrations/0024_audit_detail.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -60,6 +61,7 @@ pub(super) const POSTGRES: Migrations = &[
     (19, "blob_names", include_str!("../../../../migrations/postgres/0019_blob_names.sql")),
     (20, "usage", include_str!("../../../../migrations/postgres/0020_usage.sql")),
     (21, "usage_sums", include_str!("../../../../migrations/postgres/0021_usage_sums.sql")),
+    (22, "audit_detail", include_str!("../../../../migrations/postgres/0022_audit_detail.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

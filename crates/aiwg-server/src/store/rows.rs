@@ -175,6 +175,11 @@ pub(super) fn audit_from_row<R: Cols>(r: &R) -> Result<AuditRecord> {
         method: r.text("method")?,
         route: r.text("route")?,
         target: r.text_opt("target")?,
+        detail: r
+            .text_opt("detail")?
+            .map(|d| serde_json::from_str(&d))
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(format!("an audit record's detail is not JSON: {e}")))?,
         mission_id: r.text_opt("mission_id")?,
         executor_id: r.text_opt("executor_id")?,
         status: u16::try_from(status).map_err(|_| StoreError::Corrupt(format!("status {status}")))?,

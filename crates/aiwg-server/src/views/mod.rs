@@ -32,6 +32,9 @@ pub struct MissionStatus {
     pub executor_filter: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<Value>,
+    /// Its retry policy as asked; absent (never null) without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Value>,
     pub recent_events: Vec<Envelope>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub routing: Option<Value>,
@@ -132,7 +135,8 @@ impl MissionStatus {
         let routing = row.routing.take();
         let text = |key: &str| row.payload.get(key).and_then(Value::as_str).map(str::to_owned);
         let (completion, completion_check) = (text("completion"), text("completion_check"));
-        let (executor_filter, lease) = (row.payload.get("executor_filter").cloned(), row.payload.get("lease").cloned());
+        let asked = |key: &str| row.payload.get(key).filter(|v| !v.is_null()).cloned();
+        let (executor_filter, lease, retry) = (asked("executor_filter"), asked("lease"), asked("retry"));
         let controls = Control::allowed(row.state).into_iter().map(Control::as_str).collect();
         let exit_codes = row.exit_codes();
         let work = WorkView::of(row.terminal_data.as_ref());
@@ -142,6 +146,7 @@ impl MissionStatus {
             completion_check,
             executor_filter,
             lease,
+            retry,
             recent_events: events.into_iter().map(|e| e.envelope).collect(),
             routing,
             hitl: None,

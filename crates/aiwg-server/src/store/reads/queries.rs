@@ -112,7 +112,7 @@ pub(super) static UNDELIVERED_ANSWERS: LazyLock<String> = LazyLock::new(|| {
 /// a fixed part for the rest, as `aiwg_domain::operators::audit_bytes` counts them (in characters here,
 /// which both databases count alike; the bound is about the trail's size, not exact to the byte).
 pub(super) static AUDIT_BEYOND: LazyLock<String> = LazyLock::new(|| {
-    let texts = ["operator", "role", "source", "target", "mission_id", "executor_id"]
+    let texts = ["operator", "role", "source", "target", "detail", "mission_id", "executor_id"]
         .map(|c| format!("COALESCE(LENGTH({c}), 0)"))
         .join(" + ");
     format!(

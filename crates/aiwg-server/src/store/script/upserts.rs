@@ -106,8 +106,8 @@ impl<'a> Upsert<'a> for AuditRecord {
 /// The audit record's insert, with its `bucket` (the key of a count of refusals) when it has one.
 fn audit_insert<'a, B: Builder<'a>>(a: &'a AuditRecord, bucket: Option<String>, s: &mut Script<B>) {
     s.push(
-        "INSERT INTO audit (at, operator, role, source, method, route, target, mission_id, executor_id, status, \
-             outcome, count, bucket) ",
+        "INSERT INTO audit (at, operator, role, source, method, route, target, detail, mission_id, executor_id, \
+             status, outcome, count, bucket) ",
     );
     s.values([a], |b, a| {
         b.bind(clock::format(a.at))
@@ -117,6 +117,7 @@ fn audit_insert<'a, B: Builder<'a>>(a: &'a AuditRecord, bucket: Option<String>, 
             .bind(a.method.as_str())
             .bind(a.route.as_str())
             .bind(a.target.as_deref())
+            .bind(a.detail.as_ref().map(serde_json::Value::to_string))
             .bind(a.mission_id.as_deref())
             .bind(a.executor_id.as_deref())
             .bind(i64::from(a.status))
