@@ -73,6 +73,17 @@ async fn readiness_is_asked_and_its_gaps_named() {
         .await
         .assert_error(503, "no_executor_available");
     assert!(message.contains("credential expired at 2000-01-01T00:00:00Z"), "{message}");
+
+    // An exhausted budget refuses unattended work, and the reason says so.
+    let mut spent = ready_report();
+    spent["budget"] = json!({"state": "exhausted"});
+    ready.report_readiness(Some(spent));
+    let message = server
+        .client
+        .post("/api/v1/sessions/s/dispatch", &unattended(&mission_id()))
+        .await
+        .assert_error(503, "no_executor_available");
+    assert!(message.contains("budget exhausted: its readiness report says budget.state = exhausted"), "{message}");
 }
 
 #[tokio::test]

@@ -34,6 +34,7 @@ pub(super) const SQLITE: Migrations = &[
     (20, "fence", include_str!("../../../../migrations/0020_fence.sql")),
     (21, "blob_names", include_str!("../../../../migrations/0021_blob_names.sql")),
     (22, "usage", include_str!("../../../../migrations/0022_usage.sql")),
+    (23, "budgets", include_str!("../../../../migrations/0023_budgets.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -58,6 +59,7 @@ pub(super) const POSTGRES: Migrations = &[
     (18, "fence", include_str!("../../../../migrations/postgres/0018_fence.sql")),
     (19, "blob_names", include_str!("../../../../migrations/postgres/0019_blob_names.sql")),
     (20, "usage", include_str!("../../../../migrations/postgres/0020_usage.sql")),
+    (21, "budgets", include_str!("../../../../migrations/postgres/0021_budgets.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].
