@@ -454,6 +454,7 @@ mod tests {
             ("mission.completed", json!({}), Some(Topic::Completed)),
             ("mission.failed", json!({"reason": "x"}), Some(Topic::Failed)),
             ("mission.aborted", json!({}), Some(Topic::Aborted)),
+            ("mission.budget_warning", json!({"limit": "cost"}), Some(Topic::BudgetWarning)),
             ("executor.deregistered", json!({"reason": "timeout"}), Some(Topic::ExecutorLost)),
             ("executor.deregistered", json!({"reason": "graceful_shutdown"}), None),
             ("mission.progress", json!({}), None),
