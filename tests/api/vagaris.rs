@@ -66,7 +66,11 @@ async fn readiness_is_asked_and_its_gaps_named() {
     // Expired credentials and an exhausted budget refuse unattended work, and the reason says which.
     for (key, value, says) in [
         ("credential_expires_at", json!("2000-01-01T00:00:00Z"), "credential expired at 2000-01-01T00:00:00Z"),
-        ("budget", json!({"state": "exhausted"}), "budget exhausted: its readiness report says budget.state = exhausted"),
+        (
+            "budget",
+            json!({"state": "exhausted"}),
+            "budget exhausted: its readiness report says budget.state = exhausted",
+        ),
     ] {
         let mut report = ready_report();
         report[key] = value;
