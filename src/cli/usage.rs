@@ -1,7 +1,8 @@
 //! `aiwg-serve usage`: what missions spent, the kept sums grouped by day, operator, executor or model
-//! (`GET /api/v1/usage`), with their total; and how usage and cost print (also in `missions show`).
+//! (`GET /api/v1/usage`), with their total; `usage budgets`, the standing budgets with their period's
+//! spend (`GET /api/v1/budgets`, admins); and how usage and cost print (also in `missions show`).
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
 
 use super::output::Output;
@@ -16,6 +17,14 @@ pub struct UsageArgs {
     /// The first day counted (YYYY-MM-DD, UTC; an RFC 3339 time counts from its day); every day when left out
     #[arg(long)]
     since: Option<String>,
+    #[command(subcommand)]
+    what: Option<UsageWhat>,
+}
+
+#[derive(Subcommand, Debug)]
+enum UsageWhat {
+    /// The standing budgets, each with what its scope spent this period and when the period resets (admins)
+    Budgets,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -28,6 +37,9 @@ enum By {
 }
 
 pub(super) async fn run(client: &Client, out: &Output, args: UsageArgs) -> Result<(), Failure> {
+    if let Some(UsageWhat::Budgets) = args.what {
+        return budgets(client, out).await;
+    }
     let by = args.by.to_possible_value().expect("every grouping is named").get_name().to_owned();
     let mut path = format!("/api/v1/usage?by={by}");
     if let Some(since) = &args.since {
@@ -47,6 +59,33 @@ pub(super) async fn run(client: &Client, out: &Output, args: UsageArgs) -> Resul
     rows.push(row("total".to_owned(), &sums["total"]));
     let header = by.to_ascii_uppercase();
     out.table(&[&header, "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING", "COST"], rows)
+}
+
+async fn budgets(client: &Client, out: &Output) -> Result<(), Failure> {
+    let listed = client.get("/api/v1/budgets").await?;
+    if out.json {
+        return out.json(&listed);
+    }
+    let of = |b: &Value, spent: &str, max: &str, show: &dyn Fn(&Value) -> String| match b[max].is_null() {
+        true => show(&b[spent]),
+        false => format!("{} of {}", show(&b[spent]), show(&b[max])),
+    };
+    let whole = |v: &Value| v.as_u64().map_or("-".into(), |n| n.to_string());
+    let usd = |v: &Value| v.as_f64().map_or("-".into(), |d| format!("${d:.2}"));
+    let rows = listed["budgets"].as_array().into_iter().flatten().map(|b| {
+        let text = |k: &str| b[k].as_str().unwrap_or("-").to_owned();
+        let state = b["exhausted"].as_str().map_or("ok".to_owned(), |l| format!("exhausted ({l})"));
+        vec![
+            text("id"),
+            text("scope"),
+            text("period"),
+            of(b, "spent_tokens", "max_tokens", &whole),
+            of(b, "spent_cost_usd", "max_cost_usd", &usd),
+            text("resets_at"),
+            state,
+        ]
+    });
+    out.table(&["ID", "SCOPE", "PERIOD", "TOKENS", "COST", "RESETS", "STATE"], rows.collect())
 }
 
 fn row(key: String, s: &Value) -> Vec<String> {

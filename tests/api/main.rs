@@ -10,6 +10,7 @@ mod audit;
 mod auth_matrix;
 mod backup;
 mod browser;
+mod budgets;
 mod cli;
 mod cli_tools;
 mod conformance;

@@ -94,6 +94,22 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
         (Method::POST, "/api/v1/store/compact", "/api/v1/store/compact".into(), None, "admin"),
         (Method::GET, "/api/v1/audit", "/api/v1/audit".into(), None, "admin"),
         (Method::GET, "/api/v1/usage", "/api/v1/usage".into(), None, "operator"),
+        (
+            Method::PATCH,
+            "/api/v1/missions/{id}/budget",
+            format!("{mission}/budget"),
+            Some(json!({"max_tokens": 5})),
+            "operator",
+        ),
+        (Method::GET, "/api/v1/budgets", "/api/v1/budgets".into(), None, "admin"),
+        (
+            Method::POST,
+            "/api/v1/budgets",
+            "/api/v1/budgets".into(),
+            Some(json!({"scope": "all", "max_tokens": 5, "period": "1d"})),
+            "admin",
+        ),
+        (Method::DELETE, "/api/v1/budgets/{id}", "/api/v1/budgets/bud_x".into(), None, "admin"),
         (Method::GET, "/api/v1/operators", "/api/v1/operators".into(), None, "admin"),
         (
             Method::POST,

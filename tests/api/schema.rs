@@ -27,6 +27,7 @@ pub(crate) const STATUS_EXTENSIONS: &[&str] = &[
     "usage",
     "cost_usd",
     "cost_source",
+    "budget",
 ];
 
 fn fixture(path: &str) -> Value {

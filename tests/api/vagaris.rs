@@ -63,16 +63,25 @@ async fn readiness_is_asked_and_its_gaps_named() {
     assert!(rejected.contains(&"no readable readiness report".to_owned()), "{rejected:?}");
     assert!(unbound.no_dispatch_pending() && silent.no_dispatch_pending());
 
-    // Expired credentials and unknown budgets refuse unattended work.
-    let mut expired = ready_report();
-    expired["credential_expires_at"] = json!("2000-01-01T00:00:00Z");
-    ready.report_readiness(Some(expired));
-    let message = server
-        .client
-        .post("/api/v1/sessions/s/dispatch", &unattended(&mission_id()))
-        .await
-        .assert_error(503, "no_executor_available");
-    assert!(message.contains("credential expired at 2000-01-01T00:00:00Z"), "{message}");
+    // Expired credentials and an exhausted budget refuse unattended work, and the reason says which.
+    for (key, value, says) in [
+        ("credential_expires_at", json!("2000-01-01T00:00:00Z"), "credential expired at 2000-01-01T00:00:00Z"),
+        (
+            "budget",
+            json!({"state": "exhausted"}),
+            "budget exhausted: its readiness report says budget.state = exhausted",
+        ),
+    ] {
+        let mut report = ready_report();
+        report[key] = value;
+        ready.report_readiness(Some(report));
+        let message = server
+            .client
+            .post("/api/v1/sessions/s/dispatch", &unattended(&mission_id()))
+            .await
+            .assert_error(503, "no_executor_available");
+        assert!(message.contains(says), "{message}");
+    }
 }
 
 #[tokio::test]

@@ -89,7 +89,7 @@ impl EventType {
         EventType::MissionAborted,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             EventType::ExecutorRegistered => "executor.registered",
             EventType::ExecutorDeregistered => "executor.deregistered",

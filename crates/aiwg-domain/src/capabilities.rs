@@ -24,6 +24,10 @@ pub const ACKS: &str = "x-acks";
 /// event it sends about the mission (`attempt`), so that serve never takes a word about an earlier
 /// attempt for the current one's.
 pub const ATTEMPTS: &str = "x-attempts";
+/// An extension: the executor reads a dispatch's `budget` (`crate::budget`), so that its agent can limit
+/// itself; serve sends it only to executors declaring this (an executor written for upstream gets the
+/// body it knows).
+pub const BUDGET: &str = "x-budget";
 /// An extension: the executor only listens: serve opens its WebSocket, at the scheme, host and port of
 /// `transport_endpoints.ws` and on serve's own path (`/ws/executors/{id}?token=`), once it has had no
 /// socket for `hub.dial_after_s`. Serve dials no other executor: registration is open, and a dial

@@ -2,9 +2,10 @@
 //! HITL requests; the mission state machine and what each event does; the events serve records itself;
 //! routing; readiness; what an HTTP agent runtime is asked and how its answers settle a mission; the
 //! resync decisions; the reclaim rule for executor identities; what a sandbox session says about a
-//! mission; operators and their roles; what a webhook is told, and when it is told again; when a mission's timeouts expire; when a failure ends only an attempt, and how attempts are fenced; what missions spend. Nothing here imports the services, the store or the edge.
+//! mission; operators and their roles; what a webhook is told, and when it is told again; when a mission's timeouts expire; when a failure ends only an attempt, and how attempts are fenced; what missions spend, and the budgets that bound it. Nothing here imports the services, the store or the edge.
 
 pub mod artifacts;
+pub mod budget;
 pub mod capabilities;
 mod effects;
 mod event;
@@ -25,6 +26,7 @@ pub mod routing;
 pub mod runtime_task;
 pub mod sandbox_sessions;
 mod serve_events;
+pub mod standing;
 mod state;
 pub mod timeouts;
 pub mod usage;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+use super::budget::{Crossing, Watch};
 use super::usage::Kept;
 use super::{HitlRequest, MissionPatch, MissionState};
 
@@ -44,6 +45,8 @@ pub struct Live {
     /// What its current attempt reported using, one row a model (`crate::usage`): a new report is
     /// judged against it.
     usage: Vec<Kept>,
+    /// Its budget as serve watches it (`crate::budget`); `None`, the usual case, costs nothing.
+    budget: Option<Box<Watch>>,
 }
 
 /// What a queued change of a live mission replaced in its projection, put back if the change's commit
@@ -67,6 +70,7 @@ pub struct Projection {
     pub paused_from: Option<MissionState>,
     pub session: Option<String>,
     pub usage: Vec<Kept>,
+    pub budget: Option<Box<Watch>>,
     /// The key of a progress report the change remembered (one that also raised the usage kept):
     /// forgotten again, as [`Undo::Progress`] forgets it.
     pub progress: Option<u64>,
@@ -132,6 +136,7 @@ impl Live {
             paused_from: self.paused_from,
             session: self.session.clone(),
             usage: self.usage.clone(),
+            budget: self.budget.clone(),
             progress,
         }))
     }
@@ -141,11 +146,20 @@ impl Live {
         match undo {
             Undo::Progress(key) => self.forget_progress(key),
             Undo::Projection(p) => {
-                let Projection { state, terminal_data, hitl, hitl_outlived, paused_from, session, usage, progress } =
-                    *p;
+                let Projection {
+                    state,
+                    terminal_data,
+                    hitl,
+                    hitl_outlived,
+                    paused_from,
+                    session,
+                    usage,
+                    budget,
+                    progress,
+                } = *p;
                 (self.state, self.terminal_data, self.hitl, self.hitl_outlived) =
                     (state, terminal_data, hitl, hitl_outlived);
-                (self.paused_from, self.session, self.usage) = (paused_from, session, usage);
+                (self.paused_from, self.session, self.usage, self.budget) = (paused_from, session, usage, budget);
                 if let Some(key) = progress {
                     self.forget_progress(key);
                 }
@@ -170,6 +184,23 @@ impl Live {
             Some(k) => *k = kept,
             None => self.usage.push(kept),
         }
+    }
+
+    /// Its budget as serve watches it, if it has one.
+    pub fn budget(&self) -> Option<&Watch> {
+        self.budget.as_deref()
+    }
+
+    /// What a usage report or the clock crossed of its budget is recorded.
+    pub fn budget_crossed(&mut self, c: Crossing) {
+        if let Some(w) = self.budget.as_deref_mut() {
+            w.crossed(c);
+        }
+    }
+
+    /// Its budget changed (an operator raised it).
+    pub fn rebudgeted(&mut self, watch: Watch) {
+        self.budget = Some(Box::new(watch));
     }
 
     /// The projection as the store has it (after a failed commit whose undo could not be trusted):
@@ -261,6 +292,7 @@ impl Live {
             admitted: 0,
             attempt: 1,
             usage: Vec::new(),
+            budget: None,
         }
     }
 
@@ -277,6 +309,11 @@ impl Live {
     /// The same, with what its attempt keeps of its usage (loaded from the store).
     pub fn with_usage(self, usage: Vec<Kept>) -> Live {
         Live { usage, ..self }
+    }
+
+    /// The same, with its budget (`None`: none).
+    pub fn with_budget(self, budget: Option<Watch>) -> Live {
+        Live { budget: budget.map(Box::new), ..self }
     }
 
     /// Attempt `attempt` of a mission, whose dispatch to `executor_id` is being forwarded right now.
@@ -389,6 +426,7 @@ mod tests {
                 paused_from: None,
                 session: None,
                 usage: Vec::new(),
+                budget: None,
                 progress: None,
             },
             [7, 8],

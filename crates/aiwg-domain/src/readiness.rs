@@ -106,6 +106,10 @@ impl Report {
     }
 }
 
+/// Why an executor whose report says its budget is exhausted gets no unattended mission.
+pub const EXHAUSTED: &str = "budget exhausted: its readiness report says budget.state = exhausted, so it takes no \
+                             unattended mission until it reports otherwise";
+
 /// serve's judgement of a report before it routes a mission: `Err` names what stands in the way.
 /// For an unattended mission an absent or unreadable report, `ready: false`, an unknown or exhausted
 /// budget, and an unknown or past expiry each refuse; for an attended one only `ready: false` does.
@@ -132,7 +136,7 @@ pub fn judge(report: Option<&Value>, unattended: bool, now: DateTime<Utc>) -> Re
     }
     match report.get("budget").and_then(|b| b.get("state")).and_then(Value::as_str) {
         Some("ok") | Some("low") => {}
-        Some("exhausted") => return Err("budget exhausted".into()),
+        Some("exhausted") => return Err(EXHAUSTED.into()),
         _ => return Err("budget unknown (unknown is not unlimited)".into()),
     }
     match report.get("credential_expires_at") {
@@ -181,7 +185,7 @@ mod tests {
             ),
             (Some(ready(json!({"budget": {"state": "unknown"}}))), Err("budget unknown (unknown is not unlimited)")),
             (Some(ready(json!({"budget": {}}))), Err("budget unknown (unknown is not unlimited)")),
-            (Some(ready(json!({"budget": {"state": "exhausted"}}))), Err("budget exhausted")),
+            (Some(ready(json!({"budget": {"state": "exhausted"}}))), Err(EXHAUSTED)),
             (
                 Some(ready(json!({"ready": false, "gaps": [{"kind": "identity", "detail": "identity not bound"},
                                                           {"kind": "packaging", "detail": "vagaris-exec not on PATH"}]}))),

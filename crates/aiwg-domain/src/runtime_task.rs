@@ -111,7 +111,7 @@ impl Task {
             output_schema: spec.output_schema.unwrap_or_else(default_output_schema),
             policy,
             binding,
-            budget: spec.budget.unwrap_or_default(),
+            budget: mapped_budget(spec.budget.unwrap_or_default(), body),
             timeout_ms: spec.timeout_ms,
             executions,
             quorum,
@@ -140,6 +140,18 @@ impl Task {
             c.budget.finalize_cost_units = (units - c.budget.explore_cost_units - c.budget.verify_cost_units).max(1);
         }
         c
+    }
+}
+
+/// The task's budget, what the mission's own (`budget` in the dispatch, `crate::budget`) says where the
+/// task names none: its duration as `time_ms`, its tokens as `cost_units` (a unit a token). The
+/// mission's budget still holds over what the runtime reports.
+fn mapped_budget(task: aiwg_contract::BudgetSpec, body: &Value) -> aiwg_contract::BudgetSpec {
+    let Some(mission) = crate::budget::Budget::of(body.get("budget")) else { return task };
+    aiwg_contract::BudgetSpec {
+        time_ms: task.time_ms.or(mission.max_duration_s.map(|s| s.saturating_mul(1000))),
+        cost_units: task.cost_units.or(mission.max_tokens),
+        ..task
     }
 }
 
@@ -395,6 +407,19 @@ mod tests {
         assert_eq!(c.task_id, "m");
         assert_eq!(c.expiry_ms, 121_000);
         assert_eq!(c.acceptance.verifier_policy, t.binding);
+    }
+
+    /// A mission's budget gives the task's where the task names none: its duration as time_ms, its
+    /// tokens as cost_units; the task's own wins.
+    #[test]
+    fn a_missions_budget_maps_to_the_tasks() {
+        let (p, mut body) = payload(json!({"budget": {"cost_units": 7}}));
+        body["budget"] = json!({"max_tokens": 500, "max_duration_s": 20});
+        let c = Task::of(&p, &body).unwrap().contract("m", 0);
+        assert_eq!((c.budget.time_ms, c.budget.cost_units), (20_000, 7));
+        let (p, body) = payload(Value::Null);
+        let plain = Task::of(&DispatchPayload { task: None, ..p }, &body).unwrap().contract("m", 0);
+        assert_ne!(plain.budget.time_ms, 20_000, "without a budget, the kernel's");
     }
 
     #[test]

@@ -39,6 +39,11 @@ pub enum ServeEvent {
         reason: &'static str,
     },
     Paused,
+    /// A mission's budget ran out (`crate::budget`): paused, or aborted (`to`), naming the `limit`.
+    OverBudget {
+        to: MissionState,
+        limit: &'static str,
+    },
     /// A paused or suspended mission resumed (`from`, which the data names).
     Resumed {
         from: MissionState,
@@ -103,6 +108,8 @@ struct Data<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     aborted_by: Option<AbortedBy>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    limit: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     resumed_from: Option<MissionState>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pty_session_id: Option<&'a str>,
@@ -161,6 +168,8 @@ impl ServeEvent {
             ServeEvent::Failed { .. } => EventType::MissionFailed,
             ServeEvent::Aborted { .. } => EventType::MissionAborted,
             ServeEvent::Paused => EventType::MissionPaused,
+            ServeEvent::OverBudget { to: MissionState::Paused, .. } => EventType::MissionPaused,
+            ServeEvent::OverBudget { .. } => EventType::MissionAborted,
             ServeEvent::Resumed { .. } => EventType::MissionResumed,
             ServeEvent::HitlResponded { .. } => EventType::MissionHitlResponded,
             ServeEvent::Assigned { .. } => EventType::MissionAssigned,
@@ -207,6 +216,12 @@ impl ServeEvent {
                 ..Data::default()
             },
             ServeEvent::Paused => Data { reason: Some("operator_request"), ..Data::of(MissionState::Paused) },
+            ServeEvent::OverBudget { to, limit } => Data {
+                reason: Some(crate::budget::EXHAUSTED),
+                limit: Some(limit),
+                aborted_by: (*to == MissionState::Aborted).then_some(AbortedBy::System),
+                ..Data::of(*to)
+            },
             ServeEvent::Resumed { from } => Data { resumed_from: Some(*from), ..Data::of(MissionState::Running) },
             ServeEvent::HitlResponded { hitl_id, response, responded_at } => Data {
                 hitl_id: Some(hitl_id),
@@ -293,6 +308,14 @@ mod tests {
                 json!({"state": "aborted", "aborted_by": "operator", "reason": "operator_request"}),
             ),
             (ServeEvent::Paused, json!({"state": "paused", "reason": "operator_request"})),
+            (
+                ServeEvent::OverBudget { to: MissionState::Paused, limit: "tokens" },
+                json!({"state": "paused", "reason": "budget_exhausted", "limit": "tokens"}),
+            ),
+            (
+                ServeEvent::OverBudget { to: MissionState::Aborted, limit: "cost" },
+                json!({"state": "aborted", "reason": "budget_exhausted", "limit": "cost", "aborted_by": "system"}),
+            ),
             (
                 ServeEvent::Resumed { from: MissionState::Suspended },
                 json!({"state": "running", "resumed_from": "suspended"}),

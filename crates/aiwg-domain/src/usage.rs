@@ -352,6 +352,15 @@ impl Scope {
             _ => None,
         }
     }
+
+    /// As [`Scope::parse`] reads it.
+    pub fn as_text(&self) -> String {
+        match self {
+            Scope::All => "all".into(),
+            Scope::Operator(name) => format!("operator:{name}"),
+            Scope::Executor(id) => format!("executor:{id}"),
+        }
+    }
 }
 
 /// Usage summed over rows (of a mission's attempts, of a day, of an operator, ...): the counts, the

@@ -11,13 +11,15 @@ use crate::StoredEvent;
 use aiwg_contract::EventType;
 
 /// The events of the log a topic may come from: the store reads these through an index of their own
-/// (the others, progress above all, are the volume). [`Topic::of_event`] decides among them.
-pub const NOTABLE: [EventType; 5] = [
-    EventType::MissionHitlRequired,
-    EventType::MissionCompleted,
-    EventType::MissionFailed,
-    EventType::MissionAborted,
-    EventType::ExecutorDeregistered,
+/// (the others, progress above all, are the volume). [`Topic::of_event`] decides among them. The last
+/// is serve's own (`crate::budget::WARNING_EVENT`), in no executor's vocabulary.
+pub const NOTABLE: [&str; 6] = [
+    EventType::MissionHitlRequired.as_str(),
+    EventType::MissionCompleted.as_str(),
+    EventType::MissionFailed.as_str(),
+    EventType::MissionAborted.as_str(),
+    EventType::ExecutorDeregistered.as_str(),
+    crate::budget::WARNING_EVENT,
 ];
 
 /// What a subscription can be told of.
@@ -39,11 +41,21 @@ pub enum Topic {
     /// A mission has waited in the queue longer than `notify.queued_alert_s`.
     #[serde(rename = "mission.queued_long")]
     QueuedLong,
+    /// A mission reached 80% of a limit of its budget (`mission.budget_warning`).
+    #[serde(rename = "mission.budget_warning")]
+    BudgetWarning,
 }
 
 impl Topic {
-    pub const ALL: [Topic; 6] =
-        [Topic::HitlRequired, Topic::Completed, Topic::Failed, Topic::Aborted, Topic::ExecutorLost, Topic::QueuedLong];
+    pub const ALL: [Topic; 7] = [
+        Topic::HitlRequired,
+        Topic::Completed,
+        Topic::Failed,
+        Topic::Aborted,
+        Topic::ExecutorLost,
+        Topic::QueuedLong,
+        Topic::BudgetWarning,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -53,6 +65,7 @@ impl Topic {
             Topic::Aborted => "mission.aborted",
             Topic::ExecutorLost => "executor.lost",
             Topic::QueuedLong => "mission.queued_long",
+            Topic::BudgetWarning => crate::budget::WARNING_EVENT,
         }
     }
 
@@ -68,6 +81,7 @@ impl Topic {
             "mission.completed" => Some(Topic::Completed),
             "mission.failed" => Some(Topic::Failed),
             "mission.aborted" => Some(Topic::Aborted),
+            crate::budget::WARNING_EVENT => Some(Topic::BudgetWarning),
             "executor.deregistered" if e.data.as_ref().is_some_and(|d| d["reason"] == "timeout") => {
                 Some(Topic::ExecutorLost)
             }
@@ -391,6 +405,10 @@ impl Notice {
                 let why = said("queued_reason").map(|r| format!(": {r}")).unwrap_or_default();
                 format!(":hourglass: Mission {mission} has waited {minutes} min in the queue{why} <{link}|Open>")
             }
+            Topic::BudgetWarning => {
+                let limit = said("limit").unwrap_or_default();
+                format!(":moneybag: Mission {mission}{on} has used 80% of its {limit} budget <{link}|Open>")
+            }
         };
         line
     }
@@ -436,6 +454,7 @@ mod tests {
             ("mission.completed", json!({}), Some(Topic::Completed)),
             ("mission.failed", json!({"reason": "x"}), Some(Topic::Failed)),
             ("mission.aborted", json!({}), Some(Topic::Aborted)),
+            ("mission.budget_warning", json!({"limit": "cost"}), Some(Topic::BudgetWarning)),
             ("executor.deregistered", json!({"reason": "timeout"}), Some(Topic::ExecutorLost)),
             ("executor.deregistered", json!({"reason": "graceful_shutdown"}), None),
             ("mission.progress", json!({}), None),
@@ -447,7 +466,11 @@ mod tests {
         for event in aiwg_contract::EventType::ALL {
             let data = json!({"reason": "timeout"});
             let notifies = Topic::of_event(&stored(1, event.as_str(), data)).is_some();
-            assert_eq!(notifies, NOTABLE.contains(&event), "{event}: a topic comes from the notable events only");
+            assert_eq!(
+                notifies,
+                NOTABLE.contains(&event.as_str()),
+                "{event}: a topic comes from the notable events only"
+            );
         }
         for t in Topic::ALL {
             assert_eq!(Topic::parse(t.as_str()), Some(t));

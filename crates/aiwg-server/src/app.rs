@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::metrics::Metrics;
 use crate::services::audit::Audit;
+use crate::services::budgets::{Budgets, Standings};
 use crate::services::connections::Connections;
 use crate::services::controls::Controls;
 use crate::services::dispatcher::Dispatcher;
@@ -70,6 +71,8 @@ pub struct App {
     pub timeouts: Arc<Timeouts>,
     /// What missions spent, summed.
     pub usage: Usage,
+    /// Missions' budgets and standing budgets.
+    pub budgets: Arc<Budgets>,
     /// The socket tasks, on a runtime of their own, which a graceful stop waits for before closing the
     /// store.
     pub sockets: Arc<Sockets>,
@@ -93,9 +96,9 @@ impl App {
         let runtimes = Arc::new(Runtimes::new(&core, &config, outputs.clone(), shutdown.clone()));
         let sandboxes = Arc::new(Sandboxes::load(&core, &config, outputs.logs.clone(), shutdown.clone()).await?);
         let retries = Arc::new(Retries::new(&core, sandboxes.clone()));
-        let (dispatch, stop) = (config.dispatch.clone(), shutdown.clone());
-        let dispatcher =
-            Arc::new(Dispatcher::new(&core, dispatch, sandboxes.clone(), runtimes.clone(), retries.clone(), stop));
+        let (dispatch, stop, standings) = (config.dispatch.clone(), shutdown.clone(), standings(&core, &config).await?);
+        let (sb, rt, rs, st) = (sandboxes.clone(), runtimes.clone(), retries.clone(), standings.clone());
+        let dispatcher = Arc::new(Dispatcher::new(&core, dispatch, sb, rt, rs, st, stop));
         let (hub, sb, stop) = (&config.hub, sandboxes.clone(), shutdown.clone());
         let reconciler = Arc::new(Reconciler::new(&core, hub, dispatcher.clone(), retries.clone(), sb, stop));
         let controls = Arc::new(Controls::new(&core, sandboxes.clone()));
@@ -117,6 +120,7 @@ impl App {
             retention,
             webhooks: Arc::new(Webhooks::load(&core, &config, shutdown.clone()).await?),
             usage: Usage::load(&core).await?,
+            budgets: Arc::new(Budgets::new(&core, controls.clone(), standings, shutdown.clone())),
             config,
             schema,
             metrics,
@@ -150,10 +154,19 @@ impl App {
         self.dispatcher.load_queue().await?;
         self.dispatcher.run_queue();
         self.timeouts.start();
+        self.budgets.start();
         Ok(())
     }
 
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
         self.shutdown.clone()
     }
+}
+
+/// The standing budgets: the configuration's (judged again: a configuration built in code was never
+/// loaded) and those added through the API.
+async fn standings(core: &Core, config: &Config) -> Result<Arc<Standings>> {
+    let configured = config.standing_budgets().map_err(crate::error::Error::InvalidBudget)?;
+    let (store, registry) = (core.store.clone(), core.registry.clone());
+    Ok(Arc::new(Standings::load(store, registry, configured, config.budget_clock.clock()).await?))
 }

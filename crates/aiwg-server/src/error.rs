@@ -68,6 +68,13 @@ pub enum Error {
     /// completion check): nothing is stored, and the message says who would refuse what.
     #[error("every executor would refuse this mission as it is: {0}")]
     MissionRefused(String),
+    /// A dispatch that exhausted standing budgets rule out on every candidate executor: the message
+    /// names the scopes and when they reset.
+    #[error("{0}")]
+    BudgetExhausted(String),
+    /// A budget serve cannot use: a raise that lowers a limit, a standing budget's scope or period.
+    #[error("{0}")]
+    InvalidBudget(String),
     /// An HTTP runtime's name or URL that cannot be used.
     #[error("{0}")]
     InvalidRuntime(String),
@@ -191,7 +198,7 @@ codes! {
     MethodNotAllowed => "method_not_allowed", METHOD_NOT_ALLOWED,
         "A known route, another method.";
     Conflict => "conflict", CONFLICT,
-        "A `mission_id` that exists already (never overwritten); an HITL answer that names no pending request (stale, duplicate, expired).";
+        "A `mission_id` that exists already (never overwritten); an HITL answer that names no pending request (stale, duplicate, expired); resuming a mission whose budget is exhausted (raise it first); deleting a standing budget of the configuration file.";
     IdempotencyConflict => "idempotency_conflict", CONFLICT,
         "An `Idempotency-Key` sent before, within 24 hours, by the same operator with another request (another route or body): a new request needs a new key.";
     IllegalTransition => "illegal_transition", CONFLICT,
@@ -224,6 +231,10 @@ codes! {
         "A dispatch's `task` no runtime could be given (a policy binding a kernel refuses, a quorum above its executions).";
     MissionRefused => "mission_refused", UNPROCESSABLE_ENTITY,
         "Every executor registered declares it would refuse the dispatch as it is (a lease that lists no tools or not those it needs, a `completion_check` it does not run); the message names who and why; nothing is stored.";
+    BudgetExhausted => "budget_exhausted", UNPROCESSABLE_ENTITY,
+        "A dispatch for which exhausted standing budgets (`[[budgets]]`, `/api/v1/budgets`) rule out every candidate executor; the message names each scope, the limit it reached and when its period resets; nothing is stored.";
+    InvalidBudget => "invalid_budget", UNPROCESSABLE_ENTITY,
+        "A budget serve cannot use: a raise (`PATCH /api/v1/missions/{id}/budget`) that would lower a limit, of a mission dispatched without one; a standing budget with an unknown scope or period, or no limit.";
     InvalidRuntime => "invalid_runtime", UNPROCESSABLE_ENTITY,
         "An HTTP runtime's name or URL that cannot be used.";
     InvalidOperator => "invalid_operator", UNPROCESSABLE_ENTITY,
@@ -314,6 +325,8 @@ impl Error {
             Error::LeaseDeniesAllTools => Code::LeaseDeniesAllTools,
             Error::InvalidTask(_) => Code::InvalidTask,
             Error::MissionRefused(_) => Code::MissionRefused,
+            Error::BudgetExhausted(_) => Code::BudgetExhausted,
+            Error::InvalidBudget(_) => Code::InvalidBudget,
             Error::InvalidRuntime(_) => Code::InvalidRuntime,
             Error::InvalidOperator(_) => Code::InvalidOperator,
             Error::InvalidWebhook(_) => Code::InvalidWebhook,

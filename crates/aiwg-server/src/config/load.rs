@@ -91,6 +91,7 @@ impl Config {
         self.validate_timeouts()?;
         self.validate_notify()?;
         self.validate_pricing()?;
+        self.standing_budgets().map_err(ConfigError::Invalid)?;
         self.validate_otel()
     }
 
@@ -305,6 +306,11 @@ fn env_name(section: &str, key: &str) -> String {
 fn known_keys(table: &toml::Table, defaults: &toml::Table, path: &Path) -> Result<Vec<(String, String)>, ConfigError> {
     let mut keys = Vec::new();
     for (section, value) in table {
+        // `[[budgets]]`: a list of tables, each judged whole by `Config::standing_budgets`.
+        if section == "budgets" && value.is_array() {
+            keys.push((section.clone(), String::new()));
+            continue;
+        }
         let Some(known) = defaults.get(section).and_then(toml::Value::as_table) else {
             // `bind = ...` above every section: a key of a section, written where no section applies.
             let owners: Vec<String> = defaults

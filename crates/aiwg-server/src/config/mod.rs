@@ -10,6 +10,7 @@
 //!
 //! Here: the settings and their defaults. Loading them (the layers, the checks, the errors) is in `load`.
 
+mod budgets;
 mod load;
 mod outputs;
 mod pricing;
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+pub use budgets::{BudgetClock, Clock};
 pub use load::{ConfigError, Overrides};
 pub(crate) use outputs::MIN_LOG_BYTES;
 pub use outputs::{ArtifactsConfig, LogsConfig};
@@ -46,6 +48,12 @@ pub struct Config {
     /// What a model's usage costs where its executor reports no cost (`[pricing."MODEL"]`), by model
     /// name as executors report it. In the file only: a model's name is no environment variable's.
     pub pricing: std::collections::BTreeMap<String, PriceConfig>,
+    /// Standing budgets (`[[budgets]]`): what a scope may spend over a period. In the file only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets: Vec<aiwg_domain::standing::Written>,
+    /// Tests set the time standing budgets' periods are judged at; never read from a file.
+    #[serde(skip)]
+    pub budget_clock: BudgetClock,
 }
 
 /// Traces over OpenTelemetry (OTLP over HTTP, JSON), off unless an endpoint is named: spans of each

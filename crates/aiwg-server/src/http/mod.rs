@@ -3,6 +3,7 @@
 
 mod acted;
 mod audit;
+mod budgets;
 mod error;
 mod etag;
 mod events;
@@ -54,6 +55,7 @@ pub fn router(app: Arc<App>) -> Router {
         .merge(hitl::router())
         .merge(store::router())
         .merge(webhooks::router())
+        .merge(budgets::router())
         .merge(usage::router())
         .merge(ui::router())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), idempotency::keyed))

@@ -6,6 +6,7 @@
 
 pub(crate) mod artifacts;
 pub(crate) mod audit;
+pub(crate) mod budgets;
 pub(crate) mod connections;
 pub(crate) mod controls;
 pub(crate) mod dispatcher;

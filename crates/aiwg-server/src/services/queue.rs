@@ -142,7 +142,7 @@ impl Queue {
             dispatched_by: Some(by.to_owned()),
             ..Mission::new(&payload.mission_id, session_id, MissionState::Queued, body.clone(), now)
         };
-        self.store.commit(vec![Change::InsertMission(Box::new(row))]).await?;
+        self.store.commit(Change::dispatched(row)).await?;
         let mission_id = payload.mission_id.clone();
         tracing::info!(%mission_id, %reason, "mission queued");
         self.push(Waiting {

@@ -133,6 +133,10 @@ impl Status {
             }
             status.attempts = Some(attempts);
         }
+        if payload.get("budget").is_some() {
+            let kept = self.store.mission_budgets(Some(std::slice::from_ref(&mission_id))).await?;
+            status.budget = kept.first().map(|b| b.watch(Default::default()).view());
+        }
         self.name_executor(&mut status.summary);
         let spent = self.store.mission_usage(std::slice::from_ref(&mission_id)).await?;
         status.summary.spent(MissionCost::of(&spent));

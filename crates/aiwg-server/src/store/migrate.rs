@@ -36,6 +36,7 @@ pub(super) const SQLITE: Migrations = &[
     (22, "usage", include_str!("../../../../migrations/0022_usage.sql")),
     (23, "usage_sums", include_str!("../../../../migrations/0023_usage_sums.sql")),
     (24, "audit_detail", include_str!("../../../../migrations/0024_audit_detail.sql")),
+    (25, "budgets", include_str!("../../../../migrations/0025_budgets.sql")),
 ];
 
 /// PostgreSQL's, from `migrations/postgres/`: SQLite's schema of migration 4, in one step.
@@ -62,6 +63,7 @@ pub(super) const POSTGRES: Migrations = &[
     (20, "usage", include_str!("../../../../migrations/postgres/0020_usage.sql")),
     (21, "usage_sums", include_str!("../../../../migrations/postgres/0021_usage_sums.sql")),
     (22, "audit_detail", include_str!("../../../../migrations/postgres/0022_audit_detail.sql")),
+    (23, "budgets", include_str!("../../../../migrations/postgres/0023_budgets.sql")),
 ];
 
 /// The versions the database records as applied, as rows for [`missing`].

@@ -7,6 +7,7 @@
 //! and committed events are also published, in sequence order, to subscribers.
 
 mod blobs;
+mod budgets;
 mod migrate;
 mod open;
 pub mod postgres;
@@ -32,6 +33,7 @@ pub use aiwg_domain::{
     ExecutorRecord, HitlOutcome, HitlRequest, Mission, MissionPatch, MissionState, NewEvent, SandboxRecord, StoredEvent,
 };
 pub use blobs::BlobSink;
+pub use budgets::MissionBudget;
 pub use open::{describe, open, Deposed, Held, OpenError, Opened, Role, StoreConfig};
 pub use postgres::Leadership;
 pub use records::{
@@ -368,6 +370,12 @@ pub trait Storage: Send + Sync {
     /// sums kept per day, operator, executor and model, so its cost follows the groups and days it
     /// covers, never the missions.
     fn usage_sums<'a>(&'a self, q: &'a UsageQuery) -> BoxFuture<'a, Result<Vec<UsageGroup>>>;
+
+    /// The budgets of these missions (of every live mission, with `None`), in mission order.
+    fn mission_budgets<'a>(&'a self, mission_ids: Option<&'a [String]>) -> BoxFuture<'a, Result<Vec<MissionBudget>>>;
+
+    /// The standing budgets added through the API (removed ones included), oldest first.
+    fn standing_budgets(&self) -> BoxFuture<'_, Result<Vec<aiwg_domain::standing::Standing>>>;
 }
 
 /// The most groups one read of the sums answers.

@@ -121,6 +121,10 @@ pub enum Change {
     /// added to the sums (so they stay the sum of the rows). A batch writes each row once, as its last
     /// report of the day left it.
     Usage(Box<aiwg_domain::usage::Record>),
+    /// A mission's budget as serve watches it (`aiwg_domain::budget`).
+    PutBudget(Box<super::MissionBudget>),
+    /// A standing budget added or removed through the API (`aiwg_domain::standing`).
+    PutStanding(Box<aiwg_domain::standing::Standing>),
 }
 
 /// The changes of what missions produced (`aiwg_domain::log`, `aiwg_domain::artifacts`), each written by

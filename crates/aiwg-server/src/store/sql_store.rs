@@ -11,12 +11,13 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Type};
 use tokio::sync::broadcast;
 
 use super::blobs::{BlobFiles, BlobSink, PartSink, FILE};
+use super::reads::budgets::BudgetReads;
 use super::reads::outputs::OutputReads;
 use super::reads::usage::UsageReads;
 use super::reads::Reads;
 use super::rows::Cols;
 use super::writer::{EventFeed, Health, WriterHandle};
-use super::{KeptUsage, MissionUsage, UsageGroup, UsageQuery};
+use super::{KeptUsage, MissionBudget, MissionUsage, UsageGroup, UsageQuery};
 use aiwg_domain::idempotency::Answered;
 
 use super::{
@@ -322,5 +323,13 @@ where
 
     fn usage_sums<'a>(&'a self, q: &'a UsageQuery) -> BoxFuture<'a, Result<Vec<UsageGroup>>> {
         Box::pin(UsageReads(&self.reads.pool).sums(q))
+    }
+
+    fn mission_budgets<'a>(&'a self, mission_ids: Option<&'a [String]>) -> BoxFuture<'a, Result<Vec<MissionBudget>>> {
+        Box::pin(BudgetReads(&self.reads.pool).of_missions(mission_ids))
+    }
+
+    fn standing_budgets(&self) -> BoxFuture<'_, Result<Vec<aiwg_domain::standing::Standing>>> {
+        Box::pin(BudgetReads(&self.reads.pool).standing())
     }
 }

@@ -770,6 +770,7 @@ function missionPage(id) {
       ['Dispatched by', m.dispatched_by],
       ['Usage', m.usage && tokensText(m.usage)],
       ['Cost', m.usage && costText(m)],
+      ['Budget', m.budget && budgetText(m.budget)],
       ['Models', m.usage && m.usage.models.length > 1 && h('ul', { class: 'models' },
         m.usage.models.map((u) => h('li', {}, h('code', {}, u.model), `: ${tokensText(u)}; ${costText(u)}`)))],
     ];
@@ -1672,12 +1673,15 @@ function usagePage(params) {
   const chart = h('figure', { class: 'chart', id: 'usage-chart' });
   const sections = USAGE_BY.map(([by]) => h('section', { 'data-usage': by }));
   const status = h('p', { role: 'status', class: 'note' });
-  page('Usage', form, status, total, chart, ...sections);
+  const budgets = h('section', { id: 'usage-budgets' });
+  page('Usage', form, status, total, chart, budgets, ...sections);
   let alive = true;
   const refresh = throttle(async () => {
     const q = since.value ? `&since=${encodeURIComponent(since.value)}` : '';
     const answers = await Promise.all(USAGE_BY.map(([by]) => api('GET', `/api/v1/usage?by=${by}${q}`).catch(() => null)));
+    const standing = await api('GET', '/api/v1/budgets').catch(() => null);
     if (!alive) return;
+    fill(budgets, ...budgetsTable(standing));
     const failed = answers.findIndex((r) => !r || !r.ok);
     const refused = answers[failed];
     fill(status, failed < 0 ? '' : refused ? describeError(refused) : 'serve does not answer');
@@ -1705,6 +1709,33 @@ function usagePage(params) {
     refresh,
     dispose: () => { alive = false; },
   };
+}
+
+// A mission's budget in one line: each limit, what warned, and what ran out.
+function budgetText(b) {
+  const limits = [
+    b.max_tokens !== undefined && `${b.max_tokens.toLocaleString('en-US')} tokens`,
+    b.max_cost_usd !== undefined && `$${b.max_cost_usd.toFixed(2)}`,
+    b.max_duration_s !== undefined && `${b.max_duration_s} s`,
+  ].filter(Boolean);
+  const warned = b.warned.length ? `; 80% of ${b.warned.join(', ')} reached` : '';
+  const out = b.exhausted ? `; ${b.exhausted} exhausted` : '';
+  return `${limits.join(', ')} (then ${b.on_exhausted})${warned}${out}`;
+}
+
+// The standing budgets with their period's spend (admins read them; others are told so).
+function budgetsTable(r) {
+  const title = h('h2', {}, 'Standing budgets');
+  if (!r) return [title, h('p', { class: 'note' }, 'serve does not answer')];
+  if (!r.ok) return [title, h('p', { class: 'note' }, r.status === 403 ? 'Standing budgets are shown to admins.' : describeError(r))];
+  if (!r.data.budgets.length) return [title, h('p', { class: 'note' }, 'None: add [[budgets]] to the configuration, or POST /api/v1/budgets.')];
+  const spent = (used, max, show) => (max === undefined ? show(used) : `${show(used)} of ${show(max)}`);
+  const rows = r.data.budgets.map((b) => h('tr', { 'data-budget': b.id, class: b.exhausted ? 'exhausted' : '' },
+    h('th', { scope: 'row' }, b.id), h('td', {}, b.scope), h('td', {}, b.period),
+    h('td', {}, spent(b.spent_tokens, b.max_tokens, (n) => n.toLocaleString('en-US'))),
+    h('td', { class: 'cost' }, spent(b.spent_cost_usd, b.max_cost_usd, (d) => `$${d.toFixed(2)}`)),
+    h('td', {}, b.resets_at), h('td', {}, b.exhausted ? `exhausted (${b.exhausted})` : 'ok')));
+  return [title, table('This period', ['Budget', 'Scope', 'Period', 'Tokens', 'Cost', 'Resets', 'State'], rows)];
 }
 
 // An SVG bar a day (attributes, never inline styles: the page's CSP allows none): each day's cost, or

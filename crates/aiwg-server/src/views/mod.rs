@@ -60,6 +60,9 @@ pub struct MissionStatus {
     /// Where its executor kept its work, as its end event said.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub work: Option<WorkView>,
+    /// Its budget as it stands (raised ones included), the limits that warned and the one that ran out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Value>,
 }
 
 /// A mission's log in its read: how long, and what its cap dropped.
@@ -156,6 +159,7 @@ impl MissionStatus {
             controls,
             log: None,
             work,
+            budget: None,
         }
     }
 

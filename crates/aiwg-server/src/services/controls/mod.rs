@@ -18,6 +18,7 @@
 //! the answer says the agent may still be running. A resume returns the mission to where it was
 //! (`domain::resume_target`).
 
+mod budget;
 mod verdict;
 
 use std::collections::HashMap;

@@ -76,6 +76,13 @@ fn target(live: &Live, owner: Owner, mission_id: &str, action: Action<'_>) -> st
             live.state()
         ))));
     }
+    if let (Action::Resume, Some(limit)) = (action, live.budget().and_then(|w| w.exhausted)) {
+        return Err(Refused(Error::Conflict(format!(
+            "mission {mission_id} paused because its budget's {} ran out: raise it first (PATCH \
+             /api/v1/missions/{mission_id}/budget), then resume it",
+            aiwg_domain::budget::field(limit)
+        ))));
+    }
     match on_control(live.state(), action.control()) {
         Some(_) if matches!(action, Action::Resume) => Ok(live.resume_target()),
         Some(to) => Ok(to),

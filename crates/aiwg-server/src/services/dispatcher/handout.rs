@@ -9,7 +9,7 @@ use super::{Dispatched, RoutingRecord};
 use crate::error::{Error, Result};
 use crate::forward::{ForwardError, Forwarder, Target};
 use crate::metrics::Metrics;
-use crate::services::ledger::Ledger;
+use crate::services::ledger::{kept_watch, Ledger};
 use crate::services::registry::Registry;
 use crate::services::retries::{Failure, Retries};
 use crate::services::runtimes::Runtimes;
@@ -62,7 +62,12 @@ impl Handout {
         mut record: RoutingRecord,
     ) -> Result<Dispatched> {
         let mission_id = mission_id.to_owned();
-        self.ledger.insert(&mission_id, Live::handing_over(&attempts[0], attempt));
+        // Only a dispatch with a budget has one kept: the others read nothing more.
+        let watch = match body.get("budget") {
+            Some(_) => kept_watch(&self.store, &mission_id, attempt).await?,
+            None => None,
+        };
+        self.ledger.insert(&mission_id, Live::handing_over(&attempts[0], attempt).with_budget(watch));
         let bytes = Bytes::from(body.to_string());
         let mut last_failure = ForwardError::Unreachable("no attempt made".into());
         for (i, executor_id) in attempts.iter().enumerate() {
@@ -159,18 +164,27 @@ impl Handout {
         self.forwarder.forward(&self.target(executor_id)?, session_id, body).await
     }
 
-    /// The dispatch body `executor_id` gets: the stored one (`plain`, serialized), and for an executor
-    /// declaring `x-attempts` the same with the attempt it is (`attempt`, which an executor written for
-    /// upstream would not know: its schema allows no other key).
+    /// The dispatch body `executor_id` gets: the stored one (`plain`, serialized); for an executor
+    /// declaring `x-attempts` the same with the attempt it is (`attempt`), and its `budget` only for one
+    /// declaring `x-budget`: an executor written for upstream knows neither (its schema allows no other
+    /// key).
     pub(super) fn body_for(&self, executor_id: &str, body: &Value, plain: &Bytes, attempt: u32) -> Bytes {
-        if !self.registry.has_capability(executor_id, capabilities::ATTEMPTS) {
+        let numbered = self.registry.has_capability(executor_id, capabilities::ATTEMPTS);
+        let unbudgeted =
+            body.get("budget").is_some() && !self.registry.has_capability(executor_id, capabilities::BUDGET);
+        if !numbered && !unbudgeted {
             return plain.clone();
         }
-        let mut numbered = body.clone();
-        if let Some(fields) = numbered.as_object_mut() {
-            fields.insert("attempt".into(), attempt.into());
+        let mut sent = body.clone();
+        if let Some(fields) = sent.as_object_mut() {
+            if numbered {
+                fields.insert("attempt".into(), attempt.into());
+            }
+            if unbudgeted {
+                fields.remove("budget");
+            }
         }
-        Bytes::from(numbered.to_string())
+        Bytes::from(sent.to_string())
     }
 
     /// How serve calls an executor now (its registration may have changed since the mission was planned).

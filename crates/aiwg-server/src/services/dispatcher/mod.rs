@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use super::budgets::Standings;
 use super::ledger::Ledger;
 use super::queue::Queue;
 use super::registry::Registry;
@@ -58,6 +59,8 @@ pub struct Dispatcher {
     queue: Arc<Queue>,
     /// Which executors are agentic-sandbox executors (they run one mission per 8-character id prefix).
     sandboxes: Arc<Sandboxes>,
+    /// Exhausted standing budgets rule executors out of a dispatch.
+    standings: Arc<Standings>,
     /// Where round-robin among equally good candidates starts next.
     rotation: AtomicUsize,
     shutdown: watch::Receiver<bool>,
@@ -74,11 +77,13 @@ impl Dispatcher {
         sandboxes: Arc<Sandboxes>,
         runtimes: Arc<Runtimes>,
         retries: Arc<Retries>,
+        standings: Arc<Standings>,
         shutdown: watch::Receiver<bool>,
     ) -> Dispatcher {
         let forwarder = Forwarder::new(std::time::Duration::from_millis(config.forward_timeout_ms));
         Dispatcher {
             sandboxes,
+            standings,
             config,
             registry: core.registry.clone(),
             ledger: core.ledger.clone(),
@@ -174,13 +179,14 @@ impl Dispatcher {
                 return Ok(Dispatched::queued(&mission_id, reason));
             }
         };
+        let attempts = self.within_budgets(by, attempts).await?;
         let row = Mission {
             executor_id: Some(attempts[0].clone()),
             routing: Some(record.kept(&self.registry)),
             dispatched_by: Some(by.to_owned()),
             ..Mission::new(&mission_id, session_id, MissionState::Assigned, body.clone(), aiwg_contract::clock::now())
         };
-        let insert = self.store.commit(vec![Change::InsertMission(Box::new(row))]);
+        let insert = self.store.commit(Change::dispatched(row));
         insert.instrument(tracing::debug_span!("dispatch.commit")).await?;
         let forward = self.handout.hand_out(&mission_id, session_id, &body, 1, attempts, record);
         let mut dispatched = forward.instrument(tracing::debug_span!("dispatch.forward")).await?;
@@ -188,6 +194,22 @@ impl Dispatcher {
             dispatched.warning = self.session_collision_warning(&mission_id, executor_id);
         }
         Ok(dispatched)
+    }
+
+    /// The candidates no exhausted standing budget rules out; refused (422 `budget_exhausted`, naming
+    /// each budget and when it resets) when they rule out every one.
+    async fn within_budgets(&self, by: &str, attempts: Vec<String>) -> Result<Vec<String>> {
+        let ruled = self.standings.ruled_out(by, &attempts).await?;
+        if ruled.is_empty() {
+            return Ok(attempts);
+        }
+        let left: Vec<String> = attempts.into_iter().filter(|a| ruled.iter().all(|(id, _)| id != a)).collect();
+        if left.is_empty() {
+            let mut why: Vec<&str> = ruled.iter().map(|(_, why)| why.as_str()).collect();
+            why.dedup();
+            return Err(Error::BudgetExhausted(why.join("; ")));
+        }
+        Ok(left)
     }
 
     /// What is wrong with a dispatch whatever the fleet: refused before it is routed.

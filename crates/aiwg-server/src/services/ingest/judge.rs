@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::store::Change;
 use aiwg_contract::EventType;
+use aiwg_domain::budget::{self, Crossed};
 use aiwg_domain::usage::{self, Added, Pricing, Reported, Spent};
 use aiwg_domain::{
     hitl_effect, is_repeat, on_executor_event, patch_for, progress_key, HitlRequest, Live, MissionPatch, MissionState,
@@ -48,6 +49,8 @@ pub(super) struct Accepted {
     usage: Option<Box<Spent>>,
     /// Its usage report said less than what is kept of some count: that part was ignored.
     pub(super) usage_lowered: bool,
+    /// What the usage raised crossed of the mission's budget (`aiwg_domain::budget`).
+    pub(super) budget: Option<Box<Crossed>>,
 }
 
 impl Accepted {
@@ -70,6 +73,10 @@ impl Accepted {
         ];
         changes.extend(self.hitl_puts.into_iter().map(|h| Change::PutHitl(Box::new(h))));
         changes.extend(self.usage.map(|u| Change::usage(u.record)));
+        if let Some(c) = self.budget {
+            changes.extend(c.warnings.into_iter().map(Change::AppendEvent));
+            changes.push(Change::budget(mission_id, &c.watch));
+        }
         changes
     }
 
@@ -100,6 +107,9 @@ impl Accepted {
         }
         if let Some(u) = self.usage.as_deref() {
             live.spent(u.record.kept.clone());
+        }
+        if let Some(c) = self.budget.as_deref() {
+            live.budget_crossed(c.crossing);
         }
     }
 }
@@ -146,9 +156,10 @@ pub(super) fn decide(
         return Ok(Decision::Duplicate);
     }
     let (usage, usage_lowered) = spent(live, &row.data, mission_id, pricing, now)?;
+    let budget = usage.as_deref().and_then(|u| budget::on_report(live, mission_id, &u.record.kept, now));
     let patch = patch_for(event, &row.data, moved, now);
     let (hitl, hitl_puts) = hitl_effect(live, event, moved, &row.data, mission_id, now, hitl_default_expiry);
-    Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress, usage, usage_lowered }))
+    Ok(Decision::Accept(Accepted { moved, patch, hitl, hitl_puts, progress, usage, usage_lowered, budget }))
 }
 
 /// What an event's usage report raises of what the mission's attempt keeps, and whether it said less

@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::store::{Change, CommitSlot, Pending, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_contract::{EventType, Schema};
+use aiwg_domain::budget::{Crossed, Limit, OnExhausted};
 use aiwg_domain::usage::{Added, Pricing};
 use aiwg_domain::{capabilities, is_repeat, on_executor_event, HitlRequest, MissionState, NewEvent, Outcome};
 use judge::{decide, ends, illegal, not_owned, Decision, Judged};
@@ -71,6 +72,9 @@ pub struct PendingCommit {
     reference: FrameRef,
     /// What the event's usage report added, counted in the metrics once committed.
     added: Option<Box<Added>>,
+    /// The limit of its mission's budget the event's usage exhausted, and the budget's policy: the
+    /// mission is paused or aborted once committed.
+    exhausted: Option<(Limit, OnExhausted)>,
 }
 
 /// What a frame's outcome is, once known: the acknowledgement or the refusal to send back.
@@ -94,6 +98,7 @@ struct Queued {
     moved: Option<MissionState>,
     deadline: Option<Box<HitlRequest>>,
     added: Option<Box<Added>>,
+    exhausted: Option<(Limit, OnExhausted)>,
 }
 
 /// Reads executors' event frames: judges each, queues its commit, and settles it once committed.
@@ -176,6 +181,7 @@ impl Ingest {
                 resync,
                 reference: reference.clone(),
                 added: None,
+                exhausted: None,
             }))
         };
         let Some(mission_id) = row.mission_id.clone().filter(|_| event.as_str().starts_with("mission.")) else {
@@ -206,7 +212,7 @@ impl Ingest {
             Ok(Some(q)) => {
                 let mut queued = pending(q.commit, Some((q.ticket, q.moved)), q.deadline, None);
                 if let Ingested::Pending(p) = &mut queued {
-                    p.added = q.added;
+                    (p.added, p.exhausted) = (q.added, q.exhausted);
                 }
                 Ok(queued)
             }
@@ -266,14 +272,15 @@ impl Ingest {
                             self.metrics.usage.lowered.add(1);
                         }
                         let (moved, deadline, added) = (a.moved, a.deadline(judged.event), a.added().map(Box::new));
+                        let exhausted = a.budget.as_deref().and_then(Crossed::exhausted);
                         let commit = slot.take().expect("one slot").submit(a.changes(row, mission_id, seen.clone()));
-                        (Ok(Some((commit, moved, deadline, added))), Some(undo))
+                        (Ok(Some((commit, moved, deadline, added, exhausted))), Some(undo))
                     }
                 }
             });
             let error = match decided {
-                Decided::Done((Ok(Some((commit, moved, deadline, added))), Some(ticket))) => {
-                    return Ok(Some(Queued { commit, ticket, moved, deadline, added }))
+                Decided::Done((Ok(Some((commit, moved, deadline, added, exhausted))), Some(ticket))) => {
+                    return Ok(Some(Queued { commit, ticket, moved, deadline, added, exhausted }))
                 }
                 Decided::Done((Ok(_), _)) => return Ok(None),
                 Decided::Done((Err(e), _)) => e,
@@ -363,6 +370,7 @@ impl Ingest {
             resync: None,
             reference,
             added: q.added,
+            exhausted: q.exhausted,
         };
         match self.finish(pending).await {
             Answer::Ack { .. } => Ok(true),
@@ -389,6 +397,11 @@ impl Ingest {
                 }
                 if let Some(request) = p.deadline {
                     self.controls.watch_hitl_deadline(*request);
+                }
+                if let (Some((limit, policy)), Some(mission_id)) = (p.exhausted, &p.reference.mission_id) {
+                    // Not awaited: the acknowledgement goes back in frame order meanwhile.
+                    let (controls, mission_id) = (self.controls.clone(), mission_id.clone());
+                    tokio::spawn(async move { controls.exhaust(&mission_id, limit.as_str(), policy).await });
                 }
                 if let Some((listed, origin)) = p.resync {
                     self.reconciler.resync(&p.executor_id, listed, origin);

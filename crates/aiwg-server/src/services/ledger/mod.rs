@@ -18,6 +18,7 @@
 //! The ledger also owns the per-executor count of live missions: a mission counts from its insertion to
 //! its removal.
 
+mod budgets;
 mod missions;
 mod serve;
 mod stored;
@@ -34,6 +35,7 @@ use crate::error::Result;
 use crate::store::{Change, Pending, Store, StoreError};
 use aiwg_contract::clock;
 use aiwg_domain::{Handover, HitlRequest, Live, MissionPatch, MissionState, Undo};
+pub(crate) use budgets::kept_watch;
 pub(crate) use missions::Collisions;
 use missions::Missions;
 pub(crate) use serve::{Moved, Verdict};

@@ -9,6 +9,7 @@
 //! or last event with `ORDER BY seq LIMIT 1`: SQLite answers `MIN(seq)` over the view by building an
 //! index of all of it.
 
+pub(super) mod budgets;
 mod filter;
 pub(super) mod outputs;
 mod queries;

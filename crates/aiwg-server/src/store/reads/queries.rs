@@ -176,8 +176,8 @@ mod tests {
     fn the_notable_events_index_has_the_condition_the_reads_write() {
         let condition = format!("WHERE event IN ({})", *super::NOTABLE);
         for migration in [
-            include_str!("../../../../../migrations/0011_webhooks.sql"),
-            include_str!("../../../../../migrations/postgres/0009_webhooks.sql"),
+            include_str!("../../../../../migrations/0025_budgets.sql"),
+            include_str!("../../../../../migrations/postgres/0023_budgets.sql"),
         ] {
             assert!(migration.contains(&format!("ON events (seq) {condition};")), "{condition}");
         }

@@ -177,6 +177,8 @@ impl<'a, B: Builder<'a>> Script<B> {
                 self.end();
             }
             Change::PutWebhook(w) => w.upsert(self),
+            Change::PutBudget(b) => b.upsert(self),
+            Change::PutStanding(b) => b.upsert(self),
             Change::QueueDelivery(d) => upserts::queue(d, self),
             Change::NotifiedUpTo(seq) => {
                 self.push("INSERT INTO notify_cursor (id, seq) VALUES (1, ").bind(*seq);

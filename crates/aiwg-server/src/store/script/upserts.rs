@@ -1,12 +1,14 @@
 //! The records written by a statement of their own, one upsert (or insert) each: executors, sandboxes,
 //! operators, HITL requests, audit records, webhook subscriptions and their deliveries, the answers
-//! to keyed requests.
+//! to keyed requests, missions' budgets and standing budgets.
 
 use super::{Builder, Script};
-use crate::store::{ExecutorRecord, HitlRequest, SandboxRecord};
+use crate::store::rows::db_int;
+use crate::store::{ExecutorRecord, HitlRequest, MissionBudget, SandboxRecord};
 use aiwg_contract::clock;
 use aiwg_domain::idempotency::Answered;
 use aiwg_domain::operators::{minute_of, AuditRecord, OperatorRecord};
+use aiwg_domain::standing::Standing;
 use aiwg_domain::webhooks::{Delivery, Webhook};
 
 /// A record that one statement writes.
@@ -183,6 +185,45 @@ impl<'a> Upsert<'a> for Webhook {
                 .bind(clock::format(w.created_at))
                 .bind(w.created_by.as_deref())
                 .bind(w.removed_at.map(clock::format));
+        });
+        s.push(" ON CONFLICT (id) DO UPDATE SET removed_at = excluded.removed_at").end();
+    }
+}
+
+impl<'a> Upsert<'a> for MissionBudget {
+    fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
+        s.push("INSERT INTO mission_budgets (mission_id, budget, since, warned, exhausted) ");
+        s.values([self], |b, m| {
+            b.bind(m.mission_id.as_str())
+                .bind(m.budget.to_json().to_string())
+                .bind(clock::format(m.since))
+                .bind(m.warned.to_text())
+                .bind(m.exhausted.map(|l| l.as_str()));
+        });
+        s.push(
+            " ON CONFLICT (mission_id) DO UPDATE SET budget = excluded.budget, warned = excluded.warned, \
+             exhausted = excluded.exhausted",
+        )
+        .end();
+    }
+}
+
+impl<'a> Upsert<'a> for Standing {
+    fn upsert<B: Builder<'a>>(&'a self, s: &mut Script<B>) {
+        s.push(
+            "INSERT INTO budgets (id, scope, max_tokens, max_cost_micros, period_days, on_exhausted, created_at, \
+             created_by, removed_at) ",
+        );
+        s.values([self], |b, st| {
+            b.bind(st.id.as_str())
+                .bind(st.scope.as_text())
+                .bind(st.max_tokens.map(db_int))
+                .bind(st.max_cost_micros)
+                .bind(i64::from(st.period_days))
+                .bind(st.on_exhausted.as_str())
+                .bind(clock::format(st.created_at))
+                .bind(st.created_by.as_deref())
+                .bind(st.removed_at.map(clock::format));
         });
         s.push(" ON CONFLICT (id) DO UPDATE SET removed_at = excluded.removed_at").end();
     }

@@ -100,7 +100,9 @@ impl<'a> Gathered<'a> {
                 | Change::ForgetDeliveries { .. }
                 | Change::PutIdempotent(_)
                 | Change::ForgetIdempotent { .. }
-                | Change::Output(_) => statements.upsert(change).await?,
+                | Change::Output(_)
+                | Change::PutBudget(_)
+                | Change::PutStanding(_) => statements.upsert(change).await?,
                 Change::Usage(record) => self.spent(record),
                 Change::PutLogState(state) => {
                     self.log_states.insert(&state.mission_id, change);
