@@ -431,7 +431,9 @@ function eventRow(item, open) {
     ' ',
     byLabel(item),
     e.mission_id ? [' on ', missionLink(e.mission_id)] : '',
-    hasData && [' ', h('button', { type: 'button', class: 'link data', onclick: () => open(item) }, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat)],
+    // The button stays short: a line cut with an ellipsis hides a whole button that does not fit.
+    hasData && [' ', h('button', { type: 'button', class: 'link data-open', onclick: () => open(item) }, 'data'), ' ',
+      h('span', { class: 'data' }, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat)],
   );
   // An event never changes: its row is drawn once.
   li.update = () => {};
