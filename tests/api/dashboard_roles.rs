@@ -153,7 +153,6 @@ async fn a_viewer_sees_no_control_it_cannot_use_an_operator_and_an_admin_see_the
     sign_in(&browser, &server, ADMIN, "config-1 · admin").await;
     let seen = controls(&browser, &server, &id, &e.id).await;
     assert!(seen.as_object().unwrap().values().all(|n| *n == json!(1)), "an admin is offered everything: {seen}");
-    assert!(browser.logs_errors().await.is_empty(), "{:?}", browser.logs_errors().await);
 }
 
 /// A refusal is said where the control was used, with serve's message: an answer to a question whose
