@@ -72,10 +72,21 @@ function missionLink(id) {
   return h('a', { href: `#/missions/${encodeURIComponent(id)}` }, id);
 }
 
+// The reader's local date and time, as toLocaleString() says it, from one formatter made once: each
+// toLocaleString() call builds a formatter of its own, which the events page paid for every row it drew
+// under a stream.
+const LOCAL_TIME = new Intl.DateTimeFormat(undefined, {
+  year: 'numeric', month: 'numeric', day: 'numeric', hour: 'numeric', minute: 'numeric', second: 'numeric',
+});
+
+function local(d) {
+  return LOCAL_TIME.format(d);
+}
+
 function time(ts) {
   if (!ts) return '';
   const d = new Date(ts);
-  return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: ts }, d.toLocaleString());
+  return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: ts }, local(d));
 }
 
 // How long a running mission has been silent (its updated_at is when it was last heard of), as "42 s",
@@ -101,7 +112,7 @@ function attempts(list) {
     { 'data-attempt': String(a.attempt) },
     a.executor_id ? h('span', { title: a.executor_id }, executorNames.get(a.executor_id) || shortId(a.executor_id)) : 'no executor yet',
     `: ${a.reason || 'under way'}`,
-    a.retry_at ? ` (next attempt at ${new Date(a.retry_at).toLocaleString()})` : '',
+    a.retry_at ? ` (next attempt at ${local(new Date(a.retry_at))})` : '',
   )));
 }
 
@@ -609,7 +620,7 @@ function agoText(ts) {
 function ago(ts) {
   if (!ts) return '';
   const d = new Date(ts);
-  return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: `${d.toLocaleString()} (${ts})` }, agoText(ts));
+  return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: `${local(d)} (${ts})` }, agoText(ts));
 }
 
 // One mission's row (a keyed row: a selection of its id survives live updates), one line high: long
@@ -1615,7 +1626,7 @@ function dispatchPage(params) {
 // stream of thousands of events a second the page adds them once per animation frame, and a frame
 // touches a few dozen rows, not hundreds.
 const EVENT_ROW_PX = 28;
-const EVENT_OVERSCAN = 10;
+const EVENT_OVERSCAN = 6;
 
 // The events page's filter: comma-separated starts of event types to show, a written -start left out;
 // an executor by name or id's start; a mission by its id's start; progress hidden.
