@@ -1627,6 +1627,10 @@ function dispatchPage(params) {
 // touches a few dozen rows, not hundreds.
 const EVENT_ROW_PX = 28;
 const EVENT_OVERSCAN = 6;
+// New events redraw the rows at most this often (a scroll redraws at once): at thousands of events a
+// second every frame replaced every row in view, and a run still had a 66 ms frame with no long task
+// (aiwg-bench --only dashboard, 40 events/s from 64 executors); nobody reads faster than this.
+const EVENT_DRAW_MS = 100;
 
 // The events page's filter: comma-separated starts of event types to show, a written -start left out;
 // an executor by name or id's start; a mission by its id's start; progress hidden.
@@ -1686,11 +1690,16 @@ function eventsPage() {
   const pending = [];
   let above = 0;
   let frame = 0;
+  let drawnAt = 0;
+  let scrolled = false;
   const schedule = () => { if (!frame && alive) frame = requestAnimationFrame(flush); };
 
-  function flush() {
+  function flush(now) {
     frame = 0;
     if (pending.length) take(pending.splice(0));
+    if (!scrolled && now - drawnAt < EVENT_DRAW_MS) { schedule(); return; }
+    scrolled = false;
+    drawnAt = now;
     draw();
   }
 
@@ -1793,7 +1802,7 @@ function eventsPage() {
     viewport,
     h('div', { class: 'pager' }, older, olderSaid),
   );
-  viewport.addEventListener('scroll', schedule, { passive: true });
+  viewport.addEventListener('scroll', () => { scrolled = true; schedule(); }, { passive: true });
   // Rows say who did what by name: drawn again once the names are in.
   readExecutorNames().then(() => { if (alive) redraw(); }).catch(() => {});
   // The last 200 sequence numbers of the log, in pages of bounded size.
