@@ -20,6 +20,7 @@ mod conformance_replay;
 mod dashboard;
 mod dashboard_browser;
 mod dashboard_outputs;
+mod dashboard_roles;
 mod dial;
 mod dispatch;
 mod durability;

@@ -110,6 +110,7 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
             "admin",
         ),
         (Method::DELETE, "/api/v1/budgets/{id}", "/api/v1/budgets/bud_x".into(), None, "admin"),
+        (Method::GET, "/api/v1/whoami", "/api/v1/whoami".into(), None, "viewer"),
         (Method::GET, "/api/v1/operators", "/api/v1/operators".into(), None, "admin"),
         (
             Method::POST,
@@ -177,6 +178,77 @@ async fn each_role_does_what_it_may_and_is_refused_the_rest_by_name() {
     // An admin may do it all: the named one as the configured one.
     let r = call(&server, Method::POST, &format!("{executor}/drain"), None, &admin).await;
     assert_eq!((r.status, &r.body["draining"]), (202, &json!(true)), "{}", r.body);
+}
+
+/// Issue 55: `GET /api/v1/whoami` says who calls, as what, and every operation that role may call: the
+/// OpenAPI document's roles, exactly (what the dashboard shows each caller is derived from it). Without a
+/// valid operator token it is refused as every operator read is; a revoked operator is no one.
+#[tokio::test]
+async fn whoami_says_who_calls_and_every_operation_their_role_may_call() {
+    let server = TestServer::start_with(|c| c.server.operator_tokens = vec![ADMIN.into()]).await;
+    let document = server.client.get("/api/v1/openapi.json").await.body;
+    let ranks = ["viewer", "operator", "admin"];
+    let rank = |r: &str| ranks.iter().position(|x| *x == r).unwrap();
+    let may = |role: &str| -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        for (path, operations) in document["paths"].as_object().unwrap() {
+            for (method, op) in operations.as_object().unwrap() {
+                if op["x-aiwg-role"].as_str().is_some_and(|needed| rank(needed) <= rank(role)) {
+                    out.insert(format!("{} {path}", method.to_uppercase()));
+                }
+            }
+        }
+        out
+    };
+    let viewer = add(&server, ADMIN, "vera", "viewer").await;
+    let operator = add(&server, ADMIN, "otto", "operator").await;
+    for (token, name, role) in
+        [(viewer.as_str(), "vera", "viewer"), (&operator, "otto", "operator"), (ADMIN, "config-1", "admin")]
+    {
+        let r = call(&server, Method::GET, "/api/v1/whoami", None, token).await;
+        assert_eq!(
+            (r.status, r.body["name"].as_str(), r.body["role"].as_str()),
+            (200, Some(name), Some(role)),
+            "{}",
+            r.body
+        );
+        let listed: Vec<String> = serde_json::from_value(r.body["may"].clone()).unwrap();
+        let set: std::collections::BTreeSet<String> = listed.iter().cloned().collect();
+        assert_eq!(set.len(), listed.len(), "each once: {listed:?}");
+        assert_eq!(set, may(role), "{role}: the document's roles, exactly");
+        assert_eq!(r.body.as_object().unwrap().len(), 3, "name, role, may and nothing else: {}", r.body);
+    }
+    let seen = |token: &str| {
+        let server = &server;
+        let token = token.to_owned();
+        async move { call(server, Method::GET, "/api/v1/whoami", None, &token).await.body["may"].to_string() }
+    };
+    let (as_viewer, as_operator) = (seen(&viewer).await, seen(&operator).await);
+    assert!(as_viewer.contains("GET /api/v1/missions") && !as_viewer.contains("/abort"), "{as_viewer}");
+    assert!(as_operator.contains("POST /api/v1/missions/{id}/abort") && !as_operator.contains("/api/v1/audit"));
+
+    server.client.get("/api/v1/whoami").await.assert_error(401, "unauthorized");
+    call(&server, Method::GET, "/api/v1/whoami", None, "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+        .await
+        .assert_error(401, "token_invalid");
+    let e = ScriptedExecutor::register(&server, &[]).await;
+    call(&server, Method::GET, "/api/v1/whoami", None, &e.token).await.assert_error(403, "forbidden");
+    call(&server, Method::POST, "/api/v1/whoami", Some(json!({})), &viewer)
+        .await
+        .assert_error(405, "method_not_allowed");
+    assert_eq!(call(&server, Method::DELETE, "/api/v1/operators/vera", None, ADMIN).await.status, 204);
+    call(&server, Method::GET, "/api/v1/whoami", None, &viewer).await.assert_error(401, "token_invalid");
+}
+
+/// While routes are open the caller is the anonymous admin, and may call every operator operation.
+#[tokio::test]
+async fn on_open_routes_whoami_is_the_anonymous_admin() {
+    let server = TestServer::start().await;
+    let r = server.client.get("/api/v1/whoami").await;
+    assert_eq!((r.status, &r.body["name"], &r.body["role"]), (200, &json!("anonymous"), &json!("admin")), "{}", r.body);
+    let may = r.body["may"].to_string();
+    assert!(may.contains("GET /api/v1/audit") && may.contains("POST /api/v1/executors/{id}/remove"), "{may}");
+    assert!(!may.contains("/register"), "executors' routes are no operator's: {may}");
 }
 
 /// A token is shown once and never listed; a revoked one acts no more, at once; its name may be given

@@ -8,6 +8,7 @@
 
 use std::sync::OnceLock;
 
+use aiwg_domain::operators::Role;
 use serde_json::Value;
 
 const SOURCE: &str = include_str!("../../../schemas/openapi.json");
@@ -18,22 +19,39 @@ pub fn document() -> &'static str {
     DOCUMENT.get_or_init(|| bundle(SOURCE, aiwg_contract::Schema::source()).to_string())
 }
 
-/// The role an operator route needs (its `x-aiwg-role`), by method and route as the router names it;
-/// `None` for a route of executors, sandboxes or anyone. The document is the one list of who may call
-/// what: the edge asks it where it must judge a call before the route's own extractors run.
-pub(crate) fn role_of(method: &str, route: &str) -> Option<aiwg_domain::operators::Role> {
-    static ROLES: OnceLock<Vec<(String, String, aiwg_domain::operators::Role)>> = OnceLock::new();
-    let roles = ROLES.get_or_init(|| {
+/// An operation of the document that names the role it needs (`x-aiwg-role`): an operator route.
+struct Guarded {
+    method: String,
+    route: String,
+    role: Role,
+}
+
+/// Every operator operation, read once from the document: the one list of who may call what.
+fn guarded() -> &'static [Guarded] {
+    static GUARDED: OnceLock<Vec<Guarded>> = OnceLock::new();
+    GUARDED.get_or_init(|| {
         let document: Value = serde_json::from_str(SOURCE).expect("schemas/openapi.json is JSON");
         let paths = document["paths"].as_object().cloned().unwrap_or_default();
         let operations = paths.into_iter().flat_map(|(path, operations)| {
             let operations = operations.as_object().cloned().unwrap_or_default();
             operations.into_iter().map(move |(method, op)| (method.to_ascii_uppercase(), path.clone(), op))
         });
-        let role = |op: &Value| op["x-aiwg-role"].as_str().and_then(aiwg_domain::operators::Role::parse);
-        operations.filter_map(|(method, path, op)| Some((method, path, role(&op)?))).collect()
-    });
-    roles.iter().find(|(m, r, _)| m == method && r == route).map(|(_, _, role)| *role)
+        let role = |op: &Value| op["x-aiwg-role"].as_str().and_then(Role::parse);
+        operations.filter_map(|(method, route, op)| Some(Guarded { method, route, role: role(&op)? })).collect()
+    })
+}
+
+/// The role an operator route needs (its `x-aiwg-role`), by method and route as the router names it;
+/// `None` for a route of executors, sandboxes or anyone. The edge asks it where it must judge a call
+/// before the route's own extractors run.
+pub(crate) fn role_of(method: &str, route: &str) -> Option<Role> {
+    guarded().iter().find(|g| g.method == method && g.route == route).map(|g| g.role)
+}
+
+/// The operator operations `role` may call, as `METHOD /route` the document names them: what a client
+/// (the dashboard) offers a caller, from the same list the server judges calls by.
+pub(crate) fn allowed(role: Role) -> Vec<String> {
+    guarded().iter().filter(|g| role.allows(g.role)).map(|g| format!("{} {}", g.method, g.route)).collect()
 }
 
 /// `openapi` with the `$defs` of `schema` under `components/schemas`, and every reference to them

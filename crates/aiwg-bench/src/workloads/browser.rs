@@ -21,6 +21,8 @@ use crate::{Row, Scale};
 
 /// What an agent streaming busily sends: a progress line every 100 ms.
 const EVENTS_PER_EXECUTOR_PER_S: f64 = 10.0;
+/// The headroom the pages must keep beyond that (issue 55): no dropped frame at four times the rate.
+const BURST: f64 = 4.0;
 
 /// Marks its first paint the way the dashboard marks its first rows (`markFirstRows` in app.js): the
 /// floor under any page's paint on this machine and browser.
@@ -69,33 +71,47 @@ pub async fn dashboard(dir: &Path, scale: &Scale, failures: &mut Vec<String>) ->
     let rows_paint = first_paints(&browser, &missions, scale.dashboard_loads).await;
 
     let idle = frames(&browser, &missions, window).await;
-    let streaming = Streaming::start(&serve, scale, window * 2).await;
-    let busy_list = frames(&browser, &missions, window).await;
-    let busy_events = frames(&browser, &format!("{}/#/events", serve.base), window).await;
-    let (acked, expected) = streaming.finish().await;
-    if acked != expected {
-        failures.push(format!("dashboard: {acked} of {expected} streamed events acknowledged"));
-    }
+    let busy = streaming_frames(&browser, &serve, scale, &idle, window, failures).await;
     drop(browser);
     serve.stop();
 
-    let streamed = format!("{} executors x {EVENTS_PER_EXECUTOR_PER_S} ev/s", scale.dashboard_executors);
-    vec![
-        Row::new(
-            &format!("dashboard first rows over {} missions, p95", scale.dashboard_missions),
-            rows_paint.ms(0.95),
-            "ms",
-        )
-        .baseline("bare page first paint, p95", bare_paint.ms(0.95))
-        .target_below(500.0)
-        .note(format!(
-            "{} navigations in Chromium, median {:.0} ms",
-            scale.dashboard_loads,
-            rows_paint.ms(0.5)
-        )),
-        busy_list.row(&format!("dashboard list, {streamed}, max frame"), &idle),
-        busy_events.row(&format!("dashboard events, {streamed}, max frame"), &idle),
-    ]
+    let mut rows = vec![Row::new(
+        &format!("dashboard first rows over {} missions, p95", scale.dashboard_missions),
+        rows_paint.ms(0.95),
+        "ms",
+    )
+    .baseline("bare page first paint, p95", bare_paint.ms(0.95))
+    .target_below(500.0)
+    .note(format!("{} navigations in Chromium, median {:.0} ms", scale.dashboard_loads, rows_paint.ms(0.5)))];
+    rows.extend(busy);
+    rows
+}
+
+/// The longest frames of the missions list and of the events page while executors stream, at a busy
+/// agent's rate, then at BURST times it: a new set of executors each, with missions of their own.
+async fn streaming_frames(
+    browser: &Session,
+    serve: &Serve,
+    scale: &Scale,
+    idle: &Frames,
+    window: Duration,
+    failures: &mut Vec<String>,
+) -> Vec<Row> {
+    let (missions, events) = (format!("{}/#/missions", serve.base), format!("{}/#/events", serve.base));
+    let mut rows = Vec::new();
+    for (i, rate) in [EVENTS_PER_EXECUTOR_PER_S, EVENTS_PER_EXECUTOR_PER_S * BURST].into_iter().enumerate() {
+        let streaming = Streaming::start(serve, scale, i * scale.dashboard_executors, rate, window * 2).await;
+        let list = frames(browser, &missions, window).await;
+        let log = frames(browser, &events, window).await;
+        let (acked, expected) = streaming.finish().await;
+        if acked != expected {
+            failures.push(format!("dashboard: {acked} of {expected} streamed events acknowledged at {rate} ev/s"));
+        }
+        let streamed = format!("{} executors x {rate} ev/s", scale.dashboard_executors);
+        rows.push(list.row(&format!("dashboard list, {streamed}, max frame"), idle));
+        rows.push(log.row(&format!("dashboard events, {streamed}, max frame"), idle));
+    }
+    rows
 }
 
 /// From navigation to the first rows painted (the page's `aiwg:first-rows` mark), `loads` times, each
@@ -160,7 +176,8 @@ impl Frames {
     }
 }
 
-/// Executors with a mission each, streaming progress at a busy agent's pace for a while.
+/// Executors with a mission each (missions `first` on), streaming progress at `per_s` events a second
+/// each for a while.
 struct Streaming {
     tasks: Vec<tokio::task::JoinHandle<usize>>,
     expected: usize,
@@ -168,12 +185,12 @@ struct Streaming {
 }
 
 impl Streaming {
-    async fn start(serve: &Serve, scale: &Scale, lasting: Duration) -> Streaming {
+    async fn start(serve: &Serve, scale: &Scale, first: usize, per_s: f64, lasting: Duration) -> Streaming {
         let (rest, client) = (RestPeer::start().await, serve.client());
-        let count = (lasting.as_secs_f64() * EVENTS_PER_EXECUTOR_PER_S).ceil() as usize;
-        let interval = Duration::from_secs_f64(1.0 / EVENTS_PER_EXECUTOR_PER_S);
+        let count = (lasting.as_secs_f64() * per_s).ceil() as usize;
+        let interval = Duration::from_secs_f64(1.0 / per_s);
         let mut tasks = Vec::new();
-        for i in 0..scale.dashboard_executors {
+        for i in first..first + scale.dashboard_executors {
             let (peer, socket, id) = with_mission(serve, &rest, &client, i).await;
             tasks.push(tokio::spawn(async move {
                 peers::stream_progress(&peer, socket, &id, count, 64, Some(interval)).await.seqs.len()

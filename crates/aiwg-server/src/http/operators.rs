@@ -1,5 +1,6 @@
 //! `/api/v1/operators`: named operators and their roles (admins only). A token is shown once, in the
-//! answer that adds its operator; serve keeps only its hash.
+//! answer that adds its operator; serve keeps only its hash. `/api/v1/whoami`: any operator's own name,
+//! role, and what that role may call.
 
 use std::sync::Arc;
 
@@ -12,13 +13,16 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::acted::Acted;
-use super::extract::{Admin, Caller, JsonBody, PathId};
+use super::extract::{Admin, Caller, JsonBody, PathId, Viewer};
 use crate::app::App;
 use crate::error::{Error, Result};
 use aiwg_domain::operators::Role;
 
 pub(super) fn router() -> Router<Arc<App>> {
-    Router::new().route("/api/v1/operators", get(list).post(add)).route("/api/v1/operators/{name}", delete(revoke))
+    Router::new()
+        .route("/api/v1/operators", get(list).post(add))
+        .route("/api/v1/operators/{name}", delete(revoke))
+        .route("/api/v1/whoami", get(whoami))
 }
 
 #[derive(Deserialize)]
@@ -46,4 +50,11 @@ async fn add(Caller(who, _): Admin, State(app): State<Arc<App>>, JsonBody(raw): 
 async fn revoke(Caller(who, _): Admin, State(app): State<Arc<App>>, PathId(name): PathId) -> Result<StatusCode> {
     app.operators.revoke(&who, &name).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The caller, and every operation their role may call (`METHOD /route`, from the OpenAPI document's
+/// `x-aiwg-role`, the list the server judges calls by): a client offers each control only to whom may
+/// use it, with no table of its own to fall out of step.
+async fn whoami(Caller(who, _): Viewer) -> Json<serde_json::Value> {
+    Json(json!({"name": who.name, "role": who.role, "may": crate::openapi::allowed(who.role)}))
 }

@@ -39,6 +39,7 @@ const liveEl = document.getElementById('live');
 const signOutButton = document.getElementById('sign-out');
 const notifyButton = document.getElementById('notify');
 const inboxCount = document.getElementById('inbox-count');
+const whoEl = document.getElementById('whoami');
 
 // ---------------------------------------------------------------------------------------------------
 // DOM: elements from data, text only.
@@ -71,10 +72,21 @@ function missionLink(id) {
   return h('a', { href: `#/missions/${encodeURIComponent(id)}` }, id);
 }
 
+// The reader's local date and time, as toLocaleString() says it, from one formatter made once: each
+// toLocaleString() call builds a formatter of its own, which the events page paid for every row it drew
+// under a stream.
+const LOCAL_TIME = new Intl.DateTimeFormat(undefined, {
+  year: 'numeric', month: 'numeric', day: 'numeric', hour: 'numeric', minute: 'numeric', second: 'numeric',
+});
+
+function local(d) {
+  return LOCAL_TIME.format(d);
+}
+
 function time(ts) {
   if (!ts) return '';
   const d = new Date(ts);
-  return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: ts }, d.toLocaleString());
+  return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: ts }, local(d));
 }
 
 // How long a running mission has been silent (its updated_at is when it was last heard of), as "42 s",
@@ -92,14 +104,15 @@ function timeouts(t) {
   return Object.entries(names).filter(([k]) => t[k] !== undefined).map(([k, n]) => `${n} ${t[k]} s`).join(', ');
 }
 
-// A retried mission's attempts, one line each: number, executor, how it ended.
+// A retried mission's attempts, one line each: number, executor (by name, its id on hover), how it ended.
 function attempts(list) {
   if (!list || list.length < 2) return '';
   return h('ol', { class: 'attempts' }, list.map((a) => h(
     'li',
     { 'data-attempt': String(a.attempt) },
-    `${a.executor_id || 'no executor yet'}: ${a.reason || 'under way'}`,
-    a.retry_at ? ` (next attempt at ${new Date(a.retry_at).toLocaleString()})` : '',
+    a.executor_id ? h('span', { title: a.executor_id }, executorNames.get(a.executor_id) || shortId(a.executor_id)) : 'no executor yet',
+    `: ${a.reason || 'under way'}`,
+    a.retry_at ? ` (next attempt at ${local(new Date(a.retry_at))})` : '',
   )));
 }
 
@@ -184,6 +197,37 @@ async function api(method, path, body) {
   // A persistent warning (`299 aiwg-serve "text"`), e.g. a dispatch whose id collides with another's.
   const warning = (r.headers.get('Warning') || '').replace(/^299 \S+ "(.*)"$/, '$1') || null;
   return { status: r.status, ok: r.ok, data, warning };
+}
+
+// Who the page acts for (`GET /api/v1/whoami`): a name, a role, and every operation that role may call
+// as the OpenAPI document names it ('POST /api/v1/missions/{id}/abort'). A control is shown only when
+// the operation it calls is among them; the page keeps no table of roles of its own (serve still judges
+// every call: this only spares a caller controls that would be refused).
+let me = { name: '', role: '', may: new Set() };
+
+function may(op) {
+  return me.may.has(op);
+}
+
+// Calls an operation named as the document names it, its `{id}` filled in: the name a control is
+// offered by is the one it calls.
+function send(op, id, body) {
+  const [method, route] = op.split(' ');
+  return api(method, route.replace('{id}', encodeURIComponent(id)), body);
+}
+
+// A refusal, shown where the control was used: its status, code and message, announced to a screen
+// reader (a refused action is never silent).
+function refusal(what, r) {
+  return h('span', { class: 'error refusal', role: 'alert', 'data-status': String(r.status) }, `${what} refused: ${describeError(r)}`);
+}
+
+// The header says who is signed in, and the pages an operation behind them needs show only to whom may
+// read them (`data-needs` in index.html).
+function renderIdentity() {
+  whoEl.textContent = me.name ? `${me.name} · ${me.role}` : '';
+  whoEl.hidden = !me.name;
+  for (const a of document.querySelectorAll('nav a[data-needs]')) a.hidden = !may(a.dataset.needs);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -303,6 +347,8 @@ function signIn(message) {
   live.stop();
   setLive('signed-out', 'signed out');
   signOutButton.hidden = true;
+  me = { name: '', role: '', may: new Set() };
+  renderIdentity();
   overviewEl.replaceChildren();
   if (current) current.dispose();
   current = null;
@@ -379,12 +425,13 @@ function byLabel(item) {
   return h('span', { class: 'by executor', title: id }, `by ${executorNames.get(id) || shortId(id)}`);
 }
 
-// One event of the log of every mission: with a link to its mission, its data folded.
-function eventRow(item) {
+// One event of the log of every mission, one line: its sequence, time, type, who, its mission, and the
+// start of its data, whose whole (up to EVENT_SHOWN characters) `open` shows.
+function eventRow(item, open) {
   const e = item.envelope;
   const hasData = e.data !== undefined && e.data !== null;
   const flat = hasData ? JSON.stringify(e.data) : '';
-  return h(
+  const li = h(
     'li',
     { 'data-seq': item.seq, 'data-event': e.event },
     h('span', { class: 'seq' }, `#${item.seq}`),
@@ -395,8 +442,13 @@ function eventRow(item) {
     ' ',
     byLabel(item),
     e.mission_id ? [' on ', missionLink(e.mission_id)] : '',
-    hasData && h('details', {}, h('summary', {}, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat), h('pre', {}, shown(e.data))),
+    // The button stays short: a line cut with an ellipsis hides a whole button that does not fit.
+    hasData && [' ', h('button', { type: 'button', class: 'link data-open', onclick: () => open(item) }, 'data'), ' ',
+      h('span', { class: 'data' }, flat.length > 120 ? `${flat.slice(0, 120)}…` : flat)],
   );
+  // An event never changes: its row is drawn once.
+  li.update = () => {};
+  return li;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -508,9 +560,12 @@ function missionFilters(params) {
     if (params.get(k)) filters[k] = params.get(k);
   }
   const chosen = new Set((filters.state || '').split(',').filter(Boolean));
-  const states = h('fieldset', { class: 'states' }, h('legend', {}, 'States'), STATES.map((st) => h(
-    'label', {}, h('input', { type: 'checkbox', name: 'state', value: st, checked: chosen.has(st) }), ` ${st}`,
-  )));
+  // The states fold into one line (the list's rows need the height), what is chosen said on it.
+  const states = h('details', { class: 'states' },
+    h('summary', {}, chosen.size ? `States: ${[...chosen].join(', ')}` : 'States: any'),
+    h('fieldset', {}, h('legend', { class: 'sr' }, 'States'), STATES.map((st) => h(
+      'label', {}, h('input', { type: 'checkbox', name: 'state', value: st, checked: chosen.has(st) }), ` ${st}`,
+    ))));
   const search = h('input', { type: 'search', value: filters.q || '', placeholder: 'id or objective' });
   const executor = h('input', { type: 'text', value: filters.executor_id || '', placeholder: 'name or id' });
   const session = h('input', { type: 'text', value: filters.session_id || '' });
@@ -555,55 +610,86 @@ function markFirstRows() {
   requestAnimationFrame(() => requestAnimationFrame(() => performance.mark('aiwg:first-rows')));
 }
 
-// One mission's row (a keyed row: a selection of its id survives live updates).
-function missionRow(m) {
-  const tick = h('input', { type: 'checkbox', 'aria-label': `select ${m.mission_id}`, 'data-pick': m.mission_id });
+// How long ago `ts` was, as "42 s ago", "7 min ago", "3.5 h ago": one line in a list; the exact time
+// on hover (and in `datetime`).
+function agoText(ts) {
+  const t = Date.parse(ts);
+  return Number.isNaN(t) ? ts || '' : `${span((Date.now() - t) / 1000)} ago`;
+}
+
+function ago(ts) {
+  if (!ts) return '';
+  const d = new Date(ts);
+  return Number.isNaN(d.getTime()) ? ts : h('time', { datetime: ts, title: `${local(d)} (${ts})` }, agoText(ts));
+}
+
+// One mission's row (a keyed row: a selection of its id survives live updates), one line high: long
+// texts are cut with their whole on hover. The pick box only for whom may abort.
+function missionRow(m, pickable) {
+  const tick = pickable && h('input', { type: 'checkbox', 'aria-label': `select ${m.mission_id}`, 'data-pick': m.mission_id });
   const link = h('a', { href: `#/missions/${encodeURIComponent(m.mission_id)}`, title: m.mission_id, class: 'id' }, shortId(m.mission_id));
   const row = keyedRow({ 'data-mission': m.mission_id },
-    [['id'], ['objective', 'clip objective'], ['executor', 'executor'], ['state'], ['attempt', 'attempt'], ['created'],
-      ['duration', 'duration'], ['activity'], ['cost', 'cost'], ['exit'], ['error', 'clip']],
-    [h('td', {}, tick)]);
+    [['id'], ['objective', 'clip objective'], ['executor', 'clip executor'], ['waiting', 'clip waiting'], ['state'],
+      ['attempt', 'attempt'], ['created', 'when'], ['duration', 'duration'], ['activity', 'when activity'], ['cost', 'cost'],
+      ['exit'], ['error', 'clip']],
+    pickable ? [h('td', {}, tick)] : []);
   row.show('id', m.mission_id, link);
+  const clipped = (name, text) => {
+    row.show(name, text, text || '');
+    row.cell(name).title = text || '';
+  };
   row.update = (next) => {
-    row.show('objective', next.objective, next.objective || '');
-    row.cell('objective').title = next.objective || '';
-    row.show('executor', `${next.executor_id}${next.executor_name}${next.queued_reason}`, next.executor_name
-      ? h('span', { title: next.executor_id }, next.executor_name)
-      : next.executor_id ? h('span', { title: next.executor_id }, shortId(next.executor_id)) : next.queued_reason || '');
+    row.data = next;
+    clipped('objective', next.objective);
+    row.show('executor', `${next.executor_id}${next.executor_name}`, next.executor_id
+      ? h('span', { title: next.executor_id }, next.executor_name || shortId(next.executor_id)) : '');
+    clipped('waiting', next.queued_reason);
     row.show('state', next.state, badge(next.state));
     row.show('attempt', next.attempt, String(next.attempt || 1));
-    row.show('created', next.created_at, time(next.created_at));
+    row.show('created', `${next.created_at} ${agoText(next.created_at)}`, ago(next.created_at));
     row.show('duration', duration(next), duration(next));
-    row.show('activity', `${next.updated_at}${silence(next)}`, time(next.updated_at),
-      silence(next) && h('span', { class: 'note', 'data-silent': '' }, ` · silent ${silence(next)}`));
+    row.show('activity', `${next.updated_at} ${agoText(next.updated_at)}`, ago(next.updated_at));
     row.show('cost', `${next.cost_usd}${next.cost_source}`, costText(next));
     row.show('exit', next.exit_code, next.exit_code ?? '');
-    row.show('error', next.error, next.error || '');
+    clipped('error', next.error);
   };
-  row.picked = () => tick.checked;
+  row.picked = () => Boolean(tick && tick.checked);
   return row;
 }
 
+// How often the list's relative times ("3 min ago") are said again when nothing else changes.
+const AGO_MS = 15000;
+const MISSION_COLUMNS = ['Mission', 'Objective', 'Executor', 'Waiting because', 'State', 'Attempt', 'Created', 'Duration',
+  'Last activity', 'Cost', 'Exit', 'Error'];
+
 // Missions: search and filters, counts (the overview bar), pages of 50 over any number of missions, and
-// aborting several at once.
+// aborting several at once (for whom may abort). Rows are one line, so that a screen shows many.
 function missionsPage(params) {
   const { filters, form } = missionFilters(params);
+  const pickable = may('POST /api/v1/missions/{id}/abort');
   const cursors = [null];
   const rows = new Map();
   const tbody = h('tbody', {});
   const listing = h('div', { class: 'scroll' }, h('table', { class: 'missions' },
-    h('caption', {}, SORTS[filters.sort || 'created']),
-    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, h('span', { class: 'sr' }, 'Pick')),
-      ['Mission', 'Objective', 'Executor', 'State', 'Attempt', 'Created', 'Duration', 'Last activity', 'Cost', 'Exit', 'Error'].map((t) => h('th', { scope: 'col' }, t)))),
+    h('caption', { class: 'sr' }, SORTS[filters.sort || 'created']),
+    h('thead', {}, h('tr', {}, pickable && h('th', { scope: 'col' }, h('span', { class: 'sr' }, 'Pick')),
+      MISSION_COLUMNS.map((t) => h('th', { scope: 'col' }, t)))),
     tbody));
   const empty = h('p', { hidden: true }, 'No missions match.');
   const status = h('p', { role: 'status', class: 'note' });
   const body = h('div', { 'aria-live': 'polite' }, listing, empty);
-  const abortPicked = h('button', { type: 'button', class: 'danger', onclick: () => confirmAbort() }, 'Abort selected…');
+  const abortPicked = pickable && h('button', { type: 'button', class: 'danger', onclick: () => confirmAbort() }, 'Abort selected…');
   const confirmBox = h('div', { class: 'confirm', hidden: true });
-  const newer = h('button', { type: 'button', onclick: () => { cursors.pop(); rows.clear(); tbody.replaceChildren(); load(); } }, '← Previous');
-  const older = h('button', { type: 'button', onclick: () => { cursors.push(older.dataset.cursor); rows.clear(); tbody.replaceChildren(); load(); } }, 'Next →');
-  page('Missions', form, h('div', { class: 'batch' }, abortPicked, confirmBox, status), body, h('div', { class: 'pager' }, newer, older));
+  const turn = (step) => { step(); rows.clear(); tbody.replaceChildren(); load(); };
+  const newer = h('button', { type: 'button', onclick: () => turn(() => cursors.pop()) }, '← Previous');
+  const older = h('button', { type: 'button', onclick: () => turn(() => cursors.push(older.dataset.cursor)) }, 'Next →');
+  const batch = h('div', { class: 'batch' }, h('span', { class: 'note' }, SORTS[filters.sort || 'created']),
+    abortPicked, confirmBox, status, h('div', { class: 'pager' }, newer, older));
+  // The batch bar and the pager beside the heading: the height goes to the rows.
+  const heading = page('Missions', form, body);
+  const titled = h('div', { class: 'titled' });
+  heading.replaceWith(titled);
+  titled.append(heading, batch);
 
   const picked = () => [...rows.entries()].filter(([, row]) => row.picked()).map(([id]) => id);
   function confirmAbort() {
@@ -618,11 +704,12 @@ function missionsPage(params) {
   }
   async function abortAll(ids) {
     confirmBox.hidden = true;
-    const answers = await Promise.all(ids.map((id) => api('POST', `/api/v1/missions/${encodeURIComponent(id)}/abort`, {})));
+    const answers = await Promise.all(ids.map((id) => send('POST /api/v1/missions/{id}/abort', id, {})));
     const refused = answers.map((r, i) => [ids[i], r]).filter(([, r]) => !r.ok);
-    status.textContent = refused.length
-      ? `Aborted ${ids.length - refused.length}; refused: ${refused.map(([id, r]) => `${shortId(id)} (${describeError(r)})`).join(', ')}`
-      : `Aborted ${ids.length}.`;
+    fill(status, refused.length
+      ? h('span', { class: 'error', role: 'alert', 'data-status': String(refused[0][1].status) },
+        `Aborted ${ids.length - refused.length}; refused: ${refused.map(([id, r]) => `${shortId(id)} (${describeError(r)})`).join(', ')}`)
+      : `Aborted ${ids.length}.`);
     for (const id of ids) if (rows.has(id)) rows.get(id).querySelector('[data-pick]').checked = false;
     refresh();
   }
@@ -638,7 +725,7 @@ function missionsPage(params) {
       status.replaceChildren(h('span', { class: 'error', role: 'alert' }, describeError(r)));
       return;
     }
-    syncRows(tbody, rows, r.data.missions, (m) => m.mission_id, missionRow);
+    syncRows(tbody, rows, r.data.missions, (m) => m.mission_id, (m) => missionRow(m, pickable));
     empty.hidden = rows.size > 0;
     listing.hidden = rows.size === 0;
     if (rows.size) markFirstRows();
@@ -648,10 +735,12 @@ function missionsPage(params) {
   }
   const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
   refresh();
+  // "3 min ago" grows old by itself: said again from what was read, with no read.
+  const tick = setInterval(() => { for (const row of rows.values()) row.update(row.data); }, AGO_MS);
   return {
     onEvent: (item) => { if (item.envelope.mission_id) refresh(); },
     refresh,
-    dispose: () => { alive = false; },
+    dispose: () => { alive = false; clearInterval(tick); },
   };
 }
 
@@ -718,12 +807,15 @@ function missionPage(id) {
     log.el,
     h('section', { 'aria-labelledby': 'timeline-h' }, h('h2', { id: 'timeline-h' }, 'Timeline'), timelineNote, timeline),
   );
-  for (const action of ['pause', 'resume', 'abort']) {
+  // Each control only for whom may use it; of those, only what the mission's state allows (below).
+  for (const action of ['pause', 'resume', 'abort'].filter((a) => may(`POST /api/v1/missions/{id}/${a}`))) {
     controls.append(h('button', { type: 'button', id: `do-${action}`, 'data-control': action, disabled: true, onclick: () => control(action) },
       action[0].toUpperCase() + action.slice(1)));
   }
   // Retry or clone: the dispatch form, filled in as this mission was asked, under a new id.
-  controls.append(' ', h('a', { class: 'button', id: 'do-again', href: `#/dispatch?from=${encodeURIComponent(id)}` }, 'Dispatch again…'));
+  if (may('POST /api/v1/sessions/{id}/dispatch')) {
+    controls.append(' ', h('a', { class: 'button', id: 'do-again', href: `#/dispatch?from=${encodeURIComponent(id)}` }, 'Dispatch again…'));
+  }
 
   let alive = true;
   const seen = new Set();
@@ -731,7 +823,7 @@ function missionPage(id) {
 
   async function control(action) {
     outcome.textContent = `${action}: sending…`;
-    const r = await api('POST', `/api/v1/missions/${encodeURIComponent(id)}/${action}`);
+    const r = await send(`POST /api/v1/missions/{id}/${action}`, id);
     if (!alive) return;
     if (r.ok) {
       const d = r.data;
@@ -739,7 +831,7 @@ function missionPage(id) {
         ? `${action}: delivered to the executor (state ${d.state})`
         : `${action}: not delivered (state ${d.state})${d.note ? `: ${d.note}` : ''}`;
     } else {
-      outcome.textContent = `${action} refused: ${describeError(r)}`;
+      fill(outcome, refusal(action, r));
     }
     outcome.dataset.status = String(r.status);
     refresh();
@@ -752,6 +844,7 @@ function missionPage(id) {
       ['Completion', m.completion],
       ['Executor', m.executor_id && h('a', { href: `#/executors/${encodeURIComponent(m.executor_id)}`, title: m.executor_id },
         m.executor_name || m.executor_id)],
+      ['Dispatched by', m.dispatched_by],
       ['Queued because', m.queued_reason],
       ['Session', m.session_id],
       ['Created', time(m.created_at)],
@@ -767,7 +860,6 @@ function missionPage(id) {
       ['Error', m.error],
       ['Checkpoint', m.checkpoint_id],
       ['Work kept on', m.work && [h('code', {}, m.work.branch), m.work.commit ? ` at ${m.work.commit.slice(0, 12)}` : '']],
-      ['Dispatched by', m.dispatched_by],
       ['Usage', m.usage && tokensText(m.usage)],
       ['Cost', m.usage && costText(m)],
       ['Budget', m.budget && budgetText(m.budget)],
@@ -779,39 +871,40 @@ function missionPage(id) {
     for (const b of controls.querySelectorAll('button[data-control]')) b.disabled = !(m.controls || []).includes(b.dataset.control);
   }
 
+  // The question for everyone; the form that answers it for whom may answer. A refused answer is
+  // said in the form, whose text stays to be sent again.
   function renderHitl(m) {
     if (!m.hitl) {
       hitl.replaceChildren();
       return;
     }
     const q = m.hitl;
+    const answering = may('POST /api/v1/missions/{id}/hitl_response');
     const answer = h('textarea', { rows: '3', required: true });
+    const said = h('p', { class: 'form-status' });
+    async function submit(e) {
+      e.preventDefault();
+      said.replaceChildren();
+      // The answer's outcome goes where the controls' go: the form leaves once it is answered.
+      outcome.textContent = 'answer: sending…';
+      const r = await send('POST /api/v1/missions/{id}/hitl_response', id, { hitl_id: q.hitl_id, response: answer.value });
+      outcome.textContent = r.ok ? `answer ${r.data.delivered ? 'delivered to the executor' : 'not delivered'} (state ${r.data.state})` : '';
+      if (!r.ok) fill(said, refusal('answer', r));
+      outcome.dataset.status = String(r.status);
+      refresh();
+    }
     fill(
       hitl,
       h('h2', { id: 'hitl-h' }, 'Waiting for an answer'),
       h(
         'form',
-        {
-          class: 'card hitl',
-          onsubmit: async (e) => {
-            e.preventDefault();
-            // The answer's outcome goes where the controls' go: the form leaves once it is answered.
-            outcome.textContent = 'answer: sending…';
-            const r = await api('POST', `/api/v1/missions/${encodeURIComponent(id)}/hitl_response`,
-              { hitl_id: q.hitl_id, response: answer.value });
-            outcome.textContent = r.ok
-              ? `answer ${r.data.delivered ? 'delivered to the executor' : 'not delivered'} (state ${r.data.state})`
-              : `answer refused: ${describeError(r)}`;
-            outcome.dataset.status = String(r.status);
-            refresh();
-          },
-        },
+        { class: 'card hitl', onsubmit: submit },
         h('p', { class: 'prompt' }, q.prompt),
         q.context && h('pre', {}, q.context),
         h('p', { class: 'note' }, `request ${q.hitl_id}, asked `, time(q.requested_at),
           q.expires_at ? [', expires ', time(q.expires_at)] : ''),
-        field('Your answer', 'hitl-answer', answer),
-        h('button', { type: 'submit' }, 'Send answer'),
+        answering ? [field('Your answer', 'hitl-answer', answer), h('button', { type: 'submit' }, 'Send answer'), said]
+          : h('p', { class: 'note' }, `An operator answers it; ${me.name} is a ${me.role}.`),
       ),
     );
   }
@@ -838,14 +931,16 @@ function missionPage(id) {
   async function renderArtifacts() {
     const r = await api('GET', `/api/v1/missions/${encodeURIComponent(id)}/artifacts`);
     if (!alive) return;
+    // A mission that is not there says so in its summary; any other refusal is said here.
+    if (!r.ok && r.status !== 404) { fill(artifacts, refusal('reading its artifacts', r)); return; }
     const stored = r.ok ? r.data.artifacts : [];
     const done = [...timeline.children].map((li) => li.item).filter((i) => i && i.envelope.event === 'mission.completed');
     const named = done.flatMap((i) => (i.envelope.data && Array.isArray(i.envelope.data.artifacts) ? i.envelope.data.artifacts : []));
     fill(artifacts, ...(stored.length || named.length ? [
       h('h2', { id: 'artifacts-h' }, 'Artifacts'),
       stored.length > 0 && h('ul', { class: 'artifacts' }, stored.map((a) => h('li', {},
-        h('button', { type: 'button', class: 'link', onclick: () => download(a.uri, a.name) }, a.name),
-        ` ${a.size_bytes} bytes, ${a.mime} `, h('code', { title: a.digest }, a.digest.slice(0, 19))))),
+        h('button', { type: 'button', class: 'link', onclick: (e) => download(a.uri, a.name, e.target.parentElement.querySelector('.said')) }, a.name),
+        ` ${a.size_bytes} bytes, ${a.mime} `, h('code', { title: a.digest }, a.digest.slice(0, 19)), ' ', h('span', { class: 'said' })))),
       named.length > 0 && h('ul', {}, named.map((a) => h('li', {}, h('code', {}, String(a.path)), a.description ? ` ${a.description}` : ''))),
     ] : []));
   }
@@ -875,7 +970,8 @@ function missionPage(id) {
         follow: 'false', mission_id: id, since: String(since), limit: '1000', max_bytes: String(TIMELINE_PAGE_BYTES),
       });
       const r = await api('GET', `/api/v1/events?${q}`);
-      if (!alive || !r.ok) return;
+      if (!alive) return;
+      if (!r.ok) { fill(timelineNote, refusal('reading the timeline', r)); return; }
       r.data.events.forEach(addEvent);
       bytes += r.data.events.reduce((n, item) => n + JSON.stringify(item.envelope.data ?? null).length, 0);
       since = r.data.next_since;
@@ -912,7 +1008,7 @@ function missionPage(id) {
   const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
 
   // The timeline says who did what by name: the names first (executors of earlier attempts too).
-  Promise.all([load(), readExecutorNames()]).then(() => loadTimeline()).catch(() => {});
+  Promise.all([load(), readExecutorNames()]).then(() => { refresh(); return loadTimeline(); }).catch(() => {});
   renderArtifacts().catch(() => {});
   return {
     onEvent: (item) => {
@@ -925,10 +1021,16 @@ function missionPage(id) {
   };
 }
 
-// Downloads what `path` answers with the operator's token (a link cannot carry it), as `name`.
-async function download(path, name) {
+// Downloads what `path` answers with the operator's token (a link cannot carry it), as `name`; a
+// refusal is said in `place`.
+async function download(path, name, place) {
   const r = await fetch(path, { headers: authHeaders() });
-  if (!r.ok) return;
+  if (!r.ok) {
+    const data = await r.json().catch(() => null);
+    fill(place, refusal('download', { status: r.status, data }));
+    return;
+  }
+  place.replaceChildren();
   const url = URL.createObjectURL(await r.blob());
   const a = h('a', { href: url, download: name });
   document.body.append(a);
@@ -952,7 +1054,7 @@ function logView(id) {
       h('label', { class: 'sr', for: 'log-search' }, 'Search the log'), search, found,
       h('button', { type: 'button', id: 'log-next', onclick: () => next() }, 'Next match'),
       h('button', { type: 'button', id: 'log-end', onclick: () => { out.scrollTop = out.scrollHeight; } }, 'Jump to end'),
-      h('button', { type: 'button', id: 'log-download', onclick: () => download(`/api/v1/missions/${encodeURIComponent(id)}/log`, `${id}.log`) }, 'Download')),
+      h('button', { type: 'button', id: 'log-download', onclick: () => download(`/api/v1/missions/${encodeURIComponent(id)}/log`, `${id}.log`, found) }, 'Download')),
     note, out);
   let reading = null;
   let started = false;
@@ -1172,8 +1274,8 @@ function fleetPage() {
   }
 
   async function drain(id, on) {
-    const r = await api(on ? 'POST' : 'DELETE', `/api/v1/executors/${encodeURIComponent(id)}/drain`);
-    if (!r.ok) say(id, h('span', { class: 'error' }, describeError(r)));
+    const r = await send(`${on ? 'POST' : 'DELETE'} /api/v1/executors/{id}/drain`, id);
+    if (!r.ok) say(id, refusal(on ? 'drain' : 'undrain', r));
     load();
   }
 
@@ -1181,20 +1283,23 @@ function fleetPage() {
   const removing = new Set();
   async function remove(id) {
     removing.delete(id);
-    const r = await api('POST', `/api/v1/executors/${encodeURIComponent(id)}/remove`);
-    say(id, r.ok ? 'removed' : h('span', { class: 'error' }, describeError(r)));
+    const r = await send('POST /api/v1/executors/{id}/remove', id);
+    say(id, r.ok ? 'removed' : refusal('remove', r));
     load();
   }
 
-  // What an executor row offers: readiness and drain while it is connected; removal once it is not.
+  // What an executor row offers: readiness and drain while it is connected; removal once it is not;
+  // drain and removal only to whom may.
   function actions(x) {
     if (x.connected) {
+      const draining = `${x.draining ? 'DELETE' : 'POST'} /api/v1/executors/{id}/drain`;
       return [
         readiness.get(x.executor_id) || h('button', { type: 'button', 'data-act': 'check', onclick: () => checkReadiness(x.executor_id) }, 'Check'),
         ' ',
-        h('button', { type: 'button', 'data-act': 'drain', onclick: () => drain(x.executor_id, !x.draining) }, x.draining ? 'Undrain' : 'Drain'),
+        may(draining) && h('button', { type: 'button', 'data-act': 'drain', onclick: () => drain(x.executor_id, !x.draining) }, x.draining ? 'Undrain' : 'Drain'),
       ];
     }
+    if (!may('POST /api/v1/executors/{id}/remove')) return readiness.get(x.executor_id) || '';
     if (removing.has(x.executor_id)) {
       return ['Remove it? ', h('button', { type: 'button', class: 'danger', 'data-act': 'remove-confirm', onclick: () => remove(x.executor_id) }, 'Remove'),
         ' ', h('button', { type: 'button', onclick: () => { removing.delete(x.executor_id); load(); } }, 'Cancel')];
@@ -1298,9 +1403,9 @@ function executorPage(id) {
   let alive = true;
   let executorId = id;
 
-  async function act(method, path, what) {
-    const r = await api(method, `/api/v1/executors/${encodeURIComponent(executorId)}${path}`);
-    outcome.textContent = r.ok ? `${what}: done` : `${what} refused: ${describeError(r)}`;
+  async function act(op, what) {
+    const r = await send(op, executorId);
+    fill(outcome, r.ok ? `${what}: done` : refusal(what, r));
     refresh();
   }
   async function check() {
@@ -1330,17 +1435,19 @@ function executorPage(id) {
     ];
     definitions(summary, rows);
     controls.hidden = false;
-    controls.replaceChildren(...(x.connected
-      ? [h('button', { type: 'button', id: 'x-drain', onclick: () => act(x.draining ? 'DELETE' : 'POST', '/drain', x.draining ? 'undrain' : 'drain') }, x.draining ? 'Undrain' : 'Drain')]
-      : [h('button', { type: 'button', id: 'x-remove', class: 'danger', onclick: () => act('POST', '/remove', 'remove') }, 'Remove')]));
+    const op = x.connected ? `${x.draining ? 'DELETE' : 'POST'} /api/v1/executors/{id}/drain` : 'POST /api/v1/executors/{id}/remove';
+    const what = x.connected ? (x.draining ? 'undrain' : 'drain') : 'remove';
+    controls.replaceChildren(...(!may(op) ? [] : x.connected
+      ? [h('button', { type: 'button', id: 'x-drain', onclick: () => act(op, what) }, x.draining ? 'Undrain' : 'Drain')]
+      : [h('button', { type: 'button', id: 'x-remove', class: 'danger', onclick: () => act(op, what) }, 'Remove')]));
     const by = encodeURIComponent(x.executor_id);
     const [live, recent] = await Promise.all([
       api('GET', `/api/v1/missions?executor_id=${by}&state=assigned,running,paused,hitl-required,suspended&limit=50`),
       api('GET', `/api/v1/missions?executor_id=${by}&sort=updated&limit=10`),
     ]);
     if (!alive) return;
-    if (live.ok) liveList.replaceChildren(missionList(live.data.missions));
-    if (recent.ok) recentList.replaceChildren(missionList(recent.data.missions));
+    liveList.replaceChildren(live.ok ? missionList(live.data.missions) : refusal('reading', live));
+    recentList.replaceChildren(recent.ok ? missionList(recent.data.missions) : refusal('reading', recent));
   }
   const refresh = throttle(() => load().catch(() => {}), REFRESH_MS);
   refresh();
@@ -1382,6 +1489,10 @@ function planView(plan) {
 // Dispatch: a plan before sending, errors beside the fields they are about, and the new mission
 // followed live until it ends.
 function dispatchPage(params) {
+  if (!may('POST /api/v1/sessions/{id}/dispatch')) {
+    page('Dispatch a mission', h('p', { class: 'note', id: 'dispatch-result' }, `Dispatching needs the operator role; ${me.name} is a ${me.role}.`));
+    return { onEvent: () => {}, refresh: () => {}, dispose: () => {} };
+  }
   const session = h('input', { type: 'text', value: 'dashboard', required: true });
   const missionId = h('input', { type: 'text', value: newMissionId(), required: true, pattern: '[A-Za-z0-9][A-Za-z0-9._:\\-]{0,127}' });
   const objective = h('textarea', { rows: '4', required: true });
@@ -1502,7 +1613,7 @@ function dispatchPage(params) {
     check('Unattended (nobody will answer a prompt)', 'd-unattended', unattended),
     check('Queue when no executor fits now', 'd-queue', queue),
     h('div', { class: 'buttons' },
-      h('button', { type: 'button', class: 'plan', onclick: () => plan().catch(() => {}) }, 'Plan'),
+      may('POST /api/v1/dispatch/plan') && h('button', { type: 'button', class: 'plan', onclick: () => plan().catch(() => {}) }, 'Plan'),
       h('button', { type: 'submit' }, 'Dispatch')),
   );
   page('Dispatch a mission', form, result);
@@ -1510,7 +1621,36 @@ function dispatchPage(params) {
   return { onEvent: follow, refresh: () => {}, dispose: () => {} };
 }
 
-// The live log, newest first, filtered on the page.
+// The events page's rows are one line each, this high (style.css holds them to it), so that which rows
+// are in view follows from the scroll position alone: only those (and EVENT_OVERSCAN on either side, so
+// that a quick scroll shows no blank) are in the document, whatever the number of events kept. Under a
+// stream of thousands of events a second the page adds them once per animation frame, and a frame
+// touches a few dozen rows, not hundreds.
+const EVENT_ROW_PX = 28;
+const EVENT_OVERSCAN = 6;
+// New events redraw the rows at most this often (a scroll redraws at once): at thousands of events a
+// second every frame replaced every row in view, and a run still had a 66 ms frame with no long task
+// (aiwg-bench --only dashboard, 40 events/s from 64 executors); nobody reads faster than this.
+const EVENT_DRAW_MS = 100;
+
+// The events page's filter: comma-separated starts of event types to show, a written -start left out;
+// an executor by name or id's start; a mission by its id's start; progress hidden.
+function eventFilter(type, executor, mission, hideProgress) {
+  const rules = type.value.split(',').map((r) => r.trim()).filter(Boolean);
+  const shown = rules.filter((r) => !r.startsWith('-'));
+  const left = rules.filter((r) => r.startsWith('-')).map((r) => r.slice(1)).filter(Boolean);
+  const [who, which, noProgress] = [executor.value.trim(), mission.value.trim(), hideProgress.checked];
+  return (item) => {
+    const e = item.envelope;
+    return !(noProgress && e.event === 'mission.progress')
+      && (!shown.length || shown.some((r) => e.event.startsWith(r)))
+      && !left.some((r) => e.event.startsWith(r))
+      && (!who || e.executor_id.startsWith(who) || executorNames.get(e.executor_id) === who)
+      && (!which || (e.mission_id || '').startsWith(which));
+  };
+}
+
+// The live log, newest first, filtered on the page; one event's data shown on demand above the list.
 function eventsPage() {
   const type = h('input', { type: 'text', placeholder: 'e.g. mission.failed, -mission.progress' });
   const executor = h('input', { type: 'text', placeholder: 'name or id' });
@@ -1522,60 +1662,104 @@ function eventsPage() {
   // would show its page twice.
   const older = h('button', { type: 'button', id: 'events-older', disabled: true, 'data-state': 'reading',
     onclick: () => readOlder().catch(() => {}) }, 'Older events');
+  const olderSaid = h('span', {});
   const olderReady = (more) => {
     older.disabled = !more;
     older.dataset.state = more ? 'idle' : 'done';
     if (!more) older.textContent = 'The beginning of the log';
   };
+  const detail = h('section', { class: 'card event-detail', id: 'event-detail', hidden: true, 'aria-label': 'The event\'s data' });
   const list = h('ol', { class: 'events', id: 'events', reversed: true });
+  const viewport = h('div', { class: 'events-view', id: 'events-view', tabindex: '0', 'aria-label': 'Events, newest first' }, list);
   const gone = h('p', { class: 'note', id: 'events-compacted', hidden: true });
   const sayCompacted = () => {
     gone.hidden = compactedBefore === 0;
     gone.textContent = `Events up to ${compactedBefore} were compacted away (retention); a mission's page `
       + 'still shows what its history kept.';
   };
+  // Every event kept, oldest first; those the filter shows (drawn newest at the top); the rows drawn.
   const kept = [];
+  let matching = [];
+  const drawn = new Map();
+  let matches = eventFilter(type, executor, mission, hideProgress);
   // How many events the page keeps: the live window, plus the history the operator asked for.
   let cap = EVENTS_KEPT;
   let held = 0;
   let alive = true;
-  // Types: comma-separated starts of event types to show; one written -start is left out.
-  const matches = (item) => {
-    const e = item.envelope;
-    const rules = type.value.split(',').map((r) => r.trim()).filter(Boolean);
-    const shown = rules.filter((r) => !r.startsWith('-'));
-    const left = rules.filter((r) => r.startsWith('-')).map((r) => r.slice(1));
-    const who = executor.value.trim();
-    return !(hideProgress.checked && e.event === 'mission.progress')
-      && (!shown.length || shown.some((r) => e.event.startsWith(r)))
-      && !left.some((r) => r && e.event.startsWith(r))
-      && (!who || e.executor_id.startsWith(who) || executorNames.get(e.executor_id) === who)
-      && (!mission.value.trim() || (e.mission_id || '').startsWith(mission.value.trim()));
-  };
-  const row = (item) => eventRow(item);
-  const render = () => list.replaceChildren(...kept.filter(matches).reverse().map(row));
-  const add = (incoming) => {
-    if (kept.length && incoming.seq <= kept[kept.length - 1].seq) return;
-    const item = slim(incoming);
-    kept.push(item);
-    if (kept.length > cap) kept.shift();
-    if (item.envelope.event.startsWith('executor.')) readExecutorNames().catch(() => {});
-    // Paused: kept, not shown, until the operator resumes.
-    if (!pause.dataset.paused) {
-      if (matches(item)) list.prepend(row(item));
-      if (list.children.length > cap) list.lastChild.remove();
-    } else {
-      held += 1;
-      paused.textContent = `Paused: ${held} new event${held === 1 ? '' : 's'} not shown yet.`;
+  // What arrived since the last frame, and how many rows were added above a view scrolled down (kept
+  // in place: what the operator reads does not slide away).
+  const pending = [];
+  let above = 0;
+  let frame = 0;
+  let drawnAt = 0;
+  let scrolled = false;
+  const schedule = () => { if (!frame && alive) frame = requestAnimationFrame(flush); };
+
+  function flush(now) {
+    frame = 0;
+    if (pending.length) take(pending.splice(0));
+    if (!scrolled && now - drawnAt < EVENT_DRAW_MS) { schedule(); return; }
+    scrolled = false;
+    drawnAt = now;
+    draw();
+  }
+
+  function take(items) {
+    let names = false;
+    for (const incoming of items) {
+      if (kept.length && incoming.seq <= kept[kept.length - 1].seq) continue;
+      const item = slim(incoming);
+      kept.push(item);
+      if (kept.length > cap && kept.shift() === matching[0]) matching.shift();
+      names ||= item.envelope.event.startsWith('executor.');
+      // Paused: kept, not shown, until the operator resumes.
+      if (pause.dataset.paused) held += 1;
+      else if (matches(item)) { matching.push(item); above += 1; }
     }
-  };
+    if (names) readExecutorNames().catch(() => {});
+    if (held) paused.textContent = `Paused: ${held} new event${held === 1 ? '' : 's'} not shown yet.`;
+  }
+
+  // The rows in view, in order, each made once (keyed by sequence); the list as tall as all of them.
+  function draw() {
+    const n = matching.length;
+    list.style.height = `${n * EVENT_ROW_PX}px`;
+    list.dataset.count = String(n);
+    if (above && viewport.scrollTop > 0) viewport.scrollTop += above * EVENT_ROW_PX;
+    above = 0;
+    const first = Math.max(0, Math.floor(viewport.scrollTop / EVENT_ROW_PX) - EVENT_OVERSCAN);
+    const last = Math.min(n, Math.ceil((viewport.scrollTop + viewport.clientHeight) / EVENT_ROW_PX) + EVENT_OVERSCAN);
+    const inView = [];
+    for (let i = first; i < last; i += 1) inView.push(matching[n - 1 - i]);
+    list.style.paddingTop = `${first * EVENT_ROW_PX}px`;
+    syncRows(list, drawn, inView, (item) => item.seq, (item) => eventRow(item, showData));
+  }
+
+  // Everything again: the filter changed, the page resumed, history or names came in.
+  function redraw() {
+    matches = eventFilter(type, executor, mission, hideProgress);
+    matching = kept.filter(matches);
+    above = 0;
+    drawn.clear();
+    list.replaceChildren();
+    draw();
+  }
+
+  function showData(item) {
+    const e = item.envelope;
+    fill(detail, h('h2', {}, `#${item.seq} ${e.event}`, ' ', byLabel(item), e.mission_id ? [' on ', missionLink(e.mission_id)] : ''),
+      h('pre', {}, shown(e.data)),
+      h('button', { type: 'button', onclick: () => { detail.hidden = true; } }, 'Close'));
+    detail.hidden = false;
+  }
+
   function togglePause() {
     if (pause.dataset.paused) {
       delete pause.dataset.paused;
       pause.textContent = 'Pause';
       paused.hidden = true;
       held = 0;
-      render();
+      redraw();
     } else {
       pause.dataset.paused = 'yes';
       pause.textContent = 'Resume';
@@ -1593,32 +1777,35 @@ function eventsPage() {
     if (hideProgress.checked) q.progress = 'false';
     const r = await api('GET', `/api/v1/events?${new URLSearchParams(q)}`);
     if (!alive) return;
+    fill(olderSaid, !r.ok && refusal('reading', r));
     if (!r.ok) { olderReady(true); return; }
     const page = r.data.events.filter((e) => !kept.length || e.seq < kept[0].seq).map(slim);
     kept.unshift(...page);
     cap += page.length;
-    render();
+    redraw();
     olderReady(r.data.older);
   }
   page(
     'Events',
     h(
       'form',
-      { class: 'filters', role: 'search', oninput: render, onsubmit: (e) => e.preventDefault() },
+      { class: 'filters', role: 'search', oninput: redraw, onsubmit: (e) => e.preventDefault() },
       field('Types (starts; -type leaves out)', 'e-type', type),
       field('Executor', 'e-executor', executor),
       field('Mission', 'e-mission', mission),
       h('div', { class: 'check' }, hideProgress, h('label', { for: 'e-no-progress' }, 'Hide mission.progress')),
       pause,
     ),
-    h('p', { class: 'note' }, `The last ${EVENTS_KEPT} events, newest first, live; older ones on demand below.`),
+    h('p', { class: 'note' }, `The last ${EVENTS_KEPT} events, newest first, live; older ones on demand below; a row's data on a click.`),
     paused,
     gone,
-    list,
-    h('div', { class: 'pager' }, older),
+    detail,
+    viewport,
+    h('div', { class: 'pager' }, older, olderSaid),
   );
-  // Rows say who did what by name: shown again once the names are in.
-  readExecutorNames().then(() => { if (alive) render(); }).catch(() => {});
+  viewport.addEventListener('scroll', () => { scrolled = true; schedule(); }, { passive: true });
+  // Rows say who did what by name: drawn again once the names are in.
+  readExecutorNames().then(() => { if (alive) redraw(); }).catch(() => {});
   // The last 200 sequence numbers of the log, in pages of bounded size.
   async function backlog() {
     const read = (since, limit) => {
@@ -1634,7 +1821,7 @@ function eventsPage() {
     const got = [];
     for (;;) {
       if (!alive) return;
-      if (!r.ok) { olderReady(true); return; }
+      if (!r.ok) { fill(olderSaid, refusal('reading', r)); olderReady(true); return; }
       got.push(...r.data.events.map(slim));
       if (!r.data.more || got.length >= 200) break;
       r = await read(r.data.next_since, 200 - got.length);
@@ -1645,12 +1832,22 @@ function eventsPage() {
     for (const item of [...got, ...newer]) {
       if (!kept.length || item.seq > kept[kept.length - 1].seq) kept.push(item);
     }
-    render();
+    redraw();
     // Older events may precede the backlog unless it starts at the log's first; the server says.
     olderReady(!got.length || got[0].seq > 1);
   }
   backlog().catch(() => olderReady(true));
-  return { onEvent: add, refresh: sayCompacted, dispose: () => { alive = false; } };
+  return {
+    // A tab in the background gets no animation frames: what arrives is taken in without drawing
+    // once it would fill the page, so that it waits in memory bounded by what the page keeps.
+    onEvent: (item) => {
+      pending.push(item);
+      if (pending.length >= cap) take(pending.splice(0));
+      schedule();
+    },
+    refresh: sayCompacted,
+    dispose: () => { alive = false; if (frame) cancelAnimationFrame(frame); },
+  };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1787,16 +1984,23 @@ function notifyQuestion(item) {
 // The inbox: the questions agents wait on, across missions, oldest first, each answerable in place.
 function inboxPage() {
   let alive = true;
+  const answering = may('POST /api/v1/missions/{id}/hitl_response');
   const empty = h('p', { class: 'note' });
-  const requests = table('Pending HITL requests', ['Mission', 'Executor', 'Asked', 'Waited', 'Question', 'Answer'], []);
+  const requests = table('Pending HITL requests', ['Mission', 'Executor', 'Asked', 'Waited', 'Question', answering && 'Answer'].filter(Boolean), []);
   const body = requests.querySelector('tbody');
-  page('Inbox', h('p', { class: 'note' }, 'Questions agents wait on, oldest first.'), empty, requests);
+  const rows = new Map();
+  const note = answering ? 'Questions agents wait on, oldest first.' : `Questions agents wait on, oldest first. An operator answers them; ${me.name} is a ${me.role}.`;
+  const failed = h('p', {});
+  page('Inbox', h('p', { class: 'note' }, note), failed, empty, requests);
   const refresh = throttle(async () => {
     const r = await api('GET', '/api/v1/hitl?limit=500').catch(() => null);
-    if (!alive || !r || !r.ok) return;
-    const now = Date.now();
+    if (!alive || !r) return;
+    fill(failed, !r.ok && refusal('reading', r));
+    if (!r.ok) return;
     fill(empty, r.data.requests.length ? '' : 'Nothing waits for an answer.');
-    fill(body, r.data.requests.map((q) => inboxRow(q, now, refresh)));
+    // Rows are kept while their question waits: an answer being typed, or a refusal said, survives
+    // the other questions' changes.
+    syncRows(body, rows, r.data.requests, (q) => q.hitl_id, (q) => inboxRow(q, answering, refresh));
   }, REFRESH_MS);
   refresh();
   return {
@@ -1807,30 +2011,105 @@ function inboxPage() {
   };
 }
 
-function inboxRow(q, now, refresh) {
+function inboxRow(q, answering, refresh) {
   const answer = h('input', { type: 'text', 'aria-label': `Answer to ${q.hitl_id}`, required: true });
   const status = h('span', { class: 'note', role: 'status' });
-  const waited = Math.max(0, Math.round((now - new Date(q.requested_at).getTime()) / 1000));
   const form = h('form', {
     class: 'answer',
     onsubmit: async (ev) => {
       ev.preventDefault();
-      const r = await api('POST', `/api/v1/missions/${encodeURIComponent(q.mission_id)}/hitl_response`,
-        { hitl_id: q.hitl_id, response: answer.value });
-      fill(status, r.ok ? 'answered' : describeError(r));
+      const r = await send('POST /api/v1/missions/{id}/hitl_response', q.mission_id, { hitl_id: q.hitl_id, response: answer.value });
+      fill(status, r.ok ? 'answered' : refusal('answer', r));
       if (r.ok) refresh();
     },
   }, answer, h('button', { type: 'submit' }, 'Answer'), status);
-  return h(
+  const waited = h('td', {});
+  const row = h(
     'tr',
     { 'data-mission': q.mission_id, 'data-hitl': q.hitl_id },
     h('td', {}, missionLink(q.mission_id)),
     h('td', {}, q.executor_name || q.executor_id || ''),
     h('td', {}, time(q.requested_at)),
-    h('td', {}, `${Math.floor(waited / 60)}m ${String(waited % 60).padStart(2, '0')}s`),
+    waited,
     h('td', {}, q.prompt, q.context ? h('div', { class: 'note' }, q.context) : ''),
-    h('td', {}, form),
+    answering && h('td', {}, form),
   );
+  row.update = () => {
+    const s = Math.max(0, Math.round((Date.now() - new Date(q.requested_at).getTime()) / 1000));
+    waited.textContent = `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`;
+  };
+  return row;
+}
+
+// The audit trail (admins): every state-changing operator call, refused ones too, newest first: when,
+// who as what, the call, what it acted on, how it ended, from where. Filters as the API's, pages of 50.
+const AUDIT_FILTERS = [['operator', 'Operator', 'a name'], ['mission_id', 'Mission', 'whole id'], ['executor_id', 'Executor', 'whole id']];
+// What the page shows in columns of their own; anything else a record carries is said beside its call.
+const AUDIT_SHOWN = new Set(['seq', 'at', 'operator', 'role', 'source', 'method', 'route', 'target', 'mission_id', 'executor_id', 'status', 'outcome', 'count']);
+
+function auditRow(rec) {
+  const who = rec.operator ? [rec.operator, h('span', { class: 'note' }, ` ${rec.role || ''}`)]
+    : h('span', { class: 'note' }, `no valid operator token${rec.count > 1 ? ` × ${rec.count}` : ''}`);
+  const more = Object.entries(rec).filter(([k, v]) => !AUDIT_SHOWN.has(k) && v !== null && v !== undefined)
+    .map(([k, v]) => `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`).join(' · ');
+  const executor = rec.executor_id && h('a', { href: `#/executors/${encodeURIComponent(rec.executor_id)}`, title: rec.executor_id },
+    executorNames.get(rec.executor_id) || shortId(rec.executor_id));
+  return h('tr', { 'data-seq': rec.seq, 'data-outcome': rec.outcome },
+    h('td', { class: 'when' }, ago(rec.at)),
+    h('td', {}, who),
+    h('td', { class: 'clip call', title: more }, h('code', {}, `${rec.method} ${rec.route}`), more && h('span', { class: 'note' }, ` ${more}`)),
+    h('td', { class: 'clip', title: rec.target || '' }, rec.target || ''),
+    h('td', {}, rec.mission_id && h('a', { href: `#/missions/${encodeURIComponent(rec.mission_id)}`, title: rec.mission_id, class: 'id' }, shortId(rec.mission_id))),
+    h('td', {}, executor),
+    h('td', { class: rec.status >= 400 ? 'error' : '' }, `${rec.status} ${rec.outcome}`),
+    h('td', { class: 'note' }, rec.source || ''));
+}
+
+function auditPage(params) {
+  const filters = {};
+  for (const k of [...AUDIT_FILTERS.map(([k]) => k), 'since']) if (params.get(k)) filters[k] = params.get(k);
+  const inputs = AUDIT_FILTERS.map(([k, , hint]) => h('input', { type: 'text', value: filters[k] || '', placeholder: hint }));
+  const since = h('input', { type: 'datetime-local', value: filters.since ? toLocalInput(filters.since) : '' });
+  const form = h('form', {
+    class: 'filters',
+    role: 'search',
+    onsubmit: (e) => {
+      e.preventDefault();
+      const q = new URLSearchParams();
+      AUDIT_FILTERS.forEach(([k], i) => { if (inputs[i].value.trim()) q.set(k, inputs[i].value.trim()); });
+      if (since.value) q.set('since', fromLocalInput(since.value));
+      location.hash = `#/audit?${q}`;
+    },
+  }, AUDIT_FILTERS.map(([k, label], i) => field(label, `a-${k}`, inputs[i])), field('Since', 'a-since', since),
+  h('button', { type: 'submit' }, 'Filter'));
+  const status = h('p', { role: 'status' });
+  const trail = table('Every state-changing operator call, refused ones too, newest first',
+    ['When', 'Operator', 'Call', 'Target', 'Mission', 'Executor', 'Answer', 'From'], []);
+  const tbody = trail.querySelector('tbody');
+  const cursors = [null];
+  const turn = (step) => { step(); load(); };
+  const newer = h('button', { type: 'button', onclick: () => turn(() => cursors.pop()) }, '← Newer');
+  const older = h('button', { type: 'button', onclick: () => turn(() => cursors.push(older.dataset.cursor)) }, 'Older →');
+  page('Audit', form, h('div', { class: 'batch' }, status, h('div', { class: 'pager' }, newer, older)), trail);
+  tbody.parentElement.classList.add('audit');
+  let alive = true;
+  async function load() {
+    const q = new URLSearchParams({ ...filters, limit: '50' });
+    const cursor = cursors[cursors.length - 1];
+    if (cursor) q.set('cursor', cursor);
+    const r = await api('GET', `/api/v1/audit?${q}`);
+    if (!alive) return;
+    fill(status, !r.ok && refusal('reading the audit trail', r));
+    if (!r.ok) return;
+    fill(tbody, r.data.records.length ? r.data.records.map(auditRow) : h('tr', {}, h('td', { colspan: '8', class: 'note' }, 'No call recorded.')));
+    newer.disabled = cursors.length === 1;
+    older.disabled = !r.data.next_cursor;
+    if (r.data.next_cursor) older.dataset.cursor = r.data.next_cursor;
+  }
+  // Calls change missions and executors: the first page is read again as their events arrive.
+  const refresh = throttle(() => { if (cursors.length === 1) load().catch(() => {}); }, 1000);
+  readExecutorNames().catch(() => {}).then(() => load()).catch(() => {});
+  return { onEvent: refresh, refresh, dispose: () => { alive = false; } };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1854,6 +2133,7 @@ function route() {
   else if (name === 'events') current = eventsPage();
   else if (name === 'inbox') current = inboxPage();
   else if (name === 'usage') current = usagePage(params);
+  else if (name === 'audit') current = auditPage(params);
   else current = missionsPage(params);
   const heading = view.querySelector('h1');
   if (heading && document.activeElement !== document.body) heading.focus();
@@ -1867,8 +2147,9 @@ live.listeners.add((item) => {
 
 async function boot() {
   let r;
+  let w;
   try {
-    r = await api('GET', '/api/v1/overview');
+    [r, w] = await Promise.all([api('GET', '/api/v1/overview'), api('GET', '/api/v1/whoami')]);
   } catch (e) {
     if (e instanceof SignInRequired) return;
     setLive('offline', 'serve does not answer; retrying');
@@ -1876,10 +2157,12 @@ async function boot() {
     boot();
     return;
   }
-  if (!r.ok) {
-    view.replaceChildren(h('p', { class: 'error', role: 'alert' }, describeError(r)));
+  if (!r.ok || !w.ok) {
+    view.replaceChildren(h('p', { class: 'error', role: 'alert' }, describeError(r.ok ? w : r)));
     return;
   }
+  me = { name: w.data.name, role: w.data.role, may: new Set(w.data.may) };
+  renderIdentity();
   signingIn = false;
   signOutButton.hidden = !sessionStorage.getItem(TOKEN_KEY);
   offerNotifications();
