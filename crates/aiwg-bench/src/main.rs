@@ -293,12 +293,7 @@ async fn measure(args: &Args, scale: &Scale, dir: &Path, failures: &mut Vec<Stri
     if wanted("answers") {
         rows.extend(workloads::answer_cost(dir, scale).await);
     }
-    if wanted("usage") {
-        rows.extend(workloads::usage_cost(dir, scale).await);
-    }
-    if wanted("usage-sums") {
-        rows.extend(workloads::usage_sums(dir, scale).await);
-    }
+    rows.extend(workloads::usage(dir, scale, &wanted).await);
     if wanted("kill") {
         rows.extend(workloads::kill9(dir, scale, failures).await);
     }

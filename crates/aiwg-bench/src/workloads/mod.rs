@@ -42,7 +42,7 @@ pub use replicas::{dispatch_replicas, storm_after_kill9};
 pub use retention::compaction;
 pub use runtimes::runtime_missions;
 pub use tls::tls_cost;
-pub use usage::{usage_cost, usage_sums};
+pub use usage::usage;
 
 use crate::peers::{self, Peer, RestPeer, Serve};
 

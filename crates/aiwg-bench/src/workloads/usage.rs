@@ -10,10 +10,23 @@ use super::polling::{seed_missions, sequential_gets};
 use crate::peers::{RestPeer, Serve};
 use crate::{Row, Scale};
 
+/// The usage workloads `wanted` picks: what reporting it costs (`usage`), what reading its sums takes
+/// (`usage-sums`).
+pub async fn usage(dir: &Path, scale: &Scale, wanted: &impl Fn(&str) -> bool) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if wanted("usage") {
+        rows.extend(usage_cost(dir, scale).await);
+    }
+    if wanted("usage-sums") {
+        rows.extend(usage_sums(dir, scale).await);
+    }
+    rows
+}
+
 /// What reporting usage in every progress event costs serve (issue 54): its CPU per committed event
 /// when each event carries a `usage` that raises what the attempt keeps (so each also writes its row and
 /// the day's sums), and when none does, alternated twice in one serve.
-pub async fn usage_cost(dir: &Path, scale: &Scale) -> Vec<Row> {
+async fn usage_cost(dir: &Path, scale: &Scale) -> Vec<Row> {
     let serve = Serve::start(&dir.join("usage"), &[]);
     let rest = RestPeer::start().await;
     let client = serve.client();
@@ -44,7 +57,7 @@ const SPREAD: [(&str, u32); 4] = [("day", 30), ("operator", 20), ("executor", 10
 /// the store: the attempts' rows and the kept sums they add up to): p99 of `GET /api/v1/usage` by each
 /// grouping, every day kept and the last week, and of the missions list (which carries each mission's
 /// usage and cost).
-pub async fn usage_sums(dir: &Path, scale: &Scale) -> Vec<Row> {
+async fn usage_sums(dir: &Path, scale: &Scale) -> Vec<Row> {
     let data = dir.join("usage-sums");
     std::fs::create_dir_all(&data).unwrap();
     Serve::start(&data, &[]).stop();

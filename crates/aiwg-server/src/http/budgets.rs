@@ -39,7 +39,7 @@ async fn raise(
     // The body is judged before the mission is looked up.
     let id = MissionRef::resolve(&app, reference).await?;
     let budget = app.budgets.raise(&id, &raw).await?;
-    let acted = Acted { mission_id: Some(id.clone()), executor_id: None };
+    let acted = Acted { mission_id: Some(id.clone()), ..Acted::target(&id, json!({ "budget": budget })) };
     Ok((Extension(acted), Json(json!({ "mission_id": id, "budget": budget }))))
 }
 
@@ -52,10 +52,12 @@ async fn add(Caller(who, _): Admin, State(app): State<Arc<App>>, JsonBody(raw): 
     judged(&app, "standing_budget", "the budget", &raw)?;
     let written: NewStanding = serde_json::from_value(raw).map_err(|e| Error::InvalidJson(e.to_string()))?;
     let added = app.budgets.standings.add(&written, &who.name).await?;
-    Ok((StatusCode::CREATED, Json(added)).into_response())
+    // The audit trail says which budget was made, and its terms.
+    let acted = Acted::target(&added.id, serde_json::to_value(&added.written).unwrap_or_default());
+    Ok((StatusCode::CREATED, Extension(acted), Json(added)).into_response())
 }
 
-async fn remove(_: Admin, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<StatusCode> {
+async fn remove(_: Admin, State(app): State<Arc<App>>, PathId(id): PathId) -> Result<(StatusCode, Extension<Acted>)> {
     app.budgets.standings.remove(&id).await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok((StatusCode::NO_CONTENT, Extension(Acted::target(&id, json!({})))))
 }
