@@ -102,13 +102,25 @@ impl Tally {
         }
     }
 
-    /// What a whole output says was used (an HTTP runtime's run, read once it ended): its main model's.
+    /// What a whole output says was used (an HTTP runtime's run, read once it ended). Its answer carries
+    /// one usage: every model's counts and cost, summed under the main model's name.
     pub(crate) fn of_output(format: Format, output: &[u8]) -> Option<Value> {
         let mut tally = Tally::new(format);
         for line in String::from_utf8_lossy(output).lines() {
             tally.line(line);
         }
-        tally.usage()
+        let mut total = tally.usage()?;
+        for other in tally.others() {
+            for (key, n) in other.as_object().into_iter().flatten() {
+                let summed = match (total.get(key), key.as_str()) {
+                    (_, "model") => continue,
+                    (Some(t), "cost_usd") => json!(t.as_f64().unwrap_or(0.0) + n.as_f64().unwrap_or(0.0)),
+                    (t, _) => json!(t.and_then(Value::as_u64).unwrap_or(0).saturating_add(n.as_u64().unwrap_or(0))),
+                };
+                total[key] = summed;
+            }
+        }
+        Some(total)
     }
 
     /// The usage the mission's end reports: its main model's (the result's costliest, else the one that
@@ -341,6 +353,20 @@ mod tests {
         let output = format!("working\n{CLAUDE_RESULT}\n");
         assert_eq!(Tally::of_output(Format::ClaudeStream, output.as_bytes()).unwrap()["output_tokens"], 9);
         assert_eq!(Tally::of_output(Format::None, output.as_bytes()), None);
+    }
+
+    /// An HTTP runtime's answer carries one usage: a run on two models is reported whole, under the
+    /// costliest model's name, not as that model's part alone.
+    #[test]
+    fn a_whole_output_on_several_models_is_summed_under_the_main_one() {
+        let result = json!({"type": "result", "result": "Done.", "modelUsage": {
+            "sonnet": {"inputTokens": 15, "outputTokens": 50, "cacheReadInputTokens": 300, "cacheCreationInputTokens": 0, "costUSD": 0.5},
+            "haiku": {"inputTokens": 7, "outputTokens": 2, "cacheReadInputTokens": 100, "cacheCreationInputTokens": 0, "costUSD": 0.25}}});
+        assert_eq!(
+            Tally::of_output(Format::ClaudeStream, result.to_string().as_bytes()),
+            Some(json!({"model": "sonnet", "input_tokens": 422, "output_tokens": 52, "cache_read_input_tokens": 400,
+                "cache_creation_input_tokens": 0, "cost_usd": 0.75}))
+        );
     }
 
     #[test]
