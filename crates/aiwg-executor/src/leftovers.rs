@@ -95,13 +95,20 @@ mod tests {
 
     #[test]
     fn a_group_is_ours_only_while_a_process_in_it_carries_the_runs_id() {
+        use std::io::BufRead;
         use std::os::unix::process::CommandExt;
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
+        // A process's environ is its parent's copy until it has exec'd: the line it prints after its
+        // exec says it carries its own (`sleep` keeps it), where `spawn` returns right after the fork.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo started; exec sleep 30"])
             .env("AIWG_MISSION_ID", "run-under-test")
             .process_group(0)
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        let mut started = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut started).unwrap();
+        assert_eq!(started, "started\n");
         let pgid = child.id();
         assert_eq!(group_of(pgid), Some(pgid));
         assert!(carries(pgid, "run-under-test"));
