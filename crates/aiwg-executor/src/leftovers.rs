@@ -95,20 +95,20 @@ mod tests {
 
     #[test]
     fn a_group_is_ours_only_while_a_process_in_it_carries_the_runs_id() {
-        use std::io::BufRead;
         use std::os::unix::process::CommandExt;
-        // A process's environ is its parent's copy until it has exec'd: the line it prints after its
-        // exec says it carries its own (`sleep` keeps it), where `spawn` returns right after the fork.
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "echo started; exec sleep 30"])
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
             .env("AIWG_MISSION_ID", "run-under-test")
             .process_group(0)
-            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let mut started = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut started).unwrap();
-        assert_eq!(started, "started\n");
+        // `spawn` returns after the fork; until the exec is done, /proc/PID/environ is the parent's copy
+        // (or, mid-exec, unreadable). Its command line is `sleep`'s once its own memory is in place.
+        let exec_done = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap_or_default() != b"sleep\x0030\x00" {
+            assert!(std::time::Instant::now() < exec_done, "sleep never exec'd");
+            std::thread::yield_now();
+        }
         let pgid = child.id();
         assert_eq!(group_of(pgid), Some(pgid));
         assert!(carries(pgid, "run-under-test"));
